@@ -1,0 +1,20 @@
+"""kernel-cache's compiler front end: Triton kernel spec -> content key -> compiled artifact.
+
+Knows Triton; knows nothing of JAX or of where artifacts are stored (see `kernel_cache`).
+"""
+
+from .artifact import Artifact
+from .cached import get_or_compile
+from .compile import compile_spec
+from .errors import CompileError
+from .key import content_key, key_document
+from .recipe import RecipeError, from_recipe, to_recipe
+from .spec import KernelSpec, Pointer, make_spec
+from .target import Target, parse_target
+from .toolchain import toolchain_fingerprint
+
+__all__ = [
+    "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Target", "compile_spec",
+    "content_key", "from_recipe", "get_or_compile", "key_document", "make_spec", "parse_target",
+    "to_recipe", "toolchain_fingerprint",
+]

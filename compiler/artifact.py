@@ -1,0 +1,87 @@
+"""The compiled artifact: binaries plus the metadata a launcher needs, as (metadata, blobs) for the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .target import Target
+
+# Blob names; text stages are stored UTF-8 encoded.
+BINARY_BLOBS = ("cubin", "hsaco")
+TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")
+
+
+@dataclass
+class Artifact:
+    """One compiled kernel. `recipe` says how to rebuild it (used by `cachectl prewarm`)."""
+
+    name: str  # the symbol in the binary
+    target: Target
+    num_warps: int
+    num_ctas: int
+    num_stages: int
+    shared_mem: int
+    cluster_dims: tuple = (1, 1, 1)
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
+    toolchain: dict = field(default_factory=dict)
+    compile_seconds: float = 0.0
+    recipe: dict | None = None
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # other Triton metadata worth keeping
+
+    # Convenience accessors ---------------------------------------------------------------
+    @property
+    def ptx(self) -> str | None:
+        return self._text("ptx")
+
+    @property
+    def cubin(self) -> bytes | None:
+        return self.blobs.get("cubin")
+
+    @property
+    def hsaco(self) -> bytes | None:
+        return self.blobs.get("hsaco")
+
+    @property
+    def ttir(self) -> str | None:
+        return self._text("ttir")
+
+    def _text(self, name: str) -> str | None:
+        blob = self.blobs.get(name)
+        return blob.decode() if blob is not None else None
+
+    # Store form ----------------------------------------------------------------------------
+    def to_entry(self) -> tuple[dict, dict[str, bytes]]:
+        meta = {
+            "kind": "triton-kernel",
+            "name": self.name,
+            "target": self.target.to_json(),
+            "arch": self.target.name,
+            "num_warps": self.num_warps,
+            "num_ctas": self.num_ctas,
+            "num_stages": self.num_stages,
+            "shared_mem": self.shared_mem,
+            "cluster_dims": list(self.cluster_dims),
+            "global_scratch_size": self.global_scratch_size,
+            "global_scratch_align": self.global_scratch_align,
+            "toolchain": self.toolchain,
+            "compile_seconds": self.compile_seconds,
+            "recipe": self.recipe,
+            "extra": self.extra,
+        }
+        return meta, dict(self.blobs)
+
+    @classmethod
+    def from_entry(cls, meta: dict, blobs: dict[str, bytes]) -> "Artifact":
+        if meta.get("kind") != "triton-kernel":
+            raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get('kind')!r})")
+        return cls(
+            name=meta["name"], target=Target.from_json(meta["target"]), num_warps=int(meta["num_warps"]),
+            num_ctas=int(meta["num_ctas"]), num_stages=int(meta["num_stages"]),
+            shared_mem=int(meta["shared_mem"]), cluster_dims=tuple(meta.get("cluster_dims", (1, 1, 1))),
+            global_scratch_size=int(meta.get("global_scratch_size", 0)),
+            global_scratch_align=int(meta.get("global_scratch_align", 1)),
+            toolchain=dict(meta.get("toolchain", {})), compile_seconds=float(meta.get("compile_seconds", 0)),
+            recipe=meta.get("recipe"), blobs=dict(blobs), extra=dict(meta.get("extra", {})))

@@ -1,0 +1,66 @@
+"""Spec -> Artifact: run Triton's stages for a named target, on any host (no GPU, no driver)."""
+
+from __future__ import annotations
+
+import time
+
+from . import triton_compat as tc
+from .artifact import Artifact, TEXT_BLOBS
+from .errors import CompileError
+from .recipe import RecipeError, to_recipe
+from .spec import KernelSpec
+from .toolchain import toolchain_summary
+
+_ALWAYS_KEPT = {"ptx", "cubin", "amdgcn", "hsaco", "ttir"}
+_EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_fusion",
+               "launch_cooperative_grid", "launch_pdl", "maxnreg")
+
+
+def _jsonable(value):
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def compile_spec(spec: KernelSpec) -> Artifact:
+    """Compile `spec` through TTIR -> TTGIR -> LLIR -> PTX -> cubin (CUDA) or
+    -> AMDGCN -> HSACO (ROCm). Raises CompileError naming the failing stage."""
+    stage = "options"
+    start = time.perf_counter()
+    try:
+        parsed = tc.parse_options(spec.target, spec.triton_options())
+        stage = "ast"
+        src = tc.ast_source(spec.kernel, dict(spec.signature), dict(spec.constexprs), dict(spec.attrs))
+
+        def on_stage(ext: str) -> None:
+            nonlocal stage
+            stage = ext
+
+        outputs, metadata = tc.run_stages(src, spec.target, parsed, on_stage)
+    except CompileError:
+        raise
+    except Exception as exc:
+        raise CompileError(spec.name, stage, spec.summary(), exc) from exc
+    seconds = time.perf_counter() - start
+
+    keep = _ALWAYS_KEPT | (set(TEXT_BLOBS) if spec.keep_ir else set())
+    blobs = {}
+    for ext, out in outputs.items():
+        if ext in keep:
+            blobs[ext] = out if isinstance(out, bytes) else str(out).encode()
+    try:
+        recipe = to_recipe(spec)
+    except RecipeError:
+        recipe = None
+    cluster = metadata.get("cluster_dims", (1, 1, 1))
+    return Artifact(
+        name=metadata["name"], target=spec.target, num_warps=int(metadata.get("num_warps", spec.num_warps)),
+        num_ctas=int(metadata.get("num_ctas", spec.num_ctas)), num_stages=spec.num_stages,
+        shared_mem=int(metadata.get("shared", 0)), cluster_dims=tuple(cluster or (1, 1, 1)),
+        global_scratch_size=int(metadata.get("global_scratch_size", 0) or 0),
+        global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
+        toolchain={"summary": toolchain_summary(spec.target), "triton_version": tc.TRITON_VERSION},
+        compile_seconds=seconds, recipe=recipe, blobs=blobs,
+        extra={k: _jsonable(metadata[k]) for k in _EXTRA_META if k in metadata})

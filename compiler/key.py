@@ -1,0 +1,68 @@
+"""The content key: xxh3-128 over a canonical, typed encoding of a spec and its toolchain.
+
+The encoding is JSON with sorted keys, where every value is tagged with its type (so the int 1,
+the float 1.0, the bool True and the string "1" never collide), and the whole document carries our
+own format version: bumping it invalidates every key at once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import xxhash
+
+from . import triton_compat as tc
+from .spec import KernelSpec
+from .toolchain import toolchain_fingerprint
+
+KEY_FORMAT_VERSION = 1
+
+
+def canonical(value: Any) -> Any:
+    """A JSON-able, type-tagged form of `value`; raises TypeError for what cannot be keyed."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": str(value)}
+    if isinstance(value, float):
+        return {"float": value.hex()}
+    if isinstance(value, (list, tuple)):
+        return {type(value).__name__: [canonical(v) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[canonical(k), canonical(v)] for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]}
+    if tc.is_jit_function(value):  # a @jit function passed as a constexpr
+        return {"jit": tc.kernel_fingerprint(value)}
+    if type(value).__name__ == "dtype" and hasattr(value, "name"):  # triton.language dtype
+        return {"tl.dtype": str(value)}
+    if type(value).__name__ == "constexpr" and hasattr(value, "value"):
+        return canonical(value.value)
+    raise TypeError(f"cannot build a cache key from {type(value).__name__}: {value!r}")
+
+
+def digest(document: Any) -> str:
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return xxhash.xxh3_128_hexdigest(text.encode())
+
+
+def key_document(spec: KernelSpec, toolchain: dict | None = None) -> dict:
+    """Everything the key covers, in canonical form (useful for debugging a surprising miss)."""
+    parsed = tc.parse_options(spec.target, spec.triton_options())
+    return {
+        "format": KEY_FORMAT_VERSION,
+        "kernel": {"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)},
+        "signature": [[k, v] for k, v in spec.signature.items()],
+        "constexprs": canonical(dict(spec.constexprs)),
+        "attrs": canonical({repr(k): v for k, v in spec.attrs.items()}),
+        "options": canonical(tc.options_to_json(parsed)),
+        "keep_ir": spec.keep_ir,
+        "target": spec.target.to_json(),
+        "toolchain": toolchain if toolchain is not None else toolchain_fingerprint(spec.target),
+    }
+
+
+def content_key(spec: KernelSpec, toolchain: dict | None = None) -> str:
+    """The 32-hex-digit content address of `spec`'s compiled artifact."""
+    return digest(key_document(spec, toolchain))

@@ -1,0 +1,153 @@
+"""KernelSpec: everything that decides a kernel's binary, built the way Triton's launcher would.
+
+`make_spec` takes what a caller knows (the kernel, one entry per runtime argument — a pointer type
+such as "*fp32" or a Python scalar value — the constexprs and launch parameters, and a target) and
+derives Triton's signature, constexprs and specialization attributes with Triton's own rules:
+16-byte-aligned pointers and integers divisible by 16 get `tt.divisibility`, integers equal to 1
+become constexprs, `do_not_specialize` parameters are left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from . import triton_compat as tc
+from .target import Target, parse_target
+
+# Triton element types a pointer may carry (dtype names Triton itself prints).
+POINTER_DTYPES = frozenset({
+    "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5", "fp8e4b15",
+    "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64",
+})
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+
+DEFAULT_OPTIONS = {"enable_fp_fusion": True, "debug": False}
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A device buffer argument: element type and whether it is 16-byte aligned."""
+
+    dtype: str
+    aligned: bool = True
+
+    def __post_init__(self):
+        if self.dtype.lstrip("*") not in POINTER_DTYPES:
+            raise ValueError(f"unknown pointer element type {self.dtype!r}; "
+                             f"expected one of {sorted(POINTER_DTYPES)}")
+        object.__setattr__(self, "dtype", self.dtype.lstrip("*"))
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """The complete description of one compiled kernel. Hashable inputs for the content key."""
+
+    kernel: Any  # triton JITFunction
+    signature: Mapping[str, str]  # param -> triton type ("*fp32", "i32", "constexpr")
+    constexprs: Mapping[str, Any]  # param -> value
+    attrs: Mapping[tuple, list]  # (param index,) -> [["tt.divisibility", 16]]
+    target: Target
+    num_warps: int = 4
+    num_stages: int = 3
+    num_ctas: int = 1
+    options: Mapping[str, Any] = field(default_factory=dict)  # other backend options
+    keep_ir: bool = False  # keep TTIR/TTGIR/LLIR text in the artifact (debugging)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.__name__
+
+    def triton_options(self) -> dict:
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,
+                **self.options}
+
+    def summary(self) -> str:
+        sig = ",".join(f"{k}:{v}" for k, v in self.signature.items() if v != "constexpr")
+        cst = ",".join(f"{k}={_short(v)}" for k, v in self.constexprs.items())
+        return (f"{self.target.name} warps={self.num_warps} stages={self.num_stages} ctas={self.num_ctas}"
+                f" sig=[{sig}] constexprs=[{cst}]")
+
+
+def _short(v: Any) -> str:
+    text = getattr(v, "__name__", None) or repr(v)
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def _check_scalar(name: str, value: Any) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not _INT64_MIN <= value <= _UINT64_MAX:
+            raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
+        return
+    if isinstance(value, float):
+        return
+    raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
+                    f"int/float/bool scalar; got {type(value).__name__}: {value!r}")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | None = None, *,
+              target: "Target | str | int", num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
+              keep_ir: bool = False, **options: Any) -> KernelSpec:
+    """Build the spec for `kernel` called with `args` (runtime arguments, in parameter order,
+    skipping parameters given in `constexprs`) and `constexprs` (by name)."""
+    fn = tc.unwrap_jit(kernel)
+    tgt = parse_target(target)
+    constexprs = dict(constexprs or {})
+    flags = tc.param_flags(fn)
+    names = [f[0] for f in flags]
+    unknown = sorted(set(constexprs) - set(names))
+    if unknown:
+        raise ValueError(f"kernel '{fn.__name__}' has no parameter(s) {unknown}; parameters: {names}")
+    runtime_params = [f for f in flags if f[0] not in constexprs]
+    if len(args) != len(runtime_params):
+        raise ValueError(
+            f"kernel '{fn.__name__}' takes {len(runtime_params)} runtime argument(s) "
+            f"{[f[0] for f in runtime_params]} besides constexprs {sorted(constexprs)}, got {len(args)}")
+    for name, is_constexpr, *_ in flags:
+        if is_constexpr and name not in constexprs:
+            raise ValueError(f"constexpr parameter '{name}' of kernel '{fn.__name__}' needs a value")
+
+    signature: dict[str, str] = {}
+    attrs: dict[tuple, list] = {}
+    all_constexprs: dict[str, Any] = {}
+    arg_iter = iter(args)
+    for index, (name, is_constexpr, no_spec, no_align, ann) in enumerate(flags):
+        if name in constexprs:
+            signature[name] = "constexpr"
+            all_constexprs[name] = constexprs[name]
+            continue
+        value = next(arg_iter)
+        if isinstance(value, str):
+            value = Pointer(value)
+        if isinstance(value, Pointer):
+            ty, spec_attr = tc.specialize(tgt.backend, value.dtype, specialize=not no_spec,
+                                          align=value.aligned and not no_align)
+            ty = "*" + value.dtype if not ty.startswith("*") else ty
+        else:
+            _check_scalar(name, value)
+            do_spec = not no_spec
+            if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
+                do_spec = False  # Triton never specializes annotated float/bool scalars
+            ty, spec_attr = tc.specialize(tgt.backend, value, specialize=do_spec, align=not no_align)
+            if ann:  # an annotated scalar keeps its declared type, as in Triton's launcher
+                ty = ann
+        if ty == "constexpr":  # an int equal to 1, as Triton's launcher specializes it
+            signature[name] = "constexpr"
+            all_constexprs[name] = value
+            continue
+        signature[name] = ty
+        if isinstance(spec_attr, str):
+            attrs[(index,)] = tc.parse_attr(tgt.backend, spec_attr)
+    merged = {**DEFAULT_OPTIONS, **options}
+    return KernelSpec(kernel=fn, signature=signature, constexprs=all_constexprs, attrs=attrs, target=tgt,
+                      num_warps=_positive_int("num_warps", num_warps),
+                      num_stages=_positive_int("num_stages", num_stages),
+                      num_ctas=_positive_int("num_ctas", num_ctas), options=merged, keep_ir=keep_ir)

@@ -1,0 +1,63 @@
+"""A GPU compile target named by the user ("sm_90", "gfx942", 90) and its canonical form."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SM = re.compile(r"^(?:sm_?|cuda:?)(\d{2,3})a?$")
+_GFX = re.compile(r"^(?:hip:)?(gfx[0-9a-f]{3,4}[a-z0-9:+\-]*)$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Backend + arch + warp size: everything Triton's GPUTarget holds, hashable and printable."""
+
+    backend: str  # "cuda" or "hip"
+    arch: int | str  # 90 for cuda, "gfx942" for hip
+    warp_size: int
+
+    @property
+    def name(self) -> str:
+        """The user-facing spelling: sm_90 or gfx942."""
+        return f"sm_{self.arch}" if self.backend == "cuda" else str(self.arch)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_json(self) -> dict:
+        return {"backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Target":
+        return cls(obj["backend"], obj["arch"], int(obj["warp_size"]))
+
+
+def _hip_warp_size(arch: str) -> int:
+    # CDNA (gfx9xx) runs wave64; RDNA (gfx10+) runs wave32, as Triton's HIP backend decides.
+    major = arch[3:-2] if len(arch) > 5 else arch[3:4]
+    try:
+        return 64 if int(major) < 10 else 32
+    except ValueError:
+        return 64
+
+
+def parse_target(value: "Target | str | int") -> Target:
+    """Accept a Target, "sm_90", "sm90", "cuda:90", 90, "gfx942" or "hip:gfx942"."""
+    if isinstance(value, Target):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"target must be a name like 'sm_90' or 'gfx942', got {value!r}")
+    if isinstance(value, int):
+        if not 30 <= value <= 200:
+            raise ValueError(f"CUDA compute capability {value} is out of range (expected e.g. 80 or 90)")
+        return Target("cuda", value, 32)
+    if not isinstance(value, str):
+        raise TypeError(f"target must be a name like 'sm_90' or 'gfx942', got {type(value).__name__}")
+    text = value.strip().lower()
+    if m := _SM.match(text):
+        return parse_target(int(m.group(1)))
+    if m := _GFX.match(text):
+        arch = m.group(1)
+        return Target("hip", arch, _hip_warp_size(arch))
+    raise ValueError(f"unknown GPU target {value!r}: expected e.g. 'sm_80', 'sm_90' or 'gfx942'")

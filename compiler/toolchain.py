@@ -1,0 +1,120 @@
+"""The toolchain fingerprint: which Triton build and which ptxas produced a binary.
+
+Triton's own `triton_key()` hashes libtriton (~0.4 s) and `backend.hash()` runs `ptxas --version`
+(~20 ms). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
+identity (path, size, mtime_ns) of the files they depend on. Reinstalling Triton or swapping ptxas
+changes the identity, which forces a recompute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from . import triton_compat as tc
+
+MEMO_FILE = "toolchain-memo.json"
+_lock = threading.Lock()
+_process_memo: dict[str, str] = {}
+# Counts real (expensive) computations in this process: tests assert a warm path makes none.
+expensive_calls = {"triton_key": 0, "backend_hash": 0}
+
+
+def default_memo_dir() -> Path:
+    base = os.environ.get("KERNEL_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernel-cache"
+
+
+def _identity(path: str | None) -> list:
+    if not path:
+        return [None]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    return [path, st.st_size, st.st_mtime_ns]
+
+
+def _triton_identity() -> list:
+    pkg = tc.triton_package_dir()
+    files = [tc.libtriton_path(), os.path.join(pkg, "__init__.py"),
+             os.path.join(pkg, "compiler", "compiler.py"), os.path.join(pkg, "runtime", "cache.py")]
+    return [tc.TRITON_VERSION] + [_identity(f) for f in files]
+
+
+def _backend_identity(target) -> list:
+    pkg = tc.triton_package_dir()
+    backend_dir = "nvidia" if target.backend == "cuda" else "amd"
+    return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir,
+                                                                    "compiler.py")),
+            _identity(tc.ptxas_path(target))]
+
+
+class _Memo:
+    """A JSON dict on disk; unreadable or unwritable files just mean recomputing."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / MEMO_FILE
+
+    def load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def store(self, key: str, value: str) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = self.load()
+            data[key] = value
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".memo-", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
+    ident = json.dumps([name, identity], sort_keys=True)
+    with _lock:
+        if ident in _process_memo:
+            return _process_memo[ident]
+        memo = _Memo(memo_dir or default_memo_dir())
+        value = memo.load().get(ident)
+        if not isinstance(value, str):
+            expensive_calls[name] += 1
+            value = compute()
+            memo.store(ident, value)
+        _process_memo[ident] = value
+        return value
+
+
+def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict:
+    """What identifies the tools that turn a spec into a binary for `target`."""
+    return {
+        "triton_version": tc.TRITON_VERSION,
+        "triton_build": _memoized("triton_key", _triton_identity(), tc.triton_build_key, memo_dir),
+        "backend": _memoized("backend_hash", _backend_identity(target),
+                             lambda: tc.backend_toolchain_hash(target), memo_dir),
+        "env": tc.cache_invalidating_env(),
+    }
+
+
+def toolchain_summary(target, memo_dir: Path | None = None) -> str:
+    """A short human-readable identity, stored in entries so `cachectl --stale` can compare."""
+    fp = toolchain_fingerprint(target, memo_dir)
+    from .key import digest
+
+    return f"triton-{fp['triton_version']}+{digest(fp)[:12]}"
+
+
+def clear_process_memo() -> None:
+    with _lock:
+        _process_memo.clear()

@@ -1,0 +1,228 @@
+"""Every difference between Triton releases (3.5 – 3.9) that kernel-cache touches, in one place.
+
+The rest of the compiler package calls these helpers and never reaches into Triton directly, so a
+new Triton release means reading this file, not the whole package. Capabilities are detected by
+looking for attributes, not by comparing version strings.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+import types
+from typing import Any
+
+import triton
+from triton.runtime.jit import JITFunction
+
+TRITON_VERSION: str = triton.__version__
+
+
+def is_jit_function(obj: Any) -> bool:
+    return isinstance(obj, JITFunction)
+
+
+def unwrap_jit(obj: Any) -> JITFunction:
+    """The JITFunction behind an Autotuner/Heuristics chain (they keep it in `.fn`)."""
+    seen = 0
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn") and seen < 8:
+        obj, seen = obj.fn, seen + 1
+    if not isinstance(obj, JITFunction):
+        raise TypeError(f"kernel must be a @triton.jit function, got {type(obj).__name__}: {obj!r}")
+    return obj
+
+
+def kernel_fingerprint(fn: JITFunction) -> str:
+    """Triton's own cache key for a kernel: its source, the @jit functions it calls and the globals
+    it reads. Computed once per JITFunction by Triton and memoized there."""
+    return fn.cache_key
+
+
+def backend_class(backend_name: str):
+    """The compiler class of a backend ('cuda'/'hip') without instantiating it or its driver."""
+    from triton.backends import backends
+
+    for entry in backends.values():
+        compiler_cls = entry.compiler
+        probe = types.SimpleNamespace(backend=backend_name, arch=0, warp_size=0)
+        try:
+            if compiler_cls.supports_target(probe):
+                return compiler_cls
+        except Exception:  # a backend that looks deeper at the target is not ours
+            continue
+    raise ValueError(f"the installed Triton has no '{backend_name}' backend "
+                     f"(available: {sorted(backends)})")
+
+
+def available_backends() -> list[str]:
+    from triton.backends import backends
+
+    return sorted(backends)
+
+
+def gpu_target(target) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget(target.backend, target.arch, target.warp_size)
+
+
+@functools.lru_cache(maxsize=None)
+def make_backend(target) -> Any:
+    """A Triton backend object for a named target: no driver, no GPU needed."""
+    return backend_class(target.backend)(gpu_target(target))
+
+
+class _AlignedPointer:
+    """Stands in for a device buffer when asking Triton how it would specialize an argument.
+    XLA hands Triton kernels 16-byte-aligned buffers, as jax-triton assumes."""
+
+    def __init__(self, dtype: str, aligned: bool):
+        self.dtype = dtype
+        self._ptr = 16 if aligned else 8
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+
+def specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
+               align: bool = True) -> tuple[str, Any]:
+    """(triton type, specialization) exactly as Triton's launcher computes them for `value`.
+
+    `value` is a Python scalar or a pointer spelled "*fp32" (assumed 16-byte aligned when `align`).
+    """
+    from triton._C.libtriton import native_specialize_impl
+
+    cls = backend_class(backend_name)
+    if isinstance(value, str):
+        value = _AlignedPointer(value.lstrip("*"), align)
+    return native_specialize_impl(cls, value, is_const, specialize, align)
+
+
+def parse_attr(backend_name: str, desc: str) -> list:
+    return backend_class(backend_name).parse_attr(desc)
+
+
+def param_flags(fn: JITFunction) -> list[tuple[str, bool, bool, bool, str]]:
+    """Per parameter: (name, is_constexpr, do_not_specialize, do_not_specialize_on_alignment,
+    annotation type or "")."""
+    out = []
+    for p in fn.params:
+        ann = getattr(p, "annotation_type", "") or ""
+        out.append((p.name, bool(p.is_constexpr), bool(getattr(p, "do_not_specialize", False)),
+                    bool(getattr(p, "do_not_specialize_on_alignment", False)),
+                    ann if isinstance(ann, str) else ""))
+    return out
+
+
+def cache_invalidating_env() -> dict[str, str]:
+    """The environment variables Triton itself treats as changing compiled output."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    return dict(get_cache_invalidating_env_vars())
+
+
+def libtriton_path() -> str:
+    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
+    return os.path.join(os.path.dirname(triton.__file__), "_C", f"libtriton.{ext}")
+
+
+def triton_package_dir() -> str:
+    return os.path.dirname(triton.__file__)
+
+
+def triton_build_key() -> str:
+    """Triton's hash of its own build (hashes libtriton, ~0.4 s): call only on a memo miss."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # older layouts kept it in compiler
+        from triton.compiler.compiler import triton_key  # type: ignore
+    return triton_key()
+
+
+def backend_toolchain_hash(target) -> str:
+    """The backend's own toolchain hash (runs `ptxas --version` on CUDA): call only on a memo miss."""
+    return make_backend(target).hash()
+
+
+def ptxas_path(target) -> str | None:
+    """Path of the ptxas Triton would run for this target, or None (HIP / not found)."""
+    if target.backend != "cuda":
+        return None
+    try:
+        from triton.backends.nvidia import compiler as nv
+
+        getter = getattr(nv, "get_ptxas", None)
+        tool = getter(target.arch) if getter and _takes_args(getter) else getter() if getter else None
+        return getattr(tool, "path", None) if tool is not None else None
+    except Exception:
+        return None
+
+
+def _takes_args(fn) -> bool:
+    import inspect
+
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def parse_options(target, options: dict) -> Any:
+    """Triton's backend-specific options object from a plain dict (pure Python, no driver)."""
+    return make_backend(target).parse_options(dict(options))
+
+
+def options_to_json(parsed) -> dict:
+    out = {}
+    for k, v in sorted(parsed.__dict__.items()):
+        if isinstance(v, tuple):
+            v = [list(x) if isinstance(x, tuple) else x for x in v]
+        out[k] = v
+    return out
+
+
+def ast_source(fn: JITFunction, signature: dict, constexprs: dict, attrs: dict):
+    from triton.compiler import ASTSource
+
+    return ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
+
+
+def run_stages(src, target, parsed_options, on_stage=None) -> tuple[dict, dict]:
+    """Run Triton's compile pipeline stage by stage, as triton.compile does, without its cache.
+
+    Returns (stage outputs by extension, metadata filled in by the stages).
+    `on_stage(ext)` is called before each stage so errors can name the stage.
+    """
+    from triton._C.libtriton import ir
+
+    backend = make_backend(target)
+    metadata: dict[str, Any] = {
+        "hash": "kernel-cache",
+        "target": gpu_target(target),
+        **parsed_options.__dict__,
+        **cache_invalidating_env(),
+        "triton_version": TRITON_VERSION,
+    }
+    stages: dict = {}
+    backend.add_stages(stages, parsed_options, src.language)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    codegen_fns = backend.get_codegen_implementation(parsed_options)
+    module_map = backend.get_module_map()
+    if on_stage:
+        on_stage("ast")
+    module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
+    outputs: dict[str, Any] = {}
+    for ext, compile_ir in stages.items():
+        if on_stage:
+            on_stage(ext)
+        module = compile_ir(module, metadata)
+        outputs[ext] = module if isinstance(module, (bytes, str)) else str(module)
+    return outputs, metadata
+
+
+def reference_compile(src, target, options: dict):
+    """triton.compile, the fidelity oracle, with its on-disk cache pointed nowhere useful."""
+    return triton.compile(src, target=gpu_target(target), options=dict(options))

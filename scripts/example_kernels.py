@@ -1,0 +1,157 @@
+"""Example Triton kernels used by the demo, the tests and the benchmarks.
+
+Written for kernel-cache: a vector add, a scaled add, a row softmax, a row layernorm, an autotuned
+matmul (six configs) and a flash-attention forward. Importable as `scripts.example_kernels` or as
+`example_kernels` with scripts/ on sys.path, so recipes can re-import them.
+"""
+
+import triton
+import triton.language as tl
+
+EPS = tl.constexpr(1e-5)
+
+
+@triton.jit
+def _scale(x, s):
+    return x * s
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+@triton.jit
+def scaled_add_kernel(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, _scale(x, scale) + y, mask=mask)
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    tl.store(out_ptr + row * n_cols + offs, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    diff = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(diff * diff, axis=0) / n_cols
+    y = diff / tl.sqrt(var + EPS)
+    w = tl.load(w_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(out_ptr + row * n_cols + offs, y * w + b, mask=mask)
+
+
+MATMUL_CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=2, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64}, num_warps=2, num_stages=2),
+]
+
+
+@triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One (batch*head, query block) per program; q/k/v/o are [BH, seq_len, HEAD_DIM] contiguous."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    base = bh * seq_len * HEAD_DIM
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=offs_m[:, None] < seq_len,
+                other=0.0)
+    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    for start_n in range(0, seq_len, BLOCK_N):
+        cols = start_n + offs_n
+        kv_mask = cols[:, None] < seq_len
+        k = tl.load(k_ptr + base + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + base + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        s = tl.where(cols[None, :] < seq_len, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(o_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc.to(o_ptr.dtype.element_ty),
+             mask=offs_m[:, None] < seq_len)
+
+
+def example_calls():
+    """(label, kernel, runtime args, constexprs, launch params) for every example kernel compile.
+
+    The autotuned matmul contributes one entry per config, as a lowering would compile them.
+    """
+    calls = [
+        ("add", add_kernel, ["*fp32", "*fp32", "*fp32", 4096], {"BLOCK": 1024}, {}),
+        ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", "*fp32", 4096, 0.5], {"BLOCK": 1024}, {}),
+        ("softmax", softmax_kernel, ["*fp32", "*fp32", 1000], {"BLOCK": 1024}, {}),
+        ("layernorm", layernorm_kernel, ["*fp32", "*fp32", "*fp32", "*fp32", 768], {"BLOCK": 1024},
+         {"num_warps": 8}),
+    ]
+    mm_args = ["*fp16", "*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1]
+    for i, cfg in enumerate(MATMUL_CONFIGS):
+        calls.append((f"matmul[{i}]", matmul_kernel, mm_args, dict(cfg.kwargs),
+                      {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}))
+    calls.append(("flash_attention", flash_attention_fwd_kernel, ["*fp16", "*fp16", "*fp16", "*fp16", 1024, 0.125],
+                  {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_warps": 4, "num_stages": 2}))
+    return calls
+
+
+def example_specs(target="sm_90"):
+    """[(label, KernelSpec)] for every example compile, for `target`."""
+    from compiler import make_spec
+
+    return [(label, make_spec(kernel, args, cst, target=target, **launch))
+            for label, kernel, args, cst, launch in example_calls()]
