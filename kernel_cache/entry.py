@@ -1,0 +1,126 @@
+"""The on-disk entry format: one self-describing, checksummed byte string per cache entry.
+
+Layout (little-endian):
+    magic      8 bytes   b"KCACHE\\x00\\x01"
+    version    u16       ENTRY_FORMAT_VERSION
+    reserved   u16
+    meta_len   u32       length of the JSON metadata
+    n_blobs    u32
+    payload    u64       length of everything after the header
+    checksum   16 bytes  xxh3-128 of the payload
+  payload:
+    metadata   meta_len bytes of UTF-8 JSON (includes the entry's own key)
+    n_blobs x  [u16 name_len][name][u64 size][bytes]
+
+Nothing here is ever executed or unpickled. `decode` validates everything and raises
+`CorruptEntry`, which every tier turns into a miss plus removal of the bad entry.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+
+import xxhash
+
+MAGIC = b"KCACHE\x00\x01"
+ENTRY_FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sHHIIQ16s")
+_BLOB_NAME = struct.Struct("<H")
+_BLOB_SIZE = struct.Struct("<Q")
+MAX_BLOBS = 64
+
+
+class CorruptEntry(ValueError):
+    """The bytes are not a valid entry (truncated, flipped, foreign, or for another key)."""
+
+
+@dataclass
+class Entry:
+    key: str
+    meta: dict
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(len(b) for b in self.blobs.values())
+
+
+def encode(entry: Entry) -> bytes:
+    meta = dict(entry.meta)
+    meta["key"] = entry.key
+    meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    parts = [meta_bytes]
+    if len(entry.blobs) > MAX_BLOBS:
+        raise ValueError(f"an entry holds at most {MAX_BLOBS} blobs")
+    for name, data in sorted(entry.blobs.items()):
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError(f"blob '{name}' must be bytes, got {type(data).__name__}")
+        raw = name.encode()
+        parts += [_BLOB_NAME.pack(len(raw)), raw, _BLOB_SIZE.pack(len(data)), bytes(data)]
+    payload = b"".join(parts)
+    header = _HEADER.pack(MAGIC, ENTRY_FORMAT_VERSION, 0, len(meta_bytes), len(entry.blobs), len(payload),
+                          xxhash.xxh3_128_digest(payload))
+    return header + payload
+
+
+def read_header(data: bytes) -> tuple[int, int, int, bytes]:
+    if len(data) < _HEADER.size:
+        raise CorruptEntry(f"entry is truncated ({len(data)} bytes, header needs {_HEADER.size})")
+    magic, version, _, meta_len, n_blobs, payload_len, checksum = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptEntry("not a kernel-cache entry (bad magic)")
+    if version != ENTRY_FORMAT_VERSION:
+        raise CorruptEntry(f"entry format version {version}, this kernel-cache reads {ENTRY_FORMAT_VERSION}")
+    if len(data) - _HEADER.size != payload_len:
+        raise CorruptEntry(f"entry is truncated or padded (payload {len(data) - _HEADER.size} bytes, "
+                           f"header says {payload_len})")
+    return meta_len, n_blobs, payload_len, checksum
+
+
+def decode(data: bytes, expected_key: str | None = None) -> Entry:
+    """Parse and validate `data`; with `expected_key`, also check it is the entry for that key."""
+    data = bytes(data)
+    meta_len, n_blobs, _, checksum = read_header(data)
+    payload = memoryview(data)[_HEADER.size:]
+    if xxhash.xxh3_128_digest(payload) != checksum:
+        raise CorruptEntry("entry checksum mismatch")
+    if n_blobs > MAX_BLOBS or meta_len > len(payload):
+        raise CorruptEntry("entry header is inconsistent")
+    try:
+        meta = json.loads(bytes(payload[:meta_len]))
+    except ValueError as exc:
+        raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("key"), str):
+        raise CorruptEntry("entry metadata has no key")
+    pos, blobs = meta_len, {}
+    try:
+        for _ in range(n_blobs):
+            (name_len,) = _BLOB_NAME.unpack_from(payload, pos)
+            pos += _BLOB_NAME.size
+            name = bytes(payload[pos:pos + name_len]).decode()
+            pos += name_len
+            (size,) = _BLOB_SIZE.unpack_from(payload, pos)
+            pos += _BLOB_SIZE.size
+            if pos + size > len(payload):
+                raise CorruptEntry(f"blob '{name}' runs past the end of the entry")
+            blobs[name] = bytes(payload[pos:pos + size])
+            pos += size
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptEntry(f"entry blob table is malformed: {exc}") from None
+    if pos != len(payload):
+        raise CorruptEntry("entry has trailing bytes")
+    key = meta.pop("key")
+    if expected_key is not None and key != expected_key:
+        raise CorruptEntry(f"entry holds key {key[:12]}…, expected {expected_key[:12]}…")
+    return Entry(key=key, meta=meta, blobs=blobs)
+
+
+def peek_meta(data: bytes) -> dict:
+    """The metadata without checksumming the blobs (for listings of large caches)."""
+    meta_len, _, _, _ = read_header(data)
+    try:
+        return json.loads(data[_HEADER.size:_HEADER.size + meta_len])
+    except ValueError as exc:
+        raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None

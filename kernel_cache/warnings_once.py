@@ -1,0 +1,39 @@
+"""Warn once per cause: a cache problem is worth one line, not one line per kernel."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+
+log = logging.getLogger("kernel_cache")
+_seen: set[str] = set()
+_lock = threading.Lock()
+
+
+class KernelCacheWarning(RuntimeWarning):
+    """The cache degraded (unwritable dir, full disk, bad entry): the program keeps running."""
+
+
+def warn_once(cause: str, message: str) -> bool:
+    """Emit `message` the first time `cause` is seen in this process; returns whether it did."""
+    with _lock:
+        if cause in _seen:
+            return False
+        _seen.add(cause)
+    warnings.warn(f"kernel-cache: {message}", KernelCacheWarning, stacklevel=3)
+    return True
+
+
+def info_once(cause: str, message: str) -> None:
+    with _lock:
+        if cause in _seen:
+            return
+        _seen.add(cause)
+    log.info("kernel-cache: %s", message)
+
+
+def reset() -> None:
+    """Forget what was warned (tests)."""
+    with _lock:
+        _seen.clear()
