@@ -106,14 +106,14 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
     unknown = sorted(set(constexprs) - set(names))
     if unknown:
         raise ValueError(f"kernel '{fn.__name__}' has no parameter(s) {unknown}; parameters: {names}")
+    for name, is_constexpr, *_ in flags:
+        if is_constexpr and name not in constexprs:
+            raise ValueError(f"constexpr parameter '{name}' of kernel '{fn.__name__}' needs a value")
     runtime_params = [f for f in flags if f[0] not in constexprs]
     if len(args) != len(runtime_params):
         raise ValueError(
             f"kernel '{fn.__name__}' takes {len(runtime_params)} runtime argument(s) "
             f"{[f[0] for f in runtime_params]} besides constexprs {sorted(constexprs)}, got {len(args)}")
-    for name, is_constexpr, *_ in flags:
-        if is_constexpr and name not in constexprs:
-            raise ValueError(f"constexpr parameter '{name}' of kernel '{fn.__name__}' needs a value")
 
     signature: dict[str, str] = {}
     attrs: dict[tuple, list] = {}

@@ -7,7 +7,7 @@ Layout (little-endian):
     meta_len   u32       length of the JSON metadata
     n_blobs    u32
     payload    u64       length of everything after the header
-    checksum   16 bytes  xxh3-128 of the payload
+    checksum   16 bytes  xxh3-128 of the header fields above and the payload
   payload:
     metadata   meta_len bytes of UTF-8 JSON (includes the entry's own key)
     n_blobs x  [u16 name_len][name][u64 size][bytes]
@@ -27,6 +27,7 @@ import xxhash
 MAGIC = b"KCACHE\x00\x01"
 ENTRY_FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sHHIIQ16s")
+_FIELDS = struct.Struct("<8sHHIIQ")  # the header without its checksum
 _BLOB_NAME = struct.Struct("<H")
 _BLOB_SIZE = struct.Struct("<Q")
 MAX_BLOBS = 64
@@ -60,9 +61,15 @@ def encode(entry: Entry) -> bytes:
         raw = name.encode()
         parts += [_BLOB_NAME.pack(len(raw)), raw, _BLOB_SIZE.pack(len(data)), bytes(data)]
     payload = b"".join(parts)
-    header = _HEADER.pack(MAGIC, ENTRY_FORMAT_VERSION, 0, len(meta_bytes), len(entry.blobs), len(payload),
-                          xxhash.xxh3_128_digest(payload))
-    return header + payload
+    fields = _FIELDS.pack(MAGIC, ENTRY_FORMAT_VERSION, 0, len(meta_bytes), len(entry.blobs), len(payload))
+    return fields + _checksum(fields, payload) + payload
+
+
+def _checksum(fields: bytes, payload) -> bytes:
+    h = xxhash.xxh3_128()
+    h.update(fields)
+    h.update(payload)
+    return h.digest()
 
 
 def read_header(data: bytes) -> tuple[int, int, int, bytes]:
@@ -84,7 +91,7 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
     data = bytes(data)
     meta_len, n_blobs, _, checksum = read_header(data)
     payload = memoryview(data)[_HEADER.size:]
-    if xxhash.xxh3_128_digest(payload) != checksum:
+    if _checksum(data[:_FIELDS.size], payload) != checksum:
         raise CorruptEntry("entry checksum mismatch")
     if n_blobs > MAX_BLOBS or meta_len > len(payload):
         raise CorruptEntry("entry header is inconsistent")

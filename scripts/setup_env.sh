@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Shared set-up for test.sh and demo.sh: a .venv with kernel-cache, its test extra, and
+# jax-cuda13-plugin at exactly jaxlib's version (installed --no-deps: 7.5 MB, enough to
+# cross-lower for cuda on a CPU-only host). Re-runs skip the install while inputs are unchanged.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${KERNEL_CACHE_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.kernel-cache-installed"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/constraints.txt" "$ROOT/scripts/setup_env.sh" | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "setup: installing kernel-cache and test dependencies into $VENV" >&2
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test]"
+  JAXLIB_VERSION="$("$VENV/bin/python" -c 'import jaxlib.version as v; print(v.__version__)')"
+  "$VENV/bin/python" -m pip install -q --no-deps "jax-cuda13-plugin==$JAXLIB_VERSION"
+  echo "$WANT" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"

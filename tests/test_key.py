@@ -1,0 +1,138 @@
+"""The content key: stable across processes, different whenever the binary could differ."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import textwrap
+
+import pytest
+
+from compiler import content_key, key_document, make_spec
+from compiler import toolchain
+from scripts.example_kernels import add_kernel, scaled_add_kernel
+from tests.conftest import run_python
+
+_counter = itertools.count()
+
+KERNEL_MODULE = """
+import triton
+import triton.language as tl
+
+FACTOR = tl.constexpr({factor})
+
+@triton.jit
+def helper(x):
+    return x * {helper_mult}
+
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, helper(x) * FACTOR, mask=offs < n)
+"""
+
+
+def _load_kernel(tmp_path, factor="2.0", helper_mult="3.0"):
+    name = f"kc_key_mod_{next(_counter)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(KERNEL_MODULE.format(factor=factor, helper_mult=helper_mult)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kern
+
+
+def _key(kernel, **kw):
+    args = kw.pop("args", ["*fp32", 4096])
+    return content_key(make_spec(kernel, args, {"BLOCK": kw.pop("BLOCK", 128)}, target=kw.pop("target", "sm_90"),
+                                 **kw))
+
+
+def test_same_inputs_same_key_and_key_is_128_bit_hex(tmp_path):
+    k = _load_kernel(tmp_path)
+    assert _key(k) == _key(k)
+    assert len(_key(k)) == 32 and int(_key(k), 16) >= 0
+
+
+def test_key_changes_when_a_called_jit_function_changes(tmp_path):
+    assert _key(_load_kernel(tmp_path, helper_mult="3.0")) != _key(_load_kernel(tmp_path, helper_mult="4.0"))
+
+
+def test_key_changes_when_a_global_constexpr_changes(tmp_path):
+    assert _key(_load_kernel(tmp_path, factor="2.0")) != _key(_load_kernel(tmp_path, factor="2.5"))
+
+
+def test_identical_source_in_two_modules_gives_the_same_key(tmp_path):
+    assert _key(_load_kernel(tmp_path)) == _key(_load_kernel(tmp_path))
+
+
+@pytest.mark.parametrize("change", [
+    {"num_warps": 8}, {"num_stages": 2}, {"num_ctas": 2}, {"BLOCK": 256}, {"target": "sm_80"},
+    {"args": ["*fp16", 4096]}, {"args": ["*fp32", 4097]}, {"args": ["*fp32", 1]},
+    {"enable_fp_fusion": False}, {"debug": True}, {"maxnreg": 128},
+])
+def test_key_changes_with_every_launch_parameter_and_option(tmp_path, change):
+    k = _load_kernel(tmp_path)
+    assert _key(k) != _key(k, **change)
+
+
+def test_scalar_values_with_the_same_specialization_share_a_key():
+    base = ["*fp32", "*fp32", "*fp32", 4096, 0.5]
+    other = ["*fp32", "*fp32", "*fp32", 8192, 0.25]  # both 16-divisible ints, floats unspecialized
+    assert content_key(make_spec(scaled_add_kernel, base, {"BLOCK": 64}, target=90)) == \
+        content_key(make_spec(scaled_add_kernel, other, {"BLOCK": 64}, target=90))
+
+
+def test_key_changes_with_a_cache_invalidating_env_var(monkeypatch):
+    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    before = content_key(spec)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert key_document(spec)["toolchain"]["env"] == {"TRITON_DEFAULT_FP_FUSION": "false"}
+    assert content_key(spec) != before
+
+
+def test_key_changes_with_the_toolchain():
+    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    fp = toolchain.toolchain_fingerprint(spec.target)
+    for field, value in [("triton_version", "9.9.9"), ("triton_build", "0" * 64), ("backend", "ptxas 99")]:
+        assert content_key(spec, {**fp, field: value}) != content_key(spec, fp)
+
+
+def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_ptxas(tmp_path):
+    code = textwrap.dedent("""
+        import json, sys
+        import compiler.triton_compat as tc
+        from compiler import content_key, make_spec, toolchain
+        from scripts.example_kernels import add_kernel
+        key = content_key(make_spec(add_kernel, ["*fp32"] * 3 + [4096], {"BLOCK": 1024}, target="sm_90"))
+        from triton.runtime.driver import driver
+        print(json.dumps({"key": key, "expensive": toolchain.expensive_calls,
+                          "driver": driver._active is not None or driver._default is not None}))
+    """)
+    env = {"KERNEL_CACHE_DIR": str(tmp_path / "cache")}
+    first = json.loads(run_python(code, env).stdout.strip().splitlines()[-1])
+    second = json.loads(run_python(code, env).stdout.strip().splitlines()[-1])
+    here = content_key(make_spec(add_kernel, ["*fp32"] * 3 + [4096], {"BLOCK": 1024}, target="sm_90"))
+    assert first["key"] == second["key"] == here
+    assert first["expensive"] == {"triton_key": 1, "backend_hash": 1}  # cold: computed once, memoized
+    assert second["expensive"] == {"triton_key": 0, "backend_hash": 0}  # warm: neither runs
+    assert not second["driver"]  # no GPU driver initialised to compute a key
+
+
+def test_memo_is_recomputed_when_the_toolchain_files_change(tmp_path, monkeypatch):
+    toolchain.clear_process_memo()
+    memo_dir = tmp_path / "memo"
+    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    calls = dict(toolchain.expensive_calls)
+    toolchain.toolchain_fingerprint(spec.target, memo_dir)
+    assert toolchain.expensive_calls["triton_key"] == calls["triton_key"] + 1
+    toolchain.clear_process_memo()
+    toolchain.toolchain_fingerprint(spec.target, memo_dir)
+    assert toolchain.expensive_calls["triton_key"] == calls["triton_key"] + 1  # served by the memo file
+    real = toolchain._triton_identity
+    monkeypatch.setattr(toolchain, "_triton_identity", lambda: real() + ["reinstalled"])
+    toolchain.clear_process_memo()
+    toolchain.toolchain_fingerprint(spec.target, memo_dir)
+    assert toolchain.expensive_calls["triton_key"] == calls["triton_key"] + 2

@@ -1,0 +1,282 @@
+"""kernel_cache: entry format, tiers, single-flight, stats, config, degradation."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import threading
+import time
+import warnings
+
+import pytest
+
+import kernel_cache
+from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store
+from kernel_cache import entry as entry_format
+from kernel_cache import warnings_once
+from kernel_cache.disk import DiskTier
+from kernel_cache.memory import MemoryTier
+from tests.conftest import run_python
+
+
+def _entry(key="k" * 32, size=1000, **meta):
+    return Entry(key=key, meta={"name": "kern", "compile_seconds": 0.5, **meta},
+                 blobs={"cubin": os.urandom(size), "ptx": b"// ptx"})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    warnings_once.reset()
+    yield
+    warnings_once.reset()
+
+
+# Entry format -------------------------------------------------------------------------------
+def test_entry_round_trip():
+    e = _entry()
+    back = entry_format.decode(entry_format.encode(e), expected_key=e.key)
+    assert back.key == e.key and back.blobs == e.blobs and back.meta == e.meta
+
+
+def test_every_flipped_byte_is_detected():
+    data = bytearray(entry_format.encode(_entry(size=64)))
+    for pos in range(len(data)):
+        corrupted = bytearray(data)
+        corrupted[pos] ^= 0x01
+        with pytest.raises(CorruptEntry):
+            entry_format.decode(bytes(corrupted), expected_key="k" * 32)
+
+
+@pytest.mark.parametrize("cut", [0, 5, 40, 100, -1])
+def test_truncated_entries_are_detected(cut):
+    data = entry_format.encode(_entry())
+    with pytest.raises(CorruptEntry):
+        entry_format.decode(data[:cut])
+
+
+def test_entry_for_another_key_is_rejected():
+    data = entry_format.encode(_entry(key="a" * 32))
+    with pytest.raises(CorruptEntry, match="expected"):
+        entry_format.decode(data, expected_key="b" * 32)
+
+
+# Memory tier --------------------------------------------------------------------------------
+def test_memory_tier_evicts_least_recently_used_by_bytes_and_items():
+    tier = MemoryTier(max_bytes=3500, max_items=10)
+    for name in "abc":
+        tier.put(_entry(key=name, size=1000))
+    tier.get("a")  # a is now most recently used
+    tier.put(_entry(key="d", size=1000))
+    assert tier.get("b") is None and all(tier.get(k) for k in "acd")
+    items = MemoryTier(max_bytes=1 << 20, max_items=2)
+    for name in "xyz":
+        items.put(_entry(key=name, size=10))
+    assert items.get("x") is None and len(items) == 2
+    tier.put(_entry(key="huge", size=10_000))  # larger than the tier: not kept, nothing evicted
+    assert tier.get("huge") is None and len(tier) == 3
+
+
+def test_memory_tier_is_thread_safe():
+    tier = MemoryTier(max_bytes=50_000, max_items=30)
+
+    def work(t):
+        for i in range(300):
+            tier.put(_entry(key=f"{t}-{i % 40}", size=100))
+            tier.get(f"{t}-{(i * 7) % 40}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(tier) <= 30 and tier.bytes == sum(e.size for e in tier._items.values())
+
+
+# Store tiers --------------------------------------------------------------------------------
+def _builder(counter, size=1000):
+    def build():
+        counter.append(1)
+        return {"name": "kern", "compile_seconds": 0.25}, {"cubin": b"x" * size}, 0.25
+    return build
+
+
+def test_round_trip_through_memory_and_disk_and_across_store_instances(tmp_path):
+    calls = []
+    store = Store(Config(dir=tmp_path))
+    meta, blobs = store.get_or_create("k1", _builder(calls), label="kern")
+    assert calls == [1] and blobs == {"cubin": b"x" * 1000}
+    assert store.get("k1")[1] == "memory"
+    store.close()
+    fresh = Store(Config(dir=tmp_path))
+    entry, tier = fresh.get("k1")
+    assert tier == "disk" and entry.blobs == blobs and entry.meta["name"] == "kern"
+    assert fresh.get("k1")[1] == "memory"  # promoted
+    fresh.get_or_create("k1", _builder(calls))
+    assert calls == [1]
+
+
+def test_memory_only_store_without_a_dir():
+    calls = []
+    store = Store(Config())
+    store.get_or_create("k", _builder(calls))
+    store.get_or_create("k", _builder(calls))
+    assert calls == [1] and store.disk is None
+
+
+def test_disabled_store_builds_every_time(tmp_path):
+    calls = []
+    store = Store(Config(dir=tmp_path, disabled=True))
+    store.get_or_create("k", _builder(calls))
+    store.get_or_create("k", _builder(calls))
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
+    calls = []
+    Store(Config(dir=tmp_path)).get_or_create("k", _builder(calls, size=100_000))
+    disk = DiskTier(tmp_path)
+    raw = bytearray(disk.get_raw("k"))
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0xFF
+    else:
+        raw = raw[: len(raw) - 10]
+    disk.put_raw("k", bytes(raw))
+    store = Store(Config(dir=tmp_path))
+    with pytest.warns(kernel_cache.KernelCacheWarning, match="corrupt"):
+        meta, blobs = store.get_or_create("k", _builder(calls, size=100_000))
+    assert calls == [1, 1] and blobs["cubin"] == b"x" * 100_000
+    assert entry_format.decode(DiskTier(tmp_path).get_raw("k"), expected_key="k").blobs == blobs
+
+
+def test_threads_missing_the_same_key_build_once(tmp_path):
+    calls = []
+    store = Store(Config(dir=tmp_path))
+
+    def slow_build():
+        calls.append(1)
+        time.sleep(0.3)
+        return {"name": "kern"}, {"cubin": b"y"}, 0.3
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(store.get_or_create("same", slow_build)))
+               for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert calls == [1] and len(results) == 6 and all(r[1] == {"cubin": b"y"} for r in results)
+
+
+def test_four_processes_missing_the_same_kernel_compile_it_once(tmp_path):
+    """Real Triton compiles: 4 interpreters race for the same spec on one cache dir."""
+    code = textwrap.dedent("""
+        import json, sys
+        import compiler, kernel_cache
+        from scripts.example_kernels import example_specs
+        spec = dict(example_specs("sm_90"))["matmul[0]"]
+        art, key = compiler.get_or_compile(spec)
+        print(json.dumps({"key": key, "session": kernel_cache.default_store().stats.session(),
+                          "cubin": art.cubin.hex()[:64]}))
+    """)
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({o["key"] for o in outs}) == 1 and len({o["cubin"] for o in outs}) == 1
+    assert sum(o["session"]["compiles"] for o in outs) == 1
+    assert Store(Config(dir=tmp_path)).stats.totals()["compiles"] == 1
+
+
+# Stats, config, logging ---------------------------------------------------------------------
+def test_stats_persist_across_processes(tmp_path):
+    code = textwrap.dedent("""
+        import kernel_cache
+        store = kernel_cache.default_store()
+        build = lambda: ({"name": "k", "compile_seconds": 2.0}, {"b": b"1"}, 2.0)
+        store.get_or_create("key-a", build)
+        store.get_or_create("key-a", build)
+    """)
+    env = {"KERNEL_CACHE_DIR": str(tmp_path)}
+    run_python(code, env)
+    run_python(code, env)
+    totals = Store(Config(dir=tmp_path)).stats.totals()
+    assert totals["compiles"] == 1 and totals["misses"] == 1
+    assert totals["hits"] == {"memory": 2, "disk": 1, "shared": 0}
+    assert totals["compile_seconds"] == pytest.approx(2.0)
+    assert totals["compile_seconds_saved"] == pytest.approx(6.0)
+
+
+def test_config_from_env_and_clear_errors(tmp_path):
+    cfg = Config.from_env({"KERNEL_CACHE_DIR": str(tmp_path), "KERNEL_CACHE_MEMORY_BYTES": "64M",
+                           "KERNEL_CACHE_MAX_BYTES": "1.5G", "KERNEL_CACHE_DISABLE": "0",
+                           "KERNEL_CACHE_LOG": "info"})
+    assert cfg.dir == tmp_path and cfg.memory_bytes == 64 << 20 and cfg.max_bytes == int(1.5 * (1 << 30))
+    assert Config.from_env({}).dir is None and Config.from_env({"KERNEL_CACHE_DISABLE": "yes"}).disabled
+    for name, value in [("KERNEL_CACHE_MAX_BYTES", "10X"), ("KERNEL_CACHE_MEMORY_BYTES", "lots"),
+                        ("KERNEL_CACHE_DISABLE", "maybe"), ("KERNEL_CACHE_LOG", "loud"),
+                        ("KERNEL_CACHE_LOCK", "magic")]:
+        with pytest.raises(ConfigError, match=name):
+            Config.from_env({name: value})
+
+
+def test_log_prints_a_line_per_lookup(tmp_path):
+    code = textwrap.dedent("""
+        import kernel_cache
+        store = kernel_cache.default_store()
+        build = lambda: ({"name": "k"}, {"b": b"1"}, 0.1)
+        store.get_or_create("0123456789abcdef", build, label="my_kernel")
+        store.get_or_create("0123456789abcdef", build, label="my_kernel")
+    """)
+    err = run_python(code, {"KERNEL_CACHE_DIR": str(tmp_path), "KERNEL_CACHE_LOG": "info"}).stderr
+    lines = [line for line in err.splitlines() if line.startswith("kernel-cache 0123456789ab")]
+    assert len(lines) == 2
+    assert "my_kernel" in lines[0] and "compile" in lines[0] and "memory" in lines[1]
+    assert lines[1].endswith(" ms")
+
+
+# Degrade, never break -----------------------------------------------------------------------
+def test_uncreatable_dir_degrades_to_memory_with_one_warning(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    calls = []
+    with pytest.warns(kernel_cache.KernelCacheWarning, match="memory only") as record:
+        store = Store(Config(dir=blocker / "cache"))
+        Store(Config(dir=blocker / "cache"))
+    assert len(record) == 1 and store.disk is None
+    store.get_or_create("k", _builder(calls))
+    store.get_or_create("k", _builder(calls))
+    assert calls == [1]
+
+
+def test_full_disk_degrades_with_one_warning(tmp_path, monkeypatch):
+    store = Store(Config(dir=tmp_path))
+
+    def no_space(self, entry):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(DiskTier, "put", no_space)
+    calls = []
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for key in ("a", "b", "c"):
+            meta, blobs = store.get_or_create(key, _builder(calls))
+            assert blobs == {"cubin": b"x" * 1000}
+    ours = [w for w in record if issubclass(w.category, kernel_cache.KernelCacheWarning)]
+    assert len(ours) == 1 and "No space left" in str(ours[0].message)
+    assert calls == [1, 1, 1] and store.get("a")[1] == "memory"
+
+
+def test_default_store_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_CACHE_DIR", str(tmp_path))
+    store = kernel_cache.configure()
+    try:
+        assert kernel_cache.default_store() is store and store.disk is not None
+        assert store.disk.directory == tmp_path
+    finally:
+        monkeypatch.delenv("KERNEL_CACHE_DIR")
+        kernel_cache.configure()
