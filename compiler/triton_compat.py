@@ -84,6 +84,11 @@ class _AlignedPointer:
     def data_ptr(self) -> int:
         return self._ptr
 
+    def ptr_range(self) -> int:
+        # Buffer size is unknown when compiling ahead of time: claim "larger than 2 GB" so the HIP
+        # backend never assumes 32-bit buffer offsets (correct for any size, as without torch).
+        return 2**63 - 1
+
 
 def specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
                align: bool = True) -> tuple[str, Any]:
@@ -96,7 +101,14 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
     cls = backend_class(backend_name)
     if isinstance(value, str):
         value = _AlignedPointer(value.lstrip("*"), align)
-    return native_specialize_impl(cls, value, is_const, specialize, align)
+    try:
+        return native_specialize_impl(cls, value, is_const, specialize, align)
+    except ImportError:
+        # Triton 3.6's HIP backend imports torch to size buffers; without torch, answer as it
+        # would for a buffer of unknown size: the generic rules, no 32-bit buffer-offset hint.
+        from triton.backends.compiler import BaseBackend
+
+        return native_specialize_impl(BaseBackend, value, is_const, specialize, align)
 
 
 def parse_attr(backend_name: str, desc: str) -> list:
