@@ -74,8 +74,8 @@ def make_backend(target) -> Any:
 
 
 class _AlignedPointer:
-    """Stands in for a device buffer when asking Triton how it would specialize an argument.
-    XLA hands Triton kernels 16-byte-aligned buffers, as jax-triton assumes."""
+    """Stands in for a device buffer when asking Triton how it would specialize an argument
+    (tests compare `specialize` with Triton's native rules through it)."""
 
     def __init__(self, dtype: str, aligned: bool):
         self.dtype = dtype
@@ -86,16 +86,46 @@ class _AlignedPointer:
 
     def ptr_range(self) -> int:
         # Buffer size is unknown when compiling ahead of time: claim "larger than 2 GB" so the HIP
-        # backend never assumes 32-bit buffer offsets (correct for any size, as without torch).
+        # backend never assumes 32-bit buffer offsets (correct for any size).
         return 2**63 - 1
+
+
+def _int_type(value: int) -> str:
+    if -(2**31) <= value < 2**31:
+        return "i32"
+    if -(2**63) <= value < 2**63:
+        return "i64"
+    return "u64"
 
 
 def specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
                align: bool = True) -> tuple[str, Any]:
-    """(triton type, specialization) exactly as Triton's launcher computes them for `value`.
+    """(triton type, specialization) as Triton's launcher computes them for `value`.
 
-    `value` is a Python scalar or a pointer spelled "*fp32" (assumed 16-byte aligned when `align`).
+    `value` is a Python scalar or a pointer spelled "*fp32" (16-byte aligned when `align`).
+    These are the rules of Triton's native `specialize_impl` (3.5 - 3.9) for the argument kinds a
+    lowering passes; they are re-implemented because the native call imports torch and Triton's
+    gluon package on first use (seconds on a host with torch), and a warm lowering must not pay
+    that. tests/test_compiler.py checks them against the native function on every run.
     """
+    if isinstance(value, str):
+        dtype = value.lstrip("*")
+        ty = ("*k" if is_const else "*") + dtype
+        return ty, ("D" if align else "") if specialize else None
+    if isinstance(value, bool):
+        return "u1", None
+    if isinstance(value, int):
+        if specialize and value == 1:
+            return "constexpr", 1
+        return _int_type(value), (("D" if align and value % 16 == 0 else "") if specialize else None)
+    if isinstance(value, float):
+        return "fp32", None
+    raise TypeError(f"cannot specialize a {type(value).__name__} argument")
+
+
+def native_specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
+                      align: bool = True) -> tuple[str, Any]:
+    """Triton's own native rule, for tests that keep `specialize` honest."""
     from triton._C.libtriton import native_specialize_impl
 
     cls = backend_class(backend_name)
@@ -157,6 +187,7 @@ def backend_toolchain_hash(target) -> str:
     return make_backend(target).hash()
 
 
+@functools.lru_cache(maxsize=None)
 def ptxas_path(target) -> str | None:
     """Path of the ptxas Triton would run for this target, or None (HIP / not found)."""
     if target.backend != "cuda":

@@ -64,7 +64,8 @@ def compiled_sm90(example_specs_sm90):
 
 def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter from the repo root; raises with its output on failure."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:

@@ -129,3 +129,18 @@ def test_targets_parse_in_every_spelling():
     assert parse_target("sm_90") == parse_target("sm90") == parse_target(90) == parse_target("cuda:90")
     assert parse_target("sm_90a").arch == 90
     assert parse_target("gfx942").backend == "hip" and parse_target("gfx1100").warp_size == 32
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_pure_python_specialization_matches_triton_native_rules(backend):
+    if backend == "hip" and "amd" not in tc.available_backends():
+        pytest.skip("installed Triton has no AMD backend")
+    values = [0, 1, 2, 16, 17, -16, -17, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63,
+              2**64 - 1, 2**40 * 16, True, False, 0.0, 1.0, -2.5, "*fp32", "*fp16", "*bf16", "*i8"]
+    for value in values:
+        for spec_flag in (True, False):
+            for align in (True, False):
+                for const in (False, True):
+                    kw = dict(is_const=const, specialize=spec_flag, align=align)
+                    assert tc.specialize(backend, value, **kw) == tc.native_specialize(backend, value, **kw), \
+                        (value, kw)
