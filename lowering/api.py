@@ -1,0 +1,97 @@
+"""`triton_call`: launch a Triton kernel from JAX, with jax-triton's signature (0.3 and 0.4 spellings).
+
+Arrays are passed in order, then one pointer per output; Python/NumPy scalars become scalar kernel
+arguments fixed at trace time; keyword metaparameters are constexprs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax import tree_util
+
+from . import devices
+from .primitive import triton_kernel_call_p
+
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, np.ndarray)
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    return value
+
+
+def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple:
+    items = tuple(sorted((mapping or {}).items()))
+    try:
+        hash(items)
+    except TypeError as exc:
+        raise TypeError(f"{what} values must be hashable (they are part of the traced call): {exc}") from None
+    return items
+
+
+def _grid_param(grid: Any) -> Any:
+    if callable(grid):
+        return grid
+    if isinstance(grid, (list, tuple)):
+        return tuple(int(g) for g in grid)
+    return int(grid)
+
+
+def _zeroed_param(zeroed: Any) -> Any:
+    return zeroed if callable(zeroed) else tuple(int(i) for i in zeroed)
+
+
+def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
+                name: str = "", num_warps: int | None = None, num_stages: int | None = None,
+                num_ctas: int = 1, compute_capability: "int | str | None" = None,
+                enable_fp_fusion: bool = True, backend_options: Mapping[str, Any] | None = None,
+                input_output_aliases: Mapping[int, int] | None = None,
+                zeroed_outputs: "Sequence[int] | Callable[[dict], Sequence[int]]" = (),
+                debug: bool = False, serialized_metadata: bytes = b"", **metaparams: Any) -> Any:
+    """Call `kernel` (a @triton.jit function, possibly wrapped by triton.autotune / triton.heuristics).
+
+    out_shape / out_type: a ShapeDtypeStruct or any pytree of objects with .shape and .dtype; the
+    result has the same structure. grid: int, tuple of up to 3 ints, or a callable of the
+    metaparameters (evaluated per autotune config). input_output_aliases: {input index: output
+    index}, counted over array arguments. zeroed_outputs: output indices to zero before launch (or a
+    callable of the metaparameters). compute_capability: e.g. 90 (default: the device's).
+    """
+    if out_shape is None and out_type is None:
+        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
+    if out_shape is not None and out_type is not None:
+        raise TypeError("pass either out_shape or out_type, not both")
+    shapes = out_shape if out_shape is not None else out_type
+    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)
+    flat_out, out_tree = tree_util.tree_flatten(shapes)
+    if not flat_out:
+        raise ValueError("triton_call needs at least one output")
+
+    flat_args, _ = tree_util.tree_flatten(args)
+    arrays, scalars = [], []
+    for position, arg in enumerate(flat_args):
+        if _is_scalar(arg):
+            scalars.append((position, _scalar(arg)))
+        else:
+            arrays.append(arg)
+    devices.check_arrays(arrays)
+    aliases = tuple(sorted((int(i), int(o)) for i, o in (input_output_aliases or {}).items()))
+    for i, o in aliases:
+        if not (0 <= i < len(arrays) and 0 <= o < len(flat_out)):
+            raise ValueError(f"input_output_aliases entry {i}: {o} is out of range "
+                             f"({len(arrays)} array inputs, {len(flat_out)} outputs)")
+    out_flat = triton_kernel_call_p.bind(
+        *arrays, kernel=kernel, scalars=tuple(scalars),
+        out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=_grid_param(grid),
+        name=name, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
+        compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
+        backend_options=_hashable_items(backend_options, "backend_options"), input_output_aliases=aliases,
+        zeroed_outputs=_zeroed_param(zeroed_outputs), debug=debug,
+        serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"))
+    return tree_util.tree_unflatten(out_tree, out_flat)

@@ -1,0 +1,108 @@
+"""Turn a kernel (JITFunction, Autotuner, Heuristics, in any nesting) into the launch configs to compile.
+
+Each config is evaluated here, per config, exactly as Triton would at launch: heuristics see the
+named arguments plus `{**metaparams, **config.kwargs}`, and callable grids / zeroed_outputs are
+evaluated with the same dictionary, so every config launches its own grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from triton.runtime.autotuner import Autotuner, Heuristics
+
+from compiler import triton_compat
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One candidate launch: constexprs and launch parameters, plus how to describe it."""
+
+    constexprs: Mapping[str, Any]  # {**metaparams, **config.kwargs, **heuristics}
+    num_warps: int
+    num_stages: int
+    num_ctas: int
+    description: str
+
+
+@dataclass
+class _Raw:  # a config being resolved (mutable while heuristics are applied)
+    kwargs: dict
+    num_warps: int
+    num_stages: int
+    num_ctas: int
+    description: str
+
+
+def _from_triton(config, metaparams: Mapping[str, Any]) -> _Raw:
+    return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else 4,
+                config.num_stages if config.num_stages is not None else 3,
+                getattr(config, "num_ctas", 1) or 1, str(config))
+
+
+def _autotuner_configs(tuner: Autotuner, named_args: dict, metaparams: Mapping[str, Any]) -> list[_Raw]:
+    configs = list(tuner.configs)
+    for i, config in enumerate(configs):
+        if getattr(config, "pre_hook", None) is not None:
+            raise NotImplementedError(
+                f"autotune config #{i} ({config}) of kernel '{_name(tuner)}' has a pre_hook; "
+                f"pre_hooks run Python on device buffers at launch, which a JAX custom call cannot do")
+    kept = [c for c in configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    if not kept:
+        raise ValueError(f"every autotune config of kernel '{_name(tuner)}' conflicts with the "
+                         f"metaparameters passed to triton_call: {dict(metaparams)}")
+    prune = getattr(tuner, "early_config_prune", None)
+    if prune is not None:
+        kept = list(prune(kept, named_args))
+    return [_from_triton(c, metaparams) for c in kept]
+
+
+def _name(kernel: Any) -> str:
+    try:
+        return triton_compat.unwrap_jit(kernel).__name__
+    except TypeError:
+        return repr(kernel)
+
+
+def _resolve(kernel: Any, configs: list[_Raw], named_args: dict, metaparams: Mapping[str, Any]):
+    if isinstance(kernel, Autotuner):
+        return _resolve(kernel.fn, _autotuner_configs(kernel, named_args, metaparams), named_args,
+                        metaparams)
+    if isinstance(kernel, Heuristics):
+        fn, configs = _resolve(kernel.fn, configs, named_args, metaparams)
+        for config in configs:
+            for name, heuristic in kernel.values.items():
+                config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
+        return fn, configs
+    return triton_compat.unwrap_jit(kernel), configs
+
+
+def resolve_configs(kernel: Any, named_args: dict, metaparams: Mapping[str, Any], *, num_warps: int | None,
+                    num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
+    """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
+    launch parameters; an Autotuner gives its surviving configs."""
+    default = _Raw({}, 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages,
+                   num_ctas, "default")
+    fn, raw = _resolve(kernel, [default], named_args, metaparams)
+    return fn, [LaunchConfig({**metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas, c.description)
+                for c in raw]
+
+
+def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:
+    """Evaluate a grid / zeroed_outputs that may be a callable of the config's metaparameters."""
+    return value(dict(constexprs)) if callable(value) else value
+
+
+def normalize_grid(grid: Any, constexprs: Mapping[str, Any]) -> tuple[int, int, int]:
+    grid = per_config(grid, constexprs)
+    if isinstance(grid, int) or hasattr(grid, "__index__"):
+        grid = (grid,)
+    grid = tuple(int(g) for g in grid)
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(f"grid must have 1 to 3 dimensions, got {grid}")
+    if any(g < 0 for g in grid):
+        raise ValueError(f"grid dimensions must be non-negative, got {grid}")
+    return grid + (1,) * (3 - len(grid))
+
+

@@ -1,0 +1,134 @@
+"""Assemble jaxlib's Triton call (plain or autotuned) from artifacts and emit the XLA custom call.
+
+Plain calls use the CUDA-graph-compatible FFI target where the plugin registers it; autotuned calls
+stay on the legacy target, where jaxlib's autotuner is known to work (illegal memory accesses were
+seen with autotuned kernels on the FFI target).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from jax._src.interpreters import mlir
+from jax._src.lib.mlir import ir
+
+from compiler import Artifact, KernelSpec
+
+from . import jaxlib_compat as compat
+from .module_image import ModuleImage, inject
+
+_warned_aliases = False
+# Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
+_JAXLIB_SCALAR_TYPES = {"u1": "i1"}
+
+
+@dataclass(frozen=True)
+class ConfigCall:
+    """One config's compiled kernel and how to launch it."""
+
+    spec: KernelSpec
+    artifact: Artifact
+    grid: tuple[int, int, int]
+    zeroed_bytes: dict  # runtime-argument position -> bytes to zero before launch
+    description: str
+    bound: frozenset  # parameters given by name (metaparams, config kwargs, heuristics)
+
+
+def _binary(platform: str, art: Artifact) -> str:
+    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+        fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(art.hsaco)
+        return path
+    return art.ptx
+
+
+def _kernel(module, platform: str, art: Artifact, compute_capability: int, debug: bool):
+    ttir = (art.ttir or "") if debug else ""
+    fields = compat.KernelFields(
+        name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
+        binary=_binary(platform, art), ttir=ttir, compute_capability=compute_capability,
+        cluster_dims=tuple(art.cluster_dims), global_scratch_size=art.global_scratch_size,
+        global_scratch_align=art.global_scratch_align)
+    return compat.make_triton_kernel(module, fields)
+
+
+def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
+    """One TritonParameter per runtime argument the compiled kernel still takes."""
+    spec = call.spec
+    names = [n for n in spec.kernel.arg_names if n not in call.bound]
+    params = []
+    for position, (name, value) in enumerate(zip(names, args)):
+        ty = spec.signature[name]
+        if ty == "constexpr":  # an int equal to 1, specialized away as Triton's launcher does
+            continue
+        if ty.startswith("*"):
+            index = spec.kernel.arg_names.index(name)
+            aligned = ["tt.divisibility", 16] in spec.attrs.get((index,), [])
+            params.append(module.create_array_parameter(call.zeroed_bytes.get(position, 0),
+                                                        16 if aligned else 0))
+        else:
+            params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
+    return params
+
+
+def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], *, name: str,
+                    kernel_name: str, scalar_desc: str, compute_capability: int, aliases: Sequence[tuple],
+                    num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
+    """The zlib-compressed TritonAnyKernelCall proto for these configs."""
+    module = compat.triton_module(platform)
+    kernel_calls = []
+    for call in calls:
+        kernel = _kernel(module, platform, call.artifact, compute_capability, debug)
+        kernel_calls.append(module.TritonKernelCall(kernel, *call.grid, _parameters(module, call, args)))
+    if len(kernel_calls) == 1:
+        launch = kernel_calls[0]
+    else:
+        launch = module.TritonAutotunedKernelCall(
+            f"{name} ({kernel_name}) {scalar_desc}", [(k, c.description) for k, c in zip(kernel_calls, calls)],
+            _autotune_aliases(aliases, num_inputs, in_sizes))
+    proto = launch.to_proto(name, serialized_metadata)
+    layout = compat.module_image_layout(platform)
+    if layout is not None and all(c.artifact.cubin for c in calls):
+        proto = inject(proto, [ModuleImage(c.artifact.cubin, c.artifact.name, c.artifact.shared_mem)
+                               for c in calls], layout)
+    return zlib.compress(proto)
+
+
+def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Sequence[int]) -> list:
+    """(input buffer, output buffer counted after the inputs, bytes) for jaxlib to restore between
+    configs; empty, with one warning, where jaxlib would restore them wrongly."""
+    global _warned_aliases
+    if not aliases:
+        return []
+    if not compat.autotuned_aliases_supported():
+        if not _warned_aliases:
+            _warned_aliases = True
+            warnings.warn(
+                "this jaxlib (< 0.10.0) cannot restore aliased inputs between autotune configs; "
+                "input_output_aliases are not passed to the autotuner, so an in-place autotuned "
+                "kernel sees inputs modified by earlier configs", stacklevel=3)
+        return []
+    return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
+
+
+def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name: str,
+         aliases: Sequence[tuple]) -> Sequence[ir.Value]:
+    """The stablehlo custom call launching `payload`."""
+    result_types = [compat.ir_type(ctx, aval) for aval in ctx.avals_out]
+    layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
+    layouts_out = [list(reversed(range(a.ndim))) for a in ctx.avals_out]
+    if not autotuned and compat.ffi_target_registered(platform):
+        target, api_version = compat.FFI_TARGET, 4
+        backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
+    else:
+        target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
+    return mlir.custom_call(
+        target, result_types=result_types, operands=list(operands), backend_config=backend_config,
+        api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
+        operand_output_aliases=dict(aliases)).results

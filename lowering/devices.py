@@ -1,0 +1,49 @@
+"""Refuse multi-device calls outside shard_map: a Triton kernel sees one device's buffers only.
+
+Inside `shard_map` each device launches the kernel on its own shard, which is what the kernel
+author wrote; under a plain multi-device `jit`, XLA would have to partition an opaque custom call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+_HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
+
+
+class MultiDeviceError(ValueError):
+    """A Triton call would span several devices outside shard_map."""
+
+
+def check_arrays(arrays: Sequence[Any]) -> None:
+    """Eager check on concrete arrays: all on one and the same device."""
+    first = None
+    for index, array in enumerate(arrays):
+        sharding = getattr(array, "sharding", None)
+        device_set = getattr(sharding, "device_set", None)
+        if not device_set:
+            continue  # a tracer or a NumPy array: checked at lowering time
+        if len(device_set) > 1:
+            raise MultiDeviceError(f"triton_call argument {index} is sharded over {len(device_set)} "
+                                   f"devices; {_HINT}")
+        device = next(iter(device_set))
+        if first is None:
+            first = (index, device)
+        elif device != first[1]:
+            raise MultiDeviceError(f"triton_call arguments {first[0]} and {index} are on different devices "
+                                   f"({first[1]} and {device}); put them on one device or {_HINT}")
+
+
+def check_lowering_context(ctx) -> None:
+    """At lowering: a program partitioned over several devices must be inside shard_map."""
+    axis_context = ctx.module_context.axis_context
+    manual = getattr(axis_context, "manual_axes", None)
+    if manual:  # inside shard_map: per-device code
+        return
+    num_devices = getattr(axis_context, "num_devices", None)
+    if num_devices is None:
+        mesh = getattr(axis_context, "mesh", None)
+        num_devices = getattr(mesh, "size", None)
+    if num_devices is not None and num_devices > 1:
+        raise MultiDeviceError(f"triton_call is being lowered for a program spread over {num_devices} "
+                               f"devices; {_HINT}")

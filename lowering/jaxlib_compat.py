@@ -1,0 +1,214 @@
+"""Every difference between jaxlib releases that the lowering touches, in one place.
+
+Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
+registers, the arity of `TritonKernel`'s constructor, and the Triton proto schema embedded in the
+plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
+leaves no trace but the version number.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+from . import proto_descriptor
+
+log = logging.getLogger("kernel_cache.lowering")
+
+LEGACY_TARGET = "triton_kernel_call"
+FFI_TARGET = "triton_kernel_call_ffi"
+# jaxlib releases before this one corrupt aliased inputs when the autotuner runs (jax #35218).
+AUTOTUNED_ALIASES_MIN_JAXLIB = (0, 10, 0)
+
+_PLUGIN_PLATFORM = {"cuda": "cuda", "rocm": "rocm"}
+
+
+class JaxlibSupportError(RuntimeError):
+    """The installed jaxlib cannot run Triton kernels for the requested platform."""
+
+
+def ir_type(ctx, aval):
+    """The MLIR type of an array aval (jax moved the module context in and out of this helper)."""
+    from jax._src.interpreters import mlir
+
+    try:
+        return mlir.aval_to_ir_type(ctx.module_context, aval)
+    except TypeError:
+        return mlir.aval_to_ir_type(aval)
+
+
+def jaxlib_version() -> tuple[int, ...]:
+    from jax._src.lib import version
+
+    return tuple(version)
+
+
+@functools.lru_cache(maxsize=None)
+def triton_module(platform: str) -> ModuleType:
+    """The plugin's `_triton` extension for `platform` ("cuda" or "rocm").
+
+    Cross-lowering for a platform whose plugin is absent (rocm on a CUDA box) borrows the other
+    plugin's module: the proto it writes is the same message."""
+    from jaxlib import plugin_support
+
+    module = plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton")
+    if module is None:
+        other = "rocm" if platform == "cuda" else "cuda"
+        module = plugin_support.import_from_plugin(other, "_triton")
+    if module is None:
+        raise JaxlibSupportError(
+            f"no jaxlib GPU plugin with Triton support is installed for '{platform}': install "
+            f"jax-cuda12-plugin / jax-cuda13-plugin (CUDA) or jax-rocm*-plugin (ROCm), matching jaxlib")
+    return module
+
+
+def _owns_module(platform: str) -> bool:
+    from jaxlib import plugin_support
+
+    return plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def ffi_target_registered(platform: str) -> bool:
+    """Whether the plugin registers the CUDA-graph-compatible FFI target for Triton calls
+    (never for a platform whose own plugin is absent)."""
+    if not _owns_module(platform):
+        return False
+    module = triton_module(platform)
+    registrations = getattr(module, "registrations", None)
+    return bool(registrations) and FFI_TARGET in registrations()
+
+
+def autotuned_aliases_supported() -> bool:
+    return jaxlib_version() >= AUTOTUNED_ALIASES_MIN_JAXLIB
+
+
+# TritonKernel constructor ----------------------------------------------------------------------
+def _ctor_7(cls, k):  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
+    return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
+
+
+def _ctor_7_scratch(cls, k):  # jaxlib > 0.11.0 also takes the global scratch keywords
+    return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability,
+               global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
+
+
+def _ctor_9(cls, k):  # 0.4.24 - 0.8.1: (name, num_warps, smem, ptx, ttir, cc, cluster x, y, z)
+    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability,
+               *k.cluster_dims)
+
+
+def _ctor_6(cls, k):  # <= 0.4.23: (name, num_warps, smem, ptx, ttir, cc)
+    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability)
+
+
+_CTORS = (_ctor_7_scratch, _ctor_7, _ctor_9, _ctor_6)
+_ctor_choice: dict = {}
+
+
+@dataclass(frozen=True)
+class KernelFields:
+    """What `TritonKernel` needs, whatever its constructor looks like."""
+
+    name: str
+    num_warps: int
+    num_ctas: int
+    shared_mem: int
+    binary: str  # PTX text (CUDA) or the path of an HSACO file (ROCm)
+    ttir: str
+    compute_capability: int
+    cluster_dims: tuple = (1, 1, 1)
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
+
+
+def make_triton_kernel(module: ModuleType, fields: KernelFields):
+    """Build `module.TritonKernel` with whichever constructor this jaxlib has (memoized per class)."""
+    cls = module.TritonKernel
+    ctor = _ctor_choice.get(cls)
+    if ctor is not None:
+        return _checked(ctor, cls, fields)
+    errors = []
+    for candidate in _CTORS:
+        try:
+            kernel = candidate(cls, fields)
+        except TypeError as exc:  # wrong arity / keywords: try the next generation's form
+            errors.append(f"{candidate.__name__}: {exc}")
+            continue
+        _ctor_choice[cls] = candidate
+        return _checked(candidate, cls, fields, built=kernel)
+    raise JaxlibSupportError("jaxlib's TritonKernel matches no known constructor:\n  " + "\n  ".join(errors))
+
+
+def _checked(ctor, cls, fields: KernelFields, built=None):
+    if fields.global_scratch_size and ctor is not _ctor_7_scratch:
+        raise JaxlibSupportError(
+            f"kernel '{fields.name}' needs {fields.global_scratch_size} bytes of global scratch memory, "
+            f"which this jaxlib cannot allocate (needs jaxlib > 0.11.0)")
+    return built if built is not None else ctor(cls, fields)
+
+
+# module_image: the precompiled cubin inside the proto --------------------------------------------
+@dataclass(frozen=True)
+class ModuleImageLayout:
+    """Field numbers to write a cubin into `TritonKernel` (read from the plugin's own schema)."""
+
+    kernel_field: int  # TritonKernelCall.kernel
+    image_field: int  # TritonKernel.module_image
+    object_file: int
+    kernel_name: int
+    shared_mem_bytes: int | None
+    config_field: int  # TritonAutotunedKernelCall.configs
+    config_call_field: int  # Config.kernel_call
+    any_call_field: int  # TritonAnyKernelCall.kernel_call
+    any_autotuned_field: int  # TritonAnyKernelCall.autotuned_kernel_call
+
+
+def layout_from_schemas(schemas: dict) -> ModuleImageLayout | None:
+    """The module_image layout if this schema has one (jaxlib > 0.11.0), else None."""
+    try:
+        kernel = schemas["jax_triton.TritonKernel"]
+        image = kernel.fields.get("module_image")
+        if image is None:
+            return None
+        image_msg = schemas[image[2]]
+        call = schemas["jax_triton.TritonKernelCall"]
+        tuned = schemas["jax_triton.TritonAutotunedKernelCall"]
+        config = schemas["jax_triton.TritonAutotunedKernelCall.Config"]
+        any_call = schemas["jax_triton.TritonAnyKernelCall"]
+        layout = ModuleImageLayout(
+            kernel_field=call.number("kernel"), image_field=image[0],
+            object_file=image_msg.number("object_file"), kernel_name=image_msg.number("kernel_name"),
+            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=tuned.number("configs"),
+            config_call_field=config.number("kernel_call"), any_call_field=any_call.number("kernel_call"),
+            any_autotuned_field=any_call.number("autotuned_kernel_call"))
+    except KeyError:
+        return None
+    required = (layout.kernel_field, layout.object_file, layout.kernel_name, layout.config_field,
+                layout.config_call_field, layout.any_call_field, layout.any_autotuned_field)
+    return layout if all(required) else None
+
+
+@functools.lru_cache(maxsize=None)
+def module_image_layout(platform: str) -> ModuleImageLayout | None:
+    """Where this platform's plugin reads a precompiled binary, or None if it always runs ptxas.
+
+    Only CUDA has the field; a borrowed plugin (cross-lowering rocm on a CUDA box) never counts.
+    KERNEL_CACHE_MODULE_IMAGE=0 turns it off (jaxlib then runs ptxas on the PTX, as jax-triton)."""
+    if platform != "cuda" or not _owns_module(platform):
+        return None
+    if os.environ.get("KERNEL_CACHE_MODULE_IMAGE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    path = getattr(triton_module(platform), "__file__", None)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        log.debug("cannot read %s for its proto schema: %s", path, exc)
+        return None
+    return layout_from_schemas(proto_descriptor.schemas_from_binary(data))

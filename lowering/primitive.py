@@ -1,0 +1,44 @@
+"""The `triton_kernel_call` JAX primitive: abstract eval, eager impl, and refusals for jvp/vmap.
+
+Lowering rules are registered by `lowering.rule` for cuda and rocm.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from jax._src import core, dispatch
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+
+triton_kernel_call_p = Primitive("triton_kernel_call")
+triton_kernel_call_p.multiple_results = True
+triton_kernel_call_p.def_impl(functools.partial(dispatch.apply_primitive, triton_kernel_call_p))
+
+
+@triton_kernel_call_p.def_abstract_eval
+def _abstract_eval(*avals_in, out_avals, **_):
+    return [core.ShapedArray(shape, dtype) for shape, dtype in out_avals]
+
+
+def _no_jvp(*_, **params):
+    raise NotImplementedError(
+        f"triton_call of kernel '{_kernel_name(params)}' cannot be differentiated automatically: wrap "
+        f"it in jax.custom_vjp (or jax.custom_jvp) and give it a backward kernel")
+
+
+def _no_vmap(*_, **params):
+    raise NotImplementedError(
+        f"triton_call of kernel '{_kernel_name(params)}' cannot be batched automatically: wrap it in "
+        f"jax.custom_batching.custom_vmap, or launch a grid over the batch inside the kernel")
+
+
+def _kernel_name(params) -> str:
+    kernel = params.get("kernel")
+    while kernel is not None and not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return getattr(kernel, "__name__", "?")
+
+
+ad.primitive_jvps[triton_kernel_call_p] = _no_jvp
+batching.primitive_batchers[triton_kernel_call_p] = _no_vmap

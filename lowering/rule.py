@@ -1,0 +1,87 @@
+"""The lowering rule: configs -> specs -> artifacts from the store -> one custom call.
+
+No Triton compile happens here when the store is warm: every kernel comes from `kernel_cache` by
+content key (see `lowering.kernels`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+from jax.interpreters import mlir
+
+from . import custom_call, devices, kernels
+from .configs import normalize_grid, per_config, resolve_configs
+from .primitive import triton_kernel_call_p
+from .target_arch import resolve_target
+
+
+# Time spent in this rule in this process (for benchmarks: what the lowering itself costs).
+timing = {"calls": 0, "seconds": 0.0}
+
+
+def _named_args(fn, in_avals, scalars, out_avals, metaparams) -> dict:
+    """Arguments by parameter name, as Triton's heuristics and prune functions see them."""
+    values = list(in_avals)
+    for position, value in scalars:
+        values.insert(position, value)
+    values += list(out_avals)
+    names = [n for n in fn.arg_names if n not in metaparams]
+    return dict(zip(names, values))
+
+
+def _lower(platform: str, ctx, *operands, **params):
+    start = time.perf_counter()
+    try:
+        return _lower_call(platform, ctx, *operands, **params)
+    finally:
+        timing["calls"] += 1
+        timing["seconds"] += time.perf_counter() - start
+
+
+def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
+           num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
+           zeroed_outputs, debug, serialized_metadata, metaparams):
+    devices.check_lowering_context(ctx)
+    metaparams = dict(metaparams)
+    target = resolve_target(platform, compute_capability)
+    from compiler import triton_compat
+
+    base_fn = triton_compat.unwrap_jit(kernel)
+    named = _named_args(base_fn, ctx.avals_in, scalars, ctx.avals_out, metaparams)
+    fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,
+                                  num_ctas=num_ctas)
+    args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in ctx.avals_out])
+    options = {"enable_fp_fusion": enable_fp_fusion, "debug": debug, **dict(backend_options)}
+    specs = kernels.specs_for(fn, args, configs, target, options)
+    artifacts = kernels.fetch(specs)
+
+    num_in_args = len(ctx.avals_in) + len(scalars)  # runtime positions before the outputs
+    out_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_out]
+    calls = []
+    for config, spec, art in zip(configs, specs, artifacts):
+        zeroed = per_config(zeroed_outputs, config.constexprs) or ()
+        calls.append(custom_call.ConfigCall(
+            spec=spec, artifact=art, grid=normalize_grid(grid, config.constexprs),
+            zeroed_bytes={num_in_args + i: out_sizes[i] for i in sorted(zeroed)},
+            description=config.description, bound=frozenset(config.constexprs)))
+
+    in_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_in]
+    scalar_desc = str({base_fn.arg_names[_param_index(base_fn, metaparams, p)]: v for p, v in scalars})
+    payload = custom_call.serialized_call(
+        platform, calls, args, name=name, kernel_name=fn.__name__, scalar_desc=scalar_desc,
+        compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
+        num_inputs=len(ctx.avals_in), in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
+    return custom_call.emit(ctx, operands, platform, payload, autotuned=len(calls) > 1, name=name,
+                            aliases=input_output_aliases)
+
+
+def _param_index(fn, metaparams, position: int) -> int:
+    runtime = [i for i, n in enumerate(fn.arg_names) if n not in metaparams]
+    return runtime[position] if position < len(runtime) else position
+
+
+for _platform in ("cuda", "rocm"):
+    mlir.register_lowering(triton_kernel_call_p, functools.partial(_lower, _platform), platform=_platform)

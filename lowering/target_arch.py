@@ -1,0 +1,59 @@
+"""Which GPU to compile for: the caller's compute_capability, else KERNEL_CACHE_TARGET_ARCH, else the device.
+
+The environment variable comes before the device so that cross-lowering and prewarming on a
+GPU-less host are explicit; on a GPU host leave it unset and the device decides.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from compiler import Target, parse_target
+
+ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
+
+
+class NoTargetError(RuntimeError):
+    """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
+
+
+def resolve_target(platform: str, compute_capability: "int | str | None") -> Target:
+    """The compile target for lowering to `platform` ("cuda" or "rocm")."""
+    if compute_capability is not None:
+        return _check(platform, parse_target(compute_capability))
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return _check(platform, parse_target(env))
+    return _check(platform, parse_target(_device_arch(platform)))
+
+
+def _check(platform: str, target: Target) -> Target:
+    want = "cuda" if platform == "cuda" else "hip"
+    if target.backend != want:
+        raise ValueError(f"target {target.name} is not a {platform} architecture "
+                         f"(check compute_capability / {ENV_VAR})")
+    return target
+
+
+@functools.lru_cache(maxsize=None)
+def _device_arch(platform: str) -> "int | str":
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        example = "compute_capability=90" if platform == "cuda" else "compute_capability='gfx942'"
+        raise NoTargetError(
+            f"lowering a Triton kernel for '{platform}' needs the GPU architecture, and this host has "
+            f"no {platform} device to read it from: pass {example} to triton_call, or set "
+            f"{ENV_VAR} (e.g. sm_90 or gfx942)")
+    device = devices[0]
+    if platform == "cuda":
+        major, _, minor = str(device.compute_capability).partition(".")
+        return int(major) * 10 + int(minor or 0)
+    from .jaxlib_compat import triton_module
+
+    return triton_module("rocm").get_arch_details(device.id).split(":")[0]

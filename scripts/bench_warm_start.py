@@ -1,0 +1,183 @@
+"""Warm-start benchmark: the example program set, cold vs warm store, each run in a fresh process.
+
+Phases per run (summed over the 9 programs / 14 kernels of scripts/example_programs.py):
+  lower       jax.jit(f).trace(...).lower(...)  -- where jax-triton runs Triton; we read the store
+  lowering_rule  the part of `lower` spent in lowering.triton_call's rule (specs, store, proto)
+  xla_compile lowered.compile()                  -- GPU only (FFI target: jaxlib loads kernels here)
+  first_run   first call + block_until_ready     -- GPU only (legacy target: ptxas/load, autotuning)
+  wall        the whole child process, imports included
+On a host without a GPU only `lower` runs (cross-lowering for CUDA, KERNEL_CACHE_TARGET_ARCH or
+--arch), so the numbers measure exactly the Triton work that the store removes.
+
+  python scripts/bench_warm_start.py [--runs 2] [--arch sm_90] [--json out.json] [--no-module-image]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASES = ("lower", "lowering_rule", "xla_compile", "first_run", "first_run_plain", "first_run_autotuned", "wall")
+
+
+def child(run_on_gpu: bool) -> dict:
+    """One fresh-process run: returns phase totals in seconds (BENCH_PROFILE=1: cProfile of the
+    lowering phase to stderr)."""
+    if os.environ.get("BENCH_PROFILE") == "1":
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            return _child(run_on_gpu)
+        finally:
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    return _child(run_on_gpu)
+
+
+def _child(run_on_gpu: bool) -> dict:
+    sys.path.insert(0, ROOT)
+    import jax
+
+    jax.devices()  # backend start-up is not lowering: keep it out of the phases (it is in wall)
+    from lowering import rule
+    from scripts import example_programs as ep
+
+    progs = ep.programs()
+    totals = dict.fromkeys(PHASES[:-1], 0.0)
+    for label, fn, shapes in progs:
+        t = time.perf_counter()
+        lowered = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+        totals["lower"] += time.perf_counter() - t
+        if not run_on_gpu:
+            continue
+        t = time.perf_counter()
+        compiled = lowered.compile()
+        totals["xla_compile"] += time.perf_counter() - t
+        inputs = ep.random_inputs(shapes)
+        jax.block_until_ready(inputs)
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(*inputs))
+        dt = time.perf_counter() - t
+        totals["first_run"] += dt
+        totals["first_run_autotuned" if "autotuned" in label else "first_run_plain"] += dt
+    totals["lowering_rule"] = rule.timing["seconds"]
+    from kernel_cache import default_store
+
+    totals["compiles"] = default_store().stats.session().get("compiles", 0)
+    return totals
+
+
+def _has_gpu() -> bool:
+    try:
+        import jax
+
+        return bool(jax.devices("cuda"))
+    except Exception:
+        return False
+
+
+def run_child(cache_dir: str, env_extra: dict) -> dict:
+    env = {**os.environ, "KERNEL_CACHE_DIR": cache_dir, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           **env_extra}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=env, capture_output=True,
+                          text=True, timeout=900)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall"] = wall
+    return result
+
+
+def versions() -> dict:
+    import jax
+    import jaxlib
+    import triton
+
+    from lowering import jaxlib_compat as compat
+
+    info = {"python": sys.version.split()[0], "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+            "triton": triton.__version__, "cpu_count": os.cpu_count(),
+            "ffi_target": compat.ffi_target_registered("cuda"),
+            "module_image": compat.module_image_layout("cuda") is not None}
+    try:
+        info["device"] = str(jax.devices("cuda")[0].device_kind)
+    except Exception:
+        info["device"] = "none (cross-lowering only)"
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--runs", type=int, default=2, help="cold and warm runs each (default 2)")
+    ap.add_argument("--arch", default=None, help="target when no GPU is visible (default sm_90)")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--no-module-image", action="store_true", help="send PTX only (jaxlib runs ptxas)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the table, profile one more warm process and print the top of it")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(os.environ.get("BENCH_GPU") == "1")))
+        return
+
+    sys.path.insert(0, ROOT)
+    gpu = _has_gpu()
+    env = {"BENCH_GPU": "1" if gpu else "0"}
+    if not gpu:
+        env["KERNEL_CACHE_TARGET_ARCH"] = args.arch or os.environ.get("KERNEL_CACHE_TARGET_ARCH") or "sm_90"
+    if args.no_module_image:
+        env["KERNEL_CACHE_MODULE_IMAGE"] = "0"
+    info = versions()
+    print("host:", json.dumps(info))
+    work = tempfile.mkdtemp(prefix="kc-bench-")
+    cold, warm = [], []
+    try:
+        for i in range(args.runs):
+            cache = os.path.join(work, f"cache{i}")
+            cold.append(run_child(cache, env))  # empty store
+            warm.append(run_child(cache, env))  # same store, now full
+        if args.profile:
+            profile_env = {**os.environ, **env, "BENCH_PROFILE": "1", "KERNEL_CACHE_DIR": os.path.join(work, "cache0"),
+                           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=profile_env,
+                                  capture_output=True, text=True, timeout=900)
+            profile_text = proc.stderr
+        else:
+            profile_text = ""
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    shown = [p for p in PHASES if gpu or p in ("lower", "lowering_rule", "wall")]
+    print(f"\n{'phase':<22}{'cold (s)':>22}{'warm (s)':>22}{'warm:cold':>12}")
+    for phase in shown:
+        c = [r[phase] for r in cold]
+        w = [r[phase] for r in warm]
+        ratio = (sum(w) / sum(c)) if sum(c) else float("nan")
+        print(f"{phase:<22}{_fmt(c):>22}{_fmt(w):>22}{ratio:>11.3f}x")
+    print(f"{'kernel compiles':<22}{_fmt([r['compiles'] for r in cold], '{:.0f}'):>22}"
+          f"{_fmt([r['compiles'] for r in warm], '{:.0f}'):>22}")
+    if profile_text:
+        print("\nprofile of one warm process (cumulative):\n" + profile_text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"host": info, "cold": cold, "warm": warm}, f, indent=1)
+
+
+def _fmt(values, pattern="{:.3f}") -> str:
+    return " / ".join(pattern.format(v) for v in values)
+
+
+if __name__ == "__main__":
+    main()

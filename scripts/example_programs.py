@@ -1,0 +1,175 @@
+"""The benchmark/demo program set: JAX programs that call Triton kernels through `lowering.triton_call`.
+
+Kernels take jax-triton's argument order (inputs and scalars, then outputs, then constexprs), so
+these programs run unchanged under `import jax_triton as jt`. The set mirrors the anchor measured
+with jax-triton: adds at 4 block sizes, scaled adds at 2 scales, a softmax, a layernorm and a
+6-config autotuned matmul (9 programs, 14 kernels).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import triton
+import triton.language as tl
+
+import lowering as jt
+
+EPS = 1e-5
+
+MATMUL_CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=2, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64}, num_warps=2, num_stages=2),
+]
+
+
+@triton.jit
+def add(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def scaled_add(x_ptr, y_ptr, n, out_ptr, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x * SCALE + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def add_inplace(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    """out aliases x: x += y."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def row_sum_atomic(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
+    """out[0] += sum of each row: correct only on a zeroed output."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+
+
+@triton.jit
+def softmax(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    num = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * n_cols + offs, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def layernorm(x_ptr, w_ptr, b_ptr, n_cols, eps, out_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    diff = tl.where(mask, x - mean, 0.0)
+    y = diff / tl.sqrt(tl.sum(diff * diff, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(out_ptr + row * n_cols + offs, y * w + b, mask=mask)
+
+
+@triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def matmul(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, c_ptr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < left) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+# Programs --------------------------------------------------------------------------------------
+def add_program(x, y, *, block, **call):
+    return jt.triton_call(x, y, x.size, kernel=add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(jt.cdiv(x.size, block),), BLOCK=block, **call)
+
+
+def scaled_add_program(x, y, *, scale, **call):
+    return jt.triton_call(x, y, x.size, kernel=scaled_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), SCALE=scale, BLOCK=1024, **call)
+
+
+def softmax_program(x, **call):
+    rows, cols = x.shape
+    return jt.triton_call(x, cols, kernel=softmax, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(rows,), BLOCK=triton.next_power_of_2(cols), **call)
+
+
+def layernorm_program(x, w, b, **call):
+    rows, cols = x.shape
+    return jt.triton_call(x, w, b, cols, EPS, kernel=layernorm, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(rows,), BLOCK=triton.next_power_of_2(cols), num_warps=8, **call)
+
+
+def matmul_program(a, b, **call):
+    (m, k), (_, n) = a.shape, b.shape
+    return jt.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=matmul,
+                          out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+                          grid=lambda meta: (jt.cdiv(m, meta["BLOCK_M"]), jt.cdiv(n, meta["BLOCK_N"])), **call)
+
+
+def programs(**call):
+    """[(label, function, example args)] for the whole set; `call` goes to every triton_call
+    (e.g. compute_capability=90 for cross-lowering)."""
+    n = 1 << 20
+    vec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    rows = jax.ShapeDtypeStruct((4096, 1000), jnp.float32)
+    ln = (jax.ShapeDtypeStruct((4096, 768), jnp.float32), jax.ShapeDtypeStruct((768,), jnp.float32),
+          jax.ShapeDtypeStruct((768,), jnp.float32))
+    mat = jax.ShapeDtypeStruct((1024, 1024), jnp.float16)
+    out = [(f"add[BLOCK={b}]", functools.partial(add_program, block=b, **call), (vec, vec))
+           for b in (256, 512, 1024, 2048)]
+    out += [(f"scaled_add[{s}]", functools.partial(scaled_add_program, scale=s, **call), (vec, vec))
+            for s in (0.5, 2.0)]
+    out += [("softmax", functools.partial(softmax_program, **call), (rows,)),
+            ("layernorm", functools.partial(layernorm_program, **call), ln),
+            ("matmul[autotuned x6]", functools.partial(matmul_program, **call), (mat, mat))]
+    return out
+
+
+def references():
+    """label -> jnp reference of the same computation (for numerics checks on a GPU)."""
+    def ln_ref(x, w, b):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + EPS) * w + b
+
+    refs = {f"add[BLOCK={b}]": lambda x, y: x + y for b in (256, 512, 1024, 2048)}
+    refs.update({f"scaled_add[{s}]": (lambda s: lambda x, y: x * s + y)(s) for s in (0.5, 2.0)})
+    refs["softmax"] = lambda x: jax.nn.softmax(x, axis=-1)
+    refs["layernorm"] = ln_ref
+    refs["matmul[autotuned x6]"] = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+    return refs
+
+
+def random_inputs(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.standard_normal(s.shape).astype(s.dtype)) for s in shapes)

@@ -1,0 +1,162 @@
+"""On an NVIDIA GPU: lowering.triton_call results equal jnp references (skipped without a GPU).
+
+Run with JAX_PLATFORMS unset or "cuda,cpu" (tests/conftest.py defaults it to cpu for CI).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+import lowering as jt
+from lowering import jaxlib_compat as compat
+from scripts import example_programs as ep
+
+from conftest import run_python
+from test_lowering import subprocess_path
+
+# Children share the GPU with this process: no up-front grab of most of its memory.
+GPU_CHILD_ENV = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda_device():
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        devices = []
+    if not devices:
+        pytest.skip("JAX sees no CUDA device (is JAX_PLATFORMS=cpu?)")
+    return devices[0]
+
+
+def _close(got, want, dtype):
+    tol = 2e-2 if dtype == jnp.float16 else 1e-4
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("label", [label for label, _, _ in ep.programs()])
+def test_program_matches_jnp_reference(label):
+    fn, shapes = {lbl: (f, s) for lbl, f, s in ep.programs()}[label]
+    inputs = ep.random_inputs(shapes)
+    got = jax.jit(fn)(*inputs)
+    _close(got, ep.references()[label](*inputs), shapes[0].dtype)
+
+
+def test_eager_call_matches_reference():
+    x, y = ep.random_inputs([jax.ShapeDtypeStruct((5000,), jnp.float32)] * 2)
+    _close(ep.add_program(x, y, block=1024), x + y, jnp.float32)
+
+
+def _inplace(x, y, kernel=ep.add_inplace, **kw):
+    return jt.triton_call(x, y, x.size, kernel=kernel, out_shape=x, input_output_aliases={0: 0},
+                          grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),), **kw)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2), triton.Config({"BLOCK": 1024}, num_warps=4)],
+                 key=["n"])
+@triton.jit
+def tuned_inplace(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def test_in_place_kernel_with_aliases():
+    x, y = ep.random_inputs([jax.ShapeDtypeStruct((10000,), jnp.float32)] * 2)
+    want = np.asarray(x) + np.asarray(y)
+    _close(jax.jit(functools.partial(_inplace, BLOCK=1024))(x, y), want, jnp.float32)
+    donated = jax.jit(functools.partial(_inplace, BLOCK=1024), donate_argnums=0)(jnp.array(x), y)
+    _close(donated, want, jnp.float32)
+
+
+def test_autotuned_in_place_kernel_restores_aliased_inputs():
+    if not compat.autotuned_aliases_supported():
+        pytest.skip("jaxlib < 0.10.0 cannot restore aliased inputs while autotuning")
+    x, y = ep.random_inputs([jax.ShapeDtypeStruct((1 << 16,), jnp.float32)] * 2, seed=3)
+    want = np.asarray(x) + np.asarray(y)
+    got = jax.jit(functools.partial(_inplace, kernel=tuned_inplace), donate_argnums=0)(jnp.array(x), y)
+    _close(got, want, jnp.float32)  # x + y once, not x + k*y after k configs were timed
+
+
+def test_zeroed_outputs():
+    x = ep.random_inputs([jax.ShapeDtypeStruct((64, 100), jnp.float32)])[0]
+
+    @jax.jit
+    def total(x):
+        return jt.triton_call(x, 100, kernel=ep.row_sum_atomic, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
+                              grid=(64,), zeroed_outputs=(0,), BLOCK=128)
+
+    for _ in range(3):  # an un-zeroed output would accumulate across calls
+        _close(total(x)[0], np.asarray(x).sum(), jnp.float32)
+
+
+CUDA_GRAPH_SCRIPT = """
+import os, json, jax, jax.numpy as jnp, numpy as np
+from scripts import example_programs as ep
+def f(x, y):
+    a = ep.add_program(x, y, block=1024)
+    return ep.add_program(a * 2.0, y, block=512) + 1.0
+x, y = ep.random_inputs([jax.ShapeDtypeStruct((1 << 16,), jnp.float32)] * 2)
+compiled = jax.jit(f).lower(x, y).compile()
+text = compiled.as_text()
+outs = [np.asarray(compiled(x, y)) for _ in range(3)]
+want = (np.asarray(x) + np.asarray(y)) * 2 + np.asarray(y) + 1
+print(json.dumps({"command_buffer": "command_buffer" in text,
+                  "ok": all(bool(np.allclose(o, want, rtol=1e-5, atol=1e-5)) for o in outs),
+                  "snippet": [l for l in text.splitlines() if "custom_call_target" in l or "command_buffer" in l][:6]}))
+"""
+
+
+def test_non_autotuned_call_runs_inside_an_xla_cuda_graph():
+    if not compat.ffi_target_registered("cuda"):
+        pytest.skip("this jaxlib has no CUDA-graph-compatible Triton FFI target")
+    flags = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    import json
+
+    out = json.loads(run_python(CUDA_GRAPH_SCRIPT, {"XLA_FLAGS": flags, **GPU_CHILD_ENV, **subprocess_path()})
+                     .stdout.strip().splitlines()[-1])
+    assert out["ok"], out
+    if not out["command_buffer"]:
+        # jaxlib 0.11.2's optimized HLO text names no command_buffer even when XLA builds graphs at
+        # thunk level, so this is evidence only where present; numerics above are the contract.
+        import warnings
+
+        warnings.warn(f"no command_buffer in the optimized HLO; capture not proven: {out['snippet'][:1]}")
+
+
+GARBAGE_IMAGE_SCRIPT = """
+import jax, jax.numpy as jnp
+import lowering.custom_call as cc
+from lowering.module_image import ModuleImage
+cc.ModuleImage = lambda obj, name, smem: ModuleImage(b"not a cubin" * 8, name, smem)
+from scripts import example_programs as ep
+x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
+jax.block_until_ready(jax.jit(lambda a, b: ep.add_program(a, b, block=256))(x, y))
+print("RAN")
+"""
+
+
+def test_module_image_is_honoured():
+    if compat.module_image_layout("cuda") is None:
+        pytest.skip("this jaxlib's TritonKernel proto has no module_image; PTX is sent")
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, **GPU_CHILD_ENV, **subprocess_path()}
+    proc = subprocess.run([sys.executable, "-c", GARBAGE_IMAGE_SCRIPT], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    # a garbage image must break the launch: proof that jaxlib loads the image rather than the PTX
+    assert proc.returncode != 0 and "RAN" not in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "INVALID_IMAGE" in proc.stderr or "invalid" in proc.stderr.lower(), proc.stderr[-2000:]
