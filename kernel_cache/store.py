@@ -7,6 +7,7 @@ store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import threading
 import time
@@ -122,7 +123,7 @@ class Store:
                       f"dropped a corrupt {tier.name} entry {key[:12]} ({exc}); it will be rebuilt")
         except Exception as exc:
             self.stats.error()
-            warn_once(f"read:{tier.name}:{type(exc).__name__}",
+            warn_once(f"read:{tier.name}:{_cause(exc)}",
                       f"reading the {tier.name} tier failed ({exc}); continuing without it")
         return None
 
@@ -131,7 +132,7 @@ class Store:
             tier.put(entry)
         except Exception as exc:
             self.stats.error()
-            warn_once(f"write:{tier.name}:{type(exc).__name__}",
+            warn_once(f"write:{tier.name}:{_cause(exc)}",
                       f"writing to the {tier.name} tier failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
@@ -139,7 +140,9 @@ class Store:
         with self._key_locks_guard:
             thread_lock = self._key_locks.setdefault(key, threading.Lock())
         with thread_lock:
-            lock_tier = self.shared if self.shared is not None else self.disk
+            # a read-only shared dir cannot hold locks: single-flight falls back to this node
+            shared_locks = self.shared is not None and getattr(self.shared, "writable", True)
+            lock_tier = self.shared if shared_locks else self.disk
             if lock_tier is None:
                 yield
                 return
@@ -147,11 +150,11 @@ class Store:
                 cm = lock_tier.lock(key, self.config.lock_timeout)
                 acquired = cm.__enter__()
             except Exception as exc:
-                warn_once(f"lock:{lock_tier.name}:{type(exc).__name__}",
+                warn_once(f"lock:{lock_tier.name}:{_cause(exc)}",
                           f"cannot lock in the {lock_tier.name} tier ({exc}); compiling without a lock")
                 yield
                 return
-            if not acquired:
+            if not acquired and not _published(lock_tier, key):
                 warn_once(f"lock-timeout:{lock_tier.name}",
                           f"waited {self.config.lock_timeout:.0f}s for another process to compile; "
                           f"compiling here instead")
@@ -159,6 +162,21 @@ class Store:
                 yield
             finally:
                 cm.__exit__(None, None, None)
+
+
+def _published(tier, key: str) -> bool:
+    """Whether a lock wait ended because the holder published `key` (not a timeout)."""
+    try:
+        return key in tier
+    except Exception:
+        return False
+
+
+def _cause(exc: Exception) -> str:
+    """One warning per cause: ENOSPC and EIO are both OSError but deserve a line each."""
+    code = getattr(exc, "errno", None)
+    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
+    return f"{type(exc).__name__}:{name}" if name else type(exc).__name__
 
 
 def _open_shared_tier(config: Config):

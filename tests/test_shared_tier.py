@@ -1,0 +1,412 @@
+"""Shared tier in one process: layout, validation + quarantine, degraded filesystems, maintenance.
+
+Entries are tiny synthetic ones: the tier stores bytes and does not care what they encode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store
+from kernel_cache import entry as entry_format
+from kernel_cache import locks, publish, warnings_once
+from kernel_cache.shared import SharedTier
+
+KEY = "0123456789abcdef0123456789abcdef"
+KEY2 = "fedcba9876543210fedcba9876543210"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    warnings_once.reset()
+    yield
+    warnings_once.reset()
+    publish.before_rename = None
+
+
+def make_entry(key: str = KEY, size: int = 300) -> Entry:
+    return Entry(key=key, meta={"kernel": "synthetic", "created": time.time()},
+                 blobs={"cubin": bytes(range(256)) * (size // 256 + 1)})
+
+
+class Builder:
+    """A build function that counts its calls and returns deterministic bytes per key."""
+
+    def __init__(self, key: str, size: int = 300):
+        self.key, self.size, self.calls = key, size, 0
+
+    def __call__(self):
+        self.calls += 1
+        e = make_entry(self.key, self.size)
+        return {"kernel": "synthetic"}, e.blobs, 0.01
+
+
+@pytest.fixture
+def shared(tmp_path) -> Path:
+    d = tmp_path / "shared"
+    d.mkdir()
+    return d
+
+
+def store_for(tmp_path: Path, shared_dir: Path, name: str = "node", **config) -> Store:
+    return Store(Config(dir=tmp_path / name, shared_dir=shared_dir, **config))
+
+
+@contextlib.contextmanager
+def recorded_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def kernel_cache_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
+
+
+@contextlib.contextmanager
+def mounted(*args):
+    """Run `mount args...` (root only); skip the test if this machine refuses."""
+    target = Path(args[-1])
+    target.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount here ({res.stderr.strip() or res.returncode})")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+# Basics ---------------------------------------------------------------------------------------
+def test_round_trip_layout_and_no_temp_files(shared):
+    tier = SharedTier(shared)
+    entry = make_entry()
+    tier.put(entry)
+    path = shared / "entries" / KEY[:2] / KEY
+    assert path.is_file()
+    assert sorted(os.listdir(path.parent)) == [KEY]  # the temp file was renamed, not left behind
+    got = tier.get(KEY)
+    assert got.blobs == entry.blobs and got.meta["kernel"] == "synthetic"
+    assert KEY in tier and KEY2 not in tier and tier.get(KEY2) is None
+    assert list(tier.keys()) == [KEY] and len(tier) == 1
+    assert tier.get_raw(KEY) == entry_format.encode(entry)
+
+
+def test_store_reads_through_shared_and_promotes_into_local(tmp_path, shared):
+    a = store_for(tmp_path, shared, "node-a")
+    build = Builder(KEY)
+    meta, blobs = a.get_or_create(KEY, build)
+    assert build.calls == 1
+    assert a.disk.get(KEY) is not None and a.shared.get(KEY) is not None  # written through to both
+
+    b = store_for(tmp_path, shared, "node-b")
+    other = Builder(KEY)
+    assert b.get_or_create(KEY, other)[1] == blobs and other.calls == 0
+    assert b.stats.session()["hits"]["shared"] == 1
+    assert b.disk.get(KEY).blobs == blobs  # the shared hit was copied into b's local tier
+    assert b.get(KEY)[1] == "memory"
+
+
+def test_keys_must_be_content_addresses(shared):
+    tier = SharedTier(shared)
+    for bad in ("../../etc/passwd", "", "ab/cd", "x" * 32):
+        with pytest.raises(ValueError):
+            tier.get(bad)
+
+
+def test_put_raw_refuses_bytes_that_are_not_a_valid_entry_for_the_key(shared):
+    tier = SharedTier(shared)
+    data = entry_format.encode(make_entry())
+    with pytest.raises(CorruptEntry):
+        tier.put_raw(KEY2, data)
+    with pytest.raises(CorruptEntry):
+        tier.put_raw(KEY, data[:-1])
+    assert len(tier) == 0
+    tier.put_raw(KEY, data)
+    assert tier.get(KEY) is not None
+
+
+# Corruption -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corrupt_shared_entry_is_quarantined_rebuilt_and_never_kept_locally(tmp_path, shared, damage):
+    store_for(tmp_path, shared, "writer").get_or_create(KEY, Builder(KEY))
+    path = shared / "entries" / KEY[:2] / KEY
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    else:
+        data = data[: len(data) - 7]
+    path.write_bytes(bytes(data))
+
+    reader = store_for(tmp_path, shared, "reader")
+    with recorded_warnings() as caught:
+        assert reader.get(KEY) is None  # detected: a miss, not a crash, not a bad kernel
+    assert any("corrupt shared entry" in m for m in kernel_cache_warnings(caught))
+    assert KEY not in reader.disk  # the bad copy was not promoted into the local tier
+    quarantined = reader.shared.quarantined()
+    assert [q["key"] for q in quarantined] == [KEY]
+    assert Path(quarantined[0]["path"]).read_bytes() == bytes(data)  # kept for inspection
+
+    build = Builder(KEY)
+    meta, blobs = reader.get_or_create(KEY, build)
+    assert build.calls == 1
+    assert reader.disk.get(KEY).blobs == blobs
+    assert reader.shared.get(KEY).blobs == blobs  # republished, valid
+    assert reader.shared.remove_quarantined() == [quarantined[0]["path"]]
+    assert reader.shared.quarantined() == []
+
+
+# Degraded filesystems ---------------------------------------------------------------------------
+def test_missing_shared_dir_degrades_with_one_warning(tmp_path):
+    with recorded_warnings() as caught:
+        store = store_for(tmp_path, tmp_path / "no-such-mount" / "cache")
+        build = Builder(KEY)
+        meta, blobs = store.get_or_create(KEY, build)
+    assert store.shared is None and build.calls == 1 and blobs == make_entry().blobs
+    assert store.disk.get(KEY) is not None
+    messages = kernel_cache_warnings(caught)
+    assert len(messages) == 1 and "does not exist" in messages[0]
+    assert not (tmp_path / "no-such-mount").exists()  # a missing mount is not silently created
+
+
+def test_read_only_shared_dir_serves_hits_and_skips_writes_quietly(tmp_path, shared, caplog):
+    SharedTier(shared).put(make_entry())
+    before = sorted(str(p) for p in shared.rglob("*"))
+    with mounted("--bind", str(shared), str(tmp_path / "ro")) as ro:
+        res = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
+        if res.returncode != 0:
+            pytest.skip(f"cannot remount read-only here: {res.stderr.strip()}")
+        caplog.set_level("INFO", logger="kernel_cache")
+        with recorded_warnings() as caught:
+            store = store_for(tmp_path, ro)
+            hit = Builder(KEY)
+            assert store.get_or_create(KEY, hit)[1] == make_entry().blobs and hit.calls == 0
+            assert store.stats.session()["hits"]["shared"] == 1
+            miss = Builder(KEY2)
+            store.get_or_create(KEY2, miss)  # compiles; single-flight falls back to the node lock
+            store.get_or_create(KEY2, miss)
+        assert miss.calls == 1
+        assert store.shared.writable is False
+        assert kernel_cache_warnings(caught) == []
+        assert sum("read-only" in r.getMessage() for r in caplog.records) == 1
+        assert store.stats.session()["errors"] == 0
+    assert sorted(str(p) for p in shared.rglob("*")) == before
+
+
+def test_enospc_on_a_tiny_tmpfs_leaves_results_and_directory_intact(tmp_path):
+    with mounted("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tmp_path / "tiny")) as tiny:
+        store = store_for(tmp_path, tiny)
+        with recorded_warnings() as caught:
+            for key in (KEY, KEY2):
+                build = Builder(key, size=256 * 1024)
+                meta, blobs = store.get_or_create(key, build)
+                assert build.calls == 1 and blobs == make_entry(key, 256 * 1024).blobs
+                assert store.disk.get(key).blobs == blobs  # the local tier still got it
+        messages = kernel_cache_warnings(caught)
+        assert len(messages) == 1 and "No space left" in messages[0]
+        assert list(store.shared.keys()) == []
+        leftovers = [p for p in (tiny / "entries").rglob("*") if p.is_file()]
+        assert leftovers == []  # the partial temp file was removed
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.ESTALE])
+def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, shared, code):
+    def fail(tmp):
+        raise OSError(code, os.strerror(code))
+
+    publish.before_rename = fail
+    store = store_for(tmp_path, shared)
+    with recorded_warnings() as caught:
+        for key in (KEY, KEY2):
+            build = Builder(key)
+            assert store.get_or_create(key, build)[1] == make_entry(key).blobs and build.calls == 1
+    assert len(kernel_cache_warnings(caught)) == 1
+    assert [p for p in (shared / "entries").rglob("*") if p.is_file()] == []
+    publish.before_rename = None
+    store.put(make_entry(KEY))  # the tier keeps working once the fault clears
+    assert store.shared.get(KEY) is not None
+
+
+def test_different_causes_each_get_their_own_warning(tmp_path, shared):
+    codes = iter([errno.ENOSPC, errno.EIO, errno.ENOSPC])
+
+    def fail(tmp):
+        code = next(codes)
+        raise OSError(code, os.strerror(code))
+
+    publish.before_rename = fail
+    store = store_for(tmp_path, shared)
+    with recorded_warnings() as caught:
+        for key in (KEY, KEY2, "ab" * 16):
+            store.get_or_create(key, Builder(key))
+    assert len(kernel_cache_warnings(caught)) == 2
+
+
+def test_stale_file_handle_on_read_is_retried(shared, monkeypatch):
+    tier = SharedTier(shared)
+    tier.put(make_entry())
+    real_open, failures = open, []
+
+    def flaky_open(path, *args, **kw):
+        if not failures:
+            failures.append(path)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_open(path, *args, **kw)
+
+    monkeypatch.setattr("builtins.open", flaky_open)
+    assert tier.get(KEY) is not None and len(failures) == 1
+
+
+def test_read_errors_degrade_to_compiling(tmp_path, shared, monkeypatch):
+    store = store_for(tmp_path, shared)
+    SharedTier(shared).put(make_entry())
+
+    def broken(self, path):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(SharedTier, "_read", broken)
+    with recorded_warnings() as caught:
+        build = Builder(KEY)
+        assert store.get_or_create(KEY, build)[1] == make_entry().blobs and build.calls == 1
+    assert len(kernel_cache_warnings(caught)) == 1
+
+
+# Recency, permissions ---------------------------------------------------------------------------
+def test_hits_touch_an_entry_at_most_once_per_interval(shared):
+    tier = SharedTier(shared)
+    tier.put(make_entry())
+    path = shared / "entries" / KEY[:2] / KEY
+    recent = time.time() - 60
+    os.utime(path, (recent, recent))
+    tier.get(KEY)
+    assert os.stat(path).st_mtime == pytest.approx(recent)  # used within the hour: no write
+
+    old = time.time() - 2 * 3600
+    os.utime(path, (old, old))
+    tier.get(KEY)
+    assert os.stat(path).st_mtime > time.time() - 60  # due: refreshed for LRU pruning
+    (record,) = tier.records()
+    assert record["last_used"] > time.time() - 60 and record["created"] <= record["last_used"]
+
+
+def test_files_follow_umask_and_setgid_group_directory(shared):
+    os.chmod(shared, 0o2775)
+    old_umask = os.umask(0o002)
+    try:
+        tier = SharedTier(shared)
+        tier.put(make_entry())
+        with tier.lock(KEY, 1):
+            pass
+    finally:
+        os.umask(old_umask)
+    fanout = shared / "entries" / KEY[:2]
+    assert stat.S_IMODE(os.stat(fanout).st_mode) == 0o2775  # group-writable, setgid inherited
+    assert stat.S_IMODE(os.stat(fanout / KEY).st_mode) == 0o664
+
+
+@pytest.mark.parametrize("mode, warned", [(0o777, True), (0o1777, False), (0o2775, False)])
+def test_world_writable_dir_without_sticky_bit_warns(shared, mode, warned):
+    os.chmod(shared, mode)
+    with recorded_warnings() as caught:
+        SharedTier(shared)
+        SharedTier(shared)
+    messages = kernel_cache_warnings(caught)
+    assert len(messages) == (1 if warned else 0)
+    if warned:
+        assert "sticky" in messages[0]
+
+
+# Maintenance hooks for cachectl -----------------------------------------------------------------
+def test_records_prune_and_delete(shared):
+    tier = SharedTier(shared)
+    keys = [f"{i:02x}" * 16 for i in range(4)]
+    now = time.time()
+    for age, key in zip((40, 30, 20, 10), keys):
+        tier.put(make_entry(key, size=1000))
+        os.utime(tier._entry_path(key), (now - age * 86400, now - age * 86400))
+    records = {r["key"]: r for r in tier.records()}
+    assert set(records) == set(keys)
+    sizes = [records[k]["size_bytes"] for k in keys]
+    assert sizes[0] == len(tier.get_raw(keys[0])) and tier.volume() == sum(sizes)
+    assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
+
+    assert tier.prune(older_than_seconds=35 * 86400) == [keys[0]]
+    assert tier.prune(max_bytes=sizes[2] + sizes[3]) == [keys[1]]  # least recently used first
+    assert sorted(tier.keys()) == sorted(keys[2:])
+    assert tier.delete(keys[2]) and not tier.delete(keys[2])
+
+
+def test_remove_debris_takes_old_temp_files_and_unheld_locks_only(shared):
+    tier = SharedTier(shared)
+    tier.put(make_entry())
+    fanout = shared / "entries" / KEY[:2]
+    old_tmp = fanout / f".{KEY}.deadhost.123.abcd.tmp"
+    new_tmp = fanout / f".{KEY}.livehost.456.ef01.tmp"
+    for p in (old_tmp, new_tmp):
+        p.write_bytes(b"partial")
+    old = time.time() - 7200
+    os.utime(old_tmp, (old, old))
+    with tier.lock(KEY2, 1) as held:
+        assert held
+    lock_file = tier._lock_path(KEY2)
+    with tier.lock(KEY, 1) as held:  # a held lock, even if old, stays
+        held_file = tier._lock_path(KEY)
+        for p in (lock_file, held_file):
+            os.utime(p, (old, old))
+        removed = tier.remove_debris(older_than_seconds=3600)
+    assert sorted(removed) == sorted([str(old_tmp), str(lock_file)])
+    assert new_tmp.exists() and held_file.exists() and tier.get(KEY) is not None
+
+
+# Lock selection -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fs, options, coherent", [
+    ("ext4", {"rw"}, True),
+    ("tmpfs", set(), True),
+    ("xfs", {"rw"}, True),
+    ("nfs4", {"rw", "vers=4.2"}, True),
+    ("nfs", {"rw", "local_lock=flock"}, False),
+    ("nfs", {"rw", "local_lock=all"}, False),
+    ("lustre", {"rw", "flock"}, True),
+    ("lustre", {"rw", "localflock"}, False),
+    ("fuse.sshfs", {"rw"}, False),
+    ("cifs", {"rw"}, False),
+    ("unknown", set(), False),
+])
+def test_flock_only_where_it_excludes_other_nodes(fs, options, coherent):
+    assert locks.flock_is_coherent(fs, options) is coherent
+
+
+def test_auto_lock_on_a_local_disk_is_flock_and_modes_can_be_forced(shared):
+    fs_type, _ = locks.filesystem_of(shared)
+    assert fs_type != "unknown"
+    assert SharedTier(shared).lock_kind == ("flock" if locks.flock_is_coherent(*locks.filesystem_of(shared))
+                                            else "soft")
+    assert SharedTier(shared, lock_mode="soft").lock_kind == "soft"
+    assert SharedTier(shared, lock_mode="flock").lock_kind == "flock"
+    with pytest.raises(ValueError):
+        locks.choose_lock_kind(shared, "fcntl")
+
+
+def test_auto_lock_on_tmpfs_mount_is_read_from_mountinfo(tmp_path):
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp_path / "mnt")) as mnt:
+        assert locks.filesystem_of(mnt / "sub")[0] == "tmpfs"
+        assert locks.choose_lock_kind(mnt) == "flock"
+
+
+@pytest.mark.parametrize("kind", ["flock", "soft"])
+def test_lock_wait_ends_when_the_entry_is_published(shared, kind):
+    tier = SharedTier(shared, lock_mode=kind)
+    with tier.lock(KEY, 5) as first:
+        assert first
+        tier.put(make_entry())  # the holder publishes while still holding the lock
+        with tier.lock(KEY, 30) as second:  # a waiter (another thread would behave the same)
+            assert second is False and KEY in tier
