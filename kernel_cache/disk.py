@@ -114,3 +114,44 @@ class DiskTier:
 
     def close(self) -> None:
         self._cache.close()
+
+    # Maintenance helpers for cachectl (read without touching LRU order; debris) ----------
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes for `key` without bumping its last-used time (listing must not
+        reorder the LRU). Only raw byte values are read: a pickled value is never loaded."""
+        row = self._cache._sql(  # diskcache's get() always updates access_time under LRU
+            "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        if row is None:
+            return None
+        mode, filename, value = row
+        if mode == diskcache.core.MODE_RAW:
+            return bytes(value)
+        if mode == diskcache.core.MODE_BINARY:
+            try:
+                with open(os.path.join(self._cache.directory, filename), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+        return None  # text or pickle: nothing we wrote; verify reports it as corrupt
+
+    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
+        """Delete what crashed processes leave behind: value files no index row points to and
+        lock files, both only once older than `older_than_seconds` (a live writer's files are
+        seconds old). Returns [(path, bytes)] removed."""
+        cutoff = time.time() - older_than_seconds
+        entries_dir = Path(self._cache.directory)
+        referenced = {os.path.normpath(f) for (f,) in self._cache._sql(
+            "SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()}
+        candidates = [p for p in entries_dir.glob("*/*/*.val")
+                      if os.path.normpath(str(p.relative_to(entries_dir))) not in referenced]
+        candidates += list((self.directory / LOCKS_DIR).glob("*.lock"))
+        removed = []
+        for path in candidates:
+            try:
+                st = path.stat()
+                if st.st_mtime < cutoff:
+                    path.unlink()
+                    removed.append((str(path), st.st_size))
+            except OSError:
+                continue
+        return removed

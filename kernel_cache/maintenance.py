@@ -1,0 +1,211 @@
+"""What cachectl does to a store, without printing: list, select, prune, verify entries of a tier.
+
+Works on any tier with `records()`, `get_raw`/`peek_raw`, `delete` (the disk tier, the shared tier).
+Knows nothing of Triton: whether an entry is stale (built by another toolchain than the installed
+one) is decided by a callable the caller passes in.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+from . import entry as entry_format
+from .entry import CorruptEntry
+
+# target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
+InstalledToolchain = Callable[[dict], "str | None"]
+SORT_KEYS = ("last_used", "created", "size", "kernel", "arch", "hits", "key")
+DEBRIS_AGE_SECONDS = 3600.0
+
+
+@dataclass
+class EntryInfo:
+    """One cached entry as listings show it (metadata only; blobs are not kept)."""
+
+    key: str
+    tier: str
+    kernel: str
+    arch: str
+    size_bytes: int
+    created: float
+    last_used: float
+    hits: int = 0
+    toolchain: str = ""
+    compile_seconds: float = 0.0
+    has_recipe: bool = False
+    stale: bool | None = None  # None: not checked, or the target's toolchain is not installed
+    error: str = ""  # non-empty: the metadata could not be read
+    meta: dict = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("meta")
+        return out
+
+
+@dataclass
+class EntryFilter:
+    """The selection shared by list, prune and export. Unset fields match everything."""
+
+    kernel_glob: str | None = None
+    arches: frozenset[str] | None = None
+    older_than_seconds: float | None = None  # not used for at least this long
+    stale_only: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        return (self.kernel_glob is None and self.arches is None and self.older_than_seconds is None
+                and not self.stale_only)
+
+    def matches(self, info: EntryInfo, now: float) -> bool:
+        if self.kernel_glob is not None and not fnmatch.fnmatchcase(info.kernel, self.kernel_glob):
+            return False
+        if self.arches is not None and info.arch not in self.arches:
+            return False
+        if self.older_than_seconds is not None and now - info.last_used < self.older_than_seconds:
+            return False
+        if self.stale_only and info.stale is not True:
+            return False
+        return True
+
+
+def read_raw(tier, key: str) -> bytes | None:
+    """The entry bytes, preferring a read that does not count as a use of the entry."""
+    peek = getattr(tier, "peek_raw", None)
+    return peek(key) if peek is not None else tier.get_raw(key)
+
+
+def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
+    """Every entry of `tier` with its metadata; unreadable entries are listed with `error` set."""
+    infos = []
+    for rec in tier.records():
+        key = rec["key"]
+        raw = read_raw(tier, key)
+        if raw is None:  # removed since records() was read
+            continue
+        info = EntryInfo(key=key, tier=tier.name, kernel="?", arch="?", size_bytes=len(raw),
+                         created=float(rec["created"]), last_used=float(rec["last_used"]))
+        try:
+            meta = entry_format.peek_meta(raw)
+        except CorruptEntry as exc:
+            info.error = str(exc)
+        else:
+            info.meta = meta
+            info.kernel = str(meta.get("name", "?"))
+            info.arch = str(meta.get("arch", "?"))
+            info.created = float(meta.get("created", info.created))
+            info.toolchain = str((meta.get("toolchain") or {}).get("summary", ""))
+            info.compile_seconds = float(meta.get("compile_seconds", 0.0))
+            info.has_recipe = bool(meta.get("recipe"))
+        if hits_of is not None:
+            info.hits = hits_of(key)
+        infos.append(info)
+    return infos
+
+
+def mark_stale(infos: Iterable[EntryInfo], installed: InstalledToolchain) -> None:
+    """Set `stale` on each entry: True when its toolchain summary differs from the installed one."""
+    for info in infos:
+        target = info.meta.get("target")
+        if info.error or not isinstance(target, dict):
+            info.stale = None
+            continue
+        current = installed(target)
+        info.stale = None if current is None else info.toolchain != current
+
+
+def sort_entries(infos: list[EntryInfo], by: str) -> list[EntryInfo]:
+    """Sort for display; times and sizes and hits descending (newest, largest first)."""
+    attr = {"size": "size_bytes"}.get(by, by)
+    descending = by in ("last_used", "created", "size", "hits")
+    return sorted(infos, key=lambda i: (getattr(i, attr), i.key), reverse=descending)
+
+
+def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
+    """The one entry whose key starts with `prefix` (the same key in two tiers counts once)."""
+    prefix = prefix.strip().lower()
+    if not prefix:
+        raise LookupError("an empty key prefix matches every entry")
+    matches = {}
+    for info in infos:
+        if info.key.startswith(prefix):
+            matches.setdefault(info.key, info)
+    if not matches:
+        raise LookupError(f"no entry has a key starting with '{prefix}'")
+    if len(matches) > 1:
+        shown = ", ".join(sorted(k[:16] for k in matches)[:5])
+        raise LookupError(f"key prefix '{prefix}' is ambiguous: {len(matches)} entries ({shown}…)")
+    return next(iter(matches.values()))
+
+
+def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | None,
+               now: float | None = None) -> list[EntryInfo]:
+    """The entries to remove from ONE tier, in removal order.
+
+    First every entry the selection matches (when the selection is not empty), then, if the rest
+    is still larger than `max_bytes`, the least recently used of the rest until it fits.
+    """
+    now = time.time() if now is None else now
+    doomed = [] if selection.is_empty else [i for i in infos if selection.matches(i, now)]
+    if max_bytes is not None:
+        gone = {i.key for i in doomed}
+        rest = sorted((i for i in infos if i.key not in gone), key=lambda i: (i.last_used, i.key))
+        total = sum(i.size_bytes for i in rest)
+        for info in rest:
+            if total <= max_bytes:
+                break
+            doomed.append(info)
+            total -= info.size_bytes
+    return doomed
+
+
+def remove_entries(tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
+    """Delete the entries from `tier`; returns the bytes freed."""
+    freed = 0
+    for info in infos:
+        if tier.delete(info.key):
+            freed += info.size_bytes
+        if forget_hits is not None:
+            forget_hits(info.key)
+    return freed
+
+
+def remove_debris(tier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
+    """Temp and lock files that crashed writers left in `tier`: [(path, bytes)] removed."""
+    cleaner = getattr(tier, "remove_debris", None)
+    if cleaner is None:
+        return []
+    removed = cleaner(older_than_seconds)
+    if isinstance(removed, int):  # a tier that only counts what it removed
+        return [("", 0)] * removed
+    return [(str(r[0]), int(r[1])) if isinstance(r, tuple) else (str(r), 0) for r in removed]
+
+
+@dataclass
+class BadEntry:
+    key: str
+    tier: str
+    reason: str
+    repaired: bool = False
+
+
+def verify(tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
+    """Decode every entry (format, checksum, key); returns (entries checked, bad entries)."""
+    checked, bad = 0, []
+    for rec in tier.records():
+        key = rec["key"]
+        raw = read_raw(tier, key)
+        if raw is None:
+            continue
+        checked += 1
+        try:
+            entry_format.decode(raw, expected_key=key)
+        except CorruptEntry as exc:
+            item = BadEntry(key=key, tier=tier.name, reason=str(exc))
+            if repair:
+                item.repaired = bool(tier.delete(key))
+            bad.append(item)
+    return checked, bad
