@@ -4,7 +4,7 @@ Knows Triton; knows nothing of JAX or of where artifacts are stored (see `kernel
 """
 
 from .artifact import Artifact
-from .cached import get_or_compile
+from .cached import get_or_compile, lookup
 from .compile import compile_spec
 from .errors import CompileError
 from .key import content_key, key_document
@@ -15,6 +15,6 @@ from .toolchain import toolchain_fingerprint
 
 __all__ = [
     "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Target", "compile_spec",
-    "content_key", "from_recipe", "get_or_compile", "key_document", "make_spec", "parse_target",
+    "content_key", "from_recipe", "get_or_compile", "key_document", "lookup", "make_spec", "parse_target",
     "to_recipe", "toolchain_fingerprint",
 ]

@@ -19,6 +19,7 @@ from . import triton_compat as tc
 MEMO_FILE = "toolchain-memo.json"
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
+_per_target: dict[tuple, dict] = {}
 # Counts real (expensive) computations in this process: tests assert a warm path makes none.
 expensive_calls = {"triton_key": 0, "backend_hash": 0}
 
@@ -97,14 +98,28 @@ def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
 
 
 def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict:
-    """What identifies the tools that turn a spec into a binary for `target`."""
-    return {
-        "triton_version": tc.TRITON_VERSION,
-        "triton_build": _memoized("triton_key", _triton_identity(), tc.triton_build_key, memo_dir),
-        "backend": _memoized("backend_hash", _backend_identity(target),
-                             lambda: tc.backend_toolchain_hash(target), memo_dir),
-        "env": tc.cache_invalidating_env(),
-    }
+    """What identifies the tools that turn a spec into a binary for `target`.
+
+    The installed files are checked once per process and target (a Triton upgrade takes a new
+    process anyway); Triton's cache-invalidating environment variables are read on every call.
+    """
+    return {**_installed_tools(target, memo_dir), "env": tc.cache_invalidating_env()}
+
+
+def _installed_tools(target, memo_dir: Path | None) -> dict:
+    slot = (target, str(memo_dir))
+    with _lock:
+        cached = _per_target.get(slot)
+    if cached is None:
+        cached = {
+            "triton_version": tc.TRITON_VERSION,
+            "triton_build": _memoized("triton_key", _triton_identity(), tc.triton_build_key, memo_dir),
+            "backend": _memoized("backend_hash", _backend_identity(target),
+                                 lambda: tc.backend_toolchain_hash(target), memo_dir),
+        }
+        with _lock:
+            _per_target[slot] = cached
+    return cached
 
 
 def toolchain_summary(target, memo_dir: Path | None = None) -> str:
@@ -118,3 +133,4 @@ def toolchain_summary(target, memo_dir: Path | None = None) -> str:
 def clear_process_memo() -> None:
     with _lock:
         _process_memo.clear()
+        _per_target.clear()

@@ -73,6 +73,13 @@ class Store:
         for tier in self.persistent_tiers:
             self._tier_put(tier, entry)
 
+    def lookup(self, key: str, label: str = "") -> tuple[dict, dict[str, bytes]] | None:
+        """(metadata, blobs) when some tier holds `key`, counted and logged as a hit; else None.
+        Never builds: callers that can batch their misses use this first."""
+        start = time.perf_counter()
+        found = self.get(key)
+        return None if found is None else self._hit(found, key, label, start)
+
     def get_or_create(self, key: str, build: Builder, label: str = "") -> tuple[dict, dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss."""
         start = time.perf_counter()

@@ -52,9 +52,15 @@ def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], tar
 
 
 def fetch(specs: Sequence[KernelSpec], store=None) -> list[Artifact]:
-    """Artifacts for `specs`, in order. Misses compile concurrently; hits cost a store read."""
-    if len(specs) == 1:
-        return [compiler.get_or_compile(specs[0], store)[0]]
-    workers = max(1, min(len(specs), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers, thread_name_prefix="kernel-cache-compile") as pool:
-        return [art for art, _ in pool.map(lambda s: compiler.get_or_compile(s, store), specs)]
+    """Artifacts for `specs`, in order. Hits are plain store reads; misses compile concurrently."""
+    found = [compiler.lookup(spec, store)[0] for spec in specs]
+    missing = [i for i, art in enumerate(found) if art is None]
+    if len(missing) == 1:
+        found[missing[0]] = compiler.get_or_compile(specs[missing[0]], store)[0]
+    elif missing:
+        workers = max(1, min(len(missing), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers, thread_name_prefix="kernel-cache-compile") as pool:
+            built = pool.map(lambda i: compiler.get_or_compile(specs[i], store)[0], missing)
+            for i, art in zip(missing, built):
+                found[i] = art
+    return found

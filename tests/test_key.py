@@ -12,7 +12,7 @@ import pytest
 from compiler import content_key, key_document, make_spec
 from compiler import toolchain
 from scripts.example_kernels import add_kernel, scaled_add_kernel
-from tests.conftest import run_python
+from conftest import run_python
 
 _counter = itertools.count()
 
