@@ -51,9 +51,8 @@ def _triton_identity() -> list:
 def _backend_identity(target) -> list:
     pkg = tc.triton_package_dir()
     backend_dir = "nvidia" if target.backend == "cuda" else "amd"
-    return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir,
-                                                                    "compiler.py")),
-            _identity(tc.ptxas_path(target))]
+    return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
+        + [_identity(p) for p in tc.ptxas_candidates(target)]
 
 
 class _Memo:

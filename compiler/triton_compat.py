@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sysconfig
+import threading
 import types
 from typing import Any
 
@@ -17,6 +18,11 @@ import triton
 from triton.runtime.jit import JITFunction
 
 TRITON_VERSION: str = triton.__version__
+
+# CPython 3.11's ast module is not safe to use from several threads at once ("AST constructor
+# recursion depth mismatch", fixed in 3.12): Triton's code generator parses the kernel's source, so
+# concurrent compiles take turns for that stage and overlap only in the MLIR/LLVM passes and ptxas.
+_AST_LOCK = threading.Lock()
 
 
 def is_jit_function(obj: Any) -> bool:
@@ -187,28 +193,16 @@ def backend_toolchain_hash(target) -> str:
     return make_backend(target).hash()
 
 
-@functools.lru_cache(maxsize=None)
-def ptxas_path(target) -> str | None:
-    """Path of the ptxas Triton would run for this target, or None (HIP / not found)."""
+def ptxas_candidates(target) -> list[str]:
+    """Every ptxas Triton may run for a CUDA target: the TRITON_PTXAS*_PATH overrides and the
+    binaries shipped in the wheel. Found by name only — asking Triton's knobs would run
+    `ptxas --version`, which a warm process must not do."""
     if target.backend != "cuda":
-        return None
-    try:
-        from triton.backends.nvidia import compiler as nv
-
-        getter = getattr(nv, "get_ptxas", None)
-        tool = getter(target.arch) if getter and _takes_args(getter) else getter() if getter else None
-        return getattr(tool, "path", None) if tool is not None else None
-    except Exception:
-        return None
-
-
-def _takes_args(fn) -> bool:
-    import inspect
-
-    try:
-        return len(inspect.signature(fn).parameters) > 0
-    except (TypeError, ValueError):
-        return False
+        return []
+    bin_dir = os.path.join(triton_package_dir(), "backends", "nvidia", "bin")
+    names = ("ptxas", "ptxas-blackwell")
+    overrides = [os.environ.get(f"TRITON_{n.upper().replace('-', '_')}_PATH", "") for n in names]
+    return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
 def parse_options(target, options: dict) -> Any:
@@ -256,7 +250,8 @@ def run_stages(src, target, parsed_options, on_stage=None) -> tuple[dict, dict]:
     module_map = backend.get_module_map()
     if on_stage:
         on_stage("ast")
-    module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
+    with _AST_LOCK:
+        module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
     outputs: dict[str, Any] = {}
     for ext, compile_ir in stages.items():
         if on_stage:

@@ -62,10 +62,19 @@ def compiled_sm90(example_specs_sm90):
     return {label: compile_spec(spec) for label, spec in example_specs_sm90.items()}
 
 
+def python_path(*extra) -> str:
+    """The repo first, then whatever PYTHONPATH this run has (e.g. a --target install of a dependency)."""
+    return os.pathsep.join(str(p) for p in (ROOT, *extra, os.environ.get("PYTHONPATH", "")) if p)
+
+
+def child_env(**overrides) -> dict:
+    """os.environ for a child interpreter that imports this repo's packages."""
+    return {**os.environ, "PYTHONPATH": python_path(), **overrides}
+
+
 def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter from the repo root; raises with its output on failure."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    full_env = child_env(**(env or {}))
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:

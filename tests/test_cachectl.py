@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env, python_path
+
 from kernel_cache import entry as entry_format
 from kernel_cache.maintenance import EntryFilter, EntryInfo, find_by_prefix, plan_prune
 
@@ -30,7 +32,7 @@ ARCHES = ("sm_90", "sm_80")
 
 def cachectl(*args, cwd=ROOT, env=None, timeout=300) -> subprocess.CompletedProcess:
     """Run `python -m kernel_cache ARGS` (what the cachectl console script runs)."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = child_env(**(env or {}))
     return subprocess.run([sys.executable, "-m", "kernel_cache", *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -449,7 +451,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
                     ("broken", lambda x: undefined_name(x), (vec,))]
     """))
     directory = tmp_path / "store"
-    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+    env = {"PYTHONPATH": python_path(tmp_path)}
     proc = cachectl("--dir", directory, "prewarm", "cachectl_user_program:programs", "--arch", "sm_80",
                     "-j", "1", "--json", env=env)
     assert proc.returncode == 1, proc.stderr

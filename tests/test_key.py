@@ -102,13 +102,19 @@ def test_key_changes_with_the_toolchain():
 
 def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_ptxas(tmp_path):
     code = textwrap.dedent("""
-        import json, sys
+        import json, subprocess, sys
+        spawned = []
+        _popen = subprocess.Popen.__init__
+        def _counting_init(self, args, *a, **k):
+            spawned.append(str(args))
+            return _popen(self, args, *a, **k)
+        subprocess.Popen.__init__ = _counting_init  # ptxas --version would show up here
         import compiler.triton_compat as tc
         from compiler import content_key, make_spec, toolchain
         from scripts.example_kernels import add_kernel
         key = content_key(make_spec(add_kernel, ["*fp32"] * 3 + [4096], {"BLOCK": 1024}, target="sm_90"))
         from triton.runtime.driver import driver
-        print(json.dumps({"key": key, "expensive": toolchain.expensive_calls,
+        print(json.dumps({"key": key, "expensive": toolchain.expensive_calls, "spawned": spawned,
                           "driver": driver._active is not None or driver._default is not None}))
     """)
     env = {"KERNEL_CACHE_DIR": str(tmp_path / "cache")}
@@ -119,6 +125,7 @@ def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_pt
     assert first["expensive"] == {"triton_key": 1, "backend_hash": 1}  # cold: computed once, memoized
     assert second["expensive"] == {"triton_key": 0, "backend_hash": 0}  # warm: neither runs
     assert not second["driver"]  # no GPU driver initialised to compute a key
+    assert second["spawned"] == [] and any("ptxas" in p for p in first["spawned"])
 
 
 def test_memo_is_recomputed_when_the_toolchain_files_change(tmp_path, monkeypatch):

@@ -37,12 +37,9 @@ def only_call(fn, *shapes, platform="cuda"):
 
 def subprocess_path() -> dict:
     """Keep our PYTHONPATH (e.g. a --target install of diskcache) in child processes."""
-    import os
+    from conftest import python_path
 
-    from conftest import ROOT
-
-    extra = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": str(ROOT) + (os.pathsep + extra if extra else "")}
+    return {"PYTHONPATH": python_path()}
 
 
 def compiles() -> int:

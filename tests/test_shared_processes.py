@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env
+
 from kernel_cache import publish, warnings_once
 from kernel_cache.shared import SharedTier
 
@@ -77,13 +79,9 @@ LOCK_HOLDER = textwrap.dedent("""
 """)
 
 
-def child_env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
-
-
 def spawn(script: str, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
+                            stderr=subprocess.PIPE, text=True, env=child_env(PYTHONDONTWRITEBYTECODE="1"))
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str) -> str:

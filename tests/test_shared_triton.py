@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 N_PROCESSES = 16
 
@@ -47,7 +49,7 @@ def _memo_seed(tmp_path: Path) -> Path:
     """One process computes the toolchain fingerprint memo; ranks get a copy (as a warm node would),
     so the test spends its time on the shared tier, not on 16 hashes of libtriton."""
     seed = tmp_path / "seed"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNEL_CACHE_DIR": str(seed)}
+    env = child_env(KERNEL_CACHE_DIR=str(seed))
     code = ("from compiler import toolchain_fingerprint, parse_target\n"
             "toolchain_fingerprint(parse_target('sm_90'))")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
@@ -66,8 +68,7 @@ def test_16_ranks_compile_each_example_kernel_once(tmp_path, lock):
     for i in range(N_PROCESSES):
         node = tmp_path / f"node-{i}"
         shutil.copytree(seed, node)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "KERNEL_CACHE_DIR": str(node),
-               "KERNEL_CACHE_SHARED_DIR": str(shared), "KERNEL_CACHE_LOCK": lock}
+        env = child_env(KERNEL_CACHE_DIR=str(node), KERNEL_CACHE_SHARED_DIR=str(shared), KERNEL_CACHE_LOCK=lock)
         procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(go)], env=env, cwd=REPO,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     time.sleep(1.0)

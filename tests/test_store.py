@@ -17,7 +17,7 @@ from kernel_cache import entry as entry_format
 from kernel_cache import warnings_once
 from kernel_cache.disk import DiskTier
 from kernel_cache.memory import MemoryTier
-from conftest import run_python
+from conftest import child_env, run_python
 
 
 def _entry(key="k" * 32, size=1000, **meta):
@@ -179,7 +179,7 @@ def test_four_processes_missing_the_same_kernel_compile_it_once(tmp_path):
     import subprocess
     import sys
     from conftest import ROOT
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_CACHE_DIR": str(tmp_path)}
+    env = child_env(KERNEL_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = []
