@@ -57,12 +57,15 @@ class Config:
     log: str = ""
     lock: str = "auto"
     lock_timeout: float = 600.0
+    soft_lock_stale: float = 120.0  # a soft lock not refreshed for this long belongs to a dead holder
 
     def __post_init__(self):
         if self.log not in LOG_LEVELS:
             raise ConfigError(f"KERNEL_CACHE_LOG={self.log!r}: expected one of info, debug, off")
         if self.lock not in LOCK_MODES:
             raise ConfigError(f"KERNEL_CACHE_LOCK={self.lock!r}: expected one of {', '.join(LOCK_MODES)}")
+        if self.soft_lock_stale <= 0 or self.lock_timeout <= 0:
+            raise ConfigError("KERNEL_CACHE_SOFT_LOCK_STALE and KERNEL_CACHE_LOCK_TIMEOUT must be positive")
         for name in ("memory_bytes", "memory_items", "max_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
@@ -82,7 +85,10 @@ class Config:
             raw = env.get(name, "").strip()
             return Path(raw).expanduser() if raw else None
 
-        timeout_raw = env.get("KERNEL_CACHE_LOCK_TIMEOUT", "")
+        def duration(name: str, default: float) -> float:
+            raw = env.get(name, "").strip()
+            return parse_duration(raw, name) if raw else default
+
         return cls(
             dir=path("KERNEL_CACHE_DIR"),
             shared_dir=path("KERNEL_CACHE_SHARED_DIR"),
@@ -92,5 +98,6 @@ class Config:
             max_bytes=size("KERNEL_CACHE_MAX_BYTES", cls.max_bytes),
             log=env.get("KERNEL_CACHE_LOG", "").strip().lower(),
             lock=env.get("KERNEL_CACHE_LOCK", "auto").strip().lower() or "auto",
-            lock_timeout=parse_duration(timeout_raw, "KERNEL_CACHE_LOCK_TIMEOUT") if timeout_raw else 600.0,
+            lock_timeout=duration("KERNEL_CACHE_LOCK_TIMEOUT", cls.lock_timeout),
+            soft_lock_stale=duration("KERNEL_CACHE_SOFT_LOCK_STALE", cls.soft_lock_stale),
         )

@@ -193,7 +193,7 @@ def _open_shared_tier(config: Config):
         warn_once("shared-missing", "KERNEL_CACHE_SHARED_DIR is set but this build has no shared tier")
         return None
     try:
-        return SharedTier(config.shared_dir, lock_mode=config.lock)
+        return SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale)
     except Exception as exc:
         warn_once(f"shared-unavailable:{config.shared_dir}", f"shared cache unusable ({exc}); skipping it")
         return None

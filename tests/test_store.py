@@ -217,9 +217,12 @@ def test_config_from_env_and_clear_errors(tmp_path):
                            "KERNEL_CACHE_LOG": "info"})
     assert cfg.dir == tmp_path and cfg.memory_bytes == 64 << 20 and cfg.max_bytes == int(1.5 * (1 << 30))
     assert Config.from_env({}).dir is None and Config.from_env({"KERNEL_CACHE_DISABLE": "yes"}).disabled
+    assert Config.from_env({"KERNEL_CACHE_SOFT_LOCK_STALE": "5m", "KERNEL_CACHE_LOCK_TIMEOUT": "90"}) \
+        .soft_lock_stale == 300 and Config.from_env({"KERNEL_CACHE_LOCK_TIMEOUT": "90"}).lock_timeout == 90
     for name, value in [("KERNEL_CACHE_MAX_BYTES", "10X"), ("KERNEL_CACHE_MEMORY_BYTES", "lots"),
                         ("KERNEL_CACHE_DISABLE", "maybe"), ("KERNEL_CACHE_LOG", "loud"),
-                        ("KERNEL_CACHE_LOCK", "magic")]:
+                        ("KERNEL_CACHE_LOCK", "magic"), ("KERNEL_CACHE_SOFT_LOCK_STALE", "soon"),
+                        ("KERNEL_CACHE_LOCK_TIMEOUT", "0")]:
         with pytest.raises(ConfigError, match=name):
             Config.from_env({name: value})
 
@@ -280,3 +283,9 @@ def test_default_store_follows_the_environment(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("KERNEL_CACHE_DIR")
         kernel_cache.configure()
+
+
+def test_shared_tier_takes_its_soft_lock_expiry_from_the_config(tmp_path):
+    (tmp_path / "shared").mkdir()
+    store = Store(Config(dir=tmp_path / "local", shared_dir=tmp_path / "shared", soft_lock_stale=7.0))
+    assert store.shared is not None and store.shared.stale_after == 7.0
