@@ -440,11 +440,16 @@ def cmd_verify(ctx: Context, args) -> int:
         checked += n
         bad += b
     left = [b for b in bad if not b.repaired]
+    # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
+    quarantined = [q for tier in ctx.tiers(args.tier) for q in getattr(tier, "quarantined", list)()]
     if ctx.json:
-        ctx.emit_json({"checked": checked, "bad": [b.__dict__ for b in bad], "remaining_bad": len(left)})
+        ctx.emit_json({"checked": checked, "bad": [b.__dict__ for b in bad], "remaining_bad": len(left),
+                       "quarantined": quarantined})
     else:
         for b in bad:
             print(f"{'removed' if b.repaired else 'BAD'}  {b.key}  ({b.tier}): {b.reason}")
+        for q in quarantined:
+            print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
         ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair
                                                                   else ""))
     if left:

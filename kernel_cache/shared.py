@@ -154,8 +154,8 @@ class SharedTier:
         return removed
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[str]:
-        """Remove temp files of crashed writers and unheld lock files older than the threshold.
-        Returns the removed paths."""
+        """Remove temp files of crashed writers, unheld lock files and quarantined entries older than
+        the threshold. Returns the removed paths."""
         removed, now = [], time.time()
         for sub in _subdirs(self.directory / ENTRIES_DIR):
             for path in _files(sub):
@@ -170,7 +170,8 @@ class SharedTier:
                 if kind and _age(path, now) > older_than_seconds and locks.remove_if_free(
                         path, kind, min(self.stale_after, older_than_seconds)):
                     removed.append(str(path))
-        return removed
+        # Quarantined entries are kept for inspection, then they are debris like the rest.
+        return removed + self.remove_quarantined(older_than_seconds)
 
     def quarantined(self) -> list[dict]:
         """Entries that failed validation: path, key, size_bytes, quarantined_at."""

@@ -501,5 +501,22 @@ def test_shared_tier_list_prune_verify(store_copy, tmp_path):
     assert cachectl(*both, "verify", "--repair").returncode == 0
     assert listed_keys(directory, "--shared-dir", shared, "--tier", "shared") == {keys[("softmax", "sm_90")]}
 
+    # A reader that meets a corrupt shared entry quarantines it; verify reports it, prune clears it.
+    survivor = keys[("softmax", "sm_90")]
+    spath = shared / "entries" / survivor[:2] / survivor
+    data = bytearray(spath.read_bytes())
+    data[-3] ^= 0xFF
+    spath.write_bytes(bytes(data))
+    from kernel_cache import Config, Store
+    with pytest.warns(Warning):
+        assert Store(Config(dir=tmp_path / "reader", shared_dir=shared)).get(survivor) is None
+    report = as_json(*both, "verify")
+    assert [q["key"] for q in report["quarantined"]] == [survivor]
+    for q in report["quarantined"]:
+        old = time.time() - 2 * 3600
+        os.utime(q["path"], (old, old))
+    ok(*both, "prune", "--tier", "shared")
+    assert as_json(*both, "verify")["quarantined"] == []
+
     missing = cachectl("--dir", directory, "--shared-dir", tmp_path / "no-mount", "list")
     assert missing.returncode == 2 and "no shared cache directory" in missing.stderr
