@@ -1,14 +1,14 @@
 """Example Triton kernels used by the demo, the tests and the benchmarks.
 
-Written for kernel-cache: a vector add, a scaled add, a row softmax, a row layernorm, an autotuned
-matmul (six configs) and a flash-attention forward. Importable as `scripts.example_kernels` or as
+Written for kernel-cache: a vector add, a scaled add (through a called @jit function), a row softmax,
+a row layernorm, an autotuned matmul (six configs) and a flash-attention forward. Parameters follow
+jax-triton's order (inputs and scalars, then outputs, then constexprs), so the JAX programs in
+`example_programs.py` call these same kernels. Importable as `scripts.example_kernels` or as
 `example_kernels` with scripts/ on sys.path, so recipes can re-import them.
 """
 
 import triton
 import triton.language as tl
-
-EPS = tl.constexpr(1e-5)
 
 
 @triton.jit
@@ -17,46 +17,39 @@ def _scale(x, s):
 
 
 @triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
+def add_kernel(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, x + y, mask=mask)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit
-def scaled_add_kernel(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
+def scaled_add_kernel(x_ptr, y_ptr, n, out_ptr, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, _scale(x, scale) + y, mask=mask)
+    tl.store(out_ptr + offs, _scale(x, SCALE) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
 @triton.jit
-def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+def softmax_kernel(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n_cols
     x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
+    num = tl.exp(x - tl.max(x, axis=0))
     tl.store(out_ptr + row * n_cols + offs, num / tl.sum(num, axis=0), mask=mask)
 
 
 @triton.jit
-def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, n_cols, eps, out_ptr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n_cols
     x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
     mean = tl.sum(x, axis=0) / n_cols
     diff = tl.where(mask, x - mean, 0.0)
-    var = tl.sum(diff * diff, axis=0) / n_cols
-    y = diff / tl.sqrt(var + EPS)
+    y = diff / tl.sqrt(tl.sum(diff * diff, axis=0) / n_cols + eps)
     w = tl.load(w_ptr + offs, mask=mask)
     b = tl.load(b_ptr + offs, mask=mask)
     tl.store(out_ptr + row * n_cols + offs, y * w + b, mask=mask)
@@ -74,8 +67,8 @@ MATMUL_CONFIGS = [
 
 @triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                  stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def matmul_kernel(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, c_ptr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -96,7 +89,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
-def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, sm_scale, o_ptr, HEAD_DIM: tl.constexpr,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One (batch*head, query block) per program; q/k/v/o are [BH, seq_len, HEAD_DIM] contiguous."""
     start_m = tl.program_id(0)
@@ -134,17 +127,17 @@ def example_calls():
     The autotuned matmul contributes one entry per config, as a lowering would compile them.
     """
     calls = [
-        ("add", add_kernel, ["*fp32", "*fp32", "*fp32", 4096], {"BLOCK": 1024}, {}),
-        ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", "*fp32", 4096, 0.5], {"BLOCK": 1024}, {}),
-        ("softmax", softmax_kernel, ["*fp32", "*fp32", 1000], {"BLOCK": 1024}, {}),
-        ("layernorm", layernorm_kernel, ["*fp32", "*fp32", "*fp32", "*fp32", 768], {"BLOCK": 1024},
+        ("add", add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, {}),
+        ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"SCALE": 0.5, "BLOCK": 1024}, {}),
+        ("softmax", softmax_kernel, ["*fp32", 1000, "*fp32"], {"BLOCK": 1024}, {}),
+        ("layernorm", layernorm_kernel, ["*fp32", "*fp32", "*fp32", 768, 1e-5, "*fp32"], {"BLOCK": 1024},
          {"num_warps": 8}),
     ]
-    mm_args = ["*fp16", "*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1]
+    mm_args = ["*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1, "*fp16"]
     for i, cfg in enumerate(MATMUL_CONFIGS):
         calls.append((f"matmul[{i}]", matmul_kernel, mm_args, dict(cfg.kwargs),
                       {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}))
-    calls.append(("flash_attention", flash_attention_fwd_kernel, ["*fp16", "*fp16", "*fp16", "*fp16", 1024, 0.125],
+    calls.append(("flash_attention", flash_attention_fwd_kernel, ["*fp16", "*fp16", "*fp16", 1024, 0.125, "*fp16"],
                   {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_warps": 4, "num_stages": 2}))
     return calls
 

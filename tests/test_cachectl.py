@@ -460,7 +460,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     failed = next(o for o in report["outcomes"] if o["status"] == "failed")
     assert failed["label"] == "broken" and "undefined_name" in failed["error"]
     rows = as_json("--dir", directory, "list")
-    assert [(r["kernel"], r["arch"]) for r in rows] == [("add", "sm_80")]
+    assert [(r["kernel"], r["arch"]) for r in rows] == [("add_kernel", "sm_80")]
 
     missing = cachectl("--dir", directory, "prewarm", "no_such_module_xyz:programs", env=env)
     assert missing.returncode == 2 and "cannot import module 'no_such_module_xyz'" in missing.stderr

@@ -54,17 +54,20 @@ def test_rocm_gfx942_hsaco_matches_triton_compile():
 
 
 def test_specialization_follows_triton_launcher_rules():
-    spec = make_spec(add_kernel, ["*fp32", "*fp16", Pointer("fp32", aligned=False), 1], {"BLOCK": 64},
+    spec = make_spec(add_kernel, ["*fp32", "*fp16", 1, Pointer("fp32", aligned=False)], {"BLOCK": 64},
                      target="sm_90")
-    assert spec.signature == {"x_ptr": "*fp32", "y_ptr": "*fp16", "out_ptr": "*fp32", "n": "constexpr",
+    assert spec.signature == {"x_ptr": "*fp32", "y_ptr": "*fp16", "n": "constexpr", "out_ptr": "*fp32",
                               "BLOCK": "constexpr"}
     assert spec.constexprs == {"n": 1, "BLOCK": 64}  # an int equal to 1 becomes a constexpr
     assert spec.attrs[(0,)] == [["tt.divisibility", 16]]
-    assert spec.attrs[(2,)] == []  # an unaligned pointer gets no divisibility hint
-    assert make_spec(add_kernel, ["*fp32"] * 3 + [32], {"BLOCK": 64}, target=90).attrs[(3,)] == \
-        [["tt.divisibility", 16]]
-    assert make_spec(add_kernel, ["*fp32"] * 3 + [33], {"BLOCK": 64}, target=90).attrs[(3,)] == []
-    assert make_spec(add_kernel, ["*fp32"] * 3 + [2**40], {"BLOCK": 64}, target=90).signature["n"] == "i64"
+    assert spec.attrs[(3,)] == []  # an unaligned pointer gets no divisibility hint
+
+    def n_spec(n):
+        return make_spec(add_kernel, ["*fp32", "*fp32", n, "*fp32"], {"BLOCK": 64}, target=90)
+
+    assert n_spec(32).attrs[(2,)] == [["tt.divisibility", 16]]
+    assert n_spec(33).attrs[(2,)] == []
+    assert n_spec(2**40).signature["n"] == "i64"
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -96,9 +99,9 @@ def test_failing_stage_raises_compile_error_with_context():
 
 @pytest.mark.parametrize("args, error, match", [
     (["*fp33", "*fp32", "*fp32", 8], ValueError, "unknown pointer element type"),
-    (["*fp32", "*fp32", "*fp32", 2**64], ValueError, "does not fit in 64 bits"),
-    (["*fp32", "*fp32", "*fp32", -(2**63) - 1], ValueError, "does not fit in 64 bits"),
-    (["*fp32", "*fp32", "*fp32", object()], TypeError, "must be a pointer type"),
+    (["*fp32", "*fp32", 2**64, "*fp32"], ValueError, "does not fit in 64 bits"),
+    (["*fp32", "*fp32", -(2**63) - 1, "*fp32"], ValueError, "does not fit in 64 bits"),
+    (["*fp32", "*fp32", object(), "*fp32"], TypeError, "must be a pointer type"),
     (["*fp32", "*fp32"], ValueError, "takes 4 runtime argument"),
 ])
 def test_bad_arguments_are_clear_errors(args, error, match):
@@ -112,15 +115,15 @@ def test_bad_kernel_target_and_params_are_clear_errors():
     with pytest.raises(ValueError, match="unknown GPU target"):
         parse_target("sm_x")
     with pytest.raises(ValueError, match="no parameter"):
-        make_spec(add_kernel, ["*fp32"] * 3 + [8], {"BLOCK": 64, "NOPE": 1}, target="sm_90")
+        make_spec(add_kernel, ["*fp32", "*fp32", 8, "*fp32"], {"BLOCK": 64, "NOPE": 1}, target="sm_90")
     with pytest.raises(ValueError, match="needs a value"):
-        make_spec(add_kernel, ["*fp32"] * 3 + [8], {}, target="sm_90")
+        make_spec(add_kernel, ["*fp32", "*fp32", 8, "*fp32"], {}, target="sm_90")
     with pytest.raises(ValueError, match="num_warps"):
-        make_spec(add_kernel, ["*fp32"] * 3 + [8], {"BLOCK": 64}, target="sm_90", num_warps=0)
+        make_spec(add_kernel, ["*fp32", "*fp32", 8, "*fp32"], {"BLOCK": 64}, target="sm_90", num_warps=0)
 
 
 def test_autotuned_kernel_is_unwrapped_to_its_jit_function():
-    spec = make_spec(matmul_kernel, ["*fp16"] * 3 + [64] * 9, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32},
+    spec = make_spec(matmul_kernel, ["*fp16"] * 2 + [64] * 9 + ["*fp16"], {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32},
                      target="sm_90")
     assert spec.name == "matmul_kernel" and tc.is_jit_function(spec.kernel)
 

@@ -11,7 +11,7 @@ import pytest
 
 from compiler import content_key, key_document, make_spec
 from compiler import toolchain
-from scripts.example_kernels import add_kernel, scaled_add_kernel
+from scripts.example_kernels import add_kernel, layernorm_kernel
 from conftest import run_python
 
 _counter = itertools.count()
@@ -79,14 +79,16 @@ def test_key_changes_with_every_launch_parameter_and_option(tmp_path, change):
 
 
 def test_scalar_values_with_the_same_specialization_share_a_key():
-    base = ["*fp32", "*fp32", "*fp32", 4096, 0.5]
-    other = ["*fp32", "*fp32", "*fp32", 8192, 0.25]  # both 16-divisible ints, floats unspecialized
-    assert content_key(make_spec(scaled_add_kernel, base, {"BLOCK": 64}, target=90)) == \
-        content_key(make_spec(scaled_add_kernel, other, {"BLOCK": 64}, target=90))
+    def key(n, eps):
+        return content_key(make_spec(layernorm_kernel, ["*fp32"] * 3 + [n, eps, "*fp32"], {"BLOCK": 64},
+                                     target=90))
+
+    assert key(4096, 1e-5) == key(8192, 1e-6)  # both 16-divisible ints; floats are never specialized
+    assert key(4096, 1e-5) != key(4097, 1e-5)
 
 
 def test_key_changes_with_a_cache_invalidating_env_var(monkeypatch):
-    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
     before = content_key(spec)
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
     assert key_document(spec)["toolchain"]["env"] == {"TRITON_DEFAULT_FP_FUSION": "false"}
@@ -94,7 +96,7 @@ def test_key_changes_with_a_cache_invalidating_env_var(monkeypatch):
 
 
 def test_key_changes_with_the_toolchain():
-    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
     fp = toolchain.toolchain_fingerprint(spec.target)
     for field, value in [("triton_version", "9.9.9"), ("triton_build", "0" * 64), ("backend", "ptxas 99")]:
         assert content_key(spec, {**fp, field: value}) != content_key(spec, fp)
@@ -112,7 +114,7 @@ def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_pt
         import compiler.triton_compat as tc
         from compiler import content_key, make_spec, toolchain
         from scripts.example_kernels import add_kernel
-        key = content_key(make_spec(add_kernel, ["*fp32"] * 3 + [4096], {"BLOCK": 1024}, target="sm_90"))
+        key = content_key(make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90"))
         from triton.runtime.driver import driver
         print(json.dumps({"key": key, "expensive": toolchain.expensive_calls, "spawned": spawned,
                           "driver": driver._active is not None or driver._default is not None}))
@@ -120,7 +122,7 @@ def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_pt
     env = {"KERNEL_CACHE_DIR": str(tmp_path / "cache")}
     first = json.loads(run_python(code, env).stdout.strip().splitlines()[-1])
     second = json.loads(run_python(code, env).stdout.strip().splitlines()[-1])
-    here = content_key(make_spec(add_kernel, ["*fp32"] * 3 + [4096], {"BLOCK": 1024}, target="sm_90"))
+    here = content_key(make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90"))
     assert first["key"] == second["key"] == here
     assert first["expensive"] == {"triton_key": 1, "backend_hash": 1}  # cold: computed once, memoized
     assert second["expensive"] == {"triton_key": 0, "backend_hash": 0}  # warm: neither runs
@@ -131,7 +133,7 @@ def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_pt
 def test_memo_is_recomputed_when_the_toolchain_files_change(tmp_path, monkeypatch):
     toolchain.clear_process_memo()
     memo_dir = tmp_path / "memo"
-    spec = make_spec(add_kernel, ["*fp32"] * 3 + [64], {"BLOCK": 64}, target=90)
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
     calls = dict(toolchain.expensive_calls)
     toolchain.toolchain_fingerprint(spec.target, memo_dir)
     assert toolchain.expensive_calls["triton_key"] == calls["triton_key"] + 1

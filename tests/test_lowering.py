@@ -52,15 +52,6 @@ VEC = jax.ShapeDtypeStruct((4096,), f32)
 
 
 # Small kernels for the cases the program set does not cover ------------------------------------
-@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2), triton.Config({"BLOCK": 512}, num_warps=4)],
-                 key=["n"])
-@triton.jit
-def tuned_inplace(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
 @triton.jit
 def scalars_kernel(x_ptr, a, b, c, flag, out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
@@ -80,7 +71,7 @@ def two_outputs(x_ptr, n, out_a, out_b, BLOCK: tl.constexpr, EVEN: tl.constexpr)
 
 
 def tuned_call(x, y, **kw):
-    return jt.triton_call(x, y, x.size, kernel=tuned_inplace, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    return jt.triton_call(x, y, x.size, kernel=ep.tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),), compute_capability=90, **kw)
 
 
@@ -99,7 +90,7 @@ def test_plain_calls_use_the_ffi_target_with_their_grid(program_calls):
         assert call["target"] == target
         kc = call["kernel_call"]
         assert kc["grid"] == ((1 << 20) // block, 1, 1)
-        assert kc["kernel"]["kernel_name"] == "add"
+        assert kc["kernel"]["kernel_name"] == "add_kernel"
         assert kc["kernel"]["compute_capability"] == 90
         arr = {"array": {"bytes_to_zero": 0, "ptr_divisibility": 16}}
         assert kc["parameters"] == [arr, arr, {"i32": 1 << 20}, arr]
@@ -252,7 +243,7 @@ def test_heuristics_apply_per_config_in_both_decorator_orders(order):
 
 def test_pre_hook_is_refused_by_name():
     kernel = triton.autotune([triton.Config({"BLOCK": 256}, pre_hook=lambda nargs: None)], key=["n"])(
-        triton.jit(tuned_inplace.fn.fn))
+        ep.add)
     with pytest.raises(NotImplementedError, match="pre_hook"):
         lower(lambda x, y: jt.triton_call(x, y, x.size, kernel=kernel, out_shape=x, grid=1,
                                           compute_capability=90), VEC, VEC)
