@@ -9,12 +9,12 @@ from .compile import compile_spec
 from .errors import CompileError
 from .key import content_key, key_document
 from .recipe import RecipeError, from_recipe, to_recipe
-from .spec import KernelSpec, Pointer, make_spec
+from .spec import KernelSpec, Pointer, Scalar, make_spec
 from .target import Target, parse_target
 from .toolchain import toolchain_fingerprint
 
 __all__ = [
-    "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Target", "compile_spec",
+    "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Scalar", "Target", "compile_spec",
     "content_key", "from_recipe", "get_or_compile", "key_document", "lookup", "make_spec", "parse_target",
     "to_recipe", "toolchain_fingerprint",
 ]

@@ -18,11 +18,26 @@ def _store(store):
 
 def lookup(spec: KernelSpec, store=None) -> tuple[Artifact, str] | tuple[None, str]:
     """(artifact, key) when the store already holds `spec`, else (None, key). Never compiles."""
+    store = _store(store)
     key = content_key(spec)
-    found = _store(store).lookup(key, label=spec.name)
+    found = store.lookup(key, label=spec.name)
     if found is None:
         return None, key
-    return Artifact.from_entry(*found), key
+    artifact = _artifact(store, key, found)
+    return artifact, key
+
+
+def _artifact(store, key: str, found) -> Artifact | None:
+    """The artifact in a valid entry; an entry that is well-formed but not a usable artifact (another
+    tool's, an older layout) is dropped so the caller rebuilds it."""
+    try:
+        return Artifact.from_entry(*found)
+    except (KeyError, TypeError, ValueError) as exc:
+        from kernel_cache.warnings_once import warn_once
+
+        warn_once(f"bad-artifact:{key}", f"dropped entry {key[:12]}: not a usable kernel artifact ({exc})")
+        store.delete(key)
+        return None
 
 
 def get_or_compile(spec: KernelSpec, store=None) -> tuple[Artifact, str]:
@@ -36,5 +51,8 @@ def get_or_compile(spec: KernelSpec, store=None) -> tuple[Artifact, str]:
         meta, blobs = art.to_entry()
         return meta, blobs, art.compile_seconds
 
-    meta, blobs = store.get_or_create(key, build, label=spec.name)
-    return Artifact.from_entry(meta, blobs), key
+    found = store.get_or_create(key, build, label=spec.name)
+    artifact = _artifact(store, key, found)
+    if artifact is None:  # the unusable entry is gone: build it again
+        artifact = _artifact(store, key, store.get_or_create(key, build, label=spec.name))
+    return artifact, key

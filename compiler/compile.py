@@ -7,7 +7,7 @@ import time
 from . import triton_compat as tc
 from .artifact import Artifact, TEXT_BLOBS
 from .errors import CompileError
-from .recipe import RecipeError, to_recipe
+from .recipe import to_recipe
 from .spec import KernelSpec
 from .toolchain import toolchain_summary
 
@@ -50,10 +50,6 @@ def compile_spec(spec: KernelSpec) -> Artifact:
     for ext, out in outputs.items():
         if ext in keep:
             blobs[ext] = out if isinstance(out, bytes) else str(out).encode()
-    try:
-        recipe = to_recipe(spec)
-    except RecipeError:
-        recipe = None
     cluster = metadata.get("cluster_dims", (1, 1, 1))
     return Artifact(
         name=metadata["name"], target=spec.target, num_warps=int(metadata.get("num_warps", spec.num_warps)),
@@ -62,5 +58,5 @@ def compile_spec(spec: KernelSpec) -> Artifact:
         global_scratch_size=int(metadata.get("global_scratch_size", 0) or 0),
         global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
         toolchain={"summary": toolchain_summary(spec.target), "triton_version": tc.TRITON_VERSION},
-        compile_seconds=seconds, recipe=recipe, blobs=blobs,
+        compile_seconds=seconds, recipe=to_recipe(spec), blobs=blobs,
         extra={k: _jsonable(metadata[k]) for k in _EXTRA_META if k in metadata})

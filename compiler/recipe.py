@@ -1,7 +1,8 @@
 """Recipes: a JSON description of a spec from which `cachectl prewarm` can rebuild it elsewhere.
 
 A recipe names the kernel by module and qualified name (re-imported later), so kernels defined in
-`__main__` or in a closure cannot be rebuilt; `load_recipe` then says so instead of guessing.
+`__main__` or in a closure cannot be rebuilt; `from_recipe` then says so instead of guessing.
+Rebuilding imports the module a recipe names: prewarm only caches whose writers you trust.
 """
 
 from __future__ import annotations

@@ -39,6 +39,23 @@ class Pointer:
         object.__setattr__(self, "dtype", self.dtype.lstrip("*"))
 
 
+SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
+                          "fp32", "fp64"})
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar argument with an explicit Triton type (e.g. a float beyond fp32's range as fp64);
+    never specialized on its value."""
+
+    type: str
+    value: bool | int | float
+
+    def __post_init__(self):
+        if self.type not in SCALAR_TYPES:
+            raise ValueError(f"unknown scalar type {self.type!r}; expected one of {sorted(SCALAR_TYPES)}")
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """The complete description of one compiled kernel. Hashable inputs for the content key."""
@@ -131,6 +148,9 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             ty, spec_attr = tc.specialize(tgt.backend, value.dtype, specialize=not no_spec,
                                           align=value.aligned and not no_align)
             ty = "*" + value.dtype if not ty.startswith("*") else ty
+        elif isinstance(value, Scalar):
+            _check_scalar(name, value.value)
+            ty, spec_attr = value.type, None
         else:
             _check_scalar(name, value)
             do_spec = not no_spec

@@ -33,13 +33,13 @@ class Target:
         return cls(obj["backend"], obj["arch"], int(obj["warp_size"]))
 
 
+_GFX_MAJOR = re.compile(r"^gfx(\d{1,2})[0-9a-f]{2}")
+
+
 def _hip_warp_size(arch: str) -> int:
-    # CDNA (gfx9xx) runs wave64; RDNA (gfx10+) runs wave32, as Triton's HIP backend decides.
-    major = arch[3:-2] if len(arch) > 5 else arch[3:4]
-    try:
-        return 64 if int(major) < 10 else 32
-    except ValueError:
-        return 64
+    """CDNA (gfx9xx) runs wave64; RDNA (gfx10+) wave32, as Triton's HIP backend decides."""
+    m = _GFX_MAJOR.match(arch)
+    return 64 if m is None or int(m.group(1)) < 10 else 32
 
 
 def parse_target(value: "Target | str | int") -> Target:

@@ -8,6 +8,7 @@ changes the identity, which forces a recompute.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -24,11 +25,21 @@ _per_target: dict[tuple, dict] = {}
 expensive_calls = {"triton_key": 0, "backend_hash": 0}
 
 
-def default_memo_dir() -> Path:
-    base = os.environ.get("KERNEL_CACHE_DIR")
+def default_memo_dir() -> Path | None:
+    """Where the memo lives: KERNEL_CACHE_DIR, else the user's cache home; None (memo in this
+    process only) when caching is disabled or no home directory can be found."""
+    if os.environ.get("KERNEL_CACHE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    base = os.environ.get("KERNEL_CACHE_DIR", "").strip()
     if base:
         return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernel-cache"
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg:
+        return Path(xdg) / "kernel-cache"
+    try:
+        return Path.home() / ".cache" / "kernel-cache"
+    except (RuntimeError, KeyError):  # no HOME and no passwd entry (containers with arbitrary uids)
+        return None
 
 
 def _identity(path: str | None) -> list:
@@ -58,10 +69,12 @@ def _backend_identity(target) -> list:
 class _Memo:
     """A JSON dict on disk; unreadable or unwritable files just mean recomputing."""
 
-    def __init__(self, directory: Path):
-        self.path = Path(directory) / MEMO_FILE
+    def __init__(self, directory: Path | None):
+        self.path = Path(directory) / MEMO_FILE if directory is not None else None
 
     def load(self) -> dict:
+        if self.path is None:
+            return {}
         try:
             data = json.loads(self.path.read_text())
             return data if isinstance(data, dict) else {}
@@ -69,6 +82,9 @@ class _Memo:
             return {}
 
     def store(self, key: str, value: str) -> None:
+        if self.path is None:
+            return
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             data = self.load()
@@ -77,8 +93,13 @@ class _Memo:
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, sort_keys=True)
             os.replace(tmp, self.path)
+            tmp = None
         except OSError:
             pass
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
@@ -86,7 +107,7 @@ def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
     with _lock:
         if ident in _process_memo:
             return _process_memo[ident]
-        memo = _Memo(memo_dir or default_memo_dir())
+        memo = _Memo(memo_dir if memo_dir is not None else default_memo_dir())
         value = memo.load().get(ident)
         if not isinstance(value, str):
             expensive_calls[name] += 1
@@ -122,11 +143,14 @@ def _installed_tools(target, memo_dir: Path | None) -> dict:
 
 
 def toolchain_summary(target, memo_dir: Path | None = None) -> str:
-    """A short human-readable identity, stored in entries so `cachectl --stale` can compare."""
-    fp = toolchain_fingerprint(target, memo_dir)
+    """A short identity of the installed tools (not the environment), stored in entries so
+    `cachectl --stale` can tell entries built by another Triton/ptxas. Triton's cache-invalidating
+    environment variables are part of every content key instead: a cachectl run without the job's
+    TRITON_* settings must not call the job's entries stale."""
     from .key import digest
 
-    return f"triton-{fp['triton_version']}+{digest(fp)[:12]}"
+    tools = _installed_tools(target, memo_dir)
+    return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 
 
 def clear_process_memo() -> None:

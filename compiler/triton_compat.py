@@ -163,6 +163,16 @@ def param_flags(fn: JITFunction) -> list[tuple[str, bool, bool, bool, str]]:
     return out
 
 
+def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
+    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`)."""
+    out = {}
+    for p in fn.params:
+        if p.is_constexpr and getattr(p, "has_default", False):
+            default = p.default
+            out[p.name] = getattr(default, "value", default) if type(default).__name__ == "constexpr" else default
+    return out
+
+
 def cache_invalidating_env() -> dict[str, str]:
     """The environment variables Triton itself treats as changing compiled output."""
     from triton._C.libtriton import get_cache_invalidating_env_vars

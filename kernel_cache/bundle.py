@@ -89,11 +89,15 @@ def read_bundle(path: Path) -> Iterator[tuple[str, bytes | None, str]]:
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"{path} is not a kernel-cache bundle: {exc}") from None
     with tar:
-        seen_manifest = False
         try:
-            for member in tar:
+            # The manifest is checked before any entry is handed out, wherever it sits in the archive.
+            try:
+                manifest = tar.getmember(MANIFEST)
+            except KeyError:
+                raise BundleError(f"{path} has no {MANIFEST}: not a kernel-cache bundle") from None
+            _check_manifest(tar, manifest, path)
+            for member in tar.getmembers():
                 if member.name == MANIFEST:
-                    seen_manifest = _check_manifest(tar, member, path)
                     continue
                 match = _MEMBER.match(member.name)
                 if not member.isfile() or match is None:
@@ -105,11 +109,9 @@ def read_bundle(path: Path) -> Iterator[tuple[str, bytes | None, str]]:
                 yield match.group(1), tar.extractfile(member).read(), ""
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise BundleError(f"{path} is damaged: {exc}") from None
-        if not seen_manifest:
-            raise BundleError(f"{path} has no {MANIFEST}: not a kernel-cache bundle")
 
 
-def _check_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> bool:
+def _check_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
     try:
         manifest = json.loads(tar.extractfile(member).read())
     except ValueError as exc:
@@ -119,7 +121,6 @@ def _check_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -
     if manifest.get("version") != BUNDLE_VERSION:
         raise BundleError(f"{path}: bundle version {manifest.get('version')!r}, this kernel-cache reads "
                           f"{BUNDLE_VERSION}")
-    return True
 
 
 def import_bundle(path: Path, tier, installed: Callable[[dict], "str | None"] | None = None,
@@ -128,7 +129,8 @@ def import_bundle(path: Path, tier, installed: Callable[[dict], "str | None"] | 
 
     `installed(target)` gives the installed toolchain's summary for a target; entries built by a
     different toolchain are skipped (their keys could never be looked up here) unless `allow_stale`.
-    A damaged archive raises BundleError after the entries read before the damage have landed.
+    A bundle without a valid manifest lands nothing; a damaged archive raises BundleError after the
+    entries read before the damage have landed.
     """
     result = ImportResult()
     for key, data, reason in read_bundle(path):
@@ -140,10 +142,13 @@ def import_bundle(path: Path, tier, installed: Callable[[dict], "str | None"] | 
         except CorruptEntry as exc:
             result.rejected.append((key, str(exc)))
             continue
+        target, toolchain = entry.meta.get("target"), entry.meta.get("toolchain")
+        if installed is not None and not (isinstance(target, dict) and isinstance(toolchain, dict)):
+            result.rejected.append((key, "entry names no target or toolchain"))
+            continue
         if installed is not None and not allow_stale:
-            target = entry.meta.get("target")
-            current = installed(target) if isinstance(target, dict) else None
-            if current is not None and (entry.meta.get("toolchain") or {}).get("summary") != current:
+            current = installed(target)
+            if current is not None and toolchain.get("summary") != current:
                 result.stale.append(key)
                 continue
         if _contains(tier, key):

@@ -348,7 +348,7 @@ def cmd_show(ctx: Context, args) -> int:
           + ", ".join(f"{n} {human_size(s)}" for n, s in blobs.items()))
     recipe = meta.get("recipe")
     if not recipe:
-        print("recipe       none (kernel defined in a script or closure; prewarm cannot rebuild it)")
+        print("recipe       none (the entry records no recipe; prewarm cannot rebuild it)")
     for n, (field, value) in enumerate(sorted((recipe or {}).items())):
         shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         print(f"{'recipe' if n == 0 else '':<13}{field:<11} {shown}")
@@ -502,7 +502,7 @@ def cmd_prewarm(ctx: Context, args) -> int:
             progress.expect(len(todo))
             prewarm.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
             if no_recipe and ctx.verbose:
-                ctx.say(f"{no_recipe} entries have no recipe (kernel defined in a script) and were skipped")
+                ctx.say(f"{no_recipe} entries record no recipe and were skipped")
     except prewarm.PrewarmError as exc:
         progress.finish()
         raise CliError(str(exc)) from None

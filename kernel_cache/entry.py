@@ -128,6 +128,9 @@ def peek_meta(data: bytes) -> dict:
     """The metadata without checksumming the blobs (for listings of large caches)."""
     meta_len, _, _, _ = read_header(data)
     try:
-        return json.loads(data[_HEADER.size:_HEADER.size + meta_len])
+        meta = json.loads(data[_HEADER.size:_HEADER.size + meta_len])
     except ValueError as exc:
         raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise CorruptEntry("entry metadata is not a JSON object")
+    return meta

@@ -23,6 +23,7 @@ commands must start fast.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import json
@@ -121,15 +122,14 @@ def _open_worker_store(config_fields: dict) -> None:
 
 
 def _config_fields(config: Config) -> dict:
-    return {"dir": str(config.dir) if config.dir else None,
-            "shared_dir": str(config.shared_dir) if config.shared_dir else None,
-            "max_bytes": config.max_bytes, "lock": config.lock}
+    """The parent's whole Config, JSON-able, so workers lock and bound exactly as the parent does."""
+    fields = dataclasses.asdict(config)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}
 
 
 def _config_from_fields(fields: dict) -> Config:
-    return Config(dir=Path(fields["dir"]) if fields["dir"] else None,
-                  shared_dir=Path(fields["shared_dir"]) if fields["shared_dir"] else None,
-                  max_bytes=fields["max_bytes"], lock=fields["lock"])
+    paths = {k: Path(fields[k]) if fields.get(k) else None for k in ("dir", "shared_dir")}
+    return Config(**{**fields, **paths})
 
 
 def build_recipe(recipe: dict, arch: str, label: str, store=None) -> Outcome:

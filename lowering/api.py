@@ -1,7 +1,9 @@
-"""`triton_call`: launch a Triton kernel from JAX, with jax-triton's signature (0.3 and 0.4 spellings).
+"""`triton_call`: launch a Triton kernel from JAX, with jax-triton's signature (0.3's and 0.4's
+keywords: out_shape/out_type, backend_options, has_side_effect, cost_estimate).
 
 Arrays are passed in order, then one pointer per output; Python/NumPy scalars become scalar kernel
-arguments fixed at trace time; keyword metaparameters are constexprs.
+arguments fixed at trace time; keyword metaparameters are constexprs (as in jax-triton 0.3: a
+keyword naming a non-constexpr parameter is compiled in as a constant).
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from .primitive import triton_kernel_call_p
 
 
 
+_LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
+
+
 def _is_scalar(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, np.ndarray)
+    if isinstance(value, (np.complexfloating, np.str_, np.bytes_, np.void)):
+        raise TypeError(f"a {type(value).__name__} scalar cannot be passed to a Triton kernel")
+    return isinstance(value, (bool, int, float, np.generic))
 
 
 def _scalar(value: Any) -> Any:
@@ -50,11 +57,12 @@ def _zeroed_param(zeroed: Any) -> Any:
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
                 name: str = "", num_warps: int | None = None, num_stages: int | None = None,
-                num_ctas: int = 1, compute_capability: "int | str | None" = None,
+                num_ctas: int | None = 1, compute_capability: "int | str | None" = None,
                 enable_fp_fusion: bool = True, backend_options: Mapping[str, Any] | None = None,
                 input_output_aliases: Mapping[int, int] | None = None,
                 zeroed_outputs: "Sequence[int] | Callable[[dict], Sequence[int]]" = (),
-                debug: bool = False, serialized_metadata: bytes = b"", **metaparams: Any) -> Any:
+                debug: bool = False, serialized_metadata: bytes = b"", has_side_effect: bool = False,
+                cost_estimate: Any = None, **metaparams: Any) -> Any:
     """Call `kernel` (a @triton.jit function, possibly wrapped by triton.autotune / triton.heuristics).
 
     out_shape / out_type: a ShapeDtypeStruct or any pytree of objects with .shape and .dtype; the
@@ -62,7 +70,20 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     metaparameters (evaluated per autotune config). input_output_aliases: {input index: output
     index}, counted over array arguments. zeroed_outputs: output indices to zero before launch (or a
     callable of the metaparameters). compute_capability: e.g. 90 (default: the device's).
+    backend_options: Triton options; num_warps/num_stages/num_ctas may be given there instead (as in
+    jax-triton 0.4). has_side_effect: keep the call even when its outputs are unused.
+    cost_estimate: accepted for jax-triton 0.4 compatibility; not used.
     """
+    del cost_estimate
+    launch = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+    options = dict(backend_options or {})
+    for key in _LAUNCH_KEYS:
+        if key in options:
+            if launch[key] not in (None, 1 if key == "num_ctas" else None):
+                raise ValueError(f"{key} given both as an argument and in backend_options")
+            launch[key] = options.pop(key)
+    if launch["num_ctas"] is None:
+        launch["num_ctas"] = 1
     if out_shape is None and out_type is None:
         raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
     if out_shape is not None and out_type is not None:
@@ -86,12 +107,19 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         if not (0 <= i < len(arrays) and 0 <= o < len(flat_out)):
             raise ValueError(f"input_output_aliases entry {i}: {o} is out of range "
                              f"({len(arrays)} array inputs, {len(flat_out)} outputs)")
+    if len({o for _, o in aliases}) != len(aliases):
+        raise ValueError(f"input_output_aliases must map each output from at most one input, got "
+                         f"{dict(aliases)}")
+    for key, value in metaparams.items():
+        if not _is_scalar(value) and hasattr(value, "shape"):
+            raise TypeError(f"metaparameter '{key}' is an array: pass arrays positionally (keywords are "
+                            f"compile-time constants)")
     out_flat = triton_kernel_call_p.bind(
         *arrays, kernel=kernel, scalars=tuple(scalars),
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=_grid_param(grid),
-        name=name, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-        compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
-        backend_options=_hashable_items(backend_options, "backend_options"), input_output_aliases=aliases,
+        name=name, **launch, compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
+        backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
         zeroed_outputs=_zeroed_param(zeroed_outputs), debug=debug,
-        serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"))
+        serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"),
+        has_side_effect=bool(has_side_effect))
     return tree_util.tree_unflatten(out_tree, out_flat)

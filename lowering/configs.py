@@ -35,7 +35,7 @@ class _Raw:  # a config being resolved (mutable while heuristics are applied)
     description: str
 
 
-def _from_triton(config, metaparams: Mapping[str, Any]) -> _Raw:
+def _from_triton(config) -> _Raw:
     return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else 4,
                 config.num_stages if config.num_stages is not None else 3,
                 getattr(config, "num_ctas", 1) or 1, str(config))
@@ -55,7 +55,25 @@ def _autotuner_configs(tuner: Autotuner, named_args: dict, metaparams: Mapping[s
     prune = getattr(tuner, "early_config_prune", None)
     if prune is not None:
         kept = list(prune(kept, named_args))
-    return [_from_triton(c, metaparams) for c in kept]
+    kept = _perf_model_top_k(tuner, kept, named_args, metaparams)
+    return [_from_triton(c) for c in kept]
+
+
+def _perf_model_top_k(tuner: Autotuner, configs: list, named_args: dict, metaparams: Mapping[str, Any]) -> list:
+    """Keep the `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs does."""
+    perf_model = getattr(tuner, "perf_model", None)
+    if perf_model is None:
+        return configs
+    top_k = getattr(tuner, "configs_top_k", 1.0)
+    if isinstance(top_k, float) and top_k <= 1.0:
+        top_k = int(len(configs) * top_k)
+    if not isinstance(top_k, int):
+        raise TypeError(f"autotune top_k of kernel '{_name(tuner)}' must be an int or a fraction <= 1.0")
+    if len(configs) <= top_k:
+        return configs
+    estimates = [perf_model(**named_args, **metaparams, **c.all_kwargs()) for c in configs]
+    order = sorted(range(len(configs)), key=lambda i: estimates[i])
+    return [configs[i] for i in order[:max(top_k, 1)]]
 
 
 def _name(kernel: Any) -> str:
@@ -85,8 +103,9 @@ def resolve_configs(kernel: Any, named_args: dict, metaparams: Mapping[str, Any]
     default = _Raw({}, 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages,
                    num_ctas, "default")
     fn, raw = _resolve(kernel, [default], named_args, metaparams)
-    return fn, [LaunchConfig({**metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas, c.description)
-                for c in raw]
+    defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
+    return fn, [LaunchConfig({**defaults, **metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas,
+                             c.description) for c in raw]
 
 
 def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:

@@ -73,6 +73,7 @@ def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
             params.append(module.create_array_parameter(call.zeroed_bytes.get(position, 0),
                                                         16 if aligned else 0))
         else:
+            value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
             params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
     return params
 
@@ -118,7 +119,7 @@ def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Seque
 
 
 def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name: str,
-         aliases: Sequence[tuple]) -> Sequence[ir.Value]:
+         aliases: Sequence[tuple], has_side_effect: bool = False) -> Sequence[ir.Value]:
     """The stablehlo custom call launching `payload`."""
     result_types = [compat.ir_type(ctx, aval) for aval in ctx.avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
@@ -131,4 +132,4 @@ def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name:
     return mlir.custom_call(
         target, result_types=result_types, operands=list(operands), backend_config=backend_config,
         api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
-        operand_output_aliases=dict(aliases)).results
+        operand_output_aliases=dict(aliases), has_side_effect=has_side_effect).results

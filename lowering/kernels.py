@@ -36,12 +36,23 @@ def pointer_type(dtype: Any) -> str:
         raise TypeError(f"arrays of dtype {name} cannot be passed to a Triton kernel") from None
 
 
+_FP32_MAX = float(np.finfo(np.float32).max)
+
+
+def _typed_scalar(value: Any) -> Any:
+    """Python floats beyond fp32's range travel as fp64, as jax-triton passes them; the rest keep
+    Triton's own typing (fp32 floats, i32/i64/u64 ints, booleans)."""
+    if isinstance(value, float) and np.isfinite(value) and abs(value) > _FP32_MAX:
+        return compiler.Scalar("fp64", value)
+    return value
+
+
 def runtime_args(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]],
                  out_dtypes: Sequence[Any]) -> list[Any]:
     """The kernel's runtime arguments in order: inputs with scalars at their positions, then outputs."""
     args: list[Any] = [pointer_type(d) for d in in_dtypes]
     for position, value in scalars:  # positions are ascending, counted over arrays and scalars
-        args.insert(position, value)
+        args.insert(position, _typed_scalar(value))
     return args + [pointer_type(d) for d in out_dtypes]
 
 

@@ -10,6 +10,7 @@ import functools
 from jax._src import core, dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
+from jax.interpreters import partial_eval as pe
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
@@ -40,5 +41,14 @@ def _kernel_name(params) -> str:
     return getattr(kernel, "__name__", "?")
 
 
+def _dce(used_outputs, eqn):
+    """Unused outputs may drop the call, unless it has side effects or writes into an input."""
+    if any(used_outputs) or eqn.params["has_side_effect"] or eqn.params["input_output_aliases"]:
+        return [True] * len(eqn.invars), eqn
+    return [False] * len(eqn.invars), None
+
+
+if hasattr(pe, "dce_rules"):  # jax >= 0.4.x exposes DCE rules here
+    pe.dce_rules[triton_kernel_call_p] = _dce
 ad.primitive_jvps[triton_kernel_call_p] = _no_jvp
 batching.primitive_batchers[triton_kernel_call_p] = _no_vmap

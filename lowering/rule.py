@@ -43,7 +43,7 @@ def _lower(platform: str, ctx, *operands, **params):
 
 def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
            num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
-           zeroed_outputs, debug, serialized_metadata, metaparams):
+           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect):
     devices.check_lowering_context(ctx)
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
@@ -75,7 +75,7 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
         compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
         num_inputs=len(ctx.avals_in), in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
     return custom_call.emit(ctx, operands, platform, payload, autotuned=len(calls) > 1, name=name,
-                            aliases=input_output_aliases)
+                            aliases=input_output_aliases, has_side_effect=has_side_effect)
 
 
 def _param_index(fn, metaparams, position: int) -> int:

@@ -351,6 +351,15 @@ def test_import_validates_format_checksum_and_toolchain(pristine, tmp_path):
         bad_key: "entry checksum mismatch", "../../etc/evil": "not an entry of a kernel-cache bundle"}
     assert listed_keys(target) == {good_key}
 
+    # A bundle of another version lands nothing, wherever its manifest sits in the archive.
+    future = tmp_path / "future.kcb"
+    manifest_v99 = json.dumps({"format": "kernel-cache-bundle", "version": 99, "entries": []}).encode()
+    _bundle_with(future, {f"entries/{good_key}.kce": good, "manifest.json": manifest_v99})
+    other = tmp_path / "other"
+    proc = cachectl("--dir", other, "import", future)
+    assert proc.returncode == 1 and "bundle version 99" in proc.stderr
+    assert not (other / "entries").exists() or listed_keys(other) == set()
+
     garbage = tmp_path / "garbage.kcb"
     garbage.write_bytes(b"not a tarball at all")
     proc = cachectl("--dir", target, "import", garbage)

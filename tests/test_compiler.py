@@ -147,3 +147,8 @@ def test_pure_python_specialization_matches_triton_native_rules(backend):
                     kw = dict(is_const=const, specialize=spec_flag, align=align)
                     assert tc.specialize(backend, value, **kw) == tc.native_specialize(backend, value, **kw), \
                         (value, kw)
+
+
+def test_rdna_targets_with_feature_suffixes_keep_wave32():
+    assert parse_target("gfx1100:xnack-").warp_size == 32
+    assert parse_target("gfx90a").warp_size == 64 and parse_target("gfx942").warp_size == 64

@@ -145,3 +145,32 @@ def test_memo_is_recomputed_when_the_toolchain_files_change(tmp_path, monkeypatc
     toolchain.clear_process_memo()
     toolchain.toolchain_fingerprint(spec.target, memo_dir)
     assert toolchain.expensive_calls["triton_key"] == calls["triton_key"] + 2
+
+
+def test_toolchain_summary_ignores_the_environment_but_the_key_does_not(monkeypatch):
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
+    summary, key = toolchain.toolchain_summary(spec.target), content_key(spec)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert toolchain.toolchain_summary(spec.target) == summary  # cachectl --stale must not depend on TRITON_*
+    assert content_key(spec) != key
+
+
+def test_no_home_directory_means_a_process_only_memo(monkeypatch):
+    from pathlib import Path
+
+    for name in ("KERNEL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert toolchain.default_memo_dir() is None
+    monkeypatch.setenv("KERNEL_CACHE_DISABLE", "1")
+    monkeypatch.setenv("KERNEL_CACHE_DIR", "/nonexistent")
+    assert toolchain.default_memo_dir() is None
+    monkeypatch.delenv("KERNEL_CACHE_DISABLE")
+    monkeypatch.delenv("KERNEL_CACHE_DIR")
+    toolchain.clear_process_memo()
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
+    assert len(content_key(spec)) == 32  # computed, memoized in this process only

@@ -289,3 +289,17 @@ def test_shared_tier_takes_its_soft_lock_expiry_from_the_config(tmp_path):
     (tmp_path / "shared").mkdir()
     store = Store(Config(dir=tmp_path / "local", shared_dir=tmp_path / "shared", soft_lock_stale=7.0))
     assert store.shared is not None and store.shared.stale_after == 7.0
+
+
+def test_a_valid_entry_that_is_not_an_artifact_is_dropped_and_rebuilt(tmp_path, example_specs_sm90):
+    import compiler
+
+    spec = example_specs_sm90["add"]
+    store = Store(Config(dir=tmp_path))
+    key = compiler.content_key(spec)
+    store.put(Entry(key=key, meta={"kind": "something-else"}, blobs={"x": b"1"}))
+    with pytest.warns(kernel_cache.KernelCacheWarning, match="not a usable kernel artifact"):
+        art, got = compiler.get_or_compile(spec, store)
+    assert got == key and art.cubin and art.name == "add_kernel"
+    assert store.stats.session()["compiles"] == 1
+    assert compiler.lookup(spec, store)[0].cubin == art.cubin

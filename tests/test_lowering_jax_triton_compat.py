@@ -1,0 +1,105 @@
+"""jax-triton 0.4 keywords and behaviours beyond the program set (CPU cross-lowering for sm_90)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+import lowering as jt
+from lowering.inspect_call import custom_calls
+from scripts import example_programs as ep
+
+VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)
+
+
+def _calls(fn, *shapes):
+    return custom_calls(jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",)))
+
+
+def _add(x, y, **kw):
+    kw.setdefault("BLOCK", 256)
+    return jt.triton_call(x, y, x.size, kernel=ep.add, out_shape=x, grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),),
+                          compute_capability=90, **kw)
+
+
+def test_launch_parameters_inside_backend_options():
+    (call,) = _calls(lambda x, y: _add(x, y, backend_options={"num_warps": 8}, num_ctas=None), VEC, VEC)
+    assert call["kernel_call"]["kernel"]["num_warps"] == 8
+    with pytest.raises(ValueError, match="both as an argument and in backend_options"):
+        _calls(lambda x, y: _add(x, y, num_warps=4, backend_options={"num_warps": 8}), VEC, VEC)
+
+
+def test_has_side_effect_keeps_a_call_whose_outputs_are_unused():
+    def unused(x, y, **kw):
+        _add(x, y, **kw)
+        return x
+
+    assert _calls(unused, VEC, VEC) == []  # a pure call with unused outputs may go
+    (call,) = _calls(lambda x, y: unused(x, y, has_side_effect=True, cost_estimate={"flops": 1}), VEC, VEC)
+    assert call["kernel_call"]["grid"] == (16, 1, 1)
+    lowered = jax.jit(lambda x, y: unused(x, y, has_side_effect=True)).trace(VEC, VEC).lower(
+        lowering_platforms=("cuda",))
+    assert "has_side_effect = true" in lowered.as_text()
+
+
+def test_perf_model_and_top_k_prune_configs_before_compiling():
+    tuned = triton.autotune(
+        configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256, 512, 1024)], key=["n"],
+        prune_configs_by={"perf_model": lambda **kw: abs(kw["BLOCK"] - 512), "top_k": 2})(ep.add)
+    (call,) = _calls(lambda x, y: jt.triton_call(x, y, x.size, kernel=tuned, out_shape=x, compute_capability=90,
+                                                 grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),)), VEC, VEC)
+    grids = sorted(c["kernel_call"]["grid"][0] for c in call["autotuned"]["configs"])
+    assert grids == [4096 // 512, 4096 // 256]  # the two configs the model ranks first: BLOCK 512, 256
+
+
+@triton.jit
+def _add_default_block(x_ptr, y_ptr, n, out_ptr, BLOCK: tl.constexpr = 128):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + tl.load(y_ptr + offs, mask=offs < n),
+             mask=offs < n)
+
+
+def test_declared_constexpr_defaults_fill_missing_metaparameters():
+    (call,) = _calls(lambda x, y: jt.triton_call(x, y, x.size, kernel=_add_default_block, out_shape=x,
+                                                 grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),),
+                                                 compute_capability=90), VEC, VEC)
+    assert call["kernel_call"]["grid"] == (4096 // 128, 1, 1)
+    (call,) = _calls(lambda x, y: jt.triton_call(x, y, x.size, kernel=_add_default_block, out_shape=x,
+                                                 grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),),
+                                                 compute_capability=90, BLOCK=512), VEC, VEC)
+    assert call["kernel_call"]["grid"] == (4096 // 512, 1, 1)
+
+
+@triton.jit
+def _axpy(x_ptr, a, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * a)
+
+
+def test_floats_beyond_fp32_range_travel_as_fp64():
+    def axpy(a):
+        return lambda x: jt.triton_call(x, a, kernel=_axpy, out_shape=x, grid=1, compute_capability=90,
+                                        BLOCK=128)
+
+    x = jax.ShapeDtypeStruct((128,), jnp.float32)
+    (big,) = _calls(axpy(1e300), x)
+    (small,) = _calls(axpy(0.5), x)
+    assert {"f64": 1e300} in big["kernel_call"]["parameters"]
+    assert {"f32": 0.5} in small["kernel_call"]["parameters"]
+
+
+def test_bad_aliases_and_array_metaparameters_are_clear_errors():
+    two = (jax.ShapeDtypeStruct((8,), jnp.float32),) * 2
+    with pytest.raises(ValueError, match="at most one input"):
+        _calls(lambda x, y: jt.triton_call(x, y, 8, kernel=ep.add, out_shape=x, grid=1, BLOCK=8,
+                                           input_output_aliases={0: 0, 1: 0}, compute_capability=90), *two)
+    with pytest.raises(TypeError, match="pass arrays positionally"):
+        _calls(lambda x, y: jt.triton_call(x, kernel=ep.add, out_shape=x, grid=1, y_ptr=y, compute_capability=90),
+               *two)
+    with pytest.raises(TypeError, match="complex"):
+        _calls(lambda x: jt.triton_call(x, np.complex64(1), kernel=_axpy, out_shape=x, grid=1, BLOCK=8,
+                                        compute_capability=90), two[0])
