@@ -151,7 +151,7 @@ def import_bundle(path: Path, tier, installed: Callable[[dict], "str | None"] | 
             if current is not None and toolchain.get("summary") != current:
                 result.stale.append(key)
                 continue
-        if _contains(tier, key):
+        if key in tier:
             result.present.append(key)
             continue
         tier.put_raw(key, data)
@@ -160,8 +160,3 @@ def import_bundle(path: Path, tier, installed: Callable[[dict], "str | None"] | 
     return result
 
 
-def _contains(tier, key: str) -> bool:
-    try:
-        return key in tier
-    except TypeError:
-        return tier.get_raw(key) is not None

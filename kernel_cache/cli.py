@@ -497,7 +497,7 @@ def cmd_prewarm(ctx: Context, args) -> int:
             if not recipes:
                 ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                         "or prewarm MODULE:FUNCTION)")
-            has_key = lambda key: any(_tier_has(t, key) for t in store.persistent_tiers)  # noqa: E731
+            has_key = lambda key: any(key in t for t in store.persistent_tiers)  # noqa: E731
             todo = prewarm.plan_recipe_builds(recipes, args.arch, has_key, progress)
             progress.expect(len(todo))
             prewarm.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
@@ -525,15 +525,6 @@ def cmd_prewarm(ctx: Context, args) -> int:
         ctx.say(f"built {len(built)}, already present {len(present)}, failed {len(failed)} "
                 f"in {seconds:.1f} s with -j {args.jobs}")
     return EXIT_PROBLEMS if failed else EXIT_OK
-
-
-def _tier_has(tier, key: str) -> bool:
-    try:
-        return key in tier
-    except TypeError:
-        from .maintenance import read_raw
-
-        return read_raw(tier, key) is not None
 
 
 class _Progress:

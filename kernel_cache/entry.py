@@ -19,6 +19,7 @@ Nothing here is ever executed or unpickled. `decode` validates everything and ra
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 
@@ -72,7 +73,9 @@ def _checksum(fields: bytes, payload) -> bytes:
     return h.digest()
 
 
-def read_header(data: bytes) -> tuple[int, int, int, bytes]:
+def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, int, bytes]:
+    """(meta_len, n_blobs, payload_len, checksum) from the header at the start of `data`, checked
+    against the entry's whole size (`len(data)` unless `total_size` says otherwise)."""
     if len(data) < _HEADER.size:
         raise CorruptEntry(f"entry is truncated ({len(data)} bytes, header needs {_HEADER.size})")
     magic, version, _, meta_len, n_blobs, payload_len, checksum = _HEADER.unpack_from(data)
@@ -80,10 +83,21 @@ def read_header(data: bytes) -> tuple[int, int, int, bytes]:
         raise CorruptEntry("not a kernel-cache entry (bad magic)")
     if version != ENTRY_FORMAT_VERSION:
         raise CorruptEntry(f"entry format version {version}, this kernel-cache reads {ENTRY_FORMAT_VERSION}")
-    if len(data) - _HEADER.size != payload_len:
-        raise CorruptEntry(f"entry is truncated or padded (payload {len(data) - _HEADER.size} bytes, "
+    size = len(data) if total_size is None else total_size
+    if size - _HEADER.size != payload_len:
+        raise CorruptEntry(f"entry is truncated or padded (payload {size - _HEADER.size} bytes, "
                            f"header says {payload_len})")
     return meta_len, n_blobs, payload_len, checksum
+
+
+def _parse_meta(raw: bytes) -> dict:
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise CorruptEntry("entry metadata is not a JSON object")
+    return meta
 
 
 def decode(data: bytes, expected_key: str | None = None) -> Entry:
@@ -95,11 +109,8 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
         raise CorruptEntry("entry checksum mismatch")
     if n_blobs > MAX_BLOBS or meta_len > len(payload):
         raise CorruptEntry("entry header is inconsistent")
-    try:
-        meta = json.loads(bytes(payload[:meta_len]))
-    except ValueError as exc:
-        raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("key"), str):
+    meta = _parse_meta(bytes(payload[:meta_len]))
+    if not isinstance(meta.get("key"), str):
         raise CorruptEntry("entry metadata has no key")
     pos, blobs = meta_len, {}
     try:
@@ -127,10 +138,12 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
 def peek_meta(data: bytes) -> dict:
     """The metadata without checksumming the blobs (for listings of large caches)."""
     meta_len, _, _, _ = read_header(data)
-    try:
-        meta = json.loads(data[_HEADER.size:_HEADER.size + meta_len])
-    except ValueError as exc:
-        raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise CorruptEntry("entry metadata is not a JSON object")
-    return meta
+    return _parse_meta(data[_HEADER.size:_HEADER.size + meta_len])
+
+
+def peek_meta_file(path) -> dict:
+    """The metadata of the entry stored in file `path`, reading only its header and metadata."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER.size)
+        meta_len, _, _, _ = read_header(head, total_size=os.fstat(f.fileno()).st_size)
+        return _parse_meta(f.read(meta_len))

@@ -283,10 +283,7 @@ def _accepts_arch(fn) -> bool:
 
 
 def _known_keys(store) -> set[str]:
-    keys: set[str] = set()
-    for tier in store.persistent_tiers:
-        keys.update(r["key"] for r in tier.records())
-    return keys
+    return set().union(*(_known_keys_of(tier) for tier in store.persistent_tiers))
 
 
 def _new_entries(store, before: set[str], arch: str) -> list[Outcome]:

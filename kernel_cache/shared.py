@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import stat
-import struct
 import time
 from pathlib import Path
 from typing import Iterator
@@ -288,16 +286,11 @@ def _warn_if_world_writable(directory: Path) -> None:
 
 def _created_from_header(path: Path) -> float | None:
     """The entry's creation time from its metadata, reading only the header and metadata."""
-    header = entry_format._HEADER  # the entry module's layout; reading it avoids loading blobs
     try:
-        with open(path, "rb") as f:
-            head = f.read(header.size)
-            meta_len = header.unpack(head)[3]
-            meta = json.loads(f.read(min(meta_len, 1 << 20)))
-        created = meta.get("created")
-        return float(created) if isinstance(created, (int, float)) else None
-    except (OSError, ValueError, struct.error):
+        created = entry_format.peek_meta_file(path).get("created")
+    except (OSError, CorruptEntry):
         return None
+    return float(created) if isinstance(created, (int, float)) else None
 
 
 def _subdirs(directory: Path) -> list[Path]:

@@ -198,7 +198,7 @@ def test_prune_max_size_evicts_least_recently_used(store_copy):
 
     out = ok("--dir", directory, "prune", "--max-size", budget).stdout
     assert listed_keys(directory) == set(order[2:])
-    assert f"removed 2 entries" in out and order[0][:12] in out and order[1][:12] in out
+    assert "removed 2 entries" in out and order[0][:12] in out and order[1][:12] in out
 
 
 def test_prune_older_than_and_kernel(store_copy):

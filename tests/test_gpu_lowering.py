@@ -11,8 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import triton
-import triton.language as tl
 
 import lowering as jt
 from lowering import jaxlib_compat as compat

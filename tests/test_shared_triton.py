@@ -4,7 +4,6 @@ compiled by real Triton: compiles across all processes == distinct keys, identic
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys

@@ -303,3 +303,12 @@ def test_a_valid_entry_that_is_not_an_artifact_is_dropped_and_rebuilt(tmp_path, 
     assert got == key and art.cubin and art.name == "add_kernel"
     assert store.stats.session()["compiles"] == 1
     assert compiler.lookup(spec, store)[0].cubin == art.cubin
+
+
+def test_metadata_is_read_from_a_file_without_its_blobs(tmp_path):
+    path = tmp_path / "entry"
+    path.write_bytes(entry_format.encode(_entry(created=123.0)))
+    assert entry_format.peek_meta_file(path)["created"] == 123.0
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(CorruptEntry, match="truncated"):
+        entry_format.peek_meta_file(path)
