@@ -1,6 +1,21 @@
 """Node-local persistent tier on diskcache (SQLite index + files), size-bounded with LRU eviction.
 
-Values are our own encoded entries (bytes), which diskcache stores raw: nothing is pickled.
+Values are our own encoded entries (bytes), stored raw. What diskcache would unpickle is never
+loaded: `RawOnlyDisk` refuses every pickled or text row (a hostile row is a corrupt entry, not
+code to run), and lookups read the index with our own SELECT and the value file through
+`safefs` (no symlink, no FIFO, capped size).
+
+Trust: the directory, its levels and the index files must be owned by you, root or the trusted
+group and writable by nobody else; otherwise the tier is refused (TierUntrusted) and the store
+runs from memory with one warning.
+
+Every wait is bounded. SQLite waits at most `index_timeout` for a neighbour's write transaction
+(a suspended job, an operator's sqlite3 shell); after one such timeout the tier stops writing for
+`BUSY_COOLDOWN` seconds (hits are still served: WAL readers do not wait for writers). When the
+index cannot be written at all (read-only mount, full disk) or opened for writing, the tier opens
+it read-only and keeps serving hits. A damaged index is rebuilt by `rebuild_index` (from the
+value files, every entry carries its own key) - `cachectl verify --repair`.
+
 diskcache's SQLite locking is unreliable on network filesystems, so this tier is for local disks
 only; the shared tier (plain files) serves multi-node clusters.
 """
@@ -9,149 +24,521 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import sqlite3
+import stat
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+from urllib.parse import quote
 
 import diskcache
-import filelock
 
 from . import entry as entry_format
-from .entry import CorruptEntry, Entry
+from . import locks
+from .entry import CorruptEntry, Entry, check_key, is_key
+from .errors import TierReadOnly, TierUnavailable, TierUntrusted
+from .safefs import Owners, Tree, UnsafeFile
 
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
+STATS_DIR = "stats"
+INDEX = "cache.db"
+INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
+BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
+TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
+DEFAULT_MAX_ENTRY_BYTES = 256 << 20
+_VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
+_NOT_RAW_KEY = "<a key kernel-cache did not write>"
+_GET = "SELECT rowid, mode, filename, value, access_time FROM Cache WHERE key = ? AND raw = 1"
 
 
-class TierUnavailable(OSError):
-    """The tier cannot be used at all (directory missing and not creatable, not writable)."""
+def _value_parts(filename) -> tuple[str, str, str]:
+    match = _VALUE_FILE.fullmatch(str(filename or ""))
+    if match is None:
+        raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
+    return match.groups()
+
+
+class RawOnlyDisk(diskcache.Disk):
+    """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
+    other way (pickle, text) was not written by kernel-cache and is never deserialized."""
+
+    _tree: Tree | None = None  # set by `bound` (diskcache instantiates the class itself)
+    _max_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+
+    @classmethod
+    def bound(cls, tree: Tree, max_bytes: int) -> type:
+        """A subclass that reads value files through `tree`, at most `max_bytes` each."""
+        return type("RawOnlyDiskFor", (cls,), {"_tree": tree, "_max_bytes": max_bytes})
+
+    def get(self, key, raw):
+        return super().get(key, raw) if raw else _NOT_RAW_KEY
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        if read or not isinstance(value, (bytes, int)) or isinstance(value, bool):
+            raise TypeError("kernel-cache stores only bytes and integers in its index")
+        return super().store(value, read, key)
+
+    def fetch(self, mode, filename, value, read):
+        if mode == diskcache.core.MODE_RAW:
+            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
+        if mode == diskcache.core.MODE_BINARY and not read and self._tree is not None:
+            found = self._tree.read(*_value_parts(filename), max_bytes=self._max_bytes)
+            if found is None:
+                raise FileNotFoundError(filename)
+            return found[0]
+        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
+
+
+def check_tree(tree: Tree) -> None:
+    """Every level a reader relies on: the index files and the directories (UnsafeFile if not)."""
+    for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
+        with contextlib.suppress(FileNotFoundError), tree.directory(sub):
+            pass
+    for sub in (ENTRIES_DIR, STATS_DIR):
+        for name in INDEX_FILES:
+            st = tree.lstat(sub, name) if tree.lstat(sub) is not None else None
+            if st is None:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeFile(os.path.join(tree.path, sub, name), "is not a regular file")
+            problem = tree.owners.problem(st) if tree.owners is not None else None
+            if problem:
+                raise UnsafeFile(os.path.join(tree.path, sub, name), problem, owner=True)
+
+
+def open_tree(directory: Path, owners: Owners | None, create: bool) -> Tree:
+    """The cache directory as a checked Tree; TierUntrusted/TierUnavailable explain a refusal."""
+    try:
+        tree = Tree(directory, owners or Owners.current(), create=create)
+        check_tree(tree)
+        return tree
+    except UnsafeFile as exc:
+        raise TierUntrusted(
+            f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
+            f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
+            f"with KERNEL_CACHE_TRUSTED_GROUP") from None
+    except OSError as exc:
+        raise TierUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
 
 
 class DiskTier:
     name = "disk"
 
-    def __init__(self, directory: Path, max_bytes: int = 8 << 30):
+    def __init__(self, directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, index_timeout: float = 30.0,
+                 read_only: bool = False):
         self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = max_entry_bytes
+        self.index_timeout = index_timeout
+        self.tree = open_tree(self.directory, owners, create=not read_only)
+        self._cache: diskcache.Cache | None = None
+        self._readers = threading.local()
+        self._busy_until = 0.0
+        self.read_only_reason = "opened read-only" if read_only else ""
+        if not read_only:
+            try:
+                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                    pass
+                self._cache = self._open_writer()
+            except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+                self.read_only_reason = _describe(exc)
+        if self._cache is None:
+            self._check_reader()
+
+    # Opening ------------------------------------------------------------------------------
+    def _open_writer(self) -> diskcache.Cache:
+        disk = RawOnlyDisk.bound(self._value_tree(), self.max_entry_bytes)
+        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=disk,
+                          size_limit=self.max_bytes, eviction_policy="least-recently-used",
+                          cull_limit=10, statistics=False)
+
+    def _value_tree(self) -> Tree:
+        return Tree(self.directory / ENTRIES_DIR, self.tree.owners)
+
+    def _reader(self) -> sqlite3.Connection:
+        con = getattr(self._readers, "con", None)
+        if con is None:
+            con = open_read_only(self.directory / ENTRIES_DIR / INDEX, self.index_timeout)
+            self._readers.con = con
+        return con
+
+    def _check_reader(self) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            (self.directory / LOCKS_DIR).mkdir(exist_ok=True)
-            self._cache = diskcache.Cache(
-                str(self.directory / ENTRIES_DIR), size_limit=max_bytes,
-                eviction_policy="least-recently-used", cull_limit=10, statistics=False)
-        except Exception as exc:  # OSError, sqlite3.OperationalError (read-only, full disk)
-            raise TierUnavailable(f"cannot use cache directory {self.directory}: {exc}") from exc
+            self._reader().execute("SELECT count(*) FROM Cache").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise TierUnavailable(f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} "
+                                  f"({_describe(exc)}); 'cachectl verify --repair' rebuilds it from the "
+                                  f"entry files") from None
+
+    @property
+    def writable(self) -> bool:
+        return self._cache is not None and time.monotonic() >= self._busy_until
 
     # Lookups ------------------------------------------------------------------------------
+    def _query(self, sql: str, params=()) -> list:
+        if self._cache is not None:
+            return self._cache._sql(sql, params).fetchall()  # diskcache's connection, same thread rules
+        return self._reader().execute(sql, params).fetchall()
+
     def get(self, key: str) -> Entry | None:
         """The valid entry for `key`, or None. A corrupt entry is deleted and reported."""
-        data = self._cache.get(key, default=None, read=False, retry=True)
+        check_key(key)
+        data, rowid, access_time = self._fetch(key)
         if data is None:
             return None
         try:
-            return entry_format.decode(data, expected_key=key)
+            entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
-            self.delete(key)
+            self._drop(key)
             raise
+        if time.time() - access_time > TOUCH_INTERVAL:
+            self._touch(rowid)
+        return entry
+
+    def _fetch(self, key: str) -> tuple[bytes | None, int, float]:
+        rows = self._query(_GET, (key,))
+        if not rows:
+            return None, 0, 0.0
+        rowid, mode, filename, value, access_time = rows[0]
+        try:
+            data = self._value(mode, filename, value)
+        except CorruptEntry:
+            self._drop(key)
+            raise
+        return data, rowid, float(access_time or 0.0)
+
+    def _value(self, mode, filename, value) -> bytes | None:
+        if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
+            if len(value) > self.max_entry_bytes:
+                raise CorruptEntry(f"index value of {len(value)} bytes is over KERNEL_CACHE_MAX_ENTRY_BYTES")
+            return value
+        if mode == diskcache.core.MODE_BINARY:
+            try:
+                found = self.tree.read(ENTRIES_DIR, *_value_parts(filename), max_bytes=self.max_entry_bytes)
+            except UnsafeFile as exc:
+                raise CorruptEntry(f"value file refused: it {exc.reason}") from None
+            return None if found is None else found[0]
+        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
 
     def get_raw(self, key: str) -> bytes | None:
-        return self._cache.get(key, default=None, retry=True)
+        check_key(key)
+        return self._fetch(key)[0]
+
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes for `key` without bumping its last-used time (listing must not
+        reorder the LRU); a pickled or text row raises CorruptEntry, never loaded."""
+        return self.get_raw(key)
+
+    def __contains__(self, key: str) -> bool:
+        try:
+            return bool(self._query("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (check_key(key),)))
+        except (ValueError, sqlite3.Error):
+            return False
+
+    def keys(self) -> Iterator[str]:
+        return iter([r["key"] for r in self.records()])
+
+    def __len__(self) -> int:
+        return len(self.records())
+
+    def records(self) -> list[dict]:
+        """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs.
+        Rows under names that are not content keys are not ours and are left out."""
+        rows = self._query("SELECT key, size, store_time, access_time FROM Cache WHERE raw = 1")
+        return [{"key": k, "size_bytes": int(s or 0), "created": float(st or 0), "last_used": float(at or 0)}
+                for k, s, st, at in rows if isinstance(k, str) and is_key(k)]
+
+    def volume(self) -> int:
+        (total,) = self._query("SELECT COALESCE(SUM(size), 0) FROM Cache")[0]
+        st = self.tree.lstat(ENTRIES_DIR, INDEX)
+        return int(total) + (st.st_size if st is not None else 0)
+
+    # Writes (bounded waits) ---------------------------------------------------------------
+    def _write(self, action: Callable[[diskcache.Cache], object]):
+        if self._cache is None:
+            raise TierReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
+        if time.monotonic() < self._busy_until:
+            raise TierReadOnly(f"local cache index {self.directory} is held by another process; "
+                               f"not writing for up to {BUSY_COOLDOWN:.0f}s")
+        try:
+            return action(self._cache)
+        except (diskcache.Timeout, sqlite3.OperationalError) as exc:
+            self._busy_until = time.monotonic() + BUSY_COOLDOWN
+            raise TierReadOnly(f"local cache index {self.directory} could not be written within "
+                               f"{self.index_timeout:.0f}s ({_describe(exc)}); skipping writes for "
+                               f"{BUSY_COOLDOWN:.0f}s") from None
 
     def put(self, entry: Entry) -> None:
         self.put_raw(entry.key, entry_format.encode(entry))
 
     def put_raw(self, key: str, data: bytes) -> None:
-        self._cache.set(key, data, retry=True)
+        check_key(key)
+        self._write(lambda cache: cache.set(key, bytes(data), retry=False))
 
     def delete(self, key: str) -> bool:
-        return bool(self._cache.delete(key, retry=True))
+        """Remove the entry. Its value file goes first: on a full disk that frees the space the
+        index needs to record the deletion."""
+        check_key(key)
+        rows = self._query("SELECT filename FROM Cache WHERE key = ? AND raw = 1", (key,))
+        if not rows:
+            return False
+        if rows[0][0]:
+            with contextlib.suppress(CorruptEntry, OSError):
+                self.tree.unlink(ENTRIES_DIR, *_value_parts(rows[0][0]))
+        with contextlib.suppress(TierReadOnly):
+            self._write(lambda cache: cache.delete(key, retry=False))
+        return True
 
-    def keys(self) -> Iterator[str]:
-        return iter(list(self._cache.iterkeys()))
+    def _drop(self, key: str) -> None:
+        with contextlib.suppress(TierReadOnly, OSError):
+            self.delete(key)
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._cache
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    # Maintenance --------------------------------------------------------------------------
-    def records(self) -> list[dict]:
-        """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
-        rows = self._cache._sql(  # diskcache keeps these columns; no public accessor lists them
-            "SELECT key, size, store_time, access_time FROM Cache").fetchall()
-        return [{"key": k, "size_bytes": int(s), "created": float(st), "last_used": float(at)}
-                for k, s, st, at in rows]
-
-    def volume(self) -> int:
-        return int(self._cache.volume())
+    def _touch(self, rowid: int) -> None:
+        with contextlib.suppress(TierReadOnly):
+            self._write(lambda cache: cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?",
+                                                 (time.time(), rowid)))
 
     def set_max_bytes(self, max_bytes: int) -> None:
-        self._cache.reset("size_limit", max_bytes)
+        self._write(lambda cache: cache.reset("size_limit", max_bytes))
 
     def cull(self) -> int:
-        return int(self._cache.cull(retry=True))
+        return int(self._write(lambda cache: cache.cull(retry=False)))
 
     def clear(self) -> int:
-        return int(self._cache.clear(retry=True))
+        """Remove every entry; value files first (see `delete`)."""
+        count = len(self.records())
+        for name in self._value_files():
+            with contextlib.suppress(OSError):
+                self.tree.unlink(ENTRIES_DIR, *name)
+        self._write(lambda cache: cache._sql("DELETE FROM Cache"))
+        return count
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
         """A per-key lock shared by every process on this node; yields False if it timed out."""
-        path = self.directory / LOCKS_DIR / f"{key}.lock"
-        lock = filelock.FileLock(str(path), timeout=timeout)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            lock.release()
-            with contextlib.suppress(OSError):
-                if time.time() - os.stat(path).st_mtime > 3600:
-                    os.unlink(path)
+        check_key(key)
+        with locks.hold(self.tree, (LOCKS_DIR, f"{key}.lock"), "flock", timeout) as held:
+            yield held
 
     def close(self) -> None:
-        self._cache.close()
+        if self._cache is not None:
+            self._cache.close()
+        con = getattr(self._readers, "con", None)
+        if con is not None:
+            con.close()
+            self._readers.con = None
+        self.tree.close()
 
-    # Maintenance helpers for cachectl (read without touching LRU order; debris) ----------
-    def peek_raw(self, key: str) -> bytes | None:
-        """The stored bytes for `key` without bumping its last-used time (listing must not
-        reorder the LRU). Only raw byte values are read: a pickled value is never loaded."""
-        row = self._cache._sql(  # diskcache's get() always updates access_time under LRU
-            "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
-        if row is None:
-            return None
-        mode, filename, value = row
-        if mode == diskcache.core.MODE_RAW:
-            return bytes(value)
-        if mode == diskcache.core.MODE_BINARY:
-            try:
-                with open(os.path.join(self._cache.directory, filename), "rb") as f:
-                    return f.read()
-            except FileNotFoundError:
-                return None
-        return None  # text or pickle: nothing we wrote; verify reports it as corrupt
+    # Maintenance helpers for cachectl -------------------------------------------------------
+    def _value_files(self) -> Iterator[tuple[str, str, str]]:
+        return value_files(self.tree)
+
+    def integrity_problem(self) -> str | None:
+        """SQLite's own check of the index; None when it is sound."""
+        try:
+            rows = self._query("PRAGMA quick_check")
+        except sqlite3.Error as exc:
+            return _describe(exc)
+        result = "; ".join(str(r[0]) for r in rows[:5])
+        return None if result == "ok" else result
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
         """Delete what crashed processes leave behind: value files no index row points to and
         lock files, both only once older than `older_than_seconds` (a live writer's files are
         seconds old). Returns [(path, bytes)] removed."""
         cutoff = time.time() - older_than_seconds
-        entries_dir = Path(self._cache.directory)
-        referenced = {os.path.normpath(f) for (f,) in self._cache._sql(
-            "SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()}
-        candidates = [p for p in entries_dir.glob("*/*/*.val")
-                      if os.path.normpath(str(p.relative_to(entries_dir))) not in referenced]
-        candidates += list((self.directory / LOCKS_DIR).glob("*.lock"))
+        referenced = {os.path.normpath(str(f)) for (f,) in self._query(
+            "SELECT filename FROM Cache WHERE filename IS NOT NULL")}
         removed = []
-        for path in candidates:
-            try:
-                st = path.stat()
-                if st.st_mtime < cutoff:
-                    path.unlink()
-                    removed.append((str(path), st.st_size))
-            except OSError:
+        for parts in self._value_files():
+            if os.path.normpath("/".join(parts)) in referenced:
                 continue
+            st = self.tree.lstat(ENTRIES_DIR, *parts)
+            if st is not None and st.st_mtime < cutoff and self.tree.unlink(ENTRIES_DIR, *parts):
+                removed.append((os.path.join(self.directory, ENTRIES_DIR, *parts), st.st_size))
+        for name, st in self.tree.listdir(LOCKS_DIR):
+            if name.endswith(".lock") and st.st_mtime < cutoff and locks.remove_if_free(
+                    self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
+                removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
+    """(aa, bb, name.val) of every value file diskcache wrote under entries/ (nothing else)."""
+    for a in tree.subdirs(ENTRIES_DIR):
+        for b in tree.subdirs(ENTRIES_DIR, a):
+            for name, st in tree.listdir(ENTRIES_DIR, a, b):
+                if stat.S_ISREG(st.st_mode) and _VALUE_FILE.fullmatch(f"{a}/{b}/{name}"):
+                    yield a, b, name
+
+
+class ValueFilesTier:
+    """The local tier seen through its value files alone, for an operator when the index cannot
+    be opened (damaged): list, show, export and prune still work. Entries small enough to live
+    inside the index are not seen; `rebuild_index` restores the index itself."""
+
+    name = "disk"
+    writable = False
+
+    def __init__(self, directory: Path, owners: Owners | None = None,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+        self.directory = Path(directory)
+        self.max_entry_bytes = max_entry_bytes
+        self.tree = open_tree(self.directory, owners, create=False)
+        self._found: dict[str, tuple[tuple[str, str, str], dict]] = {}
+        for parts in value_files(self.tree):
+            try:
+                found = self.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes,
+                                       head=entry_format.META_PEEK_BYTES)
+                meta = entry_format.peek_meta_head(found[0], found[1].st_size) if found else {}
+            except (OSError, CorruptEntry):
+                continue
+            key = meta.get("key")
+            if isinstance(key, str) and is_key(key):
+                self._found[key] = (parts, {"key": key, "size_bytes": found[1].st_size,
+                                            "created": _number(meta.get("created"), found[1].st_mtime),
+                                            "last_used": found[1].st_mtime})
+
+    def records(self) -> list[dict]:
+        return [dict(record) for _, record in self._found.values()]
+
+    def peek_raw(self, key: str) -> bytes | None:
+        if key not in self._found:
+            return None
+        found = self.tree.read(ENTRIES_DIR, *self._found[key][0], max_bytes=self.max_entry_bytes)
+        return None if found is None else found[0]
+
+    get_raw = peek_raw
+
+    def get(self, key: str) -> Entry | None:
+        data = self.peek_raw(check_key(key))
+        return None if data is None else entry_format.decode(data, expected_key=key)
+
+    def delete(self, key: str) -> bool:
+        parts = self._found.pop(key, (None,))[0]
+        return parts is not None and self.tree.unlink(ENTRIES_DIR, *parts)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._found
+
+    def keys(self) -> Iterator[str]:
+        return iter(list(self._found))
+
+    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
+        return []  # without an index nothing tells an orphan from an entry
+
+    def close(self) -> None:
+        self.tree.close()
+
+
+def _number(value, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def open_index(directory: Path, timeout: float, **settings) -> diskcache.Cache:
+    """A diskcache index whose opening waits at most about `timeout` for a neighbour's write
+    transaction: diskcache's own set-up retries each statement for 60 s, so probe first."""
+    db = Path(directory) / INDEX
+    if db.exists():
+        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    settings.setdefault("disk", RawOnlyDisk)
+    return diskcache.Cache(str(directory), timeout=timeout, **settings)
+
+
+def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
+    """A read-only connection; on a read-only mount where SQLite cannot create the WAL's shared
+    memory file, fall back to `immutable` (nobody can be writing there anyway)."""
+    if not db.is_file():
+        raise FileNotFoundError(f"no index at {db}")
+    uri = f"file:{quote(str(db))}?mode=ro"
+    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        con.execute("SELECT count(*) FROM Cache").fetchone()
+        return con
+    except sqlite3.OperationalError as exc:
+        con.close()
+        if "locked" in str(exc):
+            raise
+    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
+                           check_same_thread=False)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text
+
+
+def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
+                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> dict:
+    """Replace a damaged index: move it aside, salvage the rows SQLite can still read, re-index
+    every value file (each entry names its own key; invalid ones are removed). Returns counts."""
+    tree = open_tree(Path(directory), owners, create=False)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    salvaged: list[tuple[str, bytes]] = []
+    try:
+        old = open_read_only(Path(directory) / ENTRIES_DIR / INDEX, 5.0)
+        with contextlib.closing(old):
+            for key, value in old.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
+                                          (diskcache.core.MODE_RAW,)):
+                if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
+                    salvaged.append((key, value))
+    except (sqlite3.Error, OSError):
+        pass  # nothing readable in it: the value files still hold every large entry
+    for name in INDEX_FILES:
+        with contextlib.suppress(OSError):
+            tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
+    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
+    counts = {"recovered": 0, "removed": 0, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+    try:
+        for key, value in salvaged:
+            try:
+                entry_format.decode(value, expected_key=key)
+                tier.put_raw(key, value)
+                counts["recovered"] += 1
+            except CorruptEntry:
+                counts["removed"] += 1
+        now = time.time()
+        for parts in list(value_files(tier.tree)):
+            try:
+                found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
+                key = entry_format.decode(found[0]).key if found else ""
+                check_key(key)
+            except (CorruptEntry, OSError, ValueError):
+                tier.tree.unlink(ENTRIES_DIR, *parts)
+                counts["removed"] += 1
+                continue
+            if key in tier:
+                continue
+            tier._write(lambda cache: cache._sql(
+                "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+                " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)",
+                (key, now, now, len(found[0]), diskcache.core.MODE_BINARY, "/".join(parts))))
+            counts["recovered"] += 1
+    finally:
+        tier.close()
+        tree.close()
+    return counts
+
+
+def wipe(directory: Path, owners: Owners | None = None) -> int:
+    """Remove the index and every value file even when the index cannot be opened (damaged, or a
+    full disk): `cachectl clear` must always be able to free the space. Returns files removed."""
+    tree = open_tree(Path(directory), owners, create=False)
+    removed = 0
+    try:
+        for parts in list(value_files(tree)):
+            removed += tree.unlink(ENTRIES_DIR, *parts)
+        for name in INDEX_FILES:
+            removed += tree.unlink(ENTRIES_DIR, name)
+    finally:
+        tree.close()
+    return removed

@@ -11,6 +11,13 @@ Layout (little-endian):
   payload:
     metadata   meta_len bytes of UTF-8 JSON (includes the entry's own key)
     n_blobs x  [u16 name_len][name][u64 size][bytes]
+  optional signature trailer (see kernel_cache.signing), outside the checksum:
+    magic      8 bytes   b"KCSIG\x00\x01\x00"
+    key id     8 bytes   which signing key
+    mac       32 bytes   HMAC-SHA256 over everything before the trailer
+
+The xxh3 checksum catches accidents (flipped bits, truncation); anyone can recompute it, so it
+proves nothing about who wrote an entry. That is the signature's job.
 
 Nothing here is ever executed or unpickled. `decode` validates everything and raises
 `CorruptEntry`, which every tier turns into a miss plus removal of the bad entry.
@@ -19,7 +26,7 @@ Nothing here is ever executed or unpickled. `decode` validates everything and ra
 from __future__ import annotations
 
 import json
-import os
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -32,6 +39,37 @@ _FIELDS = struct.Struct("<8sHHIIQ")  # the header without its checksum
 _BLOB_NAME = struct.Struct("<H")
 _BLOB_SIZE = struct.Struct("<Q")
 MAX_BLOBS = 64
+MAX_META_DEPTH = 32  # our metadata nests 3 levels; deeper JSON is hostile (RecursionError bait)
+KEY_LENGTH = 32  # xxh3-128 as lower-case hex
+_KEY = re.compile(r"[0-9a-f]{32}")
+SIGNATURE_MAGIC = b"KCSIG\x00\x01\x00"
+SIGNATURE_SIZE = len(SIGNATURE_MAGIC) + 8 + 32
+
+
+class InvalidKey(ValueError):
+    """Not a content key: keys become file names, so only lower-case hex of one length passes."""
+
+
+def check_key(key) -> str:
+    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
+        raise InvalidKey(f"not a content key (expected {KEY_LENGTH} lower-case hex digits): {str(key)[:80]!r}")
+    return key
+
+
+def is_key(name: str) -> bool:
+    return _KEY.fullmatch(name) is not None
+
+
+def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
+    """(entry without trailer, trailer or None). Only a trailer whose header-declared position
+    and magic both fit is split off; anything else is left for `read_header` to reject."""
+    if len(data) >= _HEADER.size + SIGNATURE_SIZE:
+        start = len(data) - SIGNATURE_SIZE
+        if data[start:start + len(SIGNATURE_MAGIC)] == SIGNATURE_MAGIC:
+            (payload_len,) = struct.unpack_from("<Q", data, _FIELDS.size - 8)
+            if _HEADER.size + payload_len == start:
+                return data[:start], data[start:]
+    return data, None
 
 
 class CorruptEntry(ValueError):
@@ -84,6 +122,8 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
     if version != ENTRY_FORMAT_VERSION:
         raise CorruptEntry(f"entry format version {version}, this kernel-cache reads {ENTRY_FORMAT_VERSION}")
     size = len(data) if total_size is None else total_size
+    if size - _HEADER.size == payload_len + SIGNATURE_SIZE and total_size is not None:
+        size -= SIGNATURE_SIZE  # a signed entry read by its header only (peek_meta_head)
     if size - _HEADER.size != payload_len:
         raise CorruptEntry(f"entry is truncated or padded (payload {size - _HEADER.size} bytes, "
                            f"header says {payload_len})")
@@ -95,14 +135,30 @@ def _parse_meta(raw: bytes) -> dict:
         meta = json.loads(raw)
     except ValueError as exc:
         raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
+    except RecursionError:
+        raise CorruptEntry("entry metadata nests too deeply") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("entry metadata is not a JSON object")
+    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and json_depth(meta) > MAX_META_DEPTH:
+        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")
     return meta
 
 
+def json_depth(value) -> int:
+    """Nesting depth of parsed JSON, without recursion (so hostile depth cannot overflow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def decode(data: bytes, expected_key: str | None = None) -> Entry:
-    """Parse and validate `data`; with `expected_key`, also check it is the entry for that key."""
-    data = bytes(data)
+    """Parse and validate `data` (a signature trailer, if any, is ignored here: the store checks
+    it); with `expected_key`, also check it is the entry for that key."""
+    data, _ = split_signature(bytes(data))
     meta_len, n_blobs, _, checksum = read_header(data)
     payload = memoryview(data)[_HEADER.size:]
     if _checksum(data[:_FIELDS.size], payload) != checksum:
@@ -137,13 +193,18 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
 
 def peek_meta(data: bytes) -> dict:
     """The metadata without checksumming the blobs (for listings of large caches)."""
+    data, _ = split_signature(data)
     meta_len, _, _, _ = read_header(data)
     return _parse_meta(data[_HEADER.size:_HEADER.size + meta_len])
 
 
-def peek_meta_file(path) -> dict:
-    """The metadata of the entry stored in file `path`, reading only its header and metadata."""
-    with open(path, "rb") as f:
-        head = f.read(_HEADER.size)
-        meta_len, _, _, _ = read_header(head, total_size=os.fstat(f.fileno()).st_size)
-        return _parse_meta(f.read(meta_len))
+def peek_meta_head(head: bytes, total_size: int) -> dict:
+    """The metadata of an entry of `total_size` bytes from its first bytes `head` (at least
+    `META_PEEK_BYTES` of them, or the whole entry): listings need not read blobs."""
+    meta_len, _, _, _ = read_header(head, total_size=total_size)
+    if len(head) < _HEADER.size + meta_len:
+        raise CorruptEntry(f"entry metadata ({meta_len} bytes) is larger than listings read")
+    return _parse_meta(head[_HEADER.size:_HEADER.size + meta_len])
+
+
+META_PEEK_BYTES = 1 << 16

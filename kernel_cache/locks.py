@@ -11,6 +11,10 @@ host is taken over at once.
 
 Locks only prevent duplicate compiles; correctness comes from the atomic publish, so a rare
 double holder after an expiry costs a compile, never a wrong kernel.
+
+Lock files live in directories other users may write, so they are opened through `safefs.Tree`
+(no symlink followed, no FIFO opened for blocking reads, markers created with O_EXCL) and every
+wait is polled against a deadline: nothing here blocks in the kernel.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import fcntl
 import os
 import secrets
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-import filelock
+from .safefs import Tree, UnsafeFile
 
 LOCK_MODES = ("auto", "flock", "soft")
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
@@ -73,33 +78,29 @@ def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
     return fs_type in _FLOCK_COHERENT
 
 
-def _flock_works(directory: Path) -> bool:
+def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
     """Probe: can we flock a file here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)?"""
-    probe = directory / f".flock-probe.{os.getpid()}"
+    probe = (*parts, f".flock-probe.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
+        with tree.open_lock_file(*probe) as fd:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
     except OSError:
         return False
     finally:
-        os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(probe)
+            tree.unlink(*probe)
 
 
-def choose_lock_kind(directory: Path, mode: str = "auto") -> str:
-    """'flock' or 'soft' for the lock directory, honouring KERNEL_CACHE_LOCK=auto|flock|soft."""
+def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
+    """'flock' or 'soft' for the lock directory root/parts, honouring KERNEL_CACHE_LOCK."""
     if mode not in LOCK_MODES:
         raise ValueError(f"lock mode {mode!r}: expected one of {', '.join(LOCK_MODES)}")
     if mode != "auto":
         return mode
-    fs_type, options = filesystem_of(directory)
-    if flock_is_coherent(fs_type, options) and _flock_works(directory):
+    fs_type, options = filesystem_of(Path(tree.path, *parts))
+    if flock_is_coherent(fs_type, options) and _flock_works(tree, parts):
         return "flock"
     return "soft"
 
@@ -107,8 +108,8 @@ def choose_lock_kind(directory: Path, mode: str = "auto") -> str:
 class _Heartbeat:
     """Refreshes a held soft lock's mtime so waiters can tell a live holder from a dead one."""
 
-    def __init__(self, path: Path, interval: float):
-        self._path, self._interval = path, interval
+    def __init__(self, tree: Tree, parts: tuple[str, ...], interval: float):
+        self._tree, self._parts, self._interval = tree, parts, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kernel-cache-lock-heartbeat", daemon=True)
         self._thread.start()
@@ -116,25 +117,19 @@ class _Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             with contextlib.suppress(OSError):
-                os.utime(self._path)
+                self._tree.touch(*self._parts)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
 
-def _new_lock(path: Path, kind: str):
-    return filelock.FileLock(str(path)) if kind == "flock" else filelock.SoftFileLock(str(path))
-
-
 def _this_host() -> str:
-    """The host name filelock writes into soft markers (with its pid-namespace suffix)."""
-    try:
-        from filelock._identity import host_name  # filelock >= 3.2x; private but stable in format
+    return socket.gethostname()
 
-        return host_name()
-    except ImportError:
-        return socket.gethostname()
+
+def _marker() -> bytes:
+    return f"{os.getpid()}\n{_this_host()}\n".encode()
 
 
 def _holder_is_dead(content: str) -> bool:
@@ -151,95 +146,145 @@ def _holder_is_dead(content: str) -> bool:
     return False
 
 
-def break_if_stale(path: Path, stale_after: float) -> bool:
+def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bool:
     """Remove a soft marker whose holder is gone: not refreshed for `stale_after` seconds (any
-    host), or written by a dead pid on this host. Uses a plain rename, which NFS and sshfs support
-    (filelock's own takeover needs renameat2(RENAME_EXCHANGE), which they refuse). If a peer
-    replaced the marker in between, it is put back with link(), which never overwrites."""
-    try:
-        seen = os.stat(path)
-        with open(path, encoding="utf-8", errors="replace") as f:
-            content = f.read(1024)
-    except OSError:
+    host), or written by a dead pid on this host. Something that is not a regular file at a lock
+    path (a planted FIFO or link) is debris once it is as old. Uses a plain rename, which NFS and
+    sshfs support; if a peer replaced the marker in between, it is put back with link(), which
+    never overwrites."""
+    seen = tree.lstat(*parts)
+    if seen is None:
         return False
+    content = ""
+    if stat.S_ISREG(seen.st_mode):
+        try:
+            found = tree.read(*parts, max_bytes=4096)
+            content = found[0].decode("utf-8", "replace") if found else ""
+        except (UnsafeFile, OSError):
+            content = ""
     if time.time() - seen.st_mtime <= stale_after and not _holder_is_dead(content):
         return False
-    aside = path.with_name(f"{path.name}.stale.{os.getpid()}.{secrets.token_hex(4)}")
+    name = parts[-1]
+    aside = f"{name}.stale.{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        os.rename(path, aside)
+        with tree.directory(*parts[:-1]) as dfd:
+            try:
+                os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError:
+                return False
+            try:
+                moved = os.stat(aside, dir_fd=dfd, follow_symlinks=False)
+                if (moved.st_ino, moved.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+                    with contextlib.suppress(OSError):  # a live peer's fresh marker: restore it
+                        os.link(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                    return False
+                return True
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(aside, dir_fd=dfd)
     except OSError:
         return False
-    try:
-        moved = os.stat(aside)
-        if (moved.st_ino, moved.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
-            with contextlib.suppress(OSError):
-                os.link(aside, path)  # a live peer's fresh marker: restore it unless re-taken
-            return False
-        return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
 
 
 @contextlib.contextmanager
-def hold(path: Path, kind: str, timeout: float, stale_after: float = DEFAULT_STALE_AFTER,
-         done: Callable[[], bool] = lambda: False, poll: float = POLL_INTERVAL) -> Iterator[bool]:
-    """Hold the lock at `path`; yields True if acquired, False if `done()` became true while waiting
-    (the result was published by the holder) or `timeout` seconds passed."""
-    lock = _new_lock(path, kind)
+def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
+         stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False,
+         poll: float = POLL_INTERVAL) -> Iterator[bool]:
+    """Hold the lock at root/parts; yields True if acquired, False if `done()` became true while
+    waiting (the result was published by the holder) or `timeout` seconds passed."""
+    if kind == "flock":
+        with _hold_flock(tree, parts, timeout, done, poll) as held:
+            yield held
+    else:
+        with _hold_soft(tree, parts, timeout, stale_after, done, poll) as held:
+            yield held
+
+
+def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | None:
+    """Sleep before the next try; None when waiting is over (published, or out of time)."""
+    if done() or time.monotonic() >= deadline:
+        return None
+    time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+    return min(poll * 1.5, MAX_POLL_INTERVAL)  # fewer stats on the file server as a wait drags on
+
+
+@contextlib.contextmanager
+def _hold_flock(tree, parts, timeout, done, poll) -> Iterator[bool]:
     deadline = time.monotonic() + max(0.0, timeout)
-    acquired, unexplained, next_stale_check = False, 0, 0.0
+    with tree.open_lock_file(*parts) as fd:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            poll = _wait(deadline, done, poll)
+            if poll is None:
+                yield False
+                return
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _hold_soft(tree, parts, timeout, stale_after, done, poll) -> Iterator[bool]:
+    deadline = time.monotonic() + max(0.0, timeout)
+    unexplained, next_stale_check, mine = 0, 0.0, None
     while True:
-        if kind == "soft" and time.monotonic() >= next_stale_check:
-            break_if_stale(path, stale_after)
+        if time.monotonic() >= next_stale_check:
+            break_if_stale(tree, parts, stale_after)
             next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
         try:
-            lock.acquire(timeout=0)
-            acquired = True
+            mine = tree.write_new(*parts, data=_marker())
             break
-        except filelock.Timeout:
+        except FileExistsError:
             pass
+        except UnsafeFile:
+            raise
         except OSError as exc:
             # sshfs reports a failed O_EXCL create as EPERM (SFTP v3 has no EEXIST): busy if the
             # marker is there; a real permission problem keeps failing and is raised.
-            if kind != "soft" or exc.errno not in _BUSY_ERRNOS:
+            if exc.errno not in _BUSY_ERRNOS:
                 raise
-            if not path.exists():
+            if tree.lstat(*parts) is None:
                 unexplained += 1
                 if unexplained >= 3:
                     raise
-        if done() or time.monotonic() >= deadline:
-            break
-        time.sleep(poll)
-        poll = min(poll * 1.5, MAX_POLL_INTERVAL)  # fewer stats on the file server as a wait drags on
-    if not acquired:
-        yield False
-        return
-    heartbeat = _Heartbeat(path, max(0.05, stale_after / 6)) if kind == "soft" else None
+        poll = _wait(deadline, done, poll)
+        if poll is None:
+            yield False
+            return
+    heartbeat = _Heartbeat(tree, parts, max(0.05, stale_after / 6))
     try:
         yield True
     finally:
-        if heartbeat is not None:
-            heartbeat.stop()
+        heartbeat.stop()
         with contextlib.suppress(OSError):
-            lock.release()
+            tree.unlink(*parts, expect_ino=mine.st_ino)
 
 
-def remove_if_free(path: Path, kind: str, stale_after: float) -> bool:
+def remove_if_free(tree: Tree, parts: tuple[str, ...], kind: str, stale_after: float) -> bool:
     """Debris removal: delete the lock file if nobody holds it (flock: a non-blocking flock
     succeeds, and the file is unlinked while we hold it; soft: the marker has not been refreshed
     for `stale_after` seconds). Returns whether it was removed."""
     if kind == "soft":
-        return break_if_stale(path, stale_after)
+        return break_if_stale(tree, parts, stale_after)
+    st = tree.lstat(*parts)
+    if st is None:
+        return False
+    if not stat.S_ISREG(st.st_mode):  # a planted link or FIFO: remove the name itself
+        return tree.unlink(*parts)
     try:
-        fd = os.open(path, os.O_RDWR)
+        with tree.directory(*parts[:-1]) as dfd:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(parts[-1], dir_fd=dfd)
+                return True
+            finally:
+                os.close(fd)
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.unlink(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)

@@ -73,9 +73,14 @@ class EntryFilter:
 
 
 def read_raw(tier, key: str) -> bytes | None:
-    """The entry bytes, preferring a read that does not count as a use of the entry."""
-    peek = getattr(tier, "peek_raw", None)
-    return peek(key) if peek is not None else tier.get_raw(key)
+    """The entry bytes, read without counting as a use of the entry. Raises CorruptEntry for
+    what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
+    try:
+        return tier.peek_raw(key)
+    except CorruptEntry:
+        raise
+    except OSError as exc:  # safefs.UnsafeFile and friends: the name holds something hostile
+        raise CorruptEntry(str(exc)) from None
 
 
 def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
@@ -83,12 +88,13 @@ def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
     infos = []
     for rec in tier.records():
         key = rec["key"]
-        raw = read_raw(tier, key)
-        if raw is None:  # removed since records() was read
-            continue
-        info = EntryInfo(key=key, tier=tier.name, kernel="?", arch="?", size_bytes=len(raw),
+        info = EntryInfo(key=key, tier=tier.name, kernel="?", arch="?", size_bytes=int(rec["size_bytes"]),
                          created=float(rec["created"]), last_used=float(rec["last_used"]))
         try:
+            raw = read_raw(tier, key)
+            if raw is None:  # removed since records() was read
+                continue
+            info.size_bytes = len(raw)
             meta = entry_format.peek_meta(raw)
         except CorruptEntry as exc:
             info.error = str(exc)
@@ -175,13 +181,7 @@ def remove_entries(tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str]
 
 def remove_debris(tier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
     """Temp and lock files that crashed writers left in `tier`: [(path, bytes)] removed."""
-    cleaner = getattr(tier, "remove_debris", None)
-    if cleaner is None:
-        return []
-    removed = cleaner(older_than_seconds)
-    if isinstance(removed, int):  # a tier that only counts what it removed
-        return [("", 0)] * removed
-    return [(str(r[0]), int(r[1])) if isinstance(r, tuple) else (str(r), 0) for r in removed]
+    return [(str(path), int(size)) for path, size in tier.remove_debris(older_than_seconds)]
 
 
 @dataclass
@@ -197,11 +197,12 @@ def verify(tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
     checked, bad = 0, []
     for rec in tier.records():
         key = rec["key"]
-        raw = read_raw(tier, key)
-        if raw is None:
-            continue
         checked += 1
         try:
+            raw = read_raw(tier, key)
+            if raw is None:  # removed since records() was read
+                checked -= 1
+                continue
             entry_format.decode(raw, expected_key=key)
         except CorruptEntry as exc:
             item = BadEntry(key=key, tier=tier.name, reason=str(exc))

@@ -8,13 +8,14 @@ killed before the rename leaves only a hidden temp file, which `is_temp` recogni
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
 import socket
 from pathlib import Path
 from typing import Callable
+
+from .safefs import Tree
 
 TEMP_SUFFIX = ".tmp"
 
@@ -28,44 +29,18 @@ def host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname())[:40] or "host"
 
 
-def temp_path(final: Path) -> Path:
-    """A hidden name beside `final`, unique across hosts and processes (host + pid + random)."""
-    return final.with_name(f".{final.name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+def temp_name(final_name: str) -> str:
+    """A hidden name beside `final_name`, unique across hosts and processes (host + pid + random)."""
+    return f".{final_name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
 
 
 def is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
-def publish(final: Path, data: bytes) -> None:
-    """Write `data` to `final` atomically. File modes follow the umask (0666 & ~umask), so a
-    group-shared directory stays shareable. On any failure the temp file is removed and the
-    error propagates; `final` is untouched."""
-    tmp = temp_path(final)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if before_rename is not None:
-            before_rename(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(final.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename durable; best effort (some network filesystems refuse O_DIRECTORY fsync)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def publish(tree: Tree, parts: tuple[str, ...], data: bytes) -> None:
+    """Write `data` to root/parts atomically (temp file, fsync, rename; see safefs.Tree.publish).
+    File modes follow the umask (0666 & ~umask), so a group-shared directory stays shareable."""
+    hook = before_rename
+    tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]),
+                 before_rename=(lambda path: hook(Path(path))) if hook is not None else None)

@@ -8,9 +8,16 @@ unreliable on NFS) and no pickle. Layout under the shared directory:
     locks/<key[:2]>/<key>.lock|.softlock per-key single-flight lock (flock file or soft marker)
     quarantine/<key>.<host>.<pid>.<time>.bad           entries that failed validation
 
-Every entry is validated on read; a bad one is moved to quarantine and reported as CorruptEntry,
-so the store rebuilds it and never copies it into a faster tier. The directory must exist (a
-missing mount must not silently become a node-local cache); a read-only one serves hits only.
+Other users write here, so every access goes through `safefs.Tree` (no symlink followed, no FIFO
+opened, reads capped at KERNEL_CACHE_MAX_ENTRY_BYTES, names other than content keys ignored).
+Who is believed (see README, "Trust model"):
+- without a signing key, the directory and every level below it must be owned by you, root or the
+  trusted group and writable by nobody else, or the tier is skipped with one warning;
+- with a signing key, ownership is not required: every entry read must carry a valid signature
+  for that key (`authenticate`), or it is rejected (a miss, left in place, counted).
+Every entry is validated on read; a damaged one is moved to quarantine and reported as
+CorruptEntry, so the store rebuilds it and never copies it into a faster tier. The directory must
+exist (a missing mount must not silently become a node-local cache); a read-only one serves hits.
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import entry as entry_format
 from . import locks, publish
-from .disk import TierUnavailable
-from .entry import CorruptEntry, Entry
+from .entry import CorruptEntry, Entry, check_key, is_key
+from .errors import RejectedEntry, TierUnavailable, TierUntrusted
+from .safefs import Owners, Tree, UnsafeFile
 from .warnings_once import info_once, warn_once
 
 ENTRIES_DIR = "entries"
@@ -34,75 +42,98 @@ LOCKS_DIR = "locks"
 QUARANTINE_DIR = "quarantine"
 LOCK_SUFFIXES = {"flock": ".lock", "soft": ".softlock"}  # distinct: a leftover flock file is no soft marker
 TOUCH_INTERVAL = 3600.0  # refresh an entry's recency at most hourly: no write storm on NFS
-_KEY_CHARS = set("0123456789abcdefABCDEF")
 _READ_ONLY_ERRNOS = (errno.EROFS,)
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
-
-
-def _check_key(key: str) -> str:
-    """Keys become file names: only hex content addresses are accepted (no path tricks)."""
-    if not key or len(key) > 128 or not set(key) <= _KEY_CHARS:
-        raise ValueError(f"not a content key: {key!r}")
-    return key
+_FANOUT_CHARS = set("0123456789abcdef")
+DEFAULT_MAX_ENTRY_BYTES = 256 << 20
+# raw entry bytes -> why they are not acceptable (unsigned, another key...), or None
+Authenticate = Callable[[bytes], "str | None"]
 
 
 class SharedTier:
     name = "shared"
 
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
-                 stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL):
+                 stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
+                 owners: Owners | None = None, authenticate: Authenticate | None = None,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+        """`owners`: whose files to believe (default: you and root). With `authenticate` (a signing
+        key), ownership is not checked: content is."""
         self.directory = Path(directory)
         self.stale_after = stale_after
         self.touch_interval = touch_interval
+        self.authenticate = authenticate
+        self.max_entry_bytes = max_entry_bytes
         if not self.directory.is_dir():
             raise TierUnavailable(f"shared cache directory {self.directory} does not exist (or is not a "
                                   f"directory); create it once, e.g. mkdir -m 2775")
         if not os.access(self.directory, os.R_OK | os.X_OK):
             raise TierUnavailable(f"shared cache directory {self.directory} is not readable")
-        _warn_if_world_writable(self.directory)
+        trust = None if authenticate is not None else (owners or Owners.current())
+        try:
+            self.tree = Tree(self.directory, trust)
+            for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR):
+                with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
+                    pass
+        except UnsafeFile as exc:
+            raise TierUntrusted(
+                f"shared cache {exc.path} {exc.reason}: anyone who can write there could plant kernels "
+                f"you would run. Skipping the shared tier. Fix the ownership (README: 'Trust model'), "
+                f"name the group with KERNEL_CACHE_TRUSTED_GROUP, or sign entries with "
+                f"KERNEL_CACHE_SIGNING_KEY_FILE") from None
+        if trust is None:
+            _warn_if_world_writable(self.directory)
         self.writable = os.access(self.directory, os.W_OK) and self._make_layout()
         if not self.writable:
             self._note_read_only()
-        self.lock_kind = locks.choose_lock_kind(self.directory / LOCKS_DIR, lock_mode) if self.writable else None
+        self.lock_kind = locks.choose_lock_kind(self.tree, (LOCKS_DIR,), lock_mode) if self.writable else None
 
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
-        """The valid entry for `key`, or None. A corrupt entry is quarantined and reported."""
-        path = self._entry_path(key)
-        found = self._read(path)
+        """The valid entry for `key`, or None. A damaged entry is quarantined and raised as
+        CorruptEntry; one that fails authentication is raised as RejectedEntry and left alone."""
+        parts = self._entry_parts(key)
+        found = self._read(parts)
         if found is None:
             return None
         data, st = found
+        if self.authenticate is not None:
+            problem = self.authenticate(data)
+            if problem is not None:
+                raise RejectedEntry(f"shared entry {key[:12]} is {problem}")
         try:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
-            self._quarantine(path, st)
+            self._quarantine(parts, st.st_ino)
             raise
-        self._touch_if_due(path, st)
+        self._touch_if_due(parts, st)
         return entry
 
     def get_raw(self, key: str) -> bytes | None:
-        found = self._read(self._entry_path(key))
+        found = self._read(self._entry_parts(key))
         return None if found is None else found[0]
+
+    peek_raw = get_raw  # reading never changes recency here (only get() touches)
 
     def put(self, entry: Entry) -> None:
         self._publish(entry.key, entry_format.encode(entry))
 
     def put_raw(self, key: str, data: bytes) -> None:
-        """Publish bytes from elsewhere (import); validated first, a bad entry must not reach the cluster."""
+        """Publish bytes from elsewhere (import, a signed copy); validated first, a bad entry must
+        not reach the cluster."""
         entry_format.decode(data, expected_key=key)
         self._publish(key, data)
 
     def delete(self, key: str) -> bool:
-        try:
-            os.unlink(self._entry_path(key))
-            return True
-        except FileNotFoundError:
-            return False
+        return self.tree.unlink(*self._entry_parts(key))
 
     def __contains__(self, key: str) -> bool:
-        """Cheap (one stat): lets a waiting rank notice the moment an entry is published."""
-        return os.path.exists(self._entry_path(key))
+        """Cheap (one lstat): lets a waiting rank notice the moment an entry is published."""
+        try:
+            st = self.tree.lstat(*self._entry_parts(key))
+        except OSError:
+            return False
+        return st is not None and stat.S_ISREG(st.st_mode)
 
     def keys(self) -> Iterator[str]:
         return iter([name for name, _ in self._entry_files()])
@@ -117,97 +148,76 @@ class SharedTier:
         while waiting (check `key in tier`) or the wait bound passed (then compile anyway)."""
         if not self.writable:
             raise PermissionError(errno.EROFS, f"shared cache {self.directory} is read-only; no locks")
-        path = self._lock_path(key)
-        path.parent.mkdir(exist_ok=True)
-        with locks.hold(path, self.lock_kind, timeout, self.stale_after, done=lambda: key in self) as held:
+        check_key(key)
+        parts = (LOCKS_DIR, key[:2], f"{key}{LOCK_SUFFIXES[self.lock_kind]}")
+        with locks.hold(self.tree, parts, self.lock_kind, timeout, self.stale_after,
+                        done=lambda: key in self) as held:
             yield held
 
     # Maintenance (cachectl) ---------------------------------------------------------------
     def records(self) -> list[dict]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
         out = []
-        for key, path in self._entry_files():
-            with contextlib.suppress(OSError):
-                st = os.stat(path)
-                created = _created_from_header(path)
-                out.append({"key": key, "size_bytes": st.st_size,
-                            "created": created if created is not None else st.st_mtime,
-                            "last_used": st.st_mtime})
+        for key, st in self._entry_files():
+            created = self._created_from_header(key, st)
+            out.append({"key": key, "size_bytes": st.st_size,
+                        "created": created if created is not None else st.st_mtime,
+                        "last_used": st.st_mtime})
         return out
 
     def volume(self) -> int:
         return sum(r["size_bytes"] for r in self.records())
 
-    def prune(self, max_bytes: int | None = None, older_than_seconds: float | None = None) -> list[str]:
-        """Delete entries unused for `older_than_seconds`, then least recently used ones until the
-        tier holds at most `max_bytes`. Returns the deleted keys."""
-        records = sorted(self.records(), key=lambda r: r["last_used"])
-        now, removed, total = time.time(), [], sum(r["size_bytes"] for r in records)
-        for r in records:
-            too_old = older_than_seconds is not None and now - r["last_used"] > older_than_seconds
-            too_big = max_bytes is not None and total > max_bytes
-            if (too_old or too_big) and self.delete(r["key"]):
-                removed.append(r["key"])
-                total -= r["size_bytes"]
-        return removed
-
-    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[str]:
-        """Remove temp files of crashed writers, unheld lock files and quarantined entries older than
-        the threshold. Returns the removed paths."""
+    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
+        """Remove temp files of crashed writers, unheld lock files, planted non-files at entry
+        paths and quarantined entries older than the threshold. Returns [(path, bytes)]."""
         removed, now = [], time.time()
-        for sub in _subdirs(self.directory / ENTRIES_DIR):
-            for path in _files(sub):
-                if publish.is_temp(path.name) and _age(path, now) > older_than_seconds:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-                        removed.append(str(path))
+        for sub in self._fanout(ENTRIES_DIR):
+            for name, st in self.tree.listdir(ENTRIES_DIR, sub):
+                debris = publish.is_temp(name) or (is_key(name) and not stat.S_ISREG(st.st_mode))
+                if debris and now - st.st_mtime > older_than_seconds and self.tree.unlink(ENTRIES_DIR, sub, name):
+                    removed.append((os.path.join(self.directory, ENTRIES_DIR, sub, name), st.st_size))
         kinds = {suffix: kind for kind, suffix in LOCK_SUFFIXES.items()}
-        for sub in _subdirs(self.directory / LOCKS_DIR):
-            for path in _files(sub):
-                kind = kinds.get(path.suffix)
-                if kind and _age(path, now) > older_than_seconds and locks.remove_if_free(
-                        path, kind, min(self.stale_after, older_than_seconds)):
-                    removed.append(str(path))
+        for sub in self._fanout(LOCKS_DIR):
+            for name, st in self.tree.listdir(LOCKS_DIR, sub):
+                kind = kinds.get(os.path.splitext(name)[1])
+                if kind and now - st.st_mtime > older_than_seconds and locks.remove_if_free(
+                        self.tree, (LOCKS_DIR, sub, name), kind, min(self.stale_after, older_than_seconds)):
+                    removed.append((os.path.join(self.directory, LOCKS_DIR, sub, name), 0))
         # Quarantined entries are kept for inspection, then they are debris like the rest.
         return removed + self.remove_quarantined(older_than_seconds)
 
     def quarantined(self) -> list[dict]:
         """Entries that failed validation: path, key, size_bytes, quarantined_at."""
-        out = []
-        for path in _files(self.directory / QUARANTINE_DIR):
-            with contextlib.suppress(OSError):
-                st = os.stat(path)
-                out.append({"path": str(path), "key": path.name.split(".", 1)[0],
-                            "size_bytes": st.st_size, "quarantined_at": st.st_mtime})
-        return out
+        return [{"path": os.path.join(self.directory, QUARANTINE_DIR, name), "key": name.split(".", 1)[0],
+                 "size_bytes": st.st_size, "quarantined_at": st.st_mtime}
+                for name, st in self.tree.listdir(QUARANTINE_DIR) if not stat.S_ISDIR(st.st_mode)]
 
-    def remove_quarantined(self, older_than_seconds: float = 0.0) -> list[str]:
+    def remove_quarantined(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         removed, now = [], time.time()
-        for path in _files(self.directory / QUARANTINE_DIR):
-            if _age(path, now) >= older_than_seconds:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    removed.append(str(path))
+        for name, st in self.tree.listdir(QUARANTINE_DIR):
+            if now - st.st_mtime >= older_than_seconds and self.tree.unlink(QUARANTINE_DIR, name):
+                removed.append((os.path.join(self.directory, QUARANTINE_DIR, name), st.st_size))
         return removed
 
     def close(self) -> None:
-        pass
+        self.tree.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _entry_path(self, key: str) -> Path:
-        key = _check_key(key)
-        return self.directory / ENTRIES_DIR / key[:2].lower() / key
-
-    def _lock_path(self, key: str) -> Path:
-        key = _check_key(key)
-        return self.directory / LOCKS_DIR / key[:2].lower() / f"{key}{LOCK_SUFFIXES[self.lock_kind]}"
+    @staticmethod
+    def _entry_parts(key: str) -> tuple[str, str, str]:
+        check_key(key)
+        return ENTRIES_DIR, key[:2], key
 
     def _make_layout(self) -> bool:
         """Create the top-level directories; False if the directory turns out not to be writable."""
         try:
             for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR):
-                (self.directory / sub).mkdir(exist_ok=True)  # mode 0777 & ~umask; setgid is inherited
+                with self.tree.directory(sub, create=True):  # 0777 & ~umask; setgid is inherited
+                    pass
             return True
+        except UnsafeFile:
+            raise
         except OSError as exc:
             if exc.errno in _READ_ONLY_ERRNOS + _DENIED_ERRNOS:
                 return False
@@ -218,25 +228,28 @@ class SharedTier:
         info_once(f"shared-read-only:{self.directory}",
                   f"shared cache {self.directory} is read-only: serving its entries, not publishing new ones")
 
-    def _read(self, path: Path) -> tuple[bytes, os.stat_result] | None:
+    def _read(self, parts: tuple[str, ...]) -> tuple[bytes, os.stat_result] | None:
         for attempt in (1, 2):
             try:
-                with open(path, "rb") as f:
-                    return f.read(), os.fstat(f.fileno())
-            except FileNotFoundError:
-                return None
+                return self.tree.read(*parts, max_bytes=self.max_entry_bytes)
+            except UnsafeFile as exc:
+                if exc.owner:
+                    raise RejectedEntry(f"shared entry {parts[-1][:12]} {exc.reason}") from None
+                self._quarantine(parts, None)  # a planted link, FIFO or giant: move the name aside
+                raise CorruptEntry(f"refused: it {exc.reason}") from None
             except OSError as exc:  # NFS: a stale handle is usually cured by opening the path again
                 if exc.errno != errno.ESTALE or attempt == 2:
                     raise
+                self.tree.reopen()
         return None
 
     def _publish(self, key: str, data: bytes) -> None:
         if not self.writable:
             return
-        final = self._entry_path(key)
         try:
-            final.parent.mkdir(exist_ok=True)
-            publish.publish(final, data)
+            publish.publish(self.tree, self._entry_parts(key), data)
+        except UnsafeFile:
+            raise
         except OSError as exc:
             if exc.errno in _READ_ONLY_ERRNOS:
                 self._note_read_only()
@@ -245,70 +258,53 @@ class SharedTier:
                 self.writable = False  # warned once by the store; stop retrying every kernel
             raise
 
-    def _touch_if_due(self, path: Path, st: os.stat_result) -> None:
+    def _touch_if_due(self, parts: tuple[str, ...], st: os.stat_result) -> None:
         """Record use for LRU pruning, at most once per `touch_interval` across all readers (they
-        all see the same mtime). os.utime(path) needs only write access, unlike setting explicit
-        times, so group members can refresh each other's entries."""
+        all see the same mtime). Setting the time to now needs only write access, unlike setting
+        explicit times, so group members can refresh each other's entries."""
         if not self.writable or time.time() - st.st_mtime < self.touch_interval:
             return
         with contextlib.suppress(OSError):
-            os.utime(path)
+            self.tree.touch(*parts)
 
-    def _quarantine(self, path: Path, st: os.stat_result) -> None:
+    def _quarantine(self, parts: tuple[str, ...], ino: int | None) -> None:
         """Move a bad entry aside (kept for inspection) unless a writer already replaced it."""
         if not self.writable:
             return
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino != st.st_ino:
-                return  # republished meanwhile: the new file is not the bad one
-            name = f"{path.name}.{publish.host_tag()}.{os.getpid()}.{int(time.time())}.bad"
-            target = self.directory / QUARANTINE_DIR / name
-            try:
-                os.replace(path, target)
-            except OSError:
-                os.unlink(path)
+        name = f"{parts[-1]}.{publish.host_tag()}.{os.getpid()}.{int(time.time())}.bad"
+        try:
+            self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.tree.unlink(*parts, expect_ino=ino)
 
-    def _entry_files(self) -> Iterator[tuple[str, Path]]:
-        for sub in _subdirs(self.directory / ENTRIES_DIR):
-            for path in _files(sub):
-                if not path.name.startswith("."):
-                    yield path.name, path
+    def _fanout(self, top: str) -> list[str]:
+        return [n for n in self.tree.subdirs(top) if len(n) == 2 and set(n) <= _FANOUT_CHARS]
+
+    def _entry_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        """(key, lstat) of every published entry; foreign names, temp files and non-files skipped."""
+        for sub in self._fanout(ENTRIES_DIR):
+            for name, st in self.tree.listdir(ENTRIES_DIR, sub):
+                if is_key(name) and name.startswith(sub) and stat.S_ISREG(st.st_mode):
+                    yield name, st
+
+    def _created_from_header(self, key: str, st: os.stat_result) -> float | None:
+        """The entry's creation time from its metadata, reading only the header and metadata."""
+        try:
+            found = self.tree.read(ENTRIES_DIR, key[:2], key, max_bytes=self.max_entry_bytes,
+                                   head=entry_format.META_PEEK_BYTES)
+            if found is None:
+                return None
+            created = entry_format.peek_meta_head(found[0], found[1].st_size).get("created")
+        except (OSError, CorruptEntry):
+            return None
+        return float(created) if isinstance(created, (int, float)) else None
 
 
 def _warn_if_world_writable(directory: Path) -> None:
     mode = os.stat(directory).st_mode
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+    if mode & stat.S_IWOTH:
         warn_once(f"shared-world-writable:{directory}",
-                  f"shared cache {directory} is world-writable without the sticky bit: any user can "
-                  f"replace cached kernels. Share it with a group instead (chgrp GROUP; chmod 2775; "
-                  f"umask 002), or at least chmod +t it")
-
-
-def _created_from_header(path: Path) -> float | None:
-    """The entry's creation time from its metadata, reading only the header and metadata."""
-    try:
-        created = entry_format.peek_meta_file(path).get("created")
-    except (OSError, CorruptEntry):
-        return None
-    return float(created) if isinstance(created, (int, float)) else None
-
-
-def _subdirs(directory: Path) -> list[Path]:
-    try:
-        return [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-
-
-def _files(directory: Path) -> list[Path]:
-    try:
-        return [Path(e.path) for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
-
-
-def _age(path: Path, now: float) -> float:
-    try:
-        return now - os.stat(path).st_mtime
-    except OSError:
-        return -1.0
+                  f"shared cache {directory} is writable by every user: entries are checked by "
+                  f"signature, but anyone can delete them. Share it with a group instead "
+                  f"(chgrp GROUP; chmod 2770)")

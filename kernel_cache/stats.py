@@ -2,36 +2,57 @@
 
 A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
 increments across processes) after a compile, at most once a second otherwise, and at exit.
+Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
+bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-import diskcache
+from diskcache.core import MODE_RAW
+
+from .disk import INDEX, RawOnlyDisk, open_index, open_read_only
 
 STATS_DIR = "stats"
+STATS_TIMEOUT = 1.0
+SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
-COUNTERS = ("hits.memory", "hits.disk", "hits.shared", "misses", "compiles", "errors",
+COUNTERS = ("hits.memory", "hits.disk", "hits.shared", "misses", "compiles", "errors", "rejected",
             "compile_us", "saved_us")
 
 
 class Stats:
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, read_only: bool = False):
+        """`read_only`: read persisted counters without opening the index for writing (an
+        operator's look at a full, read-only or busy cache); nothing is flushed."""
         self._lock = threading.Lock()
         self._pending: Counter = Counter()
         self._entry_hits: Counter = Counter()
         self._session: Counter = Counter()
         self._last_flush = time.monotonic()
         self._db = None
-        if directory is not None:
+        self._skip_until = 0.0
+        self.unavailable = ""  # why persistent counters cannot be read or written, if so
+        self._persisted: dict | None = None  # read-only mode: the counters as read at open
+        if directory is not None and read_only:
             try:
-                self._db = diskcache.Cache(str(Path(directory) / STATS_DIR), eviction_policy="none")
-            except Exception:
-                self._db = None
+                with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
+                    rows = con.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
+                                       (MODE_RAW,)).fetchall()
+                self._persisted = {k: v for k, v in rows if isinstance(k, str) and isinstance(v, int)}
+            except Exception as exc:
+                self.unavailable = f"{type(exc).__name__}: {exc}"
+        elif directory is not None:
+            try:
+                self._db = open_index(Path(directory) / STATS_DIR, STATS_TIMEOUT, disk=RawOnlyDisk,
+                                      eviction_policy="none")
+            except Exception as exc:
+                self._db, self.unavailable = None, f"{type(exc).__name__}: {exc}"
 
     def hit(self, tier: str, key: str, compile_seconds: float) -> None:
         with self._lock:
@@ -54,6 +75,11 @@ class Stats:
         with self._lock:
             self._bump("errors", 1)
 
+    def rejected(self) -> None:
+        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner)."""
+        with self._lock:
+            self._bump("rejected", 1)
+
     def _bump(self, name: str, amount: int) -> None:
         self._pending[name] += amount
         self._session[name] += amount
@@ -72,32 +98,41 @@ class Stats:
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
-        if self._db is None:
+        if self._db is None or time.monotonic() < self._skip_until:
             return
         try:
             for name, amount in pending.items():
                 if amount:
-                    self._db.incr(name, amount, default=0, retry=True)
+                    self._db.incr(name, amount, default=0, retry=False)
             for key, amount in hits.items():
-                self._db.incr(f"entry_hits.{key}", amount, default=0, retry=True)
-        except Exception:
-            pass  # stats are best effort; a full disk must not fail the program
+                self._db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
+        except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
+            self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
 
     def totals(self) -> dict:
         """Counters over all processes that used this directory (including unflushed ones here)."""
         self.flush()
         raw: Counter = Counter()
-        if self._db is not None:
+        if self._persisted is not None:
+            return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
+        try:
+            if self._db is None:
+                raise LookupError
             for name in COUNTERS:
-                raw[name] = int(self._db.get(name, 0, retry=True))
-        else:
+                value = self._db.get(name, 0, retry=False)
+                raw[name] = value if isinstance(value, int) else 0
+        except Exception:
             raw = Counter(self._session)
         return self._render(raw)
 
     def entry_hits(self, key: str) -> int:
-        if self._db is None:
-            return self._session_entry(key)
-        return int(self._db.get(f"entry_hits.{key}", 0, retry=True)) + self._session_entry(key)
+        if self._persisted is not None:
+            return self._persisted.get(f"entry_hits.{key}", 0) + self._session_entry(key)
+        try:
+            value = self._db.get(f"entry_hits.{key}", 0, retry=False) if self._db is not None else 0
+        except Exception:
+            value = 0
+        return (value if isinstance(value, int) else 0) + self._session_entry(key)
 
     def _session_entry(self, key: str) -> int:
         with self._lock:
@@ -105,7 +140,8 @@ class Stats:
 
     def forget_entry(self, key: str) -> None:
         if self._db is not None:
-            self._db.delete(f"entry_hits.{key}", retry=True)
+            with contextlib.suppress(Exception):
+                self._db.delete(f"entry_hits.{key}", retry=False)
 
     def zero(self) -> None:
         with self._lock:
@@ -113,9 +149,8 @@ class Stats:
             self._entry_hits.clear()
             self._session.clear()
         if self._db is not None:
-            for name in list(self._db.iterkeys()):
-                if not str(name).startswith("entry_hits."):
-                    self._db.delete(name, retry=True)
+            for name in COUNTERS:
+                self._db.delete(name, retry=False)
 
     @staticmethod
     def _render(raw: Counter) -> dict:
@@ -124,6 +159,7 @@ class Stats:
             "misses": int(raw.get("misses", 0)),
             "compiles": int(raw.get("compiles", 0)),
             "errors": int(raw.get("errors", 0)),
+            "rejected": int(raw.get("rejected", 0)),
             "compile_seconds": raw.get("compile_us", 0) / _MICRO,
             "compile_seconds_saved": raw.get("saved_us", 0) / _MICRO,
         }
@@ -131,4 +167,5 @@ class Stats:
     def close(self) -> None:
         self.flush()
         if self._db is not None:
-            self._db.close()
+            with contextlib.suppress(Exception):
+                self._db.close()

@@ -1,7 +1,9 @@
 """The store: memory -> local disk (-> shared) tiers behind one get-or-create, single-flight per key.
 
-A cache failure never fails the caller: an unusable tier is dropped with one warning and the
-store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt.
+A cache failure never fails the caller: an unusable or untrusted tier is dropped with one warning
+and the store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt; an entry
+rejected for who wrote it (unsigned, foreign key) is a miss, counted, and never copied into a
+faster tier. With a signing key every entry written is signed (see kernel_cache.signing).
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from . import entry as entry_format
 from .config import Config
-from .disk import DiskTier, TierUnavailable
-from .entry import CorruptEntry, Entry
+from .disk import DiskTier
+from .entry import CorruptEntry, Entry, check_key
+from .errors import ReentrantBuild, RejectedEntry
 from .memory import MemoryTier
+from .safefs import Owners
+from .shared import SharedTier
 from .stats import Stats
-from .warnings_once import warn_once
+from .warnings_once import info_once, warn_once
 
 log = logging.getLogger("kernel_cache")
 
@@ -27,21 +33,22 @@ Builder = Callable[[], "tuple[dict, dict[str, bytes], float]"]
 
 
 class Store:
-    def __init__(self, config: Config | None = None):
+    def __init__(self, config: Config | None = None, *, read_only: bool = False):
+        """`read_only`: open the local tier without writing (operators inspecting a cache that is
+        full, damaged, or on a read-only mount)."""
         self.config = config or Config()
         self.memory = MemoryTier(self.config.memory_bytes, self.config.memory_items)
+        self.signer = self.config.signer()
+        self.owners = Owners.current(self.config.trusted_gid)
         self.disk: DiskTier | None = None
-        self.shared = None  # a SharedTier once configured (see kernel_cache.shared)
+        self.shared: SharedTier | None = None
+        self.unavailable: dict[str, Exception] = {}  # tier name -> why it is not used
         if not self.config.disabled and self.config.dir is not None:
-            try:
-                self.disk = DiskTier(self.config.dir, self.config.max_bytes)
-            except TierUnavailable as exc:
-                warn_once(f"disk-unavailable:{self.config.dir}", f"{exc}; caching in memory only")
+            self.disk = self._open(_open_disk_tier, "disk", self.config, self.owners, read_only)
         if not self.config.disabled and self.config.shared_dir is not None:
-            self.shared = _open_shared_tier(self.config)
-        self.stats = Stats(self.config.dir if self.disk is not None else None)
-        self._key_locks: dict[str, threading.Lock] = {}
-        self._key_locks_guard = threading.Lock()
+            self.shared = self._open(_open_shared_tier, "shared", self.config, self.owners, self.signer)
+        self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
+        self._key_locks = _KeyLocks()
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -55,12 +62,15 @@ class Store:
         entry = self.memory.get(key)
         if entry is not None:
             return entry, "memory"
+        check_key(key)  # after the memory hit (a dict probe cannot be abused); before any file
         faster = []
         for tier in self.persistent_tiers:
             entry = self._tier_get(tier, key)
             if entry is not None:
-                for upper in faster:
-                    self._tier_put(upper, entry)
+                if faster:
+                    data = self.encode(entry)
+                    for upper in faster:
+                        self._tier_put(upper, key, data)
                 self.memory.put(entry)
                 return entry, tier.name
             faster.append(tier)
@@ -69,9 +79,18 @@ class Store:
     def put(self, entry: Entry) -> None:
         if self.config.disabled:
             return
+        check_key(entry.key)
         self.memory.put(entry)
+        if not self.persistent_tiers:
+            return
+        data = self.encode(entry)
         for tier in self.persistent_tiers:
-            self._tier_put(tier, entry)
+            self._tier_put(tier, entry.key, data)
+
+    def encode(self, entry: Entry) -> bytes:
+        """The entry's bytes as this store writes them: signed when a signing key is configured."""
+        data = entry_format.encode(entry)
+        return self.signer.sign(data) if self.signer is not None else data
 
     def lookup(self, key: str, label: str = "") -> tuple[dict, dict[str, bytes]] | None:
         """(metadata, blobs) when some tier holds `key`, counted and logged as a hit; else None.
@@ -86,7 +105,8 @@ class Store:
         found = self.get(key)
         if found is not None:
             return self._hit(found, key, label, start)
-        with self._single_flight(key):
+        check_key(key)
+        with self._single_flight(key, label):
             found = self.get(key)  # another thread or process may have built it meanwhile
             if found is not None:
                 return self._hit(found, key, label, start)
@@ -110,6 +130,16 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
+    def _open(self, opener, name: str, *args):
+        try:
+            return opener(*args)
+        except Exception as exc:
+            self.unavailable[name] = exc
+            where = self.config.dir if name == "disk" else self.config.shared_dir
+            tail = "caching in memory only" if name == "disk" else "skipping it"
+            warn_once(f"{name}-unavailable:{where}", f"{exc}; {tail}")
+            return None
+
     def _hit(self, found, key, label, start):
         entry, tier = found
         self.stats.hit(tier, key, float(entry.meta.get("compile_seconds", 0.0)))
@@ -124,6 +154,11 @@ class Store:
     def _tier_get(self, tier, key: str) -> Entry | None:
         try:
             return tier.get(key)
+        except RejectedEntry as exc:
+            self.stats.rejected()
+            warn_once(f"rejected:{tier.name}",
+                      f"rejected {exc} (counted in 'cachectl stats'; rebuilt here, never copied to a "
+                      f"faster tier). Further rejections are counted, not printed")
         except CorruptEntry as exc:
             self.stats.error()
             warn_once(f"corrupt:{tier.name}:{key}",
@@ -134,22 +169,21 @@ class Store:
                       f"reading the {tier.name} tier failed ({exc}); continuing without it")
         return None
 
-    def _tier_put(self, tier, entry: Entry) -> None:
+    def _tier_put(self, tier, key: str, data: bytes) -> None:
         try:
-            tier.put(entry)
+            tier.put_raw(key, data)
         except Exception as exc:
             self.stats.error()
             warn_once(f"write:{tier.name}:{_cause(exc)}",
                       f"writing to the {tier.name} tier failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
-    def _single_flight(self, key: str) -> Iterator[None]:
-        with self._key_locks_guard:
-            thread_lock = self._key_locks.setdefault(key, threading.Lock())
-        with thread_lock:
+    def _single_flight(self, key: str, label: str = "") -> Iterator[None]:
+        with self._key_locks.hold(key, label):
             # a read-only shared dir cannot hold locks: single-flight falls back to this node
-            shared_locks = self.shared is not None and getattr(self.shared, "writable", True)
-            lock_tier = self.shared if shared_locks else self.disk
+            shared_locks = self.shared is not None and self.shared.writable
+            local_locks = self.disk is not None and self.disk.writable
+            lock_tier = self.shared if shared_locks else self.disk if local_locks else None
             if lock_tier is None:
                 yield
                 return
@@ -186,14 +220,58 @@ def _cause(exc: Exception) -> str:
     return f"{type(exc).__name__}:{name}" if name else type(exc).__name__
 
 
-def _open_shared_tier(config: Config):
-    try:
-        from .shared import SharedTier
-    except ImportError:
-        warn_once("shared-missing", "KERNEL_CACHE_SHARED_DIR is set but this build has no shared tier")
-        return None
-    try:
-        return SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale)
-    except Exception as exc:
-        warn_once(f"shared-unavailable:{config.shared_dir}", f"shared cache unusable ({exc}); skipping it")
-        return None
+class _KeyLocks:
+    """Per-key thread locks for single-flight. An entry lives only while some thread holds or
+    waits for it (the table stays as small as the compiles in flight), and a thread that asks
+    for a key it is already building gets ReentrantBuild instead of waiting on itself forever."""
+
+    def __init__(self):
+        self._guard = threading.Lock()
+        self._locks: dict[str, list] = {}  # key -> [lock, users, owning thread id]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextlib.contextmanager
+    def hold(self, key: str, label: str = "") -> Iterator[None]:
+        me = threading.get_ident()
+        with self._guard:
+            slot = self._locks.get(key)
+            if slot is not None and slot[2] == me:
+                raise ReentrantBuild(f"the builder of {label or 'kernel'} ({key[:12]}) asked the store for "
+                                     f"the same key while building it; it would wait on itself forever")
+            if slot is None:
+                slot = self._locks[key] = [threading.Lock(), 0, None]
+            slot[1] += 1
+        try:
+            with slot[0]:
+                slot[2] = me
+                try:
+                    yield
+                finally:
+                    slot[2] = None
+        finally:
+            with self._guard:
+                slot[1] -= 1
+                if slot[1] == 0:
+                    del self._locks[key]
+
+
+def _open_disk_tier(config: Config, owners: Owners, read_only: bool) -> DiskTier:
+    tier = DiskTier(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
+                    index_timeout=config.index_timeout, read_only=read_only)
+    if tier.read_only_reason and not read_only:
+        warn_once(f"disk-read-only:{config.dir}",
+                  f"local cache {config.dir} cannot be written ({tier.read_only_reason}): serving its "
+                  f"entries, new kernels stay in memory")
+    return tier
+
+
+def _open_shared_tier(config: Config, owners: Owners, signer) -> SharedTier:
+    tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
+                      owners=owners, authenticate=signer.problem if signer is not None else None,
+                      max_entry_bytes=config.max_entry_bytes)
+    if signer is not None:
+        info_once(f"shared-signed:{config.shared_dir}",
+                  f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
+    return tier

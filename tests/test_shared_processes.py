@@ -160,7 +160,7 @@ def scenario_writer_killed_mid_publish(shared: Path, tmp_path: Path, lock: str, 
     assert results[0]["built"] == [KEY] and results[0]["warnings"] == []
     assert reader.get(KEY) is not None
     assert tmp.exists()
-    removed = reader.remove_debris(older_than_seconds=0)  # cachectl prune's job
+    removed = [path for path, _ in reader.remove_debris(older_than_seconds=0)]  # cachectl prune's job
     assert str(tmp) in removed and not tmp.exists()
     assert all(p == str(tmp) or "/locks/" in p for p in removed)  # plus unheld lock files only
     assert reader.get(KEY) is not None
@@ -203,7 +203,7 @@ def test_stale_soft_lock_of_a_dead_node_expires(shared):
 
 def scenario_stale_marker_of_a_dead_node(shared: Path) -> None:
     tier = SharedTier(shared, lock_mode="soft", stale_after=2)
-    marker = tier._lock_path(KEY)
+    marker = shared / "locks" / KEY[:2] / f"{KEY}.softlock"
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("4242\nnode-that-crashed\n")  # another host: its pid cannot be probed from here
     with tier.lock(KEY, 0.2) as held:

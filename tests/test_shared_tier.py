@@ -19,6 +19,7 @@ import pytest
 from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store
 from kernel_cache import entry as entry_format
 from kernel_cache import locks, publish, warnings_once
+from kernel_cache.safefs import Tree
 from kernel_cache.shared import SharedTier
 
 KEY = "0123456789abcdef0123456789abcdef"
@@ -161,7 +162,7 @@ def test_corrupt_shared_entry_is_quarantined_rebuilt_and_never_kept_locally(tmp_
     assert build.calls == 1
     assert reader.disk.get(KEY).blobs == blobs
     assert reader.shared.get(KEY).blobs == blobs  # republished, valid
-    assert reader.shared.remove_quarantined() == [quarantined[0]["path"]]
+    assert [path for path, _ in reader.shared.remove_quarantined()] == [quarantined[0]["path"]]
     assert reader.shared.quarantined() == []
 
 
@@ -203,7 +204,7 @@ def test_read_only_shared_dir_serves_hits_and_skips_writes_quietly(tmp_path, sha
 
 
 def test_enospc_on_a_tiny_tmpfs_leaves_results_and_directory_intact(tmp_path):
-    with mounted("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tmp_path / "tiny")) as tiny:
+    with mounted("-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(tmp_path / "tiny")) as tiny:
         store = store_for(tmp_path, tiny)
         with recorded_warnings() as caught:
             for key in (KEY, KEY2):
@@ -252,17 +253,19 @@ def test_different_causes_each_get_their_own_warning(tmp_path, shared):
 
 
 def test_stale_file_handle_on_read_is_retried(shared, monkeypatch):
+    from kernel_cache import safefs
+
     tier = SharedTier(shared)
     tier.put(make_entry())
-    real_open, failures = open, []
+    real_read, failures = safefs.read_at, []
 
-    def flaky_open(path, *args, **kw):
+    def flaky_read(dir_fd, name, *args, **kw):
         if not failures:
-            failures.append(path)
+            failures.append(name)
             raise OSError(errno.ESTALE, "Stale file handle")
-        return real_open(path, *args, **kw)
+        return real_read(dir_fd, name, *args, **kw)
 
-    monkeypatch.setattr("builtins.open", flaky_open)
+    monkeypatch.setattr(safefs, "read_at", flaky_read)
     assert tier.get(KEY) is not None and len(failures) == 1
 
 
@@ -270,7 +273,7 @@ def test_read_errors_degrade_to_compiling(tmp_path, shared, monkeypatch):
     store = store_for(tmp_path, shared)
     SharedTier(shared).put(make_entry())
 
-    def broken(self, path):
+    def broken(self, parts):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(SharedTier, "_read", broken)
@@ -313,16 +316,26 @@ def test_files_follow_umask_and_setgid_group_directory(shared):
     assert stat.S_IMODE(os.stat(fanout / KEY).st_mode) == 0o664
 
 
-@pytest.mark.parametrize("mode, warned", [(0o777, True), (0o1777, False), (0o2775, False)])
-def test_world_writable_dir_without_sticky_bit_warns(shared, mode, warned):
+@pytest.mark.parametrize("mode, trusted", [(0o777, False), (0o1777, False), (0o2775, True), (0o755, True)])
+def test_a_world_writable_dir_is_not_trusted_without_a_signing_key(tmp_path, shared, mode, trusted):
     os.chmod(shared, mode)
     with recorded_warnings() as caught:
-        SharedTier(shared)
-        SharedTier(shared)
+        store = store_for(tmp_path, shared)
+        store_for(tmp_path, shared, "again")
     messages = kernel_cache_warnings(caught)
-    assert len(messages) == (1 if warned else 0)
-    if warned:
-        assert "sticky" in messages[0]
+    assert (store.shared is not None) is trusted
+    assert len(messages) == (0 if trusted else 1)
+    if not trusted:
+        assert "writable by every user" in messages[0] and "Skipping the shared tier" in messages[0]
+
+
+def test_a_world_writable_dir_with_a_signing_key_is_used_with_a_warning(shared):
+    os.chmod(shared, 0o777)
+    with recorded_warnings() as caught:
+        tier = SharedTier(shared, authenticate=lambda data: None)
+    assert tier.writable
+    (message,) = kernel_cache_warnings(caught)
+    assert "writable by every user" in message and "signature" in message
 
 
 # Maintenance hooks for cachectl -----------------------------------------------------------------
@@ -332,15 +345,21 @@ def test_records_prune_and_delete(shared):
     now = time.time()
     for age, key in zip((40, 30, 20, 10), keys):
         tier.put(make_entry(key, size=1000))
-        os.utime(tier._entry_path(key), (now - age * 86400, now - age * 86400))
+        os.utime(shared / "entries" / key[:2] / key, (now - age * 86400, now - age * 86400))
     records = {r["key"]: r for r in tier.records()}
     assert set(records) == set(keys)
     sizes = [records[k]["size_bytes"] for k in keys]
     assert sizes[0] == len(tier.get_raw(keys[0])) and tier.volume() == sum(sizes)
     assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
 
-    assert tier.prune(older_than_seconds=35 * 86400) == [keys[0]]
-    assert tier.prune(max_bytes=sizes[2] + sizes[3]) == [keys[1]]  # least recently used first
+    from kernel_cache.maintenance import EntryFilter, plan_prune, remove_entries, scan
+
+    infos = scan(tier)
+    old = plan_prune(infos, EntryFilter(older_than_seconds=35 * 86400), None)
+    assert [i.key for i in old] == [keys[0]]
+    lru = plan_prune(infos, EntryFilter(), sizes[2] + sizes[3])  # least recently used first
+    assert [i.key for i in lru] == keys[:2]
+    assert remove_entries(tier, lru) == sizes[0] + sizes[1]
     assert sorted(tier.keys()) == sorted(keys[2:])
     assert tier.delete(keys[2]) and not tier.delete(keys[2])
 
@@ -357,12 +376,13 @@ def test_remove_debris_takes_old_temp_files_and_unheld_locks_only(shared):
     os.utime(old_tmp, (old, old))
     with tier.lock(KEY2, 1) as held:
         assert held
-    lock_file = tier._lock_path(KEY2)
+    suffix = {"flock": ".lock", "soft": ".softlock"}[tier.lock_kind]
+    lock_file = shared / "locks" / KEY2[:2] / f"{KEY2}{suffix}"
     with tier.lock(KEY, 1) as held:  # a held lock, even if old, stays
-        held_file = tier._lock_path(KEY)
+        held_file = shared / "locks" / KEY[:2] / f"{KEY}{suffix}"
         for p in (lock_file, held_file):
             os.utime(p, (old, old))
-        removed = tier.remove_debris(older_than_seconds=3600)
+        removed = [path for path, _ in tier.remove_debris(older_than_seconds=3600)]
     assert sorted(removed) == sorted([str(old_tmp), str(lock_file)])
     assert new_tmp.exists() and held_file.exists() and tier.get(KEY) is not None
 
@@ -393,13 +413,13 @@ def test_auto_lock_on_a_local_disk_is_flock_and_modes_can_be_forced(shared):
     assert SharedTier(shared, lock_mode="soft").lock_kind == "soft"
     assert SharedTier(shared, lock_mode="flock").lock_kind == "flock"
     with pytest.raises(ValueError):
-        locks.choose_lock_kind(shared, "fcntl")
+        locks.choose_lock_kind(Tree(shared, None), (), "fcntl")
 
 
 def test_auto_lock_on_tmpfs_mount_is_read_from_mountinfo(tmp_path):
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp_path / "mnt")) as mnt:
         assert locks.filesystem_of(mnt / "sub")[0] == "tmpfs"
-        assert locks.choose_lock_kind(mnt) == "flock"
+        assert locks.choose_lock_kind(Tree(mnt, None), ()) == "flock"
 
 
 @pytest.mark.parametrize("kind", ["flock", "soft"])

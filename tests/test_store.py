@@ -20,7 +20,11 @@ from kernel_cache.memory import MemoryTier
 from conftest import child_env, run_python
 
 
-def _entry(key="k" * 32, size=1000, **meta):
+K = "1" * 32
+K1 = "2" * 32
+
+
+def _entry(key="c" * 32, size=1000, **meta):
     return Entry(key=key, meta={"name": "kern", "compile_seconds": 0.5, **meta},
                  blobs={"cubin": os.urandom(size), "ptx": b"// ptx"})
 
@@ -45,7 +49,7 @@ def test_every_flipped_byte_is_detected():
         corrupted = bytearray(data)
         corrupted[pos] ^= 0x01
         with pytest.raises(CorruptEntry):
-            entry_format.decode(bytes(corrupted), expected_key="k" * 32)
+            entry_format.decode(bytes(corrupted), expected_key="c" * 32)
 
 
 @pytest.mark.parametrize("cut", [0, 5, 40, 100, -1])
@@ -73,8 +77,8 @@ def test_memory_tier_evicts_least_recently_used_by_bytes_and_items():
     for name in "xyz":
         items.put(_entry(key=name, size=10))
     assert items.get("x") is None and len(items) == 2
-    tier.put(_entry(key="huge", size=10_000))  # larger than the tier: not kept, nothing evicted
-    assert tier.get("huge") is None and len(tier) == 3
+    tier.put(_entry(key="e" * 32, size=10_000))  # larger than the tier: not kept, nothing evicted
+    assert tier.get("e" * 32) is None and len(tier) == 3
 
 
 def test_memory_tier_is_thread_safe():
@@ -102,50 +106,50 @@ def _builder(counter, size=1000):
 def test_round_trip_through_memory_and_disk_and_across_store_instances(tmp_path):
     calls = []
     store = Store(Config(dir=tmp_path))
-    meta, blobs = store.get_or_create("k1", _builder(calls), label="kern")
+    meta, blobs = store.get_or_create(K1, _builder(calls), label="kern")
     assert calls == [1] and blobs == {"cubin": b"x" * 1000}
-    assert store.get("k1")[1] == "memory"
+    assert store.get(K1)[1] == "memory"
     store.close()
     fresh = Store(Config(dir=tmp_path))
-    entry, tier = fresh.get("k1")
+    entry, tier = fresh.get(K1)
     assert tier == "disk" and entry.blobs == blobs and entry.meta["name"] == "kern"
-    assert fresh.get("k1")[1] == "memory"  # promoted
-    fresh.get_or_create("k1", _builder(calls))
+    assert fresh.get(K1)[1] == "memory"  # promoted
+    fresh.get_or_create(K1, _builder(calls))
     assert calls == [1]
 
 
 def test_memory_only_store_without_a_dir():
     calls = []
     store = Store(Config())
-    store.get_or_create("k", _builder(calls))
-    store.get_or_create("k", _builder(calls))
+    store.get_or_create(K, _builder(calls))
+    store.get_or_create(K, _builder(calls))
     assert calls == [1] and store.disk is None
 
 
 def test_disabled_store_builds_every_time(tmp_path):
     calls = []
     store = Store(Config(dir=tmp_path, disabled=True))
-    store.get_or_create("k", _builder(calls))
-    store.get_or_create("k", _builder(calls))
+    store.get_or_create(K, _builder(calls))
+    store.get_or_create(K, _builder(calls))
     assert calls == [1, 1]
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
     calls = []
-    Store(Config(dir=tmp_path)).get_or_create("k", _builder(calls, size=100_000))
+    Store(Config(dir=tmp_path)).get_or_create(K, _builder(calls, size=100_000))
     disk = DiskTier(tmp_path)
-    raw = bytearray(disk.get_raw("k"))
+    raw = bytearray(disk.get_raw(K))
     if damage == "flip":
         raw[len(raw) // 2] ^= 0xFF
     else:
         raw = raw[: len(raw) - 10]
-    disk.put_raw("k", bytes(raw))
+    disk.put_raw(K, bytes(raw))
     store = Store(Config(dir=tmp_path))
     with pytest.warns(kernel_cache.KernelCacheWarning, match="corrupt"):
-        meta, blobs = store.get_or_create("k", _builder(calls, size=100_000))
+        meta, blobs = store.get_or_create(K, _builder(calls, size=100_000))
     assert calls == [1, 1] and blobs["cubin"] == b"x" * 100_000
-    assert entry_format.decode(DiskTier(tmp_path).get_raw("k"), expected_key="k").blobs == blobs
+    assert entry_format.decode(DiskTier(tmp_path).get_raw(K), expected_key=K).blobs == blobs
 
 
 def test_threads_missing_the_same_key_build_once(tmp_path):
@@ -158,7 +162,7 @@ def test_threads_missing_the_same_key_build_once(tmp_path):
         return {"name": "kern"}, {"cubin": b"y"}, 0.3
 
     results = []
-    threads = [threading.Thread(target=lambda: results.append(store.get_or_create("same", slow_build)))
+    threads = [threading.Thread(target=lambda: results.append(store.get_or_create("5" * 32, slow_build)))
                for _ in range(6)]
     [t.start() for t in threads]
     [t.join() for t in threads]
@@ -198,8 +202,8 @@ def test_stats_persist_across_processes(tmp_path):
         import kernel_cache
         store = kernel_cache.default_store()
         build = lambda: ({"name": "k", "compile_seconds": 2.0}, {"b": b"1"}, 2.0)
-        store.get_or_create("key-a", build)
-        store.get_or_create("key-a", build)
+        store.get_or_create("a1" * 16, build)
+        store.get_or_create("a1" * 16, build)
     """)
     env = {"KERNEL_CACHE_DIR": str(tmp_path)}
     run_python(code, env)
@@ -232,8 +236,8 @@ def test_log_prints_a_line_per_lookup(tmp_path):
         import kernel_cache
         store = kernel_cache.default_store()
         build = lambda: ({"name": "k"}, {"b": b"1"}, 0.1)
-        store.get_or_create("0123456789abcdef", build, label="my_kernel")
-        store.get_or_create("0123456789abcdef", build, label="my_kernel")
+        store.get_or_create("0123456789abcdef" * 2, build, label="my_kernel")
+        store.get_or_create("0123456789abcdef" * 2, build, label="my_kernel")
     """)
     err = run_python(code, {"KERNEL_CACHE_DIR": str(tmp_path), "KERNEL_CACHE_LOG": "info"}).stderr
     lines = [line for line in err.splitlines() if line.startswith("kernel-cache 0123456789ab")]
@@ -251,27 +255,27 @@ def test_uncreatable_dir_degrades_to_memory_with_one_warning(tmp_path):
         store = Store(Config(dir=blocker / "cache"))
         Store(Config(dir=blocker / "cache"))
     assert len(record) == 1 and store.disk is None
-    store.get_or_create("k", _builder(calls))
-    store.get_or_create("k", _builder(calls))
+    store.get_or_create(K, _builder(calls))
+    store.get_or_create(K, _builder(calls))
     assert calls == [1]
 
 
 def test_full_disk_degrades_with_one_warning(tmp_path, monkeypatch):
     store = Store(Config(dir=tmp_path))
 
-    def no_space(self, entry):
+    def no_space(self, key, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(DiskTier, "put", no_space)
+    monkeypatch.setattr(DiskTier, "put_raw", no_space)
     calls = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        for key in ("a", "b", "c"):
+        for key in ("a" * 32, "b" * 32, "c" * 32):
             meta, blobs = store.get_or_create(key, _builder(calls))
             assert blobs == {"cubin": b"x" * 1000}
     ours = [w for w in record if issubclass(w.category, kernel_cache.KernelCacheWarning)]
     assert len(ours) == 1 and "No space left" in str(ours[0].message)
-    assert calls == [1, 1, 1] and store.get("a")[1] == "memory"
+    assert calls == [1, 1, 1] and store.get("a" * 32)[1] == "memory"
 
 
 def test_default_store_follows_the_environment(tmp_path, monkeypatch):
@@ -305,10 +309,9 @@ def test_a_valid_entry_that_is_not_an_artifact_is_dropped_and_rebuilt(tmp_path, 
     assert compiler.lookup(spec, store)[0].cubin == art.cubin
 
 
-def test_metadata_is_read_from_a_file_without_its_blobs(tmp_path):
-    path = tmp_path / "entry"
-    path.write_bytes(entry_format.encode(_entry(created=123.0)))
-    assert entry_format.peek_meta_file(path)["created"] == 123.0
-    path.write_bytes(path.read_bytes()[:-5])
+def test_metadata_is_read_from_the_head_of_an_entry_without_its_blobs():
+    data = entry_format.encode(_entry(created=123.0, size=200_000))
+    head = data[:entry_format.META_PEEK_BYTES]
+    assert entry_format.peek_meta_head(head, len(data))["created"] == 123.0
     with pytest.raises(CorruptEntry, match="truncated"):
-        entry_format.peek_meta_file(path)
+        entry_format.peek_meta_head(head, len(data) - 5)

@@ -1,0 +1,353 @@
+"""The one way kernel-cache touches files under a cache directory that other users may write.
+
+A cache directory is hostile ground: any name in it may be a symlink (to a victim's file, to
+/dev/zero), a FIFO (a reader that opens it blocks forever), a multi-GiB sparse file, or a file
+planted by a user we never agreed to trust. Every tier, lock, probe, quarantine and debris sweep
+goes through a `Tree`, which:
+- walks below its root with `openat(O_DIRECTORY|O_NOFOLLOW)` one level at a time, so a symlinked
+  directory is refused (ELOOP) instead of followed, and checks each level's owner and mode;
+- opens files with O_NOFOLLOW|O_NONBLOCK (FIFOs never block), fstat()s the open descriptor and
+  accepts only regular files of a trusted owner, read up to their size and never past a hard cap;
+- creates files only with O_CREAT|O_EXCL|O_NOFOLLOW (no writing through a planted name);
+- deletes only non-directories inside the tree, by name relative to a checked directory
+  descriptor (unlink never follows the last component).
+
+Trust (`Owners`): a file or directory is trusted when nobody but trusted users can have written
+it: not world-writable, group-writable only by a trusted group, owned by this user or root or,
+when one is named, by the trusted group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import grp
+import os
+import pwd
+import stat
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+READ_CHUNK = 1 << 20
+
+
+class UnsafeFile(OSError):
+    """A path refused because of what it is (symlink, FIFO, device, too large) or who owns it."""
+
+    def __init__(self, path: str, reason: str, owner: bool = False):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+        self.owner = owner  # refused for who may have written it, not for what it is
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def resolve_group(name: str) -> int:
+    """A group name or number -> gid; KeyError naming it if there is no such group."""
+    text = str(name).strip()
+    if text.isdigit():
+        return int(text)
+    return grp.getgrnam(text).gr_gid
+
+
+@dataclass(frozen=True)
+class Owners:
+    """Whose files a reader accepts: this user, root, and optionally one named group."""
+
+    uids: frozenset = field(default_factory=lambda: frozenset({os.geteuid(), 0}))
+    gid: int | None = None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
+    writer_gids: frozenset = field(default_factory=lambda: frozenset({os.getegid(), 0}))
+
+    @classmethod
+    def current(cls, group: int | None = None) -> "Owners":
+        gids = {os.getegid(), 0} | ({group} if group is not None else set())
+        return cls(uids=frozenset({os.geteuid(), 0}), gid=group, writer_gids=frozenset(gids))
+
+    def problem(self, st: os.stat_result) -> str | None:
+        """Why a file or directory with this stat may have been written by an untrusted user, or None."""
+        mode = st.st_mode
+        if mode & stat.S_IWOTH:
+            return "is writable by every user"
+        if mode & stat.S_IWGRP and st.st_gid not in self.writer_gids:
+            return (f"is writable by group {_group(st.st_gid)}, which is not trusted "
+                    f"(set KERNEL_CACHE_TRUSTED_GROUP={_group(st.st_gid)} to trust it)")
+        if st.st_uid in self.uids or (self.gid is not None and st.st_gid == self.gid):
+            return None
+        trusted = f" or group {_group(self.gid)}" if self.gid is not None else ""
+        return f"is owned by {_user(st.st_uid)}:{_group(st.st_gid)}, not by you{trusted}"
+
+    def describe(self) -> str:
+        me = _user(os.geteuid())
+        return me + (f" and group {_group(self.gid)}" if self.gid is not None else "")
+
+
+ANY_OWNER: Owners | None = None  # pass as `owners` to check shape only (signed content, no owner rule)
+
+
+def check_name(name: str) -> str:
+    """One path component we created or listed: no separators, no '.'/'..', no NUL."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UnsafeFile(repr(name), "is not a plain file name")
+    return name
+
+
+class Tree:
+    """A directory opened once (its path as the user gave it, symlinks in it allowed: the user
+    chose it) and everything below it reached without following symlinks.
+
+    `owners=None` checks only the kind of each file (regular, not a link); used where content is
+    authenticated by signature instead of by who wrote it.
+    """
+
+    _fd = -1
+
+    def __init__(self, path, owners: Owners | None, *, create: bool = False):
+        self.path = os.fspath(path)
+        self.owners = owners
+        if create:
+            os.makedirs(self.path, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        try:
+            self._check(os.fstat(self._fd), self.path)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+    def reopen(self) -> None:
+        """After ESTALE on a network filesystem: the directory was replaced under us."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        try:
+            self._check(os.fstat(fd), self.path)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, self._fd = self._fd, fd
+        with contextlib.suppress(OSError):
+            os.close(old)
+
+    def _check(self, st: os.stat_result, where: str) -> None:
+        if self.owners is not None:
+            problem = self.owners.problem(st)
+            if problem:
+                raise UnsafeFile(where, problem, owner=True)
+
+    def _where(self, parts) -> str:
+        return os.path.join(self.path, *parts)
+
+    # Directories --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def directory(self, *parts: str, create: bool = False) -> Iterator[int]:
+        """A checked descriptor of root/parts..., each level opened without following symlinks;
+        with `create`, missing levels are made (mode 0777 & ~umask; setgid is inherited)."""
+        fd = os.dup(self._fd)
+        try:
+            for i, name in enumerate(parts):
+                check_name(name)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise self._refusal(exc, parts[:i + 1], "a directory") from None
+                os.close(fd)
+                fd = child
+                self._check(os.fstat(fd), self._where(parts[:i + 1]))
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _refusal(self, exc: OSError, parts, expected: str) -> OSError:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            return UnsafeFile(self._where(parts), f"is not {expected} (a symbolic link or another kind of file)")
+        return exc
+
+    def listdir(self, *parts: str) -> list[tuple[str, os.stat_result]]:
+        """(name, lstat) of every entry in root/parts (symlinks reported as links, not followed);
+        [] when the directory is missing."""
+        try:
+            with self.directory(*parts) as fd:
+                out = []
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        with contextlib.suppress(OSError):
+                            out.append((entry.name, entry.stat(follow_symlinks=False)))
+                return out
+        except FileNotFoundError:
+            return []
+
+    def subdirs(self, *parts: str) -> list[str]:
+        return [name for name, st in self.listdir(*parts) if stat.S_ISDIR(st.st_mode)]
+
+    # Files --------------------------------------------------------------------------------
+    def lstat(self, *parts: str) -> os.stat_result | None:
+        try:
+            with self.directory(*parts[:-1]) as fd:
+                return os.stat(check_name(parts[-1]), dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def read(self, *parts: str, max_bytes: int, head: int | None = None) -> tuple[bytes, os.stat_result] | None:
+        """(content, fstat) of the regular file root/parts, or None if absent; only its first
+        `head` bytes when given. Raises UnsafeFile for a symlink, FIFO, device, untrusted owner or
+        a file over `max_bytes`."""
+        try:
+            with self.directory(*parts[:-1]) as dfd:
+                return read_at(dfd, parts[-1], max_bytes, self.owners, self._where(parts), head)
+        except FileNotFoundError:
+            return None
+
+    def write_new(self, *parts: str, data: bytes) -> os.stat_result:
+        """Create root/parts with `data` and return its stat; fails (FileExistsError) if the name
+        exists in any form (file, link, FIFO)."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            fd = os.open(check_name(parts[-1]), _NEW_FLAGS, 0o666, dir_fd=dfd)
+            try:
+                _write_all(fd, data)
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+
+    def publish(self, *parts: str, data: bytes, temp_name: str,
+                before_rename: Callable[[str], None] | None = None) -> None:
+        """Atomically make root/parts hold `data`: write `temp_name` beside it (O_EXCL, no links
+        followed), fsync, rename over the final name, fsync the directory. On failure the temp file
+        is removed and the final name is untouched."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            final = check_name(parts[-1])
+            tmp = check_name(temp_name)
+            fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dfd)
+            try:
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if before_rename is not None:
+                    before_rename(self._where((*parts[:-1], tmp)))
+                os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+                raise
+            with contextlib.suppress(OSError):  # durability of the rename; some NFS servers refuse
+                os.fsync(dfd)
+
+    def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
+        """Remove root/parts if it is not a directory (a symlink is removed itself, never its
+        target); with `expect_ino`, only if it is still that file. Returns whether it was removed."""
+        try:
+            with self.directory(*parts[:-1]) as dfd:
+                name = check_name(parts[-1])
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode) or (expect_ino is not None and st.st_ino != expect_ino):
+                    return False
+                os.unlink(name, dir_fd=dfd)
+                return True
+        except FileNotFoundError:
+            return False
+
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None) -> bool:
+        """Move a non-directory within the tree (quarantine); False if it is gone or was replaced."""
+        try:
+            with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
+                name = check_name(src[-1])
+                st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode) or (expect_ino is not None and st.st_ino != expect_ino):
+                    return False
+                os.rename(name, check_name(dst[-1]), src_dir_fd=sfd, dst_dir_fd=dfd)
+                return True
+        except FileNotFoundError:
+            return False
+
+    def touch(self, *parts: str) -> None:
+        """Set mtime to now without following a link (needs only write access, like `touch`)."""
+        with self.directory(*parts[:-1]) as dfd:
+            os.utime(check_name(parts[-1]), dir_fd=dfd, follow_symlinks=False)
+
+    @contextlib.contextmanager
+    def open_lock_file(self, *parts: str) -> Iterator[int]:
+        """An fd of the regular lock file root/parts, created if missing, never through a link."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            fd = os.open(check_name(parts[-1]), _LOCK_FLAGS, 0o666, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise UnsafeFile(self._where(parts), "is not a regular file")
+                self._check(st, self._where(parts))
+                yield fd
+            finally:
+                os.close(fd)
+
+
+def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
+            where: str = "", head: int | None = None) -> tuple[bytes, os.stat_result]:
+    """Read the regular file `name` in `dir_fd` under the rules above (FileNotFoundError if absent)."""
+    where = where or name
+    try:
+        fd = os.open(check_name(name), _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(where, "is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(where, "is not a regular file (a FIFO, device or directory)")
+        if owners is not None:
+            problem = owners.problem(st)
+            if problem:
+                raise UnsafeFile(where, problem, owner=True)
+        if st.st_size > max_bytes:
+            raise UnsafeFile(where, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
+                                    f"(KERNEL_CACHE_MAX_ENTRY_BYTES)")
+        return _read_exactly(fd, st.st_size if head is None else min(head, st.st_size)), st
+    finally:
+        os.close(fd)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """At most `size` bytes (a file that grows while read is cut at the size fstat gave)."""
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
