@@ -15,9 +15,11 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .config import Config, ConfigError, parse_duration, parse_size
+from .warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -132,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=_arch_list, metavar="ARCHES",
                    help="build for these targets (default: each recipe's own; programs: sm_90)")
     p.add_argument("--kernel", metavar="GLOB", help="only recipes of these kernels")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
+                   help="rebuild recipes whose kernel module matches this glob, e.g. 'mylib.*' (repeatable); "
+                        "rebuilding imports the module, so recipes of other modules are skipped, and "
+                        "with none given no recipe is rebuilt")
     p.add_argument("-j", "--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: CPU count)")
 
@@ -173,26 +179,50 @@ class Context:
         self.config = config.with_(dir=directory, shared_dir=shared, disabled=False)
         self._store = None
         self._toolchains: dict[str, str | None] = {}
+        command = getattr(args, "command", "")
+        self.writes = command in ("prune", "clear", "import", "prewarm") or bool(
+            getattr(args, "repair", False) or getattr(args, "zero", False))
 
-    def store(self, create: bool = False):
-        """The store on --dir; a missing directory is an error unless the command fills it."""
+    def store(self, create: bool = False, write: bool = False):
+        """The store on --dir. Opened read-only unless the command writes, so an operator can look
+        at a cache that is full, on a read-only mount or busy; a cache whose index is damaged is
+        read from its entry files. A missing directory is an error unless the command fills it."""
         if self._store is None:
             directory = self.config.dir
             if directory is None:
                 raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR")
             if not create and not Path(directory).is_dir():
                 raise CliError(f"no cache directory at {directory}")
+            if not create and not (Path(directory) / "entries").is_dir():
+                raise CliError(f"{directory} is not a kernel-cache directory (it has no entries/)")
             if self.config.shared_dir is not None and not create and not Path(self.config.shared_dir).is_dir():
                 raise CliError(f"no shared cache directory at {self.config.shared_dir}")
             from .store import Store
 
-            self._store = Store(self.config)
+            with warnings.catch_warnings():  # the reasons are reported here, once, as errors
+                warnings.simplefilter("ignore", KernelCacheWarning)
+                self._store = Store(self.config, read_only=not (create or write or self.writes))
             if self._store.disk is None:
-                raise CliError(f"cannot open the cache directory {directory}")
+                self._store.disk = self._disk_fallback(self._store)
             if self.config.shared_dir is not None and self._store.shared is None:
-                raise CliError(f"cannot open the shared cache directory {self.config.shared_dir} "
-                               f"(this build may not have the shared tier yet)")
+                raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
+                               f"{self._store.unavailable.get('shared', 'unknown reason')}")
         return self._store
+
+    def _disk_fallback(self, store):
+        """When the local index cannot be opened: its entry files, read-only, with a note."""
+        from .disk import ValueFilesTier
+        from .errors import TierUntrusted
+
+        reason = store.unavailable.get("disk")
+        if isinstance(reason, TierUntrusted) or reason is None:
+            raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
+        try:
+            tier = ValueFilesTier(self.config.dir, store.owners, self.config.max_entry_bytes)
+        except Exception as exc:
+            raise CliError(f"cannot open the cache directory {self.config.dir}: {reason}; {exc}") from None
+        print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
+        return tier
 
     def tiers(self, which: str = "all") -> list:
         store = self.store()
@@ -432,9 +462,22 @@ def cmd_prune(ctx: Context, args) -> int:
 
 
 def cmd_verify(ctx: Context, args) -> int:
+    from .disk import DiskTier, rebuild_index
     from .maintenance import verify
 
-    checked, bad = 0, []
+    checked, bad, index = 0, [], None
+    store = ctx.store()
+    if args.tier in ("all", "disk") and not isinstance(store.disk, DiskTier):
+        index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
+    elif args.tier in ("all", "disk"):
+        problem = store.disk.integrity_problem()
+        index = {"problem": problem, "rebuilt": None} if problem else None
+    if index is not None and args.repair:
+        store.disk.close()
+        index["rebuilt"] = rebuild_index(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
+                                         max_entry_bytes=ctx.config.max_entry_bytes)
+        store.disk = DiskTier(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
+                              max_entry_bytes=ctx.config.max_entry_bytes, index_timeout=ctx.config.index_timeout)
     for tier in ctx.tiers(args.tier):
         n, b = verify(tier, repair=args.repair)
         checked += n
@@ -442,34 +485,49 @@ def cmd_verify(ctx: Context, args) -> int:
     left = [b for b in bad if not b.repaired]
     # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
     quarantined = [q for tier in ctx.tiers(args.tier) for q in getattr(tier, "quarantined", list)()]
+    index_left = index is not None and index["rebuilt"] is None
     if ctx.json:
         ctx.emit_json({"checked": checked, "bad": [b.__dict__ for b in bad], "remaining_bad": len(left),
-                       "quarantined": quarantined})
+                       "quarantined": quarantined, "index": index})
     else:
+        if index is not None:
+            print(f"{'rebuilt' if index['rebuilt'] else 'BAD'}  local index ({ctx.config.dir}): {index['problem']}")
+            if index["rebuilt"]:
+                r = index["rebuilt"]
+                print(f"         {r['recovered']} entries re-indexed, {r['removed']} unreadable removed; "
+                      f"the damaged index was kept as entries/{r['moved_aside']}")
         for b in bad:
             print(f"{'removed' if b.repaired else 'BAD'}  {b.key}  ({b.tier}): {b.reason}")
         for q in quarantined:
             print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
         ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair
                                                                   else ""))
-    if left:
+    if left or index_left:
         if not ctx.json:
-            print(f"cachectl: {len(left)} bad entries remain (run 'cachectl verify --repair')", file=sys.stderr)
+            what = f"{len(left)} bad entries" + (" and a damaged index" if index_left else "")
+            print(f"cachectl: {what} remain (run 'cachectl verify --repair')", file=sys.stderr)
         return EXIT_PROBLEMS
     return EXIT_OK
 
 
 def cmd_clear(ctx: Context, args) -> int:
+    from .disk import DiskTier, wipe
+    from .maintenance import remove_entries, scan
+
     if not args.yes:
         raise CliError("clear removes every entry; pass --yes to confirm")
     store = ctx.store()
     count, size = 0, 0
     for tier in ctx.tiers(args.tier):
-        from .maintenance import remove_entries, scan
-
         infos = scan(tier)
-        size += remove_entries(tier, infos, store.stats.forget_entry)
         count += len(infos)
+        if tier.name == "disk" and not (isinstance(tier, DiskTier) and tier.writable):
+            # a damaged index or a full disk: remove the files themselves, the index with them
+            size += sum(i.size_bytes for i in infos)
+            tier.close()
+            wipe(ctx.config.dir, store.owners)
+            continue
+        size += remove_entries(tier, infos, store.stats.forget_entry)
     if ctx.json:
         ctx.emit_json({"removed": count, "bytes_freed": size})
     else:
@@ -497,8 +555,13 @@ def cmd_prewarm(ctx: Context, args) -> int:
             if not recipes:
                 ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                         "or prewarm MODULE:FUNCTION)")
+            elif not args.allow_module:
+                ctx.say("no --allow-module given: rebuilding a recipe imports the module it names, which "
+                        "whoever wrote the cache chose, so no recipe is rebuilt; pass --allow-module PATTERN "
+                        "(e.g. 'mylib.*') for the kernel modules you trust")
             has_key = lambda key: any(key in t for t in store.persistent_tiers)  # noqa: E731
-            todo = prewarm.plan_recipe_builds(recipes, args.arch, has_key, progress)
+            todo = prewarm.plan_recipe_builds(recipes, args.arch, has_key, progress,
+                                              allowed=prewarm.module_filter(args.allow_module))
             progress.expect(len(todo))
             prewarm.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
             if no_recipe and ctx.verbose:
@@ -515,16 +578,39 @@ def cmd_prewarm(ctx: Context, args) -> int:
     built = [o for o in outcomes if o.status == "built"]
     failed = [o for o in outcomes if o.status == "failed"]
     present = [o for o in outcomes if o.status == "present"]
+    skipped = [o for o in outcomes if o.status == "skipped"]
     if ctx.json:
-        ctx.emit_json({"built": len(built), "present": len(present), "failed": len(failed), "seconds": seconds,
-                       "jobs": args.jobs, "kernels_per_second": len(built) / seconds if seconds else 0.0,
+        ctx.emit_json({"built": len(built), "present": len(present), "failed": len(failed), "skipped": len(skipped),
+                       "allowed_modules": args.allow_module, "seconds": seconds, "jobs": args.jobs,
+                       "kernels_per_second": len(built) / seconds if seconds else 0.0,
                        "outcomes": [o.to_json() for o in outcomes]})
     else:
         for o in failed:
             print(f"FAILED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
-        ctx.say(f"built {len(built)}, already present {len(present)}, failed {len(failed)} "
-                f"in {seconds:.1f} s with -j {args.jobs}")
-    return EXIT_PROBLEMS if failed else EXIT_OK
+        if not ctx.quiet:
+            _report_skipped(skipped, ctx.verbose)
+        ctx.say(f"built {len(built)}, already present {len(present)}, failed {len(failed)}"
+                + (f", skipped {len(skipped)} (module not allowed"
+                   + ("" if all(o.module for o in skipped) else " or recipe malformed") + ")" if skipped else "")
+                + f" in {seconds:.1f} s with -j {args.jobs}")
+    return EXIT_PROBLEMS if failed else EXIT_OK  # a skipped recipe is the operator's choice, not a failure
+
+
+def _report_skipped(skipped: list, verbose: bool) -> None:
+    """One stderr line per module not allowed (each skip with -v), one per malformed recipe."""
+    if verbose:
+        for o in skipped:
+            print(f"SKIPPED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
+        return
+    by_module: dict[str, int] = {}
+    for o in skipped:
+        if o.module:
+            by_module[o.module] = by_module.get(o.module, 0) + 1
+        else:
+            print(f"SKIPPED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
+    for module, count in sorted(by_module.items()):
+        print(f"SKIPPED  {count} recipe build(s) of module '{module}': not allowed "
+              f"(rebuild them with --allow-module '{module}')", file=sys.stderr)
 
 
 class _Progress:
@@ -554,7 +640,7 @@ class _Progress:
             sys.stderr.write(f"\r{head} {outcome.status} {outcome.label} {outcome.arch}".ljust(100)[:100])
             sys.stderr.flush()
             return
-        if self.ctx.quiet or (outcome.status == "present" and not self.ctx.verbose):
+        if self.ctx.quiet or (outcome.status in ("present", "skipped") and not self.ctx.verbose):
             return
         line = (f"{outcome.status:<8} {outcome.arch:<7} {outcome.label:<28} {outcome.key[:12]:<12} "
                 f"{outcome.seconds:6.2f} s")  # errors are listed once, at the end
@@ -572,6 +658,7 @@ def cmd_export(ctx: Context, args) -> int:
     from .maintenance import read_raw
 
     tiers = ctx.tiers(args.tier)
+    signer = ctx.store().signer
     selection = _entry_filter(args, args.stale)
     now = time.time()
     chosen, seen, skipped = [], set(), []
@@ -579,12 +666,19 @@ def cmd_export(ctx: Context, args) -> int:
         if info.key in seen or not selection.matches(info, now):
             continue
         tier = next(t for t in tiers if t.name == info.tier)
-        raw = read_raw(tier, info.key)
         try:
+            raw = read_raw(tier, info.key)
             entry_format.decode(raw, expected_key=info.key)
         except (entry_format.CorruptEntry, TypeError):
             skipped.append(info.key)
             continue
+        if signer is not None:
+            # the local tier is trusted by ownership, so its entries are vouched for here; a shared
+            # entry must already carry our signature (exporting must not launder a planted one)
+            if tier.name == "shared" and signer.problem(raw) is not None:
+                skipped.append(info.key)
+                continue
+            raw = signer.sign(raw)
         seen.add(info.key)
         chosen.append((info.key, raw, {"kernel": info.kernel, "arch": info.arch, "toolchain": info.toolchain}))
     if not args.file.parent.is_dir():
@@ -609,10 +703,17 @@ def cmd_import(ctx: Context, args) -> int:
 
     if not args.file.is_file():
         raise CliError(f"no bundle at {args.file}")
-    ctx.store(create=True)
+    signer = ctx.store(create=True).signer
     tier = ctx.tiers(args.tier)[0]
+
+    def signed_by_our_key(data: bytes) -> str | None:  # with a key, a bundle proves nothing by itself
+        problem = signer.problem(data)
+        return None if problem is None else f"{problem} (KERNEL_CACHE_SIGNING_KEY is set)"
+
     try:
-        result = import_bundle(args.file, tier, ctx.installed_toolchain, allow_stale=args.allow_stale)
+        result = import_bundle(args.file, tier, ctx.installed_toolchain, allow_stale=args.allow_stale,
+                               accept=signed_by_our_key if signer is not None else None,
+                               max_entry_bytes=ctx.config.max_entry_bytes)
     except BundleError as exc:
         raise CliError(str(exc), EXIT_PROBLEMS) from None
     if ctx.json:

@@ -138,18 +138,26 @@ class DiskTier:
         self._cache: diskcache.Cache | None = None
         self._readers = threading.local()
         self._busy_until = 0.0
+        self._reopen_at = None if read_only else 0.0  # when to try opening for writing again
         self.read_only_reason = "opened read-only" if read_only else ""
         if not read_only:
-            try:
-                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
-                    pass
-                self._cache = self._open_writer()
-            except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
-                self.read_only_reason = _describe(exc)
+            self._try_writer()
         if self._cache is None:
             self._check_reader()
 
     # Opening ------------------------------------------------------------------------------
+    def _try_writer(self) -> None:
+        """Open the index for writing; on failure (a neighbour holds it, read-only mount, full
+        disk) stay read-only and try again after BUSY_COOLDOWN."""
+        try:
+            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                pass
+            self._cache = self._open_writer()
+            self.read_only_reason = ""
+        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+            self.read_only_reason = _describe(exc)
+            self._reopen_at = time.monotonic() + BUSY_COOLDOWN
+
     def _open_writer(self) -> diskcache.Cache:
         disk = RawOnlyDisk.bound(self._value_tree(), self.max_entry_bytes)
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=disk,
@@ -176,6 +184,8 @@ class DiskTier:
 
     @property
     def writable(self) -> bool:
+        if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
+            self._try_writer()
         return self._cache is not None and time.monotonic() >= self._busy_until
 
     # Lookups ------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 Two sources of work:
 - recipes: every entry records how it was built; rebuild those whose key is missing for the
   installed toolchain (after a Triton upgrade) or for other GPU generations (`arches`).
+  Rebuilding a recipe imports the modules it names (its kernel's, and those of any jitted
+  function passed as a constexpr), and whoever can write the cache wrote the recipe. So only
+  modules the operator allows (`allowed`, from `cachectl prewarm --allow-module PATTERN`) are
+  imported; the names are checked before any import, and other recipes are reported "skipped".
 - a program: `MODULE:FUNCTION` names a user function that describes a JAX program; it is lowered
   for `cuda` on this host (cross-platform lowering), which compiles every Triton kernel the GPU
   job will need into the cache.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import importlib
 import inspect
 import json
@@ -52,10 +57,11 @@ class Outcome:
 
     label: str
     arch: str
-    status: str  # "built", "present", "failed", "skipped"
+    status: str  # "built", "present", "failed", "skipped" (module not allowed, malformed recipe)
     key: str = ""
     seconds: float = 0.0
     error: str = ""
+    module: str = ""  # recipes: the module the kernel comes from (for a skip: the one not allowed)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -65,21 +71,95 @@ Report = Callable[[Outcome], None]
 
 
 # Recipes -----------------------------------------------------------------------------------
+ALLOW_HINT = "--allow-module PATTERN"
+
+
+class MalformedRecipe(ValueError):
+    """A recipe whose kernel names are not MODULE:QUALNAME with a dotted Python module path."""
+
+
+def module_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """allowed(module): True when a glob of `patterns` (fnmatch, case-sensitive) matches the dotted
+    module name, e.g. 'mylib.*' (any module below mylib, not mylib itself) or 'scripts.kernels'."""
+    patterns = tuple(patterns)
+    return lambda module: any(fnmatch.fnmatchcase(module, p) for p in patterns)
+
+
+def _module_of(path) -> str:
+    if not isinstance(path, str):
+        raise MalformedRecipe(f"malformed kernel name {_shown(repr(path))}: expected a 'MODULE:QUALNAME' string")
+    module, sep, qualname = path.partition(":")
+    if not sep or not qualname or not module or not all(p.isidentifier() for p in module.split(".")):
+        raise MalformedRecipe(f"malformed kernel name {_shown(repr(path))}: expected MODULE:QUALNAME with a "
+                              f"dotted Python module name")
+    return module
+
+
+def recipe_modules(recipe: dict) -> list[str]:
+    """Every module rebuilding `recipe` would import, without importing anything: the kernel's, then
+    those of jitted functions among its values ({"jit": "MODULE:QUALNAME"}, at any depth)."""
+    if not isinstance(recipe, dict):
+        raise MalformedRecipe("malformed recipe: not a JSON object")
+    modules = [_module_of(recipe.get("kernel"))]
+    stack = [v for k, v in recipe.items() if k != "kernel"]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "jit" in value:
+                modules.append(_module_of(value["jit"]))
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return list(dict.fromkeys(modules))
+
+
+def _not_allowed(module: str) -> str:
+    return (f"module '{module}' is not allowed: rebuilding this recipe would import (run) it, and prewarm "
+            f"imports only modules matched by {ALLOW_HINT}; if you trust it, pass --allow-module '{module}'"
+            + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""))
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """Cache content fit to print: control characters escaped, long text cut."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return out + ("…" if len(text) > limit else "")
+
+
 def _recipe_identity(recipe: dict) -> str:
     return json.dumps({k: v for k, v in recipe.items() if k != "target"}, sort_keys=True)
 
 
+def _label(recipe) -> str:
+    kernel = recipe.get("kernel") if isinstance(recipe, dict) else None
+    return _shown(kernel.rpartition(":")[2]) if isinstance(kernel, str) else "?"
+
+
 def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_key: Callable[[str], bool],
-                       report: Report) -> list[tuple[dict, str, str, str]]:
+                       report: Report, allowed: Callable[[str], bool] | Iterable[str] = ()
+                       ) -> list[tuple[dict, str, str, str]]:
     """[(recipe, arch, label, key)] still to build. Entries already present and recipes that
-    cannot be rebuilt (kernel not importable) are reported here and not returned."""
+    cannot be rebuilt (kernel not importable) are reported here and not returned.
+
+    `allowed` (a predicate on dotted module names, or fnmatch patterns) says which modules may be
+    imported; the default allows none. Recipes naming any other module, or malformed names, are
+    reported "skipped" without importing anything.
+    """
     from compiler import RecipeError, content_key, from_recipe, parse_target
 
+    if not callable(allowed):
+        allowed = module_filter(allowed)
     targets = [parse_target(a) for a in arches] if arches else None
     todo, seen = [], set()
     for recipe in recipes:
+        label = _label(recipe)
+        try:
+            modules = recipe_modules(recipe)
+        except MalformedRecipe as exc:
+            report(Outcome(label, "?", "skipped", error=str(exc)))
+            continue
+        denied = next((m for m in modules if not allowed(m)), None)
         identity = _recipe_identity(recipe)
-        own = recipe.get("target", {})
+        own = recipe.get("target") if isinstance(recipe.get("target"), dict) else {}
         for target in targets or [None]:
             if target is not None and target.backend != own.get("backend"):
                 continue  # a CUDA recipe has no meaning for a ROCm arch and vice versa
@@ -87,18 +167,20 @@ def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_ke
             if (identity, arch_name) in seen:
                 continue
             seen.add((identity, arch_name))
-            label = recipe.get("kernel", "?").rpartition(":")[2]
+            if denied is not None:
+                report(Outcome(label, arch_name, "skipped", error=_not_allowed(denied), module=denied))
+                continue
             try:
                 spec = from_recipe(recipe, target=target)
                 key = content_key(spec)
             except RecipeError as exc:
-                report(Outcome(label, arch_name, "failed", error=str(exc)))
+                report(Outcome(label, arch_name, "failed", error=str(exc), module=modules[0]))
                 continue
             except Exception as exc:  # a recipe that no longer matches the kernel's signature
-                report(Outcome(label, arch_name, "failed", error=f"{type(exc).__name__}: {exc}"))
+                report(Outcome(label, arch_name, "failed", error=f"{type(exc).__name__}: {exc}", module=modules[0]))
                 continue
             if has_key(key):
-                report(Outcome(label, arch_name, "present", key=key))
+                report(Outcome(label, arch_name, "present", key=key, module=modules[0]))
             else:
                 todo.append((recipe, arch_name, label, key))
     return todo
@@ -106,8 +188,8 @@ def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_ke
 
 def _target_name(target_json: dict) -> str:
     if target_json.get("backend") == "cuda":
-        return f"sm_{target_json.get('arch')}"
-    return str(target_json.get("arch", "?"))
+        return _shown(f"sm_{target_json.get('arch')}")
+    return _shown(str(target_json.get("arch", "?")))
 
 
 _worker_store = None
@@ -142,8 +224,10 @@ def build_recipe(recipe: dict, arch: str, label: str, store=None) -> Outcome:
         _, key = get_or_compile(spec, store if store is not None else _worker_store)
     except Exception as exc:
         return Outcome(label, arch, "failed", seconds=time.perf_counter() - start,
-                       error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-    return Outcome(label, arch, "built", key=key, seconds=time.perf_counter() - start)
+                       error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                       module=str(recipe.get("kernel", "")).partition(":")[0])
+    return Outcome(label, arch, "built", key=key, seconds=time.perf_counter() - start,
+                   module=str(recipe.get("kernel", "")).partition(":")[0])
 
 
 def run_recipe_builds(todo: list[tuple[dict, str, str, str]], config: Config, jobs: int,

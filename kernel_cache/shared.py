@@ -121,7 +121,7 @@ class SharedTier:
     def put_raw(self, key: str, data: bytes) -> None:
         """Publish bytes from elsewhere (import, a signed copy); validated first, a bad entry must
         not reach the cluster."""
-        entry_format.decode(data, expected_key=key)
+        entry_format.decode(data, expected_key=check_key(key))
         self._publish(key, data)
 
     def delete(self, key: str) -> bool:

@@ -170,6 +170,8 @@ class Store:
         return None
 
     def _tier_put(self, tier, key: str, data: bytes) -> None:
+        if not tier.writable:
+            return  # read-only or cooling down after a busy timeout: said once already
         try:
             tier.put_raw(key, data)
         except Exception as exc:

@@ -38,7 +38,8 @@ def seed_store(directory: Path) -> int:
 def prewarm(directory: Path, arches: str, jobs: int, env: dict) -> dict:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(directory), "prewarm",
-                           "--arch", arches, "-j", str(jobs), "--json", "-q"],
+                           "--arch", arches, "-j", str(jobs), "--allow-module", "scripts.example_kernels",
+                           "--json", "-q"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:

@@ -428,7 +428,8 @@ def test_prewarm_recipes_for_two_arches_reports_unimportable_kernel(store_copy, 
     store.close()
     shutil.rmtree(module_dir)
 
-    proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_80,sm_90", "-j", "2", "--json")
+    proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_80,sm_90", "-j", "2", "--json",
+                    "--allow-module", "scripts.*", "--allow-module", "cachectl_orphan_*")
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["built"] == 2 and report["present"] == 2 and report["failed"] == 2
@@ -441,8 +442,57 @@ def test_prewarm_recipes_for_two_arches_reports_unimportable_kernel(store_copy, 
     assert listed_keys(directory, "--arch", "sm_80") == {keys[(k, "sm_80")] for k in KERNELS}
     assert ok("--dir", directory, "verify").returncode == 0
 
-    again = cachectl("--dir", directory, "prewarm", "--kernel", "softmax*", "--arch", "sm_80,sm_90")
+    again = cachectl("--dir", directory, "prewarm", "--kernel", "softmax*", "--arch", "sm_80,sm_90",
+                     "--allow-module", "scripts.example_kernels")
     assert again.returncode == 0 and "built 0, already present 2, failed 0" in again.stdout
+
+
+MARKER_MODULE = textwrap.dedent("""
+    from pathlib import Path
+
+    Path(__file__).with_name("imported.marker").write_text("this module ran")
+    from scripts.example_kernels import add_kernel  # the real kernel: its entries are present
+""")
+
+
+def test_prewarm_imports_only_allowed_modules(store_copy, tmp_path):
+    """A recipe written into the cache names a module with a side effect on import: a bare prewarm
+    imports nothing; --allow-module decides which recipes are rebuilt."""
+    directory, keys = store_copy
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "cachectl_marker_mod.py").write_text(MARKER_MODULE)
+    marker = module_dir / "imported.marker"
+    disk = _disk(directory)
+    planted = entry_format.decode(disk.peek_raw(keys[("add", "sm_90")]), expected_key=keys[("add", "sm_90")])
+    planted.key, planted.meta["name"] = "f" * 32, "planted_kernel"
+    planted.meta["recipe"]["kernel"] = "cachectl_marker_mod:add_kernel"
+    disk.put_raw(planted.key, entry_format.encode(planted))
+    disk.close()
+    env = {"PYTHONPATH": python_path(module_dir)}
+
+    bare = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", env=env)
+    assert bare.returncode == 0, bare.stderr
+    assert "no --allow-module given" in bare.stdout and "built 0, already present 0, failed 0, skipped 3" in bare.stdout
+    assert "SKIPPED  1 recipe build(s) of module 'cachectl_marker_mod'" in bare.stderr
+    assert not marker.exists()
+
+    proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "scripts.*", "--json",
+                    env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["built"], report["present"], report["failed"], report["skipped"]) == (0, 2, 0, 1)
+    assert report["allowed_modules"] == ["scripts.*"]
+    skipped = [o for o in report["outcomes"] if o["status"] == "skipped"]
+    assert [(o["label"], o["arch"], o["module"], o["key"]) for o in skipped] == [
+        ("add_kernel", "sm_90", "cachectl_marker_mod", "")]
+    assert "not allowed" in skipped[0]["error"] and "--allow-module 'cachectl_marker_mod'" in skipped[0]["error"]
+    assert not marker.exists()
+
+    allowed = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "scripts.*",
+                       "--allow-module", "cachectl_marker_*", env=env)
+    assert allowed.returncode == 0 and "built 0, already present 3, failed 0 in" in allowed.stdout
+    assert marker.exists()  # allowed: imported (and resolved to the real add kernel, already present)
 
 
 def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
