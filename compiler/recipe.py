@@ -2,7 +2,8 @@
 
 A recipe names the kernel by module and qualified name (re-imported later), so kernels defined in
 `__main__` or in a closure cannot be rebuilt; `from_recipe` then says so instead of guessing.
-Rebuilding imports the module a recipe names: prewarm only caches whose writers you trust.
+Rebuilding imports the module a recipe names: cachectl prewarm imports only modules the operator
+allows (--allow-module), never one chosen by whoever wrote the cache.
 """
 
 from __future__ import annotations

@@ -123,12 +123,13 @@ class Tree:
         self.owners = owners
         if create:
             os.makedirs(self.path, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
-            self._check(os.fstat(self._fd), self.path)
+            self._check(os.fstat(fd), self.path)
         except BaseException:
-            os.close(self._fd)
+            os.close(fd)  # never stored: __del__ must not close this number again later
             raise
+        self._fd = fd
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1

@@ -1,55 +1,129 @@
 """Store benchmark, all measured side by side in one run on this machine.
 
-Prints: memory-tier hit (µs), disk-tier hit for a 100 KB entry (ms, p50/p95), a cold Triton compile
-of the example add kernel (s), and the toolchain fingerprint cost cold (Triton's triton_key +
-ptxas --version) vs warm (our on-disk memo), with the ratios.
+Prints:
+- the hit paths of this tree next to a baseline revision (default: the last commit before the
+  safe file layer, i.e. before the store was hardened against hostile directories), run
+  alternately in fresh interpreters: memory-tier hit, Store.get from memory, disk hit and shared
+  hit for a 100 KB entry (p50/p95), with the ratio to the baseline;
+- the signing cost per shared hit (HMAC-SHA256 over the entry) and per write;
+- a cold Triton compile of the example add kernel and the toolchain fingerprint cold vs memoized.
+
+    python scripts/bench_store.py [--baseline REV] [--rounds N]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from kernel_cache import Config, Entry, Store  # noqa: E402
+# Runs in a fresh interpreter whose sys.path starts with the kernel_cache under test.
+HIT_PATHS = r'''
+import json, os, statistics, sys, tempfile, time
+from pathlib import Path
+from kernel_cache import Config, Entry, Store
 
-
-def percentile(samples, q):
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def time_calls(fn, n):
+def timed(fn, n):
     out = []
     for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
+        t = time.perf_counter(); fn(); out.append(time.perf_counter() - t)
     return out
 
+def pct(s, q):
+    s = sorted(s); return s[min(len(s) - 1, int(q * len(s)))]
 
-def main() -> None:
+tmp = Path(tempfile.mkdtemp(prefix="kc-bench-hits-"))
+payload = {"cubin": os.urandom(100_000), "ptx": b"x" * 1000}
+keys = [f"{i:032x}" for i in range(200)]
+extra = json.loads(sys.argv[1])
+if "signing_key" in extra:
+    extra["signing_key"] = bytes.fromhex(extra["signing_key"])
+(tmp / "shared").mkdir()
+writer = Store(Config(dir=tmp / "local", shared_dir=tmp / "shared", **extra))
+puts = []
+for k in keys:
+    t = time.perf_counter()
+    writer.put(Entry(key=k, meta={"name": "bench"}, blobs=payload))
+    puts.append(time.perf_counter() - t)
+out = {"put_p50": statistics.median(puts)}
+out["memory_p50"] = statistics.median(timed(lambda: writer.memory.get(keys[0]), 20000))
+out["store_memory_p50"] = statistics.median(timed(lambda: writer.get(keys[0]), 20000))
+disk = Store(Config(dir=tmp / "local", memory_items=0, **extra))  # every get goes to the disk tier
+it = iter(keys * 5)
+d = timed(lambda: disk.get(next(it)), 1000)
+assert disk.get(keys[0])[1] == "disk"
+shared = Store(Config(shared_dir=tmp / "shared", memory_items=0, **extra))  # shared tier only
+it = iter(keys * 5)
+s = timed(lambda: shared.get(next(it)), 1000)
+assert shared.get(keys[0])[1] == "shared"
+out.update(disk_p50=statistics.median(d), disk_p95=pct(d, .95),
+           shared_p50=statistics.median(s), shared_p95=pct(s, .95))
+print(json.dumps(out))
+'''
+
+
+def baseline_revision() -> str:
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "kernel_cache/safefs.py"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return f"{added[-1]}^" if added else "HEAD"
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """kernel_cache/ as of `rev`, extracted under `into` (nothing else of the tree is needed)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev, "kernel_cache"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def hit_paths(source_root: Path, extra: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")])}
+    env.pop("KERNEL_CACHE_DIR", None)
+    env.pop("KERNEL_CACHE_SHARED_DIR", None)
+    proc = subprocess.run([sys.executable, "-c", HIT_PATHS, json.dumps(extra)], env=env, cwd=tempfile.gettempdir(),
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"hit-path run failed for {source_root}:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def median_of(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def signing_costs() -> tuple[float, float]:
+    sys.path.insert(0, str(ROOT))
+    from kernel_cache import Entry
+    from kernel_cache import entry as entry_format
+    from kernel_cache.signing import Signer
+
+    signer = Signer(os.urandom(32))
+    data = entry_format.encode(Entry(key="0" * 32, meta={"name": "bench"},
+                                     blobs={"cubin": os.urandom(100_000), "ptx": b"x" * 1000}))
+    signed = signer.sign(data)
+    n = 2000
+    t = time.perf_counter()
+    for _ in range(n):
+        signer.sign(data)
+    sign = (time.perf_counter() - t) / n
+    t = time.perf_counter()
+    for _ in range(n):
+        signer.problem(signed)
+    return sign, (time.perf_counter() - t) / n
+
+
+def compile_and_toolchain() -> list[str]:
+    sys.path.insert(0, str(ROOT))
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-"))
     os.environ["KERNEL_CACHE_DIR"] = str(tmp / "memo")
-    payload = {"cubin": os.urandom(100_000), "ptx": b"x" * 1000}
-    store = Store(Config(dir=tmp / "store"))
-    keys = [f"{i:032x}" for i in range(200)]
-    for k in keys:
-        store.put(Entry(key=k, meta={"name": "bench"}, blobs=payload))
-
-    mem = time_calls(lambda: store.memory.get(keys[0]), 20000)
-    mem_store = time_calls(lambda: store.get(keys[0]), 20000)
-    fresh = Store(Config(dir=tmp / "store", memory_items=0))  # every get goes to disk
-    it = iter(keys * 5)
-    disk = time_calls(lambda: fresh.get(next(it)), 1000)
-    assert fresh.get(keys[0])[1] == "disk"
-
     from compiler import compile_spec, content_key, toolchain
     from scripts.example_kernels import example_specs
 
@@ -61,23 +135,60 @@ def main() -> None:
     t = time.perf_counter()
     toolchain.toolchain_fingerprint(spec.target)
     tc_warm = time.perf_counter() - t
-    assert toolchain.expensive_calls == {"triton_key": 1, "backend_hash": 1}
-    keyt = statistics.median(time_calls(lambda: content_key(spec), 200))
-    compile_s = min(time_calls(lambda: compile_spec(spec), 3))
+    key_s = statistics.median(_timed(lambda: content_key(spec), 200))
+    compile_s = min(_timed(lambda: compile_spec(spec), 3))
+    return [f"  content key (add kernel)  p50 {key_s * 1e3:8.3f} ms",
+            f"  cold compile (add, sm_90)     {compile_s:8.3f} s",
+            f"  toolchain fingerprint: cold {tc_cold * 1e3:.1f} ms (triton_key + ptxas), "
+            f"warm {tc_warm * 1e3:.3f} ms (memo) -> {tc_cold / tc_warm:.0f}x"]
 
-    print("kernel-cache store benchmark (this host)")
-    print(f"  memory tier hit           p50 {statistics.median(mem) * 1e6:8.2f} µs   "
-          f"p95 {percentile(mem, .95) * 1e6:8.2f} µs")
-    print(f"  Store.get (memory)        p50 {statistics.median(mem_store) * 1e6:8.2f} µs   "
-          f"p95 {percentile(mem_store, .95) * 1e6:8.2f} µs")
-    print(f"  disk tier hit, 100 KB     p50 {statistics.median(disk) * 1e3:8.3f} ms   "
-          f"p95 {percentile(disk, .95) * 1e3:8.3f} ms")
-    print(f"  content key (add kernel)  p50 {keyt * 1e3:8.3f} ms")
-    print(f"  cold compile (add, sm_90)     {compile_s:8.3f} s")
-    print(f"  toolchain fingerprint: cold {tc_cold * 1e3:.1f} ms (triton_key + ptxas), "
-          f"warm {tc_warm * 1e3:.3f} ms (memo) -> {tc_cold / tc_warm:.0f}x")
-    print(f"  ratios: compile / disk hit = {compile_s / statistics.median(disk):.0f}x, "
-          f"compile / memory hit = {compile_s / statistics.median(mem):.0f}x")
+
+def _timed(fn, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default=None, help="git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs per side (median taken)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the Triton compile and toolchain rows")
+    args = parser.parse_args()
+    rev = args.baseline or baseline_revision()
+    base_root = checkout(rev, Path(tempfile.mkdtemp(prefix="kc-bench-base-")))
+    base, ours, signed = [], [], []
+    key = os.urandom(32).hex()
+    for _ in range(args.rounds):  # alternate, so drift on the host hits both sides alike
+        base.append(hit_paths(base_root, {}))
+        ours.append(hit_paths(ROOT, {}))
+        signed.append(hit_paths(ROOT, {"signing_key": key}))
+    base, ours, signed = median_of(base), median_of(ours), median_of(signed)
+
+    short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    print(f"kernel-cache store benchmark (this host; medians of {args.rounds} alternating runs)")
+    print(f"  hit path, 100 KB entry      baseline {short:<9}  this tree      ratio")
+    rows = [("memory tier hit", "memory_p50", 1e6, "µs"), ("Store.get (memory)", "store_memory_p50", 1e6, "µs"),
+            ("disk hit p50", "disk_p50", 1e3, "ms"), ("disk hit p95", "disk_p95", 1e3, "ms"),
+            ("shared hit p50", "shared_p50", 1e3, "ms"), ("shared hit p95", "shared_p95", 1e3, "ms"),
+            ("put (disk + shared)", "put_p50", 1e3, "ms")]
+    for label, k, scale, unit in rows:
+        ratio = ours[k] / base[k]
+        print(f"  {label:<24} {base[k] * scale:9.3f} {unit}   {ours[k] * scale:9.3f} {unit}   {ratio:5.2f}x")
+    sign, verify = signing_costs()
+    print(f"  signing (HMAC-SHA256, 100 KB): sign {sign * 1e6:.1f} µs per write, verify {verify * 1e6:.1f} µs per shared hit")
+    print(f"  shared hit p50 with a signing key {signed['shared_p50'] * 1e3:.3f} ms "
+          f"(+{(signed['shared_p50'] - ours['shared_p50']) * 1e6:.0f} µs, "
+          f"{signed['shared_p50'] / ours['shared_p50']:.2f}x unsigned); put {signed['put_p50'] * 1e3:.3f} ms")
+    worst = max(ours[k] / base[k] for k in ("memory_p50", "disk_p50", "shared_p50"))
+    print(f"  hardened hit paths vs baseline: worst p50 ratio {worst:.2f}x "
+          f"({'within' if worst <= 1.10 else 'OVER'} the 10% budget)")
+    if not args.no_compile:
+        for line in compile_and_toolchain():
+            print(line)
 
 
 if __name__ == "__main__":

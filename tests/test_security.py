@@ -617,3 +617,19 @@ def test_the_signing_key_file_must_be_private(tmp_path):
         Config.from_env({"KERNEL_CACHE_SIGNING_KEY": "short"})
     with pytest.raises(ConfigError, match="no such group"):
         Config.from_env({"KERNEL_CACHE_TRUSTED_GROUP": "no-such-group-kc"})
+
+
+def test_a_refused_tree_never_closes_a_descriptor_it_no_longer_owns(tmp_path):
+    import gc
+
+    (tmp_path / "open").mkdir(mode=0o777)
+    os.chmod(tmp_path / "open", 0o777)
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "f").write_bytes(b"ok")
+    for _ in range(5):
+        with pytest.raises(UnsafeFile):
+            Tree(tmp_path / "open", Owners.current())
+        good = Tree(tmp_path / "good", Owners.current())  # likely reuses the refused tree's number
+        gc.collect()
+        assert good.read("f", max_bytes=10)[0] == b"ok"
+        good.close()
