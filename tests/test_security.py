@@ -627,9 +627,10 @@ def test_a_refused_tree_never_closes_a_descriptor_it_no_longer_owns(tmp_path):
     (tmp_path / "good").mkdir()
     (tmp_path / "good" / "f").write_bytes(b"ok")
     for _ in range(5):
-        with pytest.raises(UnsafeFile):
+        with pytest.raises(UnsafeFile) as refused:  # keeps the half-made Tree alive a while
             Tree(tmp_path / "open", Owners.current())
-        good = Tree(tmp_path / "good", Owners.current())  # likely reuses the refused tree's number
+        good = Tree(tmp_path / "good", Owners.current())  # reuses the refused tree's number
+        del refused
         gc.collect()
         assert good.read("f", max_bytes=10)[0] == b"ok"
         good.close()
