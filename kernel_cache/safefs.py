@@ -34,6 +34,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 READ_CHUNK = 1 << 20
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
 class UnsafeFile(OSError):
@@ -83,6 +84,8 @@ class Owners:
     def problem(self, st: os.stat_result) -> str | None:
         """Why a file or directory with this stat may have been written by an untrusted user, or None."""
         mode = st.st_mode
+        if not mode & _WRITABLE_BY_OTHERS and st.st_uid in self.uids:
+            return None  # the common case, first
         if mode & stat.S_IWOTH:
             return "is writable by every user"
         if mode & stat.S_IWGRP and st.st_gid not in self.writer_gids:
@@ -117,6 +120,7 @@ class Tree:
     """
 
     _fd = -1
+    _top: dict = {}
 
     def __init__(self, path, owners: Owners | None, *, create: bool = False):
         self.path = os.fspath(path)
@@ -125,17 +129,20 @@ class Tree:
             os.makedirs(self.path, exist_ok=True)
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
-            self._check(os.fstat(fd), self.path)
+            self._check(os.fstat(fd))
         except BaseException:
             os.close(fd)  # never stored: __del__ must not close this number again later
             raise
         self._fd = fd
+        self._top = {}  # first-level name -> kept descriptor (dup'd, checked when first opened)
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        kept, self._top = self._top, {}
+        for f in [fd, *kept.values()]:
+            if f >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(f)
 
     def __del__(self):
         self.close()
@@ -144,19 +151,21 @@ class Tree:
         """After ESTALE on a network filesystem: the directory was replaced under us."""
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
-            self._check(os.fstat(fd), self.path)
+            self._check(os.fstat(fd))
         except BaseException:
             os.close(fd)
             raise
         old, self._fd = self._fd, fd
-        with contextlib.suppress(OSError):
-            os.close(old)
+        kept, self._top = self._top, {}
+        for f in [old, *kept.values()]:
+            with contextlib.suppress(OSError):
+                os.close(f)
 
-    def _check(self, st: os.stat_result, where: str) -> None:
+    def _check(self, st: os.stat_result, parts: tuple = ()) -> None:
         if self.owners is not None:
             problem = self.owners.problem(st)
             if problem:
-                raise UnsafeFile(where, problem, owner=True)
+                raise UnsafeFile(self._where(parts), problem, owner=True)
 
     def _where(self, parts) -> str:
         return os.path.join(self.path, *parts)
@@ -166,10 +175,27 @@ class Tree:
     def directory(self, *parts: str, create: bool = False) -> Iterator[int]:
         """A checked descriptor of root/parts..., each level opened without following symlinks;
         with `create`, missing levels are made (mode 0777 & ~umask; setgid is inherited)."""
-        fd = os.dup(self._fd)
+        fd = self._open_dir(parts, create)
         try:
-            for i, name in enumerate(parts):
-                check_name(name)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_dir(self, parts, create: bool = False) -> int:
+        """An fd the caller closes. Reads start from a kept descriptor of the first level (checked
+        once: `entries/` is opened on every hit); creation always walks from the root, so writes
+        land in the live tree even if a level was replaced meanwhile."""
+        start = 0
+        fd = -1
+        if parts and not create:
+            top = self._top.get(parts[0])
+            if top is not None:
+                fd, start = os.dup(top), 1
+        if fd < 0:
+            fd = os.dup(self._fd)
+        try:
+            for i in range(start, len(parts)):
+                name = check_name(parts[i])
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -182,10 +208,28 @@ class Tree:
                     raise self._refusal(exc, parts[:i + 1], "a directory") from None
                 os.close(fd)
                 fd = child
-                self._check(os.fstat(fd), self._where(parts[:i + 1]))
-            yield fd
-        finally:
+                self._check(os.fstat(fd), parts[:i + 1])
+                if i == 0 and not create and parts[0] not in self._top:
+                    self._top.setdefault(parts[0], os.dup(fd))
+            return fd
+        except BaseException:
             os.close(fd)
+            raise
+
+    def _forget_if_gone(self, first: str) -> bool:
+        """After a miss through a kept first-level descriptor: drop it if that directory was
+        deleted (an operator's rm -rf); True when the caller should look again."""
+        top = self._top.get(first)
+        if top is None:
+            return False
+        try:
+            gone = os.fstat(top).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone and self._top.pop(first, None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(top)
+        return gone
 
     def _refusal(self, exc: OSError, parts, expected: str) -> OSError:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
@@ -221,11 +265,21 @@ class Tree:
         """(content, fstat) of the regular file root/parts, or None if absent; only its first
         `head` bytes when given. Raises UnsafeFile for a symlink, FIFO, device, untrusted owner or
         a file over `max_bytes`."""
-        try:
-            with self.directory(*parts[:-1]) as dfd:
-                return read_at(dfd, parts[-1], max_bytes, self.owners, self._where(parts), head)
-        except FileNotFoundError:
-            return None
+        for attempt in (1, 2):
+            try:
+                dfd = self._open_dir(parts[:-1])
+                try:
+                    return read_at(dfd, parts[-1], max_bytes, self.owners, "", head)
+                finally:
+                    os.close(dfd)
+            except UnsafeFile as exc:
+                if exc.path != repr(parts[-1]) and os.sep not in exc.path:  # name the whole path
+                    raise UnsafeFile(self._where(parts), exc.reason, exc.owner) from None
+                raise
+            except FileNotFoundError:
+                if attempt == 2 or len(parts) < 2 or not self._forget_if_gone(parts[0]):
+                    return None
+        return None
 
     def write_new(self, *parts: str, data: bytes) -> os.stat_result:
         """Create root/parts with `data` and return its stat; fails (FileExistsError) if the name
@@ -304,7 +358,7 @@ class Tree:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise UnsafeFile(self._where(parts), "is not a regular file")
-                self._check(st, self._where(parts))
+                self._check(st, parts)
                 yield fd
             finally:
                 os.close(fd)
@@ -312,24 +366,24 @@ class Tree:
 
 def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
             where: str = "", head: int | None = None) -> tuple[bytes, os.stat_result]:
-    """Read the regular file `name` in `dir_fd` under the rules above (FileNotFoundError if absent)."""
-    where = where or name
+    """Read the regular file `name` in `dir_fd` under the rules above (FileNotFoundError if absent);
+    `where` names it in errors."""
     try:
         fd = os.open(check_name(name), _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UnsafeFile(where, "is a symbolic link") from None
+            raise UnsafeFile(where or name, "is a symbolic link") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(where, "is not a regular file (a FIFO, device or directory)")
+            raise UnsafeFile(where or name, "is not a regular file (a FIFO, device or directory)")
         if owners is not None:
             problem = owners.problem(st)
             if problem:
-                raise UnsafeFile(where, problem, owner=True)
+                raise UnsafeFile(where or name, problem, owner=True)
         if st.st_size > max_bytes:
-            raise UnsafeFile(where, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
+            raise UnsafeFile(where or name, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
                                     f"(KERNEL_CACHE_MAX_ENTRY_BYTES)")
         return _read_exactly(fd, st.st_size if head is None else min(head, st.st_size)), st
     finally:
@@ -338,7 +392,10 @@ def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
 
 def _read_exactly(fd: int, size: int) -> bytes:
     """At most `size` bytes (a file that grows while read is cut at the size fstat gave)."""
-    chunks, left = [], size
+    first = os.read(fd, min(size, READ_CHUNK)) if size else b""
+    if len(first) == size or not first:
+        return first  # one read, no copy
+    chunks, left = [first], size - len(first)
     while left > 0:
         chunk = os.read(fd, min(left, READ_CHUNK))
         if not chunk:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from . import entry as entry_format
 from .config import Config
 from .disk import DiskTier
-from .entry import CorruptEntry, Entry, check_key
+from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import ReentrantBuild, RejectedEntry
 from .memory import MemoryTier
 from .safefs import Owners
@@ -62,8 +62,7 @@ class Store:
         entry = self.memory.get(key)
         if entry is not None:
             return entry, "memory"
-        check_key(key)  # after the memory hit (a dict probe cannot be abused); before any file
-        faster = []
+        faster = []  # each persistent tier validates the key at its door (InvalidKey)
         for tier in self.persistent_tiers:
             entry = self._tier_get(tier, key)
             if entry is not None:
@@ -154,6 +153,8 @@ class Store:
     def _tier_get(self, tier, key: str) -> Entry | None:
         try:
             return tier.get(key)
+        except InvalidKey:
+            raise  # the caller's mistake, not the tier's: never swallowed as a cache failure
         except RejectedEntry as exc:
             self.stats.rejected()
             warn_once(f"rejected:{tier.name}",

@@ -192,8 +192,12 @@ def test_the_flock_probe_never_follows_a_planted_name(tmp_path):
 def test_keys_that_are_not_content_addresses_are_refused_at_every_door(tmp_path):
     store = Store(Config(dir=tmp_path / "local", shared_dir=(tmp_path / "shared").mkdir() or tmp_path / "shared"))
     for bad in ("../../x", "A" * 32, "a" * 31, "a" * 33, "0123456789abcdef0123456789abcde/", ""):
-        with pytest.raises(InvalidKey):
-            store.get_or_create(bad, Builder(KEY))
+        with recorded_warnings() as caught:
+            with pytest.raises(InvalidKey):
+                store.get_or_create(bad, Builder(KEY))
+            with pytest.raises(InvalidKey):
+                store.get(bad)
+        assert kernel_cache_warnings(caught) == []  # a caller's mistake, not a cache failure
         for tier in (store.disk, store.shared):
             with pytest.raises(InvalidKey):
                 tier.get(bad)
@@ -597,9 +601,15 @@ def test_tree_refuses_links_fifos_and_untrusted_owners_at_every_level(tmp_path):
         tree.read("..", "etc", max_bytes=10)
     assert not tree.unlink("real")  # never a directory
     assert tree.unlink("link") and (tmp_path / "real" / "f").exists()  # the link, not its target
-    os.chmod(tmp_path / "real", 0o777)
+    (tmp_path / "real" / "sub").mkdir()
+    (tmp_path / "real" / "sub" / "f").write_bytes(b"data")
+    assert tree.read("real", "sub", "f", max_bytes=10)[0] == b"data"
+    os.chmod(tmp_path / "real" / "sub", 0o777)  # levels below the first are checked at every access
     with pytest.raises(UnsafeFile, match="writable by every user"):
-        tree.read("real", "f", max_bytes=10)
+        tree.read("real", "sub", "f", max_bytes=10)
+    os.chmod(tmp_path / "real", 0o777)  # the first level is checked when a Tree first opens it
+    with pytest.raises(UnsafeFile, match="writable by every user"):
+        Tree(tmp_path, Owners.current()).read("real", "f", max_bytes=10)
 
 
 def test_the_signing_key_file_must_be_private(tmp_path):
