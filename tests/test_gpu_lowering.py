@@ -152,3 +152,54 @@ def test_module_image_is_honoured():
     # a garbage image must break the launch: proof that jaxlib loads the image rather than the PTX
     assert proc.returncode != 0 and "RAN" not in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "INVALID_IMAGE" in proc.stderr or "invalid" in proc.stderr.lower(), proc.stderr[-2000:]
+
+
+POISON_CHILD = """
+import json, jax, jax.numpy as jnp, numpy as np
+import kernel_cache
+from scripts import example_programs as ep
+x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
+add = np.asarray(jax.jit(lambda a, b: ep.add_program(a, b, block=1024))(x, y))
+scaled = np.asarray(jax.jit(lambda a, b: ep.scaled_add_program(a, b, scale=3.0))(x, y))
+xs, ys = np.asarray(x), np.asarray(y)
+print(json.dumps({"add": bool(np.allclose(add, xs + ys)), "add_is_scaled": bool(np.allclose(add, xs * 3 + ys)),
+                  "scaled": bool(np.allclose(scaled, xs * 3 + ys)),
+                  "stats": kernel_cache.default_store().stats.session()}))
+"""
+
+
+def test_a_poisoned_shared_kernel_runs_only_where_nothing_authenticates_it(tmp_path):
+    """On the GPU: a group member swaps the shared entry of `add` for the cubin of `scaled_add`
+    (checksum recomputed, no key). A job trusting the directory by ownership runs the swapped
+    kernel; a job with the team's signing key rejects it, recompiles and gets x + y."""
+    import json
+    import os
+
+    from kernel_cache import entry as entry_format
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    key = "team-signing-key-0123456789abcdef"
+
+    def run(name, **env):
+        proc = run_python(POISON_CHILD, {**GPU_CHILD_ENV, **subprocess_path(), "KERNEL_CACHE_DIR": str(tmp_path / name),
+                                         "KERNEL_CACHE_SHARED_DIR": str(shared), **env})
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run("writer", KERNEL_CACHE_SIGNING_KEY=key)
+    assert first["add"] and first["scaled"]
+    entries = {}
+    for path in (shared / "entries").rglob("*"):
+        if path.is_file():
+            entry = entry_format.decode(path.read_bytes())
+            entries[entry.meta.get("name")] = (path, entry)
+    add_path, add_entry = entries["add_kernel"]
+    _, scaled_entry = entries["scaled_add_kernel"]
+    scaled_entry.key = add_entry.key
+    add_path.write_bytes(entry_format.encode(scaled_entry))  # the swap: valid format and checksum
+    os.utime(add_path)
+
+    trusting = run("trusting")  # no key: the root-owned file passes the ownership rule
+    assert trusting["add_is_scaled"] and not trusting["add"]  # the attack is real
+    signed = run("signed", KERNEL_CACHE_SIGNING_KEY=key)
+    assert signed["add"] and signed["scaled"] and signed["stats"]["rejected"] >= 1
