@@ -162,8 +162,9 @@ x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
 add = np.asarray(jax.jit(lambda a, b: ep.add_program(a, b, block=1024))(x, y))
 scaled = np.asarray(jax.jit(lambda a, b: ep.scaled_add_program(a, b, scale=3.0))(x, y))
 xs, ys = np.asarray(x), np.asarray(y)
-print(json.dumps({"add": bool(np.allclose(add, xs + ys)), "add_is_scaled": bool(np.allclose(add, xs * 3 + ys)),
-                  "scaled": bool(np.allclose(scaled, xs * 3 + ys)),
+close = lambda a, b: bool(np.allclose(a, b, rtol=1e-5, atol=1e-5))  # the kernel may fuse x * 3 + y
+print(json.dumps({"add": close(add, xs + ys), "add_is_scaled": close(add, xs * 3 + ys),
+                  "scaled": close(scaled, xs * 3 + ys),
                   "stats": kernel_cache.default_store().stats.session()}))
 """
 
