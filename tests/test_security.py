@@ -164,6 +164,22 @@ def test_a_symlinked_fanout_directory_is_never_written_through(tmp_path, level):
     assert store.disk.get(KEY) is not None  # the local tier still got the kernel
 
 
+@pytest.mark.parametrize("level", ["locks", "entries", "stats"])
+def test_a_symlinked_level_of_the_local_cache_makes_it_unused(tmp_path, level):
+    cache, victim = tmp_path / "cache", tmp_path / "victim"
+    Store(Config(dir=cache)).close()
+    victim.mkdir()
+    shutil.rmtree(cache / level)
+    os.symlink(victim, cache / level)
+    with recorded_warnings() as caught:
+        store = Store(Config(dir=cache))
+    assert store.disk is None and "symbolic link" in kernel_cache_warnings(caught)[0]
+    assert store.get_or_create(KEY, Builder(KEY))[1] == make_entry(KEY).blobs
+    assert list(victim.iterdir()) == []
+    out = cachectl("--dir", cache, "list")
+    assert out.returncode == 2 and "symbolic link" in out.stderr
+
+
 def test_a_lock_file_symlinked_to_a_victims_file_is_not_truncated(tmp_path):
     cache = tmp_path / "cache"
     Store(Config(dir=cache)).close()
@@ -549,6 +565,8 @@ def test_a_warm_cache_on_a_read_only_mount_serves_hits_and_lists(tmp_path):
         listed = cachectl("--dir", ro, "list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert sorted(i["key"] for i in json.loads(listed.stdout)) == sorted([KEY, KEY2])
+        stats = cachectl("--dir", ro, "stats", "--json")
+        assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 2, stats.stderr
 
 
 def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
