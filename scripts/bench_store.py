@@ -54,8 +54,10 @@ for k in keys:
     writer.put(Entry(key=k, meta={"name": "bench"}, blobs=payload))
     puts.append(time.perf_counter() - t)
 out = {"put_p50": statistics.median(puts)}
-out["memory_p50"] = statistics.median(timed(lambda: writer.memory.get(keys[0]), 20000))
-out["store_memory_p50"] = statistics.median(timed(lambda: writer.get(keys[0]), 20000))
+# sub-microsecond paths: the best of 5 batch medians (as timeit does), so a scheduler hiccup on a
+# small host does not decide the comparison
+out["memory_p50"] = min(statistics.median(timed(lambda: writer.memory.get(keys[0]), 4000)) for _ in range(5))
+out["store_memory_p50"] = min(statistics.median(timed(lambda: writer.get(keys[0]), 4000)) for _ in range(5))
 disk = Store(Config(dir=tmp / "local", memory_items=0, **extra))  # every get goes to the disk tier
 it = iter(keys * 5)
 d = timed(lambda: disk.get(next(it)), 1000)
