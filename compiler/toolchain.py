@@ -15,6 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import kernel_cache
+
 from . import triton_compat as tc
 
 MEMO_FILE = "toolchain-memo.json"
@@ -26,20 +28,9 @@ expensive_calls = {"triton_key": 0, "backend_hash": 0}
 
 
 def default_memo_dir() -> Path | None:
-    """Where the memo lives: KERNEL_CACHE_DIR, else the user's cache home; None (memo in this
-    process only) when caching is disabled or no home directory can be found."""
-    if os.environ.get("KERNEL_CACHE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return None
-    base = os.environ.get("KERNEL_CACHE_DIR", "").strip()
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    if xdg:
-        return Path(xdg) / "kernel-cache"
-    try:
-        return Path.home() / ".cache" / "kernel-cache"
-    except (RuntimeError, KeyError):  # no HOME and no passwd entry (containers with arbitrary uids)
-        return None
+    """Where the memo lives: the process configuration's (kernel_cache.Config.memo_dir: the cache
+    directory, else the user's cache home; None when caching is disabled or there is no home)."""
+    return kernel_cache.current_config().memo_dir
 
 
 def _identity(path: str | None) -> list:

@@ -17,7 +17,7 @@ from .store import Store
 from .warnings_once import KernelCacheWarning
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "KernelCacheWarning", "Store", "configure",
-           "default_store", "parse_duration", "parse_size"]
+           "current_config", "default_store", "parse_duration", "parse_size"]
 
 _default: Store | None = None
 _guard = threading.Lock()
@@ -46,6 +46,12 @@ def configure(config: Config | None = None) -> Store:
         old.close()
     _setup_logging(config)
     return _default
+
+
+def current_config() -> Config:
+    """The process-wide configuration (the default store's): what every floor above reads instead
+    of the environment, so `configure()` reaches all of them."""
+    return default_store().config
 
 
 def default_store() -> Store:

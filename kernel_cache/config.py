@@ -1,4 +1,9 @@
-"""Store configuration from the environment (KERNEL_CACHE_*) or from code, validated early."""
+"""Every KERNEL_CACHE_* setting in one table, read once into a frozen Config that components receive.
+
+`SETTINGS` is the single source: `Config.from_env` parses it, `render_table` writes the README's
+table from it (a test keeps them equal), and `cachectl config` shows each value and where it came
+from. Nothing else in the project reads these variables.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from .safefs import resolve_group
 from .signing import Signer, SigningKeyError, load_key_file
@@ -17,6 +23,7 @@ _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
+MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
 
 
 class ConfigError(ValueError):
@@ -39,13 +46,93 @@ def parse_duration(text: str, what: str = "duration") -> float:
     return float(m.group(1)) * _SECONDS[m.group(2).lower()]
 
 
-def _flag(name: str, value: str) -> bool:
-    v = value.strip().lower()
+def parse_flag(text: str, what: str = "flag") -> bool:
+    v = text.strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
     if v in ("", "0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+    raise ConfigError(f"{what}={text!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+def _path(text: str, what: str) -> Path:
+    return Path(text).expanduser()
+
+
+def _word(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(text: str, what: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ConfigError(f"{what}={text!r}: expected one of {', '.join(c for c in choices if c)}")
+        return value
+    return parse
+
+
+def _text(text: str, what: str) -> str:
+    return text.strip()
+
+
+def _target_arch(text: str, what: str) -> str:
+    """Checked for shape here (the core knows no Triton): sm_NN / NN / gfxNNNN."""
+    value = text.strip().lower()
+    if not re.fullmatch(r"(sm_?|cuda:)?\d{2,3}a?|gfx[0-9a-f]{3,4}", value):
+        raise ConfigError(f"{what}={text!r}: expected a GPU architecture such as sm_90, sm_80 or gfx942")
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable: where it lands in Config, how it is read, and what the README says of it."""
+
+    env: str
+    field: str
+    parse: Callable[[str, str], Any]
+    default: str
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("KERNEL_CACHE_DIR", "dir", _path, "unset: memory only",
+            "node-local persistent store; setting it makes the cache warm across runs"),
+    Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _path, "unset",
+            "shared directory for multi-node clusters (plain files)"),
+    Setting("KERNEL_CACHE_DISABLE", "disabled", parse_flag, "`0`", "`1` turns all caching off"),
+    Setting("KERNEL_CACHE_MEMORY_BYTES", "memory_bytes", parse_size, "`256M`", "in-process LRU bound (`256M`, `1G`, …)"),
+    Setting("KERNEL_CACHE_MEMORY_ITEMS", "memory_items", lambda t, w: int(parse_size(t, w)), "`4096`",
+            "in-process LRU item bound"),
+    Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "`8G`",
+            "local disk bound; least recently used entries are evicted"),
+    Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
+            "`info` or `debug`: one line per lookup (key, kernel, tier, ms) on stderr"),
+    Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-tier lock kind: `auto`, `flock`, `soft`"),
+    Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`600s`",
+            "longest wait for another process's compile before compiling here; also bounds (at most 30 s) "
+            "a wait for the local index held by another process"),
+    Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`120s`",
+            "a shared-tier soft lock not refreshed for this long is taken over (its holder died)"),
+    Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
+            "GPU target (`sm_90`, `gfx942`) when lowering without a visible GPU and without "
+            "`compute_capability=`"),
+    Setting("KERNEL_CACHE_MODULE_IMAGE", "module_image", parse_flag, "`1`",
+            "`0` sends PTX only (jaxlib then runs ptxas at first launch) instead of the cached cubin"),
+    Setting("KERNEL_CACHE_TRUSTED_GROUP", "trusted_group", _text, "unset",
+            "a group (name or gid) whose members' cache files you accept, besides yours and root's "
+            "(see [Trust model](#trust-model))"),
+    Setting("KERNEL_CACHE_SIGNING_KEY_FILE", "signing_key", lambda t, w: _key_file(t), "unset",
+            "a file (mode 600, yours) holding a key of ≥ 16 bytes: entries you write are signed with it, "
+            "shared and bundled entries must carry its signature"),
+    Setting("KERNEL_CACHE_SIGNING_KEY", "signing_key", lambda t, w: t.strip().encode(), "unset",
+            "the key itself, for schedulers that pass secrets as variables (prefer the file)"),
+    Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
+            "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
+)
+
+
+def _key_file(text: str) -> bytes:
+    try:
+        return load_key_file(Path(text.strip()).expanduser())
+    except SigningKeyError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -62,11 +149,14 @@ class Config:
     lock: str = "auto"
     lock_timeout: float = 600.0
     soft_lock_stale: float = 120.0  # a soft lock not refreshed for this long belongs to a dead holder
+    target_arch: str | None = None  # None: the visible device's
+    module_image: bool = True
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)
     max_entry_bytes: int = 256 << 20  # no real entry comes near; a hostile file larger is refused unread
+    toolchain_memo_dir: Path | None = None  # where the toolchain memo lives when `dir` is unset
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.log not in LOG_LEVELS:
             raise ConfigError(f"KERNEL_CACHE_LOG={self.log!r}: expected one of info, debug, off")
         if self.lock not in LOCK_MODES:
@@ -89,6 +179,9 @@ class Config:
             except SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
 
+    def with_(self, **changes: Any) -> "Config":
+        return replace(self, **changes)
+
     @property
     def trusted_gid(self) -> int | None:
         return None if self.trusted_group is None else resolve_group(self.trusted_group)
@@ -98,54 +191,48 @@ class Config:
         """Longest wait for the local SQLite index held by another process (a stuck neighbour)."""
         return min(self.lock_timeout, INDEX_TIMEOUT_CAP)
 
+    @property
+    def memo_dir(self) -> Path | None:
+        """Where the toolchain fingerprint memo lives: the cache directory, else the user's cache
+        home; None (this process only) when caching is disabled or there is no home."""
+        if self.disabled:
+            return None
+        return self.dir if self.dir is not None else self.toolchain_memo_dir
+
     def signer(self) -> Signer | None:
         return None if self.signing_key is None else Signer(self.signing_key)
 
-    def with_(self, **changes) -> "Config":
-        return replace(self, **changes)
-
     @classmethod
-    def from_env(cls, environ=None) -> "Config":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Config":
         env = os.environ if environ is None else environ
-
-        def size(name: str, default: int) -> int:
-            raw = env.get(name)
-            return default if raw in (None, "") else parse_size(raw, name)
-
-        def path(name: str) -> Path | None:
-            raw = env.get(name, "").strip()
-            return Path(raw).expanduser() if raw else None
-
-        def duration(name: str, default: float) -> float:
-            raw = env.get(name, "").strip()
-            return parse_duration(raw, name) if raw else default
-
-        return cls(
-            trusted_group=env.get("KERNEL_CACHE_TRUSTED_GROUP", "").strip() or None,
-            signing_key=_signing_key(env),
-            max_entry_bytes=size("KERNEL_CACHE_MAX_ENTRY_BYTES", cls.max_entry_bytes),
-            dir=path("KERNEL_CACHE_DIR"),
-            shared_dir=path("KERNEL_CACHE_SHARED_DIR"),
-            disabled=_flag("KERNEL_CACHE_DISABLE", env.get("KERNEL_CACHE_DISABLE", "")),
-            memory_bytes=size("KERNEL_CACHE_MEMORY_BYTES", cls.memory_bytes),
-            memory_items=int(size("KERNEL_CACHE_MEMORY_ITEMS", cls.memory_items)),
-            max_bytes=size("KERNEL_CACHE_MAX_BYTES", cls.max_bytes),
-            log=env.get("KERNEL_CACHE_LOG", "").strip().lower(),
-            lock=env.get("KERNEL_CACHE_LOCK", "auto").strip().lower() or "auto",
-            lock_timeout=duration("KERNEL_CACHE_LOCK_TIMEOUT", cls.lock_timeout),
-            soft_lock_stale=duration("KERNEL_CACHE_SOFT_LOCK_STALE", cls.soft_lock_stale),
-        )
+        if env.get("KERNEL_CACHE_SIGNING_KEY_FILE", "").strip() and env.get("KERNEL_CACHE_SIGNING_KEY", "").strip():
+            raise ConfigError("set KERNEL_CACHE_SIGNING_KEY or KERNEL_CACHE_SIGNING_KEY_FILE, not both")
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            raw = env.get(setting.env, "")
+            if raw.strip():
+                values[setting.field] = setting.parse(raw, setting.env)
+        return cls(**values, toolchain_memo_dir=_user_cache_home(env))
 
 
-def _signing_key(env) -> bytes | None:
-    """From KERNEL_CACHE_SIGNING_KEY_FILE (preferred: a 0600 file) or KERNEL_CACHE_SIGNING_KEY."""
-    key_file = env.get("KERNEL_CACHE_SIGNING_KEY_FILE", "").strip()
-    key_text = env.get("KERNEL_CACHE_SIGNING_KEY", "").strip()
-    if key_file and key_text:
-        raise ConfigError("set KERNEL_CACHE_SIGNING_KEY or KERNEL_CACHE_SIGNING_KEY_FILE, not both")
-    if key_file:
-        try:
-            return load_key_file(Path(key_file).expanduser())
-        except SigningKeyError as exc:
-            raise ConfigError(str(exc)) from None
-    return key_text.encode() if key_text else None
+def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str]]:
+    """(setting, 'environment' or 'default') for `cachectl config`."""
+    env = os.environ if environ is None else environ
+    return [(s, "environment" if env.get(s.env, "").strip() else "default") for s in SETTINGS]
+
+
+def render_table() -> str:
+    """The README's configuration table, generated from SETTINGS."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    rows += [f"| `{s.env}` | {s.help} | {s.default} |" for s in SETTINGS]
+    return "\n".join(rows)
+
+
+def _user_cache_home(env: Mapping[str, str]) -> Path | None:
+    xdg = env.get("XDG_CACHE_HOME", "").strip()
+    if xdg:
+        return Path(xdg) / MEMO_SUBDIR
+    try:
+        return Path.home() / ".cache" / MEMO_SUBDIR
+    except (RuntimeError, KeyError):  # no HOME and no passwd entry (containers with arbitrary uids)
+        return None

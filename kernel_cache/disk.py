@@ -40,6 +40,7 @@ from . import locks
 from .entry import CorruptEntry, Entry, check_key, is_key
 from .errors import TierReadOnly, TierUnavailable, TierUntrusted
 from .safefs import Owners, Tree, UnsafeFile
+from .tier import no_lock
 
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
@@ -347,6 +348,9 @@ class DiskTier:
     def _value_files(self) -> Iterator[tuple[str, str, str]]:
         return value_files(self.tree)
 
+    def quarantined(self) -> list[dict]:
+        return []  # a bad local entry is deleted at once (it is only ever this node's copy)
+
     def integrity_problem(self) -> str | None:
         """SQLite's own check of the index; None when it is sound."""
         try:
@@ -440,6 +444,15 @@ class ValueFilesTier:
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
         return []  # without an index nothing tells an orphan from an entry
+
+    def quarantined(self) -> list[dict]:
+        return []
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        raise TierReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")
+
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
+        return no_lock(key, timeout)
 
     def close(self) -> None:
         self.tree.close()

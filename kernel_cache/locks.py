@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .config import LOCK_MODES
 from .safefs import Tree, UnsafeFile
 
-LOCK_MODES = ("auto", "flock", "soft")
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
 POLL_INTERVAL = 0.05  # first re-check of a busy lock; grows to MAX_POLL_INTERVAL
 MAX_POLL_INTERVAL = 0.5  # a waiter notices a published entry within this

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 from . import entry as entry_format
 from .entry import CorruptEntry
+from .summary import EntrySummary
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict], "str | None"]
@@ -72,6 +73,14 @@ class EntryFilter:
         return True
 
 
+def normal_arch(name: str) -> str:
+    """'90', 'sm90', 'SM_90' -> 'sm_90' without importing the compiler."""
+    text = name.strip().lower()
+    digits = text.removeprefix("cuda:").removeprefix("sm_").removeprefix("sm")
+    return f"sm_{digits}" if digits.isdigit() else text
+
+
+
 def read_raw(tier, key: str) -> bytes | None:
     """The entry bytes, read without counting as a use of the entry. Raises CorruptEntry for
     what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
@@ -100,12 +109,10 @@ def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
             info.error = str(exc)
         else:
             info.meta = meta
-            info.kernel = str(meta.get("name", "?"))
-            info.arch = str(meta.get("arch", "?"))
-            info.created = float(meta.get("created", info.created))
-            info.toolchain = str((meta.get("toolchain") or {}).get("summary", ""))
-            info.compile_seconds = float(meta.get("compile_seconds", 0.0))
-            info.has_recipe = bool(meta.get("recipe"))
+            summary = EntrySummary.from_meta(meta)
+            info.kernel, info.arch, info.toolchain = summary.kernel, summary.arch, summary.toolchain
+            info.created = summary.created if summary.created is not None else info.created
+            info.compile_seconds, info.has_recipe = summary.compile_seconds, summary.recipe is not None
         if hits_of is not None:
             info.hits = hits_of(key)
         infos.append(info)
@@ -115,7 +122,7 @@ def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
 def mark_stale(infos: Iterable[EntryInfo], installed: InstalledToolchain) -> None:
     """Set `stale` on each entry: True when its toolchain summary differs from the installed one."""
     for info in infos:
-        target = info.meta.get("target")
+        target = EntrySummary.from_meta(info.meta).target
         if info.error or not isinstance(target, dict):
             info.stale = None
             continue

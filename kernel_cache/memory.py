@@ -1,15 +1,24 @@
-"""In-process LRU tier, bounded by total bytes and by item count. Thread-safe."""
+"""In-process LRU tier, bounded by total bytes and by item count. Thread-safe.
+
+It keeps decoded entries (a hit costs a dict lookup) and answers the Tier protocol's maintenance
+calls with nothing: no records, no lock, no debris, no quarantine.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 
+from . import entry as entry_format
 from .entry import Entry
+from .tier import no_lock
 
 
 class MemoryTier:
     name = "memory"
+    directory = None
+    writable = True
 
     def __init__(self, max_bytes: int = 256 << 20, max_items: int = 4096):
         self.max_bytes = max_bytes
@@ -57,3 +66,28 @@ class MemoryTier:
     @property
     def bytes(self) -> int:
         return self._bytes
+
+    # The rest of the Tier protocol ------------------------------------------------------------
+    def put_raw(self, key: str, data: bytes) -> None:
+        self.put(entry_format.decode(data, expected_key=key))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def records(self) -> list[dict]:
+        return []
+
+    def peek_raw(self, key: str) -> bytes | None:
+        return None
+
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
+        return no_lock(key, timeout)
+
+    def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
+        return []
+
+    def quarantined(self) -> list[dict]:
+        return []
+
+    def close(self) -> None:
+        self.clear()

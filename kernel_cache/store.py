@@ -24,6 +24,7 @@ from .memory import MemoryTier
 from .safefs import Owners
 from .shared import SharedTier
 from .stats import Stats
+from .tier import Tier
 from .warnings_once import info_once, warn_once
 
 log = logging.getLogger("kernel_cache")
@@ -52,7 +53,12 @@ class Store:
 
     # Public API ---------------------------------------------------------------------------
     @property
-    def persistent_tiers(self) -> list:
+    def tiers(self) -> list[Tier]:
+        """Fastest first: memory, then the local disk, then the shared directory (those in use)."""
+        return [self.memory, *self.persistent_tiers]
+
+    @property
+    def persistent_tiers(self) -> list[Tier]:
         return [t for t in (self.disk, self.shared) if t is not None]
 
     def get(self, key: str) -> tuple[Entry, str] | None:
@@ -62,7 +68,9 @@ class Store:
         entry = self.memory.get(key)
         if entry is not None:
             return entry, "memory"
-        faster = []  # each persistent tier validates the key at its door (InvalidKey)
+        # Walk the slower tiers in order; a hit is copied into every faster one (backfill). Each
+        # persistent tier validates the key at its door (InvalidKey).
+        faster: list[Tier] = []
         for tier in self.persistent_tiers:
             entry = self._tier_get(tier, key)
             if entry is not None:

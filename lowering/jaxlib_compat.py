@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass
 from types import ModuleType
+
+import kernel_cache
 
 from . import proto_descriptor
 
@@ -192,16 +193,18 @@ def layout_from_schemas(schemas: dict) -> ModuleImageLayout | None:
     return layout if all(required) else None
 
 
-@functools.lru_cache(maxsize=None)
 def module_image_layout(platform: str) -> ModuleImageLayout | None:
     """Where this platform's plugin reads a precompiled binary, or None if it always runs ptxas.
 
     Only CUDA has the field; a borrowed plugin (cross-lowering rocm on a CUDA box) never counts.
     KERNEL_CACHE_MODULE_IMAGE=0 turns it off (jaxlib then runs ptxas on the PTX, as jax-triton)."""
-    if platform != "cuda" or not _owns_module(platform):
+    if platform != "cuda" or not _owns_module(platform) or not kernel_cache.current_config().module_image:
         return None
-    if os.environ.get("KERNEL_CACHE_MODULE_IMAGE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
+    return _layout_in_plugin(platform)
+
+
+@functools.lru_cache(maxsize=None)
+def _layout_in_plugin(platform: str) -> ModuleImageLayout | None:
     path = getattr(triton_module(platform), "__file__", None)
     if not path:
         return None

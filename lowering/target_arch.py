@@ -1,14 +1,15 @@
-"""Which GPU to compile for: the caller's compute_capability, else KERNEL_CACHE_TARGET_ARCH, else the device.
+"""Which GPU to compile for: the caller's compute_capability, else the configured target
+(KERNEL_CACHE_TARGET_ARCH / Config.target_arch), else the device.
 
-The environment variable comes before the device so that cross-lowering and prewarming on a
-GPU-less host are explicit; on a GPU host leave it unset and the device decides.
+The configured target comes before the device so that cross-lowering and prewarming on a GPU-less
+host are explicit; on a GPU host leave it unset and the device decides.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
+import kernel_cache
 from compiler import Target, parse_target
 
 ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
@@ -22,9 +23,9 @@ def resolve_target(platform: str, compute_capability: "int | str | None") -> Tar
     """The compile target for lowering to `platform` ("cuda" or "rocm")."""
     if compute_capability is not None:
         return _check(platform, parse_target(compute_capability))
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:
-        return _check(platform, parse_target(env))
+    configured = kernel_cache.current_config().target_arch
+    if configured:
+        return _check(platform, parse_target(configured))
     return _check(platform, parse_target(_device_arch(platform)))
 
 

@@ -165,12 +165,21 @@ def test_no_home_directory_means_a_process_only_memo(monkeypatch):
         raise RuntimeError("Could not determine home directory.")
 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
-    assert toolchain.default_memo_dir() is None
-    monkeypatch.setenv("KERNEL_CACHE_DISABLE", "1")
-    monkeypatch.setenv("KERNEL_CACHE_DIR", "/nonexistent")
-    assert toolchain.default_memo_dir() is None
-    monkeypatch.delenv("KERNEL_CACHE_DISABLE")
-    monkeypatch.delenv("KERNEL_CACHE_DIR")
-    toolchain.clear_process_memo()
-    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
-    assert len(content_key(spec)) == 32  # computed, memoized in this process only
+    import kernel_cache
+
+    try:
+        kernel_cache.configure()  # the process configuration is read from the environment once
+        assert toolchain.default_memo_dir() is None
+        monkeypatch.setenv("KERNEL_CACHE_DISABLE", "1")
+        monkeypatch.setenv("KERNEL_CACHE_DIR", "/nonexistent")
+        kernel_cache.configure()
+        assert toolchain.default_memo_dir() is None
+        monkeypatch.delenv("KERNEL_CACHE_DISABLE")
+        monkeypatch.delenv("KERNEL_CACHE_DIR")
+        kernel_cache.configure()
+        toolchain.clear_process_memo()
+        spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
+        assert len(content_key(spec)) == 32  # computed, memoized in this process only
+    finally:
+        monkeypatch.undo()
+        kernel_cache.configure()

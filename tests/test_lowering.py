@@ -286,12 +286,20 @@ def _sees_gpu() -> bool:
 
 @pytest.mark.skipif(_sees_gpu(), reason="a GPU is visible: the device gives the architecture")
 def test_no_gpu_and_no_arch_is_a_clear_error(monkeypatch):
+    import kernel_cache
+
     monkeypatch.delenv("KERNEL_CACHE_TARGET_ARCH", raising=False)
+    kernel_cache.configure()
     fn = functools.partial(ep.add_program, block=1024)
-    with pytest.raises(jt.NoTargetError, match="compute_capability=90.*KERNEL_CACHE_TARGET_ARCH"):
-        lower(fn, VEC, VEC)
-    monkeypatch.setenv("KERNEL_CACHE_TARGET_ARCH", "sm_90")
-    assert only_call(fn, VEC, VEC)["kernel_call"]["kernel"]["compute_capability"] == 90
+    try:
+        with pytest.raises(jt.NoTargetError, match="compute_capability=90.*KERNEL_CACHE_TARGET_ARCH"):
+            lower(fn, VEC, VEC)
+        monkeypatch.setenv("KERNEL_CACHE_TARGET_ARCH", "sm_90")
+        kernel_cache.configure()  # the configuration is read once per configure()
+        assert only_call(fn, VEC, VEC)["kernel_call"]["kernel"]["compute_capability"] == 90
+    finally:
+        monkeypatch.undo()
+        kernel_cache.configure()
 
 
 def test_rocm_cross_lowering_uses_the_legacy_target_with_an_hsaco_path():

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from kernel_cache import prewarm
+from kernel_cache.cachectl import recipes as prewarm
 
 MARKER_MODULE = textwrap.dedent("""
     from pathlib import Path

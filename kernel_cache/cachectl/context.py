@@ -1,0 +1,115 @@
+"""What every cachectl command shares: the configuration, the store (opened read-only unless the
+command writes), the chosen tiers, and output helpers honouring --json / -q / -v."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError
+from ..disk import ValueFilesTier
+from ..errors import TierUntrusted
+from ..store import Store
+from ..tier import Tier
+from ..warnings_once import KernelCacheWarning
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+WRITING_COMMANDS = ("prune", "clear", "import", "prewarm")
+
+
+class CliError(Exception):
+    """A one-line reason to stop, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+class Context:
+    """One cachectl run: its options, configuration and (lazily) its store."""
+
+    def __init__(self, args: Any):
+        self.args = args
+        self.json = getattr(args, "json", False)
+        self.quiet = getattr(args, "quiet", False)
+        self.verbose = getattr(args, "verbose", False)
+        try:
+            config = Config.from_env()
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+        directory = getattr(args, "dir", None) or config.dir
+        shared = getattr(args, "shared_dir", None) or config.shared_dir
+        self.config = config.with_(dir=directory, shared_dir=shared, disabled=False)
+        self._store: Store | None = None
+        self._toolchains: dict[str, str | None] = {}
+        command = getattr(args, "command", "")
+        self.writes = command in WRITING_COMMANDS or bool(
+            getattr(args, "repair", False) or getattr(args, "zero", False))
+
+    def store(self, create: bool = False, write: bool = False) -> Store:
+        """The store on --dir. Opened read-only unless the command writes, so an operator can look
+        at a cache that is full, on a read-only mount or busy; a cache whose index is damaged is
+        read from its entry files. A missing directory is an error unless the command fills it."""
+        if self._store is None:
+            directory = self.config.dir
+            if directory is None:
+                raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR")
+            if not create and not Path(directory).is_dir():
+                raise CliError(f"no cache directory at {directory}")
+            if not create and not (Path(directory) / "entries").is_dir():
+                raise CliError(f"{directory} is not a kernel-cache directory (it has no entries/)")
+            if self.config.shared_dir is not None and not create and not Path(self.config.shared_dir).is_dir():
+                raise CliError(f"no shared cache directory at {self.config.shared_dir}")
+            with warnings.catch_warnings():  # the reasons are reported here, once, as errors
+                warnings.simplefilter("ignore", KernelCacheWarning)
+                self._store = Store(self.config, read_only=not (create or write or self.writes))
+            if self._store.disk is None:
+                self._store.disk = self._disk_fallback(self._store)
+            if self.config.shared_dir is not None and self._store.shared is None:
+                raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
+                               f"{self._store.unavailable.get('shared', 'unknown reason')}")
+        return self._store
+
+    def _disk_fallback(self, store: Store) -> ValueFilesTier:
+        """When the local index cannot be opened: its entry files, read-only, with a note."""
+        reason = store.unavailable.get("disk")
+        if isinstance(reason, TierUntrusted) or reason is None:
+            raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
+        try:
+            tier = ValueFilesTier(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
+        except Exception as exc:
+            raise CliError(f"cannot open the cache directory {self.config.dir}: {reason}; {exc}") from None
+        print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
+        return tier
+
+    def tiers(self, which: str = "all") -> list[Tier]:
+        store = self.store()
+        chosen = [t for t in store.persistent_tiers if which in ("all", t.name)]
+        if not chosen:
+            raise CliError(f"no {which} tier configured (pass --shared-dir or set KERNEL_CACHE_SHARED_DIR)")
+        return chosen
+
+    def installed_toolchain(self, target: dict) -> str | None:
+        """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded
+        on first use: commands that never ask (plain `list`, `stats`) start without it."""
+        ident = json.dumps(target, sort_keys=True)
+        if ident not in self._toolchains:
+            from . import toolchains
+
+            self._toolchains[ident] = toolchains.installed_summary(target, self.config.memo_dir)
+        return self._toolchains[ident]
+
+    def say(self, text: str = "") -> None:
+        """Human progress and summaries; silent with --json or -q."""
+        if not self.json and not self.quiet:
+            print(text)
+
+    def emit_json(self, obj: Any) -> None:
+        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+

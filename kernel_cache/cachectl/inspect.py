@@ -1,0 +1,169 @@
+"""cachectl list / show / stats / config: read-only views of the cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from .. import entry as entry_format
+from ..config import sources
+from ..maintenance import (EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan,
+                           sort_entries)
+from ..summary import EntrySummary
+from ..tier import Tier
+from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from .render import human_size, human_time, table
+
+
+def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
+    """The selection options shared by list, prune, export and prewarm."""
+    arches = frozenset(normal_arch(a) for a in args.arch) if getattr(args, "arch", None) else None
+    return EntryFilter(kernel_glob=getattr(args, "kernel", None), arches=arches,
+                       older_than_seconds=getattr(args, "older_than", None), stale_only=check_stale)
+
+
+def scan_all(ctx: Context, tiers: list[Tier], with_stale: bool) -> list[EntryInfo]:
+    """Every entry of `tiers`, with hit counts and (if asked) whether it is stale."""
+    store = ctx.store()
+    infos = []
+    for tier in tiers:
+        infos += scan(tier, store.stats.entry_hits)
+    if with_stale:
+        mark_stale(infos, ctx.installed_toolchain)
+    return infos
+
+
+def cmd_list(ctx: Context, args: Any) -> int:
+    tiers = ctx.tiers(args.tier)
+    check_stale = args.stale or ctx.json or ctx.verbose
+    selection = entry_filter(args, args.stale)
+    now = time.time()
+    infos = sort_entries([i for i in scan_all(ctx, tiers, check_stale) if selection.matches(i, now)], args.sort)
+    if ctx.json:
+        ctx.emit_json([i.to_json() for i in infos])
+        return EXIT_OK
+    show_tier = len(tiers) > 1
+    header = ["KEY", "KERNEL", "ARCH", "SIZE", "CREATED", "LAST USED", "HITS"]
+    header += ["TIER"] if show_tier else []
+    header += ["STALE"] if check_stale else []
+    rows = [header]
+    for i in infos:
+        row = [i.key if ctx.verbose else i.key[:12], i.kernel if not i.error else f"<corrupt: {i.error}>",
+               i.arch, human_size(i.size_bytes), human_time(i.created), human_time(i.last_used), str(i.hits)]
+        row += [i.tier] if show_tier else []
+        row += [{True: "yes", False: "no", None: "?"}[i.stale]] if check_stale else []
+        rows.append(row)
+    if infos:
+        print("\n".join(table(rows, right={3, 6})))
+    if not ctx.quiet:
+        print(f"{len(infos)} entries, {human_size(sum(i.size_bytes for i in infos))}")
+    return EXIT_OK
+
+
+def cmd_show(ctx: Context, args: Any) -> int:
+    tiers = ctx.tiers()
+    try:
+        info = find_by_prefix(scan_all(ctx, tiers, with_stale=False), args.key)
+    except LookupError as exc:
+        raise CliError(str(exc)) from None
+    tier = next(t for t in tiers if t.name == info.tier)
+    raw = read_raw(tier, info.key)
+    try:
+        entry = entry_format.decode(raw, expected_key=info.key) if raw is not None else None
+    except entry_format.CorruptEntry as exc:
+        raise CliError(f"entry {info.key[:12]} is corrupt: {exc} (run 'cachectl verify --repair')",
+                       EXIT_PROBLEMS) from None
+    if entry is None:
+        raise CliError(f"entry {info.key[:12]} disappeared while reading it", EXIT_PROBLEMS)
+    if args.blobs:
+        for name in args.blobs:
+            if name not in entry.blobs:
+                hint = " (kept only when the kernel was compiled with keep_ir=True)" if name in (
+                    "ttgir", "llir") else ""
+                raise CliError(f"entry {info.key[:12]} has no {name}{hint}", EXIT_PROBLEMS)
+            sys.stdout.write(entry.blobs[name].decode(errors="replace"))
+        return EXIT_OK
+    hits = ctx.store().stats.entry_hits(info.key)
+    blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
+    if ctx.json:
+        ctx.emit_json({"key": entry.key, "tier": info.tier, "size_bytes": info.size_bytes, "hits": hits,
+                       "last_used": info.last_used, "blobs": blobs, "meta": entry.meta})
+        return EXIT_OK
+    meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
+    print(f"key          {entry.key}  ({info.tier})")
+    print(f"kernel       {summary.kernel}")
+    print(f"arch         {summary.arch}  warps={meta.get('num_warps')} stages={meta.get('num_stages')}"
+          f" ctas={meta.get('num_ctas')} shared_mem={meta.get('shared_mem')}")
+    print(f"toolchain    {summary.toolchain or '?'}")
+    print(f"compiled     {human_time(summary.created)} in {summary.compile_seconds:.3f} s")
+    print(f"last used    {human_time(info.last_used)}   hits {hits}")
+    print(f"size         {human_size(info.size_bytes)}  blobs: "
+          + ", ".join(f"{n} {human_size(s)}" for n, s in blobs.items()))
+    recipe = summary.recipe
+    if not recipe:
+        print("recipe       none (the entry records no recipe; prewarm cannot rebuild it)")
+    for n, (field, value) in enumerate(sorted((recipe or {}).items())):
+        shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        print(f"{'recipe' if n == 0 else '':<13}{field:<11} {shown}")
+    if ctx.verbose:
+        print("metadata     " + json.dumps(meta, indent=2, sort_keys=True).replace("\n", "\n             "))
+    return EXIT_OK
+
+
+def cmd_stats(ctx: Context, args: Any) -> int:
+    store = ctx.store()
+    if args.zero:
+        store.stats.zero()
+        ctx.say("statistics zeroed")
+        if not ctx.json:
+            return EXIT_OK
+    infos = scan_all(ctx, store.persistent_tiers, with_stale=False)
+    totals = store.stats.totals()
+    tiers = {}
+    for tier in store.persistent_tiers:
+        mine = [i for i in infos if i.tier == tier.name]
+        tiers[tier.name] = {"path": str(tier.directory), "entries": len(mine),
+                            "bytes": sum(i.size_bytes for i in mine)}
+    created = [i.created for i in infos]
+    report = {
+        "dir": str(ctx.config.dir), "entries": len(infos), "bytes": sum(i.size_bytes for i in infos),
+        "max_bytes": ctx.config.max_bytes, "tiers": tiers, **totals,
+        "oldest": min(created) if created else None, "newest": max(created) if created else None,
+    }
+    if ctx.json:
+        ctx.emit_json(report)
+        return EXIT_OK
+    hits = report["hits"]
+    lookups = sum(hits.values()) + report["misses"]
+    rate = f" ({100 * sum(hits.values()) / lookups:.1f}% hit rate)" if lookups else ""
+    print(f"cache directory      {report['dir']}")
+    for name, t in tiers.items():
+        print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])})")
+    print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}{rate}")
+    print(f"misses               {report['misses']}")
+    print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
+    print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")
+    print(f"errors               {report['errors']}")
+    print(f"rejected             {report['rejected']} (entries refused for who wrote them; see README, Trust model)")
+    print(f"oldest / newest      {human_time(report['oldest'])} / {human_time(report['newest'])}")
+    print(f"max size             {human_size(report['max_bytes'])}")
+    return EXIT_OK
+
+
+def cmd_config(ctx: Context, args: Any) -> int:
+    """Every KERNEL_CACHE_* setting: its effective value and whether the environment set it."""
+    rows = []
+    for setting, source in sources():
+        value = getattr(ctx.config, setting.field)
+        if setting.field == "signing_key":
+            value = None if value is None else f"set (key id {ctx.config.signer().key_id.hex()})"
+        rows.append({"variable": setting.env, "value": None if value is None else str(value), "source": source,
+                     "meaning": setting.help})
+    if ctx.json:
+        ctx.emit_json({"schema": 1, "settings": rows})
+        return EXIT_OK
+    shown = [["VARIABLE", "VALUE", "SOURCE"]] + [[r["variable"], r["value"] or "-", r["source"]] for r in rows]
+    print("\n".join(table(shown, right=set())))
+    return EXIT_OK

@@ -1,0 +1,169 @@
+"""cachectl's entry point: the argument parser and the dispatch to one command module.
+
+Exit codes: 0 success; 1 the command ran but found or left problems (bad entries, failed builds,
+rejected bundle entries); 2 it could not run (bad argument, missing directory, unknown key).
+Command modules are imported when their command runs: `cachectl list` must not pay for importing
+Triton and JAX, which only prewarm and the stale checks need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from ..config import ConfigError, parse_duration, parse_size
+from ..maintenance import SORT_KEYS
+from .context import EXIT_OK, CliError, Context
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not a usage dump
+        raise CliError(f"{message} (see '{self.prog} --help')")
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, "size")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("size: ")) from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text, "age")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("age: ")) from None
+
+
+def _arch_list(text: str) -> list[str]:
+    arches = [a.strip() for a in text.split(",") if a.strip()]
+    if not arches:
+        raise argparse.ArgumentTypeError("expected a comma-separated list like sm_80,sm_90")
+    return arches
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
+                        help="cache directory (default: $KERNEL_CACHE_DIR)")
+    common.add_argument("--shared-dir", type=Path, default=argparse.SUPPRESS,
+                        help="shared multi-node cache directory (default: $KERNEL_CACHE_SHARED_DIR)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print machine-readable JSON")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="print only data and errors")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="print more detail (full keys, skipped kernels)")
+
+    parser = _Parser(prog="cachectl", parents=[common],
+                     description="Inspect, bound, verify and prewarm a kernel-cache directory.",
+                     epilog="exit codes: 0 ok, 1 problems found or left, 2 cannot run")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def command(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    def filters(p: argparse.ArgumentParser, tier: bool = True) -> None:
+        p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
+        p.add_argument("--arch", type=_arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
+        p.add_argument("--older-than", type=_duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
+        p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
+        if tier:
+            _tier_option(p)
+
+    p = command("list", "inspect.cmd_list", "list cached kernels")
+    filters(p)
+    p.add_argument("--sort", choices=SORT_KEYS, default="last_used", help="sort column (default: last_used)")
+
+    p = command("show", "inspect.cmd_show", "show one entry's metadata and recipe")
+    p.add_argument("key", help="key or unique key prefix")
+    for blob in ("ptx", "ttir", "ttgir", "llir", "amdgcn"):
+        p.add_argument(f"--{blob}", action="append_const", const=blob, dest="blobs",
+                       help=f"print the stored {blob.upper()} text")
+
+    p = command("stats", "inspect.cmd_stats", "entries, bytes, hits, misses, compile time saved")
+    p.add_argument("--zero", action="store_true", help="reset the counters")
+
+    p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
+    p.add_argument("--max-size", type=_size, metavar="SIZE",
+                   help="evict least recently used entries until the tier fits SIZE (e.g. 10G)")
+    filters(p)
+    p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+
+    p = command("verify", "maintain.cmd_verify", "check every entry's format and checksum")
+    p.add_argument("--repair", action="store_true", help="remove bad entries")
+    _tier_option(p)
+
+    p = command("clear", "maintain.cmd_clear", "remove every entry")
+    p.add_argument("--yes", action="store_true", help="really remove everything")
+    _tier_option(p)
+
+    p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
+    p.add_argument("program", nargs="?", metavar="MODULE:FUNCTION",
+                   help="lower this JAX program for cuda instead of rebuilding recipes")
+    p.add_argument("--arch", type=_arch_list, metavar="ARCHES",
+                   help="build for these targets (default: each recipe's own; programs: sm_90)")
+    p.add_argument("--kernel", metavar="GLOB", help="only recipes of these kernels")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
+                   help="rebuild recipes whose kernel module matches this glob, e.g. 'mylib.*' (repeatable); "
+                        "rebuilding imports the module, so recipes of other modules are skipped, and "
+                        "with none given no recipe is rebuilt")
+    p.add_argument("-j", "--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                   help="worker processes (default: CPU count)")
+
+    p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
+    p.add_argument("file", type=Path)
+    filters(p)
+
+    command("config", "inspect.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from")
+
+    p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
+    p.add_argument("file", type=Path)
+    p.add_argument("--allow-stale", action="store_true", help="also import entries of other toolchains")
+    p.add_argument("--tier", choices=("disk", "shared"), default="disk", help="where to put them (default: disk)")
+    return parser
+
+
+def _tier_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tier", choices=("disk", "shared", "all"), default="all",
+                   help="which persistent tier (default: all configured)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ctx = None
+    try:
+        args = build_parser().parse_args(argv)
+        ctx = Context(args)
+        module_name, _, function = args.handler.partition(".")
+        handler = getattr(importlib.import_module(f"{__package__}.{module_name}"), function)
+        return int(handler(ctx, args))
+    except CliError as exc:
+        print(f"cachectl: {exc}", file=sys.stderr)
+        return exc.code
+    except BrokenPipeError:  # `cachectl list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("cachectl: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if ctx is not None:
+            ctx.close()
+

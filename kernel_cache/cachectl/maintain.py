@@ -1,0 +1,114 @@
+"""cachectl prune / verify / clear: bound the cache, check it, repair it, empty it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..disk import DiskTier, rebuild_index, wipe
+from ..maintenance import plan_prune, remove_debris, remove_entries, scan, verify
+from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from .inspect import entry_filter, scan_all
+from .render import human_size
+
+
+def cmd_prune(ctx: Context, args: Any) -> int:
+    store = ctx.store()
+    selection = entry_filter(args, args.stale)
+    removed, freed, debris, remaining = [], 0, [], {}
+    for tier in ctx.tiers(args.tier):
+        infos = scan_all(ctx, [tier], with_stale=args.stale)
+        doomed = plan_prune(infos, selection, args.max_size)
+        if not args.dry_run:
+            freed += remove_entries(tier, doomed, store.stats.forget_entry)
+            debris += remove_debris(tier)
+        else:
+            freed += sum(i.size_bytes for i in doomed)
+        removed += doomed
+        gone = {i.key for i in doomed}
+        rest = [i for i in infos if i.key not in gone]
+        remaining[tier.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
+    if ctx.json:
+        ctx.emit_json({"dry_run": args.dry_run, "removed": [i.to_json() for i in removed], "bytes_freed": freed,
+                       "debris": [{"path": p, "bytes": b} for p, b in debris], "remaining": remaining})
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    if not ctx.quiet:
+        for i in removed:
+            print(f"{verb}  {i.key[:12]}  {i.kernel}  {i.arch}  {human_size(i.size_bytes)}  ({i.tier})")
+        for path, size in debris:
+            print(f"removed debris  {path}  {human_size(size)}")
+    ctx.say(f"{verb} {len(removed)} entries, {human_size(freed)}"
+            + (f"; {len(debris)} debris files, {human_size(sum(b for _, b in debris))}" if debris else "")
+            + "; left: " + ", ".join(f"{n} {r['entries']} entries {human_size(r['bytes'])}"
+                                     for n, r in remaining.items()))
+    return EXIT_OK
+
+
+def cmd_verify(ctx: Context, args: Any) -> int:
+    checked, bad, index = 0, [], None
+    store = ctx.store()
+    if args.tier in ("all", "disk") and not isinstance(store.disk, DiskTier):
+        index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
+    elif args.tier in ("all", "disk"):
+        problem = store.disk.integrity_problem()
+        index = {"problem": problem, "rebuilt": None} if problem else None
+    if index is not None and args.repair:
+        store.disk.close()
+        index["rebuilt"] = rebuild_index(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
+                                         max_entry_bytes=ctx.config.max_entry_bytes)
+        store.disk = DiskTier(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
+                              max_entry_bytes=ctx.config.max_entry_bytes, index_timeout=ctx.config.index_timeout)
+    for tier in ctx.tiers(args.tier):
+        n, b = verify(tier, repair=args.repair)
+        checked += n
+        bad += b
+    left = [b for b in bad if not b.repaired]
+    # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
+    quarantined = [q for tier in ctx.tiers(args.tier) for q in tier.quarantined()]
+    index_left = index is not None and index["rebuilt"] is None
+    if ctx.json:
+        ctx.emit_json({"checked": checked, "bad": [b.__dict__ for b in bad], "remaining_bad": len(left),
+                       "quarantined": quarantined, "index": index})
+    else:
+        if index is not None:
+            print(f"{'rebuilt' if index['rebuilt'] else 'BAD'}  local index ({ctx.config.dir}): {index['problem']}")
+            if index["rebuilt"]:
+                r = index["rebuilt"]
+                print(f"         {r['recovered']} entries re-indexed, {r['removed']} unreadable removed; "
+                      f"the damaged index was kept as entries/{r['moved_aside']}")
+        for b in bad:
+            print(f"{'removed' if b.repaired else 'BAD'}  {b.key}  ({b.tier}): {b.reason}")
+        for q in quarantined:
+            print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
+        ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair
+                                                                  else ""))
+    if left or index_left:
+        if not ctx.json:
+            what = f"{len(left)} bad entries" + (" and a damaged index" if index_left else "")
+            print(f"cachectl: {what} remain (run 'cachectl verify --repair')", file=sys.stderr)
+        return EXIT_PROBLEMS
+    return EXIT_OK
+
+
+def cmd_clear(ctx: Context, args: Any) -> int:
+    if not args.yes:
+        raise CliError("clear removes every entry; pass --yes to confirm")
+    store = ctx.store()
+    count, size = 0, 0
+    for tier in ctx.tiers(args.tier):
+        infos = scan(tier)
+        count += len(infos)
+        if tier.name == "disk" and not (isinstance(tier, DiskTier) and tier.writable):
+            # a damaged index or a full disk: remove the files themselves, the index with them
+            size += sum(i.size_bytes for i in infos)
+            tier.close()
+            wipe(tier.directory, store.owners)
+            continue
+        size += remove_entries(tier, infos, store.stats.forget_entry)
+    if ctx.json:
+        ctx.emit_json({"removed": count, "bytes_freed": size})
+    else:
+        ctx.say(f"removed {count} entries, {human_size(size)}")
+    return EXIT_OK
+

@@ -1,0 +1,148 @@
+"""Prewarm from a program: `MODULE:FUNCTION` names a user function that describes a JAX program;
+it is lowered for `cuda` on this host (cross-platform lowering), which compiles every Triton kernel
+the GPU job will need into the cache.
+
+The program contract (documented for users in the README):
+    def my_programs(arch: str):           # `arch` is optional; cachectl passes it if accepted
+        return [(fn, (jax.ShapeDtypeStruct((4096,), jnp.float32), ...)), ...]
+Each item is `(fn, args)`, `(fn, args, kwargs)` or `(label, fn, args)` and is lowered with
+`jax.jit(fn).trace(*args, **kwargs).lower(lowering_platforms=("cuda",))`. A function that does its
+own lowering returns None. While it runs the process-wide store is this cache, configured with
+the target to compile for (`Config.target_arch`, which lowering.triton_call reads when no
+compute_capability is passed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import multiprocessing
+import os
+import sys
+import time
+from typing import Any
+
+import kernel_cache
+from compiler import parse_target
+
+from ..config import Config
+from ..entry import peek_meta
+from ..maintenance import read_raw
+from ..store import Store
+from ..summary import EntrySummary
+from ..tier import Tier
+from .outcomes import Outcome, PrewarmError, Report, run_in_pool
+
+
+# Programs ----------------------------------------------------------------------------------
+def load_program(path: str) -> Any:
+    """Import `MODULE:FUNCTION` (the current directory is importable, as with `python -m`)."""
+    module_name, sep, func_name = path.partition(":")
+    if not sep or not module_name or not func_name:
+        raise PrewarmError(f"expected MODULE:FUNCTION, got {path!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PrewarmError(f"cannot import module '{module_name}': {type(exc).__name__}: {exc}") from exc
+    obj = module
+    for part in func_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise PrewarmError(f"module '{module_name}' has no attribute '{func_name}'")
+    if not callable(obj):
+        raise PrewarmError(f"{path} is not callable")
+    return obj
+
+
+def lower_program(path: str, arch: str, config: Config) -> list[Outcome]:
+    """Run the program function for `arch` with this cache, targeting `arch`, as the process store;
+    one Outcome per kernel that landed in the cache, or one "failed" Outcome for the program."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
+    # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top
+    import jax
+
+    store = kernel_cache.configure(config.with_(target_arch=arch))
+    before = _known_keys(store)
+    start = time.perf_counter()
+    try:
+        fn = load_program(path)
+        kwargs = {"arch": arch} if _accepts_arch(fn) else {}
+        programs = fn(**kwargs)
+    except Exception as exc:
+        store.stats.flush()
+        return [Outcome(path, arch, "failed", seconds=time.perf_counter() - start,
+                        error=f"{type(exc).__name__}: {exc}".splitlines()[0])]
+    failures = []
+    for index, item in enumerate(programs or ()):
+        label, item_start = f"{path}[{index}]", time.perf_counter()
+        try:
+            label, f, args, kw = _program_item(item, label)
+            jax.jit(f).trace(*args, **kw).lower(lowering_platforms=("cuda",))
+        except Exception as exc:  # one bad program must not stop the others
+            failures.append(Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
+                                    error=f"{type(exc).__name__}: {exc}".splitlines()[0]))
+    store.stats.flush()
+    return _new_entries(store, before, arch) + failures
+
+
+def _program_item(item: Any, default_label: str) -> tuple[str, Any, tuple, dict]:
+    """(label, fn, args, kwargs) from (fn, args), (fn, args, kwargs) or (label, fn, args)."""
+    item = tuple(item)
+    if item and isinstance(item[0], str):
+        label, item = item[0], item[1:]
+    else:
+        label = (getattr(item[0], "__name__", None) if item else None) or default_label
+    if len(item) == 2:
+        return label, item[0], tuple(item[1]), {}
+    if len(item) == 3:
+        return label, item[0], tuple(item[1]), dict(item[2])
+    raise TypeError(f"{default_label}: expected (fn, args), (fn, args, kwargs) or (label, fn, args)")
+
+
+def _accepts_arch(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "arch" in params  # not via **kwargs: those often go on to triton_call
+
+
+def _known_keys(store: Store) -> set[str]:
+    return set().union(*(_known_keys_of(tier) for tier in store.persistent_tiers))
+
+
+def _new_entries(store: Store, before: set[str], arch: str) -> list[Outcome]:
+    out = []
+    for tier in store.persistent_tiers:
+        for key in sorted(_known_keys_of(tier) - before):
+            raw = read_raw(tier, key)
+            summary = EntrySummary.from_meta(peek_meta(raw) if raw else {})
+            if summary.arch not in ("?", arch):
+                continue  # built meanwhile by a worker lowering for another arch
+            out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
+        before = before | _known_keys_of(tier)
+    return out
+
+
+def _known_keys_of(tier: Tier) -> set[str]:
+    return {r["key"] for r in tier.records()}
+
+
+def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:
+    """Lower the program once per arch: in this process, or one spawned worker per arch."""
+    try:
+        names = [parse_target(a).name for a in arches]
+    except (ValueError, TypeError) as exc:
+        raise PrewarmError(str(exc)) from None
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
+    load_program(path)  # fail fast, in this process, on a typo
+    if jobs <= 1 or len(names) == 1:
+        for arch in names:
+            for outcome in lower_program(path, arch, config):
+                report(outcome)
+        return
+    run_in_pool(lower_program, [(path, arch, config) for arch in names], [path] * len(names), jobs, report,
+                 multiprocessing.get_context("spawn"))
+
