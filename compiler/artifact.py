@@ -22,12 +22,12 @@ class Artifact:
     num_ctas: int
     num_stages: int
     shared_mem: int
-    cluster_dims: tuple = (1, 1, 1)
+    cluster_dims: tuple[Any, ...] = (1, 1, 1)
     global_scratch_size: int = 0
     global_scratch_align: int = 1
-    toolchain: dict = field(default_factory=dict)
+    toolchain: dict[str, Any] = field(default_factory=dict[str, Any])
     compile_seconds: float = 0.0
-    recipe: dict | None = None
+    recipe: dict[str, Any] | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # other Triton metadata worth keeping
 
@@ -53,7 +53,7 @@ class Artifact:
         return blob.decode() if blob is not None else None
 
     # Store form ----------------------------------------------------------------------------
-    def to_entry(self) -> tuple[dict, dict[str, bytes]]:
+    def to_entry(self) -> tuple[dict[str, Any], dict[str, bytes]]:
         meta = {
             "kind": "triton-kernel",
             "name": self.name,
@@ -74,7 +74,7 @@ class Artifact:
         return meta, dict(self.blobs)
 
     @classmethod
-    def from_entry(cls, meta: dict, blobs: dict[str, bytes]) -> "Artifact":
+    def from_entry(cls, meta: dict[str, Any], blobs: dict[str, bytes]) -> "Artifact":
         if meta.get("kind") != "triton-kernel":
             raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get('kind')!r})")
         return cls(

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+from kernel_cache import Store, default_store
+from kernel_cache.warnings_once import warn_once
+
 from .artifact import Artifact
 from .compile import compile_spec
 from .key import content_key
 from .spec import KernelSpec
 
 
-def _store(store):
-    if store is None:
-        from kernel_cache import default_store
-
-        store = default_store()
-    return store
+def _store(store: Store | None) -> Store:
+    return store if store is not None else default_store()
 
 
 def lookup(spec: KernelSpec, store=None) -> tuple[Artifact, str] | tuple[None, str]:
@@ -33,8 +32,6 @@ def _artifact(store, key: str, found) -> Artifact | None:
     try:
         return Artifact.from_entry(*found)
     except (KeyError, TypeError, ValueError) as exc:
-        from kernel_cache.warnings_once import warn_once
-
         warn_once(f"bad-artifact:{key}", f"dropped entry {key[:12]}: not a usable kernel artifact ({exc})")
         store.delete(key)
         return None

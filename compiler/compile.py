@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from . import triton_compat as tc
-from .artifact import Artifact, TEXT_BLOBS
+from .artifact import TEXT_BLOBS, Artifact
 from .errors import CompileError
 from .recipe import to_recipe
 from .spec import KernelSpec

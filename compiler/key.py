@@ -7,12 +7,10 @@ own format version: bumping it invalidates every key at once.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import xxhash
-
 from . import triton_compat as tc
+from .digest import digest
 from .spec import KernelSpec
 from .toolchain import toolchain_fingerprint
 
@@ -42,12 +40,7 @@ def canonical(value: Any) -> Any:
     raise TypeError(f"cannot build a cache key from {type(value).__name__}: {value!r}")
 
 
-def digest(document: Any) -> str:
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    return xxhash.xxh3_128_hexdigest(text.encode())
-
-
-def key_document(spec: KernelSpec, toolchain: dict | None = None) -> dict:
+def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the key covers, in canonical form (useful for debugging a surprising miss)."""
     parsed = tc.parse_options(spec.target, spec.triton_options())
     return {
@@ -63,6 +56,6 @@ def key_document(spec: KernelSpec, toolchain: dict | None = None) -> dict:
     }
 
 
-def content_key(spec: KernelSpec, toolchain: dict | None = None) -> str:
+def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> str:
     """The 32-hex-digit content address of `spec`'s compiled artifact."""
     return digest(key_document(spec, toolchain))

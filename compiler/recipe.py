@@ -72,7 +72,7 @@ def import_kernel(path: str):
     return tc.unwrap_jit(obj)
 
 
-def to_recipe(spec: KernelSpec) -> dict:
+def to_recipe(spec: KernelSpec) -> dict[str, Any]:
     return {
         "version": RECIPE_VERSION,
         "kernel": kernel_path(spec.kernel),
@@ -88,7 +88,7 @@ def to_recipe(spec: KernelSpec) -> dict:
     }
 
 
-def from_recipe(recipe: dict, target: "Target | str | None" = None) -> KernelSpec:
+def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None) -> KernelSpec:
     """Rebuild a spec from a recipe, optionally for another target (another GPU generation)."""
     if recipe.get("version") != RECIPE_VERSION:
         raise RecipeError(f"unsupported recipe version {recipe.get('version')!r}")

@@ -9,8 +9,9 @@ become constexprs, `do_not_specialize` parameters are left alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import triton_compat as tc
 from .target import Target, parse_target
@@ -63,7 +64,7 @@ class KernelSpec:
     kernel: Any  # triton JITFunction
     signature: Mapping[str, str]  # param -> triton type ("*fp32", "i32", "constexpr")
     constexprs: Mapping[str, Any]  # param -> value
-    attrs: Mapping[tuple, list]  # (param index,) -> [["tt.divisibility", 16]]
+    attrs: Mapping[tuple[Any, ...], list[Any]]  # (param index,) -> [["tt.divisibility", 16]]
     target: Target
     num_warps: int = 4
     num_stages: int = 3
@@ -75,7 +76,7 @@ class KernelSpec:
     def name(self) -> str:
         return self.kernel.__name__
 
-    def triton_options(self) -> dict:
+    def triton_options(self) -> dict[str, Any]:
         return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,
                 **self.options}
 
@@ -133,10 +134,10 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             f"{[f[0] for f in runtime_params]} besides constexprs {sorted(constexprs)}, got {len(args)}")
 
     signature: dict[str, str] = {}
-    attrs: dict[tuple, list] = {}
+    attrs: dict[tuple[Any, ...], list[Any]] = {}
     all_constexprs: dict[str, Any] = {}
     arg_iter = iter(args)
-    for index, (name, is_constexpr, no_spec, no_align, ann) in enumerate(flags):
+    for index, (name, _is_constexpr, no_spec, no_align, ann) in enumerate(flags):
         if name in constexprs:
             signature[name] = "constexpr"
             all_constexprs[name] = constexprs[name]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _SM = re.compile(r"^(?:sm_?|cuda:?)(\d{2,3})a?$")
 _GFX = re.compile(r"^(?:hip:)?(gfx[0-9a-f]{3,4}[a-z0-9:+\-]*)$")
@@ -25,11 +26,11 @@ class Target:
     def __str__(self) -> str:
         return self.name
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
 
     @classmethod
-    def from_json(cls, obj: dict) -> "Target":
+    def from_json(cls, obj: dict[str, Any]) -> "Target":
         return cls(obj["backend"], obj["arch"], int(obj["warp_size"]))
 
 

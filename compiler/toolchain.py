@@ -8,23 +8,23 @@ changes the identity, which forces a recompute.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import kernel_cache
+from kernel_cache import safefs
 
 from . import triton_compat as tc
+from .digest import digest
 
 MEMO_FILE = "toolchain-memo.json"
+MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
-_per_target: dict[tuple, dict] = {}
-# Counts real (expensive) computations in this process: tests assert a warm path makes none.
-expensive_calls = {"triton_key": 0, "backend_hash": 0}
+_per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
 def default_memo_dir() -> Path | None:
@@ -33,7 +33,7 @@ def default_memo_dir() -> Path | None:
     return kernel_cache.current_config().memo_dir
 
 
-def _identity(path: str | None) -> list:
+def _identity(path: str | None) -> list[Any]:
     if not path:
         return [None]
     try:
@@ -43,14 +43,14 @@ def _identity(path: str | None) -> list:
     return [path, st.st_size, st.st_mtime_ns]
 
 
-def _triton_identity() -> list:
+def _triton_identity() -> list[Any]:
     pkg = tc.triton_package_dir()
     files = [tc.libtriton_path(), os.path.join(pkg, "__init__.py"),
              os.path.join(pkg, "compiler", "compiler.py"), os.path.join(pkg, "runtime", "cache.py")]
     return [tc.TRITON_VERSION] + [_identity(f) for f in files]
 
 
-def _backend_identity(target) -> list:
+def _backend_identity(target) -> list[Any]:
     pkg = tc.triton_package_dir()
     backend_dir = "nvidia" if target.backend == "cuda" else "amd"
     return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
@@ -63,11 +63,12 @@ class _Memo:
     def __init__(self, directory: Path | None):
         self.path = Path(directory) / MEMO_FILE if directory is not None else None
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         if self.path is None:
             return {}
         try:
-            data = json.loads(self.path.read_text())
+            raw = safefs.read_file(self.path, MAX_MEMO_BYTES)
+            data = json.loads(raw) if raw else {}
             return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
@@ -75,25 +76,17 @@ class _Memo:
     def store(self, key: str, value: str) -> None:
         if self.path is None:
             return
-        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             data = self.load()
             data[key] = value
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".memo-", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, sort_keys=True)
-            os.replace(tmp, self.path)
-            tmp = None
+            with safefs.atomic_file(self.path) as f:
+                f.write(json.dumps(data, sort_keys=True).encode())
         except OSError:
-            pass
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+            pass  # unwritable: recomputed next time
 
 
-def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
+def _memoized(name: str, identity: list[Any], compute, memo_dir: Path | None) -> str:
     ident = json.dumps([name, identity], sort_keys=True)
     with _lock:
         if ident in _process_memo:
@@ -101,14 +94,13 @@ def _memoized(name: str, identity: list, compute, memo_dir: Path | None) -> str:
         memo = _Memo(memo_dir if memo_dir is not None else default_memo_dir())
         value = memo.load().get(ident)
         if not isinstance(value, str):
-            expensive_calls[name] += 1
             value = compute()
             memo.store(ident, value)
         _process_memo[ident] = value
         return value
 
 
-def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict:
+def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict[str, Any]:
     """What identifies the tools that turn a spec into a binary for `target`.
 
     The installed files are checked once per process and target (a Triton upgrade takes a new
@@ -117,7 +109,7 @@ def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict:
     return {**_installed_tools(target, memo_dir), "env": tc.cache_invalidating_env()}
 
 
-def _installed_tools(target, memo_dir: Path | None) -> dict:
+def _installed_tools(target, memo_dir: Path | None) -> dict[str, Any]:
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
@@ -138,8 +130,6 @@ def toolchain_summary(target, memo_dir: Path | None = None) -> str:
     `cachectl --stale` can tell entries built by another Triton/ptxas. Triton's cache-invalidating
     environment variables are part of every content key instead: a cachectl run without the job's
     TRITON_* settings must not call the job's entries stale."""
-    from .key import digest
-
     tools = _installed_tools(target, memo_dir)
     return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 

@@ -12,10 +12,14 @@ import os
 import sysconfig
 import threading
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import triton
 from triton.runtime.jit import JITFunction
+
+if TYPE_CHECKING:  # annotations only: target.py imports nothing from here, but keep the shim leaf-like
+    from .target import Target
 
 TRITON_VERSION: str = triton.__version__
 
@@ -42,10 +46,10 @@ def unwrap_jit(obj: Any) -> JITFunction:
 def kernel_fingerprint(fn: JITFunction) -> str:
     """Triton's own cache key for a kernel: its source, the @jit functions it calls and the globals
     it reads. Computed once per JITFunction by Triton and memoized there."""
-    return fn.cache_key
+    return str(fn.cache_key)
 
 
-def backend_class(backend_name: str):
+def backend_class(backend_name: str) -> Any:
     """The compiler class of a backend ('cuda'/'hip') without instantiating it or its driver."""
     from triton.backends import backends
 
@@ -67,33 +71,16 @@ def available_backends() -> list[str]:
     return sorted(backends)
 
 
-def gpu_target(target) -> Any:
+def gpu_target(target: Target) -> Any:
     from triton.backends.compiler import GPUTarget
 
     return GPUTarget(target.backend, target.arch, target.warp_size)
 
 
-@functools.lru_cache(maxsize=None)
-def make_backend(target) -> Any:
+@functools.cache
+def make_backend(target: Target) -> Any:
     """A Triton backend object for a named target: no driver, no GPU needed."""
     return backend_class(target.backend)(gpu_target(target))
-
-
-class _AlignedPointer:
-    """Stands in for a device buffer when asking Triton how it would specialize an argument
-    (tests compare `specialize` with Triton's native rules through it)."""
-
-    def __init__(self, dtype: str, aligned: bool):
-        self.dtype = dtype
-        self._ptr = 16 if aligned else 8
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    def ptr_range(self) -> int:
-        # Buffer size is unknown when compiling ahead of time: claim "larger than 2 GB" so the HIP
-        # backend never assumes 32-bit buffer offsets (correct for any size).
-        return 2**63 - 1
 
 
 def _int_type(value: int) -> str:
@@ -129,26 +116,8 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
     raise TypeError(f"cannot specialize a {type(value).__name__} argument")
 
 
-def native_specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
-                      align: bool = True) -> tuple[str, Any]:
-    """Triton's own native rule, for tests that keep `specialize` honest."""
-    from triton._C.libtriton import native_specialize_impl
-
-    cls = backend_class(backend_name)
-    if isinstance(value, str):
-        value = _AlignedPointer(value.lstrip("*"), align)
-    try:
-        return native_specialize_impl(cls, value, is_const, specialize, align)
-    except ImportError:
-        # Triton 3.6's HIP backend imports torch to size buffers; without torch, answer as it
-        # would for a buffer of unknown size: the generic rules, no 32-bit buffer-offset hint.
-        from triton.backends.compiler import BaseBackend
-
-        return native_specialize_impl(BaseBackend, value, is_const, specialize, align)
-
-
-def parse_attr(backend_name: str, desc: str) -> list:
-    return backend_class(backend_name).parse_attr(desc)
+def parse_attr(backend_name: str, desc: str) -> list[Any]:
+    return list(backend_class(backend_name).parse_attr(desc))
 
 
 def param_flags(fn: JITFunction) -> list[tuple[str, bool, bool, bool, str]]:
@@ -186,7 +155,7 @@ def libtriton_path() -> str:
 
 
 def triton_package_dir() -> str:
-    return os.path.dirname(triton.__file__)
+    return os.path.dirname(str(triton.__file__))
 
 
 def triton_build_key() -> str:
@@ -194,16 +163,16 @@ def triton_build_key() -> str:
     try:
         from triton.runtime.cache import triton_key
     except ImportError:  # older layouts kept it in compiler
-        from triton.compiler.compiler import triton_key  # type: ignore
-    return triton_key()
+        from triton.compiler.compiler import triton_key
+    return str(triton_key())
 
 
-def backend_toolchain_hash(target) -> str:
+def backend_toolchain_hash(target: Target) -> str:
     """The backend's own toolchain hash (runs `ptxas --version` on CUDA): call only on a memo miss."""
-    return make_backend(target).hash()
+    return str(make_backend(target).hash())
 
 
-def ptxas_candidates(target) -> list[str]:
+def ptxas_candidates(target: Target) -> list[str]:
     """Every ptxas Triton may run for a CUDA target: the TRITON_PTXAS*_PATH overrides and the
     binaries shipped in the wheel. Found by name only — asking Triton's knobs would run
     `ptxas --version`, which a warm process must not do."""
@@ -215,12 +184,12 @@ def ptxas_candidates(target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
-def parse_options(target, options: dict) -> Any:
+def parse_options(target: Target, options: dict[str, Any]) -> Any:
     """Triton's backend-specific options object from a plain dict (pure Python, no driver)."""
     return make_backend(target).parse_options(dict(options))
 
 
-def options_to_json(parsed) -> dict:
+def options_to_json(parsed: Any) -> dict[str, Any]:
     out = {}
     for k, v in sorted(parsed.__dict__.items()):
         if isinstance(v, tuple):
@@ -229,13 +198,14 @@ def options_to_json(parsed) -> dict:
     return out
 
 
-def ast_source(fn: JITFunction, signature: dict, constexprs: dict, attrs: dict):
+def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str, Any], attrs: dict[str, Any]) -> Any:
     from triton.compiler import ASTSource
 
     return ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
 
 
-def run_stages(src, target, parsed_options, on_stage=None) -> tuple[dict, dict]:
+def run_stages(src: Any, target: Target, parsed_options: Any,
+               on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run Triton's compile pipeline stage by stage, as triton.compile does, without its cache.
 
     Returns (stage outputs by extension, metadata filled in by the stages).
@@ -251,7 +221,7 @@ def run_stages(src, target, parsed_options, on_stage=None) -> tuple[dict, dict]:
         **cache_invalidating_env(),
         "triton_version": TRITON_VERSION,
     }
-    stages: dict = {}
+    stages: dict[str, Any] = {}
     backend.add_stages(stages, parsed_options, src.language)
     context = ir.context()
     ir.load_dialects(context)
@@ -269,8 +239,3 @@ def run_stages(src, target, parsed_options, on_stage=None) -> tuple[dict, dict]:
         module = compile_ir(module, metadata)
         outputs[ext] = module if isinstance(module, (bytes, str)) else str(module)
     return outputs, metadata
-
-
-def reference_compile(src, target, options: dict):
-    """triton.compile, the fidelity oracle, with its on-disk cache pointed nowhere useful."""
-    return triton.compile(src, target=gpu_target(target), options=dict(options))

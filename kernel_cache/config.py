@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .safefs import resolve_group
 from .signing import Signer, SigningKeyError, load_key_file

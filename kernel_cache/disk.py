@@ -18,111 +18,46 @@ value files, every entry carries its own key) - `cachectl verify --repair`.
 
 diskcache's SQLite locking is unreliable on network filesystems, so this tier is for local disks
 only; the shared tier (plain files) serves multi-node clusters.
+
+This module is long because it is one tier's whole Tier protocol (lookups, bounded writes, lock,
+debris); the index's safe opening lives in disk_index and its repair in disk_repair.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sqlite3
-import stat
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
-from urllib.parse import quote
+from typing import Any
 
 import diskcache
 
 from . import entry as entry_format
 from . import locks
+from .disk_index import (
+    DEFAULT_MAX_ENTRY_BYTES,
+    ENTRIES_DIR,
+    INDEX,
+    LOCKS_DIR,
+    RawOnlyDisk,
+    describe_error,
+    open_index,
+    open_read_only,
+    open_tree,
+    value_files,
+    value_parts,
+)
 from .entry import CorruptEntry, Entry, check_key, is_key
-from .errors import TierReadOnly, TierUnavailable, TierUntrusted
+from .errors import TierReadOnly, TierUnavailable
 from .safefs import Owners, Tree, UnsafeFile
-from .tier import no_lock
 
-ENTRIES_DIR = "entries"
-LOCKS_DIR = "locks"
-STATS_DIR = "stats"
-INDEX = "cache.db"
-INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
-DEFAULT_MAX_ENTRY_BYTES = 256 << 20
-_VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
-_NOT_RAW_KEY = "<a key kernel-cache did not write>"
 _GET = "SELECT rowid, mode, filename, value, access_time FROM Cache WHERE key = ? AND raw = 1"
-
-
-def _value_parts(filename) -> tuple[str, str, str]:
-    match = _VALUE_FILE.fullmatch(str(filename or ""))
-    if match is None:
-        raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
-    return match.groups()
-
-
-class RawOnlyDisk(diskcache.Disk):
-    """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
-    other way (pickle, text) was not written by kernel-cache and is never deserialized."""
-
-    _tree: Tree | None = None  # set by `bound` (diskcache instantiates the class itself)
-    _max_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-
-    @classmethod
-    def bound(cls, tree: Tree, max_bytes: int) -> type:
-        """A subclass that reads value files through `tree`, at most `max_bytes` each."""
-        return type("RawOnlyDiskFor", (cls,), {"_tree": tree, "_max_bytes": max_bytes})
-
-    def get(self, key, raw):
-        return super().get(key, raw) if raw else _NOT_RAW_KEY
-
-    def store(self, value, read, key=diskcache.core.UNKNOWN):
-        if read or not isinstance(value, (bytes, int)) or isinstance(value, bool):
-            raise TypeError("kernel-cache stores only bytes and integers in its index")
-        return super().store(value, read, key)
-
-    def fetch(self, mode, filename, value, read):
-        if mode == diskcache.core.MODE_RAW:
-            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        if mode == diskcache.core.MODE_BINARY and not read and self._tree is not None:
-            found = self._tree.read(*_value_parts(filename), max_bytes=self._max_bytes)
-            if found is None:
-                raise FileNotFoundError(filename)
-            return found[0]
-        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
-
-
-def check_tree(tree: Tree) -> None:
-    """Every level a reader relies on: the index files and the directories (UnsafeFile if not)."""
-    for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
-        with contextlib.suppress(FileNotFoundError), tree.directory(sub):
-            pass
-    for sub in (ENTRIES_DIR, STATS_DIR):
-        for name in INDEX_FILES:
-            st = tree.lstat(sub, name) if tree.lstat(sub) is not None else None
-            if st is None:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafeFile(os.path.join(tree.path, sub, name), "is not a regular file")
-            problem = tree.owners.problem(st) if tree.owners is not None else None
-            if problem:
-                raise UnsafeFile(os.path.join(tree.path, sub, name), problem, owner=True)
-
-
-def open_tree(directory: Path, owners: Owners | None, create: bool) -> Tree:
-    """The cache directory as a checked Tree; TierUntrusted/TierUnavailable explain a refusal."""
-    try:
-        tree = Tree(directory, owners or Owners.current(), create=create)
-        check_tree(tree)
-        return tree
-    except UnsafeFile as exc:
-        raise TierUntrusted(
-            f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
-            f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
-            f"with KERNEL_CACHE_TRUSTED_GROUP") from None
-    except OSError as exc:
-        raise TierUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
 
 
 class DiskTier:
@@ -156,7 +91,7 @@ class DiskTier:
             self._cache = self._open_writer()
             self.read_only_reason = ""
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
-            self.read_only_reason = _describe(exc)
+            self.read_only_reason = describe_error(exc)
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
 
     def _open_writer(self) -> diskcache.Cache:
@@ -180,7 +115,7 @@ class DiskTier:
             self._reader().execute("SELECT count(*) FROM Cache").fetchone()
         except (sqlite3.Error, OSError) as exc:
             raise TierUnavailable(f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} "
-                                  f"({_describe(exc)}); 'cachectl verify --repair' rebuilds it from the "
+                                  f"({describe_error(exc)}); 'cachectl verify --repair' rebuilds it from the "
                                   f"entry files") from None
 
     @property
@@ -190,9 +125,9 @@ class DiskTier:
         return self._cache is not None and time.monotonic() >= self._busy_until
 
     # Lookups ------------------------------------------------------------------------------
-    def _query(self, sql: str, params=()) -> list:
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         if self._cache is not None:
-            return self._cache._sql(sql, params).fetchall()  # diskcache's connection, same thread rules
+            return list(self._cache._sql(sql, params).fetchall())  # diskcache's connection, same thread rules
         return self._reader().execute(sql, params).fetchall()
 
     def get(self, key: str) -> Entry | None:
@@ -222,14 +157,14 @@ class DiskTier:
             raise
         return data, rowid, float(access_time or 0.0)
 
-    def _value(self, mode, filename, value) -> bytes | None:
+    def _value(self, mode: int, filename: str | None, value: Any) -> bytes | None:
         if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
             if len(value) > self.max_entry_bytes:
                 raise CorruptEntry(f"index value of {len(value)} bytes is over KERNEL_CACHE_MAX_ENTRY_BYTES")
             return value
         if mode == diskcache.core.MODE_BINARY:
             try:
-                found = self.tree.read(ENTRIES_DIR, *_value_parts(filename), max_bytes=self.max_entry_bytes)
+                found = self.tree.read(ENTRIES_DIR, *value_parts(filename), max_bytes=self.max_entry_bytes)
             except UnsafeFile as exc:
                 raise CorruptEntry(f"value file refused: it {exc.reason}") from None
             return None if found is None else found[0]
@@ -256,7 +191,7 @@ class DiskTier:
     def __len__(self) -> int:
         return len(self.records())
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs.
         Rows under names that are not content keys are not ours and are left out."""
         rows = self._query("SELECT key, size, store_time, access_time FROM Cache WHERE raw = 1")
@@ -269,7 +204,7 @@ class DiskTier:
         return int(total) + (st.st_size if st is not None else 0)
 
     # Writes (bounded waits) ---------------------------------------------------------------
-    def _write(self, action: Callable[[diskcache.Cache], object]):
+    def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
         if self._cache is None:
             raise TierReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
         if time.monotonic() < self._busy_until:
@@ -280,7 +215,7 @@ class DiskTier:
         except (diskcache.Timeout, sqlite3.OperationalError) as exc:
             self._busy_until = time.monotonic() + BUSY_COOLDOWN
             raise TierReadOnly(f"local cache index {self.directory} could not be written within "
-                               f"{self.index_timeout:.0f}s ({_describe(exc)}); skipping writes for "
+                               f"{self.index_timeout:.0f}s ({describe_error(exc)}); skipping writes for "
                                f"{BUSY_COOLDOWN:.0f}s") from None
 
     def put(self, entry: Entry) -> None:
@@ -299,7 +234,7 @@ class DiskTier:
             return False
         if rows[0][0]:
             with contextlib.suppress(CorruptEntry, OSError):
-                self.tree.unlink(ENTRIES_DIR, *_value_parts(rows[0][0]))
+                self.tree.unlink(ENTRIES_DIR, *value_parts(rows[0][0]))
         with contextlib.suppress(TierReadOnly):
             self._write(lambda cache: cache.delete(key, retry=False))
         return True
@@ -348,7 +283,7 @@ class DiskTier:
     def _value_files(self) -> Iterator[tuple[str, str, str]]:
         return value_files(self.tree)
 
-    def quarantined(self) -> list[dict]:
+    def quarantined(self) -> list[dict[str, Any]]:
         return []  # a bad local entry is deleted at once (it is only ever this node's copy)
 
     def integrity_problem(self) -> str | None:
@@ -356,7 +291,7 @@ class DiskTier:
         try:
             rows = self._query("PRAGMA quick_check")
         except sqlite3.Error as exc:
-            return _describe(exc)
+            return describe_error(exc)
         result = "; ".join(str(r[0]) for r in rows[:5])
         return None if result == "ok" else result
 
@@ -381,187 +316,3 @@ class DiskTier:
         return removed
 
 
-def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
-    """(aa, bb, name.val) of every value file diskcache wrote under entries/ (nothing else)."""
-    for a in tree.subdirs(ENTRIES_DIR):
-        for b in tree.subdirs(ENTRIES_DIR, a):
-            for name, st in tree.listdir(ENTRIES_DIR, a, b):
-                if stat.S_ISREG(st.st_mode) and _VALUE_FILE.fullmatch(f"{a}/{b}/{name}"):
-                    yield a, b, name
-
-
-class ValueFilesTier:
-    """The local tier seen through its value files alone, for an operator when the index cannot
-    be opened (damaged): list, show, export and prune still work. Entries small enough to live
-    inside the index are not seen; `rebuild_index` restores the index itself."""
-
-    name = "disk"
-    writable = False
-
-    def __init__(self, directory: Path, owners: Owners | None = None,
-                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
-        self.directory = Path(directory)
-        self.max_entry_bytes = max_entry_bytes
-        self.tree = open_tree(self.directory, owners, create=False)
-        self._found: dict[str, tuple[tuple[str, str, str], dict]] = {}
-        for parts in value_files(self.tree):
-            try:
-                found = self.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes,
-                                       head=entry_format.META_PEEK_BYTES)
-                meta = entry_format.peek_meta_head(found[0], found[1].st_size) if found else {}
-            except (OSError, CorruptEntry):
-                continue
-            key = meta.get("key")
-            if isinstance(key, str) and is_key(key):
-                self._found[key] = (parts, {"key": key, "size_bytes": found[1].st_size,
-                                            "created": _number(meta.get("created"), found[1].st_mtime),
-                                            "last_used": found[1].st_mtime})
-
-    def records(self) -> list[dict]:
-        return [dict(record) for _, record in self._found.values()]
-
-    def peek_raw(self, key: str) -> bytes | None:
-        if key not in self._found:
-            return None
-        found = self.tree.read(ENTRIES_DIR, *self._found[key][0], max_bytes=self.max_entry_bytes)
-        return None if found is None else found[0]
-
-    get_raw = peek_raw
-
-    def get(self, key: str) -> Entry | None:
-        data = self.peek_raw(check_key(key))
-        return None if data is None else entry_format.decode(data, expected_key=key)
-
-    def delete(self, key: str) -> bool:
-        parts = self._found.pop(key, (None,))[0]
-        return parts is not None and self.tree.unlink(ENTRIES_DIR, *parts)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._found
-
-    def keys(self) -> Iterator[str]:
-        return iter(list(self._found))
-
-    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
-        return []  # without an index nothing tells an orphan from an entry
-
-    def quarantined(self) -> list[dict]:
-        return []
-
-    def put_raw(self, key: str, data: bytes) -> None:
-        raise TierReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")
-
-    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
-        return no_lock(key, timeout)
-
-    def close(self) -> None:
-        self.tree.close()
-
-
-def _number(value, default: float) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def open_index(directory: Path, timeout: float, **settings) -> diskcache.Cache:
-    """A diskcache index whose opening waits at most about `timeout` for a neighbour's write
-    transaction: diskcache's own set-up retries each statement for 60 s, so probe first."""
-    db = Path(directory) / INDEX
-    if db.exists():
-        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            con.execute("ROLLBACK")
-        finally:
-            con.close()
-    settings.setdefault("disk", RawOnlyDisk)
-    return diskcache.Cache(str(directory), timeout=timeout, **settings)
-
-
-def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
-    """A read-only connection; on a read-only mount where SQLite cannot create the WAL's shared
-    memory file, fall back to `immutable` (nobody can be writing there anyway)."""
-    if not db.is_file():
-        raise FileNotFoundError(f"no index at {db}")
-    uri = f"file:{quote(str(db))}?mode=ro"
-    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
-    try:
-        con.execute("SELECT count(*) FROM Cache").fetchone()
-        return con
-    except sqlite3.OperationalError as exc:
-        con.close()
-        if "locked" in str(exc):
-            raise
-    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
-                           check_same_thread=False)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text
-
-
-def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
-                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> dict:
-    """Replace a damaged index: move it aside, salvage the rows SQLite can still read, re-index
-    every value file (each entry names its own key; invalid ones are removed). Returns counts."""
-    tree = open_tree(Path(directory), owners, create=False)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    salvaged: list[tuple[str, bytes]] = []
-    try:
-        old = open_read_only(Path(directory) / ENTRIES_DIR / INDEX, 5.0)
-        with contextlib.closing(old):
-            for key, value in old.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
-                                          (diskcache.core.MODE_RAW,)):
-                if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
-                    salvaged.append((key, value))
-    except (sqlite3.Error, OSError):
-        pass  # nothing readable in it: the value files still hold every large entry
-    for name in INDEX_FILES:
-        with contextlib.suppress(OSError):
-            tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
-    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
-    counts = {"recovered": 0, "removed": 0, "moved_aside": f"{INDEX}.damaged-{stamp}"}
-    try:
-        for key, value in salvaged:
-            try:
-                entry_format.decode(value, expected_key=key)
-                tier.put_raw(key, value)
-                counts["recovered"] += 1
-            except CorruptEntry:
-                counts["removed"] += 1
-        now = time.time()
-        for parts in list(value_files(tier.tree)):
-            try:
-                found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
-                key = entry_format.decode(found[0]).key if found else ""
-                check_key(key)
-            except (CorruptEntry, OSError, ValueError):
-                tier.tree.unlink(ENTRIES_DIR, *parts)
-                counts["removed"] += 1
-                continue
-            if key in tier:
-                continue
-            tier._write(lambda cache: cache._sql(
-                "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
-                " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)",
-                (key, now, now, len(found[0]), diskcache.core.MODE_BINARY, "/".join(parts))))
-            counts["recovered"] += 1
-    finally:
-        tier.close()
-        tree.close()
-    return counts
-
-
-def wipe(directory: Path, owners: Owners | None = None) -> int:
-    """Remove the index and every value file even when the index cannot be opened (damaged, or a
-    full disk): `cachectl clear` must always be able to free the space. Returns files removed."""
-    tree = open_tree(Path(directory), owners, create=False)
-    removed = 0
-    try:
-        for parts in list(value_files(tree)):
-            removed += tree.unlink(ENTRIES_DIR, *parts)
-        for name in INDEX_FILES:
-            removed += tree.unlink(ENTRIES_DIR, name)
-    finally:
-        tree.close()
-    return removed

@@ -29,6 +29,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import xxhash
 
@@ -50,7 +51,7 @@ class InvalidKey(ValueError):
     """Not a content key: keys become file names, so only lower-case hex of one length passes."""
 
 
-def check_key(key) -> str:
+def check_key(key: object) -> str:
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         raise InvalidKey(f"not a content key (expected {KEY_LENGTH} lower-case hex digits): {str(key)[:80]!r}")
     return key
@@ -79,7 +80,7 @@ class CorruptEntry(ValueError):
 @dataclass
 class Entry:
     key: str
-    meta: dict
+    meta: dict[str, Any]
     blobs: dict[str, bytes] = field(default_factory=dict)
 
     @property
@@ -104,11 +105,11 @@ def encode(entry: Entry) -> bytes:
     return fields + _checksum(fields, payload) + payload
 
 
-def _checksum(fields: bytes, payload) -> bytes:
+def _checksum(fields: bytes, payload: bytes | memoryview) -> bytes:
     h = xxhash.xxh3_128()
     h.update(fields)
     h.update(payload)
-    return h.digest()
+    return bytes(h.digest())
 
 
 def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, int, bytes]:
@@ -130,7 +131,7 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
     return meta_len, n_blobs, payload_len, checksum
 
 
-def _parse_meta(raw: bytes) -> dict:
+def _parse_meta(raw: bytes) -> dict[str, Any]:
     try:
         meta = json.loads(raw)
     except ValueError as exc:
@@ -144,7 +145,7 @@ def _parse_meta(raw: bytes) -> dict:
     return meta
 
 
-def json_depth(value) -> int:
+def json_depth(value: Any) -> int:
     """Nesting depth of parsed JSON, without recursion (so hostile depth cannot overflow the stack)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -191,14 +192,14 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
     return Entry(key=key, meta=meta, blobs=blobs)
 
 
-def peek_meta(data: bytes) -> dict:
+def peek_meta(data: bytes) -> dict[str, Any]:
     """The metadata without checksumming the blobs (for listings of large caches)."""
     data, _ = split_signature(data)
     meta_len, _, _, _ = read_header(data)
     return _parse_meta(data[_HEADER.size:_HEADER.size + meta_len])
 
 
-def peek_meta_head(head: bytes, total_size: int) -> dict:
+def peek_meta_head(head: bytes, total_size: int) -> dict[str, Any]:
     """The metadata of an entry of `total_size` bytes from its first bytes `head` (at least
     `META_PEEK_BYTES` of them, or the whole entry): listings need not read blobs."""
     meta_len, _, _, _ = read_header(head, total_size=total_size)

@@ -28,8 +28,8 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .config import LOCK_MODES
 from .safefs import Tree, UnsafeFile
@@ -50,7 +50,8 @@ _FLOCK_COHERENT = {
 def filesystem_of(path: Path) -> tuple[str, set[str]]:
     """(fs type, mount + super options) of the mount holding `path`, from /proc/self/mountinfo."""
     target = os.path.realpath(path)
-    best, best_len = ("unknown", set()), -1
+    best: tuple[str, set[str]] = ("unknown", set())
+    best_len = -1
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             lines = f.readlines()
@@ -209,7 +210,8 @@ def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | Non
 
 
 @contextlib.contextmanager
-def _hold_flock(tree, parts, timeout, done, poll) -> Iterator[bool]:
+def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callable[[], bool],
+                poll: float) -> Iterator[bool]:
     deadline = time.monotonic() + max(0.0, timeout)
     with tree.open_lock_file(*parts) as fd:
         while True:
@@ -218,10 +220,11 @@ def _hold_flock(tree, parts, timeout, done, poll) -> Iterator[bool]:
                 break
             except BlockingIOError:
                 pass
-            poll = _wait(deadline, done, poll)
-            if poll is None:
+            next_poll = _wait(deadline, done, poll)
+            if next_poll is None:
                 yield False
                 return
+            poll = next_poll
         try:
             yield True
         finally:
@@ -230,7 +233,8 @@ def _hold_flock(tree, parts, timeout, done, poll) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def _hold_soft(tree, parts, timeout, stale_after, done, poll) -> Iterator[bool]:
+def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: float, done: Callable[[], bool],
+               poll: float) -> Iterator[bool]:
     deadline = time.monotonic() + max(0.0, timeout)
     unexplained, next_stale_check, mine = 0, 0.0, None
     while True:
@@ -253,10 +257,11 @@ def _hold_soft(tree, parts, timeout, stale_after, done, poll) -> Iterator[bool]:
                 unexplained += 1
                 if unexplained >= 3:
                     raise
-        poll = _wait(deadline, done, poll)
-        if poll is None:
+        next_poll = _wait(deadline, done, poll)
+        if next_poll is None:
             yield False
             return
+        poll = next_poll
     heartbeat = _Heartbeat(tree, parts, max(0.05, stale_after / 6))
     try:
         yield True

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import fnmatch
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from typing import Any
 
 from . import entry as entry_format
 from .entry import CorruptEntry
 from .summary import EntrySummary
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
-InstalledToolchain = Callable[[dict], "str | None"]
+InstalledToolchain = Callable[[dict[str, Any]], "str | None"]
 SORT_KEYS = ("last_used", "created", "size", "kernel", "arch", "hits", "key")
 DEBRIS_AGE_SECONDS = 3600.0
 
@@ -39,9 +40,9 @@ class EntryInfo:
     has_recipe: bool = False
     stale: bool | None = None  # None: not checked, or the target's toolchain is not installed
     error: str = ""  # non-empty: the metadata could not be read
-    meta: dict = field(default_factory=dict, repr=False)
+    meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("meta")
         return out

@@ -6,9 +6,11 @@ calls with nothing: no records, no lock, no debris, no quarantine.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from . import entry as entry_format
 from .entry import Entry
@@ -68,16 +70,16 @@ class MemoryTier:
         return self._bytes
 
     # The rest of the Tier protocol ------------------------------------------------------------
-    def put_raw(self, key: str, data: bytes) -> None:
+    def put_raw(self, key: str, data: builtins.bytes) -> None:
         self.put(entry_format.decode(data, expected_key=key))
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         return []
 
-    def peek_raw(self, key: str) -> bytes | None:
+    def peek_raw(self, key: str) -> builtins.bytes | None:
         return None
 
     def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
@@ -86,7 +88,7 @@ class MemoryTier:
     def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         return []
 
-    def quarantined(self) -> list[dict]:
+    def quarantined(self) -> list[dict[str, Any]]:
         return []
 
     def close(self) -> None:

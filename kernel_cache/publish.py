@@ -12,16 +12,10 @@ import os
 import re
 import secrets
 import socket
-from pathlib import Path
-from typing import Callable
 
 from .safefs import Tree
 
 TEMP_SUFFIX = ".tmp"
-
-# Test hook: called with the temp path after the data is written and fsynced, before the rename.
-# Tests use it to pause a writer (then SIGKILL it) or to inject a fault such as ENOSPC.
-before_rename: Callable[[Path], None] | None = None
 
 
 def host_tag() -> str:
@@ -41,6 +35,4 @@ def is_temp(name: str) -> bool:
 def publish(tree: Tree, parts: tuple[str, ...], data: bytes) -> None:
     """Write `data` to root/parts atomically (temp file, fsync, rename; see safefs.Tree.publish).
     File modes follow the umask (0666 & ~umask), so a group-shared directory stays shareable."""
-    hook = before_rename
-    tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]),
-                 before_rename=(lambda path: hook(Path(path))) if hook is not None else None)
+    tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]))

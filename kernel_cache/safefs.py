@@ -15,6 +15,9 @@ goes through a `Tree`, which:
 Trust (`Owners`): a file or directory is trusted when nobody but trusted users can have written
 it: not world-writable, group-writable only by a trusted group, owned by this user or root or,
 when one is named, by the trusted group.
+
+This module is long because every filesystem operation the store performs on ground other users
+can write is here, on purpose in one place to review.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import errno
 import grp
 import os
 import pwd
+import secrets
 import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, BinaryIO
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -35,6 +40,18 @@ _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 READ_CHUNK = 1 << 20
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
+_fault_hook: Callable[[str, str], None] | None = None
+
+
+def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
+    """Install `hook(point, path)`, called at each of FAULT_POINTS; returns the previous one.
+
+    The one way to inject a fault into the store (tests pause a writer there and kill it, or raise
+    ENOSPC; an operator can reproduce a field failure the same way). None removes it."""
+    global _fault_hook
+    previous, _fault_hook = _fault_hook, hook
+    return previous
 
 
 class UnsafeFile(OSError):
@@ -72,9 +89,9 @@ def resolve_group(name: str) -> int:
 class Owners:
     """Whose files a reader accepts: this user, root, and optionally one named group."""
 
-    uids: frozenset = field(default_factory=lambda: frozenset({os.geteuid(), 0}))
+    uids: frozenset[Any] = field(default_factory=lambda: frozenset({os.geteuid(), 0}))
     gid: int | None = None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
-    writer_gids: frozenset = field(default_factory=lambda: frozenset({os.getegid(), 0}))
+    writer_gids: frozenset[Any] = field(default_factory=lambda: frozenset({os.getegid(), 0}))
 
     @classmethod
     def current(cls, group: int | None = None) -> "Owners":
@@ -120,9 +137,9 @@ class Tree:
     """
 
     _fd = -1
-    _top: dict = {}
+    _top: dict[str, int] = {}
 
-    def __init__(self, path, owners: Owners | None, *, create: bool = False):
+    def __init__(self, path: str | os.PathLike[str], owners: Owners | None, *, create: bool = False):
         self.path = os.fspath(path)
         self.owners = owners
         if create:
@@ -144,7 +161,7 @@ class Tree:
                 with contextlib.suppress(OSError):
                     os.close(f)
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()
 
     def reopen(self) -> None:
@@ -161,14 +178,14 @@ class Tree:
             with contextlib.suppress(OSError):
                 os.close(f)
 
-    def _check(self, st: os.stat_result, parts: tuple = ()) -> None:
+    def _check(self, st: os.stat_result, parts: tuple[Any, ...] = ()) -> None:
         if self.owners is not None:
             problem = self.owners.problem(st)
             if problem:
                 raise UnsafeFile(self._where(parts), problem, owner=True)
 
-    def _where(self, parts) -> str:
-        return os.path.join(self.path, *parts)
+    def _where(self, parts: tuple[str, ...]) -> str:
+        return str(os.path.join(self.path, *parts))
 
     # Directories --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -181,7 +198,7 @@ class Tree:
         finally:
             os.close(fd)
 
-    def _open_dir(self, parts, create: bool = False) -> int:
+    def _open_dir(self, parts: tuple[str, ...], create: bool = False) -> int:
         """An fd the caller closes. Reads start from a kept descriptor of the first level (checked
         once: `entries/` is opened on every hit); creation always walks from the root, so writes
         land in the live tree even if a level was replaced meanwhile."""
@@ -231,7 +248,7 @@ class Tree:
                 os.close(top)
         return gone
 
-    def _refusal(self, exc: OSError, parts, expected: str) -> OSError:
+    def _refusal(self, exc: OSError, parts: tuple[str, ...], expected: str) -> OSError:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
             return UnsafeFile(self._where(parts), f"is not {expected} (a symbolic link or another kind of file)")
         return exc
@@ -292,30 +309,12 @@ class Tree:
             finally:
                 os.close(fd)
 
-    def publish(self, *parts: str, data: bytes, temp_name: str,
-                before_rename: Callable[[str], None] | None = None) -> None:
-        """Atomically make root/parts hold `data`: write `temp_name` beside it (O_EXCL, no links
-        followed), fsync, rename over the final name, fsync the directory. On failure the temp file
-        is removed and the final name is untouched."""
+    def publish(self, *parts: str, data: bytes, temp_name: str) -> None:
+        """Atomically make root/parts hold `data` (see `_replace_atomically`)."""
         with self.directory(*parts[:-1], create=True) as dfd:
-            final = check_name(parts[-1])
-            tmp = check_name(temp_name)
-            fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dfd)
-            try:
-                try:
-                    _write_all(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                if before_rename is not None:
-                    before_rename(self._where((*parts[:-1], tmp)))
-                os.replace(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dfd)
-                raise
-            with contextlib.suppress(OSError):  # durability of the rename; some NFS servers refuse
-                os.fsync(dfd)
+            with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
+                                     self._where((*parts[:-1], temp_name))) as f:
+                f.write(data)
 
     def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
         """Remove root/parts if it is not a directory (a symlink is removed itself, never its
@@ -362,6 +361,59 @@ class Tree:
                 yield fd
             finally:
                 os.close(fd)
+
+
+@contextlib.contextmanager
+def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str) -> Iterator[BinaryIO]:
+    """The one atomic write: a file object on `tmp` (created O_EXCL, never through a link); on a
+    clean exit it is fsynced and renamed over `final`, then the directory is fsynced. On any
+    failure the temp file is removed and `final` is untouched, so a reader sees the old file or
+    the whole new one, even if the writer is killed or the disk fills up."""
+    fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dir_fd)  # 0666 & ~umask: group-shared dirs stay shared
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        if _fault_hook is not None:
+            _fault_hook("before_rename", tmp_path)
+        os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    with contextlib.suppress(OSError):  # durability of the rename; some NFS servers refuse
+        os.fsync(dir_fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way."""
+    path = os.fspath(path)
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        with _replace_atomically(dfd, name, tmp, os.path.join(parent, tmp)) as f:
+            yield f
+    finally:
+        os.close(dfd)
+
+
+def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
+    """A small file outside any cache tree (the toolchain memo) read under the same rules: no
+    link, no FIFO, at most `max_bytes`; None when it is missing."""
+    parent, name = os.path.split(os.path.abspath(os.fspath(path)))
+    try:
+        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_at(dfd, name, max_bytes, None, os.fspath(path))[0]
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(dfd)
 
 
 def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,

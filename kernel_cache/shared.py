@@ -18,6 +18,8 @@ Who is believed (see README, "Trust model"):
 Every entry is validated on read; a damaged one is moved to quarantine and reported as
 CorruptEntry, so the store rebuilds it and never copies it into a faster tier. The directory must
 exist (a missing mount must not silently become a node-local cache); a read-only one serves hits.
+
+This module is long because it is one tier's whole Tier protocol, maintenance included.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any
 
 from . import entry as entry_format
 from . import locks, publish
@@ -149,13 +152,14 @@ class SharedTier:
         if not self.writable:
             raise PermissionError(errno.EROFS, f"shared cache {self.directory} is read-only; no locks")
         check_key(key)
-        parts = (LOCKS_DIR, key[:2], f"{key}{LOCK_SUFFIXES[self.lock_kind]}")
-        with locks.hold(self.tree, parts, self.lock_kind, timeout, self.stale_after,
+        kind = self.lock_kind or "soft"
+        parts = (LOCKS_DIR, key[:2], f"{key}{LOCK_SUFFIXES[kind]}")
+        with locks.hold(self.tree, parts, kind, timeout, self.stale_after,
                         done=lambda: key in self) as held:
             yield held
 
     # Maintenance (cachectl) ---------------------------------------------------------------
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
         out = []
         for key, st in self._entry_files():
@@ -187,7 +191,7 @@ class SharedTier:
         # Quarantined entries are kept for inspection, then they are debris like the rest.
         return removed + self.remove_quarantined(older_than_seconds)
 
-    def quarantined(self) -> list[dict]:
+    def quarantined(self) -> list[dict[str, Any]]:
         """Entries that failed validation: path, key, size_bytes, quarantined_at."""
         return [{"path": os.path.join(self.directory, QUARANTINE_DIR, name), "key": name.split(".", 1)[0],
                  "size_bytes": st.st_size, "quarantined_at": st.st_mtime}

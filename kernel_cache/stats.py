@@ -13,10 +13,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from diskcache.core import MODE_RAW
 
-from .disk import INDEX, RawOnlyDisk, open_index, open_read_only
+from .disk_index import INDEX, RawOnlyDisk, open_index, open_read_only
 
 STATS_DIR = "stats"
 STATS_TIMEOUT = 1.0
@@ -31,14 +32,14 @@ class Stats:
         """`read_only`: read persisted counters without opening the index for writing (an
         operator's look at a full, read-only or busy cache); nothing is flushed."""
         self._lock = threading.Lock()
-        self._pending: Counter = Counter()
-        self._entry_hits: Counter = Counter()
-        self._session: Counter = Counter()
+        self._pending: Counter[str] = Counter()
+        self._entry_hits: Counter[str] = Counter()
+        self._session: Counter[str] = Counter()
         self._last_flush = time.monotonic()
         self._db = None
         self._skip_until = 0.0
         self.unavailable = ""  # why persistent counters cannot be read or written, if so
-        self._persisted: dict | None = None  # read-only mode: the counters as read at open
+        self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
         if directory is not None and read_only:
             try:
                 with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
@@ -84,7 +85,7 @@ class Stats:
         self._pending[name] += amount
         self._session[name] += amount
 
-    def session(self) -> dict:
+    def session(self) -> dict[str, Any]:
         """This process's counters (not yet or already flushed)."""
         with self._lock:
             return self._render(self._session)
@@ -109,10 +110,10 @@ class Stats:
         except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
 
-    def totals(self) -> dict:
+    def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
         self.flush()
-        raw: Counter = Counter()
+        raw: Counter[str] = Counter()
         if self._persisted is not None:
             return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
         try:
@@ -127,7 +128,7 @@ class Stats:
 
     def entry_hits(self, key: str) -> int:
         if self._persisted is not None:
-            return self._persisted.get(f"entry_hits.{key}", 0) + self._session_entry(key)
+            return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
         try:
             value = self._db.get(f"entry_hits.{key}", 0, retry=False) if self._db is not None else 0
         except Exception:
@@ -153,7 +154,7 @@ class Stats:
                 self._db.delete(name, retry=False)
 
     @staticmethod
-    def _render(raw: Counter) -> dict:
+    def _render(raw: Counter[str]) -> dict[str, Any]:
         return {
             "hits": {t: int(raw.get(f"hits.{t}", 0)) for t in ("memory", "disk", "shared")},
             "misses": int(raw.get("misses", 0)),

@@ -13,7 +13,8 @@ import errno
 import logging
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import entry as entry_format
 from .config import Config
@@ -30,7 +31,7 @@ from .warnings_once import info_once, warn_once
 log = logging.getLogger("kernel_cache")
 
 # build() -> (metadata, blobs, compile_seconds)
-Builder = Callable[[], "tuple[dict, dict[str, bytes], float]"]
+Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
 
 
 class Store:
@@ -99,14 +100,14 @@ class Store:
         data = entry_format.encode(entry)
         return self.signer.sign(data) if self.signer is not None else data
 
-    def lookup(self, key: str, label: str = "") -> tuple[dict, dict[str, bytes]] | None:
+    def lookup(self, key: str, label: str = "") -> tuple[dict[str, Any], dict[str, bytes]] | None:
         """(metadata, blobs) when some tier holds `key`, counted and logged as a hit; else None.
         Never builds: callers that can batch their misses use this first."""
         start = time.perf_counter()
         found = self.get(key)
         return None if found is None else self._hit(found, key, label, start)
 
-    def get_or_create(self, key: str, build: Builder, label: str = "") -> tuple[dict, dict[str, bytes]]:
+    def get_or_create(self, key: str, build: Builder, label: str = "") -> tuple[dict[str, Any], dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss."""
         start = time.perf_counter()
         found = self.get(key)
@@ -238,7 +239,7 @@ class _KeyLocks:
 
     def __init__(self):
         self._guard = threading.Lock()
-        self._locks: dict[str, list] = {}  # key -> [lock, users, owning thread id]
+        self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
 
     def __len__(self) -> int:
         return len(self._locks)

@@ -27,8 +27,8 @@ class EntrySummary:
     created: float | None = None
     compile_seconds: float = 0.0
     toolchain: str = ""  # the toolchain summary the entry was built with
-    target: dict | None = None  # {backend, arch, warp_size}
-    recipe: dict | None = None
+    target: dict[str, Any] | None = None  # {backend, arch, warp_size}
+    recipe: dict[str, Any] | None = None
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> "EntrySummary":

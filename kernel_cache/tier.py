@@ -9,8 +9,9 @@ no debris). Keys are validated at every persistent tier's door (`entry.check_key
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .entry import Entry
 
@@ -35,7 +36,7 @@ class Tier(Protocol):
 
     def __contains__(self, key: object) -> bool: ...
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
 
     def peek_raw(self, key: str) -> bytes | None:
@@ -47,7 +48,7 @@ class Tier(Protocol):
     def remove_debris(self, older_than_seconds: float) -> list[tuple[str, int]]:
         """Files crashed writers left behind, removed: [(path, bytes)]."""
 
-    def quarantined(self) -> list[dict]:
+    def quarantined(self) -> list[dict[str, Any]]:
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
     def close(self) -> None: ...

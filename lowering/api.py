@@ -8,7 +8,8 @@ keyword naming a non-constexpr parameter is compiled in as a constant).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -16,8 +17,6 @@ from jax import tree_util
 
 from . import devices
 from .primitive import triton_kernel_call_p
-
-
 
 _LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
 

@@ -7,8 +7,9 @@ evaluated with the same dictionary, so every config launches its own grid.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from triton.runtime.autotuner import Autotuner, Heuristics
 

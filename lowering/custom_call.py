@@ -11,8 +11,9 @@ import os
 import tempfile
 import warnings
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir

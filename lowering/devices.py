@@ -6,7 +6,8 @@ author wrote; under a plain multi-device `jit`, XLA would have to partition an o
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
 

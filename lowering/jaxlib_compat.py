@@ -47,7 +47,7 @@ def jaxlib_version() -> tuple[int, ...]:
     return tuple(version)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_module(platform: str) -> ModuleType:
     """The plugin's `_triton` extension for `platform` ("cuda" or "rocm").
 
@@ -72,7 +72,7 @@ def _owns_module(platform: str) -> bool:
     return plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton") is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ffi_target_registered(platform: str) -> bool:
     """Whether the plugin registers the CUDA-graph-compatible FFI target for Triton calls
     (never for a platform whose own plugin is absent)."""
@@ -203,7 +203,7 @@ def module_image_layout(platform: str) -> ModuleImageLayout | None:
     return _layout_in_plugin(platform)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layout_in_plugin(platform: str) -> ModuleImageLayout | None:
     path = getattr(triton_module(platform), "__file__", None)
     if not path:

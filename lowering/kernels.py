@@ -9,8 +9,9 @@ importable kernels and must not fork a JAX process).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -7,8 +7,8 @@ call, one per config for an autotuned call). Field numbers come from the plugin'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from . import proto_wire as pw
 from .jaxlib_compat import ModuleImageLayout

@@ -8,7 +8,8 @@ the same bytes.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 

@@ -7,19 +7,16 @@ content key (see `lowering.kernels`).
 from __future__ import annotations
 
 import functools
-import time
 
 import numpy as np
 from jax.interpreters import mlir
+
+from compiler import triton_compat
 
 from . import custom_call, devices, kernels
 from .configs import normalize_grid, per_config, resolve_configs
 from .primitive import triton_kernel_call_p
 from .target_arch import resolve_target
-
-
-# Time spent in this rule in this process (for benchmarks: what the lowering itself costs).
-timing = {"calls": 0, "seconds": 0.0}
 
 
 def _named_args(fn, in_avals, scalars, out_avals, metaparams) -> dict:
@@ -33,12 +30,7 @@ def _named_args(fn, in_avals, scalars, out_avals, metaparams) -> dict:
 
 
 def _lower(platform: str, ctx, *operands, **params):
-    start = time.perf_counter()
-    try:
-        return _lower_call(platform, ctx, *operands, **params)
-    finally:
-        timing["calls"] += 1
-        timing["seconds"] += time.perf_counter() - start
+    return _lower_call(platform, ctx, *operands, **params)
 
 
 def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
@@ -47,8 +39,6 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
     devices.check_lowering_context(ctx)
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
-    from compiler import triton_compat
-
     base_fn = triton_compat.unwrap_jit(kernel)
     named = _named_args(base_fn, ctx.avals_in, scalars, ctx.avals_out, metaparams)
     fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,

@@ -12,6 +12,8 @@ import functools
 import kernel_cache
 from compiler import Target, parse_target
 
+from .jaxlib_compat import triton_module
+
 ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
 
 
@@ -37,7 +39,7 @@ def _check(platform: str, target: Target) -> Target:
     return target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_arch(platform: str) -> "int | str":
     import jax
 
@@ -55,6 +57,4 @@ def _device_arch(platform: str) -> "int | str":
     if platform == "cuda":
         major, _, minor = str(device.compute_capability).partition(".")
         return int(major) * 10 + int(minor or 0)
-    from .jaxlib_compat import triton_module
-
     return triton_module("rocm").get_arch_details(device.id).split(":")[0]

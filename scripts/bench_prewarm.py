@@ -62,7 +62,8 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench-prewarm-"))
     try:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "XDG_CACHE_HOME": str(work / "xdg"),
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "XDG_CACHE_HOME": str(work / "xdg"),
                "TRITON_CACHE_DIR": str(work / "triton")}
         env = {k: v for k, v in env.items() if not k.startswith("KERNEL_CACHE_")}
         base = work / "base"

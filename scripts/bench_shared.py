@@ -78,7 +78,8 @@ def bench_hits(root: Path, n: int, entry_bytes: int) -> dict:
 def seed_memo(root: Path) -> Path:
     """A node-warm toolchain memo, so each rank measures the cache and not hashing libtriton."""
     seed = root / "memo-seed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p), "KERNEL_CACHE_DIR": str(seed)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "KERNEL_CACHE_DIR": str(seed)}
     subprocess.run([sys.executable, "-c", "from compiler import toolchain_fingerprint, parse_target;"
                     "toolchain_fingerprint(parse_target('sm_90'))"], env=env, check=True)
     return seed
@@ -93,7 +94,8 @@ def bench_cold(root: Path, n: int, lock: str, seed: Path) -> dict:
     for i in range(n):
         node = run / f"node-{i}"
         shutil.copytree(seed, node)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p), "KERNEL_CACHE_DIR": str(node),
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "KERNEL_CACHE_DIR": str(node),
                "KERNEL_CACHE_SHARED_DIR": str(shared), "KERNEL_CACHE_LOCK": lock}
         procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(go), str(run / f"ready-{i}")],
                                       env=env, cwd=REPO, stdout=subprocess.PIPE, text=True))

@@ -52,6 +52,18 @@ def _child(run_on_gpu: bool) -> dict:
     from lowering import rule
     from scripts import example_programs as ep
 
+    rule_seconds = [0.0]
+    real_lower_call = rule._lower_call
+
+    def timed_lower_call(*args, **kwargs):  # what the lowering rule itself costs
+        start = time.perf_counter()
+        try:
+            return real_lower_call(*args, **kwargs)
+        finally:
+            rule_seconds[0] += time.perf_counter() - start
+
+    rule._lower_call = timed_lower_call
+
     progs = ep.programs()
     totals = dict.fromkeys(PHASES[:-1], 0.0)
     for label, fn, shapes in progs:
@@ -70,7 +82,7 @@ def _child(run_on_gpu: bool) -> dict:
         dt = time.perf_counter() - t
         totals["first_run"] += dt
         totals["first_run_autotuned" if "autotuned" in label else "first_run_plain"] += dt
-    totals["lowering_rule"] = rule.timing["seconds"]
+    totals["lowering_rule"] = rule_seconds[0]
     from kernel_cache import default_store
 
     totals["compiles"] = default_store().stats.session().get("compiles", 0)

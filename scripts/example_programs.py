@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 import lowering as jt
-
 from scripts.example_kernels import MATMUL_CONFIGS  # noqa: F401  (re-exported for tests)
 from scripts.example_kernels import add_kernel as add
 from scripts.example_kernels import layernorm_kernel as layernorm
@@ -98,7 +97,7 @@ def references():
         return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + EPS) * w + b
 
     refs = {f"add[BLOCK={b}]": lambda x, y: x + y for b in (256, 512, 1024, 2048)}
-    refs.update({f"scaled_add[{s}]": (lambda s: lambda x, y: x * s + y)(s) for s in (0.5, 2.0)})
+    refs.update({f"scaled_add[{s}]": (lambda x, y, s=s: x * s + y) for s in (0.5, 2.0)})
     refs["softmax"] = lambda x: jax.nn.softmax(x, axis=-1)
     refs["layernorm"] = ln_ref
     refs["matmul[autotuned x6]"] = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)

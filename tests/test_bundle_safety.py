@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, child_env
 
 from kernel_cache import bundle

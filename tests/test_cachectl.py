@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import child_env, python_path
 
 from kernel_cache import entry as entry_format

@@ -11,13 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_python
+from test_lowering import subprocess_path
 
 import lowering as jt
 from lowering import jaxlib_compat as compat
 from scripts import example_programs as ep
-
-from conftest import run_python
-from test_lowering import subprocess_path
 
 # Children share the GPU with this process: no up-front grab of most of its memory.
 GPU_CHILD_ENV = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

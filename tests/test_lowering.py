@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from conftest import run_python
+from inspect_call import custom_calls
 
 import compiler
 import lowering as jt
 from lowering import jaxlib_compat as compat
-from lowering.inspect_call import custom_calls
 from scripts import example_programs as ep
-
-from conftest import run_python
 
 f32 = jnp.float32
 
@@ -144,7 +143,7 @@ def test_concurrently_compiled_configs_equal_a_sequential_compile(program_calls)
 
 def test_relowering_does_no_compile(program_calls):
     before = compiles()
-    for label, fn, shapes in ep.programs(compute_capability=90):
+    for _label, fn, shapes in ep.programs(compute_capability=90):
         lower(fn, *shapes)
     assert compiles() == before
 

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 import pytest
+from inspect_call import custom_calls, decode_any_call
 
 import compiler
 from lowering import jaxlib_compat as compat
 from lowering import proto_wire as pw
-from lowering.inspect_call import custom_calls, decode_any_call
 from lowering.module_image import ModuleImage, inject
 from lowering.proto_descriptor import schemas_from_binary
 from scripts import example_programs as ep

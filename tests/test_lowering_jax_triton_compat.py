@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import triton
 import triton.language as tl
+from inspect_call import custom_calls
 
 import lowering as jt
-from lowering.inspect_call import custom_calls
 from scripts import example_programs as ep
 
 VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)

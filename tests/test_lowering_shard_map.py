@@ -7,14 +7,15 @@ import textwrap
 from conftest import run_python
 
 SCRIPT = textwrap.dedent("""
-    import json
+    import json, sys
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, PartitionSpec as P
     try:
         from jax import shard_map
     except ImportError:
         from jax.experimental.shard_map import shard_map
-    from lowering import inspect_call
+    sys.path.insert(0, "tests")  # the repo root is the working directory
+    import inspect_call
     from scripts import example_programs as ep
 
     assert len(jax.devices()) == 2, jax.devices()

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import child_env
 
-from kernel_cache import publish, warnings_once
+from kernel_cache import safefs, warnings_once
 from kernel_cache.shared import SharedTier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,13 +54,13 @@ RANK = textwrap.dedent("""
 PAUSED_WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernel_cache import Config, Store, publish
+    from kernel_cache import Config, Store, safefs
 
-    def pause(tmp):
+    def pause(point, tmp):
         print("PAUSED", tmp, flush=True)
         time.sleep(600)
 
-    publish.before_rename = pause
+    safefs.set_fault_hook(pause)
     store = Store(Config(dir=Path(sys.argv[2]), shared_dir=Path(sys.argv[1]), lock=sys.argv[3]))
     store.get_or_create(sys.argv[4], lambda: ({"k": 1}, {"cubin": b"x" * 4096}, 0.01))
 """)
@@ -124,7 +123,7 @@ def assert_single_flight(results: list[dict], keys: list[str]) -> None:
 def _fresh_warnings():
     warnings_once.reset()
     yield
-    publish.before_rename = None
+    safefs.set_fault_hook(None)
 
 
 @pytest.fixture

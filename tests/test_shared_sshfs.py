@@ -15,12 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+import test_shared_processes as scenarios
+from test_shared_tier import KEY, make_entry
 
 from kernel_cache import CorruptEntry, locks
 from kernel_cache.shared import SharedTier
-
-import test_shared_processes as scenarios
-from test_shared_tier import KEY, make_entry
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "sshfs_loopback.sh"

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store
+from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store, locks, safefs, warnings_once
 from kernel_cache import entry as entry_format
-from kernel_cache import locks, publish, warnings_once
 from kernel_cache.safefs import Tree
 from kernel_cache.shared import SharedTier
 
@@ -31,7 +30,7 @@ def _fresh_warnings():
     warnings_once.reset()
     yield
     warnings_once.reset()
-    publish.before_rename = None
+    safefs.set_fault_hook(None)
 
 
 def make_entry(key: str = KEY, size: int = 300) -> Entry:
@@ -221,10 +220,10 @@ def test_enospc_on_a_tiny_tmpfs_leaves_results_and_directory_intact(tmp_path):
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.ESTALE])
 def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, shared, code):
-    def fail(tmp):
+    def fail(point, tmp):
         raise OSError(code, os.strerror(code))
 
-    publish.before_rename = fail
+    safefs.set_fault_hook(fail)
     store = store_for(tmp_path, shared)
     with recorded_warnings() as caught:
         for key in (KEY, KEY2):
@@ -232,7 +231,7 @@ def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, sh
             assert store.get_or_create(key, build)[1] == make_entry(key).blobs and build.calls == 1
     assert len(kernel_cache_warnings(caught)) == 1
     assert [p for p in (shared / "entries").rglob("*") if p.is_file()] == []
-    publish.before_rename = None
+    safefs.set_fault_hook(None)
     store.put(make_entry(KEY))  # the tier keeps working once the fault clears
     assert store.shared.get(KEY) is not None
 
@@ -240,11 +239,11 @@ def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, sh
 def test_different_causes_each_get_their_own_warning(tmp_path, shared):
     codes = iter([errno.ENOSPC, errno.EIO, errno.ENOSPC])
 
-    def fail(tmp):
+    def fail(point, tmp):
         code = next(codes)
         raise OSError(code, os.strerror(code))
 
-    publish.before_rename = fail
+    safefs.set_fault_hook(fail)
     store = store_for(tmp_path, shared)
     with recorded_warnings() as caught:
         for key in (KEY, KEY2, "ab" * 16):

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import child_env
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,15 +10,13 @@ import time
 import warnings
 
 import pytest
-
-import kernel_cache
-from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store
-from kernel_cache import entry as entry_format
-from kernel_cache import warnings_once
-from kernel_cache.disk import DiskTier
-from kernel_cache.memory import MemoryTier
 from conftest import child_env, run_python
 
+import kernel_cache
+from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store, warnings_once
+from kernel_cache import entry as entry_format
+from kernel_cache.disk import DiskTier
+from kernel_cache.memory import MemoryTier
 
 K = "1" * 32
 K1 = "2" * 32
@@ -182,6 +180,7 @@ def test_four_processes_missing_the_same_kernel_compile_it_once(tmp_path):
     """)
     import subprocess
     import sys
+
     from conftest import ROOT
     env = child_env(KERNEL_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,

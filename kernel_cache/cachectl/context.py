@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, ConfigError
-from ..disk import ValueFilesTier
+from ..disk_repair import ValueFilesTier
 from ..errors import TierUntrusted
 from ..store import Store
 from ..tier import Tier
@@ -91,7 +91,7 @@ class Context:
             raise CliError(f"no {which} tier configured (pass --shared-dir or set KERNEL_CACHE_SHARED_DIR)")
         return chosen
 
-    def installed_toolchain(self, target: dict) -> str | None:
+    def installed_toolchain(self, target: dict[str, Any]) -> str | None:
         """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded
         on first use: commands that never ask (plain `list`, `stats`) start without it."""
         ident = json.dumps(target, sort_keys=True)

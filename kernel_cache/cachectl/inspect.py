@@ -9,8 +9,7 @@ from typing import Any
 
 from .. import entry as entry_format
 from ..config import sources
-from ..maintenance import (EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan,
-                           sort_entries)
+from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..summary import EntrySummary
 from ..tier import Tier
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context

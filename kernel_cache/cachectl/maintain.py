@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..disk import DiskTier, rebuild_index, wipe
+from ..disk import DiskTier
+from ..disk_repair import rebuild_index, wipe
 from ..maintenance import plan_prune, remove_debris, remove_entries, scan, verify
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all

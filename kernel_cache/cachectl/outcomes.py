@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Callable
 
 
 class PrewarmError(RuntimeError):

@@ -7,11 +7,11 @@ import sys
 import time
 from typing import Any
 
-from . import programs, recipes
 from ..summary import EntrySummary
-from .outcomes import Outcome, PrewarmError
+from . import programs, recipes
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
+from .outcomes import Outcome, PrewarmError
 from .render import Progress
 
 

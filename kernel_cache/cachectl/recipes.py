@@ -12,14 +12,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from compiler import RecipeError, content_key, from_recipe, get_or_compile, parse_target
 
 from ..config import Config
 from ..store import Store
 from .outcomes import Outcome, Report, pool_context, run_in_pool, shown
-
 
 # Recipes -----------------------------------------------------------------------------------
 ALLOW_HINT = "--allow-module PATTERN"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from typing import Any
+
+from .context import Context
 
 
 # Formatting ------------------------------------------------------------------------------

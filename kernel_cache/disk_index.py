@@ -1,0 +1,164 @@
+"""The local tier's on-disk layout and its SQLite index, opened safely: no pickle, bounded waits.
+
+diskcache keeps an SQLite index (entries/cache.db) and one value file per large entry
+(entries/aa/bb/<hex>.val). Everything here reads that layout through `safefs` and never lets
+diskcache deserialize anything: `RawOnlyDisk` refuses pickled and text rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import diskcache
+
+from .entry import CorruptEntry
+from .errors import TierUnavailable, TierUntrusted
+from .safefs import Owners, Tree, UnsafeFile
+
+ENTRIES_DIR = "entries"
+
+
+LOCKS_DIR = "locks"
+
+
+STATS_DIR = "stats"
+
+
+INDEX = "cache.db"
+
+
+INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
+
+
+DEFAULT_MAX_ENTRY_BYTES = 256 << 20
+
+
+VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
+
+
+_NOT_RAW_KEY = "<a key kernel-cache did not write>"
+
+
+def value_parts(filename: object) -> tuple[str, str, str]:
+    match = VALUE_FILE.fullmatch(str(filename or ""))
+    if match is None:
+        raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
+    return match.group(1), match.group(2), match.group(3)
+
+
+class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types
+    """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
+    other way (pickle, text) was not written by kernel-cache and is never deserialized."""
+
+    _tree: Tree | None = None  # set by `bound` (diskcache instantiates the class itself)
+    _max_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+
+    @classmethod
+    def bound(cls, tree: Tree, max_bytes: int) -> type:
+        """A subclass that reads value files through `tree`, at most `max_bytes` each."""
+        return type("RawOnlyDiskFor", (cls,), {"_tree": tree, "_max_bytes": max_bytes})
+
+    def get(self, key: Any, raw: bool) -> Any:
+        return super().get(key, raw) if raw else _NOT_RAW_KEY
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> Any:
+        if read or not isinstance(value, (bytes, int)) or isinstance(value, bool):
+            raise TypeError("kernel-cache stores only bytes and integers in its index")
+        return super().store(value, read, key)
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        if mode == diskcache.core.MODE_RAW:
+            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
+        if mode == diskcache.core.MODE_BINARY and not read and self._tree is not None:
+            found = self._tree.read(*value_parts(filename), max_bytes=self._max_bytes)
+            if found is None:
+                raise FileNotFoundError(filename)
+            return found[0]
+        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
+
+
+def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
+    """(aa, bb, name.val) of every value file diskcache wrote under entries/ (nothing else)."""
+    for a in tree.subdirs(ENTRIES_DIR):
+        for b in tree.subdirs(ENTRIES_DIR, a):
+            for name, st in tree.listdir(ENTRIES_DIR, a, b):
+                if stat.S_ISREG(st.st_mode) and VALUE_FILE.fullmatch(f"{a}/{b}/{name}"):
+                    yield a, b, name
+
+
+def open_index(directory: Path, timeout: float, **settings: Any) -> diskcache.Cache:
+    """A diskcache index whose opening waits at most about `timeout` for a neighbour's write
+    transaction: diskcache's own set-up retries each statement for 60 s, so probe first."""
+    db = Path(directory) / INDEX
+    if db.exists():
+        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    settings.setdefault("disk", RawOnlyDisk)
+    return diskcache.Cache(str(directory), timeout=timeout, **settings)
+
+
+def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
+    """A read-only connection; on a read-only mount where SQLite cannot create the WAL's shared
+    memory file, fall back to `immutable` (nobody can be writing there anyway)."""
+    if not db.is_file():
+        raise FileNotFoundError(f"no index at {db}")
+    uri = f"file:{quote(str(db))}?mode=ro"
+    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        con.execute("SELECT count(*) FROM Cache").fetchone()
+        return con
+    except sqlite3.OperationalError as exc:
+        con.close()
+        if "locked" in str(exc):
+            raise
+    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
+                           check_same_thread=False)
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text
+
+
+def check_tree(tree: Tree) -> None:
+    """Every level a reader relies on: the index files and the directories (UnsafeFile if not)."""
+    for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
+        with contextlib.suppress(FileNotFoundError), tree.directory(sub):
+            pass
+    for sub in (ENTRIES_DIR, STATS_DIR):
+        for name in INDEX_FILES:
+            st = tree.lstat(sub, name) if tree.lstat(sub) is not None else None
+            if st is None:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeFile(os.path.join(tree.path, sub, name), "is not a regular file")
+            problem = tree.owners.problem(st) if tree.owners is not None else None
+            if problem:
+                raise UnsafeFile(os.path.join(tree.path, sub, name), problem, owner=True)
+
+
+def open_tree(directory: Path, owners: Owners | None, create: bool) -> Tree:
+    """The cache directory as a checked Tree; TierUntrusted/TierUnavailable explain a refusal."""
+    try:
+        tree = Tree(directory, owners or Owners.current(), create=create)
+        check_tree(tree)
+        return tree
+    except UnsafeFile as exc:
+        raise TierUntrusted(
+            f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
+            f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
+            f"with KERNEL_CACHE_TRUSTED_GROUP") from None
+    except OSError as exc:
+        raise TierUnavailable(f"cannot use cache directory {directory}: {exc}") from exc

@@ -1,0 +1,168 @@
+"""Recovering a local tier whose index is damaged: read it from its value files, rebuild the index,
+or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import diskcache
+
+from . import entry as entry_format
+from .disk import DiskTier
+from .disk_index import (
+    DEFAULT_MAX_ENTRY_BYTES,
+    ENTRIES_DIR,
+    INDEX,
+    INDEX_FILES,
+    open_read_only,
+    open_tree,
+    value_files,
+)
+from .entry import CorruptEntry, Entry, check_key, is_key
+from .errors import TierReadOnly
+from .safefs import Owners
+from .tier import no_lock
+
+
+class ValueFilesTier:
+    """The local tier seen through its value files alone, for an operator when the index cannot
+    be opened (damaged): list, show, export and prune still work. Entries small enough to live
+    inside the index are not seen; `rebuild_index` restores the index itself."""
+
+    name = "disk"
+    writable = False
+
+    def __init__(self, directory: Path, owners: Owners | None = None,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+        self.directory = Path(directory)
+        self.max_entry_bytes = max_entry_bytes
+        self.tree = open_tree(self.directory, owners, create=False)
+        self._found: dict[str, tuple[tuple[str, str, str], dict[str, Any]]] = {}
+        for parts in value_files(self.tree):
+            try:
+                found = self.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes,
+                                       head=entry_format.META_PEEK_BYTES)
+                meta = entry_format.peek_meta_head(found[0], found[1].st_size) if found else {}
+            except (OSError, CorruptEntry):
+                continue
+            key = meta.get("key")
+            if isinstance(key, str) and is_key(key):
+                self._found[key] = (parts, {"key": key, "size_bytes": found[1].st_size,
+                                            "created": _number(meta.get("created"), found[1].st_mtime),
+                                            "last_used": found[1].st_mtime})
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(record) for _, record in self._found.values()]
+
+    def peek_raw(self, key: str) -> bytes | None:
+        if key not in self._found:
+            return None
+        found = self.tree.read(ENTRIES_DIR, *self._found[key][0], max_bytes=self.max_entry_bytes)
+        return None if found is None else found[0]
+
+    get_raw = peek_raw
+
+    def get(self, key: str) -> Entry | None:
+        data = self.peek_raw(check_key(key))
+        return None if data is None else entry_format.decode(data, expected_key=key)
+
+    def delete(self, key: str) -> bool:
+        parts = self._found.pop(key, (None,))[0]
+        return parts is not None and self.tree.unlink(ENTRIES_DIR, *parts)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._found
+
+    def keys(self) -> Iterator[str]:
+        return iter(list(self._found))
+
+    def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
+        return []  # without an index nothing tells an orphan from an entry
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        return []
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        raise TierReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")
+
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
+        return no_lock(key, timeout)
+
+    def close(self) -> None:
+        self.tree.close()
+
+
+def _number(value, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
+                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> dict[str, Any]:
+    """Replace a damaged index: move it aside, salvage the rows SQLite can still read, re-index
+    every value file (each entry names its own key; invalid ones are removed). Returns counts."""
+    tree = open_tree(Path(directory), owners, create=False)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    salvaged: list[tuple[str, bytes]] = []
+    try:
+        old = open_read_only(Path(directory) / ENTRIES_DIR / INDEX, 5.0)
+        with contextlib.closing(old):
+            for key, value in old.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
+                                          (diskcache.core.MODE_RAW,)):
+                if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
+                    salvaged.append((key, value))
+    except (sqlite3.Error, OSError):
+        pass  # nothing readable in it: the value files still hold every large entry
+    for name in INDEX_FILES:
+        with contextlib.suppress(OSError):
+            tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
+    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
+    counts = {"recovered": 0, "removed": 0, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+    try:
+        for key, value in salvaged:
+            try:
+                entry_format.decode(value, expected_key=key)
+                tier.put_raw(key, value)
+                counts["recovered"] += 1
+            except CorruptEntry:
+                counts["removed"] += 1
+        now = time.time()
+        for parts in list(value_files(tier.tree)):
+            try:
+                found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
+                key = entry_format.decode(found[0]).key if found else ""
+                check_key(key)
+            except (CorruptEntry, OSError, ValueError):
+                tier.tree.unlink(ENTRIES_DIR, *parts)
+                counts["removed"] += 1
+                continue
+            if key in tier:
+                continue
+            row = (key, now, now, len(found[0]), diskcache.core.MODE_BINARY, "/".join(parts))
+            tier._write(lambda cache, row=row: cache._sql(
+                "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+                " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)", row))
+            counts["recovered"] += 1
+    finally:
+        tier.close()
+        tree.close()
+    return counts
+
+
+def wipe(directory: Path, owners: Owners | None = None) -> int:
+    """Remove the index and every value file even when the index cannot be opened (damaged, or a
+    full disk): `cachectl clear` must always be able to free the space. Returns files removed."""
+    tree = open_tree(Path(directory), owners, create=False)
+    removed = 0
+    try:
+        for parts in list(value_files(tree)):
+            removed += tree.unlink(ENTRIES_DIR, *parts)
+        for name in INDEX_FILES:
+            removed += tree.unlink(ENTRIES_DIR, name)
+    finally:
+        tree.close()
+    return removed
