@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.summary import META_ARCH, META_COMPILE_SECONDS, META_KIND, META_NAME, META_RECIPE, META_TARGET, META_TOOLCHAIN
+
 from .target import Target
 
 # Blob names; text stages are stored UTF-8 encoded.
 BINARY_BLOBS = ("cubin", "hsaco")
 TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")
+KIND = "triton-kernel"  # what `kind` says in entries this module writes
 
 
 @dataclass
@@ -54,11 +57,11 @@ class Artifact:
 
     # Store form ----------------------------------------------------------------------------
     def to_entry(self) -> tuple[dict[str, Any], dict[str, bytes]]:
-        meta = {
-            "kind": "triton-kernel",
-            "name": self.name,
-            "target": self.target.to_json(),
-            "arch": self.target.name,
+        meta = {  # the fields cachectl reads back are named in kernel_cache.summary
+            META_KIND: KIND,
+            META_NAME: self.name,
+            META_TARGET: self.target.to_json(),
+            META_ARCH: self.target.name,
             "num_warps": self.num_warps,
             "num_ctas": self.num_ctas,
             "num_stages": self.num_stages,
@@ -66,22 +69,22 @@ class Artifact:
             "cluster_dims": list(self.cluster_dims),
             "global_scratch_size": self.global_scratch_size,
             "global_scratch_align": self.global_scratch_align,
-            "toolchain": self.toolchain,
-            "compile_seconds": self.compile_seconds,
-            "recipe": self.recipe,
+            META_TOOLCHAIN: self.toolchain,
+            META_COMPILE_SECONDS: self.compile_seconds,
+            META_RECIPE: self.recipe,
             "extra": self.extra,
         }
         return meta, dict(self.blobs)
 
     @classmethod
     def from_entry(cls, meta: dict[str, Any], blobs: dict[str, bytes]) -> "Artifact":
-        if meta.get("kind") != "triton-kernel":
-            raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get('kind')!r})")
+        if meta.get(META_KIND) != KIND:
+            raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get(META_KIND)!r})")
         return cls(
-            name=meta["name"], target=Target.from_json(meta["target"]), num_warps=int(meta["num_warps"]),
+            name=meta[META_NAME], target=Target.from_json(meta[META_TARGET]), num_warps=int(meta["num_warps"]),
             num_ctas=int(meta["num_ctas"]), num_stages=int(meta["num_stages"]),
             shared_mem=int(meta["shared_mem"]), cluster_dims=tuple(meta.get("cluster_dims", (1, 1, 1))),
             global_scratch_size=int(meta.get("global_scratch_size", 0)),
             global_scratch_align=int(meta.get("global_scratch_align", 1)),
-            toolchain=dict(meta.get("toolchain", {})), compile_seconds=float(meta.get("compile_seconds", 0)),
-            recipe=meta.get("recipe"), blobs=dict(blobs), extra=dict(meta.get("extra", {})))
+            toolchain=dict(meta.get(META_TOOLCHAIN, {})), compile_seconds=float(meta.get(META_COMPILE_SECONDS, 0)),
+            recipe=meta.get(META_RECIPE), blobs=dict(blobs), extra=dict(meta.get("extra", {})))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kernel_cache import Store, default_store
 from kernel_cache.warnings_once import warn_once
 
@@ -15,7 +17,7 @@ def _store(store: Store | None) -> Store:
     return store if store is not None else default_store()
 
 
-def lookup(spec: KernelSpec, store=None) -> tuple[Artifact, str] | tuple[None, str]:
+def lookup(spec: KernelSpec, store: Store | None = None) -> tuple[Artifact | None, str]:
     """(artifact, key) when the store already holds `spec`, else (None, key). Never compiles."""
     store = _store(store)
     key = content_key(spec)
@@ -26,7 +28,7 @@ def lookup(spec: KernelSpec, store=None) -> tuple[Artifact, str] | tuple[None, s
     return artifact, key
 
 
-def _artifact(store, key: str, found) -> Artifact | None:
+def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, bytes]]) -> Artifact | None:
     """The artifact in a valid entry; an entry that is well-formed but not a usable artifact (another
     tool's, an older layout) is dropped so the caller rebuilds it."""
     try:
@@ -37,13 +39,13 @@ def _artifact(store, key: str, found) -> Artifact | None:
         return None
 
 
-def get_or_compile(spec: KernelSpec, store=None) -> tuple[Artifact, str]:
+def get_or_compile(spec: KernelSpec, store: Store | None = None) -> tuple[Artifact, str]:
     """The artifact for `spec` from `store` (default: kernel_cache's process store), compiling and
     publishing it on a miss. Returns (artifact, key)."""
     store = _store(store)
     key = content_key(spec)
 
-    def build():
+    def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
         art = compile_spec(spec)
         meta, blobs = art.to_entry()
         return meta, blobs, art.compile_seconds
@@ -52,4 +54,6 @@ def get_or_compile(spec: KernelSpec, store=None) -> tuple[Artifact, str]:
     artifact = _artifact(store, key, found)
     if artifact is None:  # the unusable entry is gone: build it again
         artifact = _artifact(store, key, store.get_or_create(key, build, label=spec.name))
+    if artifact is None:
+        raise RuntimeError(f"the store returned an unusable entry for {spec.name} twice ({key[:12]})")
     return artifact, key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from . import triton_compat as tc
 from .artifact import TEXT_BLOBS, Artifact
@@ -16,7 +17,7 @@ _EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_
                "launch_cooperative_grid", "launch_pdl", "maxnreg")
 
 
-def _jsonable(value):
+def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, (list, tuple)):

@@ -51,11 +51,11 @@ def _decode_value(obj: Any) -> Any:
     raise RecipeError(f"recipe holds a value that cannot be rebuilt: {obj.get('repr', obj)}")
 
 
-def kernel_path(fn) -> str:
+def kernel_path(fn: Any) -> str:
     return f"{fn.fn.__module__}:{fn.fn.__qualname__}"
 
 
-def import_kernel(path: str):
+def import_kernel(path: str) -> Any:
     module_name, _, qualname = path.partition(":")
     if module_name == "__main__" or "<locals>" in qualname:
         raise RecipeError(f"kernel {path} was defined in a script or closure and cannot be re-imported;"

@@ -33,7 +33,7 @@ class Pointer:
     dtype: str
     aligned: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.dtype.lstrip("*") not in POINTER_DTYPES:
             raise ValueError(f"unknown pointer element type {self.dtype!r}; "
                              f"expected one of {sorted(POINTER_DTYPES)}")
@@ -52,7 +52,7 @@ class Scalar:
     type: str
     value: bool | int | float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.type not in SCALAR_TYPES:
             raise ValueError(f"unknown scalar type {self.type!r}; expected one of {sorted(SCALAR_TYPES)}")
 
@@ -74,7 +74,7 @@ class KernelSpec:
 
     @property
     def name(self) -> str:
-        return self.kernel.__name__
+        return str(self.kernel.__name__)
 
     def triton_options(self) -> dict[str, Any]:
         return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from kernel_cache import safefs
 
 from . import triton_compat as tc
 from .digest import digest
+from .target import Target
 
 MEMO_FILE = "toolchain-memo.json"
 MAX_MEMO_BYTES = 1 << 20
@@ -50,7 +52,7 @@ def _triton_identity() -> list[Any]:
     return [tc.TRITON_VERSION] + [_identity(f) for f in files]
 
 
-def _backend_identity(target) -> list[Any]:
+def _backend_identity(target: Target) -> list[Any]:
     pkg = tc.triton_package_dir()
     backend_dir = "nvidia" if target.backend == "cuda" else "amd"
     return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
@@ -86,7 +88,7 @@ class _Memo:
             pass  # unwritable: recomputed next time
 
 
-def _memoized(name: str, identity: list[Any], compute, memo_dir: Path | None) -> str:
+def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo_dir: Path | None) -> str:
     ident = json.dumps([name, identity], sort_keys=True)
     with _lock:
         if ident in _process_memo:
@@ -100,7 +102,7 @@ def _memoized(name: str, identity: list[Any], compute, memo_dir: Path | None) ->
         return value
 
 
-def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict[str, Any]:
+def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
     """What identifies the tools that turn a spec into a binary for `target`.
 
     The installed files are checked once per process and target (a Triton upgrade takes a new
@@ -109,7 +111,7 @@ def toolchain_fingerprint(target, memo_dir: Path | None = None) -> dict[str, Any
     return {**_installed_tools(target, memo_dir), "env": tc.cache_invalidating_env()}
 
 
-def _installed_tools(target, memo_dir: Path | None) -> dict[str, Any]:
+def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
@@ -125,7 +127,7 @@ def _installed_tools(target, memo_dir: Path | None) -> dict[str, Any]:
     return cached
 
 
-def toolchain_summary(target, memo_dir: Path | None = None) -> str:
+def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
     """A short identity of the installed tools (not the environment), stored in entries so
     `cachectl --stale` can tell entries built by another Triton/ptxas. Triton's cache-invalidating
     environment variables are part of every content key instead: a cachectl run without the job's

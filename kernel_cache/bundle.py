@@ -52,6 +52,8 @@ from .bundle_stream import (
 )
 from .entry import CorruptEntry
 from .safefs import atomic_file
+from .summary import EntrySummary
+from .tier import Tier
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
 BUNDLE_VERSION = 1
@@ -97,7 +99,7 @@ def export_bundle(path: Path, entries: Iterable[tuple[str, bytes, dict[str, Any]
     return ExportResult(entries=len(entries), bytes=total, file_bytes=path.stat().st_size)
 
 
-def _add(tar, name: str, data: bytes) -> None:
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mtime = int(time.time())
@@ -151,7 +153,8 @@ def _entries(tar: TarStream, manifest_seen: bool) -> Iterator[tuple[str, bytes |
         yield match.group(1), tar.read(member), ""
 
 
-def _caps(members, entry_bytes, total_bytes, manifest_bytes, json_depth_) -> Caps:
+def _caps(members: int | None, entry_bytes: int | None, total_bytes: int | None, manifest_bytes: int | None,
+          json_depth_: int | None) -> Caps:
     given = {"members": members, "entry_bytes": entry_bytes, "total_bytes": total_bytes,
              "manifest_bytes": manifest_bytes, "json_depth": json_depth_}
     defaults = {"members": MAX_MEMBERS, "entry_bytes": MAX_ENTRY_BYTES, "total_bytes": MAX_TOTAL_BYTES,
@@ -176,7 +179,7 @@ def _check_manifest(raw: bytes, path: Path, caps: Caps) -> None:
                           f"{BUNDLE_VERSION}")
 
 
-def import_bundle(path: Path, tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
+def import_bundle(path: Path, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
                   allow_stale: bool = False, *, accept: Callable[[bytes], "str | None"] | None = None,
                   max_members: int | None = None, max_entry_bytes: int | None = None,
                   max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
@@ -211,13 +214,13 @@ def import_bundle(path: Path, tier, installed: Callable[[dict[str, Any]], "str |
             if refusal is not None:
                 result.rejected.append((key, refusal))
                 continue
-        target, toolchain = entry.meta.get("target"), entry.meta.get("toolchain")
-        if installed is not None and not (isinstance(target, dict) and isinstance(toolchain, dict)):
+        summary = EntrySummary.from_meta(entry.meta)
+        if installed is not None and (summary.target is None or not summary.toolchain):
             result.rejected.append((key, "entry names no target or toolchain"))
             continue
-        if installed is not None and not allow_stale:
-            current = installed(target)
-            if current is not None and toolchain.get("summary") != current:
+        if installed is not None and not allow_stale and summary.target is not None:
+            current = installed(summary.target)
+            if current is not None and summary.toolchain != current:
                 result.stale.append(key)
                 continue
         if key in tier:

@@ -179,7 +179,7 @@ class DiskTier:
         reorder the LRU); a pickled or text row raises CorruptEntry, never loaded."""
         return self.get_raw(key)
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         try:
             return bool(self._query("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (check_key(key),)))
         except (ValueError, sqlite3.Error):
@@ -247,6 +247,13 @@ class DiskTier:
         with contextlib.suppress(TierReadOnly):
             self._write(lambda cache: cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?",
                                                  (time.time(), rowid)))
+
+    def index_value_file(self, key: str, parts: tuple[str, str, str], size: int, now: float) -> None:
+        """Point the index at a value file that is already in place (`rebuild_index`)."""
+        row = (check_key(key), now, now, size, diskcache.core.MODE_BINARY, "/".join(parts))
+        self._write(lambda cache: cache._sql(
+            "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+            " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)", row))
 
     def set_max_bytes(self, max_bytes: int) -> None:
         self._write(lambda cache: cache.reset("size_limit", max_bytes))

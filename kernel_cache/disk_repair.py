@@ -47,14 +47,17 @@ class ValueFilesTier:
             try:
                 found = self.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes,
                                        head=entry_format.META_PEEK_BYTES)
-                meta = entry_format.peek_meta_head(found[0], found[1].st_size) if found else {}
+                if found is None:
+                    continue
+                head, st = found
+                meta = entry_format.peek_meta_head(head, st.st_size)
             except (OSError, CorruptEntry):
                 continue
             key = meta.get("key")
             if isinstance(key, str) and is_key(key):
-                self._found[key] = (parts, {"key": key, "size_bytes": found[1].st_size,
-                                            "created": _number(meta.get("created"), found[1].st_mtime),
-                                            "last_used": found[1].st_mtime})
+                self._found[key] = (parts, {"key": key, "size_bytes": st.st_size,
+                                            "created": _number(meta.get("created"), st.st_mtime),
+                                            "last_used": st.st_mtime})
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(record) for _, record in self._found.values()]
@@ -75,7 +78,7 @@ class ValueFilesTier:
         parts = self._found.pop(key, (None,))[0]
         return parts is not None and self.tree.unlink(ENTRIES_DIR, *parts)
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._found
 
     def keys(self) -> Iterator[str]:
@@ -97,7 +100,7 @@ class ValueFilesTier:
         self.tree.close()
 
 
-def _number(value, default: float) -> float:
+def _number(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
@@ -121,36 +124,32 @@ def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners |
         with contextlib.suppress(OSError):
             tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
     tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
-    counts = {"recovered": 0, "removed": 0, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+    recovered = removed = 0
     try:
         for key, value in salvaged:
             try:
                 entry_format.decode(value, expected_key=key)
                 tier.put_raw(key, value)
-                counts["recovered"] += 1
+                recovered += 1
             except CorruptEntry:
-                counts["removed"] += 1
+                removed += 1
         now = time.time()
         for parts in list(value_files(tier.tree)):
             try:
                 found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
-                key = entry_format.decode(found[0]).key if found else ""
-                check_key(key)
+                data = found[0] if found is not None else b""
+                key = check_key(entry_format.decode(data).key)
             except (CorruptEntry, OSError, ValueError):
                 tier.tree.unlink(ENTRIES_DIR, *parts)
-                counts["removed"] += 1
+                removed += 1
                 continue
-            if key in tier:
-                continue
-            row = (key, now, now, len(found[0]), diskcache.core.MODE_BINARY, "/".join(parts))
-            tier._write(lambda cache, row=row: cache._sql(
-                "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
-                " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)", row))
-            counts["recovered"] += 1
+            if key not in tier:
+                tier.index_value_file(key, parts, len(data), now)
+                recovered += 1
     finally:
         tier.close()
         tree.close()
-    return counts
+    return {"recovered": recovered, "removed": removed, "moved_aside": f"{INDEX}.damaged-{stamp}"}
 
 
 def wipe(directory: Path, owners: Owners | None = None) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from . import entry as entry_format
 from .entry import CorruptEntry
 from .summary import EntrySummary
+from .tier import Tier
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict[str, Any]], "str | None"]
@@ -82,7 +83,7 @@ def normal_arch(name: str) -> str:
 
 
 
-def read_raw(tier, key: str) -> bytes | None:
+def read_raw(tier: Tier, key: str) -> bytes | None:
     """The entry bytes, read without counting as a use of the entry. Raises CorruptEntry for
     what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
     try:
@@ -93,7 +94,7 @@ def read_raw(tier, key: str) -> bytes | None:
         raise CorruptEntry(str(exc)) from None
 
 
-def scan(tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
+def scan(tier: Tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
     """Every entry of `tier` with its metadata; unreadable entries are listed with `error` set."""
     infos = []
     for rec in tier.records():
@@ -143,7 +144,7 @@ def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
     prefix = prefix.strip().lower()
     if not prefix:
         raise LookupError("an empty key prefix matches every entry")
-    matches = {}
+    matches: dict[str, EntryInfo] = {}
     for info in infos:
         if info.key.startswith(prefix):
             matches.setdefault(info.key, info)
@@ -176,7 +177,7 @@ def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | 
     return doomed
 
 
-def remove_entries(tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
+def remove_entries(tier: Tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
     """Delete the entries from `tier`; returns the bytes freed."""
     freed = 0
     for info in infos:
@@ -187,7 +188,7 @@ def remove_entries(tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str]
     return freed
 
 
-def remove_debris(tier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
+def remove_debris(tier: Tier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
     """Temp and lock files that crashed writers left in `tier`: [(path, bytes)] removed."""
     return [(str(path), int(size)) for path, size in tier.remove_debris(older_than_seconds)]
 
@@ -200,7 +201,7 @@ class BadEntry:
     repaired: bool = False
 
 
-def verify(tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
+def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key); returns (entries checked, bad entries)."""
     checked, bad = 0, []
     for rec in tier.records():

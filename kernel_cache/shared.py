@@ -130,11 +130,11 @@ class SharedTier:
     def delete(self, key: str) -> bool:
         return self.tree.unlink(*self._entry_parts(key))
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         """Cheap (one lstat): lets a waiting rank notice the moment an entry is published."""
         try:
             st = self.tree.lstat(*self._entry_parts(key))
-        except OSError:
+        except (OSError, ValueError):
             return False
         return st is not None and stat.S_ISREG(st.st_mode)
 
@@ -209,9 +209,9 @@ class SharedTier:
 
     # Internals ----------------------------------------------------------------------------
     @staticmethod
-    def _entry_parts(key: str) -> tuple[str, str, str]:
-        check_key(key)
-        return ENTRIES_DIR, key[:2], key
+    def _entry_parts(key: object) -> tuple[str, str, str]:
+        valid = check_key(key)
+        return ENTRIES_DIR, valid[:2], valid
 
     def _make_layout(self) -> bool:
         """Create the top-level directories; False if the directory turns out not to be writable."""

@@ -24,7 +24,9 @@ from .errors import ReentrantBuild, RejectedEntry
 from .memory import MemoryTier
 from .safefs import Owners
 from .shared import SharedTier
+from .signing import Signer
 from .stats import Stats
+from .summary import EntrySummary
 from .tier import Tier
 from .warnings_once import info_once, warn_once
 
@@ -42,7 +44,7 @@ class Store:
         self.memory = MemoryTier(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.owners = Owners.current(self.config.trusted_gid)
-        self.disk: DiskTier | None = None
+        self.disk: Tier | None = None  # a DiskTier (cachectl may put a read-only view of a damaged one here)
         self.shared: SharedTier | None = None
         self.unavailable: dict[str, Exception] = {}  # tier name -> why it is not used
         if not self.config.disabled and self.config.dir is not None:
@@ -138,7 +140,7 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _open(self, opener, name: str, *args):
+    def _open(self, opener: Callable[..., Any], name: str, *args: Any) -> Any:
         try:
             return opener(*args)
         except Exception as exc:
@@ -148,9 +150,10 @@ class Store:
             warn_once(f"{name}-unavailable:{where}", f"{exc}; {tail}")
             return None
 
-    def _hit(self, found, key, label, start):
+    def _hit(self, found: tuple[Entry, str], key: str, label: str,
+             start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
         entry, tier = found
-        self.stats.hit(tier, key, float(entry.meta.get("compile_seconds", 0.0)))
+        self.stats.hit(tier, key, EntrySummary.from_meta(entry.meta).compile_seconds)
         self._log(key, label, tier, start)
         return entry.meta, entry.blobs
 
@@ -159,7 +162,7 @@ class Store:
             ms = (time.perf_counter() - start) * 1000
             log.info("kernel-cache %s %-24s %-8s %.2f ms", key[:12], label or "-", tier, ms)
 
-    def _tier_get(self, tier, key: str) -> Entry | None:
+    def _tier_get(self, tier: Tier, key: str) -> Entry | None:
         try:
             return tier.get(key)
         except InvalidKey:
@@ -179,7 +182,7 @@ class Store:
                       f"reading the {tier.name} tier failed ({exc}); continuing without it")
         return None
 
-    def _tier_put(self, tier, key: str, data: bytes) -> None:
+    def _tier_put(self, tier: Tier, key: str, data: bytes) -> None:
         if not tier.writable:
             return  # read-only or cooling down after a busy timeout: said once already
         try:
@@ -217,7 +220,7 @@ class Store:
                 cm.__exit__(None, None, None)
 
 
-def _published(tier, key: str) -> bool:
+def _published(tier: Tier, key: str) -> bool:
     """Whether a lock wait ended because the holder published `key` (not a timeout)."""
     try:
         return key in tier
@@ -237,7 +240,7 @@ class _KeyLocks:
     waits for it (the table stays as small as the compiles in flight), and a thread that asks
     for a key it is already building gets ReentrantBuild instead of waiting on itself forever."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._guard = threading.Lock()
         self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
 
@@ -270,6 +273,7 @@ class _KeyLocks:
 
 
 def _open_disk_tier(config: Config, owners: Owners, read_only: bool) -> DiskTier:
+    assert config.dir is not None
     tier = DiskTier(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
                     index_timeout=config.index_timeout, read_only=read_only)
     if tier.read_only_reason and not read_only:
@@ -279,7 +283,8 @@ def _open_disk_tier(config: Config, owners: Owners, read_only: bool) -> DiskTier
     return tier
 
 
-def _open_shared_tier(config: Config, owners: Owners, signer) -> SharedTier:
+def _open_shared_tier(config: Config, owners: Owners, signer: Signer | None) -> SharedTier:
+    assert config.shared_dir is not None
     tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
                       owners=owners, authenticate=signer.problem if signer is not None else None,
                       max_entry_bytes=config.max_entry_bytes)

@@ -18,8 +18,13 @@ from .entry import Entry
 
 @runtime_checkable
 class Tier(Protocol):
-    name: str
-    directory: Path | None  # where it lives (None: in this process)
+    @property
+    def name(self) -> str:
+        """'memory', 'disk', 'shared': what stats and listings call it."""
+
+    @property
+    def directory(self) -> Path | None:
+        """Where it lives (None: in this process)."""
 
     @property
     def writable(self) -> bool:

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The one test command: sets up .venv from nothing if needed, then runs pytest with any arguments.
+# The one test command: sets up .venv from nothing if needed, checks lint (ruff) and types (mypy,
+# strict on kernel_cache and compiler; both configured in pyproject.toml), then runs pytest with
+# any arguments. KERNEL_CACHE_SKIP_LINT=1 skips the checks (a quick `-k` loop while editing).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
+if [ "${KERNEL_CACHE_SKIP_LINT:-0}" != "1" ]; then
+  echo "test.sh: ruff check" >&2
+  python -m ruff check . --output-format concise
+  echo "test.sh: mypy (strict: kernel_cache, compiler)" >&2
+  python -m mypy --no-error-summary
+fi
 set +e
 python -m pytest "$@"
 rc=$?

@@ -12,3 +12,9 @@ def test_readme_jax_example_runs(tmp_path):
     out = run_python(f"import runpy; runpy.run_path({str(tmp_path / 'readme_example.py')!r})",
                      {"KERNEL_CACHE_TARGET_ARCH": "sm_90", "KERNEL_CACHE_DIR": str(tmp_path / "cache")})
     assert "triton_kernel_call" in out.stdout
+
+
+def test_readme_configuration_table_is_the_settings_table():
+    from kernel_cache.config import render_table
+
+    assert render_table() in (ROOT / "README.md").read_text()

@@ -57,7 +57,7 @@ def _jobs(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
                         help="cache directory (default: $KERNEL_CACHE_DIR)")
     common.add_argument("--shared-dir", type=Path, default=argparse.SUPPRESS,

@@ -6,6 +6,7 @@ import sys
 import time
 
 from .context import Context
+from .outcomes import Outcome
 
 
 # Formatting ------------------------------------------------------------------------------
@@ -32,18 +33,19 @@ class Progress:
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self.outcomes = []
-        self.total = 0
+        self.outcomes: list[Outcome] = []
+        self.total: int | None = 0
         self.done = 0
+        self.counting = False  # outcomes of planning (present, unimportable) come before and don't count
         self.bar = sys.stderr.isatty() and not ctx.json and not ctx.quiet
 
     def expect(self, total: int | None) -> None:
         """Start counting builds; `total` None when unknown (a program decides what it compiles)."""
         self.counting, self.total = True, total
 
-    def __call__(self, outcome) -> None:
+    def __call__(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
-        if getattr(self, "counting", False):  # outcomes of planning (present, unimportable) don't count
+        if self.counting:
             self.done += 1
         if self.bar:
             if self.total:
