@@ -1,7 +1,12 @@
-"""get_or_compile / lookup: the one place where the compiler meets the store."""
+"""get_or_compile / lookup: the one place where the compiler meets the store.
+
+Log lines name the kernel by `KernelSpec.describe` (kernel, arch, launch config, constexprs), built
+only when a line is written; at DEBUG a compile also logs the summary of its key document.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kernel_cache import Store, default_store
@@ -9,8 +14,10 @@ from kernel_cache.warnings_once import warn_once
 
 from .artifact import Artifact
 from .compile import compile_spec
-from .key import content_key
+from .key import content_key, document_summary, key_document
 from .spec import KernelSpec
+
+log = logging.getLogger("kernel_cache.compiler")
 
 
 def _store(store: Store | None) -> Store:
@@ -21,7 +28,7 @@ def lookup(spec: KernelSpec, store: Store | None = None) -> tuple[Artifact | Non
     """(artifact, key) when the store already holds `spec`, else (None, key). Never compiles."""
     store = _store(store)
     key = content_key(spec)
-    found = store.lookup(key, label=spec.name)
+    found = store.lookup(key, label=spec.describe)
     if found is None:
         return None, key
     artifact = _artifact(store, key, found)
@@ -46,14 +53,17 @@ def get_or_compile(spec: KernelSpec, store: Store | None = None) -> tuple[Artifa
     key = content_key(spec)
 
     def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("kernel-cache %s compiling %s: key covers %s", key[:12], spec.describe(),
+                      document_summary(key_document(spec)))
         art = compile_spec(spec)
         meta, blobs = art.to_entry()
         return meta, blobs, art.compile_seconds
 
-    found = store.get_or_create(key, build, label=spec.name)
+    found = store.get_or_create(key, build, label=spec.describe)
     artifact = _artifact(store, key, found)
     if artifact is None:  # the unusable entry is gone: build it again
-        artifact = _artifact(store, key, store.get_or_create(key, build, label=spec.name))
+        artifact = _artifact(store, key, store.get_or_create(key, build, label=spec.describe))
     if artifact is None:
         raise RuntimeError(f"the store returned an unusable entry for {spec.name} twice ({key[:12]})")
     return artifact, key

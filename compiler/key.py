@@ -7,6 +7,7 @@ own format version: bumping it invalidates every key at once.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from . import triton_compat as tc
@@ -54,6 +55,25 @@ def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> d
         "target": spec.target.to_json(),
         "toolchain": toolchain if toolchain is not None else toolchain_fingerprint(spec.target),
     }
+
+
+def document_summary(document: dict[str, Any]) -> str:
+    """One line naming what a key covers, for DEBUG logs: the kernel, target and signature as
+    text, every other part as a digest prefix (so two lines for a surprising miss show which part
+    differs), short parts as their JSON."""
+    parts = []
+    for name, value in document.items():
+        if name == "kernel" and isinstance(value, dict):
+            text = f"{value.get('name')}@{str(value.get('fingerprint'))[:12]}"
+        elif name == "signature" and isinstance(value, list):
+            text = ",".join(f"{k}:{v}" for k, v in value if v != "constexpr")
+        elif name == "target" and isinstance(value, dict):
+            text = f"{value.get('backend')}:{value.get('arch')}"
+        else:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+            text = text if len(text) <= 24 else "#" + digest(value)[:10]
+        parts.append(f"{name}={text}")
+    return " ".join(parts)
 
 
 def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> str:

@@ -80,6 +80,15 @@ class KernelSpec:
         return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,
                 **self.options}
 
+    def describe(self) -> str:
+        """The short form kernel-cache's log lines use: kernel, arch, launch config, constexprs and
+        options other than the defaults (`add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024`)."""
+        parts = [self.name, self.target.name, f"warps={self.num_warps}", f"stages={self.num_stages}",
+                 f"ctas={self.num_ctas}"]
+        parts += [f"{k}={_short(v)}" for k, v in self.constexprs.items()]
+        parts += [f"{k}={_short(v)}" for k, v in self.options.items() if DEFAULT_OPTIONS.get(k, None) != v]
+        return " ".join(parts)
+
     def summary(self) -> str:
         sig = ",".join(f"{k}:{v}" for k, v in self.signature.items() if v != "constexpr")
         cst = ",".join(f"{k}={_short(v)}" for k, v in self.constexprs.items())

@@ -2,6 +2,16 @@
 
 Knows nothing of Triton or JAX. Configured from KERNEL_CACHE_* environment variables, or from
 code with `configure(Config(...))`.
+
+Logging: kernel-cache always logs to the `kernel_cache` logger (and its children), as any library
+does: INFO is one line per lookup (key, tier, milliseconds, kernel, arch, launch config), DEBUG adds
+the content-key summary of each compile and single-flight lock waits. Your logging configuration
+decides what is shown (`logging.basicConfig(level=logging.INFO)` shows the lookup lines).
+KERNEL_CACHE_LOG=info or debug is for programs that configure no logging: kernel-cache then sets
+the logger's level, adds its own stderr handler and stops propagation to the root logger (so a
+root handler does not print each line twice). KERNEL_CACHE_LOG=off, like leaving it unset, adds
+nothing and changes nothing: the records reach your handlers, if any, and are otherwise dropped.
+Warnings (`KernelCacheWarning`) go through the `warnings` module.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ import threading
 from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
 from .store import Store
-from .warnings_once import KernelCacheWarning
+from .warnings_once import KernelCacheWarning, info_once
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "KernelCacheWarning", "Store", "configure",
            "current_config", "default_store", "parse_duration", "parse_size"]
@@ -24,12 +34,25 @@ _guard = threading.Lock()
 _creating = threading.Lock()
 
 
+MEMORY_ONLY = ("no KERNEL_CACHE_DIR: caching in memory only (kernels are compiled again in every new "
+               "process)")
+
+
 def _setup_logging(config: Config) -> None:
-    if not config.log or config.log == "off":
-        return
+    """Our stderr handler only when KERNEL_CACHE_LOG asks for one; otherwise undo what an earlier
+    configure() set, and leave the logger to the application."""
     logger = logging.getLogger("kernel_cache")
+    ours = [h for h in logger.handlers if getattr(h, "_kernel_cache", False)]
+    if config.log not in ("info", "debug"):
+        if ours:
+            for handler in ours:
+                logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
+            logger.propagate = True
+        return
     logger.setLevel(logging.DEBUG if config.log == "debug" else logging.INFO)
-    if not any(getattr(h, "_kernel_cache", False) for h in logger.handlers):
+    logger.propagate = False  # a root handler (basicConfig) would print every line a second time
+    if not ours:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._kernel_cache = True  # type: ignore[attr-defined]
@@ -40,12 +63,15 @@ def configure(config: Config | None = None) -> Store:
     """Replace the process-wide store (default: from the environment) and return it."""
     global _default
     config = config if config is not None else Config.from_env()
+    _setup_logging(config)  # first: what opening the tiers says goes where KERNEL_CACHE_LOG asked
     with _guard:
-        old, _default = _default, Store(config)
+        store = Store(config)
+        old, _default = _default, store
     if old is not None:
         old.close()
-    _setup_logging(config)
-    return _default
+    if config.dir is None and not config.disabled and not store.persistent_tiers:
+        info_once("memory-only", MEMORY_ONLY)
+    return store
 
 
 def current_config() -> Config:

@@ -44,6 +44,7 @@ from .bundle_stream import (
     MANIFEST,
     BundleError,
     Caps,
+    NotABundle,
     TarStream,
     json_depth,
     manifest_too_large,
@@ -133,7 +134,7 @@ def read_bundle(path: Path, *, max_members: int | None = None, max_entry_bytes: 
                     return
                 break
         else:
-            raise BundleError(f"{path} has no {MANIFEST}: not a kernel-cache bundle")
+            raise NotABundle(f"{path} has no {MANIFEST}: not a kernel-cache bundle")
     with open_stream(path, caps) as tar:  # manifest not first (written before it was): read again
         yield from _entries(tar, manifest_seen=False)
 
@@ -173,7 +174,7 @@ def _check_manifest(raw: bytes, path: Path, caps: Caps) -> None:
     except (ValueError, RecursionError) as exc:
         raise BundleError(f"{path}: {MANIFEST} is not JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
-        raise BundleError(f"{path} is not a kernel-cache bundle")
+        raise NotABundle(f"{path} is not a kernel-cache bundle")
     if manifest.get("version") != BUNDLE_VERSION:
         raise BundleError(f"{path}: bundle version {manifest.get('version')!r}, this kernel-cache reads "
                           f"{BUNDLE_VERSION}")

@@ -44,6 +44,10 @@ class BundleError(ValueError):
     """The file is not a readable kernel-cache bundle."""
 
 
+class NotABundle(BundleError):
+    """The file is no kernel-cache bundle at all (another format, unreadable): nothing was read from it."""
+
+
 @dataclass(frozen=True)
 class Caps:
     """What reading one bundle may cost; the module constants unless a caller passes others."""
@@ -261,10 +265,10 @@ def open_stream(path: Path, caps: Caps) -> Iterator[TarStream]:
     try:
         raw = open(path, "rb")
     except OSError as exc:
-        raise BundleError(f"{path} is not a kernel-cache bundle: {exc}") from None
+        raise NotABundle(f"{path} is not a kernel-cache bundle: {exc}") from None
     with raw:
         if raw.read(2) != b"\x1f\x8b":
-            raise BundleError(f"{path} is not a kernel-cache bundle (not gzip-compressed)")
+            raise NotABundle(f"{path} is not a kernel-cache bundle (not gzip-compressed)")
         raw.seek(0)
         yield TarStream(_Decompressed(raw, path, caps), path, caps)
 

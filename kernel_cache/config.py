@@ -97,14 +97,16 @@ SETTINGS: tuple[Setting, ...] = (
             "node-local persistent store; setting it makes the cache warm across runs"),
     Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _path, "unset",
             "shared directory for multi-node clusters (plain files)"),
-    Setting("KERNEL_CACHE_DISABLE", "disabled", parse_flag, "`0`", "`1` turns all caching off"),
+    Setting("KERNEL_CACHE_DISABLE", "disabled", parse_flag, "`0`",
+            "`1` (or `true`, `yes`, `on`) turns all caching off"),
     Setting("KERNEL_CACHE_MEMORY_BYTES", "memory_bytes", parse_size, "`256M`", "in-process LRU bound (`256M`, `1G`, …)"),
     Setting("KERNEL_CACHE_MEMORY_ITEMS", "memory_items", lambda t, w: int(parse_size(t, w)), "`4096`",
             "in-process LRU item bound"),
     Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "`8G`",
             "local disk bound; least recently used entries are evicted"),
     Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
-            "`info` or `debug`: one line per lookup (key, kernel, tier, ms) on stderr"),
+            "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, tier, ms) on stderr; "
+            "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
     Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-tier lock kind: `auto`, `flock`, `soft`"),
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`600s`",
             "longest wait for another process's compile before compiling here; also bounds (at most 30 s) "
@@ -112,10 +114,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`120s`",
             "a shared-tier soft lock not refreshed for this long is taken over (its holder died)"),
     Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
-            "GPU target (`sm_90`, `gfx942`) when lowering without a visible GPU and without "
-            "`compute_capability=`"),
+            "GPU target (`sm_90`, `gfx942`) for calls without `compute_capability=`; it overrides the "
+            "visible device, so leave it unset on GPU hosts (prewarm and cross-lowering set it)"),
     Setting("KERNEL_CACHE_MODULE_IMAGE", "module_image", parse_flag, "`1`",
-            "`0` sends PTX only (jaxlib then runs ptxas at first launch) instead of the cached cubin"),
+            "`0` (or `false`, `no`, `off`) sends PTX only (jaxlib then runs ptxas at first launch) instead of "
+            "the cached cubin"),
     Setting("KERNEL_CACHE_TRUSTED_GROUP", "trusted_group", _text, "unset",
             "a group (name or gid) whose members' cache files you accept, besides yours and root's "
             "(see [Trust model](#trust-model))"),

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import entry as entry_format
+from . import lookup_log
 from .config import Config
 from .disk import DiskTier
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
@@ -29,8 +29,6 @@ from .stats import Stats
 from .summary import EntrySummary
 from .tier import Tier
 from .warnings_once import info_once, warn_once
-
-log = logging.getLogger("kernel_cache")
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -102,14 +100,19 @@ class Store:
         data = entry_format.encode(entry)
         return self.signer.sign(data) if self.signer is not None else data
 
-    def lookup(self, key: str, label: str = "") -> tuple[dict[str, Any], dict[str, bytes]] | None:
+    def lookup(self, key: str, label: lookup_log.Label = "") -> tuple[dict[str, Any], dict[str, bytes]] | None:
         """(metadata, blobs) when some tier holds `key`, counted and logged as a hit; else None.
-        Never builds: callers that can batch their misses use this first."""
+        Never builds: callers that can batch their misses use this first. `label` names the entry
+        in log lines: text, or a function called only when a line is written."""
         start = time.perf_counter()
         found = self.get(key)
-        return None if found is None else self._hit(found, key, label, start)
+        if found is None:
+            lookup_log.miss(key, label, start)
+            return None
+        return self._hit(found, key, label, start)
 
-    def get_or_create(self, key: str, build: Builder, label: str = "") -> tuple[dict[str, Any], dict[str, bytes]]:
+    def get_or_create(self, key: str, build: Builder,
+                      label: lookup_log.Label = "") -> tuple[dict[str, Any], dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss."""
         start = time.perf_counter()
         found = self.get(key)
@@ -125,7 +128,7 @@ class Store:
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
             self.put(entry)
             self.stats.compiled(seconds)
-        self._log(key, label, "compile", start)
+        lookup_log.lookup(key, label, "compile", start)
         return entry.meta, entry.blobs
 
     def delete(self, key: str) -> None:
@@ -150,17 +153,12 @@ class Store:
             warn_once(f"{name}-unavailable:{where}", f"{exc}; {tail}")
             return None
 
-    def _hit(self, found: tuple[Entry, str], key: str, label: str,
+    def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
              start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
         entry, tier = found
         self.stats.hit(tier, key, EntrySummary.from_meta(entry.meta).compile_seconds)
-        self._log(key, label, tier, start)
+        lookup_log.lookup(key, label, tier, start)
         return entry.meta, entry.blobs
-
-    def _log(self, key: str, label: str, tier: str, start: float) -> None:
-        if self.config.log in ("info", "debug"):
-            ms = (time.perf_counter() - start) * 1000
-            log.info("kernel-cache %s %-24s %-8s %.2f ms", key[:12], label or "-", tier, ms)
 
     def _tier_get(self, tier: Tier, key: str) -> Entry | None:
         try:
@@ -193,15 +191,18 @@ class Store:
                       f"writing to the {tier.name} tier failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
-    def _single_flight(self, key: str, label: str = "") -> Iterator[None]:
+    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
+        start = time.perf_counter()
         with self._key_locks.hold(key, label):
             # a read-only shared dir cannot hold locks: single-flight falls back to this node
             shared_locks = self.shared is not None and self.shared.writable
             local_locks = self.disk is not None and self.disk.writable
             lock_tier = self.shared if shared_locks else self.disk if local_locks else None
             if lock_tier is None:
+                lookup_log.wait(key, label, start, None)
                 yield
                 return
+            threads_done = time.perf_counter()
             try:
                 cm = lock_tier.lock(key, self.config.lock_timeout)
                 acquired = cm.__enter__()
@@ -210,10 +211,13 @@ class Store:
                           f"cannot lock in the {lock_tier.name} tier ({exc}); compiling without a lock")
                 yield
                 return
-            if not acquired and not _published(lock_tier, key):
+            published = not acquired and _published(lock_tier, key)
+            if not acquired and not published:
                 warn_once(f"lock-timeout:{lock_tier.name}",
                           f"waited {self.config.lock_timeout:.0f}s for another process to compile; "
                           f"compiling here instead")
+            lookup_log.wait(key, label, start, threads_done, f"{lock_tier.name} lock (" + (
+                "acquired" if acquired else "the holder published it" if published else "timed out") + ")")
             try:
                 yield
             finally:
@@ -248,13 +252,14 @@ class _KeyLocks:
         return len(self._locks)
 
     @contextlib.contextmanager
-    def hold(self, key: str, label: str = "") -> Iterator[None]:
+    def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
         me = threading.get_ident()
         with self._guard:
             slot = self._locks.get(key)
             if slot is not None and slot[2] == me:
-                raise ReentrantBuild(f"the builder of {label or 'kernel'} ({key[:12]}) asked the store for "
-                                     f"the same key while building it; it would wait on itself forever")
+                raise ReentrantBuild(f"the builder of {lookup_log.label_text(label, 'kernel')} ({key[:12]}) asked "
+                                     f"the store for the same key while building it; it would wait on itself "
+                                     f"forever")
             if slot is None:
                 slot = self._locks[key] = [threading.Lock(), 0, None]
             slot[1] += 1

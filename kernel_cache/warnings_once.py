@@ -1,4 +1,10 @@
-"""Warn once per cause: a cache problem is worth one line, not one line per kernel."""
+"""Warn once per cause: a cache problem is worth one line, not one line per kernel.
+
+Warnings are issued as coming from "kernel-cache" (module `kernel_cache`, no source line), not from
+whichever internal line noticed the problem: Python prints `kernel-cache:0: KernelCacheWarning:
+MESSAGE` and no code, and `warnings.filterwarnings(..., module="kernel_cache")` or the category
+selects them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import threading
 import warnings
 
 log = logging.getLogger("kernel_cache")
+WARNING_SOURCE = "kernel-cache"  # where warnings say they come from (there is no such file: no source shown)
 _seen: set[str] = set()
 _lock = threading.Lock()
 
@@ -21,7 +28,7 @@ def warn_once(cause: str, message: str) -> bool:
         if cause in _seen:
             return False
         _seen.add(cause)
-    warnings.warn(f"kernel-cache: {message}", KernelCacheWarning, stacklevel=3)
+    warnings.warn_explicit(message, KernelCacheWarning, filename=WARNING_SOURCE, lineno=0, module="kernel_cache")
     return True
 
 

@@ -87,6 +87,17 @@ def autotuned_aliases_supported() -> bool:
     return jaxlib_version() >= AUTOTUNED_ALIASES_MIN_JAXLIB
 
 
+def plugin_installed(platform: str) -> bool:
+    """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
+    return _owns_module(platform)
+
+
+def plugin_takes_module_image(platform: str) -> bool:
+    """Whether the plugin accepts a precompiled binary (jaxlib > 0.11.0), whatever
+    KERNEL_CACHE_MODULE_IMAGE says (`cachectl doctor`; lowering asks `module_image_layout`)."""
+    return platform == "cuda" and _owns_module(platform) and _layout_in_plugin(platform) is not None
+
+
 # TritonKernel constructor ----------------------------------------------------------------------
 def _ctor_7(cls, k):  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
     return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 def seed_store(directory: Path) -> int:
     from compiler import get_or_compile
+    from compiler.examples import example_specs
     from kernel_cache import Config, Store
-    from scripts.example_kernels import example_specs
 
     store = Store(Config(dir=directory))
     specs = example_specs("sm_90")
@@ -38,7 +38,7 @@ def seed_store(directory: Path) -> int:
 def prewarm(directory: Path, arches: str, jobs: int, env: dict) -> dict:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(directory), "prewarm",
-                           "--arch", arches, "-j", str(jobs), "--allow-module", "scripts.example_kernels",
+                           "--arch", arches, "-j", str(jobs), "--allow-module", "compiler.examples",
                            "--json", "-q"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -32,7 +32,7 @@ from pathlib import Path
 t0 = time.perf_counter()
 from kernel_cache import default_store
 from compiler import get_or_compile
-from scripts.example_kernels import example_specs
+from compiler.examples import example_specs
 specs = example_specs("sm_90")
 go = Path(sys.argv[1])
 Path(sys.argv[2]).touch()  # imported and ready

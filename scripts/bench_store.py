@@ -135,7 +135,7 @@ def compile_and_toolchain() -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-"))
     os.environ["KERNEL_CACHE_DIR"] = str(tmp / "memo")
     from compiler import compile_spec, content_key, toolchain
-    from scripts.example_kernels import example_specs
+    from compiler.examples import example_specs
 
     spec = dict(example_specs("sm_90"))["add"]
     t = time.perf_counter()

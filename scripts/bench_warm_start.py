@@ -1,6 +1,6 @@
 """Warm-start benchmark: the example program set, cold vs warm store, each run in a fresh process.
 
-Phases per run (summed over the 9 programs / 14 kernels of scripts/example_programs.py):
+Phases per run (summed over the 9 programs / 14 kernels of lowering/examples.py):
   lower       jax.jit(f).trace(...).lower(...)  -- where jax-triton runs Triton; we read the store
   lowering_rule  the part of `lower` spent in lowering.triton_call's rule (specs, store, proto)
   xla_compile lowered.compile()                  -- GPU only (FFI target: jaxlib loads kernels here)
@@ -49,8 +49,8 @@ def _child(run_on_gpu: bool) -> dict:
     import jax
 
     jax.devices()  # backend start-up is not lowering: keep it out of the phases (it is in wall)
+    from lowering import examples as ep
     from lowering import rule
-    from scripts import example_programs as ep
 
     rule_seconds = [0.0]
     real_lower_call = rule._lower_call

@@ -1,8 +1,16 @@
-"""Shared fixtures: an isolated environment and example kernels compiled once per session."""
+"""Shared fixtures: an isolated environment and example kernels compiled once per session.
+
+GPU tests (marked `gpu`) run where `nvidia-smi -L` lists a GPU: there JAX_PLATFORMS is left to JAX
+(it picks CUDA when its CUDA plugin works) and JAX does not preallocate GPU memory (tests start
+child processes on the same GPU). Elsewhere they are skipped and JAX_PLATFORMS defaults to cpu.
+The run ends with one line saying whether the GPU tests ran, on what, or why they were skipped.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +30,46 @@ for _name in [n for n in os.environ if n.startswith("KERNEL_CACHE_")]:
 _SESSION_HOME = tempfile.mkdtemp(prefix="kernel-cache-tests-")
 os.environ["XDG_CACHE_HOME"] = _SESSION_HOME
 os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_HOME, "triton")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _visible_gpus() -> list[str]:
+    """The names `nvidia-smi -L` lists ("NVIDIA H100 80GB HBM3"); empty without a driver or a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    return re.findall(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", proc.stdout, re.M)
+
+
+GPUS = _visible_gpus()
+NO_GPU_REASON = "no NVIDIA GPU visible: " + (
+    "nvidia-smi -L lists none" if shutil.which("nvidia-smi") else "no nvidia-smi on PATH")
+if GPUS:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+else:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # CPU-only hosts: cross-lowering, no device probing
+
+
+def jax_cuda_problem() -> str | None:
+    """Why JAX in this process has no CUDA device although a GPU is visible, or None if it has one."""
+    import jax
+
+    try:
+        if jax.devices("cuda"):
+            return None
+    except RuntimeError:
+        pass
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms and not {"cuda", "gpu"} & set(platforms.lower().split(",")):
+        return f"JAX_PLATFORMS={platforms} hides the GPU from JAX"
+    if not any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (12, 13)):
+        return ("an NVIDIA GPU is visible but this JAX has no CUDA runtime plugin: install "
+                f"'jax[cuda13]=={jax.__version__}' (or jax-cuda13-pjrt) into this environment")
+    return "an NVIDIA GPU is visible but JAX sees no CUDA device (see JAX's warning above)"
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -30,26 +77,48 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(config, items):
-    if _has_gpu():
+    if GPUS:
         return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
+    skip = pytest.mark.skip(reason=NO_GPU_REASON)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
 
 
-def _has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line: whether the GPU tests ran (and on what) or were skipped, and why."""
+    outcome: dict[str, str] = {}  # nodeid -> failed / skipped / passed (the worst phase wins)
+    reasons: dict[str, int] = {}
+    rank = {"passed": 0, "skipped": 1, "failed": 2}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport) or "gpu" not in report.keywords:
+                continue  # also in stats: deselected items, warnings
+            result = "failed" if report.failed else "skipped" if report.skipped else "passed"
+            if report.when != "call" and result == "passed":
+                continue
+            if result == "skipped" and isinstance(report.longrepr, tuple):
+                reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+                reasons[reason] = reasons.get(reason, 0) + 1
+            if rank[result] >= rank[outcome.get(report.nodeid, "passed")]:
+                outcome[report.nodeid] = result
+    if not outcome:
+        return
+    counts = {r: sum(1 for v in outcome.values() if v == r) for r in ("passed", "failed", "skipped")}
+    if counts["skipped"] == len(outcome):
+        why = max(reasons, key=lambda r: reasons[r]) if reasons else "skipped"
+        line = f"GPU tests: {len(outcome)} skipped ({why})"
+    else:
+        ran = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
+        where = ", ".join(sorted(set(GPUS))) or "a GPU"
+        line = f"GPU tests: {ran}; ran on {where}"
+    terminalreporter.write_line(line, yellow=counts["skipped"] > 0 or counts["failed"] > 0,
+                                green=counts["passed"] > 0 and not counts["failed"] and not counts["skipped"])
 
 
 @pytest.fixture(scope="session")
 def example_specs_sm90():
-    from scripts.example_kernels import example_specs
+    from compiler.examples import example_specs
 
     return dict(example_specs("sm_90"))
 

@@ -43,7 +43,9 @@ def ok(*args, **kw) -> subprocess.CompletedProcess:
 
 
 def as_json(*args, **kw):
-    return json.loads(ok(*args, "--json", **kw).stdout)
+    doc = json.loads(ok(*args, "--json", **kw).stdout)
+    assert doc["schema"] == 1
+    return doc["entries"] if args and "list" in args else doc
 
 
 @pytest.fixture(scope="session")
@@ -51,8 +53,8 @@ def pristine(tmp_path_factory):
     """(directory, {(kernel label, arch): key}) of a store filled by real compiles, plus one later
     disk hit on add/sm_90 so hit counters are non-zero."""
     from compiler import get_or_compile
+    from compiler.examples import example_specs
     from kernel_cache import Config, Store
-    from scripts.example_kernels import example_specs
 
     directory = tmp_path_factory.mktemp("cachectl") / "store"
     store = Store(Config(dir=directory))
@@ -135,11 +137,11 @@ def test_show_prefix_json_and_ir(pristine):
     key = keys[("softmax", "sm_80")]
     human = ok("--dir", directory, "show", key[:8]).stdout
     assert key in human and "softmax_kernel" in human and "sm_80" in human
-    assert "kernel      scripts.example_kernels:softmax_kernel" in human  # the recipe
+    assert "kernel      compiler.examples:softmax_kernel" in human  # the recipe
 
     shown = as_json("--dir", directory, "show", key[:8])
     assert shown["key"] == key and shown["meta"]["name"] == "softmax_kernel"
-    assert shown["meta"]["recipe"]["kernel"] == "scripts.example_kernels:softmax_kernel"
+    assert shown["meta"]["recipe"]["kernel"] == "compiler.examples:softmax_kernel"
     assert set(shown["blobs"]) == {"cubin", "ptx", "ttir"}
 
     ptx = ok("--dir", directory, "show", key[:8], "--ptx").stdout
@@ -361,8 +363,9 @@ def test_import_validates_format_checksum_and_toolchain(pristine, tmp_path):
 
     garbage = tmp_path / "garbage.kcb"
     garbage.write_bytes(b"not a tarball at all")
-    proc = cachectl("--dir", target, "import", garbage)
-    assert proc.returncode == 1 and proc.stderr.startswith("cachectl: ") and "not a kernel-cache bundle" in proc.stderr
+    proc = cachectl("--dir", target, "import", garbage)  # not a bundle at all: the import could not run
+    assert proc.returncode == 2 and proc.stderr.startswith("cachectl: ") and "not a kernel-cache bundle" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 # arguments and exit codes ------------------------------------------------------------------------
@@ -370,7 +373,7 @@ def test_import_validates_format_checksum_and_toolchain(pristine, tmp_path):
     (["prune", "--max-size", "10X"], "argument --max-size: cannot read '10X' as a size"),
     (["list", "--older-than", "3 fortnights"], "argument --older-than: cannot read '3 fortnights' as a duration"),
     (["prewarm", "-j", "0"], "argument -j/--jobs: expected a positive number"),
-    (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    (["frobnicate"], "unknown command 'frobnicate'; one of: list, show"),
 ])
 def test_bad_arguments_exit_2_with_one_line(pristine, args, message):
     proc = cachectl("--dir", pristine[0], *args)
@@ -390,7 +393,7 @@ def test_missing_directory_is_an_error_and_not_created(tmp_path):
 
 def test_dir_from_environment(pristine):
     directory, keys = pristine
-    rows = json.loads(ok("list", "--json", env={"KERNEL_CACHE_DIR": str(directory)}).stdout)
+    rows = json.loads(ok("list", "--json", env={"KERNEL_CACHE_DIR": str(directory)}).stdout)["entries"]
     assert {r["key"] for r in rows} == set(keys.values())
 
 
@@ -428,7 +431,7 @@ def test_prewarm_recipes_for_two_arches_reports_unimportable_kernel(store_copy, 
     shutil.rmtree(module_dir)
 
     proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_80,sm_90", "-j", "2", "--json",
-                    "--allow-module", "scripts.*", "--allow-module", "cachectl_orphan_*")
+                    "--allow-module", "compiler.examples", "--allow-module", "cachectl_orphan_*")
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["built"] == 2 and report["present"] == 2 and report["failed"] == 2
@@ -442,7 +445,7 @@ def test_prewarm_recipes_for_two_arches_reports_unimportable_kernel(store_copy, 
     assert ok("--dir", directory, "verify").returncode == 0
 
     again = cachectl("--dir", directory, "prewarm", "--kernel", "softmax*", "--arch", "sm_80,sm_90",
-                     "--allow-module", "scripts.example_kernels")
+                     "--allow-module", "compiler.examples")
     assert again.returncode == 0 and "built 0, already present 2, failed 0" in again.stdout
 
 
@@ -450,7 +453,7 @@ MARKER_MODULE = textwrap.dedent("""
     from pathlib import Path
 
     Path(__file__).with_name("imported.marker").write_text("this module ran")
-    from scripts.example_kernels import add_kernel  # the real kernel: its entries are present
+    from compiler.examples import add_kernel  # the real kernel: its entries are present
 """)
 
 
@@ -476,19 +479,19 @@ def test_prewarm_imports_only_allowed_modules(store_copy, tmp_path):
     assert "SKIPPED  1 recipe build(s) of module 'cachectl_marker_mod'" in bare.stderr
     assert not marker.exists()
 
-    proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "scripts.*", "--json",
+    proc = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "compiler.examples", "--json",
                     env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert (report["built"], report["present"], report["failed"], report["skipped"]) == (0, 2, 0, 1)
-    assert report["allowed_modules"] == ["scripts.*"]
+    assert report["allowed_modules"] == ["compiler.examples"]
     skipped = [o for o in report["outcomes"] if o["status"] == "skipped"]
     assert [(o["label"], o["arch"], o["module"], o["key"]) for o in skipped] == [
         ("add_kernel", "sm_90", "cachectl_marker_mod", "")]
     assert "not allowed" in skipped[0]["error"] and "--allow-module 'cachectl_marker_mod'" in skipped[0]["error"]
     assert not marker.exists()
 
-    allowed = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "scripts.*",
+    allowed = cachectl("--dir", directory, "prewarm", "--arch", "sm_90", "--allow-module", "compiler.examples",
                        "--allow-module", "cachectl_marker_*", env=env)
     assert allowed.returncode == 0 and "built 0, already present 3, failed 0 in" in allowed.stdout
     assert marker.exists()  # allowed: imported (and resolved to the real add kernel, already present)
@@ -500,7 +503,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
         import functools
         import jax
         import jax.numpy as jnp
-        from scripts.example_programs import add_program
+        from lowering.examples import add_program
 
         def programs(arch):
             assert arch == "sm_80"

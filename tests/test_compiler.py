@@ -9,7 +9,7 @@ import triton_reference
 
 from compiler import CompileError, Pointer, compile_spec, make_spec, parse_target
 from compiler import triton_compat as tc
-from scripts.example_kernels import add_kernel, example_calls, matmul_kernel
+from compiler.examples import add_kernel, example_calls, matmul_kernel
 
 
 def _reference(spec):

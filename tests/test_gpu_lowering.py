@@ -1,6 +1,7 @@
 """On an NVIDIA GPU: lowering.triton_call results equal jnp references (skipped without a GPU).
 
-Run with JAX_PLATFORMS unset or "cuda,cpu" (tests/conftest.py defaults it to cpu for CI).
+scripts/test.sh runs them where `nvidia-smi -L` lists a GPU (tests/conftest.py then leaves JAX_PLATFORMS
+to JAX; elsewhere it defaults to cpu); the run's last lines say whether they ran or why not.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_python
+from conftest import jax_cuda_problem, run_python
 from test_lowering import subprocess_path
 
 import lowering as jt
+from lowering import examples as ep
 from lowering import jaxlib_compat as compat
-from scripts import example_programs as ep
 
 # Children share the GPU with this process: no up-front grab of most of its memory.
 GPU_CHILD_ENV = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -26,13 +27,10 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", autouse=True)
 def cuda_device():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError:
-        devices = []
-    if not devices:
-        pytest.skip("JAX sees no CUDA device (is JAX_PLATFORMS=cpu?)")
-    return devices[0]
+    problem = jax_cuda_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return jax.devices("cuda")[0]
 
 
 def _close(got, want, dtype):
@@ -89,7 +87,7 @@ def test_zeroed_outputs():
 
 CUDA_GRAPH_SCRIPT = """
 import os, json, jax, jax.numpy as jnp, numpy as np
-from scripts import example_programs as ep
+from lowering import examples as ep
 def f(x, y):
     a = ep.add_program(x, y, block=1024)
     return ep.add_program(a * 2.0, y, block=512) + 1.0
@@ -129,7 +127,7 @@ import jax, jax.numpy as jnp
 import lowering.custom_call as cc
 from lowering.module_image import ModuleImage
 cc.ModuleImage = lambda obj, name, smem: ModuleImage(b"not a cubin" * 8, name, smem)
-from scripts import example_programs as ep
+from lowering import examples as ep
 x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
 jax.block_until_ready(jax.jit(lambda a, b: ep.add_program(a, b, block=256))(x, y))
 print("RAN")
@@ -156,7 +154,7 @@ def test_module_image_is_honoured():
 POISON_CHILD = """
 import json, jax, jax.numpy as jnp, numpy as np
 import kernel_cache
-from scripts import example_programs as ep
+from lowering import examples as ep
 x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
 add = np.asarray(jax.jit(lambda a, b: ep.add_program(a, b, block=1024))(x, y))
 scaled = np.asarray(jax.jit(lambda a, b: ep.scaled_add_program(a, b, scale=3.0))(x, y))

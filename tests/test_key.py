@@ -11,7 +11,7 @@ import pytest
 from conftest import run_python
 
 from compiler import content_key, key_document, make_spec, toolchain
-from scripts.example_kernels import add_kernel, layernorm_kernel
+from compiler.examples import add_kernel, layernorm_kernel
 
 _counter = itertools.count()
 
@@ -120,7 +120,7 @@ def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_pt
         tc.triton_build_key = counting("triton_key", tc.triton_build_key)
         tc.backend_toolchain_hash = counting("backend_hash", tc.backend_toolchain_hash)
         from compiler import content_key, make_spec, toolchain
-        from scripts.example_kernels import add_kernel
+        from compiler.examples import add_kernel
         key = content_key(make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90"))
         from triton.runtime.driver import driver
         print(json.dumps({"key": key, "expensive": expensive, "spawned": spawned,

@@ -19,8 +19,8 @@ from inspect_call import custom_calls
 
 import compiler
 import lowering as jt
+from lowering import examples as ep
 from lowering import jaxlib_compat as compat
-from scripts import example_programs as ep
 
 f32 = jnp.float32
 
@@ -322,7 +322,7 @@ def test_drop_in_names():
 # Warm second process -----------------------------------------------------------------------------
 WARM_SCRIPT = """
 import json, jax, compiler.cached as cached
-from scripts import example_programs as ep
+from lowering import examples as ep
 real, n = cached.compile_spec, [0]
 def counting(spec):
     n[0] += 1

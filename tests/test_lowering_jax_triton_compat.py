@@ -11,7 +11,7 @@ import triton.language as tl
 from inspect_call import custom_calls
 
 import lowering as jt
-from scripts import example_programs as ep
+from lowering import examples as ep
 
 VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)
 

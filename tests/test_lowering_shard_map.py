@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent("""
         from jax.experimental.shard_map import shard_map
     sys.path.insert(0, "tests")  # the repo root is the working directory
     import inspect_call
-    from scripts import example_programs as ep
+    from lowering import examples as ep
 
     assert len(jax.devices()) == 2, jax.devices()
     mesh = Mesh(np.array(jax.devices()), ("x",))

@@ -16,7 +16,7 @@ MARKER_MODULE = textwrap.dedent("""
     from pathlib import Path
 
     Path(__file__).with_name("imported.marker").write_text("this module ran")
-    from scripts.example_kernels import add_kernel  # a real kernel, re-exported
+    from compiler.examples import add_kernel  # a real kernel, re-exported
 """)
 
 
@@ -34,7 +34,7 @@ def marker_module(tmp_path, monkeypatch):
 def add_recipe() -> dict:
     """The recipe of the example add kernel for sm_90, as an entry records it."""
     from compiler import to_recipe
-    from scripts.example_kernels import example_specs
+    from compiler.examples import example_specs
 
     return to_recipe(dict(example_specs("sm_90"))["add"])
 
@@ -46,9 +46,9 @@ def plan(recipes, allowed, has_key=lambda key: True, arches=None):
 
 
 def test_module_filter_globs_dotted_names():
-    allowed = prewarm.module_filter(["mylib.*", "scripts.example_kernels"])
-    assert allowed("mylib.kernels") and allowed("mylib.a.b") and allowed("scripts.example_kernels")
-    assert not allowed("mylib") and not allowed("MyLib.kernels") and not allowed("scripts.example_kernelsX")
+    allowed = prewarm.module_filter(["mylib.*", "compiler.examples"])
+    assert allowed("mylib.kernels") and allowed("mylib.a.b") and allowed("compiler.examples")
+    assert not allowed("mylib") and not allowed("MyLib.kernels") and not allowed("compiler.examplesX")
     assert not allowed("os") and not prewarm.module_filter([])("anything")
 
 
@@ -56,8 +56,8 @@ def test_recipe_modules_reads_names_without_importing(add_recipe):
     recipe = copy.deepcopy(add_recipe)
     recipe["constexprs"]["ACT"] = {"seq": [{"v": 1}, {"jit": "other.mod:activation"}], "tuple": True}
     recipe["options"]["hook"] = {"jit": "third:fn"}
-    assert prewarm.recipe_modules(recipe)[0] == "scripts.example_kernels"
-    assert set(prewarm.recipe_modules(recipe)) == {"scripts.example_kernels", "other.mod", "third"}
+    assert prewarm.recipe_modules(recipe)[0] == "compiler.examples"
+    assert set(prewarm.recipe_modules(recipe)) == {"compiler.examples", "other.mod", "third"}
 
 
 @pytest.mark.parametrize("kernel", [
@@ -72,7 +72,7 @@ def test_malformed_kernel_names_are_skipped(add_recipe, kernel):
 
 
 def test_non_object_recipe_is_skipped():
-    todo, outcomes = plan(["scripts.example_kernels:add_kernel", 3], allowed=["*"])
+    todo, outcomes = plan(["compiler.examples:add_kernel", 3], allowed=["*"])
     assert todo == [] and [(o.status, o.error) for o in outcomes] == [
         ("skipped", "malformed recipe: not a JSON object")] * 2
 
@@ -80,7 +80,7 @@ def test_non_object_recipe_is_skipped():
 def test_recipe_of_a_module_not_allowed_is_never_imported(add_recipe, marker_module):
     name, marker = marker_module
     recipe = {**add_recipe, "kernel": f"{name}:add_kernel"}
-    for allowed in ([], ["scripts.*"], [f"{name}.*"], lambda module: module.startswith("scripts")):
+    for allowed in ([], ["compiler.examples"], [f"{name}.*"], lambda module: module.startswith("compiler")):
         todo, outcomes = plan([recipe], allowed=allowed, arches=["sm_80", "sm_90"])
         assert todo == [] and [(o.status, o.arch, o.module) for o in outcomes] == [
             ("skipped", "sm_80", name), ("skipped", "sm_90", name)]
@@ -94,7 +94,7 @@ def test_jitted_constexpr_smuggling_a_module_is_caught(add_recipe, marker_module
     name, marker = marker_module
     recipe = copy.deepcopy(add_recipe)
     recipe["constexprs"]["EXTRA"] = {"jit": f"{name}:add_kernel"}
-    todo, outcomes = plan([recipe], allowed=["scripts.*"])
+    todo, outcomes = plan([recipe], allowed=["compiler.examples"])
     assert todo == [] and [(o.status, o.module) for o in outcomes] == [("skipped", name)]
     assert not marker.exists() and name not in sys.modules
 
@@ -113,4 +113,4 @@ def test_allowed_module_is_imported_and_planned(add_recipe, marker_module):
 def test_default_allows_nothing(add_recipe):
     todo, outcomes = [], []
     todo = prewarm.plan_recipe_builds([add_recipe], None, lambda key: False, outcomes.append)
-    assert todo == [] and [(o.status, o.module) for o in outcomes] == [("skipped", "scripts.example_kernels")]
+    assert todo == [] and [(o.status, o.module) for o in outcomes] == [("skipped", "compiler.examples")]

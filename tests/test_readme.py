@@ -10,7 +10,7 @@ def test_readme_jax_example_runs(tmp_path):
     block = re.search(r"## Using it from JAX.*?```python\n(.*?)```", text, re.S).group(1)
     (tmp_path / "readme_example.py").write_text(block)
     out = run_python(f"import runpy; runpy.run_path({str(tmp_path / 'readme_example.py')!r})",
-                     {"KERNEL_CACHE_TARGET_ARCH": "sm_90", "KERNEL_CACHE_DIR": str(tmp_path / "cache")})
+                     {"KERNEL_CACHE_DIR": str(tmp_path / "cache")})  # nothing else set: as a newcomer runs it
     assert "triton_kernel_call" in out.stdout
 
 

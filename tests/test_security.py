@@ -536,7 +536,7 @@ def test_a_warm_cache_on_a_full_disk_serves_hits_and_can_be_listed_pruned_and_cl
         assert [warm.get(k)[1] for k in keys] == ["disk"] * 4
         listed = cachectl("--dir", cache, "list", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert sorted(i["key"] for i in json.loads(listed.stdout)) == keys
+        assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == keys
         assert cachectl("--dir", cache, "stats").returncode == 0
         pruned = cachectl("--dir", cache, "prune", "--max-size", "150K", "--json")
         assert pruned.returncode == 0, pruned.stderr
@@ -562,7 +562,7 @@ def test_a_warm_cache_on_a_read_only_mount_serves_hits_and_lists(tmp_path):
         assert len(kernel_cache_warnings(caught)) <= 1
         listed = cachectl("--dir", ro, "list", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert sorted(i["key"] for i in json.loads(listed.stdout)) == sorted([KEY, KEY2])
+        assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == sorted([KEY, KEY2])
         stats = cachectl("--dir", ro, "stats", "--json")
         assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 2, stats.stderr
 
@@ -584,7 +584,7 @@ def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
     assert degraded.disk is None and "verify --repair" in kernel_cache_warnings(caught)[0]
     listed = cachectl("--dir", cache, "list", "--json")
     assert listed.returncode == 0 and "entry files" in listed.stderr
-    assert sorted(i["key"] for i in json.loads(listed.stdout)) == big
+    assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == big
     assert cachectl("--dir", cache, "verify").returncode == 1
     repaired = cachectl("--dir", cache, "verify", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr

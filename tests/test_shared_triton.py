@@ -26,7 +26,7 @@ RANK = textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         from compiler import get_or_compile
-        from scripts.example_kernels import example_specs
+        from compiler.examples import example_specs
         specs = example_specs("sm_90")
         store = default_store()
         while not go.exists():

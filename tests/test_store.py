@@ -172,7 +172,7 @@ def test_four_processes_missing_the_same_kernel_compile_it_once(tmp_path):
     code = textwrap.dedent("""
         import json, sys
         import compiler, kernel_cache
-        from scripts.example_kernels import example_specs
+        from compiler.examples import example_specs
         spec = dict(example_specs("sm_90"))["matmul[0]"]
         art, key = compiler.get_or_compile(spec)
         print(json.dumps({"key": key, "session": kernel_cache.default_store().stats.session(),
@@ -242,7 +242,7 @@ def test_log_prints_a_line_per_lookup(tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("kernel-cache 0123456789ab")]
     assert len(lines) == 2
     assert "my_kernel" in lines[0] and "compile" in lines[0] and "memory" in lines[1]
-    assert lines[1].endswith(" ms")
+    assert lines[1].endswith(" ms  my_kernel")  # key, tier, milliseconds, then the label
 
 
 # Degrade, never break -----------------------------------------------------------------------

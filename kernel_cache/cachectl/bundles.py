@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
 
 from .. import entry as entry_format
-from ..bundle import BundleError, export_bundle, import_bundle
+from ..bundle import BundleError, NotABundle, export_bundle, import_bundle
 from ..maintenance import read_raw
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
@@ -15,6 +16,11 @@ from .render import human_size
 
 
 def cmd_export(ctx: Context, args: Any) -> int:
+    if os.path.lexists(args.file) and not args.force:
+        raise CliError(f"{args.file} exists; pass --force to replace it (the new bundle is written aside and "
+                       f"renamed over it only once complete)")
+    if os.path.lexists(args.file) and not os.path.isfile(args.file):
+        raise CliError(f"{args.file} is not a regular file; not replacing it")
     tiers = ctx.tiers(args.tier)
     signer = ctx.store().signer
     selection = entry_filter(args, args.stale)
@@ -39,6 +45,9 @@ def cmd_export(ctx: Context, args: Any) -> int:
             raw = signer.sign(raw)
         seen.add(info.key)
         chosen.append((info.key, raw, {"kernel": info.kernel, "arch": info.arch, "toolchain": info.toolchain}))
+    if not chosen:
+        raise CliError(f"no entries match the selection{' (all matching entries were corrupt)' if skipped else ''}; "
+                       f"nothing written to {args.file}")
     if not args.file.parent.is_dir():
         raise CliError(f"cannot write {args.file}: no directory {args.file.parent}")
     try:
@@ -70,7 +79,9 @@ def cmd_import(ctx: Context, args: Any) -> int:
         result = import_bundle(args.file, tier, ctx.installed_toolchain, allow_stale=args.allow_stale,
                                accept=signed_by_our_key if signer is not None else None,
                                max_entry_bytes=ctx.config.max_entry_bytes)
-    except BundleError as exc:
+    except NotABundle as exc:  # nothing read: the command could not run
+        raise CliError(str(exc)) from None
+    except BundleError as exc:  # damaged part-way: what was read before the damage has landed
         raise CliError(str(exc), EXIT_PROBLEMS) from None
     if ctx.json:
         ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),

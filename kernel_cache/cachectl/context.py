@@ -17,6 +17,7 @@ from ..tier import Tier
 from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+JSON_SCHEMA = 1  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning
 WRITING_COMMANDS = ("prune", "clear", "import", "prewarm")
 
 
@@ -58,8 +59,10 @@ class Context:
                 raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR")
             if not create and not Path(directory).is_dir():
                 raise CliError(f"no cache directory at {directory}")
-            if not create and not (Path(directory) / "entries").is_dir():
-                raise CliError(f"{directory} is not a kernel-cache directory (it has no entries/)")
+            if not (Path(directory) / "entries").is_dir() and (not create or _has_files(Path(directory))):
+                raise CliError(f"{directory} is not a kernel-cache directory (it has no entries/)"
+                               + (" and holds other files: not turning it into one; pick an empty or new "
+                                  "directory" if create else ""))
             if self.config.shared_dir is not None and not create and not Path(self.config.shared_dir).is_dir():
                 raise CliError(f"no shared cache directory at {self.config.shared_dir}")
             with warnings.catch_warnings():  # the reasons are reported here, once, as errors
@@ -107,9 +110,19 @@ class Context:
             print(text)
 
     def emit_json(self, obj: Any) -> None:
+        if isinstance(obj, dict):
+            obj = {"schema": JSON_SCHEMA, **obj}
         print(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
 
+
+
+def _has_files(directory: Path) -> bool:
+    """Whether `directory` exists and holds anything (a cache is only ever created in an empty or new one)."""
+    try:
+        return any(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False

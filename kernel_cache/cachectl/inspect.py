@@ -36,25 +36,25 @@ def scan_all(ctx: Context, tiers: list[Tier], with_stale: bool) -> list[EntryInf
 
 def cmd_list(ctx: Context, args: Any) -> int:
     tiers = ctx.tiers(args.tier)
-    check_stale = args.stale or ctx.json or ctx.verbose
+    check_stale = args.stale or ctx.json or ctx.verbose  # --json always says: true, false or null (unknown)
     selection = entry_filter(args, args.stale)
     now = time.time()
     infos = sort_entries([i for i in scan_all(ctx, tiers, check_stale) if selection.matches(i, now)], args.sort)
     if ctx.json:
-        ctx.emit_json([i.to_json() for i in infos])
+        ctx.emit_json({"entries": [i.to_json() for i in infos]})
         return EXIT_OK
     show_tier = len(tiers) > 1
     header = ["KEY", "KERNEL", "ARCH", "SIZE", "CREATED", "LAST USED", "HITS"]
     header += ["TIER"] if show_tier else []
     header += ["STALE"] if check_stale else []
-    rows = [header]
+    rows = [] if ctx.quiet else [header]  # -q: the rows alone, for scripts
     for i in infos:
         row = [i.key if ctx.verbose else i.key[:12], i.kernel if not i.error else f"<corrupt: {i.error}>",
                i.arch, human_size(i.size_bytes), human_time(i.created), human_time(i.last_used), str(i.hits)]
         row += [i.tier] if show_tier else []
         row += [{True: "yes", False: "no", None: "?"}[i.stale]] if check_stale else []
         rows.append(row)
-    if infos:
+    if rows:
         print("\n".join(table(rows, right={3, 6})))
     if not ctx.quiet:
         print(f"{len(infos)} entries, {human_size(sum(i.size_bytes for i in infos))}")
@@ -123,14 +123,23 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     tiers = {}
     for tier in store.persistent_tiers:
         mine = [i for i in infos if i.tier == tier.name]
-        tiers[tier.name] = {"path": str(tier.directory), "entries": len(mine),
-                            "bytes": sum(i.size_bytes for i in mine)}
+        size = sum(i.size_bytes for i in mine)
+        tiers[tier.name] = {"path": str(tier.directory), "entries": len(mine), "bytes": size,
+                            "writable": tier.writable,
+                            # only the local tier has a configured bound (the shared one is pruned by cachectl)
+                            "over_max_bytes": tier.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
     report = {
         "dir": str(ctx.config.dir), "entries": len(infos), "bytes": sum(i.size_bytes for i in infos),
-        "max_bytes": ctx.config.max_bytes, "tiers": tiers, **totals,
+        "max_bytes": ctx.config.max_bytes, "over_max_bytes": any(t["over_max_bytes"] for t in tiers.values()),
+        "tiers": tiers, **totals,
         "oldest": min(created) if created else None, "newest": max(created) if created else None,
+        "counters": "persisted" if not store.stats.unavailable else f"this process only ({store.stats.unavailable})",
     }
+    if ctx.verbose:
+        top = sorted(infos, key=lambda i: (-i.hits, i.key))[:10]
+        report["most_hit"] = [{"key": i.key, "kernel": i.kernel, "arch": i.arch, "hits": i.hits} for i in top]
+        report["by_arch"] = {arch: sum(1 for i in infos if i.arch == arch) for arch in sorted({i.arch for i in infos})}
     if ctx.json:
         ctx.emit_json(report)
         return EXIT_OK
@@ -139,7 +148,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     rate = f" ({100 * sum(hits.values()) / lookups:.1f}% hit rate)" if lookups else ""
     print(f"cache directory      {report['dir']}")
     for name, t in tiers.items():
-        print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])})")
+        state = "" if t["writable"] else ", read-only here"
+        print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
     print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}{rate}")
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
@@ -147,7 +157,14 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     print(f"errors               {report['errors']}")
     print(f"rejected             {report['rejected']} (entries refused for who wrote them; see README, Trust model)")
     print(f"oldest / newest      {human_time(report['oldest'])} / {human_time(report['newest'])}")
-    print(f"max size             {human_size(report['max_bytes'])}")
+    over = report["over_max_bytes"]
+    print(f"max size             {human_size(report['max_bytes'])} (KERNEL_CACHE_MAX_BYTES)"
+          + (" EXCEEDED: the next write evicts, or run 'cachectl prune --max-size SIZE'" if over else ""))
+    if ctx.verbose:
+        print(f"counters             {report['counters']}")
+        print("entries by arch      " + (", ".join(f"{a} {n}" for a, n in report["by_arch"].items()) or "-"))
+        for n, row in enumerate(report["most_hit"]):
+            print(f"{'most hit' if n == 0 else '':<21}{row['key'][:12]}  {row['kernel']}  {row['arch']}  {row['hits']}")
     return EXIT_OK
 
 

@@ -9,20 +9,37 @@ Triton and JAX, which only prewarm and the stale checks need.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import importlib.metadata
+import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
 from ..maintenance import SORT_KEYS
-from .context import EXIT_OK, CliError, Context
+from .context import EXIT_OK, JSON_SCHEMA, CliError, Context
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not a usage dump
+    def error(self, message: str) -> NoReturn:  # one line, not a usage dump, with a suggestion
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2)) or [c.strip() for c in match.group(2).split(",")]
+            close = difflib.get_close_matches(match.group(1), choices, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; one of: {', '.join(choices)}"
+            raise CliError(f"unknown command '{match.group(1)}'{hint} (see '{self.prog} --help')")
         raise CliError(f"{message} (see '{self.prog} --help')")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kernel-cache")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _size(text: str) -> int:
@@ -70,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print more detail (full keys, skipped kernels)")
 
     parser = _Parser(prog="cachectl", parents=[common],
-                     description="Inspect, bound, verify and prewarm a kernel-cache directory.",
+                     description="Inspect, bound, verify and prewarm a kernel-cache directory. Sizes are "
+                                 "binary (1 KiB = 1024 bytes).",
                      epilog="exit codes: 0 ok, 1 problems found or left, 2 cannot run")
+    parser.add_argument("--version", action="version", version=f"cachectl (kernel-cache) {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -130,9 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
     p.add_argument("file", type=Path)
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     filters(p)
 
     command("config", "inspect.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from")
+    command("doctor", "doctor.cmd_doctor",
+            "check directories, ownership, locks, signing key, toolchain, jaxlib and GPU; exit 1 with a fix per problem")
 
     p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
     p.add_argument("file", type=Path)
@@ -156,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(handler(ctx, args))
     except CliError as exc:
         print(f"cachectl: {exc}", file=sys.stderr)
+        if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
+            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
         return exc.code
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

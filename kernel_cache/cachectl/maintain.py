@@ -18,7 +18,7 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     selection = entry_filter(args, args.stale)
     removed, freed, debris, remaining = [], 0, [], {}
     for tier in ctx.tiers(args.tier):
-        infos = scan_all(ctx, [tier], with_stale=args.stale)
+        infos = scan_all(ctx, [tier], with_stale=args.stale or ctx.json)  # --json always says stale or not
         doomed = plan_prune(infos, selection, args.max_size)
         if not args.dry_run:
             freed += remove_entries(tier, doomed, store.stats.forget_entry)

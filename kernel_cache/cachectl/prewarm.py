@@ -67,6 +67,10 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             print(f"FAILED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
         if not ctx.quiet:
             _report_skipped(skipped, ctx.verbose)
+        if args.program and not built and not failed:
+            ctx.say(f"nothing to build: every kernel {args.program} needs is already in the cache "
+                    f"({seconds:.1f} s to check)")
+            return EXIT_OK
         ctx.say(f"built {len(built)}, already present {len(present)}, failed {len(failed)}"
                 + (f", skipped {len(skipped)} (module not allowed"
                    + ("" if all(o.module for o in skipped) else " or recipe malformed") + ")" if skipped else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 
@@ -53,7 +54,8 @@ class Progress:
                 head = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
             else:
                 head = f"[{self.done} done]"
-            sys.stderr.write(f"\r{head} {outcome.status} {outcome.label} {outcome.arch}".ljust(100)[:100])
+            width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)  # the terminal's, not a fixed 100
+            sys.stderr.write(f"\r{head} {outcome.status} {outcome.label} {outcome.arch}".ljust(width)[:width])
             sys.stderr.flush()
             return
         if self.ctx.quiet or (outcome.status in ("present", "skipped") and not self.ctx.verbose):

@@ -1,9 +1,11 @@
-"""The benchmark/demo program set: JAX programs that call Triton kernels through `lowering.triton_call`.
+"""Example JAX programs calling Triton kernels through `lowering.triton_call`: the program set the
+demo and the benchmarks run, and a template for your own.
 
-Kernels take jax-triton's argument order (inputs and scalars, then outputs, then constexprs), so
-these programs run unchanged under `import jax_triton as jt`. The set mirrors the anchor measured
-with jax-triton: adds at 4 block sizes, scaled adds at 2 scales, a softmax, a layernorm and a
-6-config autotuned matmul (9 programs, 14 kernels).
+Kernels come from `compiler.examples` and take jax-triton's argument order (inputs and scalars, then
+outputs, then constexprs), so these programs run unchanged under `import jax_triton as jt`: adds at
+4 block sizes, scaled adds at 2 scales, a softmax, a layernorm and a 6-config autotuned matmul
+(9 programs, 14 kernels). `programs()` is what `cachectl prewarm lowering.examples:programs`
+lowers; `references()` and `random_inputs()` check the results on a GPU.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import triton
 import triton.language as tl
 
 import lowering as jt
-from scripts.example_kernels import MATMUL_CONFIGS  # noqa: F401  (re-exported for tests)
-from scripts.example_kernels import add_kernel as add
-from scripts.example_kernels import layernorm_kernel as layernorm
-from scripts.example_kernels import matmul_kernel as matmul
-from scripts.example_kernels import scaled_add_kernel as scaled_add
-from scripts.example_kernels import softmax_kernel as softmax
+from compiler.examples import MATMUL_CONFIGS  # noqa: F401  (re-exported for tests)
+from compiler.examples import add_kernel as add
+from compiler.examples import layernorm_kernel as layernorm
+from compiler.examples import matmul_kernel as matmul
+from compiler.examples import scaled_add_kernel as scaled_add
+from compiler.examples import softmax_kernel as softmax
 
 EPS = 1e-5
 

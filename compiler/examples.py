@@ -1,14 +1,22 @@
-"""Example Triton kernels used by the demo, the tests and the benchmarks.
+# mypy: disable-error-code="no-untyped-def,untyped-decorator"
+# (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself.)
+"""Example Triton kernels: a small, real set to try kernel-cache on and to test and benchmark it with.
 
-Written for kernel-cache: a vector add, a scaled add (through a called @jit function), a row softmax,
-a row layernorm, an autotuned matmul (six configs) and a flash-attention forward. Parameters follow
-jax-triton's order (inputs and scalars, then outputs, then constexprs), so the JAX programs in
-`example_programs.py` call these same kernels. Importable as `scripts.example_kernels` or as
-`example_kernels` with scripts/ on sys.path, so recipes can re-import them.
+A vector add, a scaled add (through a called @jit function), a row softmax, a row layernorm, an
+autotuned matmul (six configs) and a flash-attention forward. Parameters follow jax-triton's order
+(inputs and scalars, then outputs, then constexprs), so the JAX programs in `lowering.examples` call
+these same kernels. They live in an installed package so that the recipes recorded from them
+(`compiler.examples:add_kernel`, ...) can be rebuilt by `cachectl prewarm --allow-module
+'compiler.examples'` from any working directory. `example_specs(target)` gives a `KernelSpec` for
+every compile the programs make, for use with `compiler.get_or_compile`.
 """
+
+from typing import Any
 
 import triton
 import triton.language as tl
+
+from .spec import KernelSpec, make_spec
 
 
 @triton.jit
@@ -121,19 +129,19 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, sm_scale, o_ptr, HE
              mask=offs_m[:, None] < seq_len)
 
 
-def example_calls():
+def example_calls() -> list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]]:
     """(label, kernel, runtime args, constexprs, launch params) for every example kernel compile.
 
     The autotuned matmul contributes one entry per config, as a lowering would compile them.
     """
-    calls = [
+    calls: list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]] = [
         ("add", add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, {}),
         ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"SCALE": 0.5, "BLOCK": 1024}, {}),
         ("softmax", softmax_kernel, ["*fp32", 1000, "*fp32"], {"BLOCK": 1024}, {}),
         ("layernorm", layernorm_kernel, ["*fp32", "*fp32", "*fp32", 768, 1e-5, "*fp32"], {"BLOCK": 1024},
          {"num_warps": 8}),
     ]
-    mm_args = ["*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1, "*fp16"]
+    mm_args: list[Any] = ["*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1, "*fp16"]
     for i, cfg in enumerate(MATMUL_CONFIGS):
         calls.append((f"matmul[{i}]", matmul_kernel, mm_args, dict(cfg.kwargs),
                       {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}))
@@ -142,9 +150,7 @@ def example_calls():
     return calls
 
 
-def example_specs(target="sm_90"):
+def example_specs(target: str = "sm_90") -> list[tuple[str, KernelSpec]]:
     """[(label, KernelSpec)] for every example compile, for `target`."""
-    from compiler import make_spec
-
     return [(label, make_spec(kernel, args, cst, target=target, **launch))
             for label, kernel, args, cst, launch in example_calls()]

@@ -1,0 +1,409 @@
+"""cachectl doctor: is this host set up for kernel-cache? One row per check, each ok, warn or problem,
+with the fix for what is not ok; exit 1 when any problem was found.
+
+Read-only: the cache directories are looked at with stat/lstat and the local index opened read-only,
+never through a Store (which would create the layout); nothing is probed by writing (so the shared
+lock kind is the one `auto` picks from the filesystem type, before its flock probe). It imports
+Triton and JAX (command modules load only when their command runs) but initialises a JAX backend
+only to look for a GPU, and not at all where JAX_PLATFORMS leaves CUDA out.
+
+This module is long because it is one flat list of independent checks, each with its own wording and
+fix; split up, the rows an operator reads together would live apart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import stat
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jax
+
+from compiler import parse_target
+from compiler import triton_compat as tc
+from lowering import jaxlib_compat
+
+from ..config import Config
+from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
+from ..locks import filesystem_of, flock_is_coherent
+from ..safefs import Owners
+from ..shared import QUARANTINE_DIR
+from .context import EXIT_OK, EXIT_PROBLEMS, Context
+from .render import human_size, table
+
+OK, WARN, PROBLEM = "ok", "warn", "problem"
+SCHEMA = 1
+# SQLite's locking (the local index) is not to be trusted on these: the local tier is for local disks.
+NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
+                       "glusterfs", "afs", "orangefs"}
+
+
+@dataclass
+class Check:
+    check: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+def cmd_doctor(ctx: Context, args: Any) -> int:
+    """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU."""
+    config = ctx.config
+    owners = Owners.current(config.trusted_gid)
+    checks = [*_local(config, owners), *_shared(config, owners), _signing(config), *_toolchain(config),
+              *_jaxlib(config), _gpu(config)]
+    problems = sum(c.status == PROBLEM for c in checks)
+    warnings = sum(c.status == WARN for c in checks)
+    if ctx.json:
+        ctx.emit_json({"schema": SCHEMA, "checks": [asdict(c) for c in checks]})
+    else:
+        _print(checks)
+        ctx.say(f"doctor: {len(checks)} checks, {problems} problem{'s' * (problems != 1)}, "
+                f"{warnings} warning{'s' * (warnings != 1)}")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _print(checks: list[Check]) -> None:
+    rows = table([["CHECK", "STATUS", "DETAIL"]] + [[c.check, c.status, c.detail] for c in checks], right=set())
+    indent = " " * (rows[0].index("DETAIL"))
+    print(rows[0])
+    for check, line in zip(checks, rows[1:]):
+        print(line)
+        if check.fix and check.status != OK:
+            print(f"{indent}fix: {check.fix}")
+
+
+# The local cache directory -------------------------------------------------------------------------
+def _local(config: Config, owners: Owners) -> list[Check]:
+    directory = config.dir
+    if directory is None:
+        return [Check("cache-dir", WARN, "not set: caching in memory only (kernels are compiled again in every "
+                      "new process)", "set KERNEL_CACHE_DIR (or pass --dir) to a directory on a local disk")]
+    directory = Path(directory)
+    rows = [_local_dir(directory, owners)]
+    rows.append(_filesystem_row("cache-fs", directory, local=True))
+    if rows[0].status == OK:
+        rows.append(_index(directory, config))
+    return rows
+
+
+def _local_dir(directory: Path, owners: Owners) -> Check:
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        parent = _existing_parent(directory)
+        if parent is not None and os.access(parent, os.W_OK | os.X_OK):
+            return Check("cache-dir", OK, f"{directory} does not exist yet: created on first use")
+        return Check("cache-dir", PROBLEM, f"{directory} does not exist and cannot be created here "
+                     f"({parent or '/'} is not writable)", f"mkdir -m 700 -p {directory} as a user who may")
+    except OSError as exc:
+        return Check("cache-dir", PROBLEM, f"{directory}: {exc.strerror}", "check the path and its permissions")
+    if not stat.S_ISDIR(st.st_mode):
+        return Check("cache-dir", PROBLEM, f"{directory} is not a directory", "point KERNEL_CACHE_DIR at a directory")
+    found = _untrusted(directory, st, owners)
+    for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
+        found += _level(directory / sub, owners)
+    for sub in (ENTRIES_DIR, STATS_DIR):
+        for name in INDEX_FILES:
+            found += _level(directory / sub / name, owners, kind="file")
+    if found:
+        return _ownership_problem("cache-dir", found, "another user could plant kernels there, so kernel-cache "
+                                  "does not use it (memory only)")
+    if not (directory / ENTRIES_DIR).is_dir():
+        if any(directory.iterdir()):
+            return Check("cache-dir", WARN, f"{directory} holds other files and is not a kernel-cache directory "
+                         f"(no {ENTRIES_DIR}/)", "point KERNEL_CACHE_DIR at an empty or new directory")
+        return Check("cache-dir", OK, f"{directory} is empty: becomes a cache on first use")
+    writable = os.access(directory, os.W_OK) and os.access(directory / ENTRIES_DIR, os.W_OK)
+    note = "" if writable else "; read-only to you: hits are served, new kernels stay in memory"
+    return Check("cache-dir", OK if writable else WARN, f"{directory}: {_trusted(owners)}{note}",
+                 None if writable else f"give yourself write access to {directory}")
+
+
+def _index(directory: Path, config: Config) -> Check:
+    db = directory / ENTRIES_DIR / INDEX
+    if not (directory / ENTRIES_DIR).is_dir():
+        return Check("cache-index", OK, "no index yet: created on first use")
+    if not db.is_file():
+        return Check("cache-index", WARN, f"no index at {db}", "cachectl verify --repair (rebuilds it from the "
+                     "entry files)")
+    try:
+        con = _open_index(db, min(config.index_timeout, 5.0))
+        try:
+            count, size = con.execute("SELECT count(*), coalesce(sum(size), 0) FROM Cache").fetchone()
+        finally:
+            con.close()
+        size += db.stat().st_size  # what the bound counts (DiskTier.volume): value files and the index
+    except Exception as exc:
+        return Check("cache-index", PROBLEM, f"cannot read {db}: {describe_error(exc)}",
+                     "cachectl verify --repair (rebuilds the index from the entry files)")
+    over = size > config.max_bytes
+    return Check("cache-index", WARN if over else OK,
+                 f"{count} {'entry' if count == 1 else 'entries'}, {human_size(size)} of "
+                 f"{human_size(config.max_bytes)} allowed" + (" (over the bound: the next write evicts)" if over else ""),
+                 "cachectl prune --max-size SIZE" if over else None)
+
+
+def _open_index(db: Path, timeout: float) -> sqlite3.Connection:
+    """Read-only without creating anything: SQLite makes the WAL's -wal/-shm files for a read-only
+    connection when they are missing, so then (everything checkpointed) read the file as immutable."""
+    if all(db.with_name(db.name + suffix).exists() for suffix in ("-wal", "-shm")):
+        return open_read_only(db, timeout)
+    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout)
+
+
+# The shared directory -----------------------------------------------------------------------------
+def _shared(config: Config, owners: Owners) -> list[Check]:
+    directory = config.shared_dir
+    if directory is None:
+        return [Check("shared-dir", OK, "not configured (KERNEL_CACHE_SHARED_DIR): one node's cache only")]
+    directory = Path(directory)
+    signed = config.signing_key is not None
+    if not directory.is_dir():
+        return [Check("shared-dir", PROBLEM, f"{directory} does not exist (or is not a directory); kernel-cache "
+                      "never creates it", f"mkdir -m 2770 {directory} && chgrp GROUP {directory} (README: 'Shared "
+                      "cache for clusters')")]
+    if not os.access(directory, os.R_OK | os.X_OK):
+        return [Check("shared-dir", PROBLEM, f"{directory} is not readable by you", f"chmod g+rx {directory} "
+                      "and share its group")]
+    levels = [directory / sub for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR)]
+    for sub in (ENTRIES_DIR, LOCKS_DIR):
+        levels += _subdirs(directory / sub)
+    found: list[tuple[Path, str, str]] = []
+    if not signed:
+        found = _untrusted(directory, os.stat(directory), owners)
+    for level in levels:
+        found += _level(level, None if signed else owners)
+    rows = []
+    if found:
+        alternative = " (or sign entries: KERNEL_CACHE_SIGNING_KEY_FILE)" if not signed else ""
+        rows.append(_ownership_problem("shared-dir", found, "anyone who can write there could plant kernels you "
+                                       "would run, so kernel-cache skips the shared tier", alternative))
+    else:
+        writable = os.access(directory, os.W_OK)
+        mode = os.stat(directory).st_mode
+        detail = f"{directory}: " + ("entries must carry this key's signature (owners not checked)" if signed
+                                     else _trusted(owners))
+        detail += "" if writable else "; read-only to you: serves hits, new kernels stay local"
+        if signed and mode & stat.S_IWOTH:
+            rows.append(Check("shared-dir", WARN, detail + "; writable by every user: anyone can delete entries",
+                              f"share it with a group instead: chgrp GROUP {directory} && chmod 2770 {directory}"))
+        else:
+            rows.append(Check("shared-dir", OK, detail))
+    rows.append(_filesystem_row("shared-fs", directory, local=False))
+    rows.append(_lock_row(directory, config))
+    return rows
+
+
+def _lock_row(directory: Path, config: Config) -> Check:
+    if not os.access(directory, os.W_OK):
+        return Check("shared-lock", OK, "none: the shared directory is read-only to you (compiles are "
+                     "single-flight on this node only)")
+    fs_type, options = filesystem_of(directory / LOCKS_DIR if (directory / LOCKS_DIR).is_dir() else directory)
+    coherent = flock_is_coherent(fs_type, options)
+    if config.lock == "auto":
+        kind = "flock" if coherent else "soft"
+        why = ("flock is exclusive across nodes on it" if coherent
+               else "flock there would lock on this node only; soft locks expire after KERNEL_CACHE_SOFT_LOCK_STALE")
+        return Check("shared-lock", OK, f"auto chooses {kind} on {fs_type}: {why}"
+                     + (" (if the flock probe succeeds at first use)" if coherent else ""))
+    if config.lock == "flock" and not coherent:
+        return Check("shared-lock", WARN, f"KERNEL_CACHE_LOCK=flock on {fs_type}, where flock may lock on this "
+                     "node only: two nodes can compile the same kernel at once (never a wrong kernel)",
+                     "unset KERNEL_CACHE_LOCK (auto picks soft locks here)")
+    return Check("shared-lock", OK, f"{config.lock} (KERNEL_CACHE_LOCK) on {fs_type}")
+
+
+def _filesystem_row(name: str, directory: Path, local: bool) -> Check:
+    where = _existing_parent(directory) or directory
+    fs_type, options = filesystem_of(where)
+    network = fs_type in NETWORK_FILESYSTEMS or fs_type.startswith("fuse")
+    if local and network:
+        return Check(name, WARN, f"{fs_type}: a network filesystem, where the local index's SQLite locking is "
+                     "unreliable", "put KERNEL_CACHE_DIR on a node-local disk; share kernels through "
+                     "KERNEL_CACHE_SHARED_DIR")
+    ro = " (mounted read-only)" if "ro" in options else ""
+    return Check(name, OK, f"{fs_type}{ro}")
+
+
+# Ownership -------------------------------------------------------------------------------------------
+def _untrusted(path: Path, st: os.stat_result, owners: Owners | None) -> list[tuple[Path, str, str]]:
+    """[(path, why, fix)] when `st` fails the ownership rule (safefs.Owners: what the tiers enforce)."""
+    problem = owners.problem(st) if owners is not None else None
+    if not problem:
+        return []
+    if st.st_mode & stat.S_IWOTH:
+        fix = f"chmod o-w {path}"
+    elif st.st_mode & stat.S_IWGRP and owners is not None and st.st_gid not in owners.writer_gids:
+        group = re.search(r"group (\S+),", problem)
+        fix = (f"chmod g-w {path}, or trust that group: export KERNEL_CACHE_TRUSTED_GROUP="
+               f"{group.group(1) if group else st.st_gid}")
+    else:
+        fix = "use a directory you own (mkdir -m 700 DIR), or trust its group with KERNEL_CACHE_TRUSTED_GROUP"
+    return [(path, problem, fix)]
+
+
+def _trusted(owners: Owners) -> str:
+    who = owners.describe() + (" or root" if os.geteuid() != 0 else "")
+    return f"owned by {who}, writable by no one else"
+
+
+def _level(path: Path, owners: Owners | None, kind: str = "dir") -> list[tuple[Path, str, str]]:
+    """A level below the top: never a symbolic link, the right kind, and (with `owners`) trusted."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [(path, f"cannot be examined ({exc.strerror})", f"check the permissions of {path.parent}")]
+    if stat.S_ISLNK(st.st_mode):
+        return [(path, "is a symbolic link (never followed below a cache directory)",
+                 f"replace {path} with a real {'directory' if kind == 'dir' else 'file'}")]
+    if kind == "dir" and not stat.S_ISDIR(st.st_mode):
+        return [(path, "is not a directory", f"remove {path} (kernel-cache recreates it)")]
+    if kind == "file" and not stat.S_ISREG(st.st_mode):
+        return [(path, "is not a regular file", f"remove {path}")]
+    return _untrusted(path, st, owners)
+
+
+def _ownership_problem(name: str, found: list[tuple[Path, str, str]], consequence: str,
+                       alternative: str = "") -> Check:
+    detail = "; ".join(f"{path} {why}" for path, why, _ in found[:3])
+    if len(found) > 3:
+        detail += f"; and {len(found) - 3} more"
+    fixes = list(dict.fromkeys(fix for _, _, fix in found))
+    return Check(name, PROBLEM, f"{detail}; {consequence}", "; ".join(fixes[:3]) + alternative)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if len(p.name) == 2)[:512]
+    except OSError:
+        return []
+
+
+def _existing_parent(path: Path) -> Path | None:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+# Signing key ------------------------------------------------------------------------------------------
+def _signing(config: Config) -> Check:
+    signer = config.signer()
+    if signer is None:
+        return Check("signing-key", OK, "not set: shared entries are trusted by who owns them")
+    return Check("signing-key", OK, f"key id {signer.key_id.hex()}: entries written are signed; shared and "
+                 "bundled entries must carry its signature")
+
+
+# Toolchain ----------------------------------------------------------------------------------------------
+def _toolchain(config: Config) -> list[Check]:
+    rows = [Check("triton", OK, f"triton {tc.TRITON_VERSION}")]
+    target = parse_target(config.target_arch or "sm_90")
+    if target.backend != "cuda":
+        return rows
+    candidates = tc.ptxas_candidates(target)
+    found = [p for p in candidates if os.path.isfile(p) and os.access(p, os.X_OK)]
+    if not found:
+        rows.append(Check("ptxas", PROBLEM, f"no ptxas found (looked at {', '.join(candidates)}): Triton cannot "
+                          "build cubins", "reinstall triton (its wheel ships ptxas) or set TRITON_PTXAS_PATH"))
+        return rows
+    rows.append(Check("ptxas", OK, f"{found[0]} ({_ptxas_version(found[0])})"))
+    return rows
+
+
+def _ptxas_version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"--version failed: {exc}"
+    match = re.search(r"release (\S+?),", out)
+    return f"release {match.group(1)}" if match else "version unknown"
+
+
+# jaxlib and the GPU ---------------------------------------------------------------------------------------
+def _jaxlib(config: Config) -> list[Check]:
+    version = ".".join(str(v) for v in jaxlib_compat.jaxlib_version())
+    try:
+        installed = jaxlib_compat.plugin_installed("cuda")
+    except Exception as exc:
+        installed, why = False, f" ({exc})"
+    else:
+        why = ""
+    if not installed:
+        return [Check("jaxlib", PROBLEM, f"jaxlib {version} without a CUDA plugin with Triton support{why}: "
+                      "lowering Triton calls for cuda fails",
+                      f"pip install jax-cuda13-plugin=={version} (add --no-deps on a host without a GPU)")]
+    rows = [Check("jaxlib", OK, f"jaxlib {version} with its CUDA plugin")]
+    if jaxlib_compat.ffi_target_registered("cuda"):
+        rows.append(Check("jaxlib-ffi", OK, f"{jaxlib_compat.FFI_TARGET} registered: plain calls are "
+                          "CUDA-graph compatible"))
+    else:
+        rows.append(Check("jaxlib-ffi", WARN, f"no {jaxlib_compat.FFI_TARGET}: calls use the legacy target, "
+                          "which CUDA graphs cannot capture", "upgrade jaxlib and its CUDA plugin together"))
+    if not jaxlib_compat.plugin_takes_module_image("cuda"):
+        rows.append(Check("module-image", OK, "not in this jaxlib (needs > 0.11.0): jaxlib runs ptxas on the "
+                          "cached PTX at each process's first launch"))
+    elif not config.module_image:
+        rows.append(Check("module-image", WARN, "supported, but KERNEL_CACHE_MODULE_IMAGE=0 sends PTX only "
+                          "(ptxas runs at first launch)", "unset KERNEL_CACHE_MODULE_IMAGE"))
+    else:
+        rows.append(Check("module-image", OK, "the cached cubin travels in the kernel proto: no ptxas at first "
+                          "launch"))
+    if jaxlib_compat.autotuned_aliases_supported():
+        rows.append(Check("autotuned-aliases", OK, "the autotuner restores aliased inputs "
+                          "(input_output_aliases work in autotuned calls)"))
+    else:
+        minimum = ".".join(str(v) for v in jaxlib_compat.AUTOTUNED_ALIASES_MIN_JAXLIB)
+        rows.append(Check("autotuned-aliases", WARN, f"jaxlib < {minimum} cannot restore aliased inputs "
+                          "between autotune configs: an in-place autotuned kernel sees inputs modified by "
+                          "earlier configs",
+                          f"upgrade jaxlib to {minimum} or later"))
+    return rows
+
+
+def _gpu(config: Config) -> Check:
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    if platforms and not {"cuda", "gpu"} & {p.strip() for p in platforms.lower().split(",")}:
+        return Check("gpu", WARN, f"not probed: JAX_PLATFORMS={platforms} hides any GPU from JAX (kernels are "
+                     "cross-lowered, never run)", "unset JAX_PLATFORMS (or include cuda) to run kernels on a GPU")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a look, not a claim on a busy GPU
+    try:
+        devices = jax.devices("cuda")
+    except Exception:
+        devices = []
+    if not devices:
+        listed = _nvidia_smi_lists_gpus()
+        why = ("nvidia-smi lists a GPU but JAX has no CUDA runtime (jax-cuda13-pjrt)" if listed
+               else "no CUDA device visible to JAX")
+        fix = (f"pip install 'jax[cuda13]=={jax.__version__}'" if listed else
+               "none needed to prewarm or cross-lower (KERNEL_CACHE_TARGET_ARCH or compute_capability=)")
+        return Check("gpu", WARN, f"{why}: kernels can be built and lowered here, not run", fix)
+    device = devices[0]
+    kind = getattr(device, "device_kind", "GPU")
+    major, _, minor = str(getattr(device, "compute_capability", "")).partition(".")
+    arch = f"sm_{major}{minor or 0}" if major.isdigit() else "sm_?"
+    detail = f"{len(devices)} x {kind} ({arch})"
+    if config.target_arch and parse_target(config.target_arch).name != arch:
+        return Check("gpu", WARN, f"{detail}, but KERNEL_CACHE_TARGET_ARCH={config.target_arch} makes kernels for "
+                     f"{parse_target(config.target_arch).name} instead", "unset KERNEL_CACHE_TARGET_ARCH on GPU hosts")
+    return Check("gpu", OK, detail)
+
+
+def _nvidia_smi_lists_gpus() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU " in out.stdout

@@ -1,0 +1,53 @@
+"""The lines kernel-cache logs per lookup, on the `kernel_cache` logger.
+
+INFO: one line per lookup, `kernel-cache KEY TIER MS ms  LABEL` (tier: memory, disk, shared or
+compile; the label is what the caller named the entry: the compiler gives kernel, arch, launch
+config and constexprs). DEBUG adds misses of `Store.lookup` and how long single-flight waited.
+Records are made whatever KERNEL_CACHE_LOG says (the application's logging configuration decides
+what is shown); each function first asks `isEnabledFor`, so a hit nobody listens to pays one check
+and the label is built only for a line that is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeAlias
+
+log = logging.getLogger("kernel_cache")
+
+# What a log line calls the entry: text, or a function giving it, called only when a line is written
+# (a kernel's description is not free to build, and a memory hit must stay sub-microsecond).
+Label: TypeAlias = str | Callable[[], str]
+
+
+def label_text(label: Label, default: str = "-") -> str:
+    return (label() if callable(label) else label) or default
+
+
+def lookup(key: str, label: Label, tier: str, start: float) -> None:
+    """INFO: a lookup served by `tier` (or compiled), `start` its time.perf_counter()."""
+    if log.isEnabledFor(logging.INFO):
+        log.info("kernel-cache %s %-7s %9.2f ms  %s", key[:12], tier, (time.perf_counter() - start) * 1000,
+                 label_text(label))
+
+
+def miss(key: str, label: Label, start: float) -> None:
+    """DEBUG: a lookup that found nothing (the caller compiles it, or not)."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("kernel-cache %s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
+                  label_text(label))
+
+
+def wait(key: str, label: Label, start: float, threads_done: float | None, outcome: str = "") -> None:
+    """DEBUG: how long single-flight waited, first behind this process's other threads building the
+    same key, then (`threads_done` not None) for the lock shared with other processes (`outcome`)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    now = time.perf_counter()
+    what = f"{((threads_done or now) - start) * 1000:.2f} ms behind other threads"
+    if threads_done is not None:
+        what += f", {(now - threads_done) * 1000:.2f} ms for the {outcome}"
+    log.debug("kernel-cache %s %-7s %9.2f ms  %s (%s)", key[:12], "wait", (now - start) * 1000,
+              label_text(label), what)

@@ -1,0 +1,64 @@
+"""cachectl's parser, the README's reference and the --json documents agree.
+
+The parser is the source: every command and option it has is in the README's cachectl section,
+every `$ cachectl ...` line the README shows parses, and every field a --json document carries is
+named in the README's "JSON output" table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+
+import pytest
+from conftest import ROOT
+
+from kernel_cache.cachectl.main import build_parser
+from kernel_cache.maintenance import EntryInfo
+
+README = (ROOT / "README.md").read_text()
+SECTION = README[README.index("## cachectl"):README.index("## Benchmarks")]
+COMMON = {"--dir", "--shared-dir", "--json", "--quiet", "--verbose", "--help", "--version"}
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_every_command_and_option_is_in_the_reference(name):
+    sub = subcommands()[name]
+    assert re.search(rf"cachectl[^\n]*\b{name}\b", SECTION), f"README's cachectl section never shows `cachectl {name}`"
+    options = {o for a in sub._actions for o in a.option_strings if o.startswith("--")} - COMMON
+    missing = sorted(o for o in options if o not in SECTION)
+    assert not missing, f"cachectl {name}: README's reference does not mention {missing}"
+
+
+def readme_command_lines() -> list[str]:
+    lines = []
+    for block in re.findall(r"```(?:text|bash)\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ cachectl "):
+                lines.append(line[2:].split("  #")[0].strip())
+    return lines
+
+
+@pytest.mark.parametrize("line", readme_command_lines())
+def test_every_command_the_readme_shows_parses(line):
+    args = shlex.split(line)[1:]
+    build_parser().parse_args(args)  # raises CliError (exit 2) on anything the parser does not know
+
+
+def documented_fields(command: str) -> set[str]:
+    table = README[README.index("### JSON output"):]
+    row = re.search(rf"^\| `{command}[^`]*` \| (.*?) \|$", table, re.M)
+    assert row, f"README's JSON output table has no row for {command}"
+    return set(re.findall(r"`([a-z_]+)`", row.group(1)))
+
+
+def test_list_entry_fields_are_documented():
+    fields = set(EntryInfo(key="", tier="", kernel="", arch="", size_bytes=0, created=0, last_used=0).to_json())
+    assert fields <= documented_fields("list"), sorted(fields - documented_fields("list"))
