@@ -114,9 +114,9 @@ def _check_scalar(name: str, value: Any) -> None:
                     f"int/float/bool scalar; got {type(value).__name__}: {value!r}")
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -179,5 +179,6 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
     merged = {**DEFAULT_OPTIONS, **options}
     return KernelSpec(kernel=fn, signature=signature, constexprs=all_constexprs, attrs=attrs, target=tgt,
                       num_warps=_positive_int("num_warps", num_warps),
-                      num_stages=_positive_int("num_stages", num_stages),
+                      # Triton accepts 0 (no software pipelining; ejKernel's flash-attention backward uses it)
+                      num_stages=_positive_int("num_stages", num_stages, minimum=0),
                       num_ctas=_positive_int("num_ctas", num_ctas), options=merged, keep_ir=keep_ir)

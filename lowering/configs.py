@@ -77,6 +77,37 @@ def _perf_model_top_k(tuner: Autotuner, configs: list, named_args: dict, metapar
     return [configs[i] for i in order[:max(top_k, 1)]]
 
 
+def set_by_wrappers(kernel: Any) -> set[str]:
+    """Names the kernel's Autotuner configs and Heuristics set: constexprs, whatever the annotation."""
+    names: set[str] = set()
+    while isinstance(kernel, (Autotuner, Heuristics)):
+        if isinstance(kernel, Autotuner):
+            names.update(k for config in kernel.configs for k in config.kwargs)
+        else:
+            names.update(kernel.values)
+        kernel = kernel.fn
+    return names
+
+
+def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]:
+    """Where Triton binds the positional runtime arguments (inputs, scalars, outputs): the kernel's
+    parameters, in its own order, that are not constexprs (annotated, or set by the caller, an
+    autotune config or a heuristic). The one place that names arguments: heuristics, perf models,
+    prune functions and descriptions all see these names."""
+    constexprs = set(metaparams) | set_by_wrappers(kernel)
+    return [name for name, is_constexpr, *_ in triton_compat.param_flags(triton_compat.unwrap_jit(kernel))
+            if not is_constexpr and name not in constexprs]
+
+
+def named_args(kernel: Any, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
+    """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
+    names = runtime_param_names(kernel, metaparams)
+    if len(runtime_values) > len(names):
+        raise TypeError(f"kernel '{_name(kernel)}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+                        f"got {len(runtime_values)} (inputs, scalars and outputs together)")
+    return dict(zip(names, runtime_values))
+
+
 def _name(kernel: Any) -> str:
     try:
         return triton_compat.unwrap_jit(kernel).__name__

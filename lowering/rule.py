@@ -11,22 +11,18 @@ import functools
 import numpy as np
 from jax.interpreters import mlir
 
-from compiler import triton_compat
-
 from . import custom_call, devices, kernels
-from .configs import normalize_grid, per_config, resolve_configs
+from .configs import named_args, normalize_grid, per_config, resolve_configs, runtime_param_names
 from .primitive import triton_kernel_call_p
 from .target_arch import resolve_target
 
 
-def _named_args(fn, in_avals, scalars, out_avals, metaparams) -> dict:
-    """Arguments by parameter name, as Triton's heuristics and prune functions see them."""
+def _runtime_values(in_avals, scalars, out_avals) -> list:
+    """Inputs with the scalars at their positions, then the outputs: the positional runtime args."""
     values = list(in_avals)
     for position, value in scalars:
         values.insert(position, value)
-    values += list(out_avals)
-    names = [n for n in fn.arg_names if n not in metaparams]
-    return dict(zip(names, values))
+    return values + list(out_avals)
 
 
 def _lower(platform: str, ctx, *operands, **params):
@@ -39,8 +35,7 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
     devices.check_lowering_context(ctx)
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
-    base_fn = triton_compat.unwrap_jit(kernel)
-    named = _named_args(base_fn, ctx.avals_in, scalars, ctx.avals_out, metaparams)
+    named = named_args(kernel, _runtime_values(ctx.avals_in, scalars, ctx.avals_out), metaparams)
     fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,
                                   num_ctas=num_ctas)
     args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in ctx.avals_out])
@@ -59,18 +54,14 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
             description=config.description, bound=frozenset(config.constexprs)))
 
     in_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_in]
-    scalar_desc = str({base_fn.arg_names[_param_index(base_fn, metaparams, p)]: v for p, v in scalars})
+    runtime_names = runtime_param_names(kernel, metaparams)
+    scalar_desc = str({runtime_names[p] if p < len(runtime_names) else p: v for p, v in scalars})
     payload = custom_call.serialized_call(
         platform, calls, args, name=name, kernel_name=fn.__name__, scalar_desc=scalar_desc,
         compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
         num_inputs=len(ctx.avals_in), in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
     return custom_call.emit(ctx, operands, platform, payload, autotuned=len(calls) > 1, name=name,
                             aliases=input_output_aliases, has_side_effect=has_side_effect)
-
-
-def _param_index(fn, metaparams, position: int) -> int:
-    runtime = [i for i, n in enumerate(fn.arg_names) if n not in metaparams]
-    return runtime[position] if position < len(runtime) else position
 
 
 for _platform in ("cuda", "rocm"):

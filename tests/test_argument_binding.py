@@ -1,0 +1,89 @@
+"""Arguments are named exactly as Triton binds them: positional runtime args go to the kernel's
+non-constexpr parameters in its own order, whatever constexprs sit before, between or after them
+(set by the caller, an autotune config or a heuristic). Heuristics, perf models, prune functions
+and the call's description all see those names. Cross-lowered for sm_90 on the CPU."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+import triton
+import triton.language as tl
+from inspect_call import custom_calls
+
+import lowering as jt
+from lowering.configs import runtime_param_names
+
+VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)
+
+
+@triton.jit
+def interleaved(x_ptr, BLOCK: tl.constexpr, n, out_ptr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2)
+    else:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2, mask=offs < n)
+
+
+def _kernel(seen: list):
+    def even(args):
+        seen.append({k: (type(v).__name__ if not isinstance(v, int) else v) for k, v in args.items()})
+        return args["n"] % args["BLOCK"] == 0
+
+    def prune(configs, named):
+        seen.append({"prune": sorted(named)})
+        return configs
+
+    tuned = triton.autotune([triton.Config({"BLOCK": 512}), triton.Config({"BLOCK": 1024})], key=["n"],
+                            prune_configs_by={"early_config_prune": prune})
+    return tuned(triton.heuristics({"EVEN": even})(interleaved))
+
+
+def test_runtime_names_skip_every_kind_of_constexpr():
+    kernel = _kernel([])
+    assert runtime_param_names(kernel, {}) == ["x_ptr", "n", "out_ptr"]
+    assert runtime_param_names(interleaved, {"BLOCK": 8, "EVEN": True}) == ["x_ptr", "n", "out_ptr"]
+
+
+def test_heuristics_prune_and_description_see_the_scalar_as_n():
+    seen: list = []
+    kernel = _kernel(seen)
+
+    def fn(x):
+        return jt.triton_call(x, 4096, kernel=kernel, out_shape=x, grid=lambda m: (jt.cdiv(4096, m["BLOCK"]),),
+                              compute_capability=90)
+
+    (call,) = custom_calls(jax.jit(fn).trace(VEC).lower(lowering_platforms=("cuda",)))
+    assert {"prune": ["n", "out_ptr", "x_ptr"]} in seen  # the prune function got the real names
+    heuristic_calls = [s for s in seen if "prune" not in s]
+    assert heuristic_calls and all(s["n"] == 4096 and s["x_ptr"] != 4096 and "out_ptr" in s for s in heuristic_calls)
+    configs = call["autotuned"]["configs"]
+    assert [c["kernel_call"]["grid"][0] for c in configs] == [8, 4]  # cdiv(4096, 512), cdiv(4096, 1024)
+    assert call["autotuned"]["name"].endswith("{'n': 4096}")  # was "{'BLOCK': 4096}": n taken for BLOCK
+
+
+@pytest.mark.parametrize("where", ["caller", "config"])
+def test_constexpr_before_a_runtime_parameter_binds_the_same_kernel(where):
+    kernel = interleaved if where == "caller" else triton.autotune([triton.Config({"BLOCK": 1024})], key=["n"])(
+        interleaved)
+    extra = {"BLOCK": 1024} if where == "caller" else {}
+
+    def fn(x):
+        return jt.triton_call(x, 4096, kernel=kernel, out_shape=x, grid=(4,), EVEN=True, compute_capability=90,
+                              **extra)
+
+    (call,) = custom_calls(jax.jit(fn).trace(VEC).lower(lowering_platforms=("cuda",)))
+    kernel_call = call["kernel_call"] if "kernel_call" in call else call["autotuned"]["configs"][0]["kernel_call"]
+    assert kernel_call["grid"] == (4, 1, 1)
+
+
+def test_num_stages_zero_is_accepted_as_triton_does():
+    from compiler import compile_spec, make_spec
+    from compiler.examples import add_kernel
+
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90", num_stages=0)
+    assert spec.num_stages == 0 and compile_spec(spec).cubin
+    with pytest.raises(ValueError, match="num_stages must be an integer >= 0"):
+        make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90", num_stages=-1)
