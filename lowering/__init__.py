@@ -5,13 +5,30 @@ allows, launches with no ptxas.
 Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
 """
 
+from typing import Any
+
 from . import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
+from . import utils
 from .api import triton_call
 from .devices import MultiDeviceError
-from .jaxlib_compat import JaxlibSupportError
+from .jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
 from .primitive import triton_kernel_call_p
 from .target_arch import NoTargetError
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
-__all__ = ["JaxlibSupportError", "MultiDeviceError", "NoTargetError", "cdiv", "next_power_of_2",
-           "strides_from_shape", "triton_call", "triton_kernel_call_p"]
+# jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
+CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET
+
+__all__ = ["CUSTOM_CALL_TARGET_NAME", "JaxlibSupportError", "MultiDeviceError", "NoTargetError", "cdiv",
+           "get_compute_capability", "get_serialized_metadata", "next_power_of_2", "strides_from_shape",
+           "triton_call", "triton_kernel_call_p", "utils"]
+
+
+def get_compute_capability(device: int = 0) -> int:
+    """The CUDA device's compute capability as jax-triton returns it (e.g. 90), from jaxlib's plugin."""
+    return int(triton_module("cuda").get_compute_capability(device))
+
+
+def get_serialized_metadata(*args: Any, **kwargs: Any) -> Any:
+    """jaxlib's helper that reads a serialized Triton call's metadata, as jax-triton re-exports it."""
+    return triton_module("cuda").get_serialized_metadata(*args, **kwargs)

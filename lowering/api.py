@@ -16,6 +16,7 @@ import numpy as np
 from jax import tree_util
 
 from . import devices
+from . import jaxlib_compat as compat
 from .primitive import triton_kernel_call_p
 
 _LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
@@ -61,7 +62,8 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                 input_output_aliases: Mapping[int, int] | None = None,
                 zeroed_outputs: "Sequence[int] | Callable[[dict], Sequence[int]]" = (),
                 debug: bool = False, serialized_metadata: bytes = b"", has_side_effect: bool = False,
-                cost_estimate: Any = None, **metaparams: Any) -> Any:
+                cost_estimate: Any = None, custom_call_target_name: str | None = None, device: int = 0,
+                **metaparams: Any) -> Any:
     """Call `kernel` (a @triton.jit function, possibly wrapped by triton.autotune / triton.heuristics).
 
     out_shape / out_type: a ShapeDtypeStruct or any pytree of objects with .shape and .dtype; the
@@ -72,8 +74,16 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     backend_options: Triton options; num_warps/num_stages/num_ctas may be given there instead (as in
     jax-triton 0.4). has_side_effect: keep the call even when its outputs are unused.
     cost_estimate: accepted for jax-triton 0.4 compatibility; not used.
+    custom_call_target_name (jax-triton 0.3): None picks the CUDA-graph-compatible FFI target where
+    the plugin registers it (the legacy one for autotuned calls); "triton_kernel_call" forces the
+    legacy target; "triton_kernel_call_ffi" requires the FFI one.
+    device (ejKernel's fork): accepted; the architecture comes from `compute_capability` or the
+    lowering's device, as in jax-triton.
     """
-    del cost_estimate
+    del cost_estimate, device
+    if custom_call_target_name not in (None, compat.LEGACY_TARGET, compat.FFI_TARGET):
+        raise ValueError(f"custom_call_target_name={custom_call_target_name!r}: kernel-cache emits "
+                         f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
     launch = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
     options = dict(backend_options or {})
     for key in _LAUNCH_KEYS:
@@ -120,5 +130,5 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
         zeroed_outputs=_zeroed_param(zeroed_outputs), debug=debug,
         serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"),
-        has_side_effect=bool(has_side_effect))
+        has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "")
     return tree_util.tree_unflatten(out_tree, out_flat)

@@ -120,12 +120,19 @@ def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Seque
 
 
 def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name: str,
-         aliases: Sequence[tuple], has_side_effect: bool = False) -> Sequence[ir.Value]:
-    """The stablehlo custom call launching `payload`."""
+         aliases: Sequence[tuple], has_side_effect: bool = False, target_name: str = "") -> Sequence[ir.Value]:
+    """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target."""
     result_types = [compat.ir_type(ctx, aval) for aval in ctx.avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
     layouts_out = [list(reversed(range(a.ndim))) for a in ctx.avals_out]
-    if not autotuned and compat.ffi_target_registered(platform):
+    use_ffi = not autotuned and compat.ffi_target_registered(platform)
+    if target_name == compat.FFI_TARGET and not use_ffi:
+        raise compat.JaxlibSupportError(
+            f"custom_call_target_name='{compat.FFI_TARGET}' needs a non-autotuned call and a jaxlib whose "
+            f"{platform} plugin registers that target")
+    if target_name == compat.LEGACY_TARGET:
+        use_ffi = False
+    if use_ffi:
         target, api_version = compat.FFI_TARGET, 4
         backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
     else:

@@ -31,7 +31,7 @@ def _lower(platform: str, ctx, *operands, **params):
 
 def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
            num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
-           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect):
+           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target=""):
     devices.check_lowering_context(ctx)
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
@@ -61,7 +61,8 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
         compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
         num_inputs=len(ctx.avals_in), in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
     return custom_call.emit(ctx, operands, platform, payload, autotuned=len(calls) > 1, name=name,
-                            aliases=input_output_aliases, has_side_effect=has_side_effect)
+                            aliases=input_output_aliases, has_side_effect=has_side_effect,
+                            target_name=custom_call_target)
 
 
 for _platform in ("cuda", "rocm"):

@@ -87,3 +87,31 @@ def test_num_stages_zero_is_accepted_as_triton_does():
     assert spec.num_stages == 0 and compile_spec(spec).cubin
     with pytest.raises(ValueError, match="num_stages must be an integer >= 0"):
         make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, target="sm_90", num_stages=-1)
+
+
+def test_jax_triton_public_names_are_all_there():
+    for name in ("triton_call", "cdiv", "next_power_of_2", "strides_from_shape", "get_compute_capability",
+                 "get_serialized_metadata", "utils", "CUSTOM_CALL_TARGET_NAME"):
+        assert hasattr(jt, name), name
+    assert jt.utils.cdiv(10, 4) == 3 and jt.CUSTOM_CALL_TARGET_NAME == "triton_kernel_call"
+    assert callable(jt.triton_module("cuda").get_compute_capability)  # what get_compute_capability calls
+
+
+@pytest.mark.parametrize("target", [None, "triton_kernel_call", "triton_kernel_call_ffi"])
+def test_custom_call_target_name_is_honoured(target):
+    from lowering import examples as ep
+    from lowering import jaxlib_compat as compat
+
+    if target == compat.FFI_TARGET and not compat.ffi_target_registered("cuda"):
+        pytest.skip("this jaxlib's plugin registers no FFI target")
+
+    def fn(x, y):
+        return ep.add_program(x, y, block=1024, compute_capability=90, custom_call_target_name=target,
+                              device=0)  # ejKernel's fork passes device=
+
+    (call,) = custom_calls(jax.jit(fn).trace(VEC, VEC).lower(lowering_platforms=("cuda",)))
+    expected = target or (compat.FFI_TARGET if compat.ffi_target_registered("cuda") else compat.LEGACY_TARGET)
+    assert call["target"] == expected
+    with pytest.raises(ValueError, match="custom_call_target_name"):
+        jax.jit(lambda x, y: ep.add_program(x, y, block=1024, compute_capability=90,
+                                            custom_call_target_name="my_target")).trace(VEC, VEC)
