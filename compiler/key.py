@@ -76,6 +76,49 @@ def document_summary(document: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+_KEYS: dict[tuple[Any, ...], str] = {}  # this process's keys by spec identity (a model asks for the same ones)
+_KEYS_LIMIT = 8192
+_PLAIN = (str, int, float, bool, bytes, type(None))
+
+
 def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> str:
-    """The 32-hex-digit content address of `spec`'s compiled artifact."""
-    return digest(key_document(spec, toolchain))
+    """The 32-hex-digit content address of `spec`'s compiled artifact.
+
+    Memoized per process: a warm lowering of a model asks for the same specs on every trace, and
+    the key document (parsed options, canonical constexprs) costs ~1 ms to build. The memo is keyed
+    by everything the document is built from, objects by identity (a redefined kernel or callee is
+    a new object), and the toolchain fingerprint as it is now (Triton's environment included)."""
+    tools = toolchain if toolchain is not None else toolchain_fingerprint(spec.target)
+    ident = _identity(spec, tools)
+    if ident is None:
+        return digest(key_document(spec, tools))
+    key = _KEYS.get(ident)
+    if key is None:
+        key = digest(key_document(spec, tools))
+        if len(_KEYS) < _KEYS_LIMIT:
+            _KEYS[ident] = key
+    return key
+
+
+def _identity(spec: KernelSpec, tools: dict[str, Any]) -> tuple[Any, ...] | None:
+    try:
+        ident = (spec.kernel, tc.kernel_fingerprint(spec.kernel), tuple(spec.signature.items()),
+                 _frozen(spec.constexprs), _frozen({repr(k): v for k, v in spec.attrs.items()}),
+                 _frozen(spec.triton_options()), spec.keep_ir, spec.target, _frozen(tools))
+        hash(ident)
+    except TypeError:  # an unhashable value somewhere: build the document every time
+        return None
+    return ident
+
+
+def _frozen(mapping: Any) -> tuple[Any, ...]:
+    return tuple(sorted(((str(k), (type(v), v) if isinstance(v, _PLAIN) else _frozen_value(v))
+                         for k, v in dict(mapping).items()), key=lambda kv: kv[0]))
+
+
+def _frozen_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_frozen_value(v) if not isinstance(v, _PLAIN) else (type(v), v) for v in value))
+    if isinstance(value, dict):
+        return (dict, _frozen(value))
+    return ("object", value)  # hashed by identity (JITFunctions, dtypes, ...); unhashable raises TypeError

@@ -184,9 +184,23 @@ def ptxas_candidates(target: Target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
+_PARSED: dict[tuple[Any, ...], Any] = {}
+
+
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
-    """Triton's backend-specific options object from a plain dict (pure Python, no driver)."""
-    return make_backend(target).parse_options(dict(options))
+    """Triton's backend-specific options object from a plain dict (pure Python, no driver).
+    Memoized per process for hashable options (the object is a frozen dataclass; a model's
+    kernels share a handful of option sets, and parsing costs ~0.3 ms)."""
+    try:
+        ident: tuple[Any, ...] | None = (target, tuple(sorted(options.items())))
+        parsed = _PARSED.get(ident)  # type: ignore[arg-type]
+    except TypeError:  # an unhashable option value
+        ident, parsed = None, None
+    if parsed is None:
+        parsed = make_backend(target).parse_options(dict(options))
+        if ident is not None and len(_PARSED) < 1024:
+            _PARSED[ident] = parsed
+    return parsed
 
 
 def options_to_json(parsed: Any) -> dict[str, Any]:

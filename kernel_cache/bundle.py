@@ -46,12 +46,11 @@ from .bundle_stream import (
     Caps,
     NotABundle,
     TarStream,
-    json_depth,
     manifest_too_large,
     open_stream,
     shown,
 )
-from .entry import CorruptEntry
+from .entry import CorruptEntry, json_depth
 from .safefs import atomic_file
 from .summary import EntrySummary
 from .tier import Tier

@@ -10,12 +10,10 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import re
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import accumulate
 from pathlib import Path
 from typing import BinaryIO
 
@@ -271,22 +269,6 @@ def open_stream(path: Path, caps: Caps) -> Iterator[TarStream]:
             raise NotABundle(f"{path} is not a kernel-cache bundle (not gzip-compressed)")
         raw.seek(0)
         yield TarStream(_Decompressed(raw, path, caps), path, caps)
-
-
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-
-
-_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-
-
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def json_depth(raw: bytes) -> int:
-    """How deeply the arrays and objects of the JSON text `raw` nest, without parsing it (so without
-    recursion): strings are dropped, brackets counted +1/-1 (in C, as signed bytes)."""
-    skeleton = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
-    return max(accumulate(array("b", skeleton)), default=0)
 
 
 def manifest_too_large(path: Path, size: int, caps: Caps) -> BundleError:

@@ -28,7 +28,9 @@ from __future__ import annotations
 import json
 import re
 import struct
+from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import xxhash
@@ -132,6 +134,8 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
 
 
 def _parse_meta(raw: bytes) -> dict[str, Any]:
+    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and json_depth(raw) > MAX_META_DEPTH:
+        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")  # checked unparsed
     try:
         meta = json.loads(raw)
     except ValueError as exc:
@@ -140,20 +144,23 @@ def _parse_meta(raw: bytes) -> dict[str, Any]:
         raise CorruptEntry("entry metadata nests too deeply") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("entry metadata is not a JSON object")
-    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and json_depth(meta) > MAX_META_DEPTH:
-        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")
     return meta
 
 
-def json_depth(value: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion (so hostile depth cannot overflow the stack)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text `raw` nest, without parsing it (so without
+    recursion): strings are dropped, brackets counted +1/-1 (in C, as signed bytes)."""
+    skeleton = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    return max(accumulate(array("b", skeleton)), default=0)
 
 
 def decode(data: bytes, expected_key: str | None = None) -> Entry:
