@@ -95,3 +95,10 @@ def test_stats_flags_a_cache_over_its_bound(cache):
     assert json.loads(cachectl("--dir", cache, "stats", "--json", env=env).stdout)["over_max_bytes"] is True
     verbose = cachectl("--dir", cache, "stats", "-v")
     assert "entries by arch      sm_90 3" in verbose.stdout and "most hit" in verbose.stdout
+
+
+def test_importing_a_file_that_is_no_bundle_creates_no_cache(tmp_path):
+    target, text = tmp_path / "new-cache", tmp_path / "notes.txt"
+    text.write_text("not a bundle\n")
+    out = cachectl("--dir", target, "import", text)
+    assert out.returncode == 2 and "not a kernel-cache bundle" in out.stderr and not target.exists()

@@ -68,6 +68,9 @@ def cmd_export(ctx: Context, args: Any) -> int:
 def cmd_import(ctx: Context, args: Any) -> int:
     if not args.file.is_file():
         raise CliError(f"no bundle at {args.file}")
+    with open(args.file, "rb") as f:  # before any cache is created for it
+        if f.read(2) != b"\x1f\x8b":
+            raise CliError(f"{args.file} is not a kernel-cache bundle (not gzip-compressed)")
     signer = ctx.store(create=True).signer
     tier = ctx.tiers(args.tier)[0]
 
