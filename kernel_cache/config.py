@@ -25,6 +25,7 @@ LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
+XLA_SUBDIR = "xla"  # JAX's persistent compilation cache under KERNEL_CACHE_DIR (KERNEL_CACHE_XLA=1)
 
 
 class ConfigError(ValueError):
@@ -127,6 +128,9 @@ SETTINGS: tuple[Setting, ...] = (
             "shared and bundled entries must carry its signature"),
     Setting("KERNEL_CACHE_SIGNING_KEY", "signing_key", lambda t, w: t.strip().encode(), "unset",
             "the key itself, for schedulers that pass secrets as variables (prefer the file)"),
+    Setting("KERNEL_CACHE_XLA", "xla", parse_flag, "`0`",
+            "`1` also keeps JAX's compiled XLA executables, in `xla/` under `KERNEL_CACHE_DIR` (JAX's persistent "
+            "compilation cache, small programs included); node-local: see [Shared cache](#shared-cache-for-clusters)"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
 )
@@ -155,6 +159,7 @@ class Config:
     soft_lock_stale: float = 120.0  # a soft lock not refreshed for this long belongs to a dead holder
     target_arch: str | None = None  # None: the visible device's
     module_image: bool = True
+    xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)
     max_entry_bytes: int = 256 << 20  # no real entry comes near; a hostile file larger is refused unread
@@ -194,6 +199,13 @@ class Config:
     def index_timeout(self) -> float:
         """Longest wait for the local SQLite index held by another process (a stuck neighbour)."""
         return min(self.lock_timeout, INDEX_TIMEOUT_CAP)
+
+    @property
+    def xla_dir(self) -> Path | None:
+        """Where JAX's compiled executables go with KERNEL_CACHE_XLA=1 (None: not kept)."""
+        if self.disabled or not self.xla or self.dir is None:
+            return None
+        return self.dir / XLA_SUBDIR
 
     @property
     def memo_dir(self) -> Path | None:

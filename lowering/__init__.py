@@ -8,13 +8,15 @@ Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
 from typing import Any
 
 from . import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
-from . import utils
+from . import utils, xla_cache
 from .api import triton_call
 from .devices import MultiDeviceError
 from .jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
 from .primitive import triton_kernel_call_p
 from .target_arch import NoTargetError
 from .utils import cdiv, next_power_of_2, strides_from_shape
+
+xla_cache.apply()  # KERNEL_CACHE_XLA=1: JAX's compiled executables beside the kernels
 
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET

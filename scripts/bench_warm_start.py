@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--arch", default=None, help="target when no GPU is visible (default sm_90)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-module-image", action="store_true", help="send PTX only (jaxlib runs ptxas)")
+    ap.add_argument("--xla", action="store_true",
+                    help="also run warm processes with KERNEL_CACHE_XLA=1 and compare XLA compile seconds (GPU)")
     ap.add_argument("--profile", action="store_true",
                     help="after the table, profile one more warm process and print the top of it")
     args = ap.parse_args()
@@ -154,12 +156,15 @@ def main() -> None:
     info = versions()
     print("host:", json.dumps(info))
     work = tempfile.mkdtemp(prefix="kc-bench-")
-    cold, warm = [], []
+    cold, warm, warm_xla = [], [], []
     try:
         for i in range(args.runs):
             cache = os.path.join(work, f"cache{i}")
             cold.append(run_child(cache, env))  # empty store
             warm.append(run_child(cache, env))  # same store, now full
+            if args.xla:  # a third process fills JAX's cache, a fourth reads it
+                run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"})
+                warm_xla.append(run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"}))
         if args.profile:
             profile_env = {**os.environ, **env, "BENCH_PROFILE": "1", "KERNEL_CACHE_DIR": os.path.join(work, "cache0"),
                            "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -180,6 +185,11 @@ def main() -> None:
         print(f"{phase:<22}{_fmt(c):>22}{_fmt(w):>22}{ratio:>11.3f}x")
     print(f"{'kernel compiles':<22}{_fmt([r['compiles'] for r in cold], '{:.0f}'):>22}"
           f"{_fmt([r['compiles'] for r in warm], '{:.0f}'):>22}")
+    if warm_xla:
+        for phase in ("xla_compile", "wall") if gpu else ("wall",):
+            w, x = [r[phase] for r in warm], [r[phase] for r in warm_xla]
+            print(f"{phase + ' KERNEL_CACHE_XLA=1':<22}{_fmt(w):>22}{_fmt(x):>22}{sum(x) / sum(w):>11.3f}x"
+                  f"   (warm without / with the XLA opt-in)")
     if profile_text:
         print("\nprofile of one warm process (cumulative):\n" + profile_text)
     if args.json:

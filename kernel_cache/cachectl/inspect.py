@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
 from typing import Any
 
 from .. import entry as entry_format
-from ..config import sources
+from ..config import XLA_SUBDIR, sources
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..summary import EntrySummary
 from ..tier import Tier
@@ -135,6 +137,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         "tiers": tiers, **totals,
         "oldest": min(created) if created else None, "newest": max(created) if created else None,
         "counters": "persisted" if not store.stats.unavailable else f"this process only ({store.stats.unavailable})",
+        "xla": _xla_executables(ctx),
     }
     if ctx.verbose:
         top = sorted(infos, key=lambda i: (-i.hits, i.key))[:10]
@@ -154,6 +157,10 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
     print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")
+    if report["xla"] is not None:
+        x = report["xla"]
+        print(f"xla executables      {x['files']} ({human_size(x['bytes'])}) in {x['path']}"
+              + ("" if ctx.config.xla else " (KERNEL_CACHE_XLA is not set here: not used)"))
     print(f"errors               {report['errors']}")
     print(f"rejected             {report['rejected']} (entries refused for who wrote them; see README, Trust model)")
     print(f"oldest / newest      {human_time(report['oldest'])} / {human_time(report['newest'])}")
@@ -183,3 +190,19 @@ def cmd_config(ctx: Context, args: Any) -> int:
     shown = [["VARIABLE", "VALUE", "SOURCE"]] + [[r["variable"], r["value"] or "-", r["source"]] for r in rows]
     print("\n".join(table(shown, right=set())))
     return EXIT_OK
+
+
+def _xla_executables(ctx: Context) -> dict[str, Any] | None:
+    """JAX's persistent compilation cache under the cache dir (KERNEL_CACHE_XLA=1): files and bytes."""
+    if ctx.config.dir is None:
+        return None
+    directory = ctx.config.dir / XLA_SUBDIR
+    if not directory.is_dir() or directory.is_symlink():
+        return None
+    files = total = 0
+    for root, _, names in os.walk(directory):  # does not follow symlinked directories
+        for name in names:
+            st = os.lstat(os.path.join(root, name))
+            if stat.S_ISREG(st.st_mode):
+                files, total = files + 1, total + st.st_size
+    return {"path": str(directory), "files": files, "bytes": total}
