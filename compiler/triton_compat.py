@@ -192,13 +192,14 @@ def parse_options(target: Target, options: dict[str, Any]) -> Any:
     Memoized per process for hashable options (the object is a frozen dataclass; a model's
     kernels share a handful of option sets, and parsing costs ~0.3 ms)."""
     try:
-        ident: tuple[Any, ...] | None = (target, tuple(sorted(options.items())))
-        parsed = _PARSED.get(ident)  # type: ignore[arg-type]
-    except TypeError:  # an unhashable option value
-        ident, parsed = None, None
+        ident = (target, tuple(sorted(options.items())))
+        hash(ident)
+    except TypeError:  # an unhashable option value: parse every time
+        return make_backend(target).parse_options(dict(options))
+    parsed = _PARSED.get(ident)
     if parsed is None:
         parsed = make_backend(target).parse_options(dict(options))
-        if ident is not None and len(_PARSED) < 1024:
+        if len(_PARSED) < 1024:
             _PARSED[ident] = parsed
     return parsed
 

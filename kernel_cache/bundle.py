@@ -50,7 +50,7 @@ from .bundle_stream import (
     open_stream,
     shown,
 )
-from .entry import CorruptEntry, json_depth
+from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from .safefs import atomic_file
 from .summary import EntrySummary
 from .tier import Tier
@@ -61,7 +61,7 @@ _MEMBER = re.compile(r"^entries/([0-9a-f]{32})\.kce$")
 
 # Caps on what reading one bundle may cost (each overridable per call, see read_bundle).
 MAX_MEMBERS = 100_000  # tar members, the manifest included
-MAX_ENTRY_BYTES = 256 << 20  # one member: Config.max_entry_bytes' default (real entries: 10 KiB - a few MiB)
+MAX_ENTRY_BYTES = DEFAULT_MAX_ENTRY_BYTES  # one member: the same default cap as every tier
 MAX_TOTAL_BYTES = 16 << 30  # everything the decompressor produces
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .safefs import resolve_group
 from .signing import Signer, SigningKeyError, load_key_file
 
@@ -162,7 +163,7 @@ class Config:
     xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)
-    max_entry_bytes: int = 256 << 20  # no real entry comes near; a hostile file larger is refused unread
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     toolchain_memo_dir: Path | None = None  # where the toolchain memo lives when `dir` is unset
 
     def __post_init__(self) -> None:

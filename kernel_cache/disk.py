@@ -39,7 +39,6 @@ import diskcache
 from . import entry as entry_format
 from . import locks
 from .disk_index import (
-    DEFAULT_MAX_ENTRY_BYTES,
     ENTRIES_DIR,
     INDEX,
     LOCKS_DIR,
@@ -51,9 +50,9 @@ from .disk_index import (
     value_files,
     value_parts,
 )
-from .entry import CorruptEntry, Entry, check_key, is_key
+from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from .errors import TierReadOnly, TierUnavailable
-from .safefs import Owners, Tree, UnsafeFile
+from .safefs import Owners, UnsafeFile
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -95,13 +94,9 @@ class DiskTier:
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
 
     def _open_writer(self) -> diskcache.Cache:
-        disk = RawOnlyDisk.bound(self._value_tree(), self.max_entry_bytes)
-        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=disk,
+        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=RawOnlyDisk,
                           size_limit=self.max_bytes, eviction_policy="least-recently-used",
                           cull_limit=10, statistics=False)
-
-    def _value_tree(self) -> Tree:
-        return Tree(self.directory / ENTRIES_DIR, self.tree.owners)
 
     def _reader(self) -> sqlite3.Connection:
         con = getattr(self._readers, "con", None)
@@ -264,7 +259,7 @@ class DiskTier:
     def clear(self) -> int:
         """Remove every entry; value files first (see `delete`)."""
         count = len(self.records())
-        for name in self._value_files():
+        for name in value_files(self.tree):
             with contextlib.suppress(OSError):
                 self.tree.unlink(ENTRIES_DIR, *name)
         self._write(lambda cache: cache._sql("DELETE FROM Cache"))
@@ -287,9 +282,6 @@ class DiskTier:
         self.tree.close()
 
     # Maintenance helpers for cachectl -------------------------------------------------------
-    def _value_files(self) -> Iterator[tuple[str, str, str]]:
-        return value_files(self.tree)
-
     def quarantined(self) -> list[dict[str, Any]]:
         return []  # a bad local entry is deleted at once (it is only ever this node's copy)
 
@@ -310,7 +302,7 @@ class DiskTier:
         referenced = {os.path.normpath(str(f)) for (f,) in self._query(
             "SELECT filename FROM Cache WHERE filename IS NOT NULL")}
         removed = []
-        for parts in self._value_files():
+        for parts in value_files(self.tree):
             if os.path.normpath("/".join(parts)) in referenced:
                 continue
             st = self.tree.lstat(ENTRIES_DIR, *parts)

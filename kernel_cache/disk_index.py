@@ -38,9 +38,6 @@ INDEX = "cache.db"
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
 
 
-DEFAULT_MAX_ENTRY_BYTES = 256 << 20
-
-
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
 
 
@@ -56,15 +53,9 @@ def value_parts(filename: object) -> tuple[str, str, str]:
 
 class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types
     """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
-    other way (pickle, text) was not written by kernel-cache and is never deserialized."""
-
-    _tree: Tree | None = None  # set by `bound` (diskcache instantiates the class itself)
-    _max_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-
-    @classmethod
-    def bound(cls, tree: Tree, max_bytes: int) -> type:
-        """A subclass that reads value files through `tree`, at most `max_bytes` each."""
-        return type("RawOnlyDiskFor", (cls,), {"_tree": tree, "_max_bytes": max_bytes})
+    other way (pickle, text) was not written by kernel-cache and is never deserialized. Entry bytes
+    kept in value files are read by DiskTier through safefs, never through diskcache: here only
+    inline raw values (the stats counters) are fetched."""
 
     def get(self, key: Any, raw: bool) -> Any:
         return super().get(key, raw) if raw else _NOT_RAW_KEY
@@ -77,12 +68,8 @@ class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no t
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode == diskcache.core.MODE_RAW:
             return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        if mode == diskcache.core.MODE_BINARY and not read and self._tree is not None:
-            found = self._tree.read(*value_parts(filename), max_bytes=self._max_bytes)
-            if found is None:
-                raise FileNotFoundError(filename)
-            return found[0]
-        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
+        raise CorruptEntry("not an inline raw value: value files are read through DiskTier, pickle and "
+                           "text rows never")
 
 
 def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
@@ -139,7 +126,7 @@ def check_tree(tree: Tree) -> None:
             pass
     for sub in (ENTRIES_DIR, STATS_DIR):
         for name in INDEX_FILES:
-            st = tree.lstat(sub, name) if tree.lstat(sub) is not None else None
+            st = tree.lstat(sub, name)  # None as well when `sub` itself is missing
             if st is None:
                 continue
             if not stat.S_ISREG(st.st_mode):

@@ -15,7 +15,6 @@ import diskcache
 from . import entry as entry_format
 from .disk import DiskTier
 from .disk_index import (
-    DEFAULT_MAX_ENTRY_BYTES,
     ENTRIES_DIR,
     INDEX,
     INDEX_FILES,
@@ -23,7 +22,7 @@ from .disk_index import (
     open_tree,
     value_files,
 )
-from .entry import CorruptEntry, Entry, check_key, is_key
+from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from .errors import TierReadOnly
 from .safefs import Owners
 from .tier import no_lock

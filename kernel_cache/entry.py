@@ -42,6 +42,9 @@ _FIELDS = struct.Struct("<8sHHIIQ")  # the header without its checksum
 _BLOB_NAME = struct.Struct("<H")
 _BLOB_SIZE = struct.Struct("<Q")
 MAX_BLOBS = 64
+# Largest entry a reader accepts unless configured otherwise (KERNEL_CACHE_MAX_ENTRY_BYTES): real
+# entries are KiB to a few MiB; a hostile file larger than this is refused unread.
+DEFAULT_MAX_ENTRY_BYTES = 256 << 20
 MAX_META_DEPTH = 32  # our metadata nests 3 levels; deeper JSON is hostile (RecursionError bait)
 KEY_LENGTH = 32  # xxh3-128 as lower-case hex
 _KEY = re.compile(r"[0-9a-f]{32}")

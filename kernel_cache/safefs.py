@@ -29,6 +29,7 @@ import os
 import pwd
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -118,9 +119,6 @@ class Owners:
         return me + (f" and group {_group(self.gid)}" if self.gid is not None else "")
 
 
-ANY_OWNER: Owners | None = None  # pass as `owners` to check shape only (signed content, no owner rule)
-
-
 def check_name(name: str) -> str:
     """One path component we created or listed: no separators, no '.'/'..', no NUL."""
     if not name or name in (".", "..") or "/" in name or "\0" in name:
@@ -152,6 +150,7 @@ class Tree:
             raise
         self._fd = fd
         self._top = {}  # first-level name -> kept descriptor (dup'd, checked when first opened)
+        self._top_lock = threading.Lock()  # no thread dups a kept descriptor another is closing
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
@@ -172,8 +171,9 @@ class Tree:
         except BaseException:
             os.close(fd)
             raise
-        old, self._fd = self._fd, fd
-        kept, self._top = self._top, {}
+        with self._top_lock:
+            old, self._fd = self._fd, fd
+            kept, self._top = self._top, {}
         for f in [old, *kept.values()]:
             with contextlib.suppress(OSError):
                 os.close(f)
@@ -203,13 +203,12 @@ class Tree:
         once: `entries/` is opened on every hit); creation always walks from the root, so writes
         land in the live tree even if a level was replaced meanwhile."""
         start = 0
-        fd = -1
-        if parts and not create:
-            top = self._top.get(parts[0])
+        with self._top_lock:
+            top = self._top.get(parts[0]) if parts and not create else None
             if top is not None:
                 fd, start = os.dup(top), 1
-        if fd < 0:
-            fd = os.dup(self._fd)
+            else:
+                fd = os.dup(self._fd)
         try:
             for i in range(start, len(parts)):
                 name = check_name(parts[i])
@@ -226,8 +225,10 @@ class Tree:
                 os.close(fd)
                 fd = child
                 self._check(os.fstat(fd), parts[:i + 1])
-                if i == 0 and not create and parts[0] not in self._top:
-                    self._top.setdefault(parts[0], os.dup(fd))
+                if i == 0 and not create:
+                    with self._top_lock:
+                        if parts[0] not in self._top:
+                            self._top[parts[0]] = os.dup(fd)
             return fd
         except BaseException:
             os.close(fd)
@@ -236,16 +237,18 @@ class Tree:
     def _forget_if_gone(self, first: str) -> bool:
         """After a miss through a kept first-level descriptor: drop it if that directory was
         deleted (an operator's rm -rf); True when the caller should look again."""
-        top = self._top.get(first)
-        if top is None:
-            return False
-        try:
-            gone = os.fstat(top).st_nlink == 0
-        except OSError:
-            gone = True
-        if gone and self._top.pop(first, None) is not None:
-            with contextlib.suppress(OSError):
-                os.close(top)
+        with self._top_lock:
+            top = self._top.get(first)
+            if top is None:
+                return False
+            try:
+                gone = os.fstat(top).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                del self._top[first]
+                with contextlib.suppress(OSError):
+                    os.close(top)
         return gone
 
     def _refusal(self, exc: OSError, parts: tuple[str, ...], expected: str) -> OSError:
@@ -287,12 +290,10 @@ class Tree:
                 dfd = self._open_dir(parts[:-1])
                 try:
                     return read_at(dfd, parts[-1], max_bytes, self.owners, "", head)
+                except UnsafeFile as exc:  # read_at names only the file: name the whole path
+                    raise UnsafeFile(self._where(parts), exc.reason, exc.owner) from None
                 finally:
                     os.close(dfd)
-            except UnsafeFile as exc:
-                if exc.path != repr(parts[-1]) and os.sep not in exc.path:  # name the whole path
-                    raise UnsafeFile(self._where(parts), exc.reason, exc.owner) from None
-                raise
             except FileNotFoundError:
                 if attempt == 2 or len(parts) < 2 or not self._forget_if_gone(parts[0]):
                     return None

@@ -35,7 +35,7 @@ from typing import Any
 
 from . import entry as entry_format
 from . import locks, publish
-from .entry import CorruptEntry, Entry, check_key, is_key
+from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from .errors import RejectedEntry, TierUnavailable, TierUntrusted
 from .safefs import Owners, Tree, UnsafeFile
 from .warnings_once import info_once, warn_once
@@ -48,7 +48,6 @@ TOUCH_INTERVAL = 3600.0  # refresh an entry's recency at most hourly: no write s
 _READ_ONLY_ERRNOS = (errno.EROFS,)
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
 _FANOUT_CHARS = set("0123456789abcdef")
-DEFAULT_MAX_ENTRY_BYTES = 256 << 20
 # raw entry bytes -> why they are not acceptable (unsigned, another key...), or None
 Authenticate = Callable[[bytes], "str | None"]
 

@@ -26,7 +26,7 @@ from .safefs import Owners
 from .shared import SharedTier
 from .signing import Signer
 from .stats import Stats
-from .summary import EntrySummary
+from .summary import compile_seconds
 from .tier import Tier
 from .warnings_once import info_once, warn_once
 
@@ -156,7 +156,7 @@ class Store:
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
              start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
         entry, tier = found
-        self.stats.hit(tier, key, EntrySummary.from_meta(entry.meta).compile_seconds)
+        self.stats.hit(tier, key, compile_seconds(entry.meta))
         lookup_log.lookup(key, label, tier, start)
         return entry.meta, entry.blobs
 

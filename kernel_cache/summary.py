@@ -35,10 +35,16 @@ class EntrySummary:
         toolchain = meta.get(META_TOOLCHAIN)
         target, recipe = meta.get(META_TARGET), meta.get(META_RECIPE)
         return cls(kernel=str(meta.get(META_NAME, "?")), arch=str(meta.get(META_ARCH, "?")),
-                   created=_number(meta.get(META_CREATED)), compile_seconds=_number(meta.get(META_COMPILE_SECONDS)) or 0.0,
+                   created=_number(meta.get(META_CREATED)), compile_seconds=compile_seconds(meta),
                    toolchain=str(toolchain.get("summary", "")) if isinstance(toolchain, dict) else "",
                    target=target if isinstance(target, dict) else None,
                    recipe=recipe if isinstance(recipe, dict) and recipe else None)
+
+
+def compile_seconds(meta: dict[str, Any]) -> float:
+    """What building the entry cost (0 when unknown): the one field every hit reads, without the
+    rest of the summary."""
+    return _number(meta.get(META_COMPILE_SECONDS)) or 0.0
 
 
 def _number(value: Any) -> float | None:

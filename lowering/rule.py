@@ -12,7 +12,7 @@ import numpy as np
 from jax.interpreters import mlir
 
 from . import custom_call, devices, kernels
-from .configs import named_args, normalize_grid, per_config, resolve_configs, runtime_param_names
+from .configs import named_args, normalize_grid, per_config, resolve_configs
 from .primitive import triton_kernel_call_p
 from .target_arch import resolve_target
 
@@ -36,6 +36,7 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
     named = named_args(kernel, _runtime_values(ctx.avals_in, scalars, ctx.avals_out), metaparams)
+    runtime_names = list(named)  # the bound parameters, in the kernel's order (before any prune function sees them)
     fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,
                                   num_ctas=num_ctas)
     args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in ctx.avals_out])
@@ -54,8 +55,7 @@ def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid,
             description=config.description, bound=frozenset(config.constexprs)))
 
     in_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_in]
-    runtime_names = runtime_param_names(kernel, metaparams)
-    scalar_desc = str({runtime_names[p] if p < len(runtime_names) else p: v for p, v in scalars})
+    scalar_desc = str({runtime_names[p]: v for p, v in scalars})
     payload = custom_call.serialized_call(
         platform, calls, args, name=name, kernel_name=fn.__name__, scalar_desc=scalar_desc,
         compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
