@@ -26,10 +26,10 @@ def _runtime_values(in_avals, scalars, out_avals) -> list:
 
 
 def _lower(platform: str, ctx, *operands, **params):
-    return _lower_call(platform, ctx, *operands, **params)
+    return lower_call(platform, ctx, *operands, **params)
 
 
-def _lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
+def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
            num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
            zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target=""):
     devices.check_lowering_context(ctx)
