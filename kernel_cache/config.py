@@ -132,6 +132,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_XLA", "xla", parse_flag, "`0`",
             "`1` also keeps JAX's compiled XLA executables, in `xla/` under `KERNEL_CACHE_DIR` (JAX's persistent "
             "compilation cache, small programs included); node-local: see [Shared cache](#shared-cache-for-clusters)"),
+    Setting("KERNEL_CACHE_WINNERS", "winners", parse_flag, "`1`",
+            "`0` (or `false`, `no`, `off`) ignores persisted autotune winners (`cachectl tune`): autotuned calls are "
+            "lowered with all their configs and jaxlib autotunes them at first launch"),
+    Setting("KERNEL_CACHE_GPU_MODEL", "gpu_model", _text, "the device's",
+            "the GPU model (JAX's `device_kind`, e.g. `NVIDIA H100 80GB HBM3`) whose tuned winners lowering uses; "
+            "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
 )
@@ -161,6 +167,8 @@ class Config:
     target_arch: str | None = None  # None: the visible device's
     module_image: bool = True
     xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
+    winners: bool = True  # lower autotuned calls as their persisted winner when one is stored
+    gpu_model: str | None = None  # None: the visible device's (for persisted autotune winners)
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import entry as entry_format
+from . import winners
 from .entry import CorruptEntry
 from .summary import EntrySummary
 from .tier import Tier
@@ -41,6 +42,8 @@ class EntryInfo:
     has_recipe: bool = False
     stale: bool | None = None  # None: not checked, or the target's toolchain is not installed
     error: str = ""  # non-empty: the metadata could not be read
+    kind: str = ""  # "triton-kernel", "autotune-winner" (what the entry's metadata says it is)
+    winner: dict[str, Any] | None = None  # an autotune winner's summary (kernels: None)
     meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +118,8 @@ def scan(tier: Tier, hits_of: Callable[[str], int] | None = None) -> list[EntryI
             info.kernel, info.arch, info.toolchain = summary.kernel, summary.arch, summary.toolchain
             info.created = summary.created if summary.created is not None else info.created
             info.compile_seconds, info.has_recipe = summary.compile_seconds, summary.recipe is not None
+            info.kind = str(meta.get("kind", ""))
+            info.winner = winners.summary(meta)
         if hits_of is not None:
             info.hits = hits_of(key)
         infos.append(info)
@@ -202,7 +207,8 @@ class BadEntry:
 
 
 def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
-    """Decode every entry (format, checksum, key); returns (entries checked, bad entries)."""
+    """Decode every entry (format, checksum, key; an autotune winner's record and key too);
+    returns (entries checked, bad entries)."""
     checked, bad = 0, []
     for rec in tier.records():
         key = rec["key"]
@@ -212,7 +218,9 @@ def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
             if raw is None:  # removed since records() was read
                 checked -= 1
                 continue
-            entry_format.decode(raw, expected_key=key)
+            entry = entry_format.decode(raw, expected_key=key)
+            if winners.is_winner(entry.meta) and (reason := winners.problem(entry)) is not None:
+                raise CorruptEntry(reason)
         except CorruptEntry as exc:
             item = BadEntry(key=key, tier=tier.name, reason=str(exc))
             if repair:

@@ -92,6 +92,35 @@ def programs(**call):
     return out
 
 
+def inplace_tuned_add(x, y, **call):
+    """x += y in place (out aliases x) through the 2-config autotuned add."""
+    return jt.triton_call(x, y, x.size, kernel=tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          input_output_aliases={0: 0}, grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), **call)
+
+
+def launch_bound_chain(x, y, *, steps=64, **call):
+    """A chain of `steps` tiny autotuned adds (x + steps * y): its step time is kernel launches."""
+    for _ in range(steps):
+        x = jt.triton_call(x, y, x.size, kernel=tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), **call)
+    return x
+
+
+def tune_programs():
+    """What `cachectl tune lowering.examples:tune_programs` times on a GPU: the autotuned matmul of
+    the program set and the in-place autotuned add (its input donated), on real inputs."""
+    mat = jax.ShapeDtypeStruct((1024, 1024), jnp.float16)
+    vec = jax.ShapeDtypeStruct((1 << 16,), jnp.float32)
+    return [("matmul[autotuned x6]", matmul_program, random_inputs((mat, mat))),
+            ("tuned_add[in place]", jax.jit(inplace_tuned_add, donate_argnums=0), random_inputs((vec, vec), seed=3))]
+
+
+def launch_bound_programs():
+    """The launch-bound chain (64 tiny autotuned adds on 4096 floats) for `cachectl tune`."""
+    vec = jax.ShapeDtypeStruct((4096,), jnp.float32)
+    return [("launch_bound_chain", launch_bound_chain, random_inputs((vec, vec)))]
+
+
 def references():
     """label -> jnp reference of the same computation (for numerics checks on a GPU)."""
     def ln_ref(x, w, b):

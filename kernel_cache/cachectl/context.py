@@ -18,7 +18,7 @@ from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 JSON_SCHEMA = 1  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning
-WRITING_COMMANDS = ("prune", "clear", "import", "prewarm")
+WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
 
 
 class CliError(Exception):

@@ -14,6 +14,7 @@ from ..config import XLA_SUBDIR, sources
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..summary import EntrySummary
 from ..tier import Tier
+from . import winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
 
@@ -51,7 +52,7 @@ def cmd_list(ctx: Context, args: Any) -> int:
     header += ["STALE"] if check_stale else []
     rows = [] if ctx.quiet else [header]  # -q: the rows alone, for scripts
     for i in infos:
-        row = [i.key if ctx.verbose else i.key[:12], i.kernel if not i.error else f"<corrupt: {i.error}>",
+        row = [i.key if ctx.verbose else i.key[:12], winners_view.kernel_label(i) if not i.error else f"<corrupt: {i.error}>",
                i.arch, human_size(i.size_bytes), human_time(i.created), human_time(i.last_used), str(i.hits)]
         row += [i.tier] if show_tier else []
         row += [{True: "yes", False: "no", None: "?"}[i.stale]] if check_stale else []
@@ -60,6 +61,8 @@ def cmd_list(ctx: Context, args: Any) -> int:
         print("\n".join(table(rows, right={3, 6})))
     if not ctx.quiet:
         print(f"{len(infos)} entries, {human_size(sum(i.size_bytes for i in infos))}")
+        for line in winners_view.list_block(infos, ctx.verbose):
+            print(line)
     return EXIT_OK
 
 
@@ -90,7 +93,11 @@ def cmd_show(ctx: Context, args: Any) -> int:
     blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
     if ctx.json:
         ctx.emit_json({"key": entry.key, "tier": info.tier, "size_bytes": info.size_bytes, "hits": hits,
-                       "last_used": info.last_used, "blobs": blobs, "meta": entry.meta})
+                       "last_used": info.last_used, "blobs": blobs, "meta": entry.meta, "kind": info.kind,
+                       "winner": info.winner})
+        return EXIT_OK
+    if info.winner is not None or info.kind == "autotune-winner":
+        winners_view.show(entry, info, hits)
         return EXIT_OK
     meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
     print(f"key          {entry.key}  ({info.tier})")

@@ -63,6 +63,23 @@ def _arch_list(text: str) -> list[str]:
     return arches
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def _jobs(text: str) -> int:
     try:
         value = int(text)
@@ -146,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "with none given no recipe is rebuilt")
     p.add_argument("-j", "--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: CPU count)")
+
+    p = command("tune", "tune.cmd_tune",
+                "on this GPU, time every config of each autotuned call of a program and keep the fastest")
+    p.add_argument("program", metavar="MODULE:FUNCTION",
+                   help="a function returning programs with real arguments: [(fn, args), ...]")
+    p.add_argument("--reps", type=_positive, default=20, metavar="N", help="timed runs per config (default 20)")
+    p.add_argument("--warmup", type=_count, default=3, metavar="N", help="untimed runs first (default 3)")
 
     p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
     p.add_argument("file", type=Path)

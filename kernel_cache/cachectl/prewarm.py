@@ -29,7 +29,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             # slowest first: the workers finish together instead of waiting on one long compile
             found = [recipe for i in sorted(infos, key=lambda i: (-i.compile_seconds, i.key))
                      if selection.matches(i, time.time()) and (recipe := EntrySummary.from_meta(i.meta).recipe)]
-            no_recipe = sum(1 for i in infos if not i.error and not i.has_recipe)
+            no_recipe = sum(1 for i in infos if not i.error and not i.has_recipe and i.winner is None)
             if not found:
                 ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                         "or prewarm MODULE:FUNCTION)")

@@ -78,7 +78,7 @@ def lower_program(path: str, arch: str, config: Config) -> list[Outcome]:
     for index, item in enumerate(programs or ()):
         label, item_start = f"{path}[{index}]", time.perf_counter()
         try:
-            label, f, args, kw = _program_item(item, label)
+            label, f, args, kw = program_item(item, label)
             jax.jit(f).trace(*args, **kw).lower(lowering_platforms=("cuda",))
         except Exception as exc:  # one bad program must not stop the others
             failures.append(Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
@@ -87,7 +87,7 @@ def lower_program(path: str, arch: str, config: Config) -> list[Outcome]:
     return _new_entries(store, before, arch) + failures
 
 
-def _program_item(item: Any, default_label: str) -> tuple[str, Any, tuple, dict]:
+def program_item(item: Any, default_label: str) -> tuple[str, Any, tuple, dict]:
     """(label, fn, args, kwargs) from (fn, args), (fn, args, kwargs) or (label, fn, args)."""
     item = tuple(item)
     if item and isinstance(item[0], str):

@@ -1,0 +1,52 @@
+"""How list and show present persisted autotune winners (`cachectl tune`)."""
+
+from __future__ import annotations
+
+from ..entry import Entry
+from ..maintenance import EntryInfo
+from ..winners import Winner
+from .render import human_size, human_time, table
+
+
+def kernel_label(info: EntryInfo) -> str:
+    """The KERNEL column: a winner reads `matmul_kernel [winner]`."""
+    return f"{info.kernel} [winner]" if info.winner is not None else info.kernel
+
+
+def list_block(infos: list[EntryInfo], verbose: bool) -> list[str]:
+    """After list's table: one line per winner (kernel, GPU model, key values, winning config, time)."""
+    rows = [i for i in infos if i.winner is not None]
+    if not rows:
+        return []
+    lines = ["", "autotune winners (cachectl tune):"]
+    for info in rows:
+        w = info.winner or {}
+        lines.append(f"  {info.key if verbose else info.key[:12]}  {info.kernel} on {w['device']} [{w['key_values']}]: "
+                     f"{w['config']}  {_ms(w['seconds'])} (slowest of {w['configs']}: {_ms(w['slowest_seconds'])})")
+    return lines
+
+
+def show(entry: Entry, info: EntryInfo, hits: int) -> None:
+    """`cachectl show KEY` of a winner: what it is for, which config won, every config's time."""
+    try:
+        record = Winner.from_meta(entry.meta)
+    except ValueError as exc:
+        print(f"key          {entry.key}  ({info.tier})")
+        print(f"winner       unreadable: {exc} (run 'cachectl verify --repair')")
+        return
+    print(f"key          {entry.key}  ({info.tier})")
+    print(f"winner of    {record.kernel} (autotuned, {len(record.configs)} configs)")
+    print(f"gpu          {record.device}  arch {record.arch}")
+    print(f"key values   {record.key_text}")
+    print(f"toolchain    {record.toolchain or '?'}")
+    print(f"tuned        {human_time(record.tuned_at)} on {record.label or '?'}, median of {record.reps} runs each")
+    print(f"last used    {human_time(info.last_used)}   hits {hits}   size {human_size(info.size_bytes)}")
+    rows = [["", "MEDIAN", "CONFIG", "KERNEL KEY"]]
+    for n, c in enumerate(record.configs):
+        rows.append(["->" if n == record.winner else "", _ms(c.seconds) if c.seconds is not None else "failed",
+                     c.description + (f"  ({c.error})" if c.error else ""), c.key[:12]])
+    print("\n".join(table(rows, right={1})))
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"

@@ -1,0 +1,163 @@
+"""Persisted autotune winners at lowering time: an autotuned call whose winner is in the store is
+lowered as one plain call of the winning config (the FFI target where registered: CUDA-graph
+capturable, no autotuning at first launch). No winner, or one naming none of the current configs:
+the call stays autotuned, as before.
+
+The winner key (see `kernel_cache.winners`) is computed from the content keys of the configs'
+kernels, the autotune-key values and the GPU model; store lookups are memoized per process and
+store, so a warm process pays one dictionary lookup per call after the first.
+
+`tuning()` is how `lowering.tune` drives the lowering: it records the autotuned call sites of a
+program, and forces chosen configs per site while timing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from triton.runtime.autotuner import Autotuner, Heuristics
+
+import compiler
+import kernel_cache
+from compiler import KernelSpec
+from kernel_cache import winners as records
+
+from .configs import LaunchConfig
+
+
+@dataclass(frozen=True)
+class Site:
+    """One autotuned call site, as lowering saw it."""
+
+    key: str  # the winner key
+    kernel: str
+    config_keys: tuple[str, ...]
+    descriptions: tuple[str, ...]
+    key_values: Any  # canonical
+    key_text: str
+    spec: KernelSpec  # the first config's (target, toolchain)
+    device: str
+
+
+_memo: dict[str, str | None] = {}  # winner key -> the winning config's content key (None: no winner)
+_memo_store: list[Any] = [None]  # the store the memo belongs to
+_forced: list[Mapping[str, str] | None] = [None]  # while tuning: winner key -> config key to lower
+_recorder: list[list[Site] | None] = [None]  # while tuning: where the sites of a lowering go
+
+
+def choose(platform: str, kernel: Any, specs: Sequence[KernelSpec], configs: Sequence[LaunchConfig],
+           named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
+           avals_out: Sequence[Any]) -> int | None:
+    """The index of the config to lower alone, or None to lower the call autotuned."""
+    forced, recorder = _forced[0], _recorder[0]
+    if len(specs) < 2 or (forced is None and recorder is None and not kernel_cache.current_config().winners):
+        return None
+    device = gpu_model(platform)
+    if device is None:
+        return None  # cross-lowering with no GPU model named: nothing to look a winner up by
+    config_keys = [compiler.content_key(spec) for spec in specs]
+    values, text = key_values(kernel, named, metaparams, avals_in, avals_out)
+    key = records.winner_key(config_keys, values, device)
+    if recorder is not None:
+        recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in configs),
+                             values, text, specs[0], device))
+    chosen = forced.get(key) if forced is not None else _stored_winner(key)
+    return config_keys.index(chosen) if chosen in config_keys else None
+
+
+def _stored_winner(key: str) -> str | None:
+    store = kernel_cache.default_store()
+    if _memo_store[0] is not store:
+        _memo.clear()
+        _memo_store[0] = store
+    if key in _memo:
+        return _memo[key]
+    found = store.get(key)
+    chosen = None
+    if found is not None and records.problem(found[0]) is None:
+        chosen = records.Winner.from_meta(found[0].meta).best.key
+    _memo[key] = chosen
+    return chosen
+
+
+def remember(record: records.Winner) -> None:
+    """After storing a winner in this process: later lowerings use it without a store read."""
+    if _memo_store[0] is kernel_cache.default_store():
+        _memo[record.key] = record.best.key
+
+
+@contextlib.contextmanager
+def tuning(forced: Mapping[str, str] | None = None, record: list[Site] | None = None) -> Iterator[None]:
+    """While inside: lower each autotuned site whose winner key `forced` names as that config alone
+    (every other site autotuned, stored winners ignored), and append every site seen to `record`."""
+    saved = _forced[0], _recorder[0]
+    _forced[0], _recorder[0] = dict(forced or {}), record
+    try:
+        yield
+    finally:
+        _forced[0], _recorder[0] = saved
+
+
+def gpu_model(platform: str) -> str | None:
+    """The GPU model winners are looked up for: the configured one, else the visible device's."""
+    configured = kernel_cache.current_config().gpu_model
+    return configured if configured else _device_kind(platform)
+
+
+@functools.cache
+def _device_kind(platform: str) -> str | None:
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        return None
+    return str(devices[0].device_kind) if devices else None
+
+
+def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
+               avals_out: Sequence[Any]) -> tuple[Any, str]:
+    """(canonical key values, text): the values of the autotuner's `key` arguments, as Triton keys
+    its cache (arrays by shape and dtype), plus the shapes and dtypes of every operand: a winner is
+    tuned for one problem size even when the kernel's key leaves a size out."""
+    names = _tuner_keys(kernel)
+    available = {**metaparams, **named}
+    chosen = [(n, _value(available[n])) for n in names if n in available]
+    operands = [_value(a) for a in avals_in], [_value(a) for a in avals_out]
+    values = records.canonical({"key": [[n, v] for n, v in chosen], "in": operands[0], "out": operands[1]})
+    text = ", ".join(f"{n}={_show(v)}" for n, v in chosen)
+    text += ("; " if text else "") + ", ".join(map(_show, operands[0])) + " -> " + ", ".join(map(_show, operands[1]))
+    return values, text
+
+
+def _tuner_keys(kernel: Any) -> list[str]:
+    names: list[str] = []
+    while isinstance(kernel, (Autotuner, Heuristics)):
+        if isinstance(kernel, Autotuner):
+            names += [k for k in (getattr(kernel, "keys", None) or []) if k not in names]
+        kernel = kernel.fn
+    return names
+
+
+def _value(value: Any) -> Any:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # an aval
+        return ["array", [int(d) for d in value.shape], np.dtype(value.dtype).name]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return repr(value)
+
+
+_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int32": "i32", "int64": "i64"}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 3 and value[0] == "array":
+        return f"{_SHORT.get(value[2], value[2])}[{','.join(map(str, value[1]))}]"
+    return str(value)
