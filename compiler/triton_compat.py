@@ -83,7 +83,8 @@ def make_backend(target: Target) -> Any:
     return backend_class(target.backend)(gpu_target(target))
 
 
-def _int_type(value: int) -> str:
+def int_type(value: int) -> str:
+    """The Triton type an unannotated Python int argument gets."""
     if -(2**31) <= value < 2**31:
         return "i32"
     if -(2**63) <= value < 2**63:
@@ -110,7 +111,7 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
     if isinstance(value, int):
         if specialize and value == 1:
             return "constexpr", 1
-        return _int_type(value), (("D" if align and value % 16 == 0 else "") if specialize else None)
+        return int_type(value), (("D" if align and value % 16 == 0 else "") if specialize else None)
     if isinstance(value, float):
         return "fp32", None
     raise TypeError(f"cannot specialize a {type(value).__name__} argument")

@@ -23,11 +23,12 @@ import threading
 
 from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
+from .interception import InterceptError, intercept
 from .store import Store
 from .warnings_once import KernelCacheWarning, info_once
 
-__all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "KernelCacheWarning", "Store", "configure",
-           "current_config", "default_store", "parse_duration", "parse_size"]
+__all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheWarning", "Store",
+           "configure", "current_config", "default_store", "intercept", "parse_duration", "parse_size"]
 
 _default: Store | None = None
 _guard = threading.Lock()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .entry import DEFAULT_MAX_ENTRY_BYTES
+from .interception import InterceptError, parse_clients
 from .safefs import resolve_group
 from .signing import Signer, SigningKeyError, load_key_file
 
@@ -132,6 +133,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_XLA", "xla", parse_flag, "`0`",
             "`1` also keeps JAX's compiled XLA executables, in `xla/` under `KERNEL_CACHE_DIR` (JAX's persistent "
             "compilation cache, small programs included); node-local: see [Shared cache](#shared-cache-for-clusters)"),
+    Setting("KERNEL_CACHE_INTERCEPT", "intercept", lambda t, w: _clients(t, w), "unset",
+            "`jax_triton`, `ejkernel`, `transformer_engine` (comma-separated) or `all`: those libraries' own "
+            "`triton_call`s are served from the store, their code unchanged (see "
+            "[Already using jax-triton, ejKernel or TE?](#already-using-jax-triton-ejkernel-or-te))"),
     Setting("KERNEL_CACHE_WINNERS", "winners", parse_flag, "`1`",
             "`0` (or `false`, `no`, `off`) ignores persisted autotune winners (`cachectl tune`): autotuned calls are "
             "lowered with all their configs and jaxlib autotunes them at first launch"),
@@ -141,6 +146,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
 )
+
+
+def _clients(text: str, what: str) -> tuple[str, ...]:
+    try:
+        return parse_clients(text, what)
+    except InterceptError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _key_file(text: str) -> bytes:
@@ -169,6 +181,7 @@ class Config:
     xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
     winners: bool = True  # lower autotuned calls as their persisted winner when one is stored
     gpu_model: str | None = None  # None: the visible device's (for persisted autotune winners)
+    intercept: tuple[str, ...] = ()  # client libraries whose Triton calls the store serves
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES

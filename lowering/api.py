@@ -43,7 +43,7 @@ def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple:
     return items
 
 
-def _grid_param(grid: Any) -> Any:
+def grid_param(grid: Any) -> Any:
     if callable(grid):
         return grid
     if isinstance(grid, (list, tuple)):
@@ -51,7 +51,7 @@ def _grid_param(grid: Any) -> Any:
     return int(grid)
 
 
-def _zeroed_param(zeroed: Any) -> Any:
+def zeroed_param(zeroed: Any) -> Any:
     return zeroed if callable(zeroed) else tuple(int(i) for i in zeroed)
 
 
@@ -125,10 +125,10 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                             f"compile-time constants)")
     out_flat = triton_kernel_call_p.bind(
         *arrays, kernel=kernel, scalars=tuple(scalars),
-        out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=_grid_param(grid),
+        out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=grid_param(grid),
         name=name, **launch, compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
         backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
-        zeroed_outputs=_zeroed_param(zeroed_outputs), debug=debug,
+        zeroed_outputs=zeroed_param(zeroed_outputs), debug=debug,
         serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"),
         has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "")
     return tree_util.tree_unflatten(out_tree, out_flat)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Shared set-up for test.sh and demo.sh: a .venv with kernel-cache, its test extra, and
+# Shared set-up for test.sh and demo.sh: a .venv with kernel-cache, its test and clients extras
+# (jax-triton, ejKernel: the libraries KERNEL_CACHE_INTERCEPT serves), and
 # jax-cuda13-plugin at exactly jaxlib's version (installed --no-deps: 7.5 MB, enough to
 # cross-lower for cuda on a CPU-only host). Where `nvidia-smi -L` lists a GPU, also jax's CUDA
 # runtime (`jax[cuda13]` at jax's version, several GB of NVIDIA wheels) so the GPU tests run;
@@ -17,11 +18,11 @@ GPU=0
 if [ "${KERNEL_CACHE_NO_GPU_DEPS:-0}" != "1" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   GPU=1
 fi
-WANT="$( (cat "$ROOT/pyproject.toml" "$ROOT/scripts/constraints.txt" "$ROOT/scripts/setup_env.sh"; echo "gpu=$GPU") | sha256sum | cut -c1-16)"
+WANT="$( (cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/kernel_cache_intercept.pth" "$ROOT/scripts/constraints.txt" "$ROOT/scripts/setup_env.sh"; echo "gpu=$GPU") | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "setup: installing kernel-cache and test dependencies into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test]"
+  "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test,clients]"
   JAXLIB_VERSION="$("$VENV/bin/python" -c 'import jaxlib.version as v; print(v.__version__)')"
   "$VENV/bin/python" -m pip install -q --no-deps "jax-cuda13-plugin==$JAXLIB_VERSION"
   if [ "$GPU" = "1" ]; then

@@ -1,0 +1,114 @@
+"""Clients with their own jax-triton-style `triton_kernel_call` primitive (jax-triton 0.3, ejKernel).
+
+Their `triton_call` binds their primitive; we register a lowering rule for it that reads its
+parameters and lowers through `rule.lower_call`, as `lowering.triton_call` does. Every binding of
+their `triton_call`, made before or after, reaches that rule. Scalars keep the Triton type the
+client gave them (jax-triton types Python floats as fp64), so the kernels are the client's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from jax.interpreters import mlir
+
+import compiler
+
+from .. import jaxlib_compat as compat
+from .. import rule
+from ..api import grid_param, zeroed_param
+from .served import UnsupportedCall, check_parameters, check_version, fall_back, served
+
+# The parameters both clients' lowering rules name (everything else is a metaparameter).
+COMMON_PARAMS = frozenset({
+    "fn", "scalar_args", "name", "custom_call_target_name", "out_shapes", "grid", "num_warps", "num_stages",
+    "num_ctas", "compute_capability", "enable_fp_fusion", "input_output_aliases", "zeroed_outputs", "debug",
+    "serialized_metadata"})
+_TARGETS = {compat.LEGACY_TARGET: "", compat.FFI_TARGET: compat.FFI_TARGET}
+_BACKENDS = (("cuda", "get_cuda_backend"), ("rocm", "get_hip_backend"))
+
+
+@dataclass(frozen=True)
+class PrimitiveClient:
+    name: str  # as KERNEL_CACHE_INTERCEPT spells it
+    distribution: str  # the pip package, for its version
+    lowest: tuple[int, ...]  # versions known to work: [lowest, below)
+    below: tuple[int, ...]
+    params: frozenset  # the keyword parameters of its lowering rule (besides **metaparams)
+
+
+def install(client: PrimitiveClient, module: ModuleType) -> None:
+    """Replace `module`'s primitive lowering rules (cuda, rocm) with ours; theirs is the fallback."""
+    check_version(client.name, client.distribution, client.lowest, client.below)
+    primitive, lowering = module.triton_kernel_call_p, module.triton_kernel_call_lowering
+    signature = inspect.signature(lowering).parameters.values()
+    keywords = {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
+    check_parameters(client.name, "triton_kernel_call lowering rule", keywords, set(client.params))
+    for platform, backend in _BACKENDS:
+        own = functools.partial(lowering, getattr(module, backend))
+        mlir.register_lowering(primitive, functools.partial(_lower, client, platform, own), platform=platform)
+
+
+def _lower(client: PrimitiveClient, platform: str, own: Any, ctx: Any, *operands: Any, **params: Any) -> Any:
+    def client_path() -> Any:
+        return own(ctx, *operands, **params)
+
+    try:
+        translated = translate(client, params)
+    except UnsupportedCall as exc:
+        return fall_back(client.name, str(exc), str(exc), client_path)
+    try:
+        out = rule.lower_call(platform, ctx, *operands, **translated)
+    except Exception as exc:  # ours failed where theirs may not: never fail the program for it
+        return fall_back(client.name, f"{type(exc).__name__}:{_kernel_name(params['fn'])}",
+                         f"lowering kernel '{_kernel_name(params['fn'])}' failed here: {type(exc).__name__}: {exc}",
+                         client_path)
+    served(client.name)
+    return out
+
+
+def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:
+    """The client's primitive parameters as `rule.lower_call` takes them."""
+    known = {k: v for k, v in params.items() if k in client.params}
+    metaparams = {k: v for k, v in params.items() if k not in client.params}
+    target = known["custom_call_target_name"]
+    if target not in _TARGETS:
+        raise UnsupportedCall(f"custom_call_target_name={target!r} is not a target kernel-cache emits")
+    return dict(
+        kernel=known["fn"],
+        scalars=tuple((int(i), client_scalar(dtype, value)) for i, dtype, value in known["scalar_args"]),
+        out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in known["out_shapes"]),
+        grid=grid_param(known["grid"]), name=known["name"], num_warps=known["num_warps"],
+        num_stages=known["num_stages"], num_ctas=known["num_ctas"] if known["num_ctas"] is not None else 1,
+        compute_capability=known["compute_capability"], enable_fp_fusion=known["enable_fp_fusion"],
+        backend_options=(), input_output_aliases=tuple(sorted((int(i), int(o)) for i, o in known["input_output_aliases"])),
+        zeroed_outputs=zeroed_param(known["zeroed_outputs"]), debug=bool(known["debug"]),
+        serialized_metadata=bytes(known["serialized_metadata"] or b""),
+        metaparams=tuple(sorted(metaparams.items())), has_side_effect=False,
+        # Their default is the legacy target; ours picks the CUDA-graph-capturable one for plain calls.
+        custom_call_target=_TARGETS[target])
+
+
+def client_scalar(dtype: str, value: Any) -> Any:
+    """A scalar as the client typed it: plain where Triton would type it the same (so ints are
+    specialized as Triton does), else a `compiler.Scalar` of the client's type (fp64 floats, u32)."""
+    if isinstance(value, bool) or dtype in ("B", "i1"):
+        return bool(value)
+    if isinstance(value, int) and dtype == compiler.triton_int_type(value):
+        return value
+    if isinstance(value, float) and dtype == "fp32":
+        return value
+    if dtype not in compiler.SCALAR_TYPES:
+        raise UnsupportedCall(f"a scalar argument of type {dtype!r}")
+    return compiler.Scalar(dtype, value)
+
+
+def _kernel_name(kernel: Any) -> str:
+    while not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return getattr(kernel, "__name__", type(kernel).__name__)

@@ -1,0 +1,91 @@
+"""TransformerEngine's JAX Triton extensions (experimental): `triton_call_lowering` served here.
+
+TE's primitives call `transformer_engine.jax.triton_extensions.utils.triton_call_lowering(ctx,
+kernel_fn, *array_args, grid=..., input_output_aliases=..., constexprs=..., [num_warps, num_stages,
+enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on every process
+(a dict keyed by md5, in memory only) and emits jaxlib's call. We replace that helper, in its module
+and wherever TE bound it by name, with one that lowers through `rule.lower_call`: `constexprs` are
+compile-time constants (TE puts scalar runtime arguments there too), the arrays are the kernel's
+other parameters in order, TE's defaults (read from the installed function's signature) apply.
+Gated on that signature, not on a version: transformer-engine-jax needs CUDA to build, so the
+adapter was built against TE's published code paths and tested with a stand-in module of the same
+signature. Differences from TE's own path: autotune configs that contradict a caller's constexpr are
+pruned (as jax-triton does) instead of compiled with the caller's value.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .. import rule
+from ..api import grid_param
+from .served import UnsupportedCall, UnsupportedClient, fall_back, served
+
+CLIENT = "transformer_engine"
+_REQUIRED = {"ctx", "kernel_fn", "array_args", "grid"}
+_OPTIONAL = {"input_output_aliases", "constexprs", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion"}
+_TE_DEFAULTS = {"num_warps": 32, "num_stages": 1, "num_ctas": 1, "enable_fp_fusion": False}  # TE's first release
+_PACKAGE = "transformer_engine."
+
+
+def install(module: ModuleType) -> None:
+    """Entry point `kernel_cache.clients:transformer_engine`; `module` is TE's triton_extensions.utils."""
+    own = module.triton_call_lowering
+    if getattr(own, "__kernel_cache_client__", None) == CLIENT:
+        return
+    parameters = inspect.signature(own).parameters
+    names = set(parameters)
+    if not _REQUIRED <= names or names - _REQUIRED - _OPTIONAL:
+        raise UnsupportedClient(f"TE's triton_call_lowering takes ({', '.join(parameters)}), not a signature "
+                                f"kernel-cache knows")
+    defaults = dict(_TE_DEFAULTS)
+    defaults.update({n: p.default for n, p in parameters.items() if p.default is not p.empty})
+    ours = functools.wraps(own)(functools.partial(_lower, own, defaults))
+    ours.__kernel_cache_client__ = CLIENT  # type: ignore[attr-defined]
+    for name, loaded in list(sys.modules.items()):  # modules that bound it by name before now
+        if loaded is not None and (name == module.__name__ or name.startswith(_PACKAGE)) \
+                and getattr(loaded, "triton_call_lowering", None) is own:
+            loaded.triton_call_lowering = ours
+
+
+def _lower(own: Any, defaults: dict[str, Any], ctx: Any, kernel_fn: Any, *array_args: Any, **kwargs: Any) -> Any:
+    def client_path() -> Any:
+        return own(ctx, kernel_fn, *array_args, **kwargs)
+
+    unknown = sorted(set(kwargs) - _OPTIONAL - {"grid"})
+    if unknown:
+        why = f"keyword {', '.join(unknown)} of triton_call_lowering is not one kernel-cache lowers"
+        return fall_back(CLIENT, why, why, client_path)
+    args = {**defaults, **kwargs}
+    try:
+        translated = _translate(ctx, kernel_fn, args)
+        out = rule.lower_call(ctx.module_context.platforms[0], ctx, *array_args, **translated)
+    except UnsupportedCall as exc:
+        return fall_back(CLIENT, str(exc), str(exc), client_path)
+    except Exception as exc:  # ours failed where TE's may not: never fail the program for it
+        name = getattr(getattr(kernel_fn, "fn", kernel_fn), "__name__", "?")
+        return fall_back(CLIENT, f"{type(exc).__name__}:{name}",
+                         f"lowering kernel '{name}' failed here: {type(exc).__name__}: {exc}", client_path)
+    served(CLIENT)
+    return out
+
+
+def _translate(ctx: Any, kernel_fn: Any, args: dict[str, Any]) -> dict[str, Any]:
+    if "grid" not in args:
+        raise UnsupportedCall("a call without grid=")
+    constexprs = dict(args.get("constexprs") or {})
+    aliases = args.get("input_output_aliases") or {}
+    name = getattr(getattr(kernel_fn, "fn", kernel_fn), "__name__", "")
+    return dict(
+        kernel=kernel_fn, scalars=(), out_avals=tuple((tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out),
+        grid=grid_param(args["grid"]), name=name, num_warps=args["num_warps"], num_stages=args["num_stages"],
+        num_ctas=args.get("num_ctas") or 1, compute_capability=None, enable_fp_fusion=bool(args["enable_fp_fusion"]),
+        backend_options=(), input_output_aliases=tuple(sorted((int(i), int(o)) for i, o in dict(aliases).items())),
+        zeroed_outputs=(), debug=False, serialized_metadata=b"", metaparams=tuple(sorted(constexprs.items())),
+        has_side_effect=False, custom_call_target="")
