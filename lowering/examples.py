@@ -100,9 +100,10 @@ def inplace_tuned_add(x, y, **call):
 
 def launch_bound_chain(x, y, *, steps=64, **call):
     """A chain of `steps` tiny autotuned adds (x + steps * y): its step time is kernel launches."""
+    size = x.size
     for _ in range(steps):
-        x = jt.triton_call(x, y, x.size, kernel=tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                           grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), **call)
+        x = jt.triton_call(x, y, size, kernel=tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                           grid=lambda meta: (jt.cdiv(size, meta["BLOCK"]),), **call)
     return x
 
 

@@ -9,7 +9,14 @@ Phases per run (summed over the 9 programs / 14 kernels of lowering/examples.py)
 On a host without a GPU only `lower` runs (cross-lowering for CUDA, KERNEL_CACHE_TARGET_ARCH or
 --arch), so the numbers measure exactly the Triton work that the store removes.
 
+Then, on a GPU, a launch-bound program (a jitted chain of 64 tiny autotuned adds) side by side,
+warm store, fresh process each: before (autotuned: jaxlib's legacy target, configs benchmarked at
+the first run, no CUDA graph) and after `cachectl tune` (its persisted winner: one plain FFI call
+per add, captured by XLA's command buffers): lower, XLA compile, first run and the steady-state
+step (median of batches of back-to-back steps). On a CPU host that part says it is skipped.
+
   python scripts/bench_warm_start.py [--runs 2] [--arch sm_90] [--json out.json] [--no-module-image]
+                                     [--xla] [--no-chain]
 """
 
 from __future__ import annotations
@@ -89,6 +96,85 @@ def _child(run_on_gpu: bool) -> dict:
     return totals
 
 
+CHAIN_PHASES = ("lower", "xla_compile", "first_run", "step")
+
+
+def chain_child() -> dict:
+    """One fresh process running the launch-bound chain: phase seconds, plus its custom calls."""
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import statistics
+
+    import jax
+
+    jax.devices()
+    from inspect_call import custom_calls  # tests/ helper: decodes the custom calls of a lowering
+
+    from lowering import examples as ep
+
+    (_, fn, args), = ep.launch_bound_programs()
+    out: dict = {}
+    t = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    out["lower"] = time.perf_counter() - t
+    calls = custom_calls(lowered)
+    out["calls"] = len(calls)
+    out["autotuned_calls"] = sum(1 for c in calls if "autotuned" in c)
+    out["targets"] = sorted({c["target"] for c in calls})
+    t = time.perf_counter()
+    compiled = lowered.compile()
+    out["xla_compile"] = time.perf_counter() - t
+    t = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    out["first_run"] = time.perf_counter() - t
+    batches = []
+    for _ in range(7):
+        t = time.perf_counter()
+        for _ in range(50):
+            result = compiled(*args)
+        jax.block_until_ready(result)
+        batches.append((time.perf_counter() - t) / 50)
+    out["step"] = statistics.median(batches)
+    return out
+
+
+def run_chain(cache_dir: str, env_extra: dict, child_flag: str = "--child-chain") -> dict:
+    env = {**os.environ, "KERNEL_CACHE_DIR": cache_dir, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           **env_extra}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), child_flag], env=env, capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_chain(work: str, env: dict, runs: int) -> tuple[list, list]:
+    """(before, after) runs of the launch-bound chain in fresh processes on one warm store."""
+    cache = os.path.join(work, "chain")
+    run_chain(cache, {**env, "KERNEL_CACHE_WINNERS": "0"})  # fills the store: every config compiled
+    before = [run_chain(cache, {**env, "KERNEL_CACHE_WINNERS": "0"}) for _ in range(runs)]
+    tune_env = {**os.environ, **env, "KERNEL_CACHE_DIR": cache,
+                "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "kernel_cache", "tune", "lowering.examples:launch_bound_programs",
+                           "-q"], env=tune_env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"cachectl tune failed:\n{proc.stdout}\n{proc.stderr}")
+    after = [run_chain(cache, env) for _ in range(runs)]
+    return before, after
+
+
+def print_chain(before: list, after: list) -> None:
+    print("\nlaunch-bound program: 64 tiny autotuned adds, warm store, fresh process each")
+    print(f"{'phase':<22}{'autotuned (s)':>22}{'tuned winner (s)':>22}{'after:before':>14}")
+    for phase in CHAIN_PHASES:
+        b, a = [r[phase] for r in before], [r[phase] for r in after]
+        pattern = "{:.6f}" if phase == "step" else "{:.3f}"
+        print(f"{phase:<22}{_fmt(b, pattern):>22}{_fmt(a, pattern):>22}{sum(a) / sum(b):>13.3f}x")
+    for name, runs in (("autotuned", before), ("tuned winner", after)):
+        r = runs[0]
+        print(f"  {name}: {r['calls']} custom calls on {', '.join(r['targets'])}, {r['autotuned_calls']} autotuned")
+
+
 def _has_gpu() -> bool:
     try:
         import jax
@@ -133,6 +219,9 @@ def versions() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-chain", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--no-chain", action="store_true",
+                    help="skip the launch-bound program (autotuned vs tuned winner; GPU)")
     ap.add_argument("--runs", type=int, default=2, help="cold and warm runs each (default 2)")
     ap.add_argument("--arch", default=None, help="target when no GPU is visible (default sm_90)")
     ap.add_argument("--json", default=None, help="also write the results here")
@@ -144,6 +233,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(os.environ.get("BENCH_GPU") == "1")))
+        return
+    if args.child_chain:
+        print(json.dumps(chain_child()))
         return
 
     sys.path.insert(0, ROOT)
@@ -165,6 +257,7 @@ def main() -> None:
             if args.xla:  # a third process fills JAX's cache, a fourth reads it
                 run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"})
                 warm_xla.append(run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"}))
+        chain = bench_chain(work, env, args.runs) if gpu and not args.no_chain else None
         if args.profile:
             profile_env = {**os.environ, **env, "BENCH_PROFILE": "1", "KERNEL_CACHE_DIR": os.path.join(work, "cache0"),
                            "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -190,11 +283,17 @@ def main() -> None:
             w, x = [r[phase] for r in warm], [r[phase] for r in warm_xla]
             print(f"{phase + ' KERNEL_CACHE_XLA=1':<22}{_fmt(w):>22}{_fmt(x):>22}{sum(x) / sum(w):>11.3f}x"
                   f"   (warm without / with the XLA opt-in)")
+    if chain is not None:
+        print_chain(*chain)
+    elif not args.no_chain:
+        print("\nlaunch-bound program (autotuned vs tuned winner): skipped, no GPU here (tuning and step "
+              "times need one)")
     if profile_text:
         print("\nprofile of one warm process (cumulative):\n" + profile_text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"host": info, "cold": cold, "warm": warm}, f, indent=1)
+            json.dump({"host": info, "cold": cold, "warm": warm, "warm_xla": warm_xla,
+                       "chain": None if chain is None else {"autotuned": chain[0], "tuned": chain[1]}}, f, indent=1)
 
 
 def _fmt(values, pattern="{:.3f}") -> str:
