@@ -43,6 +43,10 @@ class InterceptError(ValueError):
     """An unknown client name (the message lists the known ones)."""
 
 
+class UnsupportedClient(RuntimeError):
+    """Raised by an adapter for a client version it does not know: the client is left on its own path."""
+
+
 def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
     """'jax_triton, ejkernel' / 'all' / '' -> client names, checked; '0'/'off' mean none."""
     names = [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
@@ -100,8 +104,11 @@ def _install(name: str, module: ModuleType) -> None:
             return
         try:
             adapter(module)
+        except UnsupportedClient as exc:
+            _decline(name, str(exc))
+            return
         except Exception as exc:
-            _decline(name, f"{type(exc).__name__}: {exc}")
+            _decline(name, f"its adapter failed: {type(exc).__name__}: {exc}")
             return
         _state[name] = "installed"
 

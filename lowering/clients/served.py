@@ -13,14 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from kernel_cache.interception import UnsupportedClient
 from kernel_cache.warnings_once import warn_once
 
 _tally: Counter = Counter()
 _lock = threading.Lock()
-
-
-class UnsupportedClient(RuntimeError):
-    """This version of the client is not one the adapter knows: it is left on its own path."""
+__all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "fall_back", "served", "tally"]
 
 
 class UnsupportedCall(ValueError):
