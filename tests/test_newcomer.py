@@ -130,6 +130,8 @@ def test_the_readme_top_to_bottom(newcomer):
                 shutil.copytree(demo_dir, work / "to-clear", dirs_exist_ok=True)
                 env = {"KERNEL_CACHE_DIR": str(work / "to-clear")}
             result = sh(newcomer, f"{cachectl}{command[len('cachectl'):]}", env=env, check=False)
+            if command.startswith("cachectl tune") and result.returncode == 2 and "no CUDA GPU" in result.stderr:
+                continue  # tuning times kernels: where JAX sees no GPU it says so (exit 2) and does nothing
             assert result.returncode in (0, 1) if " verify" in command else result.returncode == 0, \
                 (command, result.stdout, result.stderr)
             shown_output = []

@@ -60,9 +60,13 @@ def cmd_tune(ctx: Context, args: Any) -> int:
     else:
         if not results:
             ctx.say(f"no autotuned calls in {args.program}: nothing to tune")
-        ctx.say(f"tuned {len(results)} call sites on {device}: {len(stored)} winners stored"
+        ctx.say(f"tuned {_n(len(results), 'call site')} on {device}: {_n(len(stored), 'winner')} stored"
                 + (f", {len(failed)} sites where every config failed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _programs(path: str) -> list[engine.Program]:
