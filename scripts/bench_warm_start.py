@@ -14,6 +14,7 @@ warm store, fresh process each: before (autotuned: jaxlib's legacy target, confi
 the first run, no CUDA graph) and after `cachectl tune` (its persisted winner: one plain FFI call
 per add, captured by XLA's command buffers): lower, XLA compile, first run and the steady-state
 step (median of batches of back-to-back steps). On a CPU host that part says it is skipped.
+(The script is long because it holds both benchmarks, each with its child process and its table.)
 
   python scripts/bench_warm_start.py [--runs 2] [--arch sm_90] [--json out.json] [--no-module-image]
                                      [--xla] [--no-chain]
