@@ -95,5 +95,7 @@ def _flush_at_exit() -> None:
     if _default is not None:
         try:
             _default.stats.flush()
+            # hits for the disk tier's LRU order, kept in memory so a warm process never writes the index
+            getattr(_default.disk, "flush_touches", lambda: None)()
         except Exception:
             pass

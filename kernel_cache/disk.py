@@ -71,14 +71,25 @@ class DiskTier:
         self.index_timeout = index_timeout
         self.tree = open_tree(self.directory, owners, create=not read_only)
         self._cache: diskcache.Cache | None = None
+        self._lock = threading.Lock()
         self._readers = threading.local()
         self._busy_until = 0.0
         self._reopen_at = None if read_only else 0.0  # when to try opening for writing again
         self.read_only_reason = "opened read-only" if read_only else ""
-        if not read_only:
+        self._touches: dict[int, float] = {}  # hits not yet recorded in the index (rowid -> when)
+        # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
+        # the first write, or here when there is no index yet to read.
+        if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None:
             self._try_writer()
         if self._cache is None:
-            self._check_reader()
+            try:
+                self._check_reader()
+            except TierUnavailable:
+                if read_only:
+                    raise
+                self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
+                if self._cache is None:
+                    raise
 
     # Opening ------------------------------------------------------------------------------
     def _try_writer(self) -> None:
@@ -92,6 +103,8 @@ class DiskTier:
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self.read_only_reason = describe_error(exc)
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
+            return
+        self.flush_touches()
 
     def _open_writer(self) -> diskcache.Cache:
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=RawOnlyDisk,
@@ -200,6 +213,8 @@ class DiskTier:
 
     # Writes (bounded waits) ---------------------------------------------------------------
     def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
+        if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
+            self._try_writer()
         if self._cache is None:
             raise TierReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
         if time.monotonic() < self._busy_until:
@@ -239,9 +254,21 @@ class DiskTier:
             self.delete(key)
 
     def _touch(self, rowid: int) -> None:
+        """Record a hit for the LRU order: now if the index is open for writing, else at the next
+        write or at exit (`flush_touches`), so a warm process never opens the writer to read."""
+        with self._lock:
+            self._touches[rowid] = time.time()
+        if self._cache is not None:
+            self.flush_touches()
+
+    def flush_touches(self) -> None:
+        with self._lock:
+            touches, self._touches = self._touches, {}
+        if not touches:
+            return
         with contextlib.suppress(TierReadOnly):
-            self._write(lambda cache: cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?",
-                                                 (time.time(), rowid)))
+            self._write(lambda cache: [cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (when, rowid))
+                                       for rowid, when in touches.items()])
 
     def index_value_file(self, key: str, parts: tuple[str, str, str], size: int, now: float) -> None:
         """Point the index at a value file that is already in place (`rebuild_index`)."""
@@ -273,6 +300,7 @@ class DiskTier:
             yield held
 
     def close(self) -> None:
+        self.flush_touches()
         if self._cache is not None:
             self._cache.close()
         con = getattr(self._readers, "con", None)

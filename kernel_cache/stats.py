@@ -32,13 +32,15 @@ class Stats:
         """`read_only`: read persisted counters without opening the index for writing (an
         operator's look at a full, read-only or busy cache); nothing is flushed."""
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._pending: Counter[str] = Counter()
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
         self._last_flush = time.monotonic()
-        self._db = None
+        self._db: Any = None
+        self._directory = None if directory is None or read_only else Path(directory)
         self._skip_until = 0.0
-        self.unavailable = ""  # why persistent counters cannot be read or written, if so
+        self._unavailable = ""  # why persistent counters cannot be read or written, if so
         self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
         if directory is not None and read_only:
             try:
@@ -47,13 +49,28 @@ class Stats:
                                        (MODE_RAW,)).fetchall()
                 self._persisted = {k: v for k, v in rows if isinstance(k, str) and isinstance(v, int)}
             except Exception as exc:
-                self.unavailable = f"{type(exc).__name__}: {exc}"
-        elif directory is not None:
+                self._unavailable = f"{type(exc).__name__}: {exc}"
+
+    def _index(self) -> Any:
+        """The counters' index, opened at its first use (the first flush: after a compile, a second
+        into a run of hits, or at exit), not when the store is created; None if it cannot be."""
+        if self._directory is None:
+            return self._db
+        with self._open_lock:
+            if self._directory is None:
+                return self._db
+            directory = self._directory
             try:
-                self._db = open_index(Path(directory) / STATS_DIR, STATS_TIMEOUT, disk=RawOnlyDisk,
-                                      eviction_policy="none")
+                self._db = open_index(directory / STATS_DIR, STATS_TIMEOUT, disk=RawOnlyDisk, eviction_policy="none")
             except Exception as exc:
-                self._db, self.unavailable = None, f"{type(exc).__name__}: {exc}"
+                self._db, self._unavailable = None, f"{type(exc).__name__}: {exc}"
+            self._directory = None
+        return self._db
+
+    @property
+    def unavailable(self) -> str:
+        self._index()
+        return self._unavailable
 
     def hit(self, tier: str, key: str, compile_seconds: float) -> None:
         with self._lock:
@@ -99,14 +116,15 @@ class Stats:
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
-        if self._db is None or time.monotonic() < self._skip_until:
+        db = None if time.monotonic() < self._skip_until else self._index()
+        if db is None:
             return
         try:
             for name, amount in pending.items():
                 if amount:
-                    self._db.incr(name, amount, default=0, retry=False)
+                    db.incr(name, amount, default=0, retry=False)
             for key, amount in hits.items():
-                self._db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
+                db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
         except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
 
@@ -117,10 +135,11 @@ class Stats:
         if self._persisted is not None:
             return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
         try:
-            if self._db is None:
+            db = self._index()
+            if db is None:
                 raise LookupError
             for name in COUNTERS:
-                value = self._db.get(name, 0, retry=False)
+                value = db.get(name, 0, retry=False)
                 raw[name] = value if isinstance(value, int) else 0
         except Exception:
             raw = Counter(self._session)
@@ -130,7 +149,8 @@ class Stats:
         if self._persisted is not None:
             return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
         try:
-            value = self._db.get(f"entry_hits.{key}", 0, retry=False) if self._db is not None else 0
+            db = self._index()
+            value = db.get(f"entry_hits.{key}", 0, retry=False) if db is not None else 0
         except Exception:
             value = 0
         return (value if isinstance(value, int) else 0) + self._session_entry(key)
@@ -140,18 +160,20 @@ class Stats:
             return self._entry_hits.get(key, 0)
 
     def forget_entry(self, key: str) -> None:
-        if self._db is not None:
+        db = self._index()
+        if db is not None:
             with contextlib.suppress(Exception):
-                self._db.delete(f"entry_hits.{key}", retry=False)
+                db.delete(f"entry_hits.{key}", retry=False)
 
     def zero(self) -> None:
         with self._lock:
             self._pending.clear()
             self._entry_hits.clear()
             self._session.clear()
-        if self._db is not None:
+        db = self._index()
+        if db is not None:
             for name in COUNTERS:
-                self._db.delete(name, retry=False)
+                db.delete(name, retry=False)
 
     @staticmethod
     def _render(raw: Counter[str]) -> dict[str, Any]:
