@@ -102,6 +102,12 @@ def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo_d
         return value
 
 
+def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
+    """A text derived from one file (a schema read out of a plugin binary, ...), kept in the same
+    memo as the toolchain fingerprint and recomputed when the file's size or mtime changes."""
+    return _memoized(name, _identity(path), compute, None)
+
+
 def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
     """What identifies the tools that turn a spec into a binary for `target`.
 
