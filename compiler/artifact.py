@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,17 @@ from .target import Target
 BINARY_BLOBS = ("cubin", "hsaco")
 TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")
 KIND = "triton-kernel"  # what `kind` says in entries this module writes
+DEFLATED = ".deflate"  # blob name suffix: that blob as a raw-deflate run (see deflate_run)
+DEFLATED_BLOBS = ("ptx", "cubin")  # what a launcher embeds in a compressed message
+
+
+def deflate_run(data: bytes) -> bytes:
+    """`data` as an independent raw-deflate run (level 1, fresh dictionary) ending on a byte boundary
+    (Z_FULL_FLUSH). Runs like this concatenate into one zlib stream, so a launcher that sends the PTX
+    or cubin inside a compressed message (jaxlib's Triton call) reuses the stored run instead of
+    deflating the binary at every lowering (0.1-1.1 ms per kernel)."""
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush(zlib.Z_FULL_FLUSH)
 
 
 @dataclass
@@ -51,6 +63,10 @@ class Artifact:
     def ttir(self) -> str | None:
         return self._text("ttir")
 
+    def deflated(self, name: str) -> bytes | None:
+        """The stored raw-deflate run of blob `name` (None for entries written before runs were kept)."""
+        return self.blobs.get(name + DEFLATED)
+
     def _text(self, name: str) -> str | None:
         blob = self.blobs.get(name)
         return blob.decode() if blob is not None else None
@@ -74,7 +90,11 @@ class Artifact:
             META_RECIPE: self.recipe,
             "extra": self.extra,
         }
-        return meta, dict(self.blobs)
+        blobs = dict(self.blobs)
+        for name in DEFLATED_BLOBS:
+            if name in blobs and name + DEFLATED not in blobs:
+                blobs[name + DEFLATED] = deflate_run(blobs[name])
+        return meta, blobs
 
     @classmethod
     def from_entry(cls, meta: dict[str, Any], blobs: dict[str, bytes]) -> "Artifact":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import xxhash
+
 from . import triton_compat as tc
 from .digest import digest
 from .spec import KernelSpec
@@ -94,10 +96,47 @@ def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> st
         return digest(key_document(spec, tools))
     key = _KEYS.get(ident)
     if key is None:
-        key = digest(key_document(spec, tools))
+        key = _digest_document(spec, tools)
         if len(_KEYS) < _KEYS_LIMIT:
             _KEYS[ident] = key
     return key
+
+
+_TEXTS: dict[Any, tuple[Any, str]] = {}  # id or value of a shared part -> (the part, its canonical text)
+
+
+def _digest_document(spec: KernelSpec, tools: dict[str, Any]) -> str:
+    """digest(key_document(spec, tools)), the same text hashed, with the parts most specs share (the
+    parsed options, the target, the toolchain: ~80% of the document) encoded once per process.
+    JSON encoding is compositional, so the spliced text equals the whole document's (a test checks)."""
+    parsed = tc.parse_options(spec.target, spec.triton_options())
+    options = _shared_text(("options", id(parsed)), parsed, lambda: canonical(tc.options_to_json(parsed)))
+    target = _shared_text(("target", spec.target), spec.target, spec.target.to_json)
+    parts = (
+        ("attrs", _text(canonical({repr(k): v for k, v in spec.attrs.items()}))),
+        ("constexprs", _text(canonical(dict(spec.constexprs)))),
+        ("format", _text(KEY_FORMAT_VERSION)),
+        ("keep_ir", _text(spec.keep_ir)),
+        ("kernel", _text({"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)})),
+        ("options", options), ("signature", _text([[k, v] for k, v in spec.signature.items()])),
+        ("target", target), ("toolchain", _text(tools)))
+    text = "{" + ",".join(f"{_text(name)}:{part}" for name, part in parts) + "}"
+    return str(xxhash.xxh3_128_hexdigest(text.encode()))
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _shared_text(slot: Any, owner: Any, build: Any) -> str:
+    """The canonical text of a part shared by many specs; `owner` is kept with it, so an object
+    identified by id() cannot be freed and its id reused while the memo holds the text."""
+    found = _TEXTS.get(slot)
+    if found is None or found[0] is not owner:
+        found = (owner, _text(build()))
+        if len(_TEXTS) < _KEYS_LIMIT:
+            _TEXTS[slot] = found
+    return found[1]
 
 
 def _identity(spec: KernelSpec, tools: dict[str, Any]) -> tuple[Any, ...] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +19,12 @@ from jax._src.lib.mlir import ir
 
 from compiler import Artifact, KernelSpec
 
+from . import deflate
 from . import jaxlib_compat as compat
 from .module_image import ModuleImage, inject
 
 _warned_aliases = False
+_payloads = deflate.BoundedMemo(max_bytes=64 << 20)  # call -> payload, this process only
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
 _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
@@ -34,6 +35,7 @@ class ConfigCall:
 
     spec: KernelSpec
     artifact: Artifact
+    key: str  # the artifact's content key
     grid: tuple[int, int, int]
     zeroed_bytes: dict  # runtime-argument position -> bytes to zero before launch
     description: str
@@ -82,7 +84,29 @@ def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
 def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], *, name: str,
                     kernel_name: str, scalar_desc: str, compute_capability: int, aliases: Sequence[tuple],
                     num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
-    """The zlib-compressed TritonAnyKernelCall proto for these configs."""
+    """The zlib-compressed TritonAnyKernelCall proto for these configs; the same call lowered again in
+    this process (a model's layers call the same kernels on the same shapes) is served from a memo."""
+    if platform != "cuda":  # ROCm's payload names a temporary HSACO file that jaxlib deletes: never reused
+        return _serialize(platform, calls, args, name=name, kernel_name=kernel_name, scalar_desc=scalar_desc,
+                          compute_capability=compute_capability, aliases=aliases, num_inputs=num_inputs,
+                          in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
+    memo_key = (tuple((c.key, c.grid, tuple(sorted(c.zeroed_bytes.items())), c.description,
+                       tuple(sorted(c.bound))) for c in calls),
+                tuple(repr(a) for a in args), name, kernel_name, scalar_desc, compute_capability, tuple(aliases),
+                num_inputs, tuple(in_sizes), bytes(serialized_metadata), debug, compat.module_image_layout(platform),
+                bool(aliases) and compat.autotuned_aliases_supported())
+    payload = _payloads.get(memo_key)
+    if payload is None:
+        payload = _serialize(platform, calls, args, name=name, kernel_name=kernel_name, scalar_desc=scalar_desc,
+                             compute_capability=compute_capability, aliases=aliases, num_inputs=num_inputs,
+                             in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
+        _payloads.put(memo_key, payload)
+    return payload
+
+
+def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], *, name: str, kernel_name: str,
+               scalar_desc: str, compute_capability: int, aliases: Sequence[tuple], num_inputs: int,
+               in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
@@ -96,10 +120,23 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
             _autotune_aliases(aliases, num_inputs, in_sizes))
     proto = launch.to_proto(name, serialized_metadata)
     layout = compat.module_image_layout(platform)
-    if layout is not None and all(c.artifact.cubin for c in calls):
+    with_image = layout is not None and all(c.artifact.cubin for c in calls)
+    if with_image:
         proto = inject(proto, [ModuleImage(c.artifact.cubin, c.artifact.name, c.artifact.shared_mem)
                                for c in calls], layout)
-    return zlib.compress(proto, 1)  # jaxlib inflates any level; level 1 is ~5x faster to build
+    return deflate.compress(proto, _fixed_parts(platform, calls, with_image))
+
+
+def _fixed_parts(platform: str, calls: Sequence[ConfigCall], with_image: bool) -> list[tuple[bytes, bytes]]:
+    """(bytes, their deflate run) of each kernel's PTX and cubin, as the proto holds them."""
+    parts = []
+    for call in calls:
+        art = call.artifact
+        if platform == "cuda" and art.ptx:
+            parts.append((art.blobs["ptx"], deflate.deflated(art.blobs["ptx"], art.deflated("ptx"))))
+        if with_image and art.cubin:
+            parts.append((art.cubin, deflate.deflated(art.cubin, art.deflated("cubin"))))
+    return parts
 
 
 def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Sequence[int]) -> list:

@@ -69,6 +69,7 @@ def triton_module(platform: str) -> ModuleType:
     return module
 
 
+@functools.cache
 def _owns_module(platform: str) -> bool:
     from jaxlib import plugin_support
 

@@ -64,16 +64,16 @@ def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], tar
             for c in configs]
 
 
-def fetch(specs: Sequence[KernelSpec], store=None) -> list[Artifact]:
-    """Artifacts for `specs`, in order. Hits are plain store reads; misses compile concurrently."""
-    found = [compiler.lookup(spec, store)[0] for spec in specs]
-    missing = [i for i, art in enumerate(found) if art is None]
+def fetch(specs: Sequence[KernelSpec], store=None) -> list[tuple[Artifact, str]]:
+    """(artifact, content key) for `specs`, in order. Hits are plain store reads; misses compile concurrently."""
+    found = [compiler.lookup(spec, store) for spec in specs]
+    missing = [i for i, (art, _) in enumerate(found) if art is None]
     if len(missing) == 1:
-        found[missing[0]] = compiler.get_or_compile(specs[missing[0]], store)[0]
+        found[missing[0]] = compiler.get_or_compile(specs[missing[0]], store)
     elif missing:
         workers = max(1, min(len(missing), os.cpu_count() or 1))
         with ThreadPoolExecutor(workers, thread_name_prefix="kernel-cache-compile") as pool:
-            built = pool.map(lambda i: compiler.get_or_compile(specs[i], store)[0], missing)
-            for i, art in zip(missing, built):
-                found[i] = art
-    return found
+            built = pool.map(lambda i: compiler.get_or_compile(specs[i], store), missing)
+            for i, pair in zip(missing, built):
+                found[i] = pair
+    return found  # every None was filled by a compile

@@ -45,15 +45,15 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
     chosen = winners.choose(platform, kernel, specs, configs, named, metaparams, ctx.avals_in, ctx.avals_out)
     if chosen is not None:  # a persisted autotune winner: one plain call, no autotuning at launch
         configs, specs = [configs[chosen]], [specs[chosen]]
-    artifacts = kernels.fetch(specs)
+    fetched = kernels.fetch(specs)
 
     num_in_args = len(ctx.avals_in) + len(scalars)  # runtime positions before the outputs
     out_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_out]
     calls = []
-    for config, spec, art in zip(configs, specs, artifacts):
+    for config, spec, (art, key) in zip(configs, specs, fetched):
         zeroed = per_config(zeroed_outputs, config.constexprs) or ()
         calls.append(custom_call.ConfigCall(
-            spec=spec, artifact=art, grid=normalize_grid(grid, config.constexprs),
+            spec=spec, artifact=art, key=key, grid=normalize_grid(grid, config.constexprs),
             zeroed_bytes={num_in_args + i: out_sizes[i] for i in sorted(zeroed)},
             description=config.description, bound=frozenset(config.constexprs)))
 

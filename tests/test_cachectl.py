@@ -142,7 +142,8 @@ def test_show_prefix_json_and_ir(pristine):
     shown = as_json("--dir", directory, "show", key[:8])
     assert shown["key"] == key and shown["meta"]["name"] == "softmax_kernel"
     assert shown["meta"]["recipe"]["kernel"] == "compiler.examples:softmax_kernel"
-    assert set(shown["blobs"]) == {"cubin", "ptx", "ttir"}
+    # the binaries, the TTIR, and the binaries' raw-deflate runs (spliced into jaxlib's compressed call)
+    assert set(shown["blobs"]) == {"cubin", "ptx", "ttir", "cubin.deflate", "ptx.deflate"}
 
     ptx = ok("--dir", directory, "show", key[:8], "--ptx").stdout
     assert ".entry softmax_kernel" in ptx and ".target sm_80" in ptx

@@ -153,3 +153,13 @@ def test_pure_python_specialization_matches_triton_native_rules(backend):
 def test_rdna_targets_with_feature_suffixes_keep_wave32():
     assert parse_target("gfx1100:xnack-").warp_size == 32
     assert parse_target("gfx90a").warp_size == 64 and parse_target("gfx942").warp_size == 64
+
+
+def test_entries_carry_raw_deflate_runs_of_their_binaries(compiled_sm90):
+    """The runs lowering splices into jaxlib's zlib stream inflate to exactly the stored binaries."""
+    import zlib
+
+    meta, blobs = compiled_sm90["softmax"].to_entry()
+    for name in ("ptx", "cubin"):
+        run = blobs[name + ".deflate"]
+        assert zlib.decompressobj(-15).decompress(run) == blobs[name]

@@ -11,6 +11,7 @@ import pytest
 from conftest import run_python
 
 from compiler import content_key, key_document, make_spec, toolchain
+from compiler.digest import digest
 from compiler.examples import add_kernel, layernorm_kernel
 
 _counter = itertools.count()
@@ -193,3 +194,19 @@ def test_no_home_directory_means_a_process_only_memo(monkeypatch):
     finally:
         monkeypatch.undo()
         kernel_cache.configure()
+
+
+def test_the_spliced_key_text_is_the_whole_documents(example_specs_sm90):
+    """content_key encodes shared parts once (compiler.key._digest_document); the hash must be the one
+    of the whole key document, for every example spec, other targets and options, and twice in a row."""
+    import compiler.key as ck
+    from compiler import make_spec
+    from compiler.examples import add_kernel
+
+    specs = list(example_specs_sm90.values()) + [
+        make_spec(add_kernel, ["*fp16", "*fp16", 7, "*fp16"], {"BLOCK": 64}, target="sm_80", num_warps=2,
+                  enable_fp_fusion=False),
+        make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 256}, target="gfx942", num_warps=8)]
+    for spec in specs:
+        ck._KEYS.clear()
+        assert ck.content_key(spec) == digest(ck.key_document(spec)) == ck.content_key(spec), spec.describe()
