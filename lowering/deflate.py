@@ -40,6 +40,11 @@ class BoundedMemo:
                 self._items.move_to_end(key)
             return found
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
     def put(self, key: object, value: bytes) -> None:
         if len(value) > self._max // 4:
             return
