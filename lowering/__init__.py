@@ -14,14 +14,20 @@ from .devices import MultiDeviceError
 from .jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
 from .primitive import triton_kernel_call_p
 from .target_arch import NoTargetError
+from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
 xla_cache.apply()  # KERNEL_CACHE_XLA=1: JAX's compiled executables beside the kernels
 
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET
+# The jax-triton API level `triton_call` implements, for code that checks it: 0.3.1's arguments and
+# meaning, plus 0.4's keywords and names (see lowering.api for the 0.4 forms it refuses).
+__version_info__ = (0, 3, 1)
+__version__ = "0.3.1"
 
-__all__ = ["CUSTOM_CALL_TARGET_NAME", "JaxlibSupportError", "MultiDeviceError", "NoTargetError", "cdiv",
+__all__ = ["CUSTOM_CALL_TARGET_NAME", "JaxlibSupportError", "MultiDeviceError", "NoTargetError", "TensorDescriptor",
+           "__version__", "__version_info__", "cdiv",
            "get_compute_capability", "get_serialized_metadata", "next_power_of_2", "strides_from_shape",
            "triton_call", "triton_kernel_call_p", "utils"]
 

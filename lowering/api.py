@@ -2,8 +2,11 @@
 keywords: out_shape/out_type, backend_options, has_side_effect, cost_estimate).
 
 Arrays are passed in order, then one pointer per output; Python/NumPy scalars become scalar kernel
-arguments fixed at trace time; keyword metaparameters are constexprs (as in jax-triton 0.3: a
-keyword naming a non-constexpr parameter is compiled in as a constant).
+arguments fixed at trace time. A keyword whose value is an array and names a runtime parameter is
+an operand bound to that parameter (jax-triton 0.4); other keywords are constexprs: a scalar keyword
+naming a non-constexpr parameter is compiled in as a constant (jax-triton 0.3; 0.4 passes it at run
+time: the results are the same). TensorDescriptor and jax.Ref arguments (0.4) are refused with what
+they would need (see lowering.tensor_descriptor).
 """
 
 from __future__ import annotations
@@ -15,9 +18,16 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from . import devices
+from . import devices, tensor_descriptor
 from . import jaxlib_compat as compat
+from .configs import runtime_param_names
 from .primitive import triton_kernel_call_p
+from .tensor_descriptor import TensorDescriptor
+
+try:  # jax.Ref's abstract value (jax >= 0.7); None where this JAX has no Refs
+    from jax._src.state.types import AbstractRef
+except ImportError:  # pragma: no cover - older JAX
+    AbstractRef = None
 
 _LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
 
@@ -53,6 +63,46 @@ def grid_param(grid: Any) -> Any:
 
 def zeroed_param(zeroed: Any) -> Any:
     return zeroed if callable(zeroed) else tuple(int(i) for i in zeroed)
+
+
+def _refuse_unsupported(args: tuple) -> None:
+    """TensorDescriptor and jax.Ref arguments (jax-triton 0.4) fail here, each with what it needs."""
+    leaves = tree_util.tree_leaves(args, is_leaf=lambda a: isinstance(a, TensorDescriptor))
+    for position, leaf in enumerate(leaves):
+        if isinstance(leaf, TensorDescriptor):
+            tensor_descriptor.refuse(position)
+        if _is_ref(leaf):
+            raise TypeError(
+                f"argument {position} is a jax.Ref (jax-triton 0.4 writes kernel outputs into Refs in place): "
+                f"kernel-cache's triton_call takes arrays; for an in-place kernel pass the array and "
+                f"input_output_aliases={{input index: output index}} (the jax-triton 0.3 form)")
+
+
+def _is_ref(value: Any) -> bool:
+    try:
+        return AbstractRef is not None and isinstance(jax.typeof(value), AbstractRef)
+    except (TypeError, AttributeError):
+        return False
+
+
+def _with_keyword_operands(kernel: Any, flat_args: list, keywords: Mapping[str, Any],
+                           metaparams: Mapping[str, Any]) -> list:
+    """The positional arguments with the keyword arrays placed at their parameters' positions (the
+    runtime parameters in the kernel's order: inputs first, the outputs after them)."""
+    constants = {k: v for k, v in metaparams.items() if k not in keywords}
+    names = runtime_param_names(kernel, constants)
+    unknown = [k for k in keywords if k not in names]
+    if unknown:
+        raise TypeError(f"keyword {', '.join(repr(k) for k in unknown)} is an array but names no runtime parameter "
+                        f"of the kernel ({', '.join(names)}): pass arrays positionally or by a parameter's name")
+    inputs = names[:len(flat_args) + len(keywords)]
+    late = [k for k in keywords if k not in inputs]
+    if late:
+        raise TypeError(f"keyword array {', '.join(repr(k) for k in late)} names a parameter after the ones the "
+                        f"outputs take ({', '.join(names[len(inputs):])}): kernel-cache launches a kernel's inputs "
+                        f"first and its outputs last; pass it positionally or reorder the kernel's parameters")
+    positional = iter(flat_args)
+    return [keywords[name] if name in keywords else next(positional) for name in inputs]
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
@@ -103,7 +153,12 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if not flat_out:
         raise ValueError("triton_call needs at least one output")
 
+    _refuse_unsupported(args)
     flat_args, _ = tree_util.tree_flatten(args)
+    array_keywords = {k: v for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")}
+    if array_keywords:  # jax-triton 0.4: a keyword naming a runtime parameter is an operand
+        flat_args = _with_keyword_operands(kernel, flat_args, array_keywords, metaparams)
+        metaparams = {k: v for k, v in metaparams.items() if k not in array_keywords}
     arrays, scalars = [], []
     for position, arg in enumerate(flat_args):
         if _is_scalar(arg):
@@ -119,10 +174,6 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if len({o for _, o in aliases}) != len(aliases):
         raise ValueError(f"input_output_aliases must map each output from at most one input, got "
                          f"{dict(aliases)}")
-    for key, value in metaparams.items():
-        if not _is_scalar(value) and hasattr(value, "shape"):
-            raise TypeError(f"metaparameter '{key}' is an array: pass arrays positionally (keywords are "
-                            f"compile-time constants)")
     out_flat = triton_kernel_call_p.bind(
         *arrays, kernel=kernel, scalars=tuple(scalars),
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=grid_param(grid),

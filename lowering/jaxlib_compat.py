@@ -87,6 +87,28 @@ def ffi_target_registered(platform: str) -> bool:
     return bool(registrations) and FFI_TARGET in registrations()
 
 
+def tma_descriptors_in_jaxlib() -> bool:
+    """Whether the CUDA plugin can pass TMA descriptor parameters (what jax-triton 0.4's
+    TensorDescriptor needs), decided by the function itself, not by a version."""
+    try:
+        return hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
+    except JaxlibSupportError:
+        return False
+
+
+def tma_descriptors_in_triton() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton.tools.tensor_descriptor") is not None and \
+        _triton_version() >= (3, 7)
+
+
+def _triton_version() -> tuple[int, ...]:
+    import triton
+
+    return tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2] if p.isdigit())
+
+
 def autotuned_aliases_supported() -> bool:
     return jaxlib_version() >= AUTOTUNED_ALIASES_MIN_JAXLIB
 

@@ -22,16 +22,21 @@ def _abstract_eval(*avals_in, out_avals, **_):
     return [core.ShapedArray(shape, dtype) for shape, dtype in out_avals]
 
 
+# jax-triton's own words (0.3 and 0.4), after ours: code that matches on them keeps working.
+JAX_TRITON_NO_AUTODIFF = ("jax_triton.triton_call does not support automatic differentiation. Use jax.custom_jvp or "
+                          "jax.custom_vjp to implement a custom automatic differentiation rule for your kernel.")
+JAX_TRITON_NO_VMAP = ("jax_triton.triton_call does not support batching with jax.vmap. Use "
+                      "jax.custom_batching.custom_vmap to implement a custom batching rule for your kernel.")
+
+
 def _no_jvp(*_, **params):
-    raise NotImplementedError(
-        f"triton_call of kernel '{_kernel_name(params)}' cannot be differentiated automatically: wrap "
-        f"it in jax.custom_vjp (or jax.custom_jvp) and give it a backward kernel")
+    raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be differentiated "
+                              f"automatically. {JAX_TRITON_NO_AUTODIFF}")
 
 
 def _no_vmap(*_, **params):
-    raise NotImplementedError(
-        f"triton_call of kernel '{_kernel_name(params)}' cannot be batched automatically: wrap it in "
-        f"jax.custom_batching.custom_vmap, or launch a grid over the batch inside the kernel")
+    raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be batched automatically "
+                              f"(or launch a grid over the batch inside the kernel). {JAX_TRITON_NO_VMAP}")
 
 
 def _kernel_name(params) -> str:

@@ -97,9 +97,66 @@ def test_bad_aliases_and_array_metaparameters_are_clear_errors():
     with pytest.raises(ValueError, match="at most one input"):
         _calls(lambda x, y: jt.triton_call(x, y, 8, kernel=ep.add, out_shape=x, grid=1, BLOCK=8,
                                            input_output_aliases={0: 0, 1: 0}, compute_capability=90), *two)
-    with pytest.raises(TypeError, match="pass arrays positionally"):
-        _calls(lambda x, y: jt.triton_call(x, kernel=ep.add, out_shape=x, grid=1, y_ptr=y, compute_capability=90),
-               *two)
+    with pytest.raises(TypeError, match="names no runtime parameter of the kernel"):
+        _calls(lambda x, y: jt.triton_call(x, x.size, kernel=ep.add, out_shape=x, grid=1, BLOCK=8, why=y,
+                                           y_ptr=y, compute_capability=90), *two)
     with pytest.raises(TypeError, match="complex"):
         _calls(lambda x: jt.triton_call(x, np.complex64(1), kernel=_axpy, out_shape=x, grid=1, BLOCK=8,
                                         compute_capability=90), two[0])
+
+
+@triton.jit
+def _out_in_the_middle(x_ptr, out_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)
+
+
+def test_keyword_arrays_are_operands_of_the_parameters_they_name():
+    """jax-triton 0.4: `triton_call(x, n, y_ptr=y)` binds y to y_ptr, the same call as passing it in place."""
+    (positional,) = _calls(lambda x, y: _add(x, y), VEC, VEC)
+    (by_name,) = _calls(lambda x, y: jt.triton_call(x, x.size, y_ptr=y, kernel=ep.add, out_shape=x, BLOCK=256,
+                                                    grid=lambda m: (jt.cdiv(x.size, m["BLOCK"]),),
+                                                    compute_capability=90), VEC, VEC)
+    assert by_name == positional
+    # an output parameter before the named one: 0.4 would bind the output in between, which a launch of
+    # inputs-then-outputs cannot express: said, not guessed
+    with pytest.raises(TypeError, match="names a parameter after the ones the outputs take"):
+        _calls(lambda x, y: jt.triton_call(x, y_ptr=y, n=8, kernel=_out_in_the_middle, out_shape=x, grid=1,
+                                           BLOCK=8, compute_capability=90), VEC, VEC)
+
+
+def test_tensor_descriptors_and_refs_are_refused_with_what_they_need():
+    x = jnp.ones((64, 64), jnp.float32)
+    desc = jt.TensorDescriptor.from_array(x, (16, 16))
+    assert (desc.shape, desc.strides, desc.block_shape) == ((64, 64), (64, 1), (16, 16))
+    assert jax.tree_util.tree_leaves(desc) == [x]  # a pytree whose only child is the array, as in 0.4
+    with pytest.raises(jt.JaxlibSupportError, match="argument 0 is a TensorDescriptor .*"
+                       "(create_tma_descriptor_parameter|older than 3.7|does not lower TMA descriptors yet)"):
+        jt.triton_call(desc, kernel=ep.add, out_shape=x, grid=1, compute_capability=90)
+    if not hasattr(jax, "new_ref"):
+        return
+    with pytest.raises(TypeError, match="argument 1 is a jax.Ref .*input_output_aliases"):
+        jax.jit(lambda a: jt.triton_call(a, jax.new_ref(a), kernel=ep.add, out_shape=a, grid=1,
+                                         compute_capability=90)).trace(x)
+
+
+def test_every_public_name_of_jax_triton_0_3_and_0_4():
+    names_03 = {"utils", "triton_call", "cdiv", "next_power_of_2", "strides_from_shape", "__version__",
+                "__version_info__", "get_compute_capability", "get_serialized_metadata"}
+    names_04 = {"triton_call", "strides_from_shape", "CUSTOM_CALL_TARGET_NAME", "TensorDescriptor", "__version__",
+                "__version_info__"}
+    assert all(hasattr(jt, n) for n in names_03 | names_04), sorted(n for n in names_03 | names_04 if not hasattr(jt, n))
+    import inspect
+
+    ours = set(inspect.signature(jt.triton_call).parameters)
+    keywords_04 = {"kernel", "out_type", "grid", "name", "num_warps", "num_stages", "num_ctas", "compute_capability",
+                   "backend_options", "input_output_aliases", "zeroed_outputs", "debug", "serialized_metadata",
+                   "cost_estimate", "has_side_effect"}
+    assert keywords_04 <= ours, keywords_04 - ours
+    try:
+        import jax_triton
+    except ImportError:
+        return
+    theirs = {n for n, p in inspect.signature(jax_triton.triton_call).parameters.items() if p.kind == p.KEYWORD_ONLY}
+    assert theirs <= ours, theirs - ours
+    assert {n for n in dir(jax_triton) if not n.startswith("_") and n != "triton_lib" and n != "version"} <= set(dir(jt))
