@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import triton
 from jax import tree_util
 
 from . import jaxlib_compat as compat
+from .utils import strides_from_shape
 
 
 @tree_util.register_dataclass
@@ -40,8 +42,6 @@ class TensorDescriptor:
     @classmethod
     def from_array(cls, array: Any, block_shape: Sequence[int], layout: Any = None, padding: str = "zero",
                    round_f32_to_tf32: bool = False) -> TensorDescriptor:
-        from .utils import strides_from_shape
-
         return cls(array, tuple(array.shape), tuple(strides_from_shape(array.shape)), tuple(block_shape), layout,
                    padding, round_f32_to_tf32)
 
@@ -53,8 +53,6 @@ def refuse(position: int) -> None:
         missing.append(f"jaxlib {'.'.join(map(str, compat.jaxlib_version()))} has no create_tma_descriptor_parameter "
                        f"(jax-triton 0.4 requires jax >= 0.11 with it)")
     if not compat.tma_descriptors_in_triton():
-        import triton
-
         missing.append(f"Triton {triton.__version__} is older than 3.7")
     why = "; ".join(missing) if missing else "kernel-cache does not lower TMA descriptors yet"
     raise compat.JaxlibSupportError(
