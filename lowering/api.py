@@ -79,9 +79,11 @@ def _refuse_unsupported(args: tuple) -> None:
 
 
 def _is_ref(value: Any) -> bool:
+    if AbstractRef is None or isinstance(value, (bool, int, float, complex, np.generic)):
+        return False  # a scalar (jax.typeof of an int beyond int32 raises on some JAX versions)
     try:
-        return AbstractRef is not None and isinstance(jax.typeof(value), AbstractRef)
-    except (TypeError, AttributeError):
+        return isinstance(jax.typeof(value), AbstractRef)
+    except Exception:  # not a JAX value at all: whatever it is, it is not a Ref
         return False
 
 
