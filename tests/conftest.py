@@ -72,6 +72,18 @@ def jax_cuda_problem() -> str | None:
     return "an NVIDIA GPU is visible but JAX sees no CUDA device (see JAX's warning above)"
 
 
+@pytest.fixture(scope="module")
+def cuda_device():
+    """The CUDA device the GPU tests run on; skips them with the reason when JAX has none (GPU test
+    modules name it in `pytestmark`, so a module is skipped as a whole)."""
+    problem = jax_cuda_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    import jax
+
+    return jax.devices("cuda")[0]
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 

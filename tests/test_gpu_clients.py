@@ -13,26 +13,17 @@ tests fail saying so. Skipped without a GPU (tests/conftest.py).
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
-from conftest import jax_cuda_problem
 from test_gpu_lowering import GPU_CHILD_ENV
 
 from scripts import bench_clients as bench
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 
 FIRST_RUN_LIMIT = 0.1  # seconds, every ejKernel program's first call together, warm process
 IN_PLACE = "axpy_inplace_autotuned"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cuda_device():
-    problem = jax_cuda_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    return jax.devices("cuda")[0]
 
 
 def _own_failures_allowed() -> set[str]:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import jax_cuda_problem, run_python
+from conftest import run_python
 from test_lowering import subprocess_path
 
 import lowering as jt
@@ -22,15 +22,8 @@ from lowering import jaxlib_compat as compat
 # Children share the GPU with this process: no up-front grab of most of its memory.
 GPU_CHILD_ENV = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cuda_device():
-    problem = jax_cuda_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    return jax.devices("cuda")[0]
 
 
 def _close(got, want, dtype):

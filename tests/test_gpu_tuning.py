@@ -12,30 +12,22 @@ from __future__ import annotations
 import json
 import re
 
-import jax
 import numpy as np
 import pytest
-from conftest import jax_cuda_problem, run_python
+from conftest import run_python
 from test_cachectl import cachectl
 from test_gpu_lowering import GPU_CHILD_ENV
 from test_lowering import subprocess_path
 
 from lowering import jaxlib_compat as compat
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 
 # jaxlib's autotuner says this when it benchmarks configs at a launch (absl INFO, shown at level 0).
 AUTOTUNE_LOG = "utotuning function"
 COMMAND_BUFFERS = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1",
                    "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "command_buffer_conversion_pass=2"}
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cuda_device():
-    problem = jax_cuda_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    return jax.devices("cuda")[0]
 
 
 @pytest.fixture(scope="module")
