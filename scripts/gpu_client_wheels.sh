@@ -19,7 +19,8 @@ PY=${PYTHON:-python3}
     jax-triton==0.3.1 ejkernel==0.0.80.3 \
     beartype==0.23.1 chex==0.1.92 einops==0.8.2 jaxtyping==0.3.11 \
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-    typing-extensions==4.16.0 tqdm==4.70.1 toolz==1.2.0 wadler-lindig==0.1.8 absl-py==2.5.1
+    typing-extensions==4.16.0 tqdm==4.70.1 toolz==1.2.0 wadler-lindig==0.1.8 absl-py==2.5.1 \
+    transformer-engine==2.20.2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git archive HEAD | tar -x -C "$tmp"

@@ -25,6 +25,9 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test,clients]"
   JAXLIB_VERSION="$("$VENV/bin/python" -c 'import jaxlib.version as v; print(v.__version__)')"
   "$VENV/bin/python" -m pip install -q --no-deps "jax-cuda13-plugin==$JAXLIB_VERSION"
+  # TransformerEngine's pure-Python wheel, for its triton_extensions sources (the interception tests);
+  # --no-deps: its CUDA extension and framework packages are neither needed nor installable here
+  "$VENV/bin/python" -m pip install -q --no-deps "transformer-engine==2.20.2"
   if [ "$GPU" = "1" ]; then
     JAX_VERSION="$("$VENV/bin/python" -c 'import jax; print(jax.__version__)')"
     echo "setup: a GPU is visible: installing jax[cuda13]==$JAX_VERSION so the GPU tests run" >&2

@@ -7,10 +7,12 @@ enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on 
 and wherever TE bound it by name, with one that lowers through `rule.lower_call`: `constexprs` are
 compile-time constants (TE puts scalar runtime arguments there too), the arrays are the kernel's
 other parameters in order, TE's defaults (read from the installed function's signature) apply.
-Gated on that signature, not on a version: transformer-engine-jax needs CUDA to build, so the
-adapter was built against TE's published code paths and tested with a stand-in module of the same
-signature. Differences from TE's own path: autotune configs that contradict a caller's constexpr are
-pruned (as jax-triton does) instead of compiled with the caller's value.
+Gated on that signature, not on a version. transformer-engine-jax (TE's CUDA extension) cannot be
+built on a CPU host; the tests run TE 2.20.2's own utils.py (from the pure-Python `transformer-engine`
+wheel, TE's package __init__ bypassed) and a stand-in of the same signature. As in TE, an autotune
+config's values win over the caller's constexprs and every config is compiled; unlike TE's own
+path, pointers are specialized as Triton specializes them (16-byte divisibility hints), so the PTX
+can differ from TE's while the results are the same.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import numpy as np
 
 from .. import rule
 from ..api import grid_param
+from ..configs import set_by_wrappers
 from .served import UnsupportedCall, UnsupportedClient, fall_back, served
 
 CLIENT = "transformer_engine"
 _REQUIRED = {"ctx", "kernel_fn", "array_args", "grid"}
 _OPTIONAL = {"input_output_aliases", "constexprs", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion"}
-_TE_DEFAULTS = {"num_warps": 32, "num_stages": 1, "num_ctas": 1, "enable_fp_fusion": False}  # TE's first release
+# TE's launch defaults when its signature names none (TE 2.x: Triton's own; its very first release used 32
+# warps and 1 stage, which it dropped as an 8x slowdown); fp fusion off, as TE compiles.
+_TE_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": False}
 _PACKAGE = "transformer_engine."
 
 
@@ -80,6 +85,10 @@ def _translate(ctx: Any, kernel_fn: Any, args: dict[str, Any]) -> dict[str, Any]
     if "grid" not in args:
         raise UnsupportedCall("a call without grid=")
     constexprs = dict(args.get("constexprs") or {})
+    # TE: an autotune config's values win over the caller's constexprs (which carry a fallback
+    # BLOCK_SIZE for the grid); jax-triton would instead prune the configs that disagree
+    for name in set_by_wrappers(kernel_fn):
+        constexprs.pop(name, None)
     aliases = args.get("input_output_aliases") or {}
     name = getattr(getattr(kernel_fn, "fn", kernel_fn), "__name__", "")
     return dict(
