@@ -3,6 +3,7 @@ exit 1 when any is a problem (with its fix)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -124,3 +125,19 @@ def test_missing_directories_and_memory_only(tmp_path):
     code, rows = report("--dir", tmp_path / "new" / "cache")
     assert code == 0 and rows["cache-dir"]["status"] == "ok" and "created on first use" in rows["cache-dir"]["detail"]
     assert not (tmp_path / "new").exists()
+
+
+def test_interception_rows_say_whether_the_hook_and_adapters_are_in_place(cache):
+    _, unset = report("--dir", cache)
+    assert unset["intercept"]["status"] == "ok" and "unset" in unset["intercept"]["detail"]
+    _, rows = report("--dir", cache, env={"KERNEL_CACHE_INTERCEPT": "all"})
+    assert "intercept" not in rows and rows["intercept-hook"]["status"] == "ok"  # scripts/test.sh installs with pip
+    for name, distribution in (("jax_triton", "jax-triton"), ("ejkernel", "ejkernel"),
+                               ("transformer_engine", "transformer-engine")):
+        row = rows[f"intercept-{name}"]
+        try:
+            installed = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            assert row["status"] == "warn" and "not installed" in row["detail"], row
+        else:
+            assert row["status"] == "ok" and installed in row["detail"], row

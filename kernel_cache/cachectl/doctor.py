@@ -13,9 +13,11 @@ fix; split up, the rows an operator reads together would live apart.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
+import site
 import sqlite3
 import stat
 import subprocess
@@ -29,7 +31,11 @@ import jax
 from compiler import parse_target
 from compiler import triton_compat as tc
 from lowering import jaxlib_compat
+from lowering.clients import ejkernel as ejkernel_client
+from lowering.clients import jax_triton as jax_triton_client
+from lowering.clients.served import version_tuple
 
+from .. import interception
 from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
 from ..locks import filesystem_of, flock_is_coherent
@@ -39,6 +45,13 @@ from .context import EXIT_OK, EXIT_PROBLEMS, Context
 from .render import human_size, table
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
+HOOK = "kernel_cache_intercept.pth"
+# client -> (distribution, lowest version known, first version not known); TE is gated by signature
+CLIENT_VERSIONS = {
+    "jax_triton": (jax_triton_client.CLIENT.distribution, jax_triton_client.CLIENT.lowest, jax_triton_client.CLIENT.below),
+    "ejkernel": (ejkernel_client.CLIENT.distribution, ejkernel_client.CLIENT.lowest, ejkernel_client.CLIENT.below),
+    "transformer_engine": ("transformer-engine", (), ()),
+}
 SCHEMA = 1
 # SQLite's locking (the local index) is not to be trusted on these: the local tier is for local disks.
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
@@ -58,7 +71,7 @@ def cmd_doctor(ctx: Context, args: Any) -> int:
     config = ctx.config
     owners = Owners.current(config.trusted_gid)
     checks = [*_local(config, owners), *_shared(config, owners), _signing(config), *_toolchain(config),
-              *_jaxlib(config), _gpu(config)]
+              *_jaxlib(config), _gpu(config), *_intercept(config)]
     problems = sum(c.status == PROBLEM for c in checks)
     warnings = sum(c.status == WARN for c in checks)
     if ctx.json:
@@ -303,6 +316,47 @@ def _signing(config: Config) -> Check:
         return Check("signing-key", OK, "not set: shared entries are trusted by who owns them")
     return Check("signing-key", OK, f"key id {signer.key_id.hex()}: entries written are signed; shared and "
                  "bundled entries must carry its signature")
+
+
+# Interception -------------------------------------------------------------------------------------------
+def _intercept(config: Config) -> list[Check]:
+    """KERNEL_CACHE_INTERCEPT: the start-up hook and the adapters it needs, and the clients it names."""
+    if not config.intercept:
+        return [Check("intercept", OK, "KERNEL_CACHE_INTERCEPT unset: jax-triton, ejKernel and TE keep their own "
+                      "compile paths (kernel_cache.intercept() in code still works)")]
+    rows = []
+    adapters = {ep.name for ep in importlib.metadata.entry_points(group=interception.ENTRY_POINT_GROUP)}
+    hooks = [d for d in {*site.getsitepackages(), site.getusersitepackages()}
+             if os.path.isfile(os.path.join(d, HOOK))]
+    if not hooks:
+        rows.append(Check("intercept-hook", PROBLEM, f"{HOOK} is in no site-packages directory: nothing reads "
+                          f"KERNEL_CACHE_INTERCEPT when Python starts",
+                          "install kernel-cache with pip (pip install kernel-cache, or pip install -e . in a "
+                          "checkout), or call kernel_cache.intercept(...) before the model is traced"))
+    else:
+        rows.append(Check("intercept-hook", OK, f"{HOOK} in {hooks[0]}"))
+    for name in config.intercept:
+        distribution, lowest, below = CLIENT_VERSIONS[name]
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        known = f"{'.'.join(map(str, lowest))} up to {'.'.join(map(str, below))} (not included)"
+        if name not in adapters:
+            rows.append(Check(f"intercept-{name}", PROBLEM, f"no '{name}' adapter in the "
+                              f"{interception.ENTRY_POINT_GROUP} entry points (kernel-cache only on PYTHONPATH?)",
+                              "install kernel-cache with pip so its entry points are registered"))
+        elif version is None:
+            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} is not installed: nothing to intercept",
+                              f"install {distribution}, or leave {name} out of KERNEL_CACHE_INTERCEPT"))
+        elif below and not lowest <= version_tuple(version) < below:
+            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} {version}: not a version kernel-cache "
+                              f"knows ({known}); its calls keep their own path, with one warning",
+                              f"use {distribution} {known}"))
+        else:
+            rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
+                              f"from the store"))
+    return rows
 
 
 # Toolchain ----------------------------------------------------------------------------------------------
