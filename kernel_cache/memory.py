@@ -1,4 +1,4 @@
-"""In-process LRU tier, bounded by total bytes and by item count. Thread-safe.
+"""In-process LRU tier (kernel_cache.lru), bounded by total bytes and by item count. Thread-safe.
 
 It keeps decoded entries (a hit costs a dict lookup) and answers the Tier protocol's maintenance
 calls with nothing: no records, no lock, no debris, no quarantine.
@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from . import entry as entry_format
 from .entry import Entry
+from .lru import SizedLRU
 from .tier import no_lock
 
 
@@ -23,58 +22,41 @@ class MemoryTier:
     writable = True
 
     def __init__(self, max_bytes: int = 256 << 20, max_items: int = 4096):
-        self.max_bytes = max_bytes
-        self.max_items = max_items
-        self._items: OrderedDict[str, Entry] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._lru: SizedLRU[Entry] = SizedLRU(lambda entry: entry.size, max_bytes, max_items)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._lru.max_bytes
+
+    @property
+    def max_items(self) -> int | None:
+        return self._lru.max_items
 
     def get(self, key: str) -> Entry | None:
-        with self._lock:
-            entry = self._items.get(key)
-            if entry is not None:
-                self._items.move_to_end(key)
-            return entry
+        return self._lru.get(key)
 
     def put(self, entry: Entry) -> None:
-        size = entry.size
-        if size > self.max_bytes or self.max_items <= 0:
-            return  # larger than the whole tier: keeping it would evict everything else
-        with self._lock:
-            old = self._items.pop(entry.key, None)
-            if old is not None:
-                self._bytes -= old.size
-            self._items[entry.key] = entry
-            self._bytes += size
-            while self._items and (self._bytes > self.max_bytes or len(self._items) > self.max_items):
-                _, evicted = self._items.popitem(last=False)
-                self._bytes -= evicted.size
+        self._lru.put(entry.key, entry)
 
     def delete(self, key: str) -> bool:
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old.size
-            return old is not None
+        return self._lru.delete(key)
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
+        self._lru.clear()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._lru)
 
     @property
     def bytes(self) -> int:
-        return self._bytes
+        return self._lru.bytes
 
     # The rest of the Tier protocol ------------------------------------------------------------
     def put_raw(self, key: str, data: builtins.bytes) -> None:
         self.put(entry_format.decode(data, expected_key=key))
 
     def __contains__(self, key: object) -> bool:
-        return key in self._items
+        return key in self._lru
 
     def records(self) -> list[dict[str, Any]]:
         return []

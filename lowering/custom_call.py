@@ -7,6 +7,7 @@ seen with autotuned kernels on the FFI target).
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -24,7 +25,7 @@ from . import jaxlib_compat as compat
 from .module_image import ModuleImage, inject
 
 _warned_aliases = False
-_payloads = deflate.BoundedMemo(max_bytes=64 << 20)  # call -> payload, this process only
+_payloads = deflate.memo(max_bytes=64 << 20)  # call -> payload, this process only
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
 _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
@@ -86,27 +87,28 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
                     num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
     """The zlib-compressed TritonAnyKernelCall proto for these configs; the same call lowered again in
     this process (a model's layers call the same kernels on the same shapes) is served from a memo."""
+    layout = compat.module_image_layout(platform)
+    build = functools.partial(_serialize, platform, calls, args, layout, name=name, kernel_name=kernel_name,
+                              scalar_desc=scalar_desc, compute_capability=compute_capability, aliases=aliases,
+                              num_inputs=num_inputs, in_sizes=in_sizes, serialized_metadata=serialized_metadata,
+                              debug=debug)
     if platform != "cuda":  # ROCm's payload names a temporary HSACO file that jaxlib deletes: never reused
-        return _serialize(platform, calls, args, name=name, kernel_name=kernel_name, scalar_desc=scalar_desc,
-                          compute_capability=compute_capability, aliases=aliases, num_inputs=num_inputs,
-                          in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
+        return build()
     memo_key = (tuple((c.key, c.grid, tuple(sorted(c.zeroed_bytes.items())), c.description,
                        tuple(sorted(c.bound))) for c in calls),
                 tuple(repr(a) for a in args), name, kernel_name, scalar_desc, compute_capability, tuple(aliases),
-                num_inputs, tuple(in_sizes), bytes(serialized_metadata), debug, compat.module_image_layout(platform),
+                num_inputs, tuple(in_sizes), bytes(serialized_metadata), debug, layout,
                 bool(aliases) and compat.autotuned_aliases_supported())
     payload = _payloads.get(memo_key)
     if payload is None:
-        payload = _serialize(platform, calls, args, name=name, kernel_name=kernel_name, scalar_desc=scalar_desc,
-                             compute_capability=compute_capability, aliases=aliases, num_inputs=num_inputs,
-                             in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
+        payload = build()
         _payloads.put(memo_key, payload)
     return payload
 
 
-def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], *, name: str, kernel_name: str,
-               scalar_desc: str, compute_capability: int, aliases: Sequence[tuple], num_inputs: int,
-               in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
+def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, *, name: str,
+               kernel_name: str, scalar_desc: str, compute_capability: int, aliases: Sequence[tuple],
+               num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
@@ -119,7 +121,6 @@ def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], 
             f"{name} ({kernel_name}) {scalar_desc}", [(k, c.description) for k, c in zip(kernel_calls, calls)],
             _autotune_aliases(aliases, num_inputs, in_sizes))
     proto = launch.to_proto(name, serialized_metadata)
-    layout = compat.module_image_layout(platform)
     with_image = layout is not None and all(c.artifact.cubin for c in calls)
     if with_image:
         proto = inject(proto, [ModuleImage(c.artifact.cubin, c.artifact.name, c.artifact.shared_mem)

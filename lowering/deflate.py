@@ -7,57 +7,29 @@ piece) ending on a byte boundary (Z_FULL_FLUSH), and such runs may be concatenat
 zlib header, the runs in order (all level 1: jaxlib inflates any level), an empty final block and
 the Adler-32 of all the raw bytes. Fixed parts come deflated from `Artifact` (stored with the entry)
 or from a small per-process memo; the per-call parts around them (grid, parameters, names) are
-deflated here. `BoundedMemo` also keeps whole payloads of calls lowered again (custom_call).
+deflated here. `memo()` also keeps whole payloads of calls lowered again (custom_call).
 """
 
 from __future__ import annotations
 
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterable
 
 import xxhash
 
 from compiler.artifact import deflate_run
+from kernel_cache.lru import SizedLRU
 
 _HEADER = b"\x78\x01"  # deflate, 32K window, level hint "fastest"
 _FINAL = b"\x03\x00"  # an empty final block (fixed Huffman, end-of-block code only)
 
 
-class BoundedMemo:
-    """A small LRU of bytes values bounded by their total size (per process, thread-safe)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._items: OrderedDict[object, bytes] = OrderedDict()
-        self._bytes, self._max = 0, max_bytes
-        self._lock = threading.Lock()
-
-    def get(self, key: object) -> bytes | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
-
-    def put(self, key: object, value: bytes) -> None:
-        if len(value) > self._max // 4:
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            self._bytes += len(value) - (len(old) if old is not None else 0)
-            self._items[key] = value
-            while self._bytes > self._max:
-                _, dropped = self._items.popitem(last=False)
-                self._bytes -= len(dropped)
+def memo(max_bytes: int) -> SizedLRU[bytes]:
+    """A per-process LRU of bytes values; one over a quarter of the bound is not kept."""
+    return SizedLRU(len, max_bytes, max_item_bytes=max_bytes // 4)
 
 
-_runs = BoundedMemo(max_bytes=128 << 20)  # raw part digest -> its run, for entries stored without runs
+_runs = memo(max_bytes=128 << 20)  # raw part digest -> its run, for entries stored without runs
 
 
 def deflated(raw: bytes, stored: bytes | None = None) -> bytes:

@@ -34,8 +34,8 @@ def test_parts_missing_repeated_or_overlapping_are_deflated_as_usual():
     assert deflate.deflated(CUBIN) == deflate_run(CUBIN) == deflate.deflated(CUBIN, None)
 
 
-def test_bounded_memo_keeps_its_byte_budget():
-    memo = deflate.BoundedMemo(max_bytes=1000)
+def test_memo_keeps_its_byte_budget():
+    memo = deflate.memo(max_bytes=1000)
     for i in range(10):
         memo.put(i, b"x" * 200)
     kept = [i for i in range(10) if memo.get(i) is not None]

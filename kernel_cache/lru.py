@@ -1,0 +1,70 @@
+"""A thread-safe LRU bounded by total size and item count: the memory tier's, and the lowering's
+per-process memos (compressed runs, whole call payloads)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class SizedLRU(Generic[V]):
+    """`size(value)` counts against `max_bytes`; a value larger than `max_item_bytes` (default: the
+    whole bound, where keeping it would evict everything else) is not kept."""
+
+    def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
+                 max_item_bytes: int | None = None) -> None:
+        self._size = size
+        self.max_bytes = max_bytes
+        self.max_items = max_items
+        self._max_item_bytes = max_bytes if max_item_bytes is None else max_item_bytes
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: V) -> None:
+        size = self._size(value)
+        if size > self._max_item_bytes or (self.max_items is not None and self.max_items <= 0):
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= self._size(old)
+            self._items[key] = value
+            self._bytes += size
+            while self._items and (self._bytes > self.max_bytes or
+                                   (self.max_items is not None and len(self._items) > self.max_items)):
+                _, evicted = self._items.popitem(last=False)
+                self._bytes -= self._size(evicted)
+
+    def delete(self, key: Hashable) -> bool:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= self._size(old)
+            return old is not None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
