@@ -47,11 +47,11 @@ def _autotuner_configs(tuner: Autotuner, named_args: dict, metaparams: Mapping[s
     for i, config in enumerate(configs):
         if getattr(config, "pre_hook", None) is not None:
             raise NotImplementedError(
-                f"autotune config #{i} ({config}) of kernel '{_name(tuner)}' has a pre_hook; "
+                f"autotune config #{i} ({config}) of kernel '{kernel_name(tuner)}' has a pre_hook; "
                 f"pre_hooks run Python on device buffers at launch, which a JAX custom call cannot do")
     kept = [c for c in configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
     if not kept:
-        raise ValueError(f"every autotune config of kernel '{_name(tuner)}' conflicts with the "
+        raise ValueError(f"every autotune config of kernel '{kernel_name(tuner)}' conflicts with the "
                          f"metaparameters passed to triton_call: {dict(metaparams)}")
     prune = getattr(tuner, "early_config_prune", None)
     if prune is not None:
@@ -69,7 +69,7 @@ def _perf_model_top_k(tuner: Autotuner, configs: list, named_args: dict, metapar
     if isinstance(top_k, float) and top_k <= 1.0:
         top_k = int(len(configs) * top_k)
     if not isinstance(top_k, int):
-        raise TypeError(f"autotune top_k of kernel '{_name(tuner)}' must be an int or a fraction <= 1.0")
+        raise TypeError(f"autotune top_k of kernel '{kernel_name(tuner)}' must be an int or a fraction <= 1.0")
     if len(configs) <= top_k:
         return configs
     estimates = [perf_model(**named_args, **metaparams, **c.all_kwargs()) for c in configs]
@@ -103,12 +103,13 @@ def named_args(kernel: Any, runtime_values: list[Any], metaparams: Mapping[str, 
     """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
     names = runtime_param_names(kernel, metaparams)
     if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{_name(kernel)}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+        raise TypeError(f"kernel '{kernel_name(kernel)}' takes {len(names)} runtime arguments ({', '.join(names)}), "
                         f"got {len(runtime_values)} (inputs, scalars and outputs together)")
     return dict(zip(names, runtime_values))
 
 
-def _name(kernel: Any) -> str:
+def kernel_name(kernel: Any) -> str:
+    """The kernel's function name under any Autotuner/Heuristics wrappers (its repr if not a kernel)."""
     try:
         return triton_compat.unwrap_jit(kernel).__name__
     except TypeError:

@@ -20,9 +20,8 @@ from jax.interpreters import mlir
 import compiler
 
 from .. import jaxlib_compat as compat
-from .. import rule
 from ..api import grid_param, zeroed_param
-from .served import UnsupportedCall, check_parameters, check_version, fall_back, served
+from .served import UnsupportedCall, check_parameters, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).
 COMMON_PARAMS = frozenset({
@@ -55,21 +54,8 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
 
 
 def _lower(client: PrimitiveClient, platform: str, own: Any, ctx: Any, *operands: Any, **params: Any) -> Any:
-    def client_path() -> Any:
-        return own(ctx, *operands, **params)
-
-    try:
-        translated = translate(client, params)
-    except UnsupportedCall as exc:
-        return fall_back(client.name, str(exc), str(exc), client_path)
-    try:
-        out = rule.lower_call(platform, ctx, *operands, **translated)
-    except Exception as exc:  # ours failed where theirs may not: never fail the program for it
-        return fall_back(client.name, f"{type(exc).__name__}:{_kernel_name(params['fn'])}",
-                         f"lowering kernel '{_kernel_name(params['fn'])}' failed here: {type(exc).__name__}: {exc}",
-                         client_path)
-    served(client.name)
-    return out
+    return serve(client.name, params["fn"], platform, ctx, operands, lambda: translate(client, params),
+                 lambda: own(ctx, *operands, **params))
 
 
 def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:
@@ -107,8 +93,3 @@ def client_scalar(dtype: str, value: Any) -> Any:
         raise UnsupportedCall(f"a scalar argument of type {dtype!r}")
     return compiler.Scalar(dtype, value)
 
-
-def _kernel_name(kernel: Any) -> str:
-    while not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):
-        kernel = kernel.fn
-    return getattr(kernel, "__name__", type(kernel).__name__)

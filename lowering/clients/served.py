@@ -1,4 +1,4 @@
-"""What every client adapter shares: version gates, the per-client tally, and falling back.
+"""What every client adapter shares: version gates, lowering a call or falling back, the tally.
 
 A call we cannot honour (an unknown keyword, an argument kind we do not lower, an error of ours)
 goes to the client's own lowering with one warning per cause: interception never fails a program.
@@ -16,9 +16,12 @@ from typing import Any
 from kernel_cache.interception import UnsupportedClient
 from kernel_cache.warnings_once import warn_once
 
+from .. import rule
+from ..configs import kernel_name
+
 _tally: Counter = Counter()
 _lock = threading.Lock()
-__all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "fall_back", "served", "tally"]
+__all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "serve", "tally"]
 
 
 class UnsupportedCall(ValueError):
@@ -50,13 +53,27 @@ def check_parameters(client: str, what: str, found: set[str], known: set[str]) -
                                 f"(new: {extra or 'none'}, gone: {missing or 'none'})")
 
 
-def served(client: str) -> None:
+def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple, translate: Callable[[], dict[str, Any]],
+          own: Callable[[], Any]) -> Any:
+    """Lower one client call through `rule.lower_call` with the parameters `translate()` gives; the
+    client's own lowering (`own()`), after one warning per cause, when `translate` raises
+    UnsupportedCall or our lowering fails where theirs may not."""
+    try:
+        params = translate()
+    except UnsupportedCall as exc:
+        return _fall_back(client, str(exc), str(exc), own)
+    try:
+        out = rule.lower_call(platform, ctx, *operands, **params)
+    except Exception as exc:  # never fail the program for it
+        name = kernel_name(kernel)
+        return _fall_back(client, f"{type(exc).__name__}:{name}",
+                          f"lowering kernel '{name}' failed here: {type(exc).__name__}: {exc}", own)
     with _lock:
         _tally[(client, "served")] += 1
+    return out
 
 
-def fall_back(client: str, cause: str, why: str, own: Callable[[], Any]) -> Any:
-    """The client's own lowering for this call, after one warning per `cause`."""
+def _fall_back(client: str, cause: str, why: str, own: Callable[[], Any]) -> Any:
     with _lock:
         _tally[(client, "fallback")] += 1
     warn_once(f"intercept-call:{client}:{cause}",

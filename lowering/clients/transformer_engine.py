@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import rule
 from ..api import grid_param
-from ..configs import set_by_wrappers
-from .served import UnsupportedCall, UnsupportedClient, fall_back, served
+from ..configs import kernel_name, set_by_wrappers
+from .served import UnsupportedCall, UnsupportedClient, serve
 
 CLIENT = "transformer_engine"
 _REQUIRED = {"ctx", "kernel_fn", "array_args", "grid"}
@@ -60,37 +59,24 @@ def install(module: ModuleType) -> None:
 
 
 def _lower(own: Any, defaults: dict[str, Any], ctx: Any, kernel_fn: Any, *array_args: Any, **kwargs: Any) -> Any:
-    def client_path() -> Any:
-        return own(ctx, kernel_fn, *array_args, **kwargs)
+    return serve(CLIENT, kernel_fn, ctx.module_context.platforms[0], ctx, array_args,
+                 lambda: _translate(ctx, kernel_fn, defaults, kwargs), lambda: own(ctx, kernel_fn, *array_args, **kwargs))
 
+
+def _translate(ctx: Any, kernel_fn: Any, defaults: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(kwargs) - _OPTIONAL - {"grid"})
     if unknown:
-        why = f"keyword {', '.join(unknown)} of triton_call_lowering is not one kernel-cache lowers"
-        return fall_back(CLIENT, why, why, client_path)
-    args = {**defaults, **kwargs}
-    try:
-        translated = _translate(ctx, kernel_fn, args)
-        out = rule.lower_call(ctx.module_context.platforms[0], ctx, *array_args, **translated)
-    except UnsupportedCall as exc:
-        return fall_back(CLIENT, str(exc), str(exc), client_path)
-    except Exception as exc:  # ours failed where TE's may not: never fail the program for it
-        name = getattr(getattr(kernel_fn, "fn", kernel_fn), "__name__", "?")
-        return fall_back(CLIENT, f"{type(exc).__name__}:{name}",
-                         f"lowering kernel '{name}' failed here: {type(exc).__name__}: {exc}", client_path)
-    served(CLIENT)
-    return out
-
-
-def _translate(ctx: Any, kernel_fn: Any, args: dict[str, Any]) -> dict[str, Any]:
-    if "grid" not in args:
+        raise UnsupportedCall(f"keyword {', '.join(unknown)} of triton_call_lowering is not one kernel-cache lowers")
+    if "grid" not in kwargs:
         raise UnsupportedCall("a call without grid=")
+    args = {**defaults, **kwargs}
     constexprs = dict(args.get("constexprs") or {})
     # TE: an autotune config's values win over the caller's constexprs (which carry a fallback
     # BLOCK_SIZE for the grid); jax-triton would instead prune the configs that disagree
     for name in set_by_wrappers(kernel_fn):
         constexprs.pop(name, None)
     aliases = args.get("input_output_aliases") or {}
-    name = getattr(getattr(kernel_fn, "fn", kernel_fn), "__name__", "")
+    name = kernel_name(kernel_fn)
     return dict(
         kernel=kernel_fn, scalars=(), out_avals=tuple((tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out),
         grid=grid_param(args["grid"]), name=name, num_warps=args["num_warps"], num_stages=args["num_stages"],
