@@ -47,15 +47,22 @@ def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> d
     """Everything the key covers, in canonical form (useful for debugging a surprising miss)."""
     parsed = tc.parse_options(spec.target, spec.triton_options())
     return {
+        **_own_parts(spec),
+        "options": canonical(tc.options_to_json(parsed)),
+        "target": spec.target.to_json(),
+        "toolchain": toolchain if toolchain is not None else toolchain_fingerprint(spec.target),
+    }
+
+
+def _own_parts(spec: KernelSpec) -> dict[str, Any]:
+    """The parts of the key document that are the spec's own (the rest: options, target, toolchain)."""
+    return {
         "format": KEY_FORMAT_VERSION,
         "kernel": {"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)},
         "signature": [[k, v] for k, v in spec.signature.items()],
         "constexprs": canonical(dict(spec.constexprs)),
         "attrs": canonical({repr(k): v for k, v in spec.attrs.items()}),
-        "options": canonical(tc.options_to_json(parsed)),
         "keep_ir": spec.keep_ir,
-        "target": spec.target.to_json(),
-        "toolchain": toolchain if toolchain is not None else toolchain_fingerprint(spec.target),
     }
 
 
@@ -107,20 +114,14 @@ _TEXTS: dict[Any, tuple[Any, str]] = {}  # id or value of a shared part -> (the 
 
 def _digest_document(spec: KernelSpec, tools: dict[str, Any]) -> str:
     """digest(key_document(spec, tools)), the same text hashed, with the parts most specs share (the
-    parsed options, the target, the toolchain: ~80% of the document) encoded once per process.
-    JSON encoding is compositional, so the spliced text equals the whole document's (a test checks)."""
+    parsed options and the target) encoded once per process. JSON encoding is compositional, so the
+    spliced text equals the whole document's (a test checks)."""
     parsed = tc.parse_options(spec.target, spec.triton_options())
-    options = _shared_text(("options", id(parsed)), parsed, lambda: canonical(tc.options_to_json(parsed)))
-    target = _shared_text(("target", spec.target), spec.target, spec.target.to_json)
-    parts = (
-        ("attrs", _text(canonical({repr(k): v for k, v in spec.attrs.items()}))),
-        ("constexprs", _text(canonical(dict(spec.constexprs)))),
-        ("format", _text(KEY_FORMAT_VERSION)),
-        ("keep_ir", _text(spec.keep_ir)),
-        ("kernel", _text({"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)})),
-        ("options", options), ("signature", _text([[k, v] for k, v in spec.signature.items()])),
-        ("target", target), ("toolchain", _text(tools)))
-    text = "{" + ",".join(f"{_text(name)}:{part}" for name, part in parts) + "}"
+    texts = {name: _text(part) for name, part in _own_parts(spec).items()}
+    texts["options"] = _shared_text(("options", id(parsed)), parsed, lambda: canonical(tc.options_to_json(parsed)))
+    texts["target"] = _shared_text(("target", spec.target), spec.target, spec.target.to_json)
+    texts["toolchain"] = _text(tools)
+    text = "{" + ",".join(f"{_text(name)}:{texts[name]}" for name in sorted(texts)) + "}"
     return str(xxhash.xxh3_128_hexdigest(text.encode()))
 
 
