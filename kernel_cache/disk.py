@@ -126,11 +126,16 @@ class DiskTier:
                                   f"({describe_error(exc)}); 'cachectl verify --repair' rebuilds it from the "
                                   f"entry files") from None
 
-    @property
-    def writable(self) -> bool:
+    def _writer_due(self) -> bool:
+        """Open the writer if it is not open and may be tried now (lazily in a warm process, again after a
+        failure's cooldown); whether it is open."""
         if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
             self._try_writer()
-        return self._cache is not None and time.monotonic() >= self._busy_until
+        return self._cache is not None
+
+    @property
+    def writable(self) -> bool:
+        return self._writer_due() and time.monotonic() >= self._busy_until
 
     # Lookups ------------------------------------------------------------------------------
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
@@ -213,9 +218,7 @@ class DiskTier:
 
     # Writes (bounded waits) ---------------------------------------------------------------
     def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
-        if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
-            self._try_writer()
-        if self._cache is None:
+        if not self._writer_due():
             raise TierReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
         if time.monotonic() < self._busy_until:
             raise TierReadOnly(f"local cache index {self.directory} is held by another process; "

@@ -33,7 +33,7 @@ from compiler import triton_compat as tc
 from lowering import jaxlib_compat
 from lowering.clients import ejkernel as ejkernel_client
 from lowering.clients import jax_triton as jax_triton_client
-from lowering.clients.served import version_tuple
+from lowering.clients.served import UnsupportedClient, check_version
 
 from .. import interception
 from ..config import Config
@@ -341,21 +341,24 @@ def _intercept(config: Config) -> list[Check]:
             version = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             version = None
-        known = f"{'.'.join(map(str, lowest))} up to {'.'.join(map(str, below))} (not included)"
         if name not in adapters:
             rows.append(Check(f"intercept-{name}", PROBLEM, f"no '{name}' adapter in the "
                               f"{interception.ENTRY_POINT_GROUP} entry points (kernel-cache only on PYTHONPATH?)",
                               "install kernel-cache with pip so its entry points are registered"))
-        elif version is None:
+            continue
+        if version is None:
             rows.append(Check(f"intercept-{name}", WARN, f"{distribution} is not installed: nothing to intercept",
                               f"install {distribution}, or leave {name} out of KERNEL_CACHE_INTERCEPT"))
-        elif below and not lowest <= version_tuple(version) < below:
-            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} {version}: not a version kernel-cache "
-                              f"knows ({known}); its calls keep their own path, with one warning",
-                              f"use {distribution} {known}"))
-        else:
-            rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
-                              f"from the store"))
+            continue
+        try:
+            if below:  # the adapter's own gate, as it runs when the client loads
+                check_version(name, distribution, lowest, below)
+        except UnsupportedClient as exc:
+            rows.append(Check(f"intercept-{name}", WARN, f"{exc}; its calls keep their own path, with one warning",
+                              f"use a version of {distribution} kernel-cache knows"))
+            continue
+        rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
+                          f"from the store"))
     return rows
 
 
