@@ -29,7 +29,16 @@ for _name in [n for n in os.environ if n.startswith("KERNEL_CACHE_")]:
     del os.environ[_name]
 _SESSION_HOME = tempfile.mkdtemp(prefix="kernel-cache-tests-")
 os.environ["XDG_CACHE_HOME"] = _SESSION_HOME
-os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_HOME, "triton")
+os.environ["TRITON_CACHE_DIR"] = _TRITON_CACHE = os.path.join(_SESSION_HOME, "triton")
+
+
+@pytest.fixture(autouse=True)
+def _triton_cache_dir_kept():
+    """jax_triton sets TRITON_CACHE_DIR="" for the whole process when it is imported (tests that import
+    the client programs in-process): after every test the session's value is back, for later tests and
+    the child processes they start."""
+    yield
+    os.environ["TRITON_CACHE_DIR"] = _TRITON_CACHE
 
 
 def _visible_gpus() -> list[str]:
