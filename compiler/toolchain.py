@@ -117,6 +117,11 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
     return {**_installed_tools(target, memo_dir), "env": tc.cache_invalidating_env()}
 
 
+def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
+    """The toolchain fingerprint without Triton's environment (which callers read per use)."""
+    return dict(_installed_tools(target, memo_dir))
+
+
 def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
     slot = (target, str(memo_dir))
     with _lock:

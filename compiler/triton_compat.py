@@ -121,16 +121,26 @@ def parse_attr(backend_name: str, desc: str) -> list[Any]:
     return list(backend_class(backend_name).parse_attr(desc))
 
 
-def param_flags(fn: JITFunction) -> list[tuple[str, bool, bool, bool, str]]:
+_flags: dict[int, tuple[JITFunction, tuple[tuple[str, bool, bool, bool, str], ...]]] = {}
+
+
+def param_flags(fn: JITFunction) -> tuple[tuple[str, bool, bool, bool, str], ...]:
     """Per parameter: (name, is_constexpr, do_not_specialize, do_not_specialize_on_alignment,
-    annotation type or "")."""
+    annotation type or ""). Memoized per function (its parameters are fixed at decoration; every
+    lowered call asks), the function kept with them so its id is not reused meanwhile."""
+    found = _flags.get(id(fn))
+    if found is not None and found[0] is fn:
+        return found[1]
     out = []
     for p in fn.params:
         ann = getattr(p, "annotation_type", "") or ""
         out.append((p.name, bool(p.is_constexpr), bool(getattr(p, "do_not_specialize", False)),
                     bool(getattr(p, "do_not_specialize_on_alignment", False)),
                     ann if isinstance(ann, str) else ""))
-    return out
+    flags = tuple(out)
+    if len(_flags) < 8192:
+        _flags[id(fn)] = (fn, flags)
+    return flags
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:

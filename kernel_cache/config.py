@@ -140,6 +140,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_WINNERS", "winners", parse_flag, "`1`",
             "`0` (or `false`, `no`, `off`) ignores persisted autotune winners (`cachectl tune`): autotuned calls are "
             "lowered with all their configs and jaxlib autotunes them at first launch"),
+    Setting("KERNEL_CACHE_CALL_RECORDS", "call_records", parse_flag, "`1`",
+            "`0` (or `false`, `no`, `off`) lowers every Triton call kernel by kernel instead of reading the call's "
+            "recorded payload (see [Lowered-call records](#lowered-call-records))"),
     Setting("KERNEL_CACHE_GPU_MODEL", "gpu_model", _text, "the device's",
             "the GPU model (JAX's `device_kind`, e.g. `NVIDIA H100 80GB HBM3`) whose tuned winners lowering uses; "
             "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),
@@ -181,6 +184,7 @@ class Config:
     xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
     winners: bool = True  # lower autotuned calls as their persisted winner when one is stored
     gpu_model: str | None = None  # None: the visible device's (for persisted autotune winners)
+    call_records: bool = True  # serve a call seen before from its recorded payload (one store read)
     intercept: tuple[str, ...] = ()  # client libraries whose Triton calls the store serves
     trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None = field(default=None, repr=False)

@@ -7,7 +7,6 @@ seen with autotuned kernels on the FFI target).
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 import warnings
@@ -31,16 +30,42 @@ _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How one config is launched: known from the call and its config alone, before any kernel is read."""
+
+    grid: tuple[int, int, int]
+    zeroed_bytes: dict  # runtime-argument position -> bytes to zero before launch
+    description: str
+    bound: frozenset  # parameters given by name (metaparams, config kwargs, heuristics)
+
+
+@dataclass(frozen=True)
 class ConfigCall:
     """One config's compiled kernel and how to launch it."""
 
     spec: KernelSpec
     artifact: Artifact
     key: str  # the artifact's content key
-    grid: tuple[int, int, int]
-    zeroed_bytes: dict  # runtime-argument position -> bytes to zero before launch
-    description: str
-    bound: frozenset  # parameters given by name (metaparams, config kwargs, heuristics)
+    launch: Launch
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """The call's own fields of the payload, whatever its configs."""
+
+    name: str
+    kernel_name: str
+    scalar_desc: str
+    compute_capability: int
+    aliases: tuple[tuple[int, int], ...]
+    num_inputs: int
+    in_sizes: tuple[int, ...]
+    serialized_metadata: bytes
+    debug: bool
+
+    def as_tuple(self) -> tuple:
+        return (self.name, self.kernel_name, self.scalar_desc, self.compute_capability, self.aliases,
+                self.num_inputs, self.in_sizes, self.serialized_metadata, self.debug)
 
 
 def _binary(platform: str, art: Artifact) -> str:
@@ -65,7 +90,7 @@ def _kernel(module, platform: str, art: Artifact, compute_capability: int, debug
 def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
     """One TritonParameter per runtime argument the compiled kernel still takes."""
     spec = call.spec
-    names = [n for n in spec.kernel.arg_names if n not in call.bound]
+    names = [n for n in spec.kernel.arg_names if n not in call.launch.bound]
     params = []
     for position, (name, value) in enumerate(zip(names, args)):
         ty = spec.signature[name]
@@ -74,7 +99,7 @@ def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
         if ty.startswith("*"):
             index = spec.kernel.arg_names.index(name)
             aligned = ["tt.divisibility", 16] in spec.attrs.get((index,), [])
-            params.append(module.create_array_parameter(call.zeroed_bytes.get(position, 0),
+            params.append(module.create_array_parameter(call.launch.zeroed_bytes.get(position, 0),
                                                         16 if aligned else 0))
         else:
             value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
@@ -82,45 +107,37 @@ def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
     return params
 
 
-def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], *, name: str,
-                    kernel_name: str, scalar_desc: str, compute_capability: int, aliases: Sequence[tuple],
-                    num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
+def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo) -> bytes:
     """The zlib-compressed TritonAnyKernelCall proto for these configs; the same call lowered again in
     this process (a model's layers call the same kernels on the same shapes) is served from a memo."""
     layout = compat.module_image_layout(platform)
-    build = functools.partial(_serialize, platform, calls, args, layout, name=name, kernel_name=kernel_name,
-                              scalar_desc=scalar_desc, compute_capability=compute_capability, aliases=aliases,
-                              num_inputs=num_inputs, in_sizes=in_sizes, serialized_metadata=serialized_metadata,
-                              debug=debug)
     if platform != "cuda":  # ROCm's payload names a temporary HSACO file that jaxlib deletes: never reused
-        return build()
-    memo_key = (tuple((c.key, c.grid, tuple(sorted(c.zeroed_bytes.items())), c.description,
-                       tuple(sorted(c.bound))) for c in calls),
-                tuple(repr(a) for a in args), name, kernel_name, scalar_desc, compute_capability, tuple(aliases),
-                num_inputs, tuple(in_sizes), bytes(serialized_metadata), debug, layout,
-                bool(aliases) and compat.autotuned_aliases_supported())
+        return _serialize(platform, calls, args, layout, info)
+    memo_key = (tuple((c.key, c.launch.grid, tuple(sorted(c.launch.zeroed_bytes.items())), c.launch.description,
+                       tuple(sorted(c.launch.bound))) for c in calls),
+                tuple(repr(a) for a in args), info, layout,
+                bool(info.aliases) and compat.autotuned_aliases_supported())
     payload = _payloads.get(memo_key)
     if payload is None:
-        payload = build()
+        payload = _serialize(platform, calls, args, layout, info)
         _payloads.put(memo_key, payload)
     return payload
 
 
-def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, *, name: str,
-               kernel_name: str, scalar_desc: str, compute_capability: int, aliases: Sequence[tuple],
-               num_inputs: int, in_sizes: Sequence[int], serialized_metadata: bytes, debug: bool) -> bytes:
+def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, info: CallInfo) -> bytes:
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
-        kernel = _kernel(module, platform, call.artifact, compute_capability, debug)
-        kernel_calls.append(module.TritonKernelCall(kernel, *call.grid, _parameters(module, call, args)))
+        kernel = _kernel(module, platform, call.artifact, info.compute_capability, info.debug)
+        kernel_calls.append(module.TritonKernelCall(kernel, *call.launch.grid, _parameters(module, call, args)))
     if len(kernel_calls) == 1:
         launch = kernel_calls[0]
     else:
         launch = module.TritonAutotunedKernelCall(
-            f"{name} ({kernel_name}) {scalar_desc}", [(k, c.description) for k, c in zip(kernel_calls, calls)],
-            _autotune_aliases(aliases, num_inputs, in_sizes))
-    proto = launch.to_proto(name, serialized_metadata)
+            f"{info.name} ({info.kernel_name}) {info.scalar_desc}",
+            [(k, c.launch.description) for k, c in zip(kernel_calls, calls)],
+            _autotune_aliases(info.aliases, info.num_inputs, info.in_sizes))
+    proto = launch.to_proto(info.name, info.serialized_metadata)
     with_image = layout is not None and all(c.artifact.cubin for c in calls)
     if with_image:
         proto = inject(proto, [ModuleImage(c.artifact.cubin, c.artifact.name, c.artifact.shared_mem)

@@ -29,12 +29,21 @@ _TRITON_DTYPES = {
 }
 
 
+_POINTER_TYPES: dict[Any, str] = {}  # dtype -> its pointer type (the lowering asks per operand)
+
+
 def pointer_type(dtype: Any) -> str:
+    found = _POINTER_TYPES.get(dtype)
+    if found is not None:
+        return found
     name = np.dtype(dtype).name
     try:
-        return "*" + _TRITON_DTYPES[name]
+        found = "*" + _TRITON_DTYPES[name]
     except KeyError:
         raise TypeError(f"arrays of dtype {name} cannot be passed to a Triton kernel") from None
+    if len(_POINTER_TYPES) < 256:
+        _POINTER_TYPES[dtype] = found
+    return found
 
 
 _FP32_MAX = float(np.finfo(np.float32).max)

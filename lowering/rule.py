@@ -7,11 +7,12 @@ content key (see `lowering.kernels`).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from jax.interpreters import mlir
 
-from . import custom_call, devices, kernels, winners
+from . import call_records, custom_call, devices, kernels, winners
 from .configs import named_args, normalize_grid, per_config, resolve_configs
 from .primitive import triton_kernel_call_p
 from .target_arch import resolve_target
@@ -41,31 +42,53 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
                                   num_ctas=num_ctas)
     args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in ctx.avals_out])
     options = {"enable_fp_fusion": enable_fp_fusion, "debug": debug, **dict(backend_options)}
-    specs = kernels.specs_for(fn, args, configs, target, options)
-    chosen = winners.choose(platform, kernel, specs, configs, named, metaparams, ctx.avals_in, ctx.avals_out)
-    if chosen is not None:  # a persisted autotune winner: one plain call, no autotuning at launch
-        configs, specs = [configs[chosen]], [specs[chosen]]
-    fetched = kernels.fetch(specs)
-
-    num_in_args = len(ctx.avals_in) + len(scalars)  # runtime positions before the outputs
-    out_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_out]
-    calls = []
-    for config, spec, (art, key) in zip(configs, specs, fetched):
-        zeroed = per_config(zeroed_outputs, config.constexprs) or ()
-        calls.append(custom_call.ConfigCall(
-            spec=spec, artifact=art, key=key, grid=normalize_grid(grid, config.constexprs),
-            zeroed_bytes={num_in_args + i: out_sizes[i] for i in sorted(zeroed)},
-            description=config.description, bound=frozenset(config.constexprs)))
-
-    in_sizes = [int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ctx.avals_in]
-    scalar_desc = str({runtime_names[p]: v for p, v in scalars})
-    payload = custom_call.serialized_call(
-        platform, calls, args, name=name, kernel_name=fn.__name__, scalar_desc=scalar_desc,
-        compute_capability=target.arch if target.backend == "cuda" else 0, aliases=input_output_aliases,
-        num_inputs=len(ctx.avals_in), in_sizes=in_sizes, serialized_metadata=serialized_metadata, debug=debug)
-    return custom_call.emit(ctx, operands, platform, payload, autotuned=len(calls) > 1, name=name,
+    launches = _launches(configs, grid, zeroed_outputs, ctx.avals_out, len(ctx.avals_in) + len(scalars))
+    info = custom_call.CallInfo(
+        name=name, kernel_name=fn.__name__, scalar_desc=str({runtime_names[p]: v for p, v in scalars}),
+        compute_capability=target.arch if target.backend == "cuda" else 0,
+        aliases=tuple((int(i), int(o)) for i, o in input_output_aliases), num_inputs=len(ctx.avals_in),
+        in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
+    slot = call_records.slot(platform, fn, args, configs, launches, target, options, info)
+    served = slot.served()  # a call seen before: one store read
+    if served is None:
+        served = _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info,
+                                named, metaparams, ctx)
+    payload, kernel_count = served
+    return custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, name=name,
                             aliases=input_output_aliases, has_side_effect=has_side_effect,
                             target_name=custom_call_target)
+
+
+def _nbytes(aval) -> int:
+    return math.prod(int(d) for d in aval.shape) * np.dtype(aval.dtype).itemsize
+
+
+def _launches(configs, grid, zeroed_outputs, avals_out, num_in_args: int) -> list[custom_call.Launch]:
+    """Each config's grid, zeroed outputs (by runtime position: outputs follow the inputs) and description."""
+    out_sizes = [_nbytes(a) for a in avals_out]
+    launches = []
+    for config in configs:
+        zeroed = per_config(zeroed_outputs, config.constexprs) or ()
+        launches.append(custom_call.Launch(
+            grid=normalize_grid(grid, config.constexprs),
+            zeroed_bytes={num_in_args + i: out_sizes[i] for i in sorted(zeroed)},
+            description=config.description, bound=frozenset(config.constexprs)))
+    return launches
+
+
+def _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info, named, metaparams,
+                   ctx) -> tuple[bytes, int]:
+    """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded."""
+    specs = kernels.specs_for(fn, args, configs, target, options)
+    choice = winners.choose(platform, kernel, specs, configs, named, metaparams, ctx.avals_in, ctx.avals_out)
+    if choice.index is not None:  # a persisted autotune winner: one plain call, no autotuning at launch
+        configs, specs, launches = [configs[choice.index]], [specs[choice.index]], [launches[choice.index]]
+    fetched = kernels.fetch(specs)
+    calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
+             for spec, (art, key), launch in zip(specs, fetched, launches)]
+    payload = custom_call.serialized_call(platform, calls, args, info)
+    slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
+    return payload, len(calls)
 
 
 for _platform in ("cuda", "rocm"):

@@ -24,11 +24,16 @@ class NoTargetError(RuntimeError):
 def resolve_target(platform: str, compute_capability: "int | str | None") -> Target:
     """The compile target for lowering to `platform` ("cuda" or "rocm")."""
     if compute_capability is not None:
-        return _check(platform, parse_target(compute_capability))
+        return _checked(platform, compute_capability)
     configured = kernel_cache.current_config().target_arch
     if configured:
-        return _check(platform, parse_target(configured))
-    return _check(platform, parse_target(_device_arch(platform)))
+        return _checked(platform, configured)
+    return _checked(platform, _device_arch(platform))
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(platform: str, arch: "int | str") -> Target:  # asked once per call: parsed once per arch
+    return _check(platform, parse_target(arch))
 
 
 def _check(platform: str, target: Target) -> Target:

@@ -50,27 +50,47 @@ _forced: list[Mapping[str, str] | None] = [None]  # while tuning: winner key -> 
 _recorder: list[list[Site] | None] = [None]  # while tuning: where the sites of a lowering go
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What persisted winners decide for one autotuned call."""
+
+    index: int | None  # the config to lower alone; None: lower the call autotuned
+    key: str | None = None  # the winner key looked up (None: winners do not apply to this call)
+    family: tuple[str, ...] = ()  # every config's content key (where a winner key was computed)
+
+
+def tuning_active() -> bool:
+    """Inside `tuning()`: configs are forced or recorded, so nothing lowered may be reused."""
+    return _forced[0] is not None or _recorder[0] is not None
+
+
+def apply(platform: str) -> bool:
+    """Whether stored winners decide autotuned calls here (enabled, and a GPU model to look them up by)."""
+    return kernel_cache.current_config().winners and gpu_model(platform) is not None
+
+
 def choose(platform: str, kernel: Any, specs: Sequence[KernelSpec], configs: Sequence[LaunchConfig],
            named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
-           avals_out: Sequence[Any]) -> int | None:
-    """The index of the config to lower alone, or None to lower the call autotuned."""
+           avals_out: Sequence[Any]) -> Choice:
+    """Which config to lower alone (`index` None: lower the call autotuned)."""
     forced, recorder = _forced[0], _recorder[0]
     if len(specs) < 2 or (forced is None and recorder is None and not kernel_cache.current_config().winners):
-        return None
+        return Choice(None)
     device = gpu_model(platform)
     if device is None:
-        return None  # cross-lowering with no GPU model named: nothing to look a winner up by
+        return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
     config_keys = [compiler.content_key(spec) for spec in specs]
     values, text = key_values(kernel, named, metaparams, avals_in, avals_out)
     key = records.winner_key(config_keys, values, device)
     if recorder is not None:
         recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in configs),
                              values, text, specs[0], device))
-    chosen = forced.get(key) if forced is not None else _stored_winner(key)
-    return config_keys.index(chosen) if chosen in config_keys else None
+    chosen = forced.get(key) if forced is not None else stored_winner(key)
+    return Choice(config_keys.index(chosen) if chosen in config_keys else None, key, tuple(config_keys))
 
 
-def _stored_winner(key: str) -> str | None:
+def stored_winner(key: str) -> str | None:
+    """The winning config's content key stored under winner `key` (memoized per process and store)."""
     store = kernel_cache.default_store()
     if _memo_store[0] is not store:
         _memo.clear()

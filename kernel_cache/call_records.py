@@ -1,0 +1,123 @@
+"""Lowered-call records: a whole Triton call's launch payload, kept under a fingerprint of the call.
+
+A model lowers hundreds of Triton calls in a fresh process. Serving each of them kernel by kernel
+costs a content key, a store read and a proto per config (~0.7 ms a kernel on a 2-core box); a
+record turns a call seen before (in any process) into one store read: the zlib-compressed proto
+jaxlib launches, exactly as the lowering rule built it from its kernels.
+
+The record is an ordinary entry (kind "lowered-call"), so every tier, listing, prune, verify and
+bundle handles it like any other. Its key is a fingerprint the lowering computes from everything
+the payload is built from (see `lowering.call_records`); this module knows nothing of Triton or
+JAX. It holds a second copy of its kernels' binaries, so it still serves when they are pruned.
+
+An autotuned call lowered where persisted winners apply also names its winner key: a reader
+that finds a winner stored since then lowers that winner instead (see `lowering.call_records`).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from .entry import Entry, is_key
+from .summary import META_ARCH, META_COMPILE_SECONDS, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
+
+KIND = "lowered-call"
+FORMAT = 1
+PAYLOAD_BLOB = "payload"
+# A payload inflates to the proto jaxlib parses; verify inflates at most this much of it.
+_MAX_PROTO_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One lowered call: what it launches (its kernels' content keys) and the payload, if kept."""
+
+    key: str  # the call's fingerprint
+    kernel: str  # the kernel function's name
+    call_name: str  # the call's own name (jax-triton's `name=`)
+    platform: str  # cuda / rocm
+    arch: str
+    target: dict[str, Any]
+    toolchain: str  # the toolchain summary of its kernels
+    config_keys: tuple[str, ...]  # content keys of the kernels the payload launches, in order
+    compile_seconds: float  # what compiling those kernels cost (hits count it as saved)
+    payload: bytes | None  # None: only the winner key is kept (the call lowers as its winner)
+    winner_key: str = ""  # set where persisted winners applied when it was lowered
+    created: float = 0.0
+
+    @property
+    def autotuned(self) -> bool:
+        return len(self.config_keys) > 1
+
+    def to_entry(self) -> Entry:
+        meta = {META_KIND: KIND, "format": FORMAT, META_NAME: self.kernel, META_ARCH: self.arch,
+                META_TARGET: self.target, META_TOOLCHAIN: {"summary": self.toolchain},
+                META_COMPILE_SECONDS: self.compile_seconds, META_CREATED: self.created or time.time(),
+                "call_name": self.call_name, "platform": self.platform, "config_keys": list(self.config_keys),
+                "winner_key": self.winner_key}
+        blobs = {PAYLOAD_BLOB: self.payload} if self.payload is not None else {}
+        return Entry(key=self.key, meta=meta, blobs=blobs)
+
+    @classmethod
+    def from_entry(cls, entry: Entry) -> "CallRecord":
+        """The record in `entry`; ValueError for anything that is not a well-formed one."""
+        meta = entry.meta
+        if meta.get(META_KIND) != KIND or meta.get("format") != FORMAT:
+            raise ValueError(f"not a lowered-call record (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})")
+        try:
+            config_keys = tuple(meta["config_keys"])
+            record = cls(key=entry.key, kernel=_text(meta[META_NAME]), call_name=_text(meta["call_name"]),
+                         platform=_text(meta["platform"]), arch=_text(meta[META_ARCH]), target=dict(meta[META_TARGET]),
+                         toolchain=_text(meta[META_TOOLCHAIN]["summary"]), config_keys=config_keys,
+                         compile_seconds=float(meta[META_COMPILE_SECONDS]), payload=entry.blobs.get(PAYLOAD_BLOB),
+                         winner_key=_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"malformed lowered-call record: {type(exc).__name__}: {exc}") from None
+        if not config_keys or not all(is_key(k) for k in config_keys):
+            raise ValueError("lowered-call record lists no kernels, or a kernel key that is no content key")
+        if record.winner_key and not is_key(record.winner_key):
+            raise ValueError("lowered-call record names a winner key that is no key")
+        if record.payload is None and not record.winner_key:
+            raise ValueError("lowered-call record holds neither a payload nor a winner key")
+        return record
+
+
+def is_call_record(meta: dict[str, Any]) -> bool:
+    return meta.get(META_KIND) == KIND
+
+
+def problem(entry: Entry) -> str | None:
+    """Why `entry` is not a usable record (for `cachectl verify`), or None: well-formed, and its
+    payload a complete zlib stream."""
+    try:
+        record = CallRecord.from_entry(entry)
+    except ValueError as exc:
+        return str(exc)
+    if record.payload is not None:
+        inflater = zlib.decompressobj()
+        try:
+            inflater.decompress(record.payload, _MAX_PROTO_BYTES)
+        except zlib.error as exc:
+            return f"lowered-call payload is not a zlib stream: {exc}"
+        if not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+            return "lowered-call payload is truncated, too large, or followed by other bytes"
+    return None
+
+
+def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """What list/show print for a record (None for other entries); tolerates anything."""
+    if not is_call_record(meta):
+        return None
+    keys = meta.get("config_keys")
+    return {"call_name": str(meta.get("call_name", "")), "platform": str(meta.get("platform", "")),
+            "kernels": [str(k) for k in keys] if isinstance(keys, list) else [],
+            "winner_key": str(meta.get("winner_key", ""))}
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
