@@ -6,7 +6,7 @@ building a kernel spec, a content key or a proto:
     and its parameters' flags (do_not_specialize, annotations);
   - the runtime arguments (pointer types, scalar values), the launch options, and per config its
     constexprs, warps, stages, CTAs, grid, zeroed outputs and description;
-  - the call's name, aliases, sizes, serialized metadata and debug flag;
+  - the call's name, aliases, operand shapes and dtypes, serialized metadata and debug flag;
   - the target, the toolchain fingerprint, jaxlib's version and module-image layout, whether
     persisted winners apply (and on which GPU model), and the source of this project's compiler
     and lowering packages (an edited module is a new fingerprint, never a stale payload).
@@ -169,8 +169,9 @@ def _winner_slot(key: str, chosen: str) -> str:
 
 
 def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], launches: Sequence[Launch],
-         target: Target, options: dict[str, Any], call: CallInfo) -> Slot:
-    """The record slot of this call (its fingerprint), decided before any kernel is looked up."""
+         target: Target, options: dict[str, Any], call: CallInfo, shapes: Sequence[Any] = ()) -> Slot:
+    """The record slot of this call (its fingerprint), decided before any kernel is looked up.
+    `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not."""
     winners_apply = len(configs) > 1 and winners.apply(platform)
     unrecorded = Slot(None, platform, target, fn.__name__, call.name, winners_apply)
     if platform != "cuda" or not kernel_cache.current_config().call_records or winners.tuning_active():
@@ -184,7 +185,8 @@ def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchCo
             tuple((_plain(dict(c.constexprs)), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
                    tuple(sorted(launch.zeroed_bytes.items())), c.description, tuple(sorted(launch.bound)))
                   for c, launch in zip(configs, launches, strict=True)),
-            call.as_tuple())  # typed fields of ints, text and bytes: their repr is already unambiguous
+            call.as_tuple(),  # typed fields of ints, text and bytes: their repr is already unambiguous
+            _plain(list(shapes)))
     except TypeError:
         return unrecorded
     unrecorded.key = xxhash.xxh3_128_hexdigest(repr(document).encode())
