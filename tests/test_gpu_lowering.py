@@ -160,9 +160,10 @@ print(json.dumps({"add": close(add, xs + ys), "add_is_scaled": close(add, xs * 3
 
 
 def test_a_poisoned_shared_kernel_runs_only_where_nothing_authenticates_it(tmp_path):
-    """On the GPU: a group member swaps the shared entry of `add` for the cubin of `scaled_add`
-    (checksum recomputed, no key). A job trusting the directory by ownership runs the swapped
-    kernel; a job with the team's signing key rejects it, recompiles and gets x + y."""
+    """On the GPU: a group member swaps the shared entries of `add` (its kernel and its lowered-call
+    record) for those of `scaled_add` (checksums recomputed, no key). A job trusting the directory by
+    ownership runs the swapped kernel; a job with the team's signing key rejects them, recompiles and
+    gets x + y."""
     import json
     import os
 
@@ -183,12 +184,13 @@ def test_a_poisoned_shared_kernel_runs_only_where_nothing_authenticates_it(tmp_p
     for path in (shared / "entries").rglob("*"):
         if path.is_file():
             entry = entry_format.decode(path.read_bytes())
-            entries[entry.meta.get("name")] = (path, entry)
-    add_path, add_entry = entries["add_kernel"]
-    _, scaled_entry = entries["scaled_add_kernel"]
-    scaled_entry.key = add_entry.key
-    add_path.write_bytes(entry_format.encode(scaled_entry))  # the swap: valid format and checksum
-    os.utime(add_path)
+            entries[entry.meta.get("kind"), entry.meta.get("name")] = (path, entry)
+    for kind in ("triton-kernel", "lowered-call"):  # the kernel, and the call's record (what a warm job reads)
+        add_path, add_entry = entries[kind, "add_kernel"]
+        _, scaled_entry = entries[kind, "scaled_add_kernel"]
+        scaled_entry.key = add_entry.key
+        add_path.write_bytes(entry_format.encode(scaled_entry))  # the swap: valid format and checksum
+        os.utime(add_path)
 
     trusting = run("trusting")  # no key: the root-owned file passes the ownership rule
     assert trusting["add_is_scaled"] and not trusting["add"]  # the attack is real
