@@ -24,7 +24,7 @@ from __future__ import annotations
 import glob
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,8 @@ class Slot:
         store = kernel_cache.default_store()
         for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
             store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
-        lookup_log.lookup(record.key, lambda: f"{self.kernel} ({len(record.config_keys)} kernel call)", tier, start)
+        lookup_log.lookup(record.key, lambda: f"{self.kernel} call record ({len(record.config_keys)} kernels)", tier,
+                          start)
         return record.payload, len(record.config_keys)
 
     def remember(self, payload: bytes, fetched: Sequence[tuple[Artifact, str]], family: Sequence[str],
@@ -134,23 +135,19 @@ class Slot:
             return
         keys = tuple(key for _, key in fetched)
         seconds = sum(art.compile_seconds for art, _ in fetched)
-        put = _writer(self)
         if not chosen:
-            put(self.key, keys, seconds, payload, winner_key if self.winners_apply else "")
+            self._put(self.key, keys, seconds, payload, winner_key if self.winners_apply else "")
             return
-        put(_winner_slot(self.key, keys[0]), keys, seconds, payload, winner_key or "")
+        self._put(_winner_slot(self.key, keys[0]), keys, seconds, payload, winner_key or "")
         if _read(self.key) is None:  # the call's own record points readers at its winner
-            put(self.key, tuple(family), 0.0, None, winner_key or "")
+            self._put(self.key, tuple(family), 0.0, None, winner_key or "")
 
-
-def _writer(slot: Slot) -> Callable[..., None]:
-    def put(key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
+    def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
         record = records.CallRecord(
-            key=key, kernel=slot.kernel, call_name=slot.call_name, platform=slot.platform, arch=slot.target.name,
-            target=slot.target.to_json(), toolchain=toolchain_summary(slot.target), config_keys=keys,
+            key=key, kernel=self.kernel, call_name=self.call_name, platform=self.platform, arch=self.target.name,
+            target=self.target.to_json(), toolchain=toolchain_summary(self.target), config_keys=keys,
             compile_seconds=seconds, payload=payload, winner_key=winner_key)
         kernel_cache.default_store().put(record.to_entry())
-    return put
 
 
 def _read(key: str) -> tuple[records.CallRecord, str] | None:
