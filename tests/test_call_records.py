@@ -245,3 +245,17 @@ def test_a_call_first_lowered_as_its_winner_points_at_it(cache_dir, use_store):
     autotuned = lower(inplace, (VEC, VEC))  # built kernel by kernel, and now recorded with its payload
     assert "autotuned" in autotuned[0]
     assert all(r.payload is not None for r in _winner_slot_records(store).values())
+
+
+def test_another_node_is_served_from_the_shared_directory(cache_dir, use_store):
+    shared = cache_dir / "shared"
+    shared.mkdir(mode=0o2775)
+    use_store(cache_dir / "node-a", shared_dir=shared)
+    _, fn, shapes = PROGRAMS[1]
+    calls = lower(fn, shapes)
+    store = use_store(cache_dir / "node-b", shared_dir=shared)  # a fresh local tier on another node
+    forget()
+    assert lower(fn, shapes) == calls
+    session = store.stats.session()
+    assert session["compiles"] == 0 and session["hits"].get("shared") == 1
+    assert len(entries(store, records.KIND)) == 1 and entries(store, "triton-kernel") == {}  # backfilled: the record
