@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import call_records, winners
 from . import entry as entry_format
-from . import winners
 from .entry import CorruptEntry
 from .summary import EntrySummary
 from .tier import Tier
@@ -42,8 +42,9 @@ class EntryInfo:
     has_recipe: bool = False
     stale: bool | None = None  # None: not checked, or the target's toolchain is not installed
     error: str = ""  # non-empty: the metadata could not be read
-    kind: str = ""  # "triton-kernel", "autotune-winner" (what the entry's metadata says it is)
-    winner: dict[str, Any] | None = None  # an autotune winner's summary (kernels: None)
+    kind: str = ""  # "triton-kernel", "lowered-call", "autotune-winner" (what the entry's metadata says it is)
+    winner: dict[str, Any] | None = None  # an autotune winner's summary (others: None)
+    call: dict[str, Any] | None = None  # a lowered-call record's summary (others: None)
     meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -120,6 +121,7 @@ def scan(tier: Tier, hits_of: Callable[[str], int] | None = None) -> list[EntryI
             info.compile_seconds, info.has_recipe = summary.compile_seconds, summary.recipe is not None
             info.kind = str(meta.get("kind", ""))
             info.winner = winners.summary(meta)
+            info.call = call_records.summary(meta)
         if hits_of is not None:
             info.hits = hits_of(key)
         infos.append(info)
@@ -206,8 +208,14 @@ class BadEntry:
     repaired: bool = False
 
 
+# Entries that are not kernels carry a record of their own, checked beyond format and checksum:
+# a winner must give its own key, a lowered-call record must be well-formed and its payload inflate.
+_RECORD_PROBLEMS: dict[str, Callable[[entry_format.Entry], "str | None"]] = {
+    winners.KIND: winners.problem, call_records.KIND: call_records.problem}
+
+
 def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
-    """Decode every entry (format, checksum, key; an autotune winner's record and key too);
+    """Decode every entry (format, checksum, key; a winner's or lowered call's record too);
     returns (entries checked, bad entries)."""
     checked, bad = 0, []
     for rec in tier.records():
@@ -219,7 +227,8 @@ def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
                 checked -= 1
                 continue
             entry = entry_format.decode(raw, expected_key=key)
-            if winners.is_winner(entry.meta) and (reason := winners.problem(entry)) is not None:
+            check = _RECORD_PROBLEMS.get(str(entry.meta.get("kind", "")))
+            if check is not None and (reason := check(entry)) is not None:
                 raise CorruptEntry(reason)
         except CorruptEntry as exc:
             item = BadEntry(key=key, tier=tier.name, reason=str(exc))

@@ -521,8 +521,15 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     assert report["built"] == 1 and report["failed"] == 1
     failed = next(o for o in report["outcomes"] if o["status"] == "failed")
     assert failed["label"] == "broken" and "undefined_name" in failed["error"]
-    rows = as_json("--dir", directory, "list")
-    assert [(r["kernel"], r["arch"]) for r in rows] == [("add_kernel", "sm_80")]
+    (built,) = [o for o in report["outcomes"] if o["status"] == "built"]
+    # the lowering also recorded the call: an entry, but no kernel, so not counted as built
+    rows = {r["kind"]: r for r in as_json("--dir", directory, "list")}
+    assert sorted((kind, r["kernel"], r["arch"]) for kind, r in rows.items()) == [
+        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80")]
+    assert built["key"] == rows["triton-kernel"]["key"] and rows["lowered-call"]["call"]["kernels"] == [built["key"]]
+    assert ok("--dir", directory, "verify").stdout.strip() == "checked 2 entries: 0 bad"
+    shown = ok("--dir", directory, "show", rows["lowered-call"]["key"]).stdout
+    assert "lowered call add_kernel" in shown and f"kernels      1: {built['key'][:12]}\n" in shown
 
     missing = cachectl("--dir", directory, "prewarm", "no_such_module_xyz:programs", env=env)
     assert missing.returncode == 2 and "cannot import module 'no_such_module_xyz'" in missing.stderr

@@ -6,7 +6,7 @@ twice with KERNEL_CACHE_DIR pointing at someone's files loses none of them.
 `scripts/test.sh` itself is the one README command not run here: this test is part of it.
 What is substituted, and why: `/shared` and `mygroup` in the shared-cache recipe (a temporary
 directory and a group created for the test: a test must not write to /shared), `/tmp/fresh` (a
-temporary directory), the key prefix `965a` in `cachectl show` (keys depend on the toolchain), and
+temporary directory), the key prefix `6f37` in `cachectl show` (a kernel's; keys depend on the toolchain), and
 `cachectl clear --yes` empties a copy of the demo's cache (the prewarm lines after it need it full).
 The venv is the one this run already built (KERNEL_CACHE_VENV), with the copy first on PYTHONPATH:
 installing jax and triton a second time would double CI's time and prove nothing more.
@@ -14,6 +14,7 @@ installing jax and triton a second time would double CI's time and prove nothing
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -88,7 +89,8 @@ def test_the_readme_top_to_bottom(newcomer):
     cachectl = clone / ".venv" / "bin" / "cachectl"
     cachectl = cachectl if cachectl.exists() else Path(sys.executable).parent / "cachectl"
     listed = sh(newcomer, f"{cachectl} --dir {demo_dir} list")
-    assert listed.stdout.startswith("KEY") and "14 entries" in listed.stdout
+    # the demo's 14 kernels, and one lowered-call record per distinct call of its 9 programs
+    assert listed.stdout.startswith("KEY") and "\n23 entries (14 kernels, 9 lowered calls), " in listed.stdout
 
     # "Using it from JAX" and "Using the compiler and store from Python": verbatim, from elsewhere.
     for n, code in enumerate(blocks("python", "## Using it from JAX")[:2]):
@@ -117,14 +119,15 @@ def test_the_readme_top_to_bottom(newcomer):
     # Every `$ cachectl ...` line, against the demo's cache, checked against what the README shows.
     section = README[README.index("## cachectl"):README.index("## Benchmarks")]
     executed = []
-    keys = [line.split()[0] for line in sh(newcomer, f"{cachectl} --dir {demo_dir} list -q -v").stdout.splitlines()]
+    rows = json.loads(sh(newcomer, f"{cachectl} --dir {demo_dir} list --json").stdout)["entries"]
+    keys = [r["key"] for r in rows if r["kind"] == "triton-kernel"]  # `show --ptx` needs a kernel
     for block in re.findall(r"```text\n(.*?)```", section, re.S):
         lines = block.splitlines()
         for i, line in enumerate(lines):
             if not line.startswith("$ cachectl "):
                 continue
             command = line[2:].split("  #")[0].strip()
-            command = command.replace("965a", keys[0][:8]).replace("/tmp/fresh", str(work / "fresh"))
+            command = command.replace("6f37", keys[0][:8]).replace("/tmp/fresh", str(work / "fresh"))
             env = {"KERNEL_CACHE_DIR": str(demo_dir)}
             if command.startswith("cachectl clear"):  # on a copy: the prewarm lines below need the recipes
                 shutil.copytree(demo_dir, work / "to-clear", dirs_exist_ok=True)

@@ -9,12 +9,13 @@ import sys
 import time
 from typing import Any
 
+from .. import call_records, winners
 from .. import entry as entry_format
 from ..config import XLA_SUBDIR, sources
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..summary import EntrySummary
 from ..tier import Tier
-from . import winners_view
+from . import calls_view, kinds, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
 
@@ -52,15 +53,15 @@ def cmd_list(ctx: Context, args: Any) -> int:
     header += ["STALE"] if check_stale else []
     rows = [] if ctx.quiet else [header]  # -q: the rows alone, for scripts
     for i in infos:
-        row = [i.key if ctx.verbose else i.key[:12], winners_view.kernel_label(i) if not i.error else f"<corrupt: {i.error}>",
-               i.arch, human_size(i.size_bytes), human_time(i.created), human_time(i.last_used), str(i.hits)]
+        row = [i.key if ctx.verbose else i.key[:12], kinds.kernel_label(i), i.arch, human_size(i.size_bytes),
+               human_time(i.created), human_time(i.last_used), str(i.hits)]
         row += [i.tier] if show_tier else []
         row += [{True: "yes", False: "no", None: "?"}[i.stale]] if check_stale else []
         rows.append(row)
     if rows:
         print("\n".join(table(rows, right={3, 6})))
     if not ctx.quiet:
-        print(f"{len(infos)} entries, {human_size(sum(i.size_bytes for i in infos))}")
+        print(kinds.total_line(infos))
         for line in winners_view.list_block(infos, ctx.verbose):
             print(line)
     return EXIT_OK
@@ -69,7 +70,8 @@ def cmd_list(ctx: Context, args: Any) -> int:
 def cmd_show(ctx: Context, args: Any) -> int:
     tiers = ctx.tiers()
     try:
-        info = find_by_prefix(scan_all(ctx, tiers, with_stale=False), args.key)
+        infos = scan_all(ctx, tiers, with_stale=False)
+        info = find_by_prefix(infos, args.key)
     except LookupError as exc:
         raise CliError(str(exc)) from None
     tier = next(t for t in tiers if t.name == info.tier)
@@ -94,10 +96,13 @@ def cmd_show(ctx: Context, args: Any) -> int:
     if ctx.json:
         ctx.emit_json({"key": entry.key, "tier": info.tier, "size_bytes": info.size_bytes, "hits": hits,
                        "last_used": info.last_used, "blobs": blobs, "meta": entry.meta, "kind": info.kind,
-                       "winner": info.winner})
+                       "winner": info.winner, "call": info.call})
         return EXIT_OK
-    if info.winner is not None or info.kind == "autotune-winner":
+    if info.kind == winners.KIND:
         winners_view.show(entry, info, hits)
+        return EXIT_OK
+    if info.kind == call_records.KIND:
+        calls_view.show(entry, info, {i.key for i in infos})
         return EXIT_OK
     meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
     print(f"key          {entry.key}  ({info.tier})")
@@ -139,7 +144,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
                             "over_max_bytes": tier.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
     report = {
-        "dir": str(ctx.config.dir), "entries": len(infos), "bytes": sum(i.size_bytes for i in infos),
+        "dir": str(ctx.config.dir), "entries": len(infos), "kinds": kinds.counts(infos),
+        "bytes": sum(i.size_bytes for i in infos),
         "max_bytes": ctx.config.max_bytes, "over_max_bytes": any(t["over_max_bytes"] for t in tiers.values()),
         "tiers": tiers, **totals,
         "oldest": min(created) if created else None, "newest": max(created) if created else None,
@@ -160,6 +166,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     for name, t in tiers.items():
         state = "" if t["writable"] else ", read-only here"
         print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
+    if infos:  # lowered-call records and winners are entries too, but not kernels
+        print(f"entry kinds          {kinds.breakdown(infos)}")
     print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}{rate}")
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ..summary import EntrySummary
-from . import programs, recipes
+from . import kinds, programs, recipes
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .outcomes import Outcome, PrewarmError
@@ -29,7 +29,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             # slowest first: the workers finish together instead of waiting on one long compile
             found = [recipe for i in sorted(infos, key=lambda i: (-i.compile_seconds, i.key))
                      if selection.matches(i, time.time()) and (recipe := EntrySummary.from_meta(i.meta).recipe)]
-            no_recipe = sum(1 for i in infos if not i.error and not i.has_recipe and i.winner is None)
+            no_recipe = sum(1 for i in infos if i.kind == kinds.KERNEL and not i.has_recipe)  # records have none
             if not found:
                 ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                         "or prewarm MODULE:FUNCTION)")
@@ -43,7 +43,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             progress.expect(len(todo))
             recipes.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
             if no_recipe and ctx.verbose:
-                ctx.say(f"{no_recipe} entries record no recipe and were skipped")
+                ctx.say(f"{no_recipe} kernels record no recipe and were skipped")
     except PrewarmError as exc:
         progress.finish()
         raise CliError(str(exc)) from None

@@ -29,8 +29,9 @@ from ..config import Config
 from ..entry import peek_meta
 from ..maintenance import read_raw
 from ..store import Store
-from ..summary import EntrySummary
+from ..summary import META_KIND, EntrySummary
 from ..tier import Tier
+from . import kinds
 from .outcomes import Outcome, PrewarmError, Report, run_in_pool
 
 
@@ -118,7 +119,10 @@ def _new_entries(store: Store, before: set[str], arch: str) -> list[Outcome]:
     for tier in store.persistent_tiers:
         for key in sorted(_known_keys_of(tier) - before):
             raw = read_raw(tier, key)
-            summary = EntrySummary.from_meta(peek_meta(raw) if raw else {})
+            meta = peek_meta(raw) if raw else {}
+            if meta.get(META_KIND, kinds.KERNEL) != kinds.KERNEL:
+                continue  # a lowered-call record the lowering wrote beside its kernels: not a kernel built
+            summary = EntrySummary.from_meta(meta)
             if summary.arch not in ("?", arch):
                 continue  # built meanwhile by a worker lowering for another arch
             out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))

@@ -8,11 +8,6 @@ from ..winners import Winner
 from .render import human_size, human_time, table
 
 
-def kernel_label(info: EntryInfo) -> str:
-    """The KERNEL column: a winner reads `matmul_kernel [winner]`."""
-    return f"{info.kernel} [winner]" if info.winner is not None else info.kernel
-
-
 def list_block(infos: list[EntryInfo], verbose: bool) -> list[str]:
     """After list's table: one line per winner (kernel, GPU model, key values, winning config, time)."""
     rows = [i for i in infos if i.winner is not None]
