@@ -49,15 +49,19 @@ _code: list[str] = []  # the source fingerprint of the compiler and lowering pac
 
 def _code_identity() -> str:
     """xxh3 of the compiler and lowering packages' sources: a payload is only reused by the code
-    that would build it the same way (~0.6 ms once per process)."""
+    that would build it the same way (~0.6 ms once per process). Raises TypeError (the call is then
+    not recorded) where the sources cannot be read, e.g. an install of compiled files only."""
     if not _code:
-        digest = xxhash.xxh3_128()
+        digest, read = xxhash.xxh3_128(), 0
         for package in (compiler, __import__(__package__ or "lowering")):
             for path in sorted(glob.glob(os.path.join(os.path.dirname(package.__file__ or ""), "*.py"))):
                 digest.update(os.path.basename(path).encode() + b"\0")
                 with open(path, "rb") as f:
                     digest.update(f.read())
-        _code.append(digest.hexdigest())
+                read += 1
+        _code.append(digest.hexdigest() if read else "")
+    if not _code[0]:
+        raise TypeError("the compiler and lowering sources are not readable: calls are not recorded")
     return _code[0]
 
 

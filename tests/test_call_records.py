@@ -174,6 +174,10 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
     assert _key() is None
     use_store(tmp_path / "cache")
     assert _key(platform="rocm", target=Target("hip", "gfx942", 64)) is None  # ROCm payloads name a temp file
+    monkeypatch.setattr(call_records, "_code", [""])  # sources unreadable (compiled files only): no records
+    call_records._static.clear()
+    call_records._per_target.clear()
+    assert _key() is None
 
 
 def test_the_fingerprint_is_the_same_in_another_process(tmp_path, use_store):
