@@ -3,8 +3,9 @@
 
 A bundle is a gzip'd tar holding `manifest.json` and one `entries/<key>.kce` per entry, each in the
 ordinary entry format. Import never extracts to disk and never trusts the archive: every member
-name is checked, every entry is decoded (format, checksum, key) and, when the caller can tell,
-compared with the installed toolchain before it lands.
+name is checked, every entry is decoded (format, checksum, key), a winner's or lowered call's
+record is checked as `verify` checks it, and, when the caller can tell, the entry is compared with
+the installed toolchain before it lands.
 
 Reading is a bounded stream, so a hostile bundle (a gzip bomb, a million members, a manifest of
 100k nested brackets) costs at most one member plus the manifest in memory:
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from . import entry as entry_format
+from . import record_checks
 from .bundle_stream import (
     MANIFEST,
     BundleError,
@@ -208,6 +210,10 @@ def import_bundle(path: Path, tier: Tier, installed: Callable[[dict[str, Any]], 
             continue
         except RecursionError:
             result.rejected.append((key, "entry metadata is nested too deeply"))
+            continue
+        problem = record_checks.problem(entry)
+        if problem is not None:  # a winner or lowered-call record that verify would refuse
+            result.rejected.append((key, problem))
             continue
         if accept is not None:
             refusal = accept(data)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import call_records, winners
+from . import call_records, record_checks, winners
 from . import entry as entry_format
 from .entry import CorruptEntry
 from .summary import EntrySummary
@@ -208,12 +208,6 @@ class BadEntry:
     repaired: bool = False
 
 
-# Entries that are not kernels carry a record of their own, checked beyond format and checksum:
-# a winner must give its own key, a lowered-call record must be well-formed and its payload inflate.
-_RECORD_PROBLEMS: dict[str, Callable[[entry_format.Entry], "str | None"]] = {
-    winners.KIND: winners.problem, call_records.KIND: call_records.problem}
-
-
 def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key; a winner's or lowered call's record too);
     returns (entries checked, bad entries)."""
@@ -227,8 +221,7 @@ def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
                 checked -= 1
                 continue
             entry = entry_format.decode(raw, expected_key=key)
-            check = _RECORD_PROBLEMS.get(str(entry.meta.get("kind", "")))
-            if check is not None and (reason := check(entry)) is not None:
+            if (reason := record_checks.problem(entry)) is not None:
                 raise CorruptEntry(reason)
         except CorruptEntry as exc:
             item = BadEntry(key=key, tier=tier.name, reason=str(exc))

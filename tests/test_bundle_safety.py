@@ -14,6 +14,7 @@ import sys
 import tarfile
 import textwrap
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,25 @@ def test_accept_hook_rejects_with_its_reason(tmp_path):
     assert len(seen) == 2 and all(isinstance(raw, bytes) for raw in seen)
     assert result.imported == [KEYS[0]] and result.rejected == [(KEYS[1], "unsigned entry")]
     assert set(tier.data) == {KEYS[0]}
+
+
+def test_a_record_that_verify_would_refuse_is_not_imported(tmp_path):
+    """A lowered-call record whose payload is no zlib stream (format and checksum valid) is rejected
+    with verify's reason; a well-formed one lands."""
+    from kernel_cache.call_records import CallRecord
+
+    def record(key: str, payload: bytes) -> bytes:
+        return encode(CallRecord(key=key, kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90",
+                                 target={"backend": "cuda", "arch": 90, "warp_size": 32}, toolchain="t",
+                                 config_keys=(KEYS[2],), compile_seconds=0.1, payload=payload).to_entry())
+
+    good, bad = record(KEYS[0], zlib.compress(b"proto")), record(KEYS[1], b"not zlib at all")
+    path = write_bundle(tmp_path / "b.kcb", [member("manifest.json", MANIFEST), member(f"entries/{KEYS[0]}.kce", good),
+                                             member(f"entries/{KEYS[1]}.kce", bad)])
+    tier = DictTier()
+    result = import_bundle(path, tier)
+    assert result.imported == [KEYS[0]] and set(tier.data) == {KEYS[0]}
+    assert [k for k, _ in result.rejected] == [KEYS[1]] and "zlib" in result.rejected[0][1]
 
 
 # Path tricks and odd member types ---------------------------------------------------------------
