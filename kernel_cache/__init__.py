@@ -17,6 +17,7 @@ Warnings (`KernelCacheWarning`) go through the `warnings` module.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import sys
 import threading
@@ -95,7 +96,9 @@ def _flush_at_exit() -> None:
     if _default is not None:
         try:
             _default.stats.flush()
-            # hits for the disk tier's LRU order, kept in memory so a warm process never writes the index
-            getattr(_default.disk, "flush_touches", lambda: None)()
+            # uses for the tiers' LRU order, kept in memory so a warm process never writes the index per hit
+            for tier in _default.persistent_tiers:
+                with contextlib.suppress(Exception):
+                    tier.flush_touches()
         except Exception:
             pass

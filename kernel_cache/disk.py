@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ class DiskTier:
         self._reopen_at = None if read_only else 0.0  # when to try opening for writing again
         self.read_only_reason = "opened read-only" if read_only else ""
         self._touches: dict[int, float] = {}  # hits not yet recorded in the index (rowid -> when)
+        self._key_touches: dict[str, float] = {}  # uses by key (`touch`): kernels a call record served
         # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
         # the first write, or here when there is no index yet to read.
         if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None:
@@ -264,14 +265,28 @@ class DiskTier:
         if self._cache is not None:
             self.flush_touches()
 
+    def touch(self, keys: Iterable[str]) -> None:
+        now = time.time()
+        valid = [check_key(key) for key in keys]
+        with self._lock:
+            self._key_touches.update(dict.fromkeys(valid, now))
+
     def flush_touches(self) -> None:
         with self._lock:
             touches, self._touches = self._touches, {}
-        if not touches:
+            by_key, self._key_touches = self._key_touches, {}
+        if not touches and not by_key:
             return
+
+        def write(cache: diskcache.Cache) -> None:
+            for rowid, when in touches.items():
+                cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (when, rowid))
+            for key, when in by_key.items():
+                cache._sql("UPDATE Cache SET access_time = ? WHERE key = ? AND raw = 1 AND access_time < ?",
+                           (when, key, when))
+
         with contextlib.suppress(TierReadOnly):
-            self._write(lambda cache: [cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (when, rowid))
-                                       for rowid, when in touches.items()])
+            self._write(write)
 
     def index_value_file(self, key: str, parts: tuple[str, str, str], size: int, now: float) -> None:
         """Point the index at a value file that is already in place (`rebuild_index`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,12 @@ class ValueFilesTier:
 
     def quarantined(self) -> list[dict[str, Any]]:
         return []
+
+    def touch(self, keys: Iterable[str]) -> None:
+        pass  # read-only: recency is not recorded
+
+    def flush_touches(self) -> None:
+        pass
 
     def put_raw(self, key: str, data: bytes) -> None:
         raise TierReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")

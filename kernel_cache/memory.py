@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 from . import entry as entry_format
@@ -63,6 +64,12 @@ class MemoryTier:
 
     def peek_raw(self, key: str) -> builtins.bytes | None:
         return None
+
+    def touch(self, keys: Iterable[str]) -> None:
+        pass  # a process-private LRU: what it does not hold needs no recency
+
+    def flush_touches(self) -> None:
+        pass
 
     def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
         return no_lock(key, timeout)

@@ -28,8 +28,9 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ class SharedTier:
         self.directory = Path(directory)
         self.stale_after = stale_after
         self.touch_interval = touch_interval
+        self._touch_lock = threading.Lock()
+        self._pending_touches: set[str] = set()  # `touch`ed keys, refreshed by flush_touches
         self.authenticate = authenticate
         self.max_entry_bytes = max_entry_bytes
         if not self.directory.is_dir():
@@ -203,7 +206,25 @@ class SharedTier:
                 removed.append((os.path.join(self.directory, QUARANTINE_DIR, name), st.st_size))
         return removed
 
+    def touch(self, keys: Iterable[str]) -> None:
+        valid = [check_key(key) for key in keys]
+        with self._touch_lock:
+            self._pending_touches.update(valid)
+
+    def flush_touches(self) -> None:
+        """Refresh the mtimes of entries `touch` named, each at most once per `touch_interval` (a
+        stat per entry, paid at close or exit rather than per call)."""
+        with self._touch_lock:
+            keys, self._pending_touches = self._pending_touches, set()
+        for key in sorted(keys):
+            parts = self._entry_parts(key)
+            with contextlib.suppress(OSError):
+                st = self.tree.lstat(*parts)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    self._touch_if_due(parts, st)
+
     def close(self) -> None:
+        self.flush_touches()
         self.tree.close()
 
     # Internals ----------------------------------------------------------------------------

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import entry as entry_format
@@ -20,7 +19,8 @@ from . import lookup_log
 from .config import Config
 from .disk import DiskTier
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
-from .errors import ReentrantBuild, RejectedEntry
+from .errors import RejectedEntry
+from .key_locks import KeyLocks
 from .memory import MemoryTier
 from .safefs import Owners
 from .shared import SharedTier
@@ -50,7 +50,7 @@ class Store:
         if not self.config.disabled and self.config.shared_dir is not None:
             self.shared = self._open(_open_shared_tier, "shared", self.config, self.owners, self.signer)
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
-        self._key_locks = _KeyLocks()
+        self._key_locks = KeyLocks()
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -130,6 +130,12 @@ class Store:
             self.stats.compiled(seconds)
         lookup_log.lookup(key, label, "compile", start)
         return entry.meta, entry.blobs
+
+    def touch(self, keys: Iterable[str]) -> None:
+        """A use of these entries, unread (a lowered-call record served them), for the tiers' LRU order."""
+        for tier in self.persistent_tiers:
+            with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
+                tier.touch(keys)
 
     def delete(self, key: str) -> None:
         self.memory.delete(key)
@@ -237,44 +243,6 @@ def _cause(exc: Exception) -> str:
     code = getattr(exc, "errno", None)
     name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
     return f"{type(exc).__name__}:{name}" if name else type(exc).__name__
-
-
-class _KeyLocks:
-    """Per-key thread locks for single-flight. An entry lives only while some thread holds or
-    waits for it (the table stays as small as the compiles in flight), and a thread that asks
-    for a key it is already building gets ReentrantBuild instead of waiting on itself forever."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
-
-    def __len__(self) -> int:
-        return len(self._locks)
-
-    @contextlib.contextmanager
-    def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
-        me = threading.get_ident()
-        with self._guard:
-            slot = self._locks.get(key)
-            if slot is not None and slot[2] == me:
-                raise ReentrantBuild(f"the builder of {lookup_log.label_text(label, 'kernel')} ({key[:12]}) asked "
-                                     f"the store for the same key while building it; it would wait on itself "
-                                     f"forever")
-            if slot is None:
-                slot = self._locks[key] = [threading.Lock(), 0, None]
-            slot[1] += 1
-        try:
-            with slot[0]:
-                slot[2] = me
-                try:
-                    yield
-                finally:
-                    slot[2] = None
-        finally:
-            with self._guard:
-                slot[1] -= 1
-                if slot[1] == 0:
-                    del self._locks[key]
 
 
 def _open_disk_tier(config: Config, owners: Owners, read_only: bool) -> DiskTier:

@@ -9,7 +9,7 @@ no debris). Keys are validated at every persistent tier's door (`entry.check_key
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,6 +46,13 @@ class Tier(Protocol):
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes without counting as a use of the entry."""
+
+    def touch(self, keys: Iterable[str]) -> None:
+        """Count a use of these entries for the LRU order without reading them (a lowered-call
+        record served their kernels); deferred until `flush_touches`."""
+
+    def flush_touches(self) -> None:
+        """Write the uses `get` and `touch` deferred (at the next write, at close, at exit)."""
 
     def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
         """Single-flight across processes: True when held, False when the wait ended otherwise."""

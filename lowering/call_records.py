@@ -127,6 +127,7 @@ class Slot:
         store = kernel_cache.default_store()
         for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
             store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
+        _touch_kernels(store, record.config_keys)
         lookup_log.lookup(record.key, lambda: f"{self.kernel} call record ({len(record.config_keys)} kernels)", tier,
                           start)
         return record.payload, len(record.config_keys)
@@ -152,6 +153,20 @@ class Slot:
             target=self.target.to_json(), toolchain=toolchain_summary(self.target), config_keys=keys,
             compile_seconds=seconds, payload=payload, winner_key=winner_key)
         kernel_cache.default_store().put(record.to_entry())
+
+
+_touched: set[str] = set()  # kernels whose use this process has told the tiers about
+
+
+def _touch_kernels(store: Any, keys: Sequence[str]) -> None:
+    """Tell the LRU order that a record's kernels are in use (once per process): they are never
+    read while their record serves, and a size-bounded tier must not evict them first (a new
+    kernel-cache version or toolchain fingerprints every call anew, and then needs them)."""
+    new = [key for key in keys if key not in _touched]
+    if new:
+        if len(_touched) < 1 << 16:
+            _touched.update(new)
+        store.touch(new)
 
 
 def _read(key: str) -> tuple[records.CallRecord, str] | None:

@@ -58,6 +58,7 @@ def forget() -> None:
     compiler.key._KEYS.clear()
     custom_call._payloads.clear()
     call_records._static.clear()
+    call_records._touched.clear()
     winners._memo.clear()
 
 
@@ -263,3 +264,26 @@ def test_another_node_is_served_from_the_shared_directory(cache_dir, use_store):
     session = store.stats.session()
     assert session["compiles"] == 0 and session["hits"].get("shared") == 1
     assert len(entries(store, records.KIND)) == 1 and entries(store, "triton-kernel") == {}  # backfilled: the record
+
+
+def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_store):
+    """Served from its record, a kernel is never read; it must not look unused to a size-bounded tier
+    (after a kernel-cache or toolchain upgrade every call is fingerprinted anew and needs its kernels)."""
+    import os
+
+    shared = cache_dir / "shared-touch"
+    shared.mkdir(mode=0o2775)
+    store = use_store(cache_dir / "touch", shared_dir=shared)
+    _, fn, shapes = PROGRAMS[0]
+    lower(fn, shapes)
+    (kernel,) = entries(store, "triton-kernel")
+    shared_file = shared / "entries" / kernel[:2] / kernel
+    store.disk._write(lambda cache: cache._sql("UPDATE Cache SET access_time = 1000 WHERE key = ?", (kernel,)))
+    os.utime(shared_file, (1000, 1000))
+    forget()
+    lower(fn, shapes)  # served by the record: the kernel is not read
+    assert {r["key"]: r["last_used"] for r in store.disk.records()}[kernel] == 1000  # deferred, not per call
+    store.disk.flush_touches()
+    store.shared.flush_touches()
+    assert {r["key"]: r["last_used"] for r in store.disk.records()}[kernel] > 1e9
+    assert shared_file.stat().st_mtime > 1e9
