@@ -124,10 +124,9 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
     from jax._src.interpreters import mlir
 
     import compiler.key
-    from kernel_cache import default_store
+    import kernel_cache
     from lowering import call_records, custom_call, deflate
 
-    store = default_store()
     first = rule_seconds[0]
     builder = [0.0, 0]  # seconds in JAX's builder, and its calls (one per Triton call)
     real_builder = mlir.custom_call
@@ -141,6 +140,7 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
             builder[1] += 1
 
     def one_pass(forget: bool) -> tuple[float, float, int, int]:
+        store = kernel_cache.default_store()
         if forget:
             compiler.key._KEYS.clear()
             call_records._static.clear()  # per kernel function (Triton's own cache_key stays memoized)
@@ -154,9 +154,23 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
             jax.jit(_fresh(fn)).trace(*shapes).lower(lowering_platforms=("cuda",))
         return rule_seconds[0], builder[0], sum(store.stats.session()["hits"].values()) - hits_before, builder[1]
 
+    def configure(config) -> None:  # a new store, its index reader opened outside the timed pass
+        kernel_cache.configure(config).get("0" * 32)
+
+    def kernel_by_kernel_pass() -> float:  # the same, with lowered-call records off
+        configure(base.with_(call_records=False))
+        try:
+            return one_pass(forget=True)[0]
+        finally:
+            configure(base)
+
+    base = kernel_cache.current_config()
     mlir.custom_call = timed_builder
     try:
-        again = [one_pass(forget=True) for _ in range(SPLIT_PASSES)]
+        again, by_kernel = [], []
+        for _ in range(SPLIT_PASSES):  # interleaved: a machine getting busier or quieter biases neither
+            again.append(one_pass(forget=True))
+            by_kernel.append(kernel_by_kernel_pass())
         repeat = [one_pass(forget=False) for _ in range(SPLIT_PASSES)]  # every memo warm: a model's layers
     finally:
         mlir.custom_call = real_builder
@@ -164,6 +178,7 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
     median_again = statistics.median(a[0] for a in again)
     return {"rule_kernels": kernels, "rule_calls": calls,
             "rule_per_kernel_ms": median_again / max(kernels, 1) * 1e3,
+            "rule_per_kernel_unrecorded_ms": statistics.median(by_kernel) / max(kernels, 1) * 1e3,
             "rule_per_call_ms": median_again / max(calls, 1) * 1e3,
             "rule_builder_per_call_ms": statistics.median(a[1] for a in again) / max(calls, 1) * 1e3,
             "rule_once_ms": max(first - median_again, 0.0) * 1e3,
@@ -359,6 +374,9 @@ def main() -> None:
           f"{warm[0]['rule_kernels']} kernels in {warm[0]['rule_calls']} calls, median of {SPLIT_PASSES} passes:\n"
           f"  per kernel          {_fmt([r['rule_per_kernel_ms'] for r in warm], '{:.3f}')} ms  (the same programs "
           f"lowered again with this process's key, entry, payload and kernel-function memos emptied)\n"
+          f"  kernel by kernel    {_fmt([r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.3f}')} ms  (the same "
+          f"with KERNEL_CACHE_CALL_RECORDS=0, passes interleaved: "
+          f"{_fmt([r['rule_per_kernel_ms'] / r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.2f}')}x)\n"
           f"  per call            {_fmt([r['rule_per_call_ms'] for r in warm], '{:.3f}')} ms  (the same, per Triton call)\n"
           f"    of which JAX's    {_fmt([r['rule_builder_per_call_ms'] for r in warm], '{:.3f}')} ms  (mlir.custom_call "
           f"building the op, as in every Triton lowering rule)\n"
