@@ -21,9 +21,11 @@ KERNEL_CACHE_CALL_RECORDS=0 turns records off. ROCm payloads name a temporary fi
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,17 +187,18 @@ def _winner_slot(key: str, chosen: str) -> str:
 
 
 def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], launches: Sequence[Launch],
-         target: Target, options: dict[str, Any], call: CallInfo, shapes: Sequence[Any] = ()) -> Slot:
+         target: Target, options: dict[str, Any], call: CallInfo, shapes: Sequence[Any] = (),
+         module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint), decided before any kernel is looked up.
-    `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not."""
+    `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not;
+    `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
     winners_apply = len(configs) > 1 and winners.apply(platform)
     unrecorded = Slot(None, platform, target, fn.__name__, call.name, winners_apply)
     if platform != "cuda" or not kernel_cache.current_config().call_records or winners.tuning_active():
         return unrecorded
     try:
         document = (
-            _static_part(platform, fn, target), tuple(sorted(tc.cache_invalidating_env().items())),
-            compat.jaxlib_version(), repr(compat.module_image_layout(platform)), compat.autotuned_aliases_supported(),
+            _static_part(platform, fn, target), _module_part(module, platform),
             winners.gpu_model(platform) if winners_apply else None,
             _plain(list(args)), _plain(dict(options)),
             tuple((_plain(dict(c.constexprs)), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
@@ -207,6 +210,26 @@ def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchCo
         return unrecorded
     unrecorded.key = xxhash.xxh3_128_hexdigest(repr(document).encode())
     return unrecorded
+
+
+_module_memo: tuple[Any, str, Any] = (None, "", None)  # (weakref to the module's MLIR context, platform, part)
+
+
+def _module_part(module: Any, platform: str) -> Any:
+    """Triton's cache-invalidating environment and jaxlib's capabilities, read once per JAX module
+    lowered (a jit of hundreds of Triton calls reads them once: Triton's read alone is ~12-50 us, a
+    getenv per variable over the whole environment). Nothing runs between the lowering rules of one
+    module that could change them. The module is known by a weak reference to its MLIR context
+    (JAX makes one per module): holding the module itself slowed every later lowering (~0.8 ms)."""
+    global _module_memo
+    context = getattr(module, "context", None)
+    held, held_platform, part = _module_memo
+    if context is None or held is None or held() is not context or held_platform != platform:
+        part = (tuple(sorted(tc.cache_invalidating_env().items())), compat.jaxlib_version(),
+                repr(compat.module_image_layout(platform)), compat.autotuned_aliases_supported())
+        with contextlib.suppress(TypeError):  # a context that takes no weak reference: read per call
+            _module_memo = (weakref.ref(context), platform, part)  # one tuple: threads see old or new, whole
+    return part
 
 
 _static: dict[tuple[Any, ...], tuple[Any, str]] = {}  # (kernel id, its cache key, target) -> (kernel, text)

@@ -49,7 +49,8 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
         aliases=tuple((int(i), int(o)) for i, o in input_output_aliases), num_inputs=len(ctx.avals_in),
         in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
     shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *ctx.avals_out)]
-    slot = call_records.slot(platform, fn, args, configs, launches, target, options, info, shapes)
+    slot = call_records.slot(platform, fn, args, configs, launches, target, options, info, shapes,
+                             module=getattr(ctx, "module_context", None))
     served = slot.served()  # a call seen before: one store read
     if served is None:
         served = _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info,
