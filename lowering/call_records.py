@@ -193,9 +193,9 @@ def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchCo
     `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not;
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
     winners_apply = len(configs) > 1 and winners.apply(platform)
-    unrecorded = Slot(None, platform, target, fn.__name__, call.name, winners_apply)
+    result = Slot(None, platform, target, fn.__name__, call.name, winners_apply)  # key None: unrecorded
     if platform != "cuda" or not kernel_cache.current_config().call_records or winners.tuning_active():
-        return unrecorded
+        return result
     try:
         document = (
             _static_part(platform, fn, target), _module_part(module, platform),
@@ -207,9 +207,9 @@ def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchCo
             call.as_tuple(),  # typed fields of ints, text and bytes: their repr is already unambiguous
             _plain(list(shapes)))
     except TypeError:
-        return unrecorded
-    unrecorded.key = xxhash.xxh3_128_hexdigest(repr(document).encode())
-    return unrecorded
+        return result
+    result.key = xxhash.xxh3_128_hexdigest(repr(document).encode())
+    return result
 
 
 _module_memo: tuple[Any, str, Any] = (None, "", None)  # (weakref to the module's MLIR context, platform, part)
@@ -239,14 +239,15 @@ _per_target: dict[tuple[str, Target], str] = {}
 def _static_part(platform: str, fn: Any, target: Target) -> str:
     """The fingerprint's text for what one kernel function on one target shares across its calls:
     format, code, installed toolchain (Triton's environment and jaxlib's capabilities are read per
-    call), and the function itself. The function is kept with the text, so its id cannot be reused meanwhile."""
-    slot = (id(fn), tc.kernel_fingerprint(fn), target, platform)
-    found = _static.get(slot)
+    module: `_module_part`), and the function itself. The function is kept with the text, so its id
+    cannot be reused meanwhile."""
+    fingerprint = tc.kernel_fingerprint(fn)
+    memo_key = (id(fn), fingerprint, target, platform)
+    found = _static.get(memo_key)
     if found is None or found[0] is not fn:
-        found = (fn, repr((_target_part(platform, target), fn.__name__, tc.kernel_fingerprint(fn),
-                           tc.param_flags(fn))))
+        found = (fn, repr((_target_part(platform, target), fn.__name__, fingerprint, tc.param_flags(fn))))
         if len(_static) < 4096:
-            _static[slot] = found
+            _static[memo_key] = found
     return found[1]
 
 

@@ -73,9 +73,9 @@ def choose(platform: str, kernel: Any, specs: Sequence[KernelSpec], configs: Seq
            named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
            avals_out: Sequence[Any]) -> Choice:
     """Which config to lower alone (`index` None: lower the call autotuned)."""
-    forced, recorder = _forced[0], _recorder[0]
-    if len(specs) < 2 or (forced is None and recorder is None and not kernel_cache.current_config().winners):
+    if len(specs) < 2 or not (tuning_active() or kernel_cache.current_config().winners):
         return Choice(None)
+    forced, recorder = _forced[0], _recorder[0]
     device = gpu_model(platform)
     if device is None:
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
