@@ -12,6 +12,8 @@ from typing import Any
 
 import xxhash
 
+from kernel_cache.display import echo
+
 from . import triton_compat as tc
 from .digest import digest
 from .spec import KernelSpec
@@ -40,7 +42,7 @@ def canonical(value: Any) -> Any:
         return {"tl.dtype": str(value)}
     if type(value).__name__ == "constexpr" and hasattr(value, "value"):
         return canonical(value.value)
-    raise TypeError(f"cannot build a cache key from {type(value).__name__}: {value!r}")
+    raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
 
 
 def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:

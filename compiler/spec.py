@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.display import echo
+
 from . import triton_compat as tc
 from .target import Target, parse_target
 
@@ -35,7 +37,7 @@ class Pointer:
 
     def __post_init__(self) -> None:
         if self.dtype.lstrip("*") not in POINTER_DTYPES:
-            raise ValueError(f"unknown pointer element type {self.dtype!r}; "
+            raise ValueError(f"unknown pointer element type {echo(self.dtype)}; "
                              f"expected one of {sorted(POINTER_DTYPES)}")
         object.__setattr__(self, "dtype", self.dtype.lstrip("*"))
 
@@ -54,7 +56,7 @@ class Scalar:
 
     def __post_init__(self) -> None:
         if self.type not in SCALAR_TYPES:
-            raise ValueError(f"unknown scalar type {self.type!r}; expected one of {sorted(SCALAR_TYPES)}")
+            raise ValueError(f"unknown scalar type {echo(self.type)}; expected one of {sorted(SCALAR_TYPES)}")
 
 
 @dataclass(frozen=True)
@@ -111,12 +113,12 @@ def _check_scalar(name: str, value: Any) -> None:
     if isinstance(value, float):
         return
     raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
-                    f"int/float/bool scalar; got {type(value).__name__}: {value!r}")
+                    f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {echo(value)}")
     return value
 
 

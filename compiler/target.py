@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kernel_cache.display import echo
+
 _SM = re.compile(r"^(?:sm_?|cuda:?)(\d{2,3})a?$")
 _GFX = re.compile(r"^(?:hip:)?(gfx[0-9a-f]{3,4}[a-z0-9:+\-]*)$")
 
@@ -48,7 +50,7 @@ def parse_target(value: "Target | str | int") -> Target:
     if isinstance(value, Target):
         return value
     if isinstance(value, bool):
-        raise TypeError(f"target must be a name like 'sm_90' or 'gfx942', got {value!r}")
+        raise TypeError(f"target must be a name like 'sm_90' or 'gfx942', got {echo(value)}")
     if isinstance(value, int):
         if not 30 <= value <= 200:
             raise ValueError(f"CUDA compute capability {value} is out of range (expected e.g. 80 or 90)")
@@ -61,4 +63,4 @@ def parse_target(value: "Target | str | int") -> Target:
     if m := _GFX.match(text):
         arch = m.group(1)
         return Target("hip", arch, _hip_warp_size(arch))
-    raise ValueError(f"unknown GPU target {value!r}: expected e.g. 'sm_80', 'sm_90' or 'gfx942'")
+    raise ValueError(f"unknown GPU target {echo(value)}: expected e.g. 'sm_80', 'sm_90' or 'gfx942'")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .display import echo
 from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .interception import InterceptError, parse_clients
 from .safefs import resolve_group
@@ -38,7 +39,7 @@ def parse_size(text: str, what: str = "size") -> int:
     """'512M', '10G', '1.5GiB', '4096' -> bytes (binary units)."""
     m = _SIZE.match(str(text))
     if not m:
-        raise ConfigError(f"{what}: cannot read {text!r} as a size (examples: 4096, 512M, 10G)")
+        raise ConfigError(f"{what}: cannot read {echo(text)} as a size (examples: 4096, 512M, 10G)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -46,7 +47,7 @@ def parse_duration(text: str, what: str = "duration") -> float:
     """'30d', '12h', '90m', '45s', '3600' -> seconds."""
     m = _DURATION.match(str(text))
     if not m:
-        raise ConfigError(f"{what}: cannot read {text!r} as a duration (examples: 45s, 90m, 12h, 30d)")
+        raise ConfigError(f"{what}: cannot read {echo(text)} as a duration (examples: 45s, 90m, 12h, 30d)")
     return float(m.group(1)) * _SECONDS[m.group(2).lower()]
 
 
@@ -56,7 +57,7 @@ def parse_flag(text: str, what: str = "flag") -> bool:
         return True
     if v in ("", "0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{what}={text!r}: expected 1/0, true/false, yes/no or on/off")
+    raise ConfigError(f"{what}={echo(text)}: expected 1/0, true/false, yes/no or on/off")
 
 
 def _path(text: str, what: str) -> Path:
@@ -67,7 +68,7 @@ def _word(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(text: str, what: str) -> str:
         value = text.strip().lower()
         if value not in choices:
-            raise ConfigError(f"{what}={text!r}: expected one of {', '.join(c for c in choices if c)}")
+            raise ConfigError(f"{what}={echo(text)}: expected one of {', '.join(c for c in choices if c)}")
         return value
     return parse
 
@@ -80,7 +81,7 @@ def _target_arch(text: str, what: str) -> str:
     """Checked for shape here (the core knows no Triton): sm_NN / NN / gfxNNNN."""
     value = text.strip().lower()
     if not re.fullmatch(r"(sm_?|cuda:)?\d{2,3}a?|gfx[0-9a-f]{3,4}", value):
-        raise ConfigError(f"{what}={text!r}: expected a GPU architecture such as sm_90, sm_80 or gfx942")
+        raise ConfigError(f"{what}={echo(text)}: expected a GPU architecture such as sm_90, sm_80 or gfx942")
     return value
 
 
@@ -132,7 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the key itself, for schedulers that pass secrets as variables (prefer the file)"),
     Setting("KERNEL_CACHE_XLA", "xla", parse_flag, "`0`",
             "`1` also keeps JAX's compiled XLA executables, in `xla/` under `KERNEL_CACHE_DIR` (JAX's persistent "
-            "compilation cache, small programs included); node-local: see [Shared cache](#shared-cache-for-clusters)"),
+            "compilation cache, small programs included), only where nobody else can write (see "
+            "[Trust model](#trust-model)); node-local: see [Shared cache](#shared-cache-for-clusters)"),
     Setting("KERNEL_CACHE_INTERCEPT", "intercept", lambda t, w: _clients(t, w), "unset",
             "`jax_triton`, `ejkernel`, `transformer_engine` (comma-separated) or `all`: those libraries' own "
             "`triton_call`s are served from the store, their code unchanged (see "
@@ -193,9 +195,9 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.log not in LOG_LEVELS:
-            raise ConfigError(f"KERNEL_CACHE_LOG={self.log!r}: expected one of info, debug, off")
+            raise ConfigError(f"KERNEL_CACHE_LOG={echo(self.log)}: expected one of info, debug, off")
         if self.lock not in LOCK_MODES:
-            raise ConfigError(f"KERNEL_CACHE_LOCK={self.lock!r}: expected one of {', '.join(LOCK_MODES)}")
+            raise ConfigError(f"KERNEL_CACHE_LOCK={echo(self.lock)}: expected one of {', '.join(LOCK_MODES)}")
         if self.soft_lock_stale <= 0 or self.lock_timeout <= 0:
             raise ConfigError("KERNEL_CACHE_SOFT_LOCK_STALE and KERNEL_CACHE_LOCK_TIMEOUT must be positive")
         for name in ("memory_bytes", "memory_items", "max_bytes"):
@@ -207,7 +209,7 @@ class Config:
             try:
                 resolve_group(self.trusted_group)
             except KeyError:
-                raise ConfigError(f"KERNEL_CACHE_TRUSTED_GROUP={self.trusted_group!r}: no such group") from None
+                raise ConfigError(f"KERNEL_CACHE_TRUSTED_GROUP={echo(self.trusted_group)}: no such group") from None
         if self.signing_key is not None:
             try:
                 Signer(self.signing_key)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from .display import echo
 from .warnings_once import warn_once
 
 ENV = "KERNEL_CACHE_INTERCEPT"
@@ -56,7 +57,8 @@ def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
         return tuple(CLIENT_MODULES)
     unknown = [n for n in names if n not in CLIENT_MODULES]
     if unknown:
-        raise InterceptError(f"{what}={text!r}: unknown client {', '.join(unknown)}; expected a comma-separated "
+        named = ", ".join(echo(n, 24) for n in unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+        raise InterceptError(f"{what}={echo(text)}: unknown client {named}; expected a comma-separated "
                              f"list of {', '.join(CLIENT_MODULES)} (or {ALL})")
     return tuple(dict.fromkeys(names))
 

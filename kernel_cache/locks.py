@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .config import LOCK_MODES
+from .display import echo
 from .safefs import Tree, UnsafeFile
 
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
@@ -97,7 +98,7 @@ def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
 def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
     """'flock' or 'soft' for the lock directory root/parts, honouring KERNEL_CACHE_LOCK."""
     if mode not in LOCK_MODES:
-        raise ValueError(f"lock mode {mode!r}: expected one of {', '.join(LOCK_MODES)}")
+        raise ValueError(f"lock mode {echo(mode)}: expected one of {', '.join(LOCK_MODES)}")
     if mode != "auto":
         return mode
     fs_type, options = filesystem_of(Path(tree.path, *parts))

@@ -40,6 +40,8 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 READ_CHUNK = 1 << 20
+WALK_MAX_DEPTH = 32  # levels a walk under a cache directory descends (our layouts use 3)
+WALK_MAX_NAMES = 200_000  # names a walk lists before it stops and says so
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
 _fault_hook: Callable[[str, str], None] | None = None
@@ -273,6 +275,52 @@ class Tree:
     def subdirs(self, *parts: str) -> list[str]:
         return [name for name, st in self.listdir(*parts) if stat.S_ISDIR(st.st_mode)]
 
+    def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
+             max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
+        """Everything below root/parts as ([(parts, lstat)], truncated), parents before children:
+        iterative (a planted 10,000-level tree is no recursion), no link followed, and bounded: at
+        most `max_depth` levels and `max_names` names, `truncated` saying the bound was hit."""
+        found: list[tuple[tuple[str, ...], os.stat_result]] = []
+        pending, truncated = [(tuple(parts), 0)], False
+        while pending:
+            where, depth = pending.pop()
+            try:
+                listed = self.listdir(*where)
+            except OSError:
+                continue  # replaced or refused meanwhile: what it held is not ours to count
+            for name, st in listed:
+                if len(found) >= max_names:
+                    return found, True
+                found.append(((*where, name), st))
+                if stat.S_ISDIR(st.st_mode):
+                    if depth + 1 < max_depth:
+                        pending.append(((*where, name), depth + 1))
+                    else:
+                        truncated = True
+        return found, truncated
+
+    def remove_tree(self, *parts: str, max_names: int = WALK_MAX_NAMES) -> bool:
+        """Remove the directory root/parts and what it holds (a directory planted at an entry path,
+        quarantined debris), bottom-up, never following a link; bounded like `walk`. True when it
+        is gone; False when something in it could not be removed (another user's, too deep)."""
+        found, truncated = self.walk(*parts, max_names=max_names)
+        for sub, st in reversed(found):  # children before their parents
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(st.st_mode):
+                    self.rmdir(*sub)
+                else:
+                    self.unlink(*sub)
+        try:
+            self.rmdir(*parts)
+        except OSError:
+            return False
+        return not truncated
+
+    def rmdir(self, *parts: str) -> None:
+        """Remove the empty directory root/parts (rmdir never follows a link: a symlink there fails)."""
+        with self.directory(*parts[:-1]) as dfd:
+            os.rmdir(check_name(parts[-1]), dir_fd=dfd)
+
     # Files --------------------------------------------------------------------------------
     def lstat(self, *parts: str) -> os.stat_result | None:
         try:
@@ -331,13 +379,15 @@ class Tree:
         except FileNotFoundError:
             return False
 
-    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None) -> bool:
-        """Move a non-directory within the tree (quarantine); False if it is gone or was replaced."""
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
+               directories: bool = False) -> bool:
+        """Move a non-directory (with `directories`, anything) within the tree (quarantine); False
+        if it is gone, was replaced, or is a directory not asked for."""
         try:
             with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
                 name = check_name(src[-1])
                 st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode) or (expect_ino is not None and st.st_ino != expect_ino):
+                if (stat.S_ISDIR(st.st_mode) and not directories) or (expect_ino is not None and st.st_ino != expect_ino):
                     return False
                 os.rename(name, check_name(dst[-1]), src_dir_fd=sfd, dst_dir_fd=dfd)
                 return True

@@ -36,6 +36,7 @@ from typing import Any
 
 from . import entry as entry_format
 from . import locks, publish
+from .display import escaped
 from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from .errors import RejectedEntry, TierUnavailable, TierUntrusted
 from .safefs import Owners, Tree, UnsafeFile
@@ -175,14 +176,19 @@ class SharedTier:
         return sum(r["size_bytes"] for r in self.records())
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
-        """Remove temp files of crashed writers, unheld lock files, planted non-files at entry
-        paths and quarantined entries older than the threshold. Returns [(path, bytes)]."""
+        """Remove planted non-files at entry paths (links, FIFOs, directories: at once, no writer
+        of ours makes one), and temp files of crashed writers, unheld lock files and quarantined
+        entries older than the threshold. Returns [(path, bytes)]."""
         removed, now = [], time.time()
         for sub in self._fanout(ENTRIES_DIR):
             for name, st in self.tree.listdir(ENTRIES_DIR, sub):
-                debris = publish.is_temp(name) or (is_key(name) and not stat.S_ISREG(st.st_mode))
-                if debris and now - st.st_mtime > older_than_seconds and self.tree.unlink(ENTRIES_DIR, sub, name):
-                    removed.append((os.path.join(self.directory, ENTRIES_DIR, sub, name), st.st_size))
+                where = os.path.join(self.directory, ENTRIES_DIR, sub, name)
+                if is_key(name) and not stat.S_ISREG(st.st_mode):  # planted: no writer of ours makes one
+                    if self._remove_any((ENTRIES_DIR, sub, name), st):
+                        removed.append((where, st.st_size))
+                elif publish.is_temp(name) and now - st.st_mtime > older_than_seconds and \
+                        self._remove_any((ENTRIES_DIR, sub, name), st):
+                    removed.append((where, st.st_size))
         kinds = {suffix: kind for kind, suffix in LOCK_SUFFIXES.items()}
         for sub in self._fanout(LOCKS_DIR):
             for name, st in self.tree.listdir(LOCKS_DIR, sub):
@@ -196,13 +202,14 @@ class SharedTier:
     def quarantined(self) -> list[dict[str, Any]]:
         """Entries that failed validation: path, key, size_bytes, quarantined_at."""
         return [{"path": os.path.join(self.directory, QUARANTINE_DIR, name), "key": name.split(".", 1)[0],
-                 "size_bytes": st.st_size, "quarantined_at": st.st_mtime}
-                for name, st in self.tree.listdir(QUARANTINE_DIR) if not stat.S_ISDIR(st.st_mode)]
+                 "size_bytes": st.st_size, "quarantined_at": st.st_mtime,
+                 "kind": "directory" if stat.S_ISDIR(st.st_mode) else "file"}
+                for name, st in self.tree.listdir(QUARANTINE_DIR)]
 
     def remove_quarantined(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         removed, now = [], time.time()
         for name, st in self.tree.listdir(QUARANTINE_DIR):
-            if now - st.st_mtime >= older_than_seconds and self.tree.unlink(QUARANTINE_DIR, name):
+            if now - st.st_mtime >= older_than_seconds and self._remove_any((QUARANTINE_DIR, name), st):
                 removed.append((os.path.join(self.directory, QUARANTINE_DIR, name), st.st_size))
         return removed
 
@@ -270,8 +277,13 @@ class SharedTier:
     def _publish(self, key: str, data: bytes) -> None:
         if not self.writable:
             return
+        parts = self._entry_parts(key)
         try:
-            publish.publish(self.tree, self._entry_parts(key), data)
+            try:
+                publish.publish(self.tree, parts, data)
+            except IsADirectoryError:  # a directory planted at the entry's name: move it aside, once
+                self._quarantine(parts, None)
+                publish.publish(self.tree, parts, data)
         except UnsafeFile:
             raise
         except OSError as exc:
@@ -297,10 +309,22 @@ class SharedTier:
             return
         name = f"{parts[-1]}.{publish.host_tag()}.{os.getpid()}.{int(time.time())}.bad"
         try:
-            self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino)
+            if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino, directories=True):
+                return
         except OSError:
-            with contextlib.suppress(OSError):
-                self.tree.unlink(*parts, expect_ino=ino)
+            pass
+        with contextlib.suppress(OSError):  # not movable (another user's directory): remove what we can
+            st = self.tree.lstat(*parts)
+            if st is not None and (ino is None or st.st_ino == ino) and not self._remove_any(parts, st):
+                warn_once(f"shared-stuck:{parts[-1]}",
+                          f"cannot move or remove {escaped(os.path.join(self.directory, *parts))}, planted at an "
+                          f"entry's path: this kernel is not shared until its owner or an admin removes it")
+
+    def _remove_any(self, parts: tuple[str, ...], st: os.stat_result) -> bool:
+        """Remove a file, link, FIFO or whole directory tree found at root/parts."""
+        if stat.S_ISDIR(st.st_mode):
+            return self.tree.remove_tree(*parts)
+        return self.tree.unlink(*parts, expect_ino=st.st_ino)
 
     def _fanout(self, top: str) -> list[str]:
         return [n for n in self.tree.subdirs(top) if len(n) == 2 and set(n) <= _FANOUT_CHARS]

@@ -2,35 +2,55 @@
 persistent compilation cache is pointed at `<KERNEL_CACHE_DIR>/xla` with thresholds that keep
 small programs too, so a warm process skips XLA compilation as well as Triton's.
 
+JAX runs what it finds there as code, unchecked, so the directory is handed over only when it
+passes `kernel_cache.xla_trust` (the store accepted the cache directory; it and `xla/` are yours
+alone; nobody else can swap them); otherwise JAX's cache stays off for kernel-cache's part, with one
+warning naming why. A directory the user gave JAX (`jax_compilation_cache_dir`) is the user's
+choice and left alone.
+
 Applied when `lowering` is imported (before the program compiles anything), from the environment
-(reading it opens no cache); code that configures kernel-cache itself calls `apply(config)`. A
-directory the user already gave JAX
-(`jax_compilation_cache_dir`) is left alone. The executables are specific to the GPU model and
+(reading it opens no cache unless KERNEL_CACHE_XLA=1); code that configures kernel-cache itself
+calls `apply(kernel_cache.configure(config))`. The executables are specific to the GPU model and
 driver of the node that built them: keep them node-local, never in the shared tier.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jax
 
 import kernel_cache
+from kernel_cache.warnings_once import warn_once
+from kernel_cache.xla_trust import XlaDirRefused, private_xla_dir
 
 
-def apply(config: kernel_cache.Config | None = None) -> Path | None:
-    """Point JAX's persistent cache at the configured directory; returns it (None: not enabled, or
-    JAX already has a cache directory of the user's)."""
-    directory = (config if config is not None else kernel_cache.Config.from_env()).xla_dir
-    if directory is None:
+def apply(store: kernel_cache.Store | None = None) -> Path | None:
+    """Point JAX's persistent cache at the store's `xla/` when it may be trusted; returns it (None:
+    not enabled, JAX already has a directory of the user's, or refused with a warning)."""
+    config = store.config if store is not None else kernel_cache.Config.from_env()
+    wanted = config.xla_dir
+    if wanted is None:
         return None
     current = jax.config.jax_compilation_cache_dir
-    if current and Path(current) != directory:
+    if current and not _same(Path(current), wanted):
         return None  # the user's own setting wins
-    if config is None:
-        kernel_cache.default_store()  # the kernel cache's own layout first: <dir> is a kernel cache, xla/ inside it
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory = private_xla_dir(store if store is not None else kernel_cache.default_store())
+    except (XlaDirRefused, OSError) as exc:
+        if current:  # an earlier apply() in this process handed it over: take it back
+            jax.config.update("jax_compilation_cache_dir", None)
+        warn_once(f"xla-refused:{wanted}",
+                  f"KERNEL_CACHE_XLA=1: JAX's compilation cache is not pointed at {wanted}: {exc}. JAX runs "
+                  f"the executables it finds there as code, so kernel-cache hands it only a directory nobody "
+                  f"else can write (README: 'Trust model'); XLA compiles as usual")
+        return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return directory
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a == b or os.path.realpath(a) == os.path.realpath(b)

@@ -8,9 +8,12 @@ The run ends with one line saying whether the GPU tests ran, on what, or why the
 
 from __future__ import annotations
 
+import grp
 import importlib.util
 import os
+import pwd
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -170,3 +173,20 @@ def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subp
     if proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def people():
+    """Real accounts: 'stranger' (no shared group) and 'teammate' (in the team group)."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("needs root and useradd to create real users and groups")
+    tag = secrets.token_hex(3)
+    team, stranger, teammate = f"kcteam{tag}", f"kcstr{tag}", f"kcmate{tag}"
+    subprocess.run(["groupadd", team], check=True)
+    subprocess.run(["useradd", "-M", "-N", stranger], check=True)
+    subprocess.run(["useradd", "-M", "-N", "-G", team, teammate], check=True)
+    yield {"team": grp.getgrnam(team).gr_gid, "team_name": team,
+           "stranger": pwd.getpwnam(stranger).pw_uid, "teammate": pwd.getpwnam(teammate).pw_uid}
+    for user in (stranger, teammate):
+        subprocess.run(["userdel", user], capture_output=True)
+    subprocess.run(["groupdel", team], capture_output=True)

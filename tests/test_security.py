@@ -60,26 +60,6 @@ def marker_pickle(marker: Path) -> bytes:
 
 
 # Users and groups -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def people():
-    """Real accounts: 'stranger' (no shared group) and 'teammate' (in the team group)."""
-    if os.geteuid() != 0 or shutil.which("useradd") is None:
-        pytest.skip("needs root and useradd to create real users and groups")
-    tag = secrets.token_hex(3)
-    team, stranger, teammate = f"kcteam{tag}", f"kcstr{tag}", f"kcmate{tag}"
-    subprocess.run(["groupadd", team], check=True)
-    subprocess.run(["useradd", "-M", "-N", stranger], check=True)
-    subprocess.run(["useradd", "-M", "-N", "-G", team, teammate], check=True)
-    import grp
-    import pwd
-
-    yield {"team": grp.getgrnam(team).gr_gid, "team_name": team,
-           "stranger": pwd.getpwnam(stranger).pw_uid, "teammate": pwd.getpwnam(teammate).pw_uid}
-    for user in (stranger, teammate):
-        subprocess.run(["userdel", user], capture_output=True)
-    subprocess.run(["groupdel", team], capture_output=True)
-
-
 def chown_tree(path: Path, uid: int, gid: int) -> None:
     for p in [path, *path.rglob("*")]:
         os.lchown(p, uid, gid)
@@ -329,6 +309,47 @@ def test_a_fifo_at_an_entry_path_is_refused_without_blocking(tmp_path):
     assert not (shared / "entries" / KEY[:2] / KEY).exists()  # moved to quarantine
     store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
     assert store.get_or_create(KEY, Builder(KEY))[1] == make_entry(KEY).blobs
+
+
+@pytest.mark.parametrize("shape", ["empty", "nested"])
+def test_a_directory_planted_at_an_entry_path_is_quarantined_and_the_kernel_published(tmp_path, shape):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    planted = shared / "entries" / KEY[:2] / KEY
+    planted.mkdir(parents=True)
+    if shape == "nested":
+        (planted / "a" / "b").mkdir(parents=True)
+        (planted / "a" / "b" / "f").write_bytes(b"x")
+    builder = Builder(KEY)
+    with recorded_warnings():
+        Store(Config(dir=tmp_path / "node1", shared_dir=shared)).get_or_create(KEY, builder)
+    assert builder.calls == 1 and planted.is_file()  # published over the planted name
+    (bad,) = SharedTier(shared).quarantined()
+    assert bad["key"] == KEY and bad["kind"] == "directory"
+    fresh = Builder(KEY)  # a fresh node is served from the shared tier, no compile
+    assert Store(Config(dir=tmp_path / "node2", shared_dir=shared)).get_or_create(KEY, fresh)[1] == make_entry(KEY).blobs
+    assert fresh.calls == 0
+    old = time.time() - 7200
+    os.utime(bad["path"], (old, old))
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "node1", "prune", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [d["path"] for d in json.loads(result.stdout)["debris"]] == [bad["path"]]
+    assert not os.path.exists(bad["path"]) and SharedTier(shared).quarantined() == []
+
+
+def test_prune_removes_a_directory_planted_at_an_entry_path_at_once(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    Store(Config(dir=tmp_path / "local", shared_dir=shared)).close()
+    planted = shared / "entries" / KEY[:2] / KEY
+    (planted / "deep").mkdir(parents=True)
+    fifo = shared / "entries" / KEY2[:2] / KEY2
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "local", "prune", "--json")
+    assert result.returncode == 0, result.stderr
+    assert sorted(d["path"] for d in json.loads(result.stdout)["debris"]) == sorted([str(planted), str(fifo)])
+    assert not planted.exists() and not fifo.exists()
 
 
 def test_a_fifo_at_a_soft_lock_path_does_not_hang_the_waiter(tmp_path):
@@ -660,3 +681,48 @@ def test_a_refused_tree_never_closes_a_descriptor_it_no_longer_owns(tmp_path):
         gc.collect()
         assert good.read("f", max_bytes=10)[0] == b"ok"
         good.close()
+
+
+def test_names_planted_in_quarantine_and_as_temp_files_print_escaped(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    Store(Config(dir=tmp_path / "local", shared_dir=shared)).close()
+    forged = b"\nINJECTED-LINE removed 999 entries\x1b[2J"
+    names = [forged, b"raw-\xff\xfe-bytes", b"." + KEY.encode() + b".\nINJECTED-TEMP.tmp"]
+    for name in names[:2]:
+        with open(os.path.join(os.fsencode(shared / "quarantine"), name), "wb") as f:
+            f.write(b"x")
+    temp = os.path.join(os.fsencode(shared / "entries" / KEY[:2]), names[2])
+    os.makedirs(os.path.dirname(temp), exist_ok=True)
+    with open(temp, "wb") as f:
+        f.write(b"x")
+    old = time.time() - 7200
+    for path in [*(os.path.join(os.fsencode(shared / "quarantine"), n) for n in names[:2]), temp]:
+        os.utime(path, (old, old))
+    for command in (["verify"], ["verify", "--json"], ["prune", "--dry-run"], ["prune", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(tmp_path / "local"),
+                               "--shared-dir", str(shared), *command], cwd=ROOT, env=child_env(), capture_output=True,
+                              timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode in (0, 1), out
+        assert not any(line.startswith((b"INJECTED", b".\nINJ")) for line in out.splitlines()), out
+        assert b"\xff" not in out and b"\x1b" not in out, out
+        if command == ["prune", "--json"]:
+            shown = sorted(d["path"].rsplit("/", 1)[1] for d in json.loads(out)["debris"])
+            assert shown == sorted(["\\nINJECTED-LINE removed 999 entries\\x1b[2J", "raw-\\xff\\xfe-bytes",
+                                    f".{KEY}.\\nINJECTED-TEMP.tmp"])
+        elif command == ["verify"]:
+            assert b"\\nINJECTED-LINE" in out and b"raw-\\xff\\xfe-bytes" in out
+
+
+def test_a_huge_intercept_value_is_echoed_short(tmp_path):
+    value = "jax_triton," + "x" * 100_000
+    proc = subprocess.run([sys.executable, "-c", "import kernel_cache; kernel_cache.default_store()"], cwd=ROOT,
+                          env=child_env(KERNEL_CACHE_INTERCEPT=value), capture_output=True, text=True, timeout=120)
+    assert len(proc.stderr) < 2000, len(proc.stderr)  # the .pth warning at start, then the ConfigError
+    assert "(100011 chars)" in proc.stderr
+    from kernel_cache import ConfigError
+    from kernel_cache.config import Config as _Config
+    with pytest.raises(ConfigError) as caught:
+        _Config.from_env({"KERNEL_CACHE_INTERCEPT": value})
+    assert len(str(caught.value)) < 600 and "(100011 chars)" in str(caught.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 import time
@@ -12,7 +11,9 @@ from typing import Any
 from .. import call_records, winners
 from .. import entry as entry_format
 from ..config import XLA_SUBDIR, sources
+from ..display import escaped
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
+from ..safefs import Tree
 from ..summary import EntrySummary
 from ..tier import Tier
 from . import calls_view, kinds, winners_view
@@ -174,7 +175,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")
     if report["xla"] is not None:
         x = report["xla"]
-        print(f"xla executables      {x['files']} ({human_size(x['bytes'])}) in {x['path']}"
+        print(f"xla executables      {x['files']} ({human_size(x['bytes'])}) in {escaped(x['path'])}"
+              + (" (counted in part: the tree there is too deep or too large)" if x["truncated"] else "")
               + ("" if ctx.config.xla else " (KERNEL_CACHE_XLA is not set here: not used)"))
     print(f"errors               {report['errors']}")
     print(f"rejected             {report['rejected']} (entries refused for who wrote them; see README, Trust model)")
@@ -208,16 +210,20 @@ def cmd_config(ctx: Context, args: Any) -> int:
 
 
 def _xla_executables(ctx: Context) -> dict[str, Any] | None:
-    """JAX's persistent compilation cache under the cache dir (KERNEL_CACHE_XLA=1): files and bytes."""
+    """JAX's persistent compilation cache under the cache dir (KERNEL_CACHE_XLA=1): files and bytes,
+    counted by a bounded walk (`truncated`: a planted tree too deep or too large to count whole)."""
     if ctx.config.dir is None:
         return None
     directory = ctx.config.dir / XLA_SUBDIR
     if not directory.is_dir() or directory.is_symlink():
         return None
-    files = total = 0
-    for root, _, names in os.walk(directory):  # does not follow symlinked directories
-        for name in names:
-            st = os.lstat(os.path.join(root, name))
-            if stat.S_ISREG(st.st_mode):
-                files, total = files + 1, total + st.st_size
-    return {"path": str(directory), "files": files, "bytes": total}
+    try:
+        tree = Tree(directory, None)
+    except OSError:
+        return None
+    try:
+        found, truncated = tree.walk()
+    finally:
+        tree.close()
+    sizes = [st.st_size for _, st in found if stat.S_ISREG(st.st_mode)]
+    return {"path": str(directory), "files": len(sizes), "bytes": sum(sizes), "truncated": truncated}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
+from ..display import echo
 from ..maintenance import SORT_KEYS
 from .context import EXIT_OK, JSON_SCHEMA, CliError, Context
 
@@ -69,14 +70,14 @@ def _count(text: str) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {echo(text)}")
     return value
 
 
 def _positive(text: str) -> int:
     value = _count(text)
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {echo(text)}")
     return value
 
 
@@ -86,7 +87,7 @@ def _jobs(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}")
     return value
 
 

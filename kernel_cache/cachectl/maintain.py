@@ -7,6 +7,7 @@ from typing import Any
 
 from ..disk import DiskTier
 from ..disk_repair import rebuild_index, wipe
+from ..display import escaped
 from ..maintenance import plan_prune, remove_debris, remove_entries, scan, verify
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
@@ -31,14 +32,14 @@ def cmd_prune(ctx: Context, args: Any) -> int:
         remaining[tier.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
     if ctx.json:
         ctx.emit_json({"dry_run": args.dry_run, "removed": [i.to_json() for i in removed], "bytes_freed": freed,
-                       "debris": [{"path": p, "bytes": b} for p, b in debris], "remaining": remaining})
+                       "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining})
         return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
     if not ctx.quiet:
         for i in removed:
             print(f"{verb}  {i.key[:12]}  {i.kernel}  {i.arch}  {human_size(i.size_bytes)}  ({i.tier})")
         for path, size in debris:
-            print(f"removed debris  {path}  {human_size(size)}")
+            print(f"removed debris  {escaped(path)}  {human_size(size)}")
     ctx.say(f"{verb} {len(removed)} entries, {human_size(freed)}"
             + (f"; {len(debris)} debris files, {human_size(sum(b for _, b in debris))}" if debris else "")
             + "; left: " + ", ".join(f"{n} {r['entries']} entries {human_size(r['bytes'])}"
@@ -66,10 +67,12 @@ def cmd_verify(ctx: Context, args: Any) -> int:
         bad += b
     left = [b for b in bad if not b.repaired]
     # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
-    quarantined = [q for tier in ctx.tiers(args.tier) for q in tier.quarantined()]
+    quarantined = [{**q, "path": escaped(q["path"]), "key": escaped(q["key"])}
+                   for tier in ctx.tiers(args.tier) for q in tier.quarantined()]
     index_left = index is not None and index["rebuilt"] is None
     if ctx.json:
-        ctx.emit_json({"checked": checked, "bad": [b.__dict__ for b in bad], "remaining_bad": len(left),
+        ctx.emit_json({"checked": checked, "remaining_bad": len(left),
+                       "bad": [{**b.__dict__, "key": escaped(b.key), "reason": escaped(b.reason)} for b in bad],
                        "quarantined": quarantined, "index": index})
     else:
         if index is not None:
@@ -79,7 +82,7 @@ def cmd_verify(ctx: Context, args: Any) -> int:
                 print(f"         {r['recovered']} entries re-indexed, {r['removed']} unreadable removed; "
                       f"the damaged index was kept as entries/{r['moved_aside']}")
         for b in bad:
-            print(f"{'removed' if b.repaired else 'BAD'}  {b.key}  ({b.tier}): {b.reason}")
+            print(f"{'removed' if b.repaired else 'BAD'}  {escaped(b.key)}  ({b.tier}): {escaped(b.reason)}")
         for q in quarantined:
             print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
         ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair

@@ -26,6 +26,7 @@ import kernel_cache
 from compiler import parse_target
 
 from ..config import Config
+from ..display import echo
 from ..entry import peek_meta
 from ..maintenance import read_raw
 from ..store import Store
@@ -40,7 +41,7 @@ def load_program(path: str) -> Any:
     """Import `MODULE:FUNCTION` (the current directory is importable, as with `python -m`)."""
     module_name, sep, func_name = path.partition(":")
     if not sep or not module_name or not func_name:
-        raise PrewarmError(f"expected MODULE:FUNCTION, got {path!r}")
+        raise PrewarmError(f"expected MODULE:FUNCTION, got {echo(path)}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

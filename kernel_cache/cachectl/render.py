@@ -6,6 +6,7 @@ import shutil
 import sys
 import time
 
+from ..display import escaped
 from .context import Context
 from .outcomes import Outcome
 
@@ -24,6 +25,7 @@ def human_time(t: float | None) -> str:
 
 
 def table(rows: list[list[str]], right: set[int]) -> list[str]:
+    rows = [[escaped(c) for c in r] for r in rows]  # a cell may hold a name found on disk
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
             for r in rows]
