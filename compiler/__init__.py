@@ -9,13 +9,13 @@ from .compile import compile_spec
 from .errors import CompileError
 from .key import content_key, key_document
 from .recipe import RecipeError, from_recipe, to_recipe
-from .spec import SCALAR_TYPES, KernelSpec, Pointer, Scalar, make_spec
+from .spec import SCALAR_TYPES, KernelSpec, Pointer, Scalar, TensorDesc, make_spec
 from .target import Target, parse_target
 from .toolchain import toolchain_fingerprint
 from .triton_compat import int_type as triton_int_type
 
 __all__ = [
-    "SCALAR_TYPES", "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Scalar", "Target", "compile_spec",
-    "content_key", "from_recipe", "get_or_compile", "key_document", "lookup", "make_spec", "parse_target",
-    "to_recipe", "toolchain_fingerprint", "triton_int_type",
+    "SCALAR_TYPES", "Artifact", "CompileError", "KernelSpec", "Pointer", "RecipeError", "Scalar", "Target",
+    "TensorDesc", "compile_spec", "content_key", "from_recipe", "get_or_compile", "key_document", "lookup",
+    "make_spec", "parse_target", "to_recipe", "toolchain_fingerprint", "triton_int_type",
 ]

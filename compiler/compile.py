@@ -14,7 +14,8 @@ from .toolchain import toolchain_summary
 
 _ALWAYS_KEPT = {"ptx", "cubin", "amdgcn", "hsaco", "ttir"}
 _EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_fusion",
-               "launch_cooperative_grid", "launch_pdl", "maxnreg")
+               "launch_cooperative_grid", "launch_pdl", "maxnreg",
+               "tensordesc_meta")  # per host-side TMA descriptor: swizzle, element type, block (the launcher needs them)
 
 
 def _jsonable(value: Any) -> Any:
@@ -22,6 +23,8 @@ def _jsonable(value: Any) -> Any:
         return value
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
     return str(value)
 
 

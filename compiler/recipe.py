@@ -88,6 +88,11 @@ def to_recipe(spec: KernelSpec) -> dict[str, Any]:
     }
 
 
+def _tuples(value: Any) -> Any:
+    """A tuple parameter's type as JSON keeps it (lists) back as the tuples Triton takes."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None) -> KernelSpec:
     """Rebuild a spec from a recipe, optionally for another target (another GPU generation)."""
     if recipe.get("version") != RECIPE_VERSION:
@@ -98,7 +103,7 @@ def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None) ->
     if tgt.backend != recipe["target"]["backend"]:
         raise RecipeError(f"a {recipe['target']['backend']} recipe cannot be rebuilt for {tgt.name}")
     return KernelSpec(
-        kernel=fn, signature=dict(recipe["signature"]),
+        kernel=fn, signature={k: _tuples(v) for k, v in recipe["signature"]},
         constexprs={k: _decode_value(v) for k, v in recipe["constexprs"].items()}, attrs=attrs,
         target=tgt, num_warps=recipe["num_warps"], num_stages=recipe["num_stages"],
         num_ctas=recipe["num_ctas"], options={k: _decode_value(v) for k, v in recipe["options"].items()},

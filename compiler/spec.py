@@ -60,11 +60,31 @@ class Scalar:
 
 
 @dataclass(frozen=True)
+class TensorDesc:
+    """A host-side TMA descriptor argument (jax-triton 0.4's TensorDescriptor, Triton >= 3.7): compiled
+    as Triton's `tensordesc<dtype[block]>` type; `shape`, `strides`, `padding` and `round_f32_to_tf32`
+    are launch values, the kernel does not depend on them."""
+
+    dtype: str
+    block_shape: tuple[int, ...]
+    layout: str | None = None  # the layout's repr, as jax-triton 0.4 spells it in the type
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    padding: str = "zero"
+    round_f32_to_tf32: bool = False
+
+    @property
+    def type_name(self) -> str:
+        block = ",".join(str(int(b)) for b in self.block_shape)
+        return f"tensordesc<{self.dtype}[{block}]" + (f",{self.layout}>" if self.layout is not None else ">")
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """The complete description of one compiled kernel. Hashable inputs for the content key."""
 
     kernel: Any  # triton JITFunction
-    signature: Mapping[str, str]  # param -> triton type ("*fp32", "i32", "constexpr")
+    signature: Mapping[str, Any]  # param -> triton type ("*fp32", "i32", "constexpr"; a tuple parameter: a tuple of them)
     constexprs: Mapping[str, Any]  # param -> value
     attrs: Mapping[tuple[Any, ...], list[Any]]  # (param index,) -> [["tt.divisibility", 16]]
     target: Target
@@ -122,6 +142,48 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+def _leaf_type(tgt: Target, name: str, value: Any, no_spec: bool, no_align: bool,
+               ann: str | None) -> tuple[str, Any]:
+    """(Triton type, specialization attribute) of one runtime value, as Triton's launcher types it."""
+    if isinstance(value, str):
+        value = Pointer(value)
+    if isinstance(value, Pointer):
+        ty, spec_attr = tc.specialize(tgt.backend, value.dtype, specialize=not no_spec,
+                                      align=value.aligned and not no_align)
+        return ("*" + value.dtype if not ty.startswith("*") else ty), spec_attr
+    if isinstance(value, Scalar):
+        _check_scalar(name, value.value)
+        return value.type, None
+    if isinstance(value, TensorDesc):  # specialized as an aligned pointer to its elements, as jax-triton 0.4 does
+        return value.type_name, tc.specialize(tgt.backend, value.dtype, specialize=not no_spec, align=not no_align)[1]
+    _check_scalar(name, value)
+    do_spec = not no_spec
+    if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
+        do_spec = False  # Triton never specializes annotated float/bool scalars
+    ty, spec_attr = tc.specialize(tgt.backend, value, specialize=do_spec, align=not no_align)
+    return (ann if ann else ty), spec_attr  # an annotated scalar keeps its declared type, as in Triton's launcher
+
+
+def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int, ...], no_spec: bool,
+                 no_align: bool, attrs: dict[tuple[Any, ...], list[Any]]) -> tuple[Any, ...]:
+    """The nested signature of a tuple parameter; each leaf's attribute keyed by its path (param
+    index, then the index in each tuple). An int equal to 1 inside a tuple stays a runtime value
+    (jax-triton 0.4 specializes only top-level parameters on it)."""
+    types: list[Any] = []
+    for i, item in enumerate(value):
+        where = (*path, i)
+        if isinstance(item, tuple):
+            types.append(_tuple_types(tgt, name, item, where, no_spec, no_align, attrs))
+            continue
+        ty, spec_attr = _leaf_type(tgt, name, item, no_spec, no_align, None)
+        if ty == "constexpr":
+            ty, spec_attr = tc.specialize(tgt.backend, item, specialize=False, align=not no_align)
+        types.append(ty)
+        if isinstance(spec_attr, str):
+            attrs[where] = tc.parse_attr(tgt.backend, spec_attr)
+    return tuple(types)
+
+
 def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | None = None, *,
               target: "Target | str | int", num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
               keep_ir: bool = False, **options: Any) -> KernelSpec:
@@ -144,7 +206,7 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             f"kernel '{fn.__name__}' takes {len(runtime_params)} runtime argument(s) "
             f"{[f[0] for f in runtime_params]} besides constexprs {sorted(constexprs)}, got {len(args)}")
 
-    signature: dict[str, str] = {}
+    signature: dict[str, Any] = {}
     attrs: dict[tuple[Any, ...], list[Any]] = {}
     all_constexprs: dict[str, Any] = {}
     arg_iter = iter(args)
@@ -154,23 +216,10 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             all_constexprs[name] = constexprs[name]
             continue
         value = next(arg_iter)
-        if isinstance(value, str):
-            value = Pointer(value)
-        if isinstance(value, Pointer):
-            ty, spec_attr = tc.specialize(tgt.backend, value.dtype, specialize=not no_spec,
-                                          align=value.aligned and not no_align)
-            ty = "*" + value.dtype if not ty.startswith("*") else ty
-        elif isinstance(value, Scalar):
-            _check_scalar(name, value.value)
-            ty, spec_attr = value.type, None
-        else:
-            _check_scalar(name, value)
-            do_spec = not no_spec
-            if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
-                do_spec = False  # Triton never specializes annotated float/bool scalars
-            ty, spec_attr = tc.specialize(tgt.backend, value, specialize=do_spec, align=not no_align)
-            if ann:  # an annotated scalar keeps its declared type, as in Triton's launcher
-                ty = ann
+        if isinstance(value, tuple):  # a Triton tuple parameter: one type and attribute per leaf
+            signature[name] = _tuple_types(tgt, name, value, (index,), no_spec, no_align, attrs)
+            continue
+        ty, spec_attr = _leaf_type(tgt, name, value, no_spec, no_align, ann)
         if ty == "constexpr":  # an int equal to 1, as Triton's launcher specializes it
             signature[name] = "constexpr"
             all_constexprs[name] = value

@@ -117,6 +117,14 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
     raise TypeError(f"cannot specialize a {type(value).__name__} argument")
 
 
+def tma_host_elem_type(device_elem_type: int, round_f32_to_tf32: bool = False) -> int:
+    """The CUtensorMapDataType a host builds a TMA descriptor with, from the element type Triton's
+    compile metadata records (`tensordesc_meta`), as Triton's own launcher maps it."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST, TMA_TF32
+
+    return int(TMA_DTYPE_DEVICE_TO_HOST[TMA_TF32 if round_f32_to_tf32 else device_elem_type])
+
+
 def parse_attr(backend_name: str, desc: str) -> list[Any]:
     return list(backend_class(backend_name).parse_attr(desc))
 

@@ -18,16 +18,13 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from . import devices, tensor_descriptor
+from kernel_cache.display import echo
+
+from . import aliasing, devices, jax_compat, tensor_descriptor
 from . import jaxlib_compat as compat
-from .configs import runtime_param_names
+from .configs import kernel_name, runtime_param_names
 from .primitive import triton_kernel_call_p
 from .tensor_descriptor import TensorDescriptor
-
-try:  # jax.Ref's abstract value (jax >= 0.7); None where this JAX has no Refs
-    from jax._src.state.types import AbstractRef
-except ImportError:  # pragma: no cover - older JAX
-    AbstractRef = None
 
 _LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
 
@@ -45,12 +42,34 @@ def _scalar(value: Any) -> Any:
 
 
 def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple:
+    """The mapping as sorted items, each value hashable (they are part of the traced call); the
+    error names the key, in jax-triton's words for backend_options."""
     items = tuple(sorted((mapping or {}).items()))
-    try:
-        hash(items)
-    except TypeError as exc:
-        raise TypeError(f"{what} values must be hashable (they are part of the traced call): {exc}") from None
+    for key, value in items:
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"{what}[{key!r}] must be hashable, got {echo(value)}") from None
     return items
+
+
+def cost_estimate_param(estimate: Mapping[str, Any] | None) -> tuple | None:
+    """jax-triton 0.4's cost_estimate ({"flops": ..., "bytes_accessed": ..., "transcendentals": ...}),
+    checked and made hashable; XLA's scheduler reads it from the custom call."""
+    if not estimate:
+        return None
+    known = ("flops", "bytes_accessed", "transcendentals")
+    unknown = sorted(set(estimate) - set(known))
+    if unknown:
+        raise ValueError(f"cost_estimate keys {unknown} are not known; expected some of {', '.join(known)}")
+    items = []
+    for key in known:
+        if key in estimate:
+            value = estimate[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
+                raise ValueError(f"cost_estimate[{key!r}] must be a number >= 0, got {value!r}")
+            items.append((key, int(value) if float(value).is_integer() else float(value)))
+    return tuple(items)
 
 
 def grid_param(grid: Any) -> Any:
@@ -65,26 +84,48 @@ def zeroed_param(zeroed: Any) -> Any:
     return zeroed if callable(zeroed) else tuple(int(i) for i in zeroed)
 
 
-def _refuse_unsupported(args: tuple) -> None:
-    """TensorDescriptor and jax.Ref arguments (jax-triton 0.4) fail here, each with what it needs."""
-    leaves = tree_util.tree_leaves(args, is_leaf=lambda a: isinstance(a, TensorDescriptor))
+def _refuse_unsupported(args: tuple, keywords: Mapping[str, Any]) -> None:
+    """TensorDescriptor arguments and views of Refs fail here, each with what it needs."""
+    leaves = tree_util.tree_leaves((args, dict(keywords)),
+                                   is_leaf=lambda a: isinstance(a, TensorDescriptor) or jax_compat.is_transformed_ref(a))
     for position, leaf in enumerate(leaves):
-        if isinstance(leaf, TensorDescriptor):
+        if isinstance(leaf, TensorDescriptor) and not tensor_descriptor.supported():
             tensor_descriptor.refuse(position)
-        if _is_ref(leaf):
-            raise TypeError(
-                f"argument {position} is a jax.Ref (jax-triton 0.4 writes kernel outputs into Refs in place): "
-                f"kernel-cache's triton_call takes arrays; for an in-place kernel pass the array and "
-                f"input_output_aliases={{input index: output index}} (the jax-triton 0.3 form)")
+        if jax_compat.is_transformed_ref(leaf):
+            raise NotImplementedError("TransformedRefs are not supported as triton_call arguments")
 
 
-def _is_ref(value: Any) -> bool:
-    if AbstractRef is None or isinstance(value, (bool, int, float, complex, np.generic)):
-        return False  # a scalar (jax.typeof of an int beyond int32 raises on some JAX versions)
-    try:
-        return isinstance(jax.typeof(value), AbstractRef)
-    except Exception:  # not a JAX value at all: whatever it is, it is not a Ref
-        return False
+def _tuple_parameters(name: str, param_names: Sequence[str], top: list, tree: Any, num_flat: int, num_out: int,
+                      aliases: Sequence[tuple[int, int]]) -> Any:
+    """The arguments' tree when tuples among them are Triton tuple parameters (jax-triton 0.4: the
+    kernel's parameter count fits one parameter per tuple) or they hold TensorDescriptors, else None
+    (every leaf its own parameter, as jax-triton 0.3 flattened them)."""
+    if any(isinstance(a, TensorDescriptor) for a in top):
+        return tree  # a descriptor is one parameter whatever the count: its tree keeps its fields
+    if not any(isinstance(a, tuple) for a in top):
+        return None
+    if any(isinstance(leaf, list) for a in top if isinstance(a, tuple)
+           for leaf in tree_util.tree_leaves(a, is_leaf=lambda x: isinstance(x, list))):
+        return None  # lists are no Triton tuples: flattened as before
+    counts = [len(top) + num_out - k for k in (0, len(aliases))]
+    if len(param_names) in counts:
+        return tree
+    if len(param_names) in [num_flat + num_out - k for k in (0, len(aliases))]:
+        return None
+    raise TypeError(f"kernel '{name}' takes {len(param_names)} runtime arguments ({', '.join(param_names)}); "
+                    f"its {len(top)} arguments hold tuples: as Triton tuple parameters (jax-triton 0.4) they "
+                    f"fill {counts[0]} with the outputs, flattened (jax-triton 0.3) {num_flat + num_out}")
+
+
+def _no_parameter_twice(kernel: Any, top: list, keywords: Mapping[str, Any], min_outputs: int) -> None:
+    """A keyword naming a runtime parameter that the positional arguments (and the outputs after
+    them) already fill is a parameter given both ways: an error, as Python's binding would say."""
+    declared = runtime_param_names(kernel, {})
+    named = [k for k in keywords if k in declared]
+    if named and len(top) + len(named) + min_outputs > len(declared):
+        raise TypeError(f"kernel '{kernel_name(kernel)}' got {', '.join(repr(k) for k in named)} both positionally "
+                        f"and by keyword: its {len(declared)} runtime parameters ({', '.join(declared)}) take "
+                        f"{len(top)} positional arguments, {len(named)} keywords and at least {min_outputs} outputs")
 
 
 def _with_keyword_operands(kernel: Any, flat_args: list, keywords: Mapping[str, Any],
@@ -121,18 +162,21 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     out_shape / out_type: a ShapeDtypeStruct or any pytree of objects with .shape and .dtype; the
     result has the same structure. grid: int, tuple of up to 3 ints, or a callable of the
     metaparameters (evaluated per autotune config). input_output_aliases: {input index: output
-    index}, counted over array arguments. zeroed_outputs: output indices to zero before launch (or a
+    index}, counted over array arguments; whether the kernel takes a pointer for an aliased output
+    (jax-triton 0.3) or writes into the input's buffer (0.4) is read from its parameter count
+    (lowering.aliasing). zeroed_outputs: output indices to zero before launch (or a
     callable of the metaparameters). compute_capability: e.g. 90 (default: the device's).
     backend_options: Triton options; num_warps/num_stages/num_ctas may be given there instead (as in
     jax-triton 0.4). has_side_effect: keep the call even when its outputs are unused.
-    cost_estimate: accepted for jax-triton 0.4 compatibility; not used.
+    cost_estimate (jax-triton 0.4): {"flops", "bytes_accessed", "transcendentals"} for XLA's scheduler,
+    carried on the custom call as `cost_estimate_json`.
     custom_call_target_name (jax-triton 0.3): None picks the CUDA-graph-compatible FFI target where
     the plugin registers it (the legacy one for autotuned calls); "triton_kernel_call" forces the
     legacy target; "triton_kernel_call_ffi" requires the FFI one.
     device (ejKernel's fork): accepted; the architecture comes from `compute_capability` or the
     lowering's device, as in jax-triton.
     """
-    del cost_estimate, device
+    del device
     if custom_call_target_name not in (None, compat.LEGACY_TARGET, compat.FFI_TARGET):
         raise ValueError(f"custom_call_target_name={custom_call_target_name!r}: kernel-cache emits "
                          f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
@@ -152,15 +196,23 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     shapes = out_shape if out_shape is not None else out_type
     shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)
     flat_out, out_tree = tree_util.tree_flatten(shapes)
-    if not flat_out:
-        raise ValueError("triton_call needs at least one output")
 
-    _refuse_unsupported(args)
-    flat_args, _ = tree_util.tree_flatten(args)
+    _refuse_unsupported(args, metaparams)
+    top = list(args)  # one entry per kernel parameter (a tuple: a Triton tuple parameter, jax-triton 0.4)
+    flat_args = tree_util.tree_leaves(top)
+    refs = any(jax_compat.is_ref(a) for a in [*flat_args, *metaparams.values()])
+    if not flat_out and not refs:
+        raise ValueError("triton_call needs at least one output (out_shape/out_type) or a jax.Ref argument "
+                         "written in place")
+    if refs and input_output_aliases:
+        raise ValueError("input_output_aliases cannot be combined with Ref arguments. Refs express input/output "
+                         "aliasing implicitly")
     array_keywords = {k: v for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")}
+    _no_parameter_twice(kernel, top, metaparams, len(flat_out) - len(input_output_aliases or {}))
     if array_keywords:  # jax-triton 0.4: a keyword naming a runtime parameter is an operand
-        flat_args = _with_keyword_operands(kernel, flat_args, array_keywords, metaparams)
+        top = _with_keyword_operands(kernel, top, array_keywords, metaparams)
         metaparams = {k: v for k, v in metaparams.items() if k not in array_keywords}
+    flat_args, tree = tree_util.tree_flatten(top)
     arrays, scalars = [], []
     for position, arg in enumerate(flat_args):
         if _is_scalar(arg):
@@ -169,19 +221,27 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
             arrays.append(arg)
     devices.check_arrays(arrays)
     aliases = tuple(sorted((int(i), int(o)) for i, o in (input_output_aliases or {}).items()))
+    if len({o for _, o in aliases}) != len(aliases):
+        raise ValueError(f"input_output_aliases must map each output from at most one input, got "
+                         f"{dict(aliases)}")
+    param_names = runtime_param_names(kernel, metaparams)
+    arg_tree = _tuple_parameters(kernel_name(kernel), param_names, top, tree, len(flat_args), len(flat_out), aliases)
+    pointerless = aliasing.pointerless_aliases(kernel_name(kernel), param_names,
+                                               len(top) if arg_tree is not None else len(flat_args),
+                                               len(flat_out), aliases)
+    if pointerless:  # jax-triton 0.4 counts its aliases' inputs over all operands, scalars included
+        aliases = aliasing.array_indices(aliases, [p for p, _ in scalars], len(flat_args))
     for i, o in aliases:
         if not (0 <= i < len(arrays) and 0 <= o < len(flat_out)):
             raise ValueError(f"input_output_aliases entry {i}: {o} is out of range "
                              f"({len(arrays)} array inputs, {len(flat_out)} outputs)")
-    if len({o for _, o in aliases}) != len(aliases):
-        raise ValueError(f"input_output_aliases must map each output from at most one input, got "
-                         f"{dict(aliases)}")
     out_flat = triton_kernel_call_p.bind(
         *arrays, kernel=kernel, scalars=tuple(scalars),
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=grid_param(grid),
         name=name, **launch, compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
         backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
         zeroed_outputs=zeroed_param(zeroed_outputs), debug=debug,
-        serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameter"),
-        has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "")
+        serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameters"),
+        has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "",
+        pointerless_aliases=pointerless, cost_estimate=cost_estimate_param(cost_estimate), arg_tree=arg_tree)
     return tree_util.tree_unflatten(out_tree, out_flat)

@@ -21,11 +21,9 @@ KERNEL_CACHE_CALL_RECORDS=0 turns records off. ROCm payloads name a temporary fi
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +81,8 @@ def _plain(value: Any) -> Any:
         return (kind.__name__, tuple(v if type(v) in _LEAVES else _plain(v) for v in value))
     if kind is compiler.Scalar:
         return ("scalar", value.type, _plain(value.value))
+    if kind is compiler.TensorDesc:
+        return ("tensordesc", value.type_name, value.shape, value.strides, value.padding, value.round_f32_to_tf32)
     if tc.is_jit_function(value):
         return ("jit", tc.kernel_fingerprint(value))
     if kind.__name__ == "dtype" and hasattr(value, "name"):  # triton.language dtype
@@ -212,23 +212,24 @@ def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchCo
     return result
 
 
-_module_memo: tuple[Any, str, Any] = (None, "", None)  # (weakref to the module's MLIR context, platform, part)
+_MODULE_MEMO_KEY = "kernel_cache.call_records"  # our entry in a JAX module's own per-module cache
 
 
 def _module_part(module: Any, platform: str) -> Any:
     """Triton's cache-invalidating environment and jaxlib's capabilities, read once per JAX module
     lowered (a jit of hundreds of Triton calls reads them once: Triton's read alone is ~12-50 us, a
     getenv per variable over the whole environment). Nothing runs between the lowering rules of one
-    module that could change them. The module is known by a weak reference to its MLIR context
-    (JAX makes one per module): holding the module itself slowed every later lowering (~0.8 ms)."""
-    global _module_memo
-    context = getattr(module, "context", None)
-    held, held_platform, part = _module_memo
-    if context is None or held is None or held() is not context or held_platform != platform:
-        part = (tuple(sorted(tc.cache_invalidating_env().items())), compat.jaxlib_version(),
-                repr(compat.module_image_layout(platform)), compat.autotuned_aliases_supported())
-        with contextlib.suppress(TypeError):  # a context that takes no weak reference: read per call
-            _module_memo = (weakref.ref(context), platform, part)  # one tuple: threads see old or new, whole
+    module that could change them. Kept in the module's own `lowering_cache` dict, so it lives and
+    dies with the module: neither a strong reference to the module (it slowed every later lowering
+    by ~0.8 ms) nor its MLIR context (JAX 0.12 reuses one context for up to 10 modules per thread)."""
+    cache = getattr(module, "lowering_cache", None)
+    memo_key = (_MODULE_MEMO_KEY, platform)
+    if isinstance(cache, dict) and memo_key in cache:
+        return cache[memo_key]
+    part = (tuple(sorted(tc.cache_invalidating_env().items())), compat.jaxlib_version(),
+            repr(compat.module_image_layout(platform)), compat.autotuned_aliases_supported())
+    if isinstance(cache, dict):
+        cache[memo_key] = part
     return part
 
 

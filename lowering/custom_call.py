@@ -7,6 +7,7 @@ seen with autotuned kernels on the FFI target).
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import warnings
@@ -17,7 +18,8 @@ from typing import Any
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-from compiler import Artifact, KernelSpec
+from compiler import Artifact, KernelSpec, TensorDesc
+from compiler import triton_compat as compiler_tc
 
 from . import deflate
 from . import jaxlib_compat as compat
@@ -88,23 +90,55 @@ def _kernel(module, platform: str, art: Artifact, compute_capability: int, debug
 
 
 def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
-    """One TritonParameter per runtime argument the compiled kernel still takes."""
+    """One TritonParameter per runtime value the compiled kernel still takes, a tuple parameter's
+    leaves in order (jaxlib's parameters are flat; `position` counts flat values, as zeroing does)."""
     spec = call.spec
     names = [n for n in spec.kernel.arg_names if n not in call.launch.bound]
-    params = []
-    for position, (name, value) in enumerate(zip(names, args)):
-        ty = spec.signature[name]
+    params: list = []
+    position = 0
+    descriptors = iter(call.artifact.extra.get("tensordesc_meta") or ())
+
+    def add(ty: Any, value: Any, path: tuple[int, ...]) -> None:
+        nonlocal position
+        if isinstance(ty, tuple):
+            for i, (item_ty, item) in enumerate(zip(ty, value)):
+                add(item_ty, item, (*path, i))
+            return
         if ty == "constexpr":  # an int equal to 1, specialized away as Triton's launcher does
-            continue
-        if ty.startswith("*"):
-            index = spec.kernel.arg_names.index(name)
-            aligned = ["tt.divisibility", 16] in spec.attrs.get((index,), [])
+            pass
+        elif ty.startswith("tensordesc"):
+            params.extend(_descriptor_parameters(module, value, next(descriptors, None), spec.name))
+        elif ty.startswith("*"):
+            aligned = ["tt.divisibility", 16] in spec.attrs.get(path, [])
             params.append(module.create_array_parameter(call.launch.zeroed_bytes.get(position, 0),
                                                         16 if aligned else 0))
         else:
             value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
             params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
+        position += 1
+
+    for name, value in zip(names, args):
+        add(spec.signature[name], value, (spec.kernel.arg_names.index(name),))
     return params
+
+
+def _descriptor_parameters(module, desc: TensorDesc, meta: dict | None, kernel: str) -> list:
+    """A host-side TMA descriptor as jaxlib launches it: the descriptor (from the compiled kernel's
+    swizzle, element type and block), then its shape (i32 each) and strides (i64 each)."""
+    if meta is None:
+        raise compat.JaxlibSupportError(f"kernel '{kernel}' takes a TensorDescriptor but its compiled metadata "
+                                        f"describes none (Triton >= 3.7 records them)")
+    if meta.get("is_im2col") or meta.get("fp4_padded"):
+        raise NotImplementedError("im2col and fp4-padded TMA descriptors are not supported (nor by jax-triton 0.4)")
+    if desc.round_f32_to_tf32 and desc.dtype != "fp32":
+        raise ValueError(f"TMA descriptors with round_f32_to_tf32=True must have a float32 input type, got {desc.dtype}")
+    elem_type = compiler_tc.tma_host_elem_type(int(meta["elem_type"]), desc.round_f32_to_tf32)
+    out = [module.create_tma_descriptor_parameter(
+        elem_type=elem_type, swizzle=int(meta["swizzle"]), shape=list(desc.shape), strides=list(desc.strides),
+        block_shape=[int(b) for b in meta["block_size"]], oob_fill=1 if desc.padding == "nan" else 0)]
+    out += [module.create_scalar_parameter(int(d), "i32") for d in desc.shape]
+    out += [module.create_scalar_parameter(int(s), "i64") for s in desc.strides]
+    return out
 
 
 def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo) -> bytes:
@@ -175,11 +209,16 @@ def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Seque
 
 
 def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name: str,
-         aliases: Sequence[tuple], has_side_effect: bool = False, target_name: str = "") -> Sequence[ir.Value]:
-    """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target."""
-    result_types = [compat.ir_type(ctx, aval) for aval in ctx.avals_out]
+         aliases: Sequence[tuple], has_side_effect: bool = False, target_name: str = "",
+         avals_out: Sequence[Any] | None = None, cost_estimate: Sequence[tuple[str, Any]] | None = None
+         ) -> Sequence[ir.Value]:
+    """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target;
+    `avals_out`: the results in the call's order (default the lowering's); `cost_estimate`: carried as
+    the `cost_estimate_json` attribute XLA reads, as jax-triton 0.4 does."""
+    avals_out = list(ctx.avals_out if avals_out is None else avals_out)
+    result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
-    layouts_out = [list(reversed(range(a.ndim))) for a in ctx.avals_out]
+    layouts_out = [list(reversed(range(a.ndim))) for a in avals_out]
     use_ffi = not autotuned and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
@@ -192,7 +231,11 @@ def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name:
         backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
-    return mlir.custom_call(
+    op = mlir.custom_call(
         target, result_types=result_types, operands=list(operands), backend_config=backend_config,
         api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
-        operand_output_aliases=dict(aliases), has_side_effect=has_side_effect).results
+        operand_output_aliases=dict(aliases), has_side_effect=has_side_effect)
+    if cost_estimate:
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+            {"cost_estimate_json": ir.StringAttr.get(json.dumps(dict(cost_estimate)))})
+    return op.results

@@ -20,6 +20,7 @@ import kernel_cache  # noqa: F401  (imported with lowering, not inside the first
 from compiler import Artifact, KernelSpec, Target
 
 from .configs import LaunchConfig
+from .tensor_descriptor import TensorDescriptor
 
 _TRITON_DTYPES = {
     "bfloat16": "bf16", "float64": "fp64", "float32": "fp32", "float16": "fp16",
@@ -64,6 +65,23 @@ def runtime_args(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]],
     for position, value in scalars:  # positions are ascending, counted over arrays and scalars
         args.insert(position, _typed_scalar(value))
     return args + [pointer_type(d) for d in out_dtypes]
+
+
+def descriptors(values: list[Any]) -> list[Any]:
+    """Runtime argument types with each TensorDescriptor (its base already a pointer type) as the
+    compiler's TensorDesc; tuples kept."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(convert(v) for v in value)
+        if isinstance(value, TensorDescriptor):
+            return compiler.TensorDesc(
+                dtype=str(value.base).lstrip("*"), block_shape=tuple(int(b) for b in value.block_shape),
+                layout=None if value.layout is None else repr(value.layout), shape=tuple(int(d) for d in value.shape),
+                strides=tuple(int(s) for s in value.strides), padding=value.padding,
+                round_f32_to_tf32=bool(value.round_f32_to_tf32))
+        return value
+    return [convert(v) for v in values]
 
 
 def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], target: Target,

@@ -1,5 +1,9 @@
-"""The `triton_kernel_call` JAX primitive: abstract eval, eager impl, and refusals for jvp/vmap.
+"""The `triton_kernel_call` JAX primitive: abstract eval, eager impl, Ref discharge, never-DCE,
+and refusals for jvp/vmap.
 
+`jax.Ref` operands (jax-triton 0.4) are written in place: the call declares a read and a write
+effect per Ref, and when JAX discharges them (before lowering) it becomes a pure call with one more
+output per Ref, aliased to that operand and given no pointer of its own (`lowering.aliasing`).
 Lowering rules are registered by `lowering.rule` for cuda and rocm.
 """
 
@@ -7,19 +11,47 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import numpy as np
 from jax._src import core, dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
-from jax.interpreters import partial_eval as pe
+
+from . import jax_compat
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
-triton_kernel_call_p.def_impl(functools.partial(dispatch.apply_primitive, triton_kernel_call_p))
 
 
-@triton_kernel_call_p.def_abstract_eval
+def _impl(*args, **params):
+    if any(jax_compat.is_ref(a) for a in args):  # Refs are discharged inside a jit
+        return jax.jit(functools.partial(triton_kernel_call_p.bind, **params))(*args)
+    return dispatch.apply_primitive(triton_kernel_call_p, *args, **params)
+
+
+triton_kernel_call_p.def_impl(_impl)
+
+
+@triton_kernel_call_p.def_effectful_abstract_eval
 def _abstract_eval(*avals_in, out_avals, **_):
-    return [core.ShapedArray(shape, dtype) for shape, dtype in out_avals]
+    return [core.ShapedArray(shape, dtype) for shape, dtype in out_avals], jax_compat.ref_effects(avals_in)
+
+
+def _discharge(in_avals, out_avals, operands, params):
+    """The call with its Refs' values as inputs and one more output per Ref, aliased to it."""
+    refs = [i for i, aval in enumerate(in_avals) if jax_compat.is_ref_aval(aval)]
+    extra = tuple((tuple(in_avals[i].shape), np.dtype(in_avals[i].dtype)) for i in refs)
+    first = len(params["out_avals"])
+    aliases = tuple(sorted((*params["input_output_aliases"], *((i, first + k) for k, i in enumerate(refs)))))
+    outs = triton_kernel_call_p.bind(*operands, **{**params, "out_avals": params["out_avals"] + extra,
+                                                   "input_output_aliases": aliases, "pointerless_aliases": True})
+    new_values = [None] * len(in_avals)
+    for k, i in enumerate(refs):
+        new_values[i] = outs[first + k]
+    return new_values, list(outs[:first])
+
+
+jax_compat.register_discharge_rule(triton_kernel_call_p, _discharge)
 
 
 # jax-triton's own words (0.3 and 0.4), after ours: code that matches on them keeps working.
@@ -46,14 +78,12 @@ def _kernel_name(params) -> str:
     return getattr(kernel, "__name__", "?")
 
 
-def _dce(used_outputs, eqn):
-    """Unused outputs may drop the call, unless it has side effects or writes into an input."""
-    if any(used_outputs) or eqn.params["has_side_effect"] or eqn.params["input_output_aliases"]:
-        return [True] * len(eqn.invars), eqn
-    return [False] * len(eqn.invars), None
+def _never_dce(used_outputs, eqn):
+    """A Triton call stays even when its outputs are unused (jax-triton 0.4's rule): it may write
+    into an aliased input or a Ref, or have side effects JAX cannot see."""
+    return [True] * len(eqn.invars), eqn
 
 
-if hasattr(pe, "dce_rules"):  # jax >= 0.4.x exposes DCE rules here
-    pe.dce_rules[triton_kernel_call_p] = _dce
+jax_compat.register_dce_rule(triton_kernel_call_p, _never_dce)
 ad.primitive_jvps[triton_kernel_call_p] = _no_jvp
 batching.primitive_batchers[triton_kernel_call_p] = _no_vmap

@@ -13,6 +13,7 @@ import numpy as np
 from jax.interpreters import mlir
 
 from . import call_records, custom_call, devices, kernels, winners
+from .aliasing import OutputOrder
 from .configs import named_args, normalize_grid, per_config, resolve_configs
 from .primitive import triton_kernel_call_p
 from .target_arch import resolve_target
@@ -32,23 +33,33 @@ def _lower(platform: str, ctx, *operands, **params):
 
 def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
            num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
-           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target=""):
+           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target="",
+           pointerless_aliases=False, cost_estimate=None, arg_tree=None):
     devices.check_lowering_context(ctx)
     metaparams = dict(metaparams)
     target = resolve_target(platform, compute_capability)
-    named = named_args(kernel, _runtime_values(ctx.avals_in, scalars, ctx.avals_out), metaparams)
-    runtime_names = list(named)  # the bound parameters, in the kernel's order (before any prune function sees them)
+    # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
+    order = OutputOrder.of(len(ctx.avals_out), input_output_aliases, pointerless_aliases)
+    results = [ctx.avals_out[o] for o in order.order]
+    pointed = results[:order.pointers]
+    aliases = tuple((int(i), order.position(int(o))) for i, o in input_output_aliases)
+    inputs = _grouped(arg_tree, _runtime_values(ctx.avals_in, scalars, []))
+    named = named_args(kernel, inputs + pointed, metaparams)
+    leaf_names = _leaf_names(list(named), inputs)  # each flat runtime value's name (`yz[1]` in a tuple)
     fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,
                                   num_ctas=num_ctas)
-    args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in ctx.avals_out])
+    flat_args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in pointed])
+    num_flat_inputs = len(ctx.avals_in) + len(scalars)
+    args = kernels.descriptors(_grouped(arg_tree, flat_args[:num_flat_inputs])) + flat_args[num_flat_inputs:]
     options = {"enable_fp_fusion": enable_fp_fusion, "debug": debug, **dict(backend_options)}
-    launches = _launches(configs, grid, zeroed_outputs, ctx.avals_out, len(ctx.avals_in) + len(scalars))
+    launches = _launches(configs, grid, zeroed_outputs, ctx.avals_out,
+                         _zero_positions(order, input_output_aliases, scalars, len(ctx.avals_in)))
     info = custom_call.CallInfo(
-        name=name, kernel_name=fn.__name__, scalar_desc=str({runtime_names[p]: v for p, v in scalars}),
+        name=name, kernel_name=fn.__name__, scalar_desc=str({leaf_names[p]: v for p, v in scalars}),
         compute_capability=target.arch if target.backend == "cuda" else 0,
-        aliases=tuple((int(i), int(o)) for i, o in input_output_aliases), num_inputs=len(ctx.avals_in),
+        aliases=aliases, num_inputs=len(ctx.avals_in),
         in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
-    shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *ctx.avals_out)]
+    shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *results)]
     slot = call_records.slot(platform, fn, args, configs, launches, target, options, info, shapes,
                              module=getattr(ctx, "module_context", None))
     served = slot.served()  # a call seen before: one store read
@@ -56,24 +67,61 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
         served = _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info,
                                 named, metaparams, ctx)
     payload, kernel_count = served
-    return custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, name=name,
-                            aliases=input_output_aliases, has_side_effect=has_side_effect,
-                            target_name=custom_call_target)
+    out = custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, name=name,
+                           aliases=aliases, has_side_effect=has_side_effect, target_name=custom_call_target,
+                           avals_out=results, cost_estimate=cost_estimate)
+    return out if order.identity else order.results(out)
+
+
+def _grouped(arg_tree, flat: list) -> list:
+    """The flat runtime inputs as the kernel's parameters take them (a tuple parameter as one tuple)."""
+    return flat if arg_tree is None else list(arg_tree.unflatten(flat))
+
+
+def _leaf_names(names: list, grouped: list) -> list:
+    """A name per flat runtime value: the parameter's, with its path inside a tuple parameter."""
+    out = []
+
+    def walk(name, value):
+        if isinstance(value, tuple):
+            for i, item in enumerate(value):
+                walk(f"{name}[{i}]", item)
+        else:
+            out.append(name)
+    for name, value in zip(names, grouped):
+        walk(name, value)
+    return out
+
+
+def _zero_positions(order: OutputOrder, aliases, scalars, num_inputs: int) -> dict[int, int]:
+    """{output index: the runtime argument jaxlib zeroes for it}: an output's own pointer (after the
+    inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
+    num_args = num_inputs + len(scalars)
+    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}
+    scalar_positions = sorted(p for p, _ in scalars)
+    for i, o in aliases:
+        if o not in positions:  # the input's runtime position: array index i, counting the scalars before it
+            position = int(i)
+            for p in scalar_positions:
+                if p <= position:
+                    position += 1
+            positions[int(o)] = position
+    return positions
 
 
 def _nbytes(aval) -> int:
     return math.prod(int(d) for d in aval.shape) * np.dtype(aval.dtype).itemsize
 
 
-def _launches(configs, grid, zeroed_outputs, avals_out, num_in_args: int) -> list[custom_call.Launch]:
-    """Each config's grid, zeroed outputs (by runtime position: outputs follow the inputs) and description."""
+def _launches(configs, grid, zeroed_outputs, avals_out, positions: dict[int, int]) -> list[custom_call.Launch]:
+    """Each config's grid, zeroed outputs (by runtime position, `positions`) and description."""
     out_sizes = [_nbytes(a) for a in avals_out]
     launches = []
     for config in configs:
         zeroed = per_config(zeroed_outputs, config.constexprs) or ()
         launches.append(custom_call.Launch(
             grid=normalize_grid(grid, config.constexprs),
-            zeroed_bytes={num_in_args + i: out_sizes[i] for i in sorted(zeroed)},
+            zeroed_bytes={positions[i]: out_sizes[i] for i in sorted(zeroed)},
             description=config.description, bound=frozenset(config.constexprs)))
     return launches
 

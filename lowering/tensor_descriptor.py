@@ -1,8 +1,9 @@
-"""jax-triton 0.4's `TensorDescriptor` (a host-side TMA descriptor argument), accepted by name.
+"""jax-triton 0.4's `TensorDescriptor`: a host-side TMA descriptor argument over an array.
 
-kernel-cache does not lower TMA descriptors: a call passing one fails with an error that says what
-the installed jaxlib and Triton lack (jax-triton 0.4 needs jaxlib's `create_tma_descriptor_parameter`
-and Triton >= 3.7) or, where both have it, that kernel-cache does not lower them yet.
+Where jaxlib has `create_tma_descriptor_parameter` and Triton is 3.7 or newer, a call passing one
+compiles it as Triton's `tensordesc<dtype[block]>` parameter and launches it as jax-triton 0.4 does:
+the descriptor (swizzle, element type and block from the compiled kernel's metadata), then its shape
+and strides as scalars (`lowering.custom_call`). Elsewhere the call fails with what is missing.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class TensorDescriptor:
                    padding, round_f32_to_tf32)
 
 
+def supported() -> bool:
+    return compat.tma_descriptors_in_jaxlib() and compat.tma_descriptors_in_triton()
+
+
 def refuse(position: int) -> None:
     """Raise the error for a TensorDescriptor at argument `position`."""
     missing = []
@@ -54,7 +59,7 @@ def refuse(position: int) -> None:
                        f"(jax-triton 0.4 requires jax >= 0.11 with it)")
     if not compat.tma_descriptors_in_triton():
         missing.append(f"Triton {triton.__version__} is older than 3.7")
-    why = "; ".join(missing) if missing else "kernel-cache does not lower TMA descriptors yet"
+    why = "; ".join(missing)
     raise compat.JaxlibSupportError(
         f"argument {position} is a TensorDescriptor (jax-triton 0.4): {why}. Pass the array itself and build "
         f"the descriptor in the kernel (tl.make_tensor_descriptor), or call jax-triton 0.4 directly")

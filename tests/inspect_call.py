@@ -70,6 +70,20 @@ def _scalar(kind: str, wire: int, value: int) -> Any:
     return bool(value) if kind == "bool" else value
 
 
+def _repeated(fields, number: int) -> list[int]:
+    """A repeated integer field, packed (one length-delimited run of varints) or not."""
+    out = []
+    for value in pw.all_of(fields, number):
+        if isinstance(value, bytes):
+            pos = 0
+            while pos < len(value):
+                item, pos = pw.read_varint(value, pos)
+                out.append(item)
+        else:
+            out.append(value)
+    return out
+
+
 def decode_kernel_call(raw: bytes) -> dict:
     f = pw.decode(raw)
     params = []
@@ -78,6 +92,11 @@ def decode_kernel_call(raw: bytes) -> dict:
         if field.number == 1:
             a = pw.decode(field.value)
             params.append({"array": {"bytes_to_zero": pw.first(a, 1, 0), "ptr_divisibility": pw.first(a, 2, 0)}})
+        elif field.number == 9:  # TensorDescriptor { nvidia = 1 { elem_type, swizzle, shape, strides, block_shape, oob_fill } }
+            n = pw.decode(pw.first(pw.decode(field.value), 1, b""))
+            params.append({"tma": {"elem_type": pw.first(n, 1, 0), "swizzle": pw.first(n, 2, 0),
+                                   "shape": _repeated(n, 3), "strides": _repeated(n, 4),
+                                   "block_shape": _repeated(n, 5), "oob_fill": pw.first(n, 6, 0)}})
         else:
             kind = _SCALAR_KINDS[field.number]
             params.append({kind: _scalar(kind, field.wire_type, field.value)})

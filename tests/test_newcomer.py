@@ -53,6 +53,8 @@ def newcomer(tmp_path_factory):
     work = base / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_") and k not in ("XDG_CACHE_HOME",)}
+    stack = venv / ".kernel-cache-stack"  # the README's commands reuse this venv, for the stack it holds
+    env.update(KERNEL_CACHE_STACK=stack.read_text().strip() if stack.is_file() else "oldest")
     env.update(HOME=str(home), PYTHONPATH=str(clone), KERNEL_CACHE_VENV=str(Path(sys.executable).parent.parent),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     env.pop("JAX_PLATFORMS", None)

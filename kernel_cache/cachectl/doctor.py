@@ -48,7 +48,7 @@ OK, WARN, PROBLEM = "ok", "warn", "problem"
 HOOK = "kernel_cache_intercept.pth"
 # client -> (distribution, lowest version known, first version not known); TE is gated by signature
 CLIENT_VERSIONS = {
-    "jax_triton": (jax_triton_client.CLIENT.distribution, jax_triton_client.CLIENT.lowest, jax_triton_client.CLIENT.below),
+    "jax_triton": (jax_triton_client.V03.distribution, jax_triton_client.V03.lowest, jax_triton_client.V04.below),
     "ejkernel": (ejkernel_client.CLIENT.distribution, ejkernel_client.CLIENT.lowest, ejkernel_client.CLIENT.below),
     "transformer_engine": ("transformer-engine", (), ()),
 }

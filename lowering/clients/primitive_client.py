@@ -1,21 +1,26 @@
-"""Clients with their own jax-triton-style `triton_kernel_call` primitive (jax-triton 0.3, ejKernel).
+"""Clients with their own jax-triton-style `triton_kernel_call` primitive (jax-triton 0.3 and 0.4,
+ejKernel).
 
 Their `triton_call` binds their primitive; we register a lowering rule for it that reads its
 parameters and lowers through `rule.lower_call`, as `lowering.triton_call` does. Every binding of
 their `triton_call`, made before or after, reaches that rule. Scalars keep the Triton type the
-client gave them (jax-triton types Python floats as fp64), so the kernels are the client's own.
+client gave them (jax-triton 0.3 types Python floats as fp64), so the kernels are the client's own.
+Where the client's DCE rule takes fewer arguments than this JAX passes (JAX 0.12 added the inputs'
+liveness), it is adapted, so the client's calls trace at all.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 from jax.interpreters import mlir
+from jax.interpreters import partial_eval as pe
 
 import compiler
 
@@ -39,6 +44,10 @@ class PrimitiveClient:
     lowest: tuple[int, ...]  # versions known to work: [lowest, below)
     below: tuple[int, ...]
     params: frozenset  # the keyword parameters of its lowering rule (besides **metaparams)
+    # (client, module, its primitive's parameters, the lowering's ctx) -> rule.lower_call's parameters
+    translate: Callable[["PrimitiveClient", ModuleType, dict[str, Any], Any], dict[str, Any]] = (
+        lambda client, module, params, ctx: translate(client, params))
+    backends: tuple[tuple[str, str], ...] = _BACKENDS  # (platform, the module's target function its rule takes)
 
 
 def install(client: PrimitiveClient, module: ModuleType) -> None:
@@ -48,14 +57,37 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
     signature = inspect.signature(lowering).parameters.values()
     keywords = {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
     check_parameters(client.name, "triton_kernel_call lowering rule", keywords, set(client.params))
-    for platform, backend in _BACKENDS:
+    for platform, backend in client.backends:
         own = functools.partial(lowering, getattr(module, backend))
-        mlir.register_lowering(primitive, functools.partial(_lower, client, platform, own), platform=platform)
+        mlir.register_lowering(primitive, functools.partial(_lower, client, module, platform, own), platform=platform)
+    adapt_dce_rule(primitive)
 
 
-def _lower(client: PrimitiveClient, platform: str, own: Any, ctx: Any, *operands: Any, **params: Any) -> Any:
-    return serve(client.name, params["fn"], platform, ctx, operands, lambda: translate(client, params),
-                 lambda: own(ctx, *operands, **params))
+def adapt_dce_rule(primitive: Any) -> None:
+    """The client's DCE rule, called with the arguments it takes: JAX 0.12 passes (used outputs,
+    live inputs, equation), earlier JAX (used outputs, equation); a client written for one fails
+    at trace time on the other (`_dce() takes 2 positional arguments but 3 were given`)."""
+    theirs = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
+    if theirs is None or getattr(theirs, "_kernel_cache_adapted", False):
+        return
+    try:
+        takes = len(inspect.signature(theirs).parameters)
+    except (TypeError, ValueError):
+        return
+    if takes != 2:
+        return
+
+    def adapted(*args: Any) -> Any:
+        return theirs(args[0], args[-1])  # used outputs, the equation
+
+    adapted._kernel_cache_adapted = True  # type: ignore[attr-defined]
+    pe.dce_rules[primitive] = adapted
+
+
+def _lower(client: PrimitiveClient, module: ModuleType, platform: str, own: Any, ctx: Any, *operands: Any,
+           **params: Any) -> Any:
+    return serve(client.name, params["fn"], platform, ctx, operands,
+                 lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
 
 
 def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""Which outputs a kernel receives a pointer for: jax-triton 0.3 and 0.4 disagree on aliased ones.
+
+jax-triton 0.3 passes every output as a pointer after the inputs, aliased or not: an in-place
+kernel `add_inplace(x_ptr, y_ptr, n, out_ptr)` with `input_output_aliases={1: 0}` gets y's buffer
+twice. jax-triton 0.4 passes none for an aliased output: `add_inplace(x_ptr, y_ptr, n)` writes into
+y's buffer, which becomes the output. A call says which it means by the kernel's runtime parameter
+count: inputs + scalars + every output (0.3) or + the unaliased outputs only (0.4). Where the count
+fits neither, or both cannot be told apart, the error names both readings.
+
+The custom call hands jaxlib its buffers as inputs then outputs, and the kernel's pointers take
+them in that order; so where aliased outputs have no pointer (`OutputOrder`), the call's results
+put the pointer outputs first and the aliased ones last, and the lowering restores the user's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+def pointerless_aliases(kernel_name: str, param_names: Sequence[str], num_inputs: int, num_outputs: int,
+                        aliases: Sequence[tuple[int, int]]) -> bool:
+    """True for jax-triton 0.4's reading (aliased outputs get no pointer), False for 0.3's. `num_inputs`
+    counts arrays and scalars; `param_names` are the kernel's runtime parameters."""
+    if not aliases:
+        return False  # both readings agree: every output is a pointer after the inputs
+    every, unaliased = num_inputs + num_outputs, num_inputs + num_outputs - len(aliases)
+    if len(param_names) == unaliased:
+        return True
+    if len(param_names) >= every:
+        return False
+    raise TypeError(
+        f"kernel '{kernel_name}' takes {len(param_names)} runtime arguments ({', '.join(param_names)}), which "
+        f"fits neither reading of input_output_aliases={dict(aliases)}: jax-triton 0.3 passes every output "
+        f"as a pointer after the {num_inputs} inputs and scalars ({every} arguments); jax-triton 0.4 passes "
+        f"none for an aliased output, the kernel writing into the input's buffer ({unaliased} arguments)")
+
+
+def array_indices(aliases: Sequence[tuple[int, int]], scalar_positions: Sequence[int],
+                  num_operands: int) -> tuple[tuple[int, int], ...]:
+    """jax-triton 0.4's alias inputs, counted over all operands (arrays and scalars), as indices
+    among the arrays (how the custom call counts its operands); an index naming a scalar is an error."""
+    scalars = sorted(scalar_positions)
+    out = []
+    for operand, output in aliases:
+        if operand in scalars or not 0 <= operand < num_operands:
+            raise ValueError(f"input_output_aliases entry {operand}: {output} names no array operand (jax-triton "
+                             f"0.4 counts the kernel's operands, scalars included: {num_operands} of them)")
+        out.append((operand - sum(1 for p in scalars if p < operand), output))
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class OutputOrder:
+    """The custom call's result order where aliased outputs have no pointer: pointer outputs first."""
+
+    order: tuple[int, ...]  # order[k] = the user's output index of the call's result k
+    pointers: int  # how many of them the kernel receives a pointer for (the first ones)
+
+    @classmethod
+    def of(cls, num_outputs: int, aliases: Sequence[tuple[int, int]], pointerless: bool) -> "OutputOrder":
+        aliased = {o for _, o in aliases} if pointerless else set()
+        kept = [o for o in range(num_outputs) if o not in aliased]
+        return cls(tuple(kept + sorted(aliased)), len(kept))
+
+    @property
+    def identity(self) -> bool:
+        return self.order == tuple(range(len(self.order)))
+
+    def results(self, values: Sequence[Any]) -> list[Any]:
+        """The user's outputs from the call's results."""
+        out: list[Any] = [None] * len(values)
+        for k, o in enumerate(self.order):
+            out[o] = values[k]
+        return out
+
+    def position(self, output: int) -> int:
+        """Where the user's output index sits among the call's results."""
+        return self.order.index(output)

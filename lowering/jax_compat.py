@@ -1,0 +1,83 @@
+"""Every difference between JAX releases that the primitive and `triton_call` touch, in one place,
+decided by capability (jaxlib's differences are in `lowering.jaxlib_compat`):
+- a primitive's DCE rule: JAX 0.12 passes (used outputs, live inputs, equation), earlier releases
+  (used outputs, equation);
+- a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
+  out_avals) before the operands;
+- `jax.Ref` values: `AbstractRef` is their abstract value where this JAX has Refs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.interpreters import partial_eval as pe
+
+try:
+    from jax._src.state import discharge as _state_discharge
+    from jax._src.state import types as _state_types
+
+    AbstractRef: Any = _state_types.AbstractRef
+    ReadEffect: Any = _state_types.ReadEffect
+    WriteEffect: Any = _state_types.WriteEffect
+except ImportError:  # pragma: no cover - a JAX without Refs
+    _state_discharge = None
+    AbstractRef = ReadEffect = WriteEffect = None
+
+# (used outputs per output, the equation) -> (used inputs per input, the equation or None)
+DceRule = Callable[[Sequence[bool], Any], "tuple[list[bool], Any]"]
+# (in avals, out avals, operands, params) -> (new values for the inputs (None: unchanged), outputs)
+DischargeImpl = Callable[[Sequence[Any], Sequence[Any], Sequence[Any], dict], "tuple[list[Any], list[Any]]"]
+
+
+def register_dce_rule(primitive: Any, rule: DceRule) -> None:
+    """`rule` as the primitive's DCE rule, whatever this JAX passes before the equation."""
+    if hasattr(pe, "dce_rules"):
+        pe.dce_rules[primitive] = lambda used_outputs, *rest: rule(used_outputs, rest[-1])
+
+
+def register_discharge_rule(primitive: Any, impl: DischargeImpl) -> None:
+    """`impl` as the primitive's state discharge rule (how JAX removes its Ref operands)."""
+    if _state_discharge is None:  # pragma: no cover
+        return
+    if hasattr(_state_discharge, "DischargeContext"):
+        def rule(ctx: Any, /, *operands: Any, **params: Any) -> Any:
+            return impl(ctx.in_avals, ctx.out_avals, operands, params)
+    else:
+        def rule(in_avals: Any, out_avals: Any, /, *operands: Any, **params: Any) -> Any:  # type: ignore[misc]
+            return impl(in_avals, out_avals, operands, params)
+    _state_discharge.register_discharge_rule(primitive)(rule)
+
+
+def is_ref_aval(aval: Any) -> bool:
+    return AbstractRef is not None and isinstance(aval, AbstractRef)
+
+
+def is_ref(value: Any) -> bool:
+    """Whether `value` is a jax.Ref (a scalar never is: jax.typeof of an int beyond int32 raises on
+    some JAX versions)."""
+    if AbstractRef is None or isinstance(value, (bool, int, float, complex, np.generic)):
+        return False
+    try:
+        return isinstance(jax.typeof(value), AbstractRef)
+    except Exception:  # not a JAX value at all: whatever it is, it is not a Ref
+        return False
+
+
+def ref_effects(avals_in: Sequence[Any]) -> set[Any]:
+    """A read and a write effect per Ref operand: a kernel may do either, and JAX cannot tell which."""
+    if ReadEffect is None:
+        return set()
+    return {effect(i) for i, aval in enumerate(avals_in) if is_ref_aval(aval) for effect in (ReadEffect, WriteEffect)}
+
+
+def is_transformed_ref(value: Any) -> bool:
+    """A view of a Ref (ref.at[...], a bitcast): kernel-cache passes whole buffers only."""
+    try:
+        from jax._src.state.types import TransformedRef
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(value, TransformedRef)
