@@ -16,10 +16,11 @@ from kernel_cache.display import echo
 
 from . import triton_compat as tc
 from .digest import digest
+from .portable import portable
 from .spec import KernelSpec
 from .toolchain import toolchain_fingerprint
 
-KEY_FORMAT_VERSION = 1
+KEY_FORMAT_VERSION = 2  # 2: paths in options and Triton's environment stand for their content (compiler.portable)
 
 
 def canonical(value: Any) -> Any:
@@ -50,10 +51,15 @@ def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> d
     parsed = tc.parse_options(spec.target, spec.triton_options())
     return {
         **_own_parts(spec),
-        "options": canonical(tc.options_to_json(parsed)),
+        "options": _options_part(parsed),
         "target": spec.target.to_json(),
-        "toolchain": toolchain if toolchain is not None else toolchain_fingerprint(spec.target),
+        "toolchain": portable(toolchain if toolchain is not None else toolchain_fingerprint(spec.target)),
     }
+
+
+def _options_part(parsed: Any) -> Any:
+    """Triton's parsed options, canonical, with every file they name by path standing for its content."""
+    return canonical(portable(tc.options_to_json(parsed)))
 
 
 def _own_parts(spec: KernelSpec) -> dict[str, Any]:
@@ -120,9 +126,9 @@ def _digest_document(spec: KernelSpec, tools: dict[str, Any]) -> str:
     spliced text equals the whole document's (a test checks)."""
     parsed = tc.parse_options(spec.target, spec.triton_options())
     texts = {name: _text(part) for name, part in _own_parts(spec).items()}
-    texts["options"] = _shared_text(("options", id(parsed)), parsed, lambda: canonical(tc.options_to_json(parsed)))
+    texts["options"] = _shared_text(("options", id(parsed)), parsed, lambda: _options_part(parsed))
     texts["target"] = _shared_text(("target", spec.target), spec.target, spec.target.to_json)
-    texts["toolchain"] = _text(tools)
+    texts["toolchain"] = _text(portable(tools))
     text = "{" + ",".join(f"{_text(name)}:{texts[name]}" for name in sorted(texts)) + "}"
     return str(xxhash.xxh3_128_hexdigest(text.encode()))
 
