@@ -26,6 +26,7 @@ from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
 from .interception import InterceptError, intercept
 from .store import Store
+from .tier import MaintainedTier
 from .warnings_once import KernelCacheWarning, info_once
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheWarning", "Store",
@@ -98,7 +99,8 @@ def _flush_at_exit() -> None:
             _default.stats.flush()
             # uses for the tiers' LRU order, kept in memory so a warm process never writes the index per hit
             for tier in _default.persistent_tiers:
-                with contextlib.suppress(Exception):
-                    tier.flush_touches()
+                if isinstance(tier, MaintainedTier):
+                    with contextlib.suppress(Exception):
+                        tier.flush_touches()
         except Exception:
             pass

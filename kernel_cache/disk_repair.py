@@ -13,7 +13,6 @@ from typing import Any
 import diskcache
 
 from . import entry as entry_format
-from .disk import DiskTier
 from .disk_index import (
     ENTRIES_DIR,
     INDEX,
@@ -26,6 +25,7 @@ from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_k
 from .errors import TierReadOnly
 from .safefs import Owners
 from .tier import no_lock
+from .tiers.disk import DiskTier
 
 
 class ValueFilesTier:

@@ -17,7 +17,7 @@ from . import call_records, record_checks, winners
 from . import entry as entry_format
 from .entry import CorruptEntry
 from .summary import EntrySummary
-from .tier import Tier
+from .tier import KeptTier
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict[str, Any]], "str | None"]
@@ -87,7 +87,7 @@ def normal_arch(name: str) -> str:
 
 
 
-def read_raw(tier: Tier, key: str) -> bytes | None:
+def read_raw(tier: KeptTier, key: str) -> bytes | None:
     """The entry bytes, read without counting as a use of the entry. Raises CorruptEntry for
     what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
     try:
@@ -98,7 +98,7 @@ def read_raw(tier: Tier, key: str) -> bytes | None:
         raise CorruptEntry(str(exc)) from None
 
 
-def scan(tier: Tier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
+def scan(tier: KeptTier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
     """Every entry of `tier` with its metadata; unreadable entries are listed with `error` set."""
     infos = []
     for rec in tier.records():
@@ -184,7 +184,7 @@ def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | 
     return doomed
 
 
-def remove_entries(tier: Tier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
+def remove_entries(tier: KeptTier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
     """Delete the entries from `tier`; returns the bytes freed."""
     freed = 0
     for info in infos:
@@ -195,7 +195,7 @@ def remove_entries(tier: Tier, infos: Iterable[EntryInfo], forget_hits: Callable
     return freed
 
 
-def remove_debris(tier: Tier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
+def remove_debris(tier: KeptTier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
     """Temp and lock files that crashed writers left in `tier`: [(path, bytes)] removed."""
     return [(str(path), int(size)) for path, size in tier.remove_debris(older_than_seconds)]
 
@@ -208,7 +208,7 @@ class BadEntry:
     repaired: bool = False
 
 
-def verify(tier: Tier, repair: bool = False) -> tuple[int, list[BadEntry]]:
+def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key; a winner's or lowered call's record too);
     returns (entries checked, bad entries)."""
     checked, bad = 0, []

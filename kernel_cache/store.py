@@ -16,19 +16,17 @@ from typing import Any
 
 from . import entry as entry_format
 from . import lookup_log
+from . import tiers as backends
 from .config import Config
-from .disk import DiskTier
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import RejectedEntry
 from .key_locks import KeyLocks
-from .memory import MemoryTier
 from .safefs import Owners
-from .shared import SharedTier
-from .signing import Signer
 from .stats import Stats
 from .summary import compile_seconds
-from .tier import Tier
-from .warnings_once import info_once, warn_once
+from .tier import MaintainedTier, Tier
+from .tiers.memory import MemoryTier
+from .warnings_once import warn_once
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -42,25 +40,48 @@ class Store:
         self.memory = MemoryTier(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.owners = Owners.current(self.config.trusted_gid)
-        self.disk: Tier | None = None  # a DiskTier (cachectl may put a read-only view of a damaged one here)
-        self.shared: SharedTier | None = None
-        self.unavailable: dict[str, Exception] = {}  # tier name -> why it is not used
-        if not self.config.disabled and self.config.dir is not None:
-            self.disk = self._open(_open_disk_tier, "disk", self.config, self.owners, read_only)
-        if not self.config.disabled and self.config.shared_dir is not None:
-            self.shared = self._open(_open_shared_tier, "shared", self.config, self.owners, self.signer)
+        self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
+        self.levels: list[Tier] = [self.memory]  # fastest first: read in order, hits backfilled upwards
+        if not self.config.disabled:
+            for name, opener in backends.BACKENDS:
+                level = self._open(opener, name, read_only)
+                if level is not None:
+                    self.levels.append(level)
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
 
     # Public API ---------------------------------------------------------------------------
     @property
     def tiers(self) -> list[Tier]:
-        """Fastest first: memory, then the local disk, then the shared directory (those in use)."""
-        return [self.memory, *self.persistent_tiers]
+        """Fastest first: memory, then the local disk, the shared directory, the remote (those in use)."""
+        return list(self.levels)
 
     @property
     def persistent_tiers(self) -> list[Tier]:
-        return [t for t in (self.disk, self.shared) if t is not None]
+        return self.levels[1:]
+
+    def level(self, name: str) -> Tier | None:
+        """The level called `name` ('memory', 'disk', 'shared', 'remote'), if in use."""
+        return next((t for t in self.levels if t.name == name), None)
+
+    def replace_level(self, name: str, tier: Tier | None) -> None:
+        """Put `tier` where the level called `name` is (or would be, in the backends' order); None
+        removes it. cachectl uses it to inspect a damaged local cache through a read-only view."""
+        order = ["memory", *(n for n, _ in backends.BACKENDS)]
+        kept = [t for t in self.levels if t.name != name]
+        if tier is not None:
+            kept.append(tier)
+        self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
+
+    @property
+    def disk(self) -> Tier | None:
+        """The node-local level (shorthand for level('disk'))."""
+        return self.level("disk")
+
+    @property
+    def shared(self) -> Tier | None:
+        """The shared-directory level (shorthand for level('shared'))."""
+        return self.level("shared")
 
     def get(self, key: str) -> tuple[Entry, str] | None:
         """(entry, tier name) or None. Promotes hits into the faster tiers."""
@@ -134,14 +155,16 @@ class Store:
     def touch(self, keys: Iterable[str]) -> None:
         """A use of these entries, unread (a lowered-call record served them), for the tiers' LRU order."""
         for tier in self.persistent_tiers:
-            with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
-                tier.touch(keys)
+            if isinstance(tier, MaintainedTier):
+                with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
+                    tier.touch(keys)
 
     def delete(self, key: str) -> None:
         self.memory.delete(key)
         for tier in self.persistent_tiers:
-            with contextlib.suppress(Exception):
-                tier.delete(key)
+            if isinstance(tier, MaintainedTier):
+                with contextlib.suppress(Exception):
+                    tier.delete(key)
 
     def close(self) -> None:
         self.stats.close()
@@ -149,14 +172,14 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _open(self, opener: Callable[..., Any], name: str, *args: Any) -> Any:
+    def _open(self, opener: backends.Opener, name: str, read_only: bool) -> Tier | None:
         try:
-            return opener(*args)
+            level: Tier | None = opener(self.config, self.owners, self.signer, read_only)
+            return level
         except Exception as exc:
             self.unavailable[name] = exc
-            where = self.config.dir if name == "disk" else self.config.shared_dir
             tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{where}", f"{exc}; {tail}")
+            warn_once(f"{name}-unavailable:{backends.location(self.config, name)}", f"{exc}; {tail}")
             return None
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
@@ -243,25 +266,3 @@ def _cause(exc: Exception) -> str:
     code = getattr(exc, "errno", None)
     name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
     return f"{type(exc).__name__}:{name}" if name else type(exc).__name__
-
-
-def _open_disk_tier(config: Config, owners: Owners, read_only: bool) -> DiskTier:
-    assert config.dir is not None
-    tier = DiskTier(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
-                    index_timeout=config.index_timeout, read_only=read_only)
-    if tier.read_only_reason and not read_only:
-        warn_once(f"disk-read-only:{config.dir}",
-                  f"local cache {config.dir} cannot be written ({tier.read_only_reason}): serving its "
-                  f"entries, new kernels stay in memory")
-    return tier
-
-
-def _open_shared_tier(config: Config, owners: Owners, signer: Signer | None) -> SharedTier:
-    assert config.shared_dir is not None
-    tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
-                      owners=owners, authenticate=signer.problem if signer is not None else None,
-                      max_entry_bytes=config.max_entry_bytes)
-    if signer is not None:
-        info_once(f"shared-signed:{config.shared_dir}",
-                  f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
-    return tier

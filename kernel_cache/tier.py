@@ -1,9 +1,10 @@
-"""The one interface every tier implements (memory, local disk, shared directory, and any future
-remote tier), so the store walks them in order and cachectl never probes for methods.
+"""The interfaces of the store's levels (kernel_cache/tiers/), so the store walks them in order and
+cachectl never probes for methods: `Tier`, the data path every level has, and `MaintainedTier`,
+the maintenance an operator's tools use, which a level may lack (checked with isinstance).
 
-A tier stores entries by content key. Persistent tiers keep bytes in the entry format; the memory
-tier keeps decoded entries and answers the maintenance calls with nothing (no records, no lock,
-no debris). Keys are validated at every persistent tier's door (`entry.check_key`).
+A level stores entries by content key. Persistent levels keep bytes in the entry format; the memory
+level keeps decoded entries and answers the maintenance calls with nothing (no records, no lock,
+no debris). Keys are validated at every persistent level's door (`entry.check_key`).
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from .entry import Entry
 
 @runtime_checkable
 class Tier(Protocol):
-    @property
-    def name(self) -> str:
-        """'memory', 'disk', 'shared': what stats and listings call it."""
+    """The data path every level has: read, write, ask, and take the per-key lock."""
 
     @property
-    def directory(self) -> Path | None:
-        """Where it lives (None: in this process)."""
+    def name(self) -> str:
+        """'memory', 'disk', 'shared', 'remote': what stats and listings call it."""
 
     @property
     def writable(self) -> bool:
-        """False while writes are refused (read-only mount, full disk, busy index): puts are skipped."""
+        """False while writes are refused (read-only mount, full disk, busy index, a remote cooling
+        down after an error): puts are skipped."""
 
     def get(self, key: str) -> Entry | None:
         """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
@@ -37,9 +37,24 @@ class Tier(Protocol):
     def put_raw(self, key: str, data: bytes) -> None:
         """Store encoded (possibly signed) entry bytes."""
 
-    def delete(self, key: str) -> bool: ...
-
     def __contains__(self, key: object) -> bool: ...
+
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
+        """Single-flight across processes: True when held, False when the wait ended otherwise."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class MaintainedTier(Protocol):
+    """What operators' tools and the LRU order need of a level that keeps entries beyond this
+    process; a level may lack it (asked with isinstance, never by probing for methods)."""
+
+    @property
+    def directory(self) -> Path | None:
+        """Where it lives (None: in this process, or not on a filesystem)."""
+
+    def delete(self, key: str) -> bool: ...
 
     def records(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
@@ -54,16 +69,16 @@ class Tier(Protocol):
     def flush_touches(self) -> None:
         """Write the uses `get` and `touch` deferred (at the next write, at close, at exit)."""
 
-    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
-        """Single-flight across processes: True when held, False when the wait ended otherwise."""
-
     def remove_debris(self, older_than_seconds: float) -> list[tuple[str, int]]:
         """Files crashed writers left behind, removed: [(path, bytes)]."""
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
-    def close(self) -> None: ...
+
+@runtime_checkable
+class KeptTier(Tier, MaintainedTier, Protocol):
+    """A level with both parts: what `cachectl` lists, verifies and prunes."""
 
 
 @contextlib.contextmanager

@@ -22,9 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernel_cache.disk import DiskTier  # noqa: E402
 from kernel_cache.entry import Entry  # noqa: E402
-from kernel_cache.shared import SharedTier  # noqa: E402
+from kernel_cache.tiers.disk import DiskTier  # noqa: E402
+from kernel_cache.tiers.shared import SharedTier  # noqa: E402
 
 RANK = """
 import json, sys, time

@@ -80,7 +80,7 @@ def store_copy(pristine, tmp_path):
 
 
 def _disk(directory):
-    from kernel_cache.disk import DiskTier
+    from kernel_cache.tiers.disk import DiskTier
 
     return DiskTier(directory)
 
@@ -537,7 +537,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
 
 # shared tier -------------------------------------------------------------------------------------
 def test_shared_tier_list_prune_verify(store_copy, tmp_path):
-    pytest.importorskip("kernel_cache.shared")
+    pytest.importorskip("kernel_cache.tiers.shared")
     directory, keys = store_copy
     shared = tmp_path / "shared"
     shared.mkdir()

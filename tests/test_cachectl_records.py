@@ -25,8 +25,8 @@ from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import kinds
 from kernel_cache.cachectl.render import human_size
 from kernel_cache.call_records import KIND, CallRecord
-from kernel_cache.disk import DiskTier
 from kernel_cache.maintenance import EntryInfo
+from kernel_cache.tiers.disk import DiskTier
 
 GPU = "Test GPU 80GB"
 UNCACHED = xxhash.xxh3_128_hexdigest(b"a config compiled elsewhere, never cached here")

@@ -29,8 +29,8 @@ from kernel_cache import entry as entry_format
 from kernel_cache.entry import InvalidKey
 from kernel_cache.errors import ReentrantBuild, RejectedEntry
 from kernel_cache.safefs import Owners, Tree, UnsafeFile
-from kernel_cache.shared import SharedTier
 from kernel_cache.signing import Signer
+from kernel_cache.tiers.shared import SharedTier
 
 SIGNING_KEY = b"team-signing-key-0123456789abcdef"
 NOGROUP = 65534

@@ -20,7 +20,7 @@ import pytest
 from conftest import child_env
 
 from kernel_cache import safefs, warnings_once
-from kernel_cache.shared import SharedTier
+from kernel_cache.tiers.shared import SharedTier
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "0123456789abcdef0123456789abcdef"
@@ -69,7 +69,7 @@ PAUSED_WRITER = textwrap.dedent("""
 LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernel_cache.shared import SharedTier
+    from kernel_cache.tiers.shared import SharedTier
 
     tier = SharedTier(Path(sys.argv[1]), lock_mode=sys.argv[2], stale_after=float(sys.argv[3]))
     with tier.lock(sys.argv[4], 10) as held:

@@ -19,7 +19,7 @@ import test_shared_processes as scenarios
 from test_shared_tier import KEY, make_entry
 
 from kernel_cache import CorruptEntry, locks
-from kernel_cache.shared import SharedTier
+from kernel_cache.tiers.shared import SharedTier
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "sshfs_loopback.sh"

@@ -19,7 +19,7 @@ import pytest
 from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store, locks, safefs, warnings_once
 from kernel_cache import entry as entry_format
 from kernel_cache.safefs import Tree
-from kernel_cache.shared import SharedTier
+from kernel_cache.tiers.shared import SharedTier
 
 KEY = "0123456789abcdef0123456789abcdef"
 KEY2 = "fedcba9876543210fedcba9876543210"

@@ -15,8 +15,8 @@ from conftest import child_env, run_python
 import kernel_cache
 from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store, warnings_once
 from kernel_cache import entry as entry_format
-from kernel_cache.disk import DiskTier
-from kernel_cache.memory import MemoryTier
+from kernel_cache.tiers.disk import DiskTier
+from kernel_cache.tiers.memory import MemoryTier
 
 K = "1" * 32
 K1 = "2" * 32

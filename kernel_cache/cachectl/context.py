@@ -13,7 +13,7 @@ from ..config import Config, ConfigError
 from ..disk_repair import ValueFilesTier
 from ..errors import TierUntrusted
 from ..store import Store
-from ..tier import Tier
+from ..tier import KeptTier
 from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -69,7 +69,7 @@ class Context:
                 warnings.simplefilter("ignore", KernelCacheWarning)
                 self._store = Store(self.config, read_only=not (create or write or self.writes))
             if self._store.disk is None:
-                self._store.disk = self._disk_fallback(self._store)
+                self._store.replace_level("disk", self._disk_fallback(self._store))
             if self.config.shared_dir is not None and self._store.shared is None:
                 raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
@@ -87,9 +87,15 @@ class Context:
         print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
         return tier
 
-    def tiers(self, which: str = "all") -> list[Tier]:
+    def kept(self) -> list[KeptTier]:
+        """Every persistent level that keeps entries an operator can list (possibly none)."""
+        return [t for t in self.store().persistent_tiers if isinstance(t, KeptTier)]
+
+    def tiers(self, which: str = "all") -> list[KeptTier]:
+        """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
+        operator can list, verify and prune."""
         store = self.store()
-        chosen = [t for t in store.persistent_tiers if which in ("all", t.name)]
+        chosen = [t for t in store.persistent_tiers if which in ("all", t.name) and isinstance(t, KeptTier)]
         if not chosen:
             raise CliError(f"no {which} tier configured (pass --shared-dir or set KERNEL_CACHE_SHARED_DIR)")
         return chosen

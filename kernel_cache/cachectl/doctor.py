@@ -40,7 +40,7 @@ from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
 from ..locks import filesystem_of, flock_is_coherent
 from ..safefs import Owners
-from ..shared import QUARANTINE_DIR
+from ..tiers.shared import QUARANTINE_DIR
 from .context import EXIT_OK, EXIT_PROBLEMS, Context
 from .render import human_size, table
 

@@ -15,7 +15,7 @@ from ..display import escaped
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..safefs import Tree
 from ..summary import EntrySummary
-from ..tier import Tier
+from ..tier import KeptTier
 from . import calls_view, kinds, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
@@ -28,7 +28,7 @@ def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
                        older_than_seconds=getattr(args, "older_than", None), stale_only=check_stale)
 
 
-def scan_all(ctx: Context, tiers: list[Tier], with_stale: bool) -> list[EntryInfo]:
+def scan_all(ctx: Context, tiers: list[KeptTier], with_stale: bool) -> list[EntryInfo]:
     """Every entry of `tiers`, with hit counts and (if asked) whether it is stale."""
     store = ctx.store()
     infos = []
@@ -133,10 +133,10 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         ctx.say("statistics zeroed")
         if not ctx.json:
             return EXIT_OK
-    infos = scan_all(ctx, store.persistent_tiers, with_stale=False)
+    infos = scan_all(ctx, ctx.kept(), with_stale=False)
     totals = store.stats.totals()
     tiers = {}
-    for tier in store.persistent_tiers:
+    for tier in ctx.kept():
         mine = [i for i in infos if i.tier == tier.name]
         size = sum(i.size_bytes for i in mine)
         tiers[tier.name] = {"path": str(tier.directory), "entries": len(mine), "bytes": size,

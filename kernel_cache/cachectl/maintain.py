@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..disk import DiskTier
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
 from ..maintenance import plan_prune, remove_debris, remove_entries, scan, verify
+from ..tiers.disk import DiskTier
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size
@@ -59,8 +59,9 @@ def cmd_verify(ctx: Context, args: Any) -> int:
         store.disk.close()
         index["rebuilt"] = rebuild_index(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
                                          max_entry_bytes=ctx.config.max_entry_bytes)
-        store.disk = DiskTier(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
-                              max_entry_bytes=ctx.config.max_entry_bytes, index_timeout=ctx.config.index_timeout)
+        store.replace_level("disk", DiskTier(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
+                                             max_entry_bytes=ctx.config.max_entry_bytes,
+                                             index_timeout=ctx.config.index_timeout))
     for tier in ctx.tiers(args.tier):
         n, b = verify(tier, repair=args.repair)
         checked += n

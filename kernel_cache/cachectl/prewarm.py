@@ -24,7 +24,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             progress.expect(None)
             programs.run_program(args.program, args.arch or ["sm_90"], ctx.config, args.jobs, progress)
         else:
-            infos = scan_all(ctx, store.persistent_tiers, with_stale=False)
+            infos = scan_all(ctx, ctx.kept(), with_stale=False)
             selection = entry_filter(argparse.Namespace(kernel=args.kernel), False)
             # slowest first: the workers finish together instead of waiting on one long compile
             found = [recipe for i in sorted(infos, key=lambda i: (-i.compile_seconds, i.key))
@@ -37,7 +37,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
                 ctx.say("no --allow-module given: rebuilding a recipe imports the module it names, which "
                         "whoever wrote the cache chose, so no recipe is rebuilt; pass --allow-module PATTERN "
                         "(e.g. 'mylib.*') for the kernel modules you trust")
-            has_key = lambda key: any(key in t for t in store.persistent_tiers)  # noqa: E731
+            has_key = lambda key: any(key in t for t in ctx.kept())  # noqa: E731
             todo = recipes.plan_recipe_builds(found, args.arch, has_key, progress,
                                               allowed=recipes.module_filter(args.allow_module))
             progress.expect(len(todo))

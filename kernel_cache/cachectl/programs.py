@@ -31,7 +31,7 @@ from ..entry import peek_meta
 from ..maintenance import read_raw
 from ..store import Store
 from ..summary import META_KIND, EntrySummary
-from ..tier import Tier
+from ..tier import KeptTier
 from . import kinds
 from .outcomes import Outcome, PrewarmError, Report, run_in_pool
 
@@ -112,12 +112,12 @@ def _accepts_arch(fn: Any) -> bool:
 
 
 def _known_keys(store: Store) -> set[str]:
-    return set().union(*(_known_keys_of(tier) for tier in store.persistent_tiers))
+    return set().union(*(_known_keys_of(tier) for tier in store.persistent_tiers if isinstance(tier, KeptTier)))
 
 
 def _new_entries(store: Store, before: set[str], arch: str) -> list[Outcome]:
     out = []
-    for tier in store.persistent_tiers:
+    for tier in (t for t in store.persistent_tiers if isinstance(t, KeptTier)):
         for key in sorted(_known_keys_of(tier) - before):
             raw = read_raw(tier, key)
             meta = peek_meta(raw) if raw else {}
@@ -131,7 +131,7 @@ def _new_entries(store: Store, before: set[str], arch: str) -> list[Outcome]:
     return out
 
 
-def _known_keys_of(tier: Tier) -> set[str]:
+def _known_keys_of(tier: KeptTier) -> set[str]:
     return {r["key"] for r in tier.records()}
 
 

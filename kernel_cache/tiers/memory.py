@@ -11,10 +11,10 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from . import entry as entry_format
-from .entry import Entry
-from .lru import SizedLRU
-from .tier import no_lock
+from .. import entry as entry_format
+from ..entry import Entry
+from ..lru import SizedLRU
+from ..tier import no_lock
 
 
 class MemoryTier:

@@ -36,9 +36,10 @@ from typing import Any
 
 import diskcache
 
-from . import entry as entry_format
-from . import locks
-from .disk_index import (
+from .. import entry as entry_format
+from .. import locks
+from ..config import Config
+from ..disk_index import (
     ENTRIES_DIR,
     INDEX,
     LOCKS_DIR,
@@ -50,9 +51,11 @@ from .disk_index import (
     value_files,
     value_parts,
 )
-from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from .errors import TierReadOnly, TierUnavailable
-from .safefs import Owners, UnsafeFile
+from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
+from ..errors import TierReadOnly, TierUnavailable
+from ..safefs import Owners, UnsafeFile
+from ..signing import Signer
+from ..warnings_once import warn_once
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -361,3 +364,14 @@ class DiskTier:
         return removed
 
 
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskTier | None:
+    """The local level KERNEL_CACHE_DIR names (None: not configured)."""
+    if config.dir is None:
+        return None
+    tier = DiskTier(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
+                    index_timeout=config.index_timeout, read_only=read_only)
+    if tier.read_only_reason and not read_only:
+        warn_once(f"disk-read-only:{config.dir}",
+                  f"local cache {config.dir} cannot be written ({tier.read_only_reason}): serving its "
+                  f"entries, new kernels stay in memory")
+    return tier

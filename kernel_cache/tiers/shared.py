@@ -34,13 +34,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import entry as entry_format
-from . import locks, publish
-from .display import escaped
-from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from .errors import RejectedEntry, TierUnavailable, TierUntrusted
-from .safefs import Owners, Tree, UnsafeFile
-from .warnings_once import info_once, warn_once
+from .. import entry as entry_format
+from .. import locks, publish
+from ..config import Config
+from ..display import escaped
+from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
+from ..errors import RejectedEntry, TierUnavailable, TierUntrusted
+from ..safefs import Owners, Tree, UnsafeFile
+from ..signing import Signer
+from ..warnings_once import info_once, warn_once
 
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
@@ -356,3 +358,16 @@ def _warn_if_world_writable(directory: Path) -> None:
                   f"shared cache {directory} is writable by every user: entries are checked by "
                   f"signature, but anyone can delete them. Share it with a group instead "
                   f"(chgrp GROUP; chmod 2770)")
+
+
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedTier | None:
+    """The shared level KERNEL_CACHE_SHARED_DIR names (None: not configured)."""
+    if config.shared_dir is None:
+        return None
+    tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
+                      owners=owners, authenticate=signer.problem if signer is not None else None,
+                      max_entry_bytes=config.max_entry_bytes)
+    if signer is not None:
+        info_once(f"shared-signed:{config.shared_dir}",
+                  f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
+    return tier
