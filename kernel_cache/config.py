@@ -2,7 +2,10 @@
 
 `SETTINGS` is the single source: `Config.from_env` parses it, `render_table` writes the README's
 table from it (a test keeps them equal), and `cachectl config` shows each value and where it came
-from. Nothing else in the project reads these variables.
+from. Nothing else in the project reads these variables (KERNEL_CACHE_INTERCEPT's start-up hook and
+the test and demo scripts' KERNEL_CACHE_STACK* aside).
+
+This module is long because it is the whole table, each setting's parser and checks included.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from .signing import Signer, SigningKeyError, load_key_file
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$", re.IGNORECASE)
+_SECONDS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
@@ -148,6 +151,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_GPU_MODEL", "gpu_model", _text, "the device's",
             "the GPU model (JAX's `device_kind`, e.g. `NVIDIA H100 80GB HBM3`) whose tuned winners lowering uses; "
             "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),
+    Setting("KERNEL_CACHE_REMOTE", "remote", _text, "unset",
+            "a Redis server every node shares (`redis://[user:pass@]host:port/db`, `rediss://` for TLS, "
+            "`unix:///path/redis.sock`): the remote level, for clusters without a shared filesystem (see "
+            "[Remote cache](#remote-cache-redis))"),
+    Setting("KERNEL_CACHE_REMOTE_PASSWORD_FILE", "remote_password", lambda t, w: _password_file(t), "unset",
+            "a file (yours, readable by no one else) holding the Redis password, kept out of the URL"),
+    Setting("KERNEL_CACHE_REMOTE_NAMESPACE", "remote_namespace", _text, "`default`",
+            "separates teams sharing one server (keys `kc:<namespace>:v1:…`)"),
+    Setting("KERNEL_CACHE_REMOTE_TTL", "remote_ttl", parse_duration, "`14d`",
+            "a remote entry not used for this long expires (every hit restarts it)"),
+    Setting("KERNEL_CACHE_REMOTE_TIMEOUT", "remote_timeout", parse_duration, "`250ms`",
+            "connect and read timeout per Redis call; after an error the server is skipped for 30 s"),
+    Setting("KERNEL_CACHE_REMOTE_UNSIGNED", "remote_unsigned", parse_flag, "`0`",
+            "`1` accepts unsigned remote entries: every client that can reach the server is trusted "
+            "(otherwise the remote level needs KERNEL_CACHE_SIGNING_KEY_FILE)"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
 )
@@ -158,6 +176,26 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
         return parse_clients(text, what)
     except InterceptError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _password_file(text: str) -> str:
+    """The Redis password from a file of the user's that nobody else can read or write."""
+    path = Path(text.strip()).expanduser()
+    try:
+        st = os.stat(path)
+        raw = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))}: {exc.strerror}") from None
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o077:
+        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))}: must be yours and private "
+                          f"(chmod 600)")
+    if not raw:
+        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))} is empty")
+    return raw
 
 
 def _key_file(text: str) -> bytes:
@@ -192,6 +230,12 @@ class Config:
     signing_key: bytes | None = field(default=None, repr=False)
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     toolchain_memo_dir: Path | None = None  # where the toolchain memo lives when `dir` is unset
+    remote: str | None = field(default=None, repr=False)  # a Redis URL (may hold a password)
+    remote_password: str | None = field(default=None, repr=False)
+    remote_namespace: str = "default"
+    remote_ttl: float = 14 * 86400.0
+    remote_timeout: float = 0.25
+    remote_unsigned: bool = False
 
     def __post_init__(self) -> None:
         if self.log not in LOG_LEVELS:
@@ -215,6 +259,14 @@ class Config:
                 Signer(self.signing_key)
             except SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
+        if self.remote is not None and not re.match(r"^(redis|rediss|unix)://", self.remote):
+            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(_without_password(self.remote))} is no Redis URL "
+                              f"(redis://host:port/db, rediss:// for TLS, unix:///path/redis.sock)")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.remote_namespace):
+            raise ConfigError(f"KERNEL_CACHE_REMOTE_NAMESPACE={echo(self.remote_namespace)}: letters, digits, "
+                              f"'.', '_' and '-' only (at most 64)")
+        if self.remote_ttl < 1 or self.remote_timeout <= 0:
+            raise ConfigError("KERNEL_CACHE_REMOTE_TTL must be at least 1s and KERNEL_CACHE_REMOTE_TIMEOUT positive")
 
     def with_(self, **changes: Any) -> "Config":
         return replace(self, **changes)

@@ -23,7 +23,8 @@ STATS_DIR = "stats"
 STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
-COUNTERS = ("hits.memory", "hits.disk", "hits.shared", "misses", "compiles", "errors", "rejected",
+LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
+COUNTERS = (*(f"hits.{level}" for level in LEVELS), "misses", "compiles", "errors", "rejected",
             "compile_us", "saved_us")
 
 
@@ -178,7 +179,7 @@ class Stats:
     @staticmethod
     def _render(raw: Counter[str]) -> dict[str, Any]:
         return {
-            "hits": {t: int(raw.get(f"hits.{t}", 0)) for t in ("memory", "disk", "shared")},
+            "hits": {t: int(raw.get(f"hits.{t}", 0)) for t in LEVELS},
             "misses": int(raw.get("misses", 0)),
             "compiles": int(raw.get("compiles", 0)),
             "errors": int(raw.get("errors", 0)),

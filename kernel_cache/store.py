@@ -223,34 +223,40 @@ class Store:
     def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
         start = time.perf_counter()
         with self._key_locks.hold(key, label):
-            # a read-only shared dir cannot hold locks: single-flight falls back to this node
-            shared_locks = self.shared is not None and self.shared.writable
-            local_locks = self.disk is not None and self.disk.writable
-            lock_tier = self.shared if shared_locks else self.disk if local_locks else None
-            if lock_tier is None:
+            levels = self._lock_levels()
+            if not levels:
                 lookup_log.wait(key, label, start, None)
                 yield
                 return
             threads_done = time.perf_counter()
-            try:
-                cm = lock_tier.lock(key, self.config.lock_timeout)
-                acquired = cm.__enter__()
-            except Exception as exc:
-                warn_once(f"lock:{lock_tier.name}:{_cause(exc)}",
-                          f"cannot lock in the {lock_tier.name} tier ({exc}); compiling without a lock")
+            deadline = threads_done + self.config.lock_timeout
+            with contextlib.ExitStack() as held:
+                outcome = "acquired"
+                for level in levels:  # this node's first: a cluster level then sees one contender per node
+                    try:
+                        acquired = held.enter_context(level.lock(key, max(0.0, deadline - time.perf_counter())))
+                    except Exception as exc:
+                        warn_once(f"lock:{level.name}:{_cause(exc)}",
+                                  f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
+                        continue
+                    if not acquired:
+                        if _published(level, key):
+                            outcome = "the holder published it"
+                        else:
+                            outcome = "timed out"
+                            warn_once(f"lock-timeout:{level.name}",
+                                      f"waited {self.config.lock_timeout:.0f}s for another process to compile; "
+                                      f"compiling here instead")
+                        break
+                lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
                 yield
-                return
-            published = not acquired and _published(lock_tier, key)
-            if not acquired and not published:
-                warn_once(f"lock-timeout:{lock_tier.name}",
-                          f"waited {self.config.lock_timeout:.0f}s for another process to compile; "
-                          f"compiling here instead")
-            lookup_log.wait(key, label, start, threads_done, f"{lock_tier.name} lock (" + (
-                "acquired" if acquired else "the holder published it" if published else "timed out") + ")")
-            try:
-                yield
-            finally:
-                cm.__exit__(None, None, None)
+
+    def _lock_levels(self) -> list[Tier]:
+        """Who serializes a compile: this node's local level, then the slowest writable level shared
+        across nodes (the remote, else the shared directory). A read-only level holds no locks."""
+        local = self.disk if self.disk is not None and self.disk.writable else None
+        cluster = next((t for t in reversed(self.persistent_tiers) if t is not self.disk and t.writable), None)
+        return [t for t in (local, cluster) if t is not None]
 
 
 def _published(tier: Tier, key: str) -> bool:

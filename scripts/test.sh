@@ -12,6 +12,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 STACKS="${KERNEL_CACHE_STACKS:-oldest current current-py313}"
+# The remote-level tests need a real redis-server: installed from Debian's packages where missing and
+# this runs as root (as .ci/run does); elsewhere they skip with the reason.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v redis-server >/dev/null; then
+  (timeout 240 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 240 \
+     apt-get install -y -qq --no-install-recommends redis-server) >/dev/null 2>&1 \
+    || echo "test.sh: redis-server not installed; the remote-level tests will skip" >&2
+fi
 status=0
 summary=()
 linted=0

@@ -42,7 +42,8 @@ class Context:
             raise CliError(str(exc)) from None
         directory = getattr(args, "dir", None) or config.dir
         shared = getattr(args, "shared_dir", None) or config.shared_dir
-        self.config = config.with_(dir=directory, shared_dir=shared, disabled=False)
+        remote = getattr(args, "remote", None) or config.remote
+        self.config = config.with_(dir=directory, shared_dir=shared, remote=remote, disabled=False)
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}
         command = getattr(args, "command", "")
@@ -70,6 +71,8 @@ class Context:
                 self._store = Store(self.config, read_only=not (create or write or self.writes))
             if self._store.disk is None:
                 self._store.replace_level("disk", self._disk_fallback(self._store))
+            if self.config.remote is not None and self._store.level("remote") is None:
+                raise CliError(f"cannot use the remote cache: {self._store.unavailable.get('remote', 'unknown reason')}")
             if self.config.shared_dir is not None and self._store.shared is None:
                 raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
@@ -97,7 +100,8 @@ class Context:
         store = self.store()
         chosen = [t for t in store.persistent_tiers if which in ("all", t.name) and isinstance(t, KeptTier)]
         if not chosen:
-            raise CliError(f"no {which} tier configured (pass --shared-dir or set KERNEL_CACHE_SHARED_DIR)")
+            raise CliError(f"no {which} tier configured (pass --shared-dir or --remote, or set "
+                           f"KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE)")
         return chosen
 
     def installed_toolchain(self, target: dict[str, Any]) -> str | None:

@@ -40,6 +40,8 @@ from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
 from ..locks import filesystem_of, flock_is_coherent
 from ..safefs import Owners
+from ..tiers import remote as remote_tier
+from ..tiers.remote import redacted
 from ..tiers.shared import QUARANTINE_DIR
 from .context import EXIT_OK, EXIT_PROBLEMS, Context
 from .render import human_size, table
@@ -70,7 +72,8 @@ def cmd_doctor(ctx: Context, args: Any) -> int:
     """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU."""
     config = ctx.config
     owners = Owners.current(config.trusted_gid)
-    checks = [*_local(config, owners), *_shared(config, owners), _signing(config), *_toolchain(config),
+    checks = [*_local(config, owners), *_shared(config, owners), *_remote(config, owners), _signing(config),
+              *_toolchain(config),
               *_jaxlib(config), _gpu(config), *_intercept(config)]
     problems = sum(c.status == PROBLEM for c in checks)
     warnings = sum(c.status == WARN for c in checks)
@@ -310,6 +313,39 @@ def _existing_parent(path: Path) -> Path | None:
 
 
 # Signing key ------------------------------------------------------------------------------------------
+def _remote(config: Config, owners: Owners) -> list[Check]:
+    """The Redis remote level: trusted (signing key or the operator's opt-in), reachable, its
+    password accepted, TLS where asked, and an eviction policy that lets a full server make room."""
+    if config.remote is None:
+        return []
+    url = redacted(config.remote)
+    try:
+        tier = remote_tier.open_from_config(config, owners, config.signer(), True)
+    except Exception as exc:
+        return [Check("remote", PROBLEM, f"{url}: {exc}", "set KERNEL_CACHE_SIGNING_KEY_FILE (every job that "
+                      "reads or writes the remote), or KERNEL_CACHE_REMOTE_UNSIGNED=1 if every client is trusted")]
+    assert tier is not None
+    try:
+        info = tier.describe()
+    finally:
+        tier.close()
+    if not info["reachable"]:
+        error = str(info.get("error", ""))
+        fix = ("check KERNEL_CACHE_REMOTE_PASSWORD_FILE (or the URL's user:password)" if "auth" in error.lower()
+               or "password" in error.lower() else "check the host, port and firewall, and that redis-server runs")
+        return [Check("remote", PROBLEM, f"{url}: unreachable ({error}); jobs compile and cache locally", fix)]
+    tls = " over TLS" if config.remote.startswith("rediss://") else ""
+    checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}, {info['round_trip_ms']} ms round "
+                    f"trip, namespace {info['namespace']}, "
+                    + ("entries must be signed" if tier.authenticate is not None else "unsigned entries accepted"))]
+    policy = info.get("maxmemory_policy")
+    if policy == "noeviction":
+        checks.append(Check("remote-eviction", WARN, f"{url}: maxmemory-policy is noeviction: a full server "
+                            f"refuses new kernels instead of dropping old ones",
+                            "redis-cli CONFIG SET maxmemory-policy allkeys-lru (and set maxmemory)"))
+    return checks
+
+
 def _signing(config: Config) -> Check:
     signer = config.signer()
     if signer is None:

@@ -16,6 +16,7 @@ from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, no
 from ..safefs import Tree
 from ..summary import EntrySummary
 from ..tier import KeptTier
+from ..tiers.remote import RemoteTier
 from . import calls_view, kinds, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
@@ -139,7 +140,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     for tier in ctx.kept():
         mine = [i for i in infos if i.tier == tier.name]
         size = sum(i.size_bytes for i in mine)
-        tiers[tier.name] = {"path": str(tier.directory), "entries": len(mine), "bytes": size,
+        where = tier.endpoint if isinstance(tier, RemoteTier) else str(tier.directory)
+        tiers[tier.name] = {"path": where, "entries": len(mine), "bytes": size,
                             "writable": tier.writable,
                             # only the local tier has a configured bound (the shared one is pruned by cachectl)
                             "over_max_bytes": tier.name == "disk" and size > ctx.config.max_bytes}
@@ -152,6 +154,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         "oldest": min(created) if created else None, "newest": max(created) if created else None,
         "counters": "persisted" if not store.stats.unavailable else f"this process only ({store.stats.unavailable})",
         "xla": _xla_executables(ctx),
+        "remote": remote.describe() if isinstance(remote := store.level("remote"), RemoteTier) else None,
     }
     if ctx.verbose:
         top = sorted(infos, key=lambda i: (-i.hits, i.key))[:10]
@@ -169,7 +172,8 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
     if infos:  # lowered-call records and winners are entries too, but not kernels
         print(f"entry kinds          {kinds.breakdown(infos)}")
-    print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}{rate}")
+    print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}"
+          + (f", remote {hits['remote']}" if hits.get("remote") or ctx.config.remote else "") + rate)
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
     print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")
@@ -178,6 +182,15 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         print(f"xla executables      {x['files']} ({human_size(x['bytes'])}) in {escaped(x['path'])}"
               + (" (counted in part: the tree there is too deep or too large)" if x["truncated"] else "")
               + ("" if ctx.config.xla else " (KERNEL_CACHE_XLA is not set here: not used)"))
+    if report["remote"] is not None:
+        r = report["remote"]
+        state = (f"{r['server_version']}, {r['round_trip_ms']} ms round trip, maxmemory-policy {r['maxmemory_policy']}"
+                 if r["reachable"] else f"unreachable ({r.get('error', '')})")
+        c = r["counters"]
+        print(f"remote               {r['endpoint']} namespace {r['namespace']}: {state}")
+        print(f"remote this process  hits {c['hits']}, misses {c['misses']}, errors {c['errors']}, timeouts "
+              f"{c['timeouts']}, breaker openings {c['breaker_openings']}, lock waits {c['lock_waits']}, "
+              f"rejected {c['rejected']}")
     print(f"errors               {report['errors']}")
     print(f"rejected             {report['rejected']} (entries refused for who wrote them; see README, Trust model)")
     print(f"oldest / newest      {human_time(report['oldest'])} / {human_time(report['newest'])}")

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cache directory (default: $KERNEL_CACHE_DIR)")
     common.add_argument("--shared-dir", type=Path, default=argparse.SUPPRESS,
                         help="shared multi-node cache directory (default: $KERNEL_CACHE_SHARED_DIR)")
+    common.add_argument("--remote", default=argparse.SUPPRESS, metavar="URL",
+                        help="Redis remote cache (default: $KERNEL_CACHE_REMOTE)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print machine-readable JSON")
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
@@ -184,12 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
     p.add_argument("file", type=Path)
     p.add_argument("--allow-stale", action="store_true", help="also import entries of other toolchains")
-    p.add_argument("--tier", choices=("disk", "shared"), default="disk", help="where to put them (default: disk)")
+    p.add_argument("--tier", choices=("disk", "shared", "remote"), default="disk",
+                   help="where to put them (default: disk)")
     return parser
 
 
 def _tier_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tier", choices=("disk", "shared", "all"), default="all",
+    p.add_argument("--tier", choices=("disk", "shared", "remote", "all"), default="all",
                    help="which persistent tier (default: all configured)")
 
 

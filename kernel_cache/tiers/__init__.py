@@ -14,7 +14,7 @@ from typing import Any
 from ..config import Config
 from ..safefs import Owners
 from ..signing import Signer
-from . import disk, shared
+from . import disk, remote, shared
 
 # (config, owners, signer, read_only) -> the opened level, or None when the config names none
 Opener = Callable[[Config, Owners, "Signer | None", bool], Any]
@@ -22,6 +22,7 @@ Opener = Callable[[Config, Owners, "Signer | None", bool], Any]
 BACKENDS: tuple[tuple[str, Opener], ...] = (
     ("disk", disk.open_from_config),
     ("shared", shared.open_from_config),
+    ("remote", remote.open_from_config),
 )
 
 
@@ -31,4 +32,6 @@ def location(config: Config, name: str) -> str:
         return str(config.dir)
     if name == "shared":
         return str(config.shared_dir)
+    if name == "remote" and config.remote is not None:
+        return remote.redacted(config.remote)
     return name
