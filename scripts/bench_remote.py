@@ -1,0 +1,221 @@
+"""Remote-level benchmark, measured side by side in one run on this machine against a real
+redis-server it starts itself (on a free loopback port, persistence off; `redis-server` must be on
+PATH).
+
+Prints:
+- hit latency by entry size (4 KiB ... 8 MiB) for the memory, disk, shared and remote levels (p50 of
+  fresh reads), with each level's ratio to the disk;
+- a warm process lowering lowering.examples' 9 programs (cross-lowered for sm_90) served from the
+  remote alone (a new, empty local dir each time) vs from its local disk: lowering seconds, ratio;
+- N processes x M keys (synthetic 10 ms builds) warming one namespace at once: time to warm and the
+  number of builds, with the server healthy, and with it killed at a random moment within the
+  healthy run's length (then started again): every process must finish, and builds stay close to M.
+
+    python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SIGNING_KEY = "bench-remote-signing-key-0123456789"
+SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+
+
+class Server:
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.workdir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(8).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_")}
+    out.update(PYTHONPATH=str(ROOT) + os.pathsep + out.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu", **extra)
+    return out
+
+
+HITS = r'''
+import json, os, statistics, sys, time
+from pathlib import Path
+from kernel_cache import Config, Entry, Store
+from kernel_cache.signing import Signer
+url, tmp, size, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+key = bytes(sys.argv[5], "ascii")
+(tmp / "shared").mkdir(parents=True, exist_ok=True)
+store = Store(Config(dir=tmp / "local", shared_dir=tmp / "shared", remote=url, remote_namespace=f"hits{size}",
+                     signing_key=key))
+keys = [f"{i + 1:032x}" for i in range(rounds)]
+for k in keys:
+    store.put(Entry(key=k, meta={"name": "bench"}, blobs={"cubin": os.urandom(size)}))
+def timed(level):
+    out = []
+    for k in keys:
+        t = time.perf_counter(); assert level.get(k) is not None; out.append(time.perf_counter() - t)
+    return statistics.median(out)
+print(json.dumps({name: timed(store.level(name)) for name in ("memory", "disk", "shared", "remote")}))
+'''
+
+LOWER = r'''
+import json, time
+t0 = time.perf_counter()
+import jax
+from lowering import examples
+import kernel_cache
+start = time.perf_counter()
+for _, fn, shapes in examples.programs(compute_capability=90):
+    jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+lowering = time.perf_counter() - start
+print(json.dumps({"lowering": lowering, "stats": kernel_cache.default_store().stats.session()}))
+'''
+
+WARM = r'''
+import json, sys, time
+from kernel_cache import Config, Store
+url, local, keys, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+store = Store(Config(dir=local, remote=url, remote_namespace="warm", remote_timeout=0.25, lock_timeout=60,
+                     signing_key=bytes(sys.argv[5], "ascii")))
+def build(k):
+    def b():
+        with open(log, "a") as f:
+            f.write(k + "\n")
+        time.sleep(0.01)
+        return {"kernel": "synthetic"}, {"cubin": k.encode() * 32}, 0.01
+    return b
+order = [f"{i + 1:032x}" for i in range(keys)]
+import random; random.shuffle(order)
+for k in order:
+    assert store.get_or_create(k, build(k))[1]["cubin"] == k.encode() * 32
+print("ok")
+'''
+
+
+def child(code: str, *args: str, **extra: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env(**extra), capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def hit_latency(server: Server, tmp: Path, rounds: int) -> None:
+    print("hit latency, p50 of fresh reads (ratio to disk)")
+    print(f"{'entry':>8} {'memory':>16} {'disk':>12} {'shared':>16} {'remote':>16}")
+    for size in SIZES:
+        r = json.loads(child(HITS, server.url, str(tmp / f"hits{size}"), str(size), str(rounds), SIGNING_KEY))
+        cells = [f"{r[n] * 1e3:7.3f} ms" + (f" {r[n] / r['disk']:5.2f}x" if n != "disk" else "")
+                 for n in ("memory", "disk", "shared", "remote")]
+        print(f"{size >> 10:>6}Ki {cells[0]:>16} {cells[1]:>12} {cells[2]:>16} {cells[3]:>16}")
+
+
+def warm_process(server: Server, tmp: Path, rounds: int) -> None:
+    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_REMOTE": server.url,
+              "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
+    (tmp / "key").write_text(SIGNING_KEY)
+    os.chmod(tmp / "key", 0o600)
+    first = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common))
+    remote_only, local = [], []
+    for i in range(rounds):  # interleaved: the box's speed drifts, the ratio does not
+        r = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"fresh{i}"), **common))
+        remote_only.append(r["lowering"])
+        assert r["stats"]["compiles"] == 0, r["stats"]
+        local.append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common))["lowering"])
+    ro, lo = statistics.median(remote_only), statistics.median(local)
+    print(f"\nwarm process, 9 programs / 14 kernels lowered (median of {rounds}; cold first: "
+          f"{first['lowering']:.2f} s, {first['stats']['compiles']} compiles)")
+    print(f"  served from the remote alone  {ro:.3f} s   from the local disk  {lo:.3f} s   ratio {ro / lo:.2f}x")
+
+
+def many_processes(server: Server, tmp: Path, processes: int, keys: int) -> None:
+    print(f"\n{processes} processes x {keys} keys (10 ms builds), one namespace")
+    healthy = 0.0
+    for chaos in (False, True):
+        server.flush()
+        log = tmp / f"builds-{chaos}.log"
+        start = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", WARM, server.url, str(tmp / f"n{chaos}{i}"), str(keys), str(log),
+                                   SIGNING_KEY], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for i in range(processes)]
+        killed = None
+        if chaos:
+            killed = random.uniform(0.2, 0.8) * healthy  # a random moment of the healthy run's length
+            time.sleep(killed)
+            server.kill()
+            time.sleep(0.5)
+            server.start()
+        outs = [p.communicate(timeout=900) for p in procs]
+        wall = time.perf_counter() - start
+        healthy = healthy or wall
+        failed = [err[-500:] for p, (_, err) in zip(procs, outs) if p.returncode != 0]
+        builds = len(log.read_text().split()) if log.exists() else 0
+        label = f"server killed at {killed:.1f} s, restarted" if chaos else "server healthy"
+        print(f"  {label:<34} time to warm {wall:6.2f} s   builds {builds} for {keys} keys   failed processes "
+              f"{len(failed)}")
+        for err in failed:
+            print("   ", err)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=16)
+    parser.add_argument("--keys", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        raise SystemExit("bench_remote: redis-server is not on PATH (apt-get install redis-server)")
+    tmp = Path(tempfile.mkdtemp(prefix="kc-bench-remote-"))
+    server = Server(tmp)
+    try:
+        hit_latency(server, tmp, max(args.rounds * 4, 20))
+        warm_process(server, tmp, args.rounds)
+        many_processes(server, tmp, args.processes, args.keys)
+    finally:
+        server.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
