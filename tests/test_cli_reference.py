@@ -19,7 +19,7 @@ from kernel_cache.maintenance import EntryInfo
 
 README = (ROOT / "README.md").read_text()
 SECTION = README[README.index("## cachectl"):README.index("## Benchmarks")]
-COMMON = {"--dir", "--shared-dir", "--json", "--quiet", "--verbose", "--help", "--version"}
+COMMON = {"--dir", "--shared-dir", "--remote", "--json", "--quiet", "--verbose", "--help", "--version"}
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
