@@ -21,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,46 +29,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scripts.redis_server import RedisServer  # noqa: E402
+
 SIGNING_KEY = "bench-remote-signing-key-0123456789"
 SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
-
-
-class Server:
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc: subprocess.Popen | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.workdir)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(8).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def flush(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-            s.sendall(b"FLUSHALL\r\n")
-            s.recv(16)
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -141,7 +107,7 @@ def child(code: str, *args: str, **extra: str) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def hit_latency(server: Server, tmp: Path, rounds: int) -> None:
+def hit_latency(server: RedisServer, tmp: Path, rounds: int) -> None:
     print("hit latency, p50 of fresh reads (ratio to disk)")
     print(f"{'entry':>8} {'memory':>16} {'disk':>12} {'shared':>16} {'remote':>16}")
     for size in SIZES:
@@ -151,7 +117,7 @@ def hit_latency(server: Server, tmp: Path, rounds: int) -> None:
         print(f"{size >> 10:>6}Ki {cells[0]:>16} {cells[1]:>12} {cells[2]:>16} {cells[3]:>16}")
 
 
-def warm_process(server: Server, tmp: Path, rounds: int) -> None:
+def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
     common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_REMOTE": server.url,
               "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
     (tmp / "key").write_text(SIGNING_KEY)
@@ -169,7 +135,7 @@ def warm_process(server: Server, tmp: Path, rounds: int) -> None:
     print(f"  served from the remote alone  {ro:.3f} s   from the local disk  {lo:.3f} s   ratio {ro / lo:.2f}x")
 
 
-def many_processes(server: Server, tmp: Path, processes: int, keys: int) -> None:
+def many_processes(server: RedisServer, tmp: Path, processes: int, keys: int) -> None:
     print(f"\n{processes} processes x {keys} keys (10 ms builds), one namespace")
     healthy = 0.0
     for chaos in (False, True):
@@ -207,7 +173,7 @@ def main() -> None:
     if shutil.which("redis-server") is None:
         raise SystemExit("bench_remote: redis-server is not on PATH (apt-get install redis-server)")
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-remote-"))
-    server = Server(tmp)
+    server = RedisServer(tmp)
     try:
         hit_latency(server, tmp, max(args.rounds * 4, 20))
         warm_process(server, tmp, args.rounds)

@@ -1,4 +1,4 @@
-"""The Redis remote level against a real redis-server (tests/redis_server.py): entries shared across
+"""The Redis remote level against a real redis-server (scripts/redis_server.py): entries shared across
 processes with separate local dirs, one compile per key across many processes, a holder killed
 mid-compile, a server killed, hung and restarted mid-run (every call served, bounded time), forged,
 unsigned and replayed entries refused, eviction under a tiny maxmemory. Skipped where redis-server
@@ -15,7 +15,6 @@ import warnings
 
 import pytest
 from conftest import ROOT, child_env
-from redis_server import RedisServer
 from test_shared_tier import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, ConfigError, Store, warnings_once
@@ -24,6 +23,7 @@ from kernel_cache.entry import CorruptEntry
 from kernel_cache.errors import RejectedEntry, TierUntrusted
 from kernel_cache.signing import Signer
 from kernel_cache.tiers.remote import RemoteTier, open_from_config, redacted
+from scripts.redis_server import RedisServer
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh "
@@ -41,7 +41,10 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def fresh_server(tmp_path):
-    srv = RedisServer(tmp_path / "redis" if (tmp_path / "redis").mkdir() is None else tmp_path)
+    """A server of the test's own, for the tests that kill, pause or reconfigure it."""
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    srv = RedisServer(workdir)
     yield srv
     srv.stop()
 

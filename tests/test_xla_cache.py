@@ -225,13 +225,15 @@ def test_the_stats_walk_of_a_deep_xla_tree_is_bounded(tmp_path):
         os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
     finally:
         os.close(fd)
-    proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(cache), "stats", "--json"], cwd=ROOT,
-                          env=child_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    xla = json.loads(proc.stdout)["xla"]
-    assert xla["truncated"] is True and xla["files"] == 0
-    while (deep / "d").exists():  # take it down one level at a time (shutil.rmtree recurses)
-        os.rename(deep / "d", deep / "peeled")
-        for name in os.listdir(deep / "peeled"):
-            os.rename(deep / "peeled" / name, deep / name)
-        os.rmdir(deep / "peeled")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(cache), "stats", "--json"],
+                              cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        xla = json.loads(proc.stdout)["xla"]
+        assert xla["truncated"] is True and xla["files"] == 0
+    finally:  # taken down one level at a time, whatever happened: shutil.rmtree (pytest's too) recurses
+        while (deep / "d").exists():
+            os.rename(deep / "d", deep / "peeled")
+            for name in os.listdir(deep / "peeled"):
+                os.rename(deep / "peeled" / name, deep / name)
+            os.rmdir(deep / "peeled")

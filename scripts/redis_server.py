@@ -1,6 +1,6 @@
-"""A real redis-server for the remote-level tests: started on a free loopback port and a unix
-socket, persistence off, stopped at the end; `kill`, `pause`/`resume` and `restart` inject the
-faults a cluster's server has (test scaffolding, never imported by the product)."""
+"""A real redis-server for the remote-level tests and scripts/bench_remote.py: started on a free
+loopback port and a unix socket, persistence off, stopped at the end; `kill`, `pause`/`resume` and
+`restart` inject the faults a cluster's server has (scaffolding: the product never imports it)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,11 @@ class RedisServer:
     def restart(self) -> None:
         self.kill()
         self.start()
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
