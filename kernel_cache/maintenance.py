@@ -184,14 +184,25 @@ def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | 
     return doomed
 
 
-def remove_entries(tier: KeptTier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None) -> int:
-    """Delete the entries from `tier`; returns the bytes freed."""
+def remove_entries(tier: KeptTier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None,
+                   failed: list[tuple[EntryInfo, str]] | None = None) -> int:
+    """Delete the entries from `tier`; returns the bytes really freed. An entry that could not be
+    deleted (not yours, a read-only mount) is appended to `failed` with the reason, never counted."""
     freed = 0
     for info in infos:
-        if tier.delete(info.key):
+        try:
+            gone = tier.delete(info.key)
+            why = "" if gone else "not removable here (not yours, a read-only mount, or already gone)"
+        except OSError as exc:
+            gone, why = False, exc.strerror or str(exc)
+        except Exception as exc:
+            gone, why = False, f"{type(exc).__name__}: {exc}"
+        if gone:
             freed += info.size_bytes
-        if forget_hits is not None:
-            forget_hits(info.key)
+            if forget_hits is not None:
+                forget_hits(info.key)
+        elif failed is not None:
+            failed.append((info, why))
     return freed
 
 

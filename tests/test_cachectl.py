@@ -589,3 +589,39 @@ def test_shared_tier_list_prune_verify(store_copy, tmp_path):
 
     missing = cachectl("--dir", directory, "--shared-dir", tmp_path / "no-mount", "list")
     assert missing.returncode == 2 and "no shared cache directory" in missing.stderr
+
+
+def test_clear_and_prune_touch_the_shared_directory_only_when_told(tmp_path):
+    """An operator's `clear --yes` with KERNEL_CACHE_SHARED_DIR set empties the local cache alone; the
+    team's shared directory needs --tier shared or --all-tiers, and the refusal names what it would remove."""
+    from test_shared_tier import KEY, KEY2, make_entry
+
+    from kernel_cache import Config, Store
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
+    for key in (KEY, KEY2):
+        store.put(make_entry(key))
+    store.close()
+    env = {"KERNEL_CACHE_SHARED_DIR": str(shared)}
+    asked = cachectl("--dir", tmp_path / "local", "clear", env=env)
+    assert asked.returncode == 2 and "disk (" in asked.stderr and "not shared" in asked.stderr, asked.stderr
+    cleared = cachectl("--dir", tmp_path / "local", "clear", "--yes", "--json", env=env)
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["tiers"] == ["disk"]
+    def shared_entries():
+        return sorted(p.name for p in (shared / "entries").rglob("*") if p.is_file())
+    assert shared_entries() == sorted([KEY, KEY2])  # the team's entries stay
+    pruned = cachectl("--dir", tmp_path / "local", "prune", "--max-size", "0", "--json", env=env)
+    assert json.loads(pruned.stdout)["removed"] == [] and shared_entries() == sorted([KEY, KEY2])
+    everything = cachectl("--dir", tmp_path / "local", "clear", "--yes", "--all-tiers", env=env)
+    assert everything.returncode == 0 and "(disk, shared)" in everything.stdout, everything.stdout
+    assert shared_entries() == []
+
+
+def test_an_age_without_a_unit_is_refused_naming_the_units(tmp_path):
+    from kernel_cache import Config, Store
+    Store(Config(dir=tmp_path / "c")).close()
+    bare = cachectl("--dir", tmp_path / "c", "prune", "--older-than", "30")
+    assert bare.returncode == 2 and "has no unit: write 30s, 90m, 12h, 30d or 2w" in bare.stderr, bare.stderr
+    assert ok("--dir", tmp_path / "c", "prune", "--older-than", "30d", "--dry-run").returncode == 0

@@ -121,7 +121,7 @@ def test_a_symlinked_quarantine_cannot_make_prune_delete_an_operators_files(tmp_
     assert store.shared is None  # the tier is refused as a whole
     assert any("quarantine" in m and "symbolic link" in m for m in kernel_cache_warnings(caught))
     assert store.get_or_create(KEY, Builder(KEY))[1] == make_entry(KEY).blobs
-    out = cachectl("--dir", tmp_path / "b", "--shared-dir", shared, "prune", "--older-than", "1d")
+    out = cachectl("--dir", tmp_path / "b", "--shared-dir", shared, "prune", "--all-tiers", "--older-than", "1d")
     assert out.returncode == 2 and "symbolic link" in out.stderr
     assert (victim / "precious.txt").read_text() == "keep me"
 
@@ -331,7 +331,7 @@ def test_a_directory_planted_at_an_entry_path_is_quarantined_and_the_kernel_publ
     assert fresh.calls == 0
     old = time.time() - 7200
     os.utime(bad["path"], (old, old))
-    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "node1", "prune", "--json")
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "node1", "prune", "--tier", "shared", "--json")
     assert result.returncode == 0, result.stderr
     assert [d["path"] for d in json.loads(result.stdout)["debris"]] == [bad["path"]]
     assert not os.path.exists(bad["path"]) and SharedTier(shared).quarantined() == []
@@ -346,7 +346,7 @@ def test_prune_removes_a_directory_planted_at_an_entry_path_at_once(tmp_path):
     fifo = shared / "entries" / KEY2[:2] / KEY2
     fifo.parent.mkdir(exist_ok=True)
     os.mkfifo(fifo)
-    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "local", "prune", "--json")
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "local", "prune", "--tier", "shared", "--json")
     assert result.returncode == 0, result.stderr
     assert sorted(d["path"] for d in json.loads(result.stdout)["debris"]) == sorted([str(planted), str(fifo)])
     assert not planted.exists() and not fifo.exists()
@@ -424,7 +424,7 @@ def test_foreign_names_in_the_shared_tree_are_ignored(tmp_path):
     (shared / "quarantine" / "no-dot-name").write_text("x")
     (shared / "locks" / "??").mkdir()
     assert list(tier.keys()) == [KEY]
-    for command in (["list"], ["stats"], ["verify"], ["prune", "--dry-run"]):
+    for command in (["list"], ["stats"], ["verify"], ["prune", "--all-tiers", "--dry-run"]):
         out = cachectl("--dir", tmp_path / "local", "--shared-dir", shared, *command)
         assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stderr)
 
@@ -586,6 +586,15 @@ def test_a_warm_cache_on_a_read_only_mount_serves_hits_and_lists(tmp_path):
         assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == sorted([KEY, KEY2])
         stats = cachectl("--dir", ro, "stats", "--json")
         assert stats.returncode == 0 and json.loads(stats.stdout)["entries"] == 2, stats.stderr
+        # nothing can be removed there: prune says so, entry by entry, counts nothing and exits 1
+        pruned = cachectl("--dir", ro, "prune", "--max-size", "0", "--json")
+        assert pruned.returncode == 1, pruned.stderr
+        report = json.loads(pruned.stdout)
+        assert report["removed"] == [] and report["bytes_freed"] == 0
+        assert KEY in {f["key"] for f in report["failed"]}
+        assert "Traceback" not in pruned.stderr and "could not remove" in pruned.stderr
+        assert (ro / "entries").exists() and sorted(
+            i["key"] for i in json.loads(cachectl("--dir", ro, "list", "--json").stdout)["entries"]) == sorted([KEY, KEY2])
 
 
 def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
@@ -699,7 +708,7 @@ def test_names_planted_in_quarantine_and_as_temp_files_print_escaped(tmp_path):
     old = time.time() - 7200
     for path in [*(os.path.join(os.fsencode(shared / "quarantine"), n) for n in names[:2]), temp]:
         os.utime(path, (old, old))
-    for command in (["verify"], ["verify", "--json"], ["prune", "--dry-run"], ["prune", "--json"]):
+    for command in (["verify"], ["verify", "--json"], ["prune", "--all-tiers", "--dry-run"], ["prune", "--all-tiers", "--json"]):
         proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(tmp_path / "local"),
                                "--shared-dir", str(shared), *command], cwd=ROOT, env=child_env(), capture_output=True,
                               timeout=120)
@@ -707,7 +716,7 @@ def test_names_planted_in_quarantine_and_as_temp_files_print_escaped(tmp_path):
         assert proc.returncode in (0, 1), out
         assert not any(line.startswith((b"INJECTED", b".\nINJ")) for line in out.splitlines()), out
         assert b"\xff" not in out and b"\x1b" not in out, out
-        if command == ["prune", "--json"]:
+        if command == ["prune", "--all-tiers", "--json"]:
             shown = sorted(d["path"].rsplit("/", 1)[1] for d in json.loads(out)["debris"])
             assert shown == sorted(["\\nINJECTED-LINE removed 999 entries\\x1b[2J", "raw-\\xff\\xfe-bytes",
                                     f".{KEY}.\\nINJECTED-TEMP.tmp"])

@@ -51,6 +51,9 @@ def _size(text: str) -> int:
 
 
 def _duration(text: str) -> float:
+    """An age with its unit: a bare `30` is refused (read as seconds it selects every entry minutes old)."""
+    if text.strip().replace(".", "", 1).isdigit():
+        raise argparse.ArgumentTypeError(f"{echo(text)} has no unit: write 30s, 90m, 12h, 30d or 2w")
     try:
         return parse_duration(text, "age")
     except ConfigError as exc:
@@ -119,13 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    def filters(p: argparse.ArgumentParser, tier: bool = True) -> None:
+    def filters(p: argparse.ArgumentParser, tier: bool = True, destructive: bool = False) -> None:
         p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
         p.add_argument("--arch", type=_arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
         p.add_argument("--older-than", type=_duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
         p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
         if tier:
-            _tier_option(p)
+            _tier_option(p, destructive)
 
     p = command("list", "inspect.cmd_list", "list cached kernels")
     filters(p)
@@ -143,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
     p.add_argument("--max-size", type=_size, metavar="SIZE",
                    help="evict least recently used entries until the tier fits SIZE (e.g. 10G)")
-    filters(p)
+    filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
     p = command("verify", "maintain.cmd_verify", "check every entry's format and checksum")
@@ -152,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("clear", "maintain.cmd_clear", "remove every entry")
     p.add_argument("--yes", action="store_true", help="really remove everything")
-    _tier_option(p)
+    _tier_option(p, destructive=True)
 
     p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
     p.add_argument("program", nargs="?", metavar="MODULE:FUNCTION",
@@ -191,9 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _tier_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tier", choices=("disk", "shared", "remote", "all"), default="all",
-                   help="which persistent tier (default: all configured)")
+def _tier_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
+    """--tier; for a command that removes entries the local disk alone by default: the team's shared
+    directory and the remote change only when named (--tier shared|remote, or --all-tiers)."""
+    if not destructive:
+        p.add_argument("--tier", choices=("disk", "shared", "remote", "all"), default="all",
+                       help="which persistent tier (default: all configured)")
+        return
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--tier", choices=("disk", "shared", "remote"), default="disk",
+                       help="which tier to change (default: the local disk)")
+    group.add_argument("--all-tiers", dest="tier", action="store_const", const="all", default=argparse.SUPPRESS,
+                       help="change every configured tier: local, shared and remote")
 
 
 def main(argv: list[str] | None = None) -> int:

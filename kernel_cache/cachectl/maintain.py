@@ -7,8 +7,10 @@ from typing import Any
 
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
-from ..maintenance import plan_prune, remove_debris, remove_entries, scan, verify
+from ..maintenance import EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
+from ..tier import KeptTier
 from ..tiers.disk import DiskTier
+from ..tiers.remote import RemoteTier
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size
@@ -18,22 +20,30 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     store = ctx.store()
     selection = entry_filter(args, args.stale)
     removed, freed, debris, remaining = [], 0, [], {}
+    failed: list[tuple[EntryInfo, str]] = []
     for tier in ctx.tiers(args.tier):
         infos = scan_all(ctx, [tier], with_stale=args.stale or ctx.json)  # --json always says stale or not
         doomed = plan_prune(infos, selection, args.max_size)
         if not args.dry_run:
-            freed += remove_entries(tier, doomed, store.stats.forget_entry)
-            debris += remove_debris(tier)
+            before = len(failed)
+            freed += remove_entries(tier, doomed, store.stats.forget_entry, failed)
+            debris += _debris(tier, failed)
+            kept = {i.key for i, _ in failed[before:]}
+            doomed = [i for i in doomed if i.key not in kept]
         else:
             freed += sum(i.size_bytes for i in doomed)
         removed += doomed
         gone = {i.key for i in doomed}
         rest = [i for i in infos if i.key not in gone]
         remaining[tier.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
+    status = EXIT_PROBLEMS if failed else EXIT_OK
+    for i, why in failed:
+        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
     if ctx.json:
         ctx.emit_json({"dry_run": args.dry_run, "removed": [i.to_json() for i in removed], "bytes_freed": freed,
-                       "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining})
-        return EXIT_OK
+                       "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining,
+                       "failed": [{"key": i.key, "tier": i.tier, "reason": escaped(why)} for i, why in failed]})
+        return status
     verb = "would remove" if args.dry_run else "removed"
     if not ctx.quiet:
         for i in removed:
@@ -41,10 +51,19 @@ def cmd_prune(ctx: Context, args: Any) -> int:
         for path, size in debris:
             print(f"removed debris  {escaped(path)}  {human_size(size)}")
     ctx.say(f"{verb} {len(removed)} entries, {human_size(freed)}"
+            + (f"; {len(failed)} could not be removed" if failed else "")
             + (f"; {len(debris)} debris files, {human_size(sum(b for _, b in debris))}" if debris else "")
             + "; left: " + ", ".join(f"{n} {r['entries']} entries {human_size(r['bytes'])}"
                                      for n, r in remaining.items()))
-    return EXIT_OK
+    return status
+
+
+def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[str, int]]:
+    try:
+        return remove_debris(tier)
+    except OSError as exc:  # a read-only mount or someone else's directory: said, not a traceback
+        print(f"cachectl: could not remove debris in the {tier.name} tier: {exc.strerror or exc}", file=sys.stderr)
+        return []
 
 
 def cmd_verify(ctx: Context, args: Any) -> int:
@@ -97,23 +116,43 @@ def cmd_verify(ctx: Context, args: Any) -> int:
 
 
 def cmd_clear(ctx: Context, args: Any) -> int:
+    chosen = ctx.tiers(args.tier)
     if not args.yes:
-        raise CliError("clear removes every entry; pass --yes to confirm")
+        named = ", ".join(f"{t.name} ({_where(t)})" for t in chosen)
+        others = [t.name for t in ctx.kept() if t not in chosen]
+        raise CliError(f"clear removes every entry of: {named}"
+                       + (f" (not {', '.join(others)}: name it with --tier or pass --all-tiers)" if others else "")
+                       + "; pass --yes to confirm")
     store = ctx.store()
     count, size = 0, 0
-    for tier in ctx.tiers(args.tier):
+    failed: list[tuple[EntryInfo, str]] = []
+    for tier in chosen:
         infos = scan(tier)
-        count += len(infos)
         if tier.name == "disk" and not (isinstance(tier, DiskTier) and tier.writable):
             # a damaged index or a full disk: remove the files themselves, the index with them
-            size += sum(i.size_bytes for i in infos)
             tier.close()
-            wipe(tier.directory, store.owners)
+            try:
+                wipe(tier.directory, store.owners)
+            except OSError as exc:
+                failed += [(i, exc.strerror or str(exc)) for i in infos]
+                continue
+            count += len(infos)
+            size += sum(i.size_bytes for i in infos)
             continue
-        size += remove_entries(tier, infos, store.stats.forget_entry)
+        before = len(failed)
+        size += remove_entries(tier, infos, store.stats.forget_entry, failed)
+        count += len(infos) - (len(failed) - before)
+    for i, why in failed:
+        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
+    tiers = ", ".join(t.name for t in chosen)
     if ctx.json:
-        ctx.emit_json({"removed": count, "bytes_freed": size})
+        ctx.emit_json({"removed": count, "bytes_freed": size, "tiers": [t.name for t in chosen],
+                       "failed": [{"key": i.key, "tier": i.tier, "reason": escaped(why)} for i, why in failed]})
     else:
-        ctx.say(f"removed {count} entries, {human_size(size)}")
-    return EXIT_OK
+        ctx.say(f"removed {count} entries, {human_size(size)} ({tiers})"
+                + (f"; {len(failed)} could not be removed" if failed else ""))
+    return EXIT_PROBLEMS if failed else EXIT_OK
 
+
+def _where(tier: KeptTier) -> str:
+    return tier.endpoint if isinstance(tier, RemoteTier) else str(tier.directory)

@@ -249,11 +249,18 @@ class DiskTier:
         rows = self._query("SELECT filename FROM Cache WHERE key = ? AND raw = 1", (key,))
         if not rows:
             return False
+        file_removed = False
         if rows[0][0]:
-            with contextlib.suppress(CorruptEntry, OSError):
-                self.tree.unlink(ENTRIES_DIR, *value_parts(rows[0][0]))
-        with contextlib.suppress(TierReadOnly):
+            try:
+                file_removed = self.tree.unlink(ENTRIES_DIR, *value_parts(rows[0][0]))
+            except (CorruptEntry, FileNotFoundError):
+                pass  # no value file to remove: the row goes
+            except OSError:
+                return False  # not removable here (not yours, a read-only mount): not counted as removed
+        try:
             self._write(lambda cache: cache.delete(key, retry=False))
+        except TierReadOnly:
+            return file_removed  # its space is freed; the row goes once the index can be written
         return True
 
     def _drop(self, key: str) -> None:
