@@ -21,7 +21,7 @@ from .display import echo
 from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .interception import InterceptError, parse_clients
 from .safefs import resolve_group
-from .signing import Signer, SigningKeyError, load_key_file
+from .signing import Signer, SigningKeyError, load_key_file, read_private_file
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -183,19 +183,16 @@ def _without_password(url: str) -> str:
 
 
 def _password_file(text: str) -> str:
-    """The Redis password from a file of the user's that nobody else can read or write."""
+    """The Redis password, read as the signing key is: a file of the user's that nobody else can
+    read or change, no link, no FIFO."""
     path = Path(text.strip()).expanduser()
     try:
-        st = os.stat(path)
-        raw = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))}: {exc.strerror}") from None
-    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o077:
-        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))}: must be yours and private "
-                          f"(chmod 600)")
+        raw = read_private_file(path, "KERNEL_CACHE_REMOTE_PASSWORD_FILE", "password")
+    except SigningKeyError as exc:
+        raise ConfigError(str(exc)) from None
     if not raw:
         raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))} is empty")
-    return raw
+    return raw.decode()
 
 
 def _key_file(text: str) -> bytes:

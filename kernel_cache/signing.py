@@ -69,22 +69,28 @@ class Signer:
 def load_key_file(path: Path) -> bytes:
     """The key in `path`: a regular file of this user, not readable or writable by anyone else
     (like ssh private keys). Surrounding whitespace is stripped so `echo KEY > file` works."""
+    return read_private_file(path, "KERNEL_CACHE_SIGNING_KEY_FILE", "key")
+
+
+def read_private_file(path: Path, what: str, kind: str) -> bytes:
+    """A small secret (a signing key, a server password) from `path`, stripped: a regular file of
+    this user or root that nobody else may read or change, opened without following a link and
+    without blocking on a FIFO. SigningKeyError naming `what` otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: cannot open ({exc.strerror}; "
-                              f"a symbolic link is refused)") from None
+        raise SigningKeyError(f"{what}={path}: cannot open ({exc.strerror}; a symbolic link is refused)") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: not a regular file")
+            raise SigningKeyError(f"{what}={path}: not a regular file")
         if st.st_uid not in (os.geteuid(), 0):
-            raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: owned by another user")
+            raise SigningKeyError(f"{what}={path}: owned by another user")
         if st.st_mode & 0o077:
-            raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: mode {stat.S_IMODE(st.st_mode):04o} "
-                                  f"lets other users read or change the key; chmod 600 {path}")
+            raise SigningKeyError(f"{what}={path}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read or "
+                                  f"change the {kind}; chmod 600 {path}")
         if st.st_size > 4096:
-            raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: {st.st_size} bytes is not a key")
+            raise SigningKeyError(f"{what}={path}: {st.st_size} bytes is not a {kind}")
         return os.read(fd, 4096).strip()
     finally:
         os.close(fd)

@@ -675,6 +675,27 @@ def test_the_signing_key_file_must_be_private(tmp_path):
         Config.from_env({"KERNEL_CACHE_TRUSTED_GROUP": "no-such-group-kc"})
 
 
+def test_the_redis_password_file_is_read_as_a_private_file(tmp_path):
+    """A symlink, a FIFO (which a plain read would block on) or a file others can read is refused,
+    as for the signing key; the password never shows in the Config's repr."""
+    from kernel_cache import ConfigError
+
+    secret = tmp_path / "redis-password"
+    secret.write_text("s3cret-pass\n")
+    os.chmod(secret, 0o640)
+    with pytest.raises(ConfigError, match="KERNEL_CACHE_REMOTE_PASSWORD_FILE=.*chmod 600"):
+        Config.from_env({"KERNEL_CACHE_REMOTE_PASSWORD_FILE": str(secret)})
+    os.chmod(secret, 0o600)
+    config = Config.from_env({"KERNEL_CACHE_REMOTE_PASSWORD_FILE": str(secret)})
+    assert config.remote_password == "s3cret-pass" and "s3cret" not in repr(config)
+    (tmp_path / "link").symlink_to(secret)
+    with pytest.raises(ConfigError, match="symbolic link is refused"):
+        Config.from_env({"KERNEL_CACHE_REMOTE_PASSWORD_FILE": str(tmp_path / "link")})
+    os.mkfifo(tmp_path / "fifo", 0o600)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Config.from_env({"KERNEL_CACHE_REMOTE_PASSWORD_FILE": str(tmp_path / "fifo")})
+
+
 def test_a_refused_tree_never_closes_a_descriptor_it_no_longer_owns(tmp_path):
     import gc
 
