@@ -1,7 +1,7 @@
 """Every difference between JAX releases that the primitive and `triton_call` touch, in one place,
 decided by capability (jaxlib's differences are in `lowering.jaxlib_compat`):
 - a primitive's DCE rule: JAX 0.12 passes (used outputs, live inputs, equation), earlier releases
-  (used outputs, equation);
+  (used outputs, equation); ours and the clients' rules are registered to take either;
 - a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
   out_avals) before the operands;
 - `jax.Ref` values: `AbstractRef` is their abstract value where this JAX has Refs.
@@ -9,6 +9,7 @@ decided by capability (jaxlib's differences are in `lowering.jaxlib_compat`):
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,8 +36,29 @@ DischargeImpl = Callable[[Sequence[Any], Sequence[Any], Sequence[Any], dict], "t
 
 def register_dce_rule(primitive: Any, rule: DceRule) -> None:
     """`rule` as the primitive's DCE rule, whatever this JAX passes before the equation."""
-    if hasattr(pe, "dce_rules"):
-        pe.dce_rules[primitive] = lambda used_outputs, *rest: rule(used_outputs, rest[-1])
+    if not hasattr(pe, "dce_rules"):
+        return
+
+    def adapted(used_outputs: Sequence[bool], *rest: Any) -> Any:
+        return rule(used_outputs, rest[-1])
+
+    adapted._kernel_cache_dce_rule = rule  # type: ignore[attr-defined]
+    pe.dce_rules[primitive] = adapted
+
+
+def adapt_foreign_dce_rule(primitive: Any) -> None:
+    """Another library's DCE rule written for the two arguments of earlier JAX (jax-triton 0.4.1's
+    fails at trace time on JAX 0.12: `takes 2 positional arguments but 3 were given`), registered
+    again to take whatever this JAX passes; a rule of other arity, or one already adapted, is left."""
+    theirs = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
+    if theirs is None or hasattr(theirs, "_kernel_cache_dce_rule"):
+        return
+    try:
+        takes = len(inspect.signature(theirs).parameters)
+    except (TypeError, ValueError):
+        return
+    if takes == 2:
+        register_dce_rule(primitive, theirs)
 
 
 def register_discharge_rule(primitive: Any, impl: DischargeImpl) -> None:

@@ -25,8 +25,8 @@ def main(argv: list[str]) -> None:
     import jax_triton.triton_lib as jtl
 
     if "--own" in argv:
-        from lowering.clients.primitive_client import adapt_dce_rule
-        adapt_dce_rule(jtl.triton_kernel_call_p)
+        from lowering.jax_compat import adapt_foreign_dce_rule
+        adapt_foreign_dce_rule(jtl.triton_kernel_call_p)
     import inspect_call
     from client_child import _digest
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 from jax.interpreters import mlir
-from jax.interpreters import partial_eval as pe
 
 import compiler
 
+from .. import jax_compat
 from .. import jaxlib_compat as compat
 from ..api import grid_param, zeroed_param
 from .served import UnsupportedCall, check_parameters, check_version, serve
@@ -60,28 +60,7 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
     for platform, backend in client.backends:
         own = functools.partial(lowering, getattr(module, backend))
         mlir.register_lowering(primitive, functools.partial(_lower, client, module, platform, own), platform=platform)
-    adapt_dce_rule(primitive)
-
-
-def adapt_dce_rule(primitive: Any) -> None:
-    """The client's DCE rule, called with the arguments it takes: JAX 0.12 passes (used outputs,
-    live inputs, equation), earlier JAX (used outputs, equation); a client written for one fails
-    at trace time on the other (`_dce() takes 2 positional arguments but 3 were given`)."""
-    theirs = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
-    if theirs is None or getattr(theirs, "_kernel_cache_adapted", False):
-        return
-    try:
-        takes = len(inspect.signature(theirs).parameters)
-    except (TypeError, ValueError):
-        return
-    if takes != 2:
-        return
-
-    def adapted(*args: Any) -> Any:
-        return theirs(args[0], args[-1])  # used outputs, the equation
-
-    adapted._kernel_cache_adapted = True  # type: ignore[attr-defined]
-    pe.dce_rules[primitive] = adapted
+    jax_compat.adapt_foreign_dce_rule(primitive)
 
 
 def _lower(client: PrimitiveClient, module: ModuleType, platform: str, own: Any, ctx: Any, *operands: Any,
