@@ -26,7 +26,7 @@ from .configs import kernel_name, runtime_param_names
 from .primitive import triton_kernel_call_p
 from .tensor_descriptor import TensorDescriptor
 
-_LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")
+LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options
 
 
 def _is_scalar(value: Any) -> bool:
@@ -182,7 +182,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                          f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
     launch = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
     options = dict(backend_options or {})
-    for key in _LAUNCH_KEYS:
+    for key in LAUNCH_KEYS:
         if key in options:
             if launch[key] not in (None, 1 if key == "num_ctas" else None):
                 raise ValueError(f"{key} given both as an argument and in backend_options")

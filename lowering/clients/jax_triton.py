@@ -19,14 +19,13 @@ from typing import Any
 import numpy as np
 from jax import tree_util
 
-from .. import tensor_descriptor
-from ..api import cost_estimate_param, grid_param, zeroed_param
+from .. import aliasing, tensor_descriptor
+from ..api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
 from ..tensor_descriptor import TensorDescriptor
 from . import primitive_client
 from .primitive_client import COMMON_PARAMS, PrimitiveClient, client_scalar
 from .served import UnsupportedCall
 
-_LAUNCH = ("num_warps", "num_stages", "num_ctas")
 V04_PARAMS = frozenset({"fn", "name", "in_tree", "out_shapes", "grid", "compute_capability", "backend_options",
                         "input_output_aliases", "zeroed_outputs", "serialized_metadata", "metaparams",
                         "has_side_effect", "cost_estimate"})
@@ -37,20 +36,15 @@ def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, 
     inputs, outputs = _parameters(module, params["in_tree"], ctx.avals_in)
     # _StaticArg is a pytree node without children: a leaf here, where its scalar goes
     flat, tree = tree_util.tree_flatten(inputs, is_leaf=lambda a: isinstance(a, module._StaticArg))
-    scalar_args: list[tuple[int, Any]] = []
-    operand_to_array: dict[int, int] = {}
-    for operand, leaf in enumerate(flat):
-        if isinstance(leaf, module._StaticArg):
-            scalar_args.append((operand, client_scalar(module.get_type_id(leaf.value), leaf.value)))
-        else:
-            operand_to_array[operand] = len(operand_to_array)
+    scalar_args = [(operand, client_scalar(module.get_type_id(leaf.value), leaf.value))
+                   for operand, leaf in enumerate(flat) if isinstance(leaf, module._StaticArg)]
     out_shapes = params["out_shapes"]
     aliases = {int(i): int(o) for i, o in params["input_output_aliases"].items()}
     unaliased = [o for o in range(len(out_shapes)) if o not in set(aliases.values())]
     if outputs != unaliased:
         raise UnsupportedCall(f"output placeholders {outputs} are not the unaliased outputs in order")
     options = dict(params["backend_options"])
-    launch = {key: options.pop(key, default) for key, default in zip(_LAUNCH, (4, 3, 1))}
+    launch = {key: options.pop(key, default) for key, default in zip(LAUNCH_KEYS, (4, 3, 1))}
     debug = bool(options.pop("debug", False))
     enable_fp_fusion = options.pop("enable_fp_fusion", True)
     metaparams = dict(params["metaparams"])
@@ -60,7 +54,7 @@ def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, 
         grid=grid_param(params["grid"]), name=params["name"], **launch,
         compute_capability=params["compute_capability"], enable_fp_fusion=enable_fp_fusion,
         backend_options=tuple(sorted(options.items())),
-        input_output_aliases=tuple(sorted((operand_to_array[i], o) for i, o in aliases.items())),
+        input_output_aliases=aliasing.array_indices(sorted(aliases.items()), [p for p, _ in scalar_args], len(flat)),
         zeroed_outputs=zeroed_param(params["zeroed_outputs"]), debug=debug,
         serialized_metadata=bytes(params["serialized_metadata"] or b""),
         metaparams=tuple(sorted(metaparams.items())), has_side_effect=bool(params["has_side_effect"]),
