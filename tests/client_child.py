@@ -99,6 +99,12 @@ def main(argv: list[str]) -> None:
             continue
         report["programs"][label] = {"client": client,
                                      "calls": [_digest(c) for c in inspect_call.custom_calls(lowered)]}
+    write_report(report, out)
+
+
+def write_report(report: dict, out: Path) -> None:
+    """`report` with what interception did in this process (served and fallen-back calls per client,
+    the store's counters, each client's state), written to `out` as JSON."""
     import kernel_cache
     from lowering.clients import tally
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grp
 import importlib.util
+import json
 import os
 import pwd
 import re
@@ -163,6 +164,18 @@ def python_path(*extra) -> str:
 def child_env(**overrides) -> dict:
     """os.environ for a child interpreter that imports this repo's packages."""
     return {**os.environ, "PYTHONPATH": python_path(), **overrides}
+
+
+def json_child(script: Path, out: Path, *args: str, **env: str) -> dict:
+    """Run `script OUT ARGS...`, a child that writes a JSON report to OUT; the report, with the
+    child's stderr under "stderr". Raises with the child's output when it fails."""
+    proc = subprocess.run([sys.executable, str(script), str(out), *args], cwd=ROOT, capture_output=True, text=True,
+                          env=child_env(**env), timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"{out.stem} child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
+    report = json.loads(out.read_text())
+    report["stderr"] = proc.stderr
+    return report
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

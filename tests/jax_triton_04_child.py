@@ -10,7 +10,6 @@ on JAX 0.12; test scaffolding, as interception does it for users).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ def main(argv: list[str]) -> None:
         from lowering.jax_compat import adapt_foreign_dce_rule
         adapt_foreign_dce_rule(jtl.triton_kernel_call_p)
     import inspect_call
-    from client_child import _digest
+    from client_child import _digest, write_report
 
     from scripts import jax_triton_04_programs
 
@@ -44,13 +43,7 @@ def main(argv: list[str]) -> None:
         text = lowered.as_text()
         report["programs"][label] = {"calls": [_digest(c) for c in inspect_call.custom_calls(lowered)],
                                      "cost_estimate_json": "cost_estimate_json" in text}
-    import kernel_cache
-    from lowering.clients import tally
-
-    report["tally"] = tally()
-    report["stats"] = kernel_cache.default_store().stats.session()
-    report["intercept"] = kernel_cache.interception.status()
-    out.write_text(json.dumps(report, default=repr))
+    write_report(report, out)
 
 
 if __name__ == "__main__":

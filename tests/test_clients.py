@@ -9,13 +9,12 @@ hook reacting to the variable, exactly as a user's job gets it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import warnings
 
 import pytest
-from conftest import ROOT, child_env
+from conftest import ROOT, child_env, json_child
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jax_triton") is None or importlib.util.find_spec("ejkernel") is None,
@@ -29,14 +28,7 @@ BY_DESIGN = ("target", "api_version")
 
 
 def _child(tmp_path, name: str, *args: str, **env: str) -> dict:
-    out = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, str(CHILD), str(out), *args], cwd=ROOT, capture_output=True, text=True,
-                          env=child_env(KERNEL_CACHE_TARGET_ARCH="sm_90", **env), timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"{name} child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report = json.loads(out.read_text())
-    report["stderr"] = proc.stderr
-    return report
+    return json_child(CHILD, tmp_path / f"{name}.json", *args, KERNEL_CACHE_TARGET_ARCH="sm_90", **env)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,9 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, child_env
+from conftest import ROOT, json_child
 
 
 def _jax_triton_04() -> bool:
@@ -28,14 +26,7 @@ CHILD = ROOT / "tests" / "jax_triton_04_child.py"
 
 
 def _child(tmp_path, name: str, *args: str, **env: str) -> dict:
-    out = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, str(CHILD), str(out), *args], cwd=ROOT, capture_output=True, text=True,
-                          env=child_env(**env), timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"{name} child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report = json.loads(out.read_text())
-    report["stderr"] = proc.stderr
-    return report
+    return json_child(CHILD, tmp_path / f"{name}.json", *args, **env)
 
 
 @pytest.fixture(scope="module")
