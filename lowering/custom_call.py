@@ -213,8 +213,9 @@ def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name:
          avals_out: Sequence[Any] | None = None, cost_estimate: Sequence[tuple[str, Any]] | None = None
          ) -> Sequence[ir.Value]:
     """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target;
-    `avals_out`: the results in the call's order (default the lowering's); `cost_estimate`: carried as
-    the `cost_estimate_json` attribute XLA reads, as jax-triton 0.4 does."""
+    `avals_out`: the results in the call's order (default the lowering's); `cost_estimate`: carried in
+    the HLO as the `cost_estimate_json` frontend attribute (jax-triton 0.4 puts it in the FFI backend
+    config, which the GPU runtime does not read either)."""
     avals_out = list(ctx.avals_out if avals_out is None else avals_out)
     result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]

@@ -24,9 +24,10 @@ try:
     AbstractRef: Any = _state_types.AbstractRef
     ReadEffect: Any = _state_types.ReadEffect
     WriteEffect: Any = _state_types.WriteEffect
+    TransformedRef: Any = getattr(_state_types, "TransformedRef", None)
 except ImportError:  # pragma: no cover - a JAX without Refs
     _state_discharge = None
-    AbstractRef = ReadEffect = WriteEffect = None
+    AbstractRef = ReadEffect = WriteEffect = TransformedRef = None
 
 # (used outputs per output, the equation) -> (used inputs per input, the equation or None)
 DceRule = Callable[[Sequence[bool], Any], "tuple[list[bool], Any]"]
@@ -98,8 +99,4 @@ def ref_effects(avals_in: Sequence[Any]) -> set[Any]:
 
 def is_transformed_ref(value: Any) -> bool:
     """A view of a Ref (ref.at[...], a bitcast): kernel-cache passes whole buffers only."""
-    try:
-        from jax._src.state.types import TransformedRef
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(value, TransformedRef)
+    return TransformedRef is not None and isinstance(value, TransformedRef)

@@ -98,14 +98,10 @@ def _zero_positions(order: OutputOrder, aliases, scalars, num_inputs: int) -> di
     inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
     num_args = num_inputs + len(scalars)
     positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}
-    scalar_positions = sorted(p for p, _ in scalars)
+    scalar_at = {p for p, _ in scalars}
+    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
     for i, o in aliases:
-        if o not in positions:  # the input's runtime position: array index i, counting the scalars before it
-            position = int(i)
-            for p in scalar_positions:
-                if p <= position:
-                    position += 1
-            positions[int(o)] = position
+        positions.setdefault(int(o), array_at[int(i)])
     return positions
 
 

@@ -37,8 +37,7 @@ def cmd_prune(ctx: Context, args: Any) -> int:
         rest = [i for i in infos if i.key not in gone]
         remaining[tier.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
     status = EXIT_PROBLEMS if failed else EXIT_OK
-    for i, why in failed:
-        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
+    _say_failures(failed)
     if ctx.json:
         ctx.emit_json({"dry_run": args.dry_run, "removed": [i.to_json() for i in removed], "bytes_freed": freed,
                        "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining,
@@ -56,6 +55,11 @@ def cmd_prune(ctx: Context, args: Any) -> int:
             + "; left: " + ", ".join(f"{n} {r['entries']} entries {human_size(r['bytes'])}"
                                      for n, r in remaining.items()))
     return status
+
+
+def _say_failures(failed: list[tuple[EntryInfo, str]]) -> None:
+    for i, why in failed:
+        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
 
 
 def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[str, int]]:
@@ -142,8 +146,7 @@ def cmd_clear(ctx: Context, args: Any) -> int:
         before = len(failed)
         size += remove_entries(tier, infos, store.stats.forget_entry, failed)
         count += len(infos) - (len(failed) - before)
-    for i, why in failed:
-        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
+    _say_failures(failed)
     tiers = ", ".join(t.name for t in chosen)
     if ctx.json:
         ctx.emit_json({"removed": count, "bytes_freed": size, "tiers": [t.name for t in chosen],
