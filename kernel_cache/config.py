@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .display import echo
+from .display import echo, redacted
 from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .interception import InterceptError, parse_clients
 from .safefs import resolve_group
@@ -178,10 +178,6 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
         raise ConfigError(str(exc)) from None
 
 
-def _without_password(url: str) -> str:
-    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
 def _password_file(text: str) -> str:
     """The Redis password, read as the signing key is: a file of the user's that nobody else can
     read or change, no link, no FIFO."""
@@ -257,7 +253,7 @@ class Config:
             except SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
         if self.remote is not None and not re.match(r"^(redis|rediss|unix)://", self.remote):
-            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(_without_password(self.remote))} is no Redis URL "
+            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(redacted(self.remote))} is no Redis URL "
                               f"(redis://host:port/db, rediss:// for TLS, unix:///path/redis.sock)")
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.remote_namespace):
             raise ConfigError(f"KERNEL_CACHE_REMOTE_NAMESPACE={echo(self.remote_namespace)}: letters, digits, "

@@ -5,6 +5,7 @@ terminal, and cut, so a huge value cannot flood every log line that mentions it.
 from __future__ import annotations
 
 import os
+import re
 
 ECHO_CHARS = 60  # how much of a value a message repeats
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
@@ -42,3 +43,9 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
     if len(text) <= limit:
         return f"'{escaped(text)}'"
     return f"'{escaped(text[:limit])}…' ({len(text)} chars)"
+
+
+def redacted(url: str) -> str:
+    """A server URL with its password (`scheme://user:PASSWORD@host`) shown as ***, for messages,
+    `cachectl stats` and `doctor`; any text is accepted (a malformed URL is shown, not parsed)."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)

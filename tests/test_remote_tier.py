@@ -19,10 +19,11 @@ from test_shared_tier import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, ConfigError, Store, warnings_once
 from kernel_cache import entry as entry_format
+from kernel_cache.display import redacted
 from kernel_cache.entry import CorruptEntry
 from kernel_cache.errors import RejectedEntry, TierUntrusted
 from kernel_cache.signing import Signer
-from kernel_cache.tiers.remote import RemoteTier, open_from_config, redacted
+from kernel_cache.tiers.remote import RemoteTier, open_from_config
 from scripts.redis_server import RedisServer
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,

@@ -38,10 +38,10 @@ from lowering.clients.served import UnsupportedClient, check_version
 from .. import interception
 from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
+from ..display import redacted
 from ..locks import filesystem_of, flock_is_coherent
 from ..safefs import Owners
 from ..tiers import remote as remote_tier
-from ..tiers.remote import redacted
 from ..tiers.shared import QUARANTINE_DIR
 from .context import EXIT_OK, EXIT_PROBLEMS, Context
 from .render import human_size, table

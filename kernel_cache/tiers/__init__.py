@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
+from ..display import redacted
 from ..safefs import Owners
 from ..signing import Signer
 from . import disk, remote, shared
@@ -33,5 +34,5 @@ def location(config: Config, name: str) -> str:
     if name == "shared":
         return str(config.shared_dir)
     if name == "remote" and config.remote is not None:
-        return remote.redacted(config.remote)
+        return redacted(config.remote)
     return name

@@ -29,13 +29,13 @@ import random
 import secrets
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import entry as entry_format
 from ..config import Config
+from ..display import redacted
 from ..entry import CorruptEntry, Entry, check_key
 from ..errors import RejectedEntry, TierUnavailable, TierUntrusted
 from ..safefs import Owners
@@ -61,15 +61,6 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 _REFRESH = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
             "else return 0 end")
 T = TypeVar("T")
-
-
-def redacted(url: str) -> str:
-    """The URL with any password replaced by ***, for messages and `cachectl stats`."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class RemoteTier:
