@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import kernel_cache
-from kernel_cache import safefs
+from kernel_cache import cache_marker, safefs
+from kernel_cache.config import TOOLCHAIN_MEMO
 
 from . import triton_compat as tc
 from .digest import digest
 from .target import Target
 
-MEMO_FILE = "toolchain-memo.json"
+MEMO_FILE = TOOLCHAIN_MEMO
 MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
@@ -79,7 +80,8 @@ class _Memo:
         if self.path is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not cache_marker.claim_directory(str(self.path.parent)):
+                return  # not a kernel-cache directory: never written into (recomputed next time)
             data = self.load()
             data[key] = value
             with safefs.atomic_file(self.path) as f:

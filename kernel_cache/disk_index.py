@@ -35,6 +35,7 @@ STATS_DIR = "stats"
 INDEX = "cache.db"
 
 
+
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
 
 

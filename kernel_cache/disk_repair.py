@@ -30,8 +30,8 @@ from .tiers.disk import DiskTier
 
 class ValueFilesTier:
     """The local tier seen through its value files alone, for an operator when the index cannot
-    be opened (damaged): list, show, export and prune still work. Entries small enough to live
-    inside the index are not seen; `rebuild_index` restores the index itself."""
+    be opened (damaged): list, show, export and prune still work (every value is a file; entries an
+    older kernel-cache kept inside the index are not seen); `rebuild_index` restores the index itself."""
 
     name = "disk"
     writable = False
@@ -111,35 +111,23 @@ def _number(value: Any, default: float) -> float:
 
 def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
                   max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> dict[str, Any]:
-    """Replace a damaged index: move it aside, salvage the rows SQLite can still read, re-index
-    every value file (each entry names its own key; invalid ones are removed). Returns counts."""
+    """Replace a damaged index: move it aside, salvage the entries an older kernel-cache kept inside
+    it (where SQLite can still read them), re-index every value file (each entry names its own key;
+    unreadable ones are removed). Returns what was found, rebuilt and lost: `lost` are keys the damaged
+    index still listed that no file or readable row holds; `listed` is None when nothing in it could be
+    read (then what it listed is unknown)."""
     tree = open_tree(Path(directory), owners, create=False)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    salvaged: list[tuple[str, bytes]] = []
-    try:
-        old = open_read_only(Path(directory) / ENTRIES_DIR / INDEX, 5.0)
-        with contextlib.closing(old):
-            for key, value in old.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
-                                          (diskcache.core.MODE_RAW,)):
-                if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
-                    salvaged.append((key, value))
-    except (sqlite3.Error, OSError):
-        pass  # nothing readable in it: the value files still hold every large entry
+    listed, salvaged = _read_damaged_index(Path(directory) / ENTRIES_DIR / INDEX)
     for name in INDEX_FILES:
         with contextlib.suppress(OSError):
             tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
     tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
-    recovered = removed = 0
+    recovered = removed = files = 0
     try:
-        for key, value in salvaged:
-            try:
-                entry_format.decode(value, expected_key=key)
-                tier.put_raw(key, value)
-                recovered += 1
-            except CorruptEntry:
-                removed += 1
         now = time.time()
         for parts in list(value_files(tier.tree)):
+            files += 1
             try:
                 found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
                 data = found[0] if found is not None else b""
@@ -151,10 +139,44 @@ def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners |
             if key not in tier:
                 tier.index_value_file(key, parts, len(data), now)
                 recovered += 1
+        for key, value in salvaged:  # written to files now: the index holds no values
+            try:
+                entry_format.decode(value, expected_key=key)
+            except CorruptEntry:
+                removed += 1
+                continue
+            if key not in tier:
+                tier.put_raw(key, value)
+                recovered += 1
+        lost = sorted(key for key in (listed or ()) if key not in tier)
     finally:
         tier.close()
         tree.close()
-    return {"recovered": recovered, "removed": removed, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+    return {"value_files": files, "recovered": recovered, "removed": removed, "listed": len(listed)
+            if listed is not None else None, "lost": lost, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+
+
+def _read_damaged_index(db: Path) -> tuple[set[str] | None, list[tuple[str, bytes]]]:
+    """The keys a damaged index still lists and the values kept inside it, as far as SQLite can read
+    them (row by row: a truncated file yields its first pages); (None, []) when none can be read."""
+    listed: set[str] | None = None
+    salvaged: list[tuple[str, bytes]] = []
+    try:
+        old = open_read_only(db, 5.0)
+    except (sqlite3.Error, OSError):
+        return None, []
+    with contextlib.closing(old):
+        try:
+            rows = old.execute("SELECT key, mode, value FROM Cache WHERE raw = 1")
+            listed = set()
+            for key, mode, value in rows:
+                if isinstance(key, str) and is_key(key):
+                    listed.add(key)
+                    if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
+                        salvaged.append((key, value))
+        except (sqlite3.Error, OSError):
+            pass  # read up to the damage
+    return listed, salvaged
 
 
 def wipe(directory: Path, owners: Owners | None = None) -> int:

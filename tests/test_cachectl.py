@@ -293,6 +293,69 @@ def test_verify_finds_flipped_and_truncated_entries_and_repairs(store_copy):
     assert ok("--dir", directory, "verify").stdout.strip() == "checked 2 entries: 0 bad"
 
 
+def test_every_value_is_a_file_so_a_truncated_index_loses_nothing(store_copy):
+    """An index cut in half (a crash, a full disk) is rebuilt from the value files alone: every entry,
+    small or large, is one file; the report says what it found, rebuilt and lost."""
+    directory, keys = store_copy
+    db = directory / "entries" / "cache.db"
+    with sqlite3.connect(db) as con:
+        inline = con.execute("SELECT count(*) FROM Cache WHERE raw = 1 AND value IS NOT NULL").fetchone()[0]
+        files = [f for (f,) in con.execute("SELECT filename FROM Cache WHERE raw = 1")]
+    assert inline == 0 and len(files) == len(keys) and all(files)
+    for name in ("cache.db-wal", "cache.db-shm"):
+        (directory / "entries" / name).unlink(missing_ok=True)
+    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+
+    assert listed_keys(directory) == set(keys.values())  # read from the value files meanwhile
+    repaired = cachectl("--dir", directory, "verify", "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    rebuilt = json.loads(repaired.stdout)["index"]["rebuilt"]
+    assert (rebuilt["value_files"], rebuilt["recovered"], rebuilt["removed"], rebuilt["lost"]) == (4, 4, 0, [])
+    assert listed_keys(directory) == set(keys.values())
+    assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
+
+
+def _older_index_row(directory: Path, key: str, data: bytes) -> None:
+    """Write `key` the way kernel-cache did before every value was a file: inside the index."""
+    import diskcache
+
+    from kernel_cache.disk_index import RawOnlyDisk
+
+    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk, disk_min_file_size=32768) as old:
+        old.set(key, data)
+        old._sql("UPDATE Cache SET store_time = 1000, access_time = 2000 WHERE key = ?", (key,))
+
+
+def test_entries_an_older_version_kept_in_the_index_move_to_files_and_losses_are_reported(store_copy):
+    from kernel_cache.disk_repair import rebuild_index
+
+    directory, keys = store_copy
+    small = keys[("add", "sm_90")]
+    disk = _disk(directory)
+    data = disk.peek_raw(small)
+    assert data is not None and len(data) < 32768 and disk.delete(small)
+    disk.close()
+    _older_index_row(directory, small, data)
+    with sqlite3.connect(directory / "entries" / "cache.db") as con:
+        assert con.execute("SELECT filename FROM Cache WHERE key = ?", (small,)).fetchone() == (None,)
+
+    reader = _disk(directory)  # a reader serves it where it is...
+    assert reader.peek_raw(small) == data
+    reader.close()
+    from kernel_cache.tiers.disk import DiskTier
+
+    DiskTier(directory).put_raw(keys[("add", "sm_80")], _disk(directory).peek_raw(keys[("add", "sm_80")]))
+    with sqlite3.connect(directory / "entries" / "cache.db") as con:  # ...the first writer moves it to a file
+        row = con.execute("SELECT filename, value, store_time, access_time FROM Cache WHERE key = ?",
+                          (small,)).fetchone()
+    assert row[0] and row[1] is None and row[2:] == (1000, 2000)
+    assert (directory / "entries" / row[0]).read_bytes() == data
+
+    (directory / "entries" / row[0]).unlink()  # a listed entry with no copy anywhere: lost, and said so
+    report = rebuild_index(directory)
+    assert report["lost"] == [small] and report["listed"] == 4 and report["recovered"] == 3
+
+
 def test_clear_needs_yes(store_copy):
     directory, keys = store_copy
     refused = cachectl("--dir", directory, "clear")

@@ -325,7 +325,7 @@ def test_a_world_writable_dir_is_not_trusted_without_a_signing_key(tmp_path, sha
     assert (store.shared is not None) is trusted
     assert len(messages) == (0 if trusted else 1)
     if not trusted:
-        assert "writable by every user" in messages[0] and "Skipping the shared tier" in messages[0]
+        assert "writable by every user" in messages[0] and messages[0].lower().count("skipping") == 1
 
 
 def test_a_world_writable_dir_with_a_signing_key_is_used_with_a_warning(shared):

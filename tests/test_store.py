@@ -220,8 +220,10 @@ def test_config_from_env_and_clear_errors(tmp_path):
                            "KERNEL_CACHE_LOG": "info"})
     assert cfg.dir == tmp_path and cfg.memory_bytes == 64 << 20 and cfg.max_bytes == int(1.5 * (1 << 30))
     assert Config.from_env({}).dir is None and Config.from_env({"KERNEL_CACHE_DISABLE": "yes"}).disabled
-    assert Config.from_env({"KERNEL_CACHE_SOFT_LOCK_STALE": "5m", "KERNEL_CACHE_LOCK_TIMEOUT": "90"}) \
-        .soft_lock_stale == 300 and Config.from_env({"KERNEL_CACHE_LOCK_TIMEOUT": "90"}).lock_timeout == 90
+    assert Config.from_env({"KERNEL_CACHE_SOFT_LOCK_STALE": "5m", "KERNEL_CACHE_LOCK_TIMEOUT": "90s"}) \
+        .soft_lock_stale == 300 and Config.from_env({"KERNEL_CACHE_LOCK_TIMEOUT": "90s"}).lock_timeout == 90
+    with pytest.raises(ConfigError, match="KERNEL_CACHE_LOCK_TIMEOUT: '?90'? has no unit.*ms, s, m, h, d, w"):
+        Config.from_env({"KERNEL_CACHE_LOCK_TIMEOUT": "90"})
     for name, value in [("KERNEL_CACHE_MAX_BYTES", "10X"), ("KERNEL_CACHE_MEMORY_BYTES", "lots"),
                         ("KERNEL_CACHE_DISABLE", "maybe"), ("KERNEL_CACHE_LOG", "loud"),
                         ("KERNEL_CACHE_LOCK", "magic"), ("KERNEL_CACHE_SOFT_LOCK_STALE", "soon"),

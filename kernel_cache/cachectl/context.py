@@ -9,9 +9,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .. import cache_marker
+from ..cache_marker import NotACacheDirectory
 from ..config import Config, ConfigError
+from ..disk_index import ENTRIES_DIR
 from ..disk_repair import ValueFilesTier
 from ..errors import TierUntrusted
+from ..safefs import Tree
 from ..store import Store
 from ..tier import KeptTier
 from ..warnings_once import KernelCacheWarning
@@ -51,25 +55,24 @@ class Context:
             getattr(args, "repair", False) or getattr(args, "zero", False))
 
     def store(self, create: bool = False, write: bool = False) -> Store:
-        """The store on --dir. Opened read-only unless the command writes, so an operator can look
-        at a cache that is full, on a read-only mount or busy; a cache whose index is damaged is
-        read from its entry files. A missing directory is an error unless the command fills it."""
+        """The store on --dir (and the shared directory and remote when configured; with no --dir, those
+        alone). Opened read-only unless the command writes, so an operator can look at a cache that is
+        full, on a read-only mount or busy; a cache whose index is damaged is read from its entry files.
+        A missing directory is an error unless the command fills it; a directory that is not a
+        kernel-cache one (no marker, other files in it, or the shared kind) is never turned into one."""
         if self._store is None:
             directory = self.config.dir
-            if directory is None:
-                raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR")
-            if not create and not Path(directory).is_dir():
-                raise CliError(f"no cache directory at {directory}")
-            if not (Path(directory) / "entries").is_dir() and (not create or _has_files(Path(directory))):
-                raise CliError(f"{directory} is not a kernel-cache directory (it has no entries/)"
-                               + (" and holds other files: not turning it into one; pick an empty or new "
-                                  "directory" if create else ""))
-            if self.config.shared_dir is not None and not create and not Path(self.config.shared_dir).is_dir():
+            if directory is None and self.config.shared_dir is None and self.config.remote is None:
+                raise CliError("no cache directory: pass --dir DIR (or --shared-dir DIR, --remote URL) or set "
+                               "KERNEL_CACHE_DIR")
+            if directory is not None:
+                _check_local_directory(Path(directory), create)
+            if self.config.shared_dir is not None and not Path(self.config.shared_dir).is_dir():
                 raise CliError(f"no shared cache directory at {self.config.shared_dir}")
             with warnings.catch_warnings():  # the reasons are reported here, once, as errors
                 warnings.simplefilter("ignore", KernelCacheWarning)
                 self._store = Store(self.config, read_only=not (create or write or self.writes))
-            if self._store.disk is None:
+            if directory is not None and self._store.disk is None:
                 self._store.replace_level("disk", self._disk_fallback(self._store))
             if self.config.remote is not None and self._store.level("remote") is None:
                 raise CliError(f"cannot use the remote cache: {self._store.unavailable.get('remote', 'unknown reason')}")
@@ -81,7 +84,7 @@ class Context:
     def _disk_fallback(self, store: Store) -> ValueFilesTier:
         """When the local index cannot be opened: its entry files, read-only, with a note."""
         reason = store.unavailable.get("disk")
-        if isinstance(reason, TierUntrusted) or reason is None:
+        if isinstance(reason, (TierUntrusted, NotACacheDirectory)) or reason is None:
             raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
         try:
             tier = ValueFilesTier(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
@@ -94,15 +97,31 @@ class Context:
         """Every persistent level that keeps entries an operator can list (possibly none)."""
         return [t for t in self.store().persistent_tiers if isinstance(t, KeptTier)]
 
-    def tiers(self, which: str = "all") -> list[KeptTier]:
+    def tiers(self, which: str | None = "all") -> list[KeptTier]:
         """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
-        operator can list, verify and prune."""
+        operator can list, verify and prune. None, a destructive command's default: the local disk, or
+        where there is none, the one shared directory or remote named on this command line."""
         store = self.store()
+        if which is None:
+            which = self._default_tier(store)
         chosen = [t for t in store.persistent_tiers if which in ("all", t.name) and isinstance(t, KeptTier)]
         if not chosen:
+            if which == "disk":
+                raise CliError("no local cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (or name "
+                               "another tier with --tier shared|remote)")
             raise CliError(f"no {which} tier configured (pass --shared-dir or --remote, or set "
                            f"KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE)")
         return chosen
+
+    def _default_tier(self, store: Store) -> str:
+        if store.disk is not None or self.config.dir is not None:
+            return "disk"
+        named = [name for name, flag in (("shared", "shared_dir"), ("remote", "remote"))
+                 if getattr(self.args, flag, None) is not None]
+        if len(named) == 1:
+            return named[0]
+        raise CliError("no local cache directory: name the tier to change with --tier shared|remote or "
+                       "--all-tiers")
 
     def installed_toolchain(self, target: dict[str, Any]) -> str | None:
         """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded
@@ -130,9 +149,22 @@ class Context:
 
 
 
-def _has_files(directory: Path) -> bool:
-    """Whether `directory` exists and holds anything (a cache is only ever created in an empty or new one)."""
+def _check_local_directory(directory: Path, create: bool) -> None:
+    """CliError unless `directory` is a local kernel-cache directory, or (`create`) may become one."""
+    if not directory.is_dir():
+        if create and not directory.exists():
+            return
+        raise CliError(f"no cache directory at {directory}")
     try:
-        return any(directory.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+        tree = Tree(directory, None)
+    except OSError as exc:
+        raise CliError(f"cannot open the cache directory {directory}: {exc}") from None
+    try:
+        cache_marker.check(tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=False)
+        if not create and cache_marker.kind_of(tree) is None and tree.lstat(ENTRIES_DIR) is None:
+            raise CliError(f"{directory} is not a kernel-cache directory (no {cache_marker.MARKER}, no "
+                           f"{ENTRIES_DIR}/): nothing cached there yet")
+    except NotACacheDirectory as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        tree.close()

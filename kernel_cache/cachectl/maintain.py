@@ -73,9 +73,10 @@ def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[s
 def cmd_verify(ctx: Context, args: Any) -> int:
     checked, bad, index = 0, [], None
     store = ctx.store()
-    if args.tier in ("all", "disk") and not isinstance(store.disk, DiskTier):
+    local = args.tier in ("all", "disk") and ctx.config.dir is not None
+    if local and not isinstance(store.disk, DiskTier):
         index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
-    elif args.tier in ("all", "disk"):
+    elif local:
         problem = store.disk.integrity_problem()
         index = {"problem": problem, "rebuilt": None} if problem else None
     if index is not None and args.repair:
@@ -103,8 +104,12 @@ def cmd_verify(ctx: Context, args: Any) -> int:
             print(f"{'rebuilt' if index['rebuilt'] else 'BAD'}  local index ({ctx.config.dir}): {index['problem']}")
             if index["rebuilt"]:
                 r = index["rebuilt"]
-                print(f"         {r['recovered']} entries re-indexed, {r['removed']} unreadable removed; "
-                      f"the damaged index was kept as entries/{r['moved_aside']}")
+                listed = "an unreadable index" if r["listed"] is None else f"{r['listed']} listed in the index"
+                print(f"         found {r['value_files']} value files ({listed}): {r['recovered']} entries "
+                      f"re-indexed, {r['removed']} unreadable removed, {len(r['lost'])} lost; the damaged "
+                      f"index was kept as entries/{r['moved_aside']}")
+                for key in r["lost"]:
+                    print(f"lost  {escaped(key)}  (disk): listed in the damaged index, no readable copy")
         for b in bad:
             print(f"{'removed' if b.repaired else 'BAD'}  {escaped(b.key)}  ({b.tier}): {escaped(b.reason)}")
         for q in quarantined:
@@ -115,6 +120,12 @@ def cmd_verify(ctx: Context, args: Any) -> int:
         if not ctx.json:
             what = f"{len(left)} bad entries" + (" and a damaged index" if index_left else "")
             print(f"cachectl: {what} remain (run 'cachectl verify --repair')", file=sys.stderr)
+        return EXIT_PROBLEMS
+    lost = index["rebuilt"]["lost"] if index is not None and index["rebuilt"] else []
+    if lost:
+        if not ctx.json:
+            print(f"cachectl: the index was rebuilt but {len(lost)} entries it listed are lost (they are "
+                  f"built again on their next use)", file=sys.stderr)
         return EXIT_PROBLEMS
     return EXIT_OK
 

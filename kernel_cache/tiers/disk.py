@@ -1,6 +1,8 @@
 """Node-local persistent tier on diskcache (SQLite index + files), size-bounded with LRU eviction.
 
-Values are our own encoded entries (bytes), stored raw. What diskcache would unpickle is never
+Values are our own encoded entries (bytes), stored raw, each in its own value file: the index holds
+keys, sizes and times only, so it is a cache of the files that `rebuild_index` can always rebuild
+(entries an older kernel-cache kept inside the index move to files when the writer opens). What diskcache would unpickle is never
 loaded: `RawOnlyDisk` refuses every pickled or text row (a hostile row is a corrupt entry, not
 code to run), and lookups read the index with our own SELECT and the value file through
 `safefs` (no symlink, no FIFO, capped size).
@@ -36,8 +38,8 @@ from typing import Any
 
 import diskcache
 
+from .. import cache_marker, locks
 from .. import entry as entry_format
-from .. import locks
 from ..config import Config
 from ..disk_index import (
     ENTRIES_DIR,
@@ -73,6 +75,11 @@ class DiskTier:
         self.max_entry_bytes = max_entry_bytes
         self.index_timeout = index_timeout
         self.tree = open_tree(self.directory, owners, create=not read_only)
+        try:
+            cache_marker.check(self.tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=not read_only)
+        except BaseException:
+            self.tree.close()
+            raise
         self._cache: diskcache.Cache | None = None
         self._lock = threading.Lock()
         self._readers = threading.local()
@@ -109,11 +116,14 @@ class DiskTier:
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
             return
         self.flush_touches()
+        with contextlib.suppress(TierReadOnly):
+            self._write(_move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
+        # disk_min_file_size=0: every value in a file, none inside SQLite (a damaged index loses nothing)
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=RawOnlyDisk,
                           size_limit=self.max_bytes, eviction_policy="least-recently-used",
-                          cull_limit=10, statistics=False)
+                          cull_limit=10, statistics=False, disk_min_file_size=0)
 
     def _reader(self) -> sqlite3.Connection:
         con = getattr(self._readers, "con", None)
@@ -369,6 +379,21 @@ class DiskTier:
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def _move_inline_values(cache: diskcache.Cache) -> int:
+    """Entries an older kernel-cache kept inside the index (diskcache's default for values under 32 KiB)
+    move to value files, keeping their times; returns how many moved."""
+    rows = cache._sql("SELECT key, value, store_time, access_time FROM Cache WHERE raw = 1 AND mode = ?"
+                      " AND value IS NOT NULL", (diskcache.core.MODE_RAW,)).fetchall()
+    moved = 0
+    for key, value, stored, used in rows:
+        if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
+            cache.set(key, bytes(value), retry=False)
+            cache._sql("UPDATE Cache SET store_time = ?, access_time = ? WHERE key = ? AND raw = 1",
+                       (stored, used, key))
+            moved += 1
+    return moved
 
 
 def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskTier | None:

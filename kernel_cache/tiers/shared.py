@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import cache_marker, locks, publish
 from .. import entry as entry_format
-from .. import locks, publish
 from ..config import Config
 from ..display import escaped
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
@@ -47,6 +47,7 @@ from ..warnings_once import info_once, warn_once
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
 QUARANTINE_DIR = "quarantine"
+SHARED_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR, cache_marker.MARKER})  # all it ever holds
 LOCK_SUFFIXES = {"flock": ".lock", "soft": ".softlock"}  # distinct: a leftover flock file is no soft marker
 TOUCH_INTERVAL = 3600.0  # refresh an entry's recency at most hourly: no write storm on NFS
 _READ_ONLY_ERRNOS = (errno.EROFS,)
@@ -62,9 +63,10 @@ class SharedTier:
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
                  stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
                  owners: Owners | None = None, authenticate: Authenticate | None = None,
-                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, read_only: bool = False):
         """`owners`: whose files to believe (default: you and root). With `authenticate` (a signing
-        key), ownership is not checked: content is."""
+        key), ownership is not checked: content is. `read_only`: an operator looking, who changes
+        nothing there (no layout, marker, lock probe, touch or quarantine)."""
         self.directory = Path(directory)
         self.stale_after = stale_after
         self.touch_interval = touch_interval
@@ -83,16 +85,18 @@ class SharedTier:
             for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR):
                 with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
                     pass
+            may_write = not read_only and os.access(self.directory, os.W_OK)
+            cache_marker.check(self.tree, cache_marker.SHARED, SHARED_NAMES, write=may_write)
         except UnsafeFile as exc:
             raise TierUntrusted(
                 f"shared cache {exc.path} {exc.reason}: anyone who can write there could plant kernels "
-                f"you would run. Skipping the shared tier. Fix the ownership (README: 'Trust model'), "
+                f"you would run; fix the ownership (README: 'Trust model'), "
                 f"name the group with KERNEL_CACHE_TRUSTED_GROUP, or sign entries with "
                 f"KERNEL_CACHE_SIGNING_KEY_FILE") from None
         if trust is None:
             _warn_if_world_writable(self.directory)
-        self.writable = os.access(self.directory, os.W_OK) and self._make_layout()
-        if not self.writable:
+        self.writable = may_write and self._make_layout()
+        if not self.writable and not read_only:
             self._note_read_only()
         self.lock_kind = locks.choose_lock_kind(self.tree, (LOCKS_DIR,), lock_mode) if self.writable else None
 
@@ -366,7 +370,7 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
         return None
     tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
                       owners=owners, authenticate=signer.problem if signer is not None else None,
-                      max_entry_bytes=config.max_entry_bytes)
+                      max_entry_bytes=config.max_entry_bytes, read_only=read_only)
     if signer is not None:
         info_once(f"shared-signed:{config.shared_dir}",
                   f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
