@@ -1,7 +1,8 @@
 """Counters that survive the process: hits per tier, misses, compiles, compile seconds saved.
 
 A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
-increments across processes) after a compile, at most once a second otherwise, and at exit.
+increments across processes) after a compile, at most once a second otherwise, and at exit. Each
+counted event is also handed to `kernel_cache.events`' listeners (jax.monitoring, via lowering).
 Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
 bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from diskcache.core import MODE_RAW
 
+from . import events
 from .disk_index import INDEX, RawOnlyDisk, open_index, open_read_only
 
 STATS_DIR = "stats"
@@ -78,26 +80,32 @@ class Stats:
             self._bump(f"hits.{tier}", 1)
             self._bump("saved_us", int(compile_seconds * _MICRO))
             self._entry_hits[key] += 1
+        events.emit(events.HIT, tier, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
         with self._lock:
             self._bump("misses", 1)
+        events.emit(events.MISS)
 
     def compiled(self, seconds: float) -> None:
         with self._lock:
             self._bump("compiles", 1)
             self._bump("compile_us", int(seconds * _MICRO))
+        events.emit(events.COMPILE, seconds=seconds)
         self.flush()
 
     def error(self) -> None:
         with self._lock:
             self._bump("errors", 1)
+        events.emit(events.ERROR)
 
-    def rejected(self) -> None:
-        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner)."""
+    def rejected(self, tier: str = "") -> None:
+        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `tier`
+        (the counter is one total; the tier reaches event listeners)."""
         with self._lock:
             self._bump("rejected", 1)
+        events.emit(events.REJECTED, tier)
 
     def _bump(self, name: str, amount: int) -> None:
         self._pending[name] += amount

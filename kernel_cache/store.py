@@ -195,7 +195,7 @@ class Store:
         except InvalidKey:
             raise  # the caller's mistake, not the tier's: never swallowed as a cache failure
         except RejectedEntry as exc:
-            self.stats.rejected()
+            self.stats.rejected(tier.name)
             warn_once(f"rejected:{tier.name}",
                       f"rejected {exc} (counted in 'cachectl stats'; rebuilt here, never copied to a "
                       f"faster tier). Further rejections are counted, not printed")

@@ -7,6 +7,7 @@ Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
 
 from typing import Any
 
+from . import monitoring as _monitoring  # noqa: F401  (kernel-cache's counters as jax.monitoring events)
 from . import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
 from . import utils, xla_cache
 from .api import triton_call

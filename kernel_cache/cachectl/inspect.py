@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 import time
@@ -11,13 +12,15 @@ from typing import Any
 from .. import call_records, winners
 from .. import entry as entry_format
 from ..config import XLA_SUBDIR, sources
+from ..disk_index import ENTRIES_DIR, INDEX
 from ..display import escaped
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..safefs import Tree
 from ..summary import EntrySummary
 from ..tier import KeptTier
+from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier
-from . import calls_view, kinds, winners_view
+from . import calls_view, kinds, prometheus, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
 
@@ -128,11 +131,12 @@ def cmd_show(ctx: Context, args: Any) -> int:
 
 
 def cmd_stats(ctx: Context, args: Any) -> int:
+    fmt = stats_format(ctx, args)
     store = ctx.store()
     if args.zero:
         store.stats.zero()
-        ctx.say("statistics zeroed")
-        if not ctx.json:
+        if fmt == "text":
+            ctx.say("statistics zeroed")
             return EXIT_OK
     infos = scan_all(ctx, ctx.kept(), with_stale=False)
     totals = store.stats.totals()
@@ -142,7 +146,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         size = sum(i.size_bytes for i in mine)
         where = tier.endpoint if isinstance(tier, RemoteTier) else str(tier.directory)
         tiers[tier.name] = {"path": where, "entries": len(mine), "bytes": size,
-                            "writable": tier.writable,
+                            "kinds": kinds.counts(mine), "writable": _writable_here(tier),
                             # only the local tier has a configured bound (the shared one is pruned by cachectl)
                             "over_max_bytes": tier.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
@@ -160,8 +164,11 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         top = sorted(infos, key=lambda i: (-i.hits, i.key))[:10]
         report["most_hit"] = [{"key": i.key, "kernel": i.kernel, "arch": i.arch, "hits": i.hits} for i in top]
         report["by_arch"] = {arch: sum(1 for i in infos if i.arch == arch) for arch in sorted({i.arch for i in infos})}
-    if ctx.json:
+    if fmt == "json":
         ctx.emit_json(report)
+        return EXIT_OK
+    if fmt == "prometheus":
+        sys.stdout.write(prometheus.render(report))  # built whole first: a failed run prints nothing
         return EXIT_OK
     hits = report["hits"]
     lookups = sum(hits.values()) + report["misses"]
@@ -170,8 +177,11 @@ def cmd_stats(ctx: Context, args: Any) -> int:
     for name, t in tiers.items():
         state = "" if t["writable"] else ", read-only here"
         print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
-    if infos:  # lowered-call records and winners are entries too, but not kernels
-        print(f"entry kinds          {kinds.breakdown(infos)}")
+    if infos:  # lowered-call records and winners are entries too, but not kernels; a copy counts per tier
+        per_tier = [(name, kinds.breakdown([i for i in infos if i.tier == name])) for name in tiers]
+        shown = [(name, text) for name, text in per_tier if text]
+        line = shown[0][1] if len(tiers) == 1 else "; ".join(f"{name}: {text}" for name, text in shown)
+        print(f"entry kinds          {line}")
     print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}"
           + (f", remote {hits['remote']}" if hits.get("remote") or ctx.config.remote else "") + rate)
     print(f"misses               {report['misses']}")
@@ -203,6 +213,25 @@ def cmd_stats(ctx: Context, args: Any) -> int:
         for n, row in enumerate(report["most_hit"]):
             print(f"{'most hit' if n == 0 else '':<21}{row['key'][:12]}  {row['kernel']}  {row['arch']}  {row['hits']}")
     return EXIT_OK
+
+
+def stats_format(ctx: Context, args: Any) -> str:
+    """text, json or prometheus: --json is --format json; with another --format it is refused."""
+    chosen = getattr(args, "format", None)
+    if ctx.json and chosen not in (None, "json"):
+        raise CliError(f"--json and --format {chosen} disagree: pass one of them")
+    return "json" if ctx.json else chosen or "text"
+
+
+def _writable_here(tier: KeptTier) -> bool:
+    """Whether the user running cachectl could write to `tier`. cachectl opens the local tier
+    read-only (it only looks), so that tier's own answer is always no: ask the filesystem instead,
+    as a job of this user would find it (a read-only mount refuses even root)."""
+    if tier.writable or not isinstance(tier, DiskTier):
+        return tier.writable
+    index = tier.directory / ENTRIES_DIR / INDEX
+    return (os.access(tier.directory, os.W_OK | os.X_OK) and os.access(tier.directory / ENTRIES_DIR, os.W_OK | os.X_OK)
+            and (not index.exists() or os.access(index, os.W_OK)))
 
 
 def cmd_config(ctx: Context, args: Any) -> int:

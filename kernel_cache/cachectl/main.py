@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("stats", "inspect.cmd_stats", "entries, bytes, hits, misses, compile time saved")
     p.add_argument("--zero", action="store_true", help="reset the counters")
+    p.add_argument("--format", choices=("text", "json", "prometheus"), default=None,
+                   help="text (default), json (as --json) or prometheus: node-exporter's textfile format, "
+                        "written whole or not at all")
 
     p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
     p.add_argument("--max-size", type=_size, metavar="SIZE",

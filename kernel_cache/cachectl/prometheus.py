@@ -1,0 +1,94 @@
+"""`cachectl stats --format prometheus`: the stats report in Prometheus' text exposition format, as
+node-exporter's textfile collector reads it.
+
+Every number is one `cachectl stats --json` reports (the same report, rendered differently), under
+a `kernel_cache_` name, each series labelled with the cache directory (`dir`), so that two caches on
+one node make two series. The whole text is built before anything is printed, so a failing run
+prints nothing to stdout and exits non-zero: the textfile recipe
+
+    cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
+
+never leaves a partial file where the collector looks (it reads only *.prom, and mv is atomic
+within a directory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import call_records, winners
+from ..stats import LEVELS
+from . import kinds
+
+PREFIX = "kernel_cache_"
+# The kind label: cachectl's entry kinds (kinds.counts) by short name.
+KIND_LABELS = {kinds.KERNEL: "kernel", call_records.KIND: "call", winners.KIND: "winner", kinds.OTHER: "other",
+               kinds.UNREADABLE: "unreadable"}
+
+Sample = tuple[Mapping[str, str], float | int]
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """The exposition text of a `cachectl stats` report (the dict `--json` prints)."""
+    base = {"dir": str(report["dir"])}
+    tiers: Mapping[str, Mapping[str, Any]] = report["tiers"]
+    families: list[tuple[str, str, str, list[Sample]]] = [
+        ("hits_total", "counter", "Lookups served from this tier (memory, disk, shared, remote).",
+         [({"tier": t}, report["hits"].get(t, 0)) for t in LEVELS]),
+        ("misses_total", "counter", "Lookups no tier could serve (each is then compiled).",
+         [({}, report["misses"])]),
+        ("compiles_total", "counter", "Kernels compiled and stored.", [({}, report["compiles"])]),
+        ("compile_seconds_total", "counter", "Seconds spent compiling kernels.",
+         [({}, report["compile_seconds"])]),
+        ("compile_seconds_saved_total", "counter", "Compile seconds saved by hits (each hit counts "
+         "the compile time recorded in the entry).", [({}, report["compile_seconds_saved"])]),
+        ("rejected_total", "counter", "Entries refused for who wrote them (unsigned, signed with another key, "
+         "untrusted owner); the reason is not counted, see the warnings of the job that met them.",
+         [({}, report["rejected"])]),
+        ("errors_total", "counter", "Corrupt entries and failed tier reads or writes.", [({}, report["errors"])]),
+        ("entries", "gauge", "Entries stored in this tier (a copy in two tiers counts in each).",
+         [({"tier": t}, v["entries"]) for t, v in tiers.items()]),
+        ("bytes", "gauge", "Bytes stored in this tier.", [({"tier": t}, v["bytes"]) for t, v in tiers.items()]),
+        ("entries_by_kind", "gauge", "Entries stored in this tier by kind (kernel, call: a lowered-call record, "
+         "winner: an autotune winner, other, unreadable).",
+         [({"tier": t, "kind": label}, v["kinds"].get(kind, 0))
+          for t, v in tiers.items() for kind, label in KIND_LABELS.items()]),
+        ("tier_writable", "gauge", "1 if the user running cachectl can write to this tier, else 0.",
+         [({"tier": t}, int(bool(v["writable"]))) for t, v in tiers.items()]),
+        ("max_bytes", "gauge", "The local tier's bound (KERNEL_CACHE_MAX_BYTES).", [({}, report["max_bytes"])]),
+        ("over_max_bytes", "gauge", "1 if the local tier holds more than its bound, else 0.",
+         [({}, int(bool(report["over_max_bytes"])))]),
+        ("counters_persisted", "gauge", "1 if the hit/miss/compile counters were read from the cache directory, "
+         "0 if they could not be (they then count only the cachectl process: zeros).",
+         [({}, int(report["counters"] == "persisted"))]),
+    ]
+    lines: list[str] = []
+    for name, kind, help_text, samples in families:
+        if not samples:  # no tier: the family is left out, not declared empty
+            continue
+        full = PREFIX + name
+        lines.append(f"# HELP {full} {_escape_help(help_text)}")
+        lines.append(f"# TYPE {full} {kind}")
+        lines.extend(f"{full}{_labels({**base, **labels})} {_value(value)}" for labels, value in samples)
+    return "\n".join(lines) + "\n"
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(value: float | int) -> str:
+    """Integers as integers, floats as Python's shortest round-trip repr (what --json prints)."""
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value) if isinstance(value, int) else repr(float(value))
+
