@@ -54,7 +54,7 @@ def get_or_compile(spec: KernelSpec, store: Store | None = None) -> tuple[Artifa
 
     def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("kernel-cache %s compiling %s: key covers %s", key[:12], spec.describe(),
+            log.debug("%s compiling %s: key covers %s", key[:12], spec.describe(),
                       document_summary(key_document(spec)))
         art = compile_spec(spec)
         meta, blobs = art.to_entry()

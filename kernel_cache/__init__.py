@@ -57,7 +57,7 @@ def _setup_logging(config: Config) -> None:
     logger.propagate = False  # a root handler (basicConfig) would print every line a second time
     if not ours:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(logging.Formatter("kernel-cache %(message)s"))  # the app's format names the logger
         handler._kernel_cache = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,12 @@ from .signing import Signer, SigningKeyError, load_key_file, read_private_file
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$", re.IGNORECASE)
-_SECONDS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
+TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the cache directory
 XLA_SUBDIR = "xla"  # JAX's persistent compilation cache under KERNEL_CACHE_DIR (KERNEL_CACHE_XLA=1)
 
 
@@ -47,11 +48,16 @@ def parse_size(text: str, what: str = "size") -> int:
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
-    """'30d', '12h', '90m', '45s', '3600' -> seconds."""
+    """'30d', '12h', '90m', '45s', '250ms' -> seconds. A bare number other than 0 is refused: `prune
+    --older-than 30` read as seconds selects every entry minutes old."""
     m = _DURATION.match(str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a duration (examples: 45s, 90m, 12h, 30d)")
-    return float(m.group(1)) * _SECONDS[m.group(2).lower()]
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if not unit and number:
+        raise ConfigError(f"{what}: {echo(text)} has no unit: write it with one of ms, s, m, h, d, w "
+                          f"(e.g. {m.group(1)}s, 12h, 30d)")
+    return number * _SECONDS.get(unit, 1)
 
 
 def parse_flag(text: str, what: str = "flag") -> bool:
@@ -198,6 +204,11 @@ def _key_file(text: str) -> bytes:
         raise ConfigError(str(exc)) from None
 
 
+_SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes"})
+_DURATION_FIELDS = frozenset({"lock_timeout", "soft_lock_stale", "remote_ttl", "remote_timeout"})
+_PATH_FIELDS = frozenset({"dir", "shared_dir", "toolchain_memo_dir"})
+
+
 @dataclass(frozen=True)
 class Config:
     """Where and how much to cache. `dir=None` means memory only (no persistence across runs)."""
@@ -231,6 +242,7 @@ class Config:
     remote_unsigned: bool = False
 
     def __post_init__(self) -> None:
+        self._coerce()
         if self.log not in LOG_LEVELS:
             raise ConfigError(f"KERNEL_CACHE_LOG={echo(self.log)}: expected one of info, debug, off")
         if self.lock not in LOCK_MODES:
@@ -260,6 +272,23 @@ class Config:
                               f"'.', '_' and '-' only (at most 64)")
         if self.remote_ttl < 1 or self.remote_timeout <= 0:
             raise ConfigError("KERNEL_CACHE_REMOTE_TTL must be at least 1s and KERNEL_CACHE_REMOTE_TIMEOUT positive")
+
+    def _coerce(self) -> None:
+        """Sizes, durations and paths given as the environment spells them (`Config(max_bytes="1G")`)
+        are read the same way; any other wrong type is a ConfigError naming the field."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _SIZE_FIELDS and isinstance(value, str):
+                value = parse_size(value, f.name)
+            elif f.name in _DURATION_FIELDS and isinstance(value, str):
+                value = parse_duration(value, f.name)
+            elif f.name in _PATH_FIELDS and isinstance(value, str):
+                value = Path(value).expanduser()
+            if f.name in _SIZE_FIELDS and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{f.name}: expected a number of bytes or a size like '1G', got {echo(repr(value))}")
+            if f.name in _DURATION_FIELDS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ConfigError(f"{f.name}: expected seconds or a duration like '90s', got {echo(repr(value))}")
+            object.__setattr__(self, f.name, value)
 
     def with_(self, **changes: Any) -> "Config":
         return replace(self, **changes)
@@ -305,9 +334,36 @@ class Config:
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str]]:
-    """(setting, 'environment' or 'default') for `cachectl config`."""
+    """(setting, 'environment', 'default' or 'unused') for `cachectl config`: of two variables for one
+    value (the signing key, or its file), the one not set is 'unused' when the other is."""
     env = os.environ if environ is None else environ
-    return [(s, "environment" if env.get(s.env, "").strip() else "default") for s in SETTINGS]
+    given = {s.field for s in SETTINGS if env.get(s.env, "").strip()}
+    return [(s, "environment" if env.get(s.env, "").strip() else "unused" if s.field in given else "default")
+            for s in SETTINGS]
+
+
+def spelled(setting: Setting, value: Any) -> str | None:
+    """`value` as one would write it in `setting`'s variable (`256M`, `10m`, `1`, `jax_triton,ejkernel`),
+    so `cachectl config` shows settings in the form the README and the environment use."""
+    if value is None or value == ():
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if setting.parse is parse_size:
+        return _spelled_number(int(value), [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)], "")
+    if setting.parse is parse_duration:
+        return _spelled_number(float(value), [("d", 86400), ("h", 3600), ("m", 60), ("s", 1),
+                                              ("ms", 0.001)], "s")
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _spelled_number(value: float, units: list[tuple[str, float]], plain: str) -> str:
+    for unit, size in units:
+        if value >= size and (value / size) == int(value / size):
+            return f"{int(value / size)}{unit}"
+    return f"{value:g}{plain}"
 
 
 def render_table() -> str:

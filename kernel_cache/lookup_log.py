@@ -1,6 +1,7 @@
 """The lines kernel-cache logs per lookup, on the `kernel_cache` logger.
 
-INFO: one line per lookup, `kernel-cache KEY TIER MS ms  LABEL` (tier: memory, disk, shared or
+INFO: one line per lookup, `KEY TIER MS ms  LABEL` (KERNEL_CACHE_LOG's handler prefixes `kernel-cache`;
+an application's own format names the logger instead) (tier: memory, disk, shared or
 compile; the label is what the caller named the entry: the compiler gives kernel, arch, launch
 config and constexprs). DEBUG adds misses of `Store.lookup` and how long single-flight waited.
 Records are made whatever KERNEL_CACHE_LOG says (the application's logging configuration decides
@@ -29,14 +30,14 @@ def label_text(label: Label, default: str = "-") -> str:
 def lookup(key: str, label: Label, tier: str, start: float) -> None:
     """INFO: a lookup served by `tier` (or compiled), `start` its time.perf_counter()."""
     if log.isEnabledFor(logging.INFO):
-        log.info("kernel-cache %s %-7s %9.2f ms  %s", key[:12], tier, (time.perf_counter() - start) * 1000,
+        log.info("%s %-7s %9.2f ms  %s", key[:12], tier, (time.perf_counter() - start) * 1000,
                  label_text(label))
 
 
 def miss(key: str, label: Label, start: float) -> None:
     """DEBUG: a lookup that found nothing (the caller compiles it, or not)."""
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("kernel-cache %s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
+        log.debug("%s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
                   label_text(label))
 
 
@@ -49,5 +50,5 @@ def wait(key: str, label: Label, start: float, threads_done: float | None, outco
     what = f"{((threads_done or now) - start) * 1000:.2f} ms behind other threads"
     if threads_done is not None:
         what += f", {(now - threads_done) * 1000:.2f} ms for the {outcome}"
-    log.debug("kernel-cache %s %-7s %9.2f ms  %s (%s)", key[:12], "wait", (now - start) * 1000,
+    log.debug("%s %-7s %9.2f ms  %s (%s)", key[:12], "wait", (now - start) * 1000,
               label_text(label), what)

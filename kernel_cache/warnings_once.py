@@ -37,7 +37,7 @@ def info_once(cause: str, message: str) -> None:
         if cause in _seen:
             return
         _seen.add(cause)
-    log.info("kernel-cache: %s", message)
+    log.info("%s", message)
 
 
 def reset() -> None:

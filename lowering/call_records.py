@@ -130,7 +130,7 @@ class Slot:
         for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
             store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
         _touch_kernels(store, record.config_keys)
-        lookup_log.lookup(record.key, lambda: f"{self.kernel} call record ({len(record.config_keys)} kernels)", tier,
+        lookup_log.lookup(record.key, lambda: f"{self.kernel} call record ({_kernels(len(record.config_keys))})", tier,
                           start)
         return record.payload, len(record.config_keys)
 
@@ -259,3 +259,7 @@ def _target_part(platform: str, target: Target) -> str:
                      _plain(installed_tools(target))))
         _per_target[(platform, target)] = text
     return text
+
+
+def _kernels(n: int) -> str:
+    return f"{n} kernel" if n == 1 else f"{n} kernels"

@@ -111,34 +111,51 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """One line: whether the GPU tests ran (and on what) or were skipped, and why."""
+    """Whether the GPU tests ran (and on what) or were skipped, and why; then every other skip, counted
+    per reason, so each skipped test of the run is explained."""
     outcome: dict[str, str] = {}  # nodeid -> failed / skipped / passed (the worst phase wins)
     reasons: dict[str, int] = {}
+    others: dict[str, set[str]] = {}  # reason -> nodeids of skipped tests not marked gpu
     rank = {"passed": 0, "skipped": 1, "failed": 2}
     for reports in terminalreporter.stats.values():
         for report in reports:
-            if not isinstance(report, pytest.TestReport) or "gpu" not in report.keywords:
+            if not isinstance(report, pytest.TestReport):
                 continue  # also in stats: deselected items, warnings
             result = "failed" if report.failed else "skipped" if report.skipped else "passed"
+            reason = _skip_reason(report) if result == "skipped" else ""
+            if "gpu" not in report.keywords:
+                if result == "skipped":
+                    others.setdefault(reason, set()).add(report.nodeid)
+                continue
             if report.when != "call" and result == "passed":
                 continue
-            if result == "skipped" and isinstance(report.longrepr, tuple):
-                reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            if result == "skipped":
                 reasons[reason] = reasons.get(reason, 0) + 1
             if rank[result] >= rank[outcome.get(report.nodeid, "passed")]:
                 outcome[report.nodeid] = result
-    if not outcome:
-        return
-    counts = {r: sum(1 for v in outcome.values() if v == r) for r in ("passed", "failed", "skipped")}
-    if counts["skipped"] == len(outcome):
-        why = max(reasons, key=lambda r: reasons[r]) if reasons else "skipped"
-        line = f"GPU tests: {len(outcome)} skipped ({why})"
-    else:
-        ran = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
-        where = ", ".join(sorted(set(GPUS))) or "a GPU"
-        line = f"GPU tests: {ran}; ran on {where}"
-    terminalreporter.write_line(line, yellow=counts["skipped"] > 0 or counts["failed"] > 0,
-                                green=counts["passed"] > 0 and not counts["failed"] and not counts["skipped"])
+    if outcome:
+        counts = {r: sum(1 for v in outcome.values() if v == r) for r in ("passed", "failed", "skipped")}
+        if counts["skipped"] == len(outcome):
+            why = "; ".join(f"{n}: {r}" if len(reasons) > 1 else r
+                            for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "skipped"
+            line = f"GPU tests: {len(outcome)} skipped ({why})"
+        else:
+            ran = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
+            where = ", ".join(sorted(set(GPUS))) or "a GPU"
+            line = f"GPU tests: {ran}; ran on {where}"
+        terminalreporter.write_line(line, yellow=counts["skipped"] > 0 or counts["failed"] > 0,
+                                    green=counts["passed"] > 0 and not counts["failed"] and not counts["skipped"])
+    if others:
+        total = sum(len(ids) for ids in others.values())
+        terminalreporter.write_line(f"Other skips: {total}", yellow=True)
+        for reason, ids in sorted(others.items(), key=lambda kv: -len(kv[1])):
+            terminalreporter.write_line(f"  {len(ids)}: {reason}", yellow=True)
+
+
+def _skip_reason(report) -> str:
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return str(report.longrepr or "skipped")
 
 
 @pytest.fixture(scope="session")

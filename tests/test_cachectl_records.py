@@ -200,6 +200,9 @@ def test_prune_export_import_treat_records_as_entries(record_copy, tmp_path):
     dry = as_json("--dir", c.directory, "prune", "--kernel", "add_kernel", "--dry-run")
     assert sorted(r["kind"] for r in dry["removed"]) == ["autotune-winner", "lowered-call", "lowered-call",
                                                          "triton-kernel"]
+    rows = ok("--dir", c.directory, "prune", "--kernel", "add_kernel", "--dry-run").stdout.splitlines()
+    tags = sorted(row.split("  ")[2] for row in rows if row.startswith("would remove  "))  # as list tags them
+    assert tags == ["add_kernel", "add_kernel [call]", "add_kernel [call]", "add_kernel [winner]"], rows
 
 
 def test_prewarm_counts_kernels_not_records(record_cache):

@@ -37,7 +37,7 @@ COMPILE = textwrap.dedent("""
 LOOKUPS = textwrap.dedent("""
     import logging, sys
     if "basic" in sys.argv[1:]:
-        logging.basicConfig(level=logging.INFO, format="ROOT %(message)s")
+        logging.basicConfig(level=logging.INFO, format="ROOT %(name)s %(message)s")
     import kernel_cache
     store = kernel_cache.default_store()
     build = lambda: ({"name": "k"}, {"b": b"1"}, 0.1)
@@ -52,8 +52,9 @@ def _run(code: str, env: dict | None = None, *args: str):
 
 
 def _ours(text: str) -> list[str]:
-    """kernel-cache's lines, printed by its handler or by a root handler ("ROOT [logger level] ...")."""
-    return [line for line in text.splitlines() if re.match(r"(ROOT (kernel_cache\S* \S+ )?)?kernel-cache[ :]", line)]
+    """kernel-cache's lines, printed by its handler ("kernel-cache ...") or by an application's handler
+    whose format names the logger ("ROOT kernel_cache [level] ...", "kernel_cache ...")."""
+    return [line for line in text.splitlines() if re.match(r"kernel-cache |(ROOT )?kernel_cache\S* ", line)]
 
 
 def test_compile_at_debug_then_basicconfig_info_in_a_new_process(tmp_path):
@@ -81,9 +82,10 @@ def test_compile_at_debug_then_basicconfig_info_in_a_new_process(tmp_path):
     lines = _ours(err)
     assert len(lines) == 3, err
     for line, tier in zip(lines, ("disk", "memory", "memory")):
-        assert line.startswith("ROOT kernel_cache INFO kernel-cache "), line
+        assert line.startswith("ROOT kernel_cache INFO "), line  # the application's format names the logger once
+        assert "kernel-cache" not in line, line
         fields = line.split()
-        assert fields[4] == key and fields[5] == tier and fields[7] == "ms", line
+        assert fields[3] == key and fields[4] == tier and fields[6] == "ms", line
         assert line.endswith("  " + ADD), line
 
 
@@ -94,7 +96,7 @@ def test_kernel_cache_log_info_prints_each_line_once_on_stderr(tmp_path):
         assert proc.stdout == ""
         assert not [line for line in lines if line.startswith("ROOT")], proc.stderr
         assert [line.split()[2] for line in lines[1:]] == ["compile", "memory", "memory"], proc.stderr
-        assert lines[0] == "kernel-cache: " + kernel_cache.MEMORY_ONLY
+        assert lines[0] == "kernel-cache " + kernel_cache.MEMORY_ONLY
         assert lines[1].startswith("kernel-cache 0123456789ab compile ")
         assert lines[1].endswith(" ms  my_kernel sm_90 warps=4") and lines[3].endswith(" ms  my_kernel")
 
@@ -109,13 +111,13 @@ def test_without_logging_configured_nothing_is_printed(tmp_path, setting):
 def test_off_leaves_the_logger_to_the_application():
     proc = _run(LOOKUPS, {"KERNEL_CACHE_LOG": "off"}, "basic")
     lines = _ours(proc.stderr)
-    assert len(lines) == 4 and all(line.startswith("ROOT kernel-cache") for line in lines), proc.stderr
+    assert len(lines) == 4 and all(line.startswith("ROOT kernel_cache ") for line in lines), proc.stderr
 
 
 def test_memory_only_line_once_from_the_process_store_only(tmp_path):
     code = textwrap.dedent("""
         import logging
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
         import kernel_cache
         kernel_cache.Store(kernel_cache.Config())  # explicit stores say nothing
         print("explicit done", flush=True)
@@ -124,7 +126,7 @@ def test_memory_only_line_once_from_the_process_store_only(tmp_path):
         kernel_cache.current_config()
     """)
     proc = _run(code)
-    assert _ours(proc.stderr) == ["kernel-cache: " + kernel_cache.MEMORY_ONLY]
+    assert _ours(proc.stderr) == ["kernel_cache " + kernel_cache.MEMORY_ONLY]
     assert _ours(_run(code, {"KERNEL_CACHE_DIR": str(tmp_path)}).stderr) == []
     assert _ours(_run(code, {"KERNEL_CACHE_DISABLE": "1"}).stderr) == []
 

@@ -570,8 +570,8 @@ def test_a_warm_cache_on_a_full_disk_serves_hits_and_can_be_listed_pruned_and_cl
 def test_a_warm_cache_on_a_read_only_mount_serves_hits_and_lists(tmp_path):
     cache = tmp_path / "cache"
     store = Store(Config(dir=cache))
-    store.put(make_entry(KEY, size=100_000))  # a value file
-    store.put(make_entry(KEY2, size=100))  # inline in the index
+    store.put(make_entry(KEY, size=100_000))
+    store.put(make_entry(KEY2, size=100))  # a file too: every value is one
     store.close()
     with mounted("--bind", "-o", "ro", str(cache), str(tmp_path / "ro")) as ro:
         if os.access(ro, os.W_OK) and subprocess.run(["touch", str(ro / "probe")]).returncode == 0:
@@ -595,6 +595,11 @@ def test_a_warm_cache_on_a_read_only_mount_serves_hits_and_lists(tmp_path):
         assert "Traceback" not in pruned.stderr and "could not remove" in pruned.stderr
         assert (ro / "entries").exists() and sorted(
             i["key"] for i in json.loads(cachectl("--dir", ro, "list", "--json").stdout)["entries"]) == sorted([KEY, KEY2])
+        cleared = cachectl("--dir", ro, "clear", "--yes", "--json")  # nor by clear: no traceback, nothing counted
+        assert cleared.returncode == 1 and "Traceback" not in cleared.stderr, cleared.stderr
+        report = json.loads(cleared.stdout)
+        assert report["removed"] == 0 and {f["key"] for f in report["failed"]} == {KEY, KEY2}
+        assert len(list((ro / "entries").rglob("*.val"))) == 2
 
 
 def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
@@ -614,14 +619,13 @@ def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
     assert degraded.disk is None and "verify --repair" in kernel_cache_warnings(caught)[0]
     listed = cachectl("--dir", cache, "list", "--json")
     assert listed.returncode == 0 and "entry files" in listed.stderr
-    assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == big
+    assert sorted(i["key"] for i in json.loads(listed.stdout)["entries"]) == sorted([*big, KEY2])
     assert cachectl("--dir", cache, "verify").returncode == 1
     repaired = cachectl("--dir", cache, "verify", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
-    assert "3 entries re-indexed" in repaired.stdout
+    assert "4 entries re-indexed" in repaired.stdout and "0 lost" in repaired.stdout
     fixed = Store(Config(dir=cache))
-    assert [fixed.get(k)[1] for k in big] == ["disk"] * 3
-    assert fixed.get(KEY2) is None  # it lived only inside the damaged index: rebuilt on demand
+    assert [fixed.get(k)[1] for k in [*big, KEY2]] == ["disk"] * 4  # the small one was a file too
     fixed.close()
     (cache / "entries" / "cache.db").write_bytes(b"garbage again" * 100)
     cleared = cachectl("--dir", cache, "clear", "--yes")

@@ -11,6 +11,7 @@ from ..maintenance import EntryInfo, plan_prune, remove_debris, remove_entries, 
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier
+from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size
@@ -46,7 +47,8 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     verb = "would remove" if args.dry_run else "removed"
     if not ctx.quiet:
         for i in removed:
-            print(f"{verb}  {i.key[:12]}  {i.kernel}  {i.arch}  {human_size(i.size_bytes)}  ({i.tier})")
+            print(f"{verb}  {i.key[:12]}  {kinds.kernel_label(i)}  {i.arch}  {human_size(i.size_bytes)}  "
+                  f"({i.tier})")
         for path, size in debris:
             print(f"removed debris  {escaped(path)}  {human_size(size)}")
     ctx.say(f"{verb} {len(removed)} entries, {human_size(freed)}"
