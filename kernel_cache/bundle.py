@@ -1,6 +1,9 @@
 """Bundles: many entries in one compressed file, to move a warm cache where no shared dir reaches
 (another cluster, a container image).
 
+This module is long because it is the bundle format's one reader and writer: the manifest checks,
+the two orders of members, and an import that stages the whole bundle before anything lands.
+
 A bundle is a gzip'd tar holding `manifest.json` and one `entries/<key>.kce` per entry, each in the
 ordinary entry format. Import never extracts to disk and never trusts the archive: every member
 name is checked, every entry is decoded (format, checksum, key), a winner's or lowered call's
@@ -26,14 +29,24 @@ Bundles written before that hold it last (or anywhere); for those the file is re
 pass, under the same caps, only looks for the manifest and checks it (skipping other members'
 data without keeping it), the second hands out the entries. Nothing is buffered across members in
 either case.
+
+Import is all or nothing per bundle: `stage_bundle` reads the whole stream, decodes and checks
+every entry and copies the good ones into a private staging spool (in memory up to
+`STAGING_MEMORY_BYTES`, beyond that an unnamed temporary file in TMPDIR, gone when the import
+ends; never more than the total-size cap). Only a bundle read to its end, every entry its manifest
+lists found, is published (`StagedBundle.publish`); a damaged or truncated bundle, or one past a
+cap, raises before anything lands. Single entries that fail their checks are rejected, each with
+its reason, and the others are published. Publishing can still stop part-way (a full disk, a tier
+that refuses writes); then every entry's fate is reported: imported, already present, stale,
+rejected (why), failed (why) or not reached.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import re
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +56,7 @@ from typing import Any
 from . import entry as entry_format
 from . import record_checks
 from .bundle_stream import (
+    ENTRY_MEMBER,
     MANIFEST,
     BundleError,
     Caps,
@@ -59,7 +73,6 @@ from .tier import Tier
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
 BUNDLE_VERSION = 1
-_MEMBER = re.compile(r"^entries/([0-9a-f]{32})\.kce$")
 
 # Caps on what reading one bundle may cost (each overridable per call, see read_bundle).
 MAX_MEMBERS = 100_000  # tar members, the manifest included
@@ -67,6 +80,11 @@ MAX_ENTRY_BYTES = DEFAULT_MAX_ENTRY_BYTES  # one member: the same default cap as
 MAX_TOTAL_BYTES = 16 << 30  # everything the decompressor produces
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep
+STAGING_MEMORY_BYTES = 64 << 20  # staged entries beyond this go to an unnamed temporary file
+
+# What happened to one entry of a bundle (ImportResult.fates)
+IMPORTED, PRESENT, STALE, REJECTED, FAILED, NOT_REACHED = (
+    "imported", "present", "stale", "rejected", "failed", "not reached")
 
 
 @dataclass
@@ -76,13 +94,43 @@ class ExportResult:
     file_bytes: int
 
 
+class StagingError(OSError):
+    """The bundle's entries could not be staged (no room in TMPDIR): nothing was imported."""
+
+    expected: int | None = None  # entries the bundle's manifest lists
+
+
+@dataclass(frozen=True)
+class Fate:
+    member: str  # the entry's key, or the name (fit to print) of a member that is no entry
+    fate: str  # IMPORTED, PRESENT, STALE, REJECTED, FAILED or NOT_REACHED
+    reason: str = ""  # why, for REJECTED and FAILED (and NOT_REACHED: what stopped the import)
+
+
 @dataclass
 class ImportResult:
     imported: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)  # already in the tier: left alone
     stale: list[str] = field(default_factory=list)  # built by another toolchain: skipped
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, reason)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, reason): bad, never stored
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): good, but the tier refused it
+    not_reached: list[str] = field(default_factory=list)  # good, not stored: publishing stopped before it
     bytes: int = 0
+    expected: int | None = None  # entries the manifest lists (None: it lists none)
+    fates: list[Fate] = field(default_factory=list)  # every member but the manifest, in bundle order
+
+    @property
+    def complete(self) -> bool:
+        """Whether every good entry is now in the tier (imported or already there)."""
+        return not self.failed and not self.not_reached
+
+    def note(self, member: str, fate: str, reason: str = "") -> None:
+        self.fates.append(Fate(member, fate, reason))
+        if fate in (REJECTED, FAILED):
+            (self.rejected if fate == REJECTED else self.failed).append((member, reason))
+        else:
+            {IMPORTED: self.imported, PRESENT: self.present, STALE: self.stale,
+             NOT_REACHED: self.not_reached}[fate].append(member)
 
 
 # Export --------------------------------------------------------------------------------------
@@ -122,14 +170,19 @@ def read_bundle(path: Path, *, max_members: int | None = None, max_entry_bytes: 
     """(key, bytes, "") per well-formed entry member, (member name, None, reason) per bad one.
 
     Nothing is handed out before the manifest is checked. A cap exceeded (the module constants,
-    unless given here) stops the read with BundleError; entries handed out before stay handed out.
+    unless given here) stops the read with BundleError; entries handed out before stay handed out
+    (import_bundle stages them, so nothing of such a bundle lands).
     """
     caps = _caps(max_members, max_entry_bytes, max_total_bytes, max_manifest_bytes, max_json_depth)
-    path = Path(path)
+    yield from _members(Path(path), caps, {})
+
+
+def _members(path: Path, caps: Caps, manifest: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
+    """read_bundle's members; `manifest` receives the checked manifest before the first is handed out."""
     with open_stream(path, caps) as tar:
         for member in tar:
             if member.name == MANIFEST and member.isfile:
-                _check_manifest(tar.read(member), path, caps)
+                manifest.update(_check_manifest(tar.read(member), path, caps))
                 if member.index == 0:  # a current bundle: go on in this pass
                     yield from _entries(tar, manifest_seen=True)
                     return
@@ -148,7 +201,7 @@ def _entries(tar: TarStream, manifest_seen: bool) -> Iterator[tuple[str, bytes |
                 continue
             yield shown(member.name), None, "a second manifest"
             continue
-        match = _MEMBER.match(member.name)
+        match = ENTRY_MEMBER.match(member.name)
         if not member.isfile or match is None:
             yield shown(member.name), None, "not an entry of a kernel-cache bundle"
             continue
@@ -164,21 +217,173 @@ def _caps(members: int | None, entry_bytes: int | None, total_bytes: int | None,
     return Caps(**{k: defaults[k] if v is None else int(v) for k, v in given.items()})
 
 
-def _check_manifest(raw: bytes, path: Path, caps: Caps) -> None:
+def _check_manifest(raw: bytes, path: Path, caps: Caps) -> dict[str, Any]:
     if len(raw) > caps.manifest_bytes:
         raise manifest_too_large(path, len(raw), caps)
     if json_depth(raw) > caps.json_depth:
-        raise BundleError(f"{path}: {MANIFEST} nests deeper than {caps.json_depth} levels (the JSON depth "
-                          f"cap): not a kernel-cache bundle")
+        raise NotABundle(f"{path}: {MANIFEST} nests deeper than {caps.json_depth} levels (the JSON depth "
+                         f"cap): not a kernel-cache bundle")
     try:
         manifest = json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise BundleError(f"{path}: {MANIFEST} is not JSON: {exc}") from None
+        raise BundleError(f"{path} is damaged: its {MANIFEST} is not JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise NotABundle(f"{path} is not a kernel-cache bundle")
     if manifest.get("version") != BUNDLE_VERSION:
         raise BundleError(f"{path}: bundle version {manifest.get('version')!r}, this kernel-cache reads "
                           f"{BUNDLE_VERSION}")
+    return manifest
+
+
+def _listed_keys(manifest: dict[str, Any]) -> list[str]:
+    """The entry keys the manifest lists (rows that are not well formed are ignored)."""
+    rows = manifest.get("entries")
+    keys = [row.get("key") for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+    return list(dict.fromkeys(k for k in keys if isinstance(k, str) and ENTRY_MEMBER.match(f"entries/{k}.kce")))
+
+
+# Importing ----------------------------------------------------------------------------------------
+@dataclass
+class _Staged:
+    """One member of a staged bundle: a good entry (its bytes at `offset` in the spool) or a rejection."""
+
+    member: str
+    reason: str = ""  # non-empty: rejected while staging
+    offset: int = 0
+    size: int = 0
+    target: dict[str, Any] | None = None
+    toolchain: str = ""
+
+
+class StagedBundle:
+    """A bundle read to its end and checked, its good entries held in a private spool until published.
+
+    Use as a context manager (or call close()): the spool is freed when it ends.
+    """
+
+    def __init__(self, path: Path, expected: int | None, items: list[_Staged],
+                 spool: "tempfile.SpooledTemporaryFile[bytes]"):
+        self.path, self.expected, self.items, self._spool = path, expected, items, spool
+
+    def __enter__(self) -> "StagedBundle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._spool.close()
+
+    def publish(self, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
+                allow_stale: bool = False) -> ImportResult:
+        """Put the good entries into `tier`, in bundle order. `installed(target)` gives the installed
+        toolchain's summary for a target: entries of another toolchain are skipped as stale (their
+        keys could never be looked up here) unless `allow_stale`. The first entry the tier does not
+        keep stops the publishing: it is FAILED (with why), the good ones after it NOT_REACHED."""
+        result = ImportResult(expected=self.expected)
+        stopped: str | None = None
+        for item in self.items:
+            if item.reason:
+                result.note(item.member, REJECTED, item.reason)
+                continue
+            if installed is not None and (item.target is None or not item.toolchain):
+                result.note(item.member, REJECTED, "entry names no target or toolchain")
+                continue
+            if installed is not None and not allow_stale and item.target is not None:
+                current = installed(item.target)
+                if current is not None and item.toolchain != current:
+                    result.note(item.member, STALE)
+                    continue
+            if stopped is not None:
+                result.note(item.member, NOT_REACHED, stopped)
+                continue
+            try:
+                if item.member in tier:
+                    result.note(item.member, PRESENT)
+                    continue
+                self._spool.seek(item.offset)
+                data = self._spool.read(item.size)
+                tier.put_raw(item.member, data)
+                problem = None if item.member in tier else f"the {tier.name} tier did not keep it (not writable?)"
+            except (OSError, ValueError) as exc:
+                problem = str(exc) or type(exc).__name__
+            if problem is not None:
+                result.note(item.member, FAILED, problem)
+                stopped = f"the import stopped at entry {item.member[:12]}, which failed: {problem}"
+                continue
+            result.note(item.member, IMPORTED)
+            result.bytes += item.size
+        return result
+
+
+def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,
+                 max_members: int | None = None, max_entry_bytes: int | None = None,
+                 max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
+                 max_json_depth: int | None = None) -> StagedBundle:
+    """Read the whole bundle at `path`, check every entry (format, checksum, key, its record as
+    `verify` checks it, and `accept(raw)`: a string it returns is a reason to reject the entry, a
+    missing or wrong signature, say) and stage the good ones.
+
+    Raises NotABundle when the file is no bundle at all, BundleError when it is a bundle that cannot
+    be read to its end (damaged, truncated, past a cap, an entry its manifest lists missing; the
+    error's `at_entry` says where, when known), StagingError when there is no room to stage: in
+    each case nothing is staged and nothing lands anywhere.
+    """
+    path = Path(path)
+    caps = _caps(max_members, max_entry_bytes, max_total_bytes, max_manifest_bytes, max_json_depth)
+    manifest: dict[str, Any] = {}
+    items: list[_Staged] = []
+    seen: set[str] = set()
+    spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(max_size=STAGING_MEMORY_BYTES)
+    try:
+        for key, data, reason in _members(path, caps, manifest):
+            if data is None:
+                items.append(_Staged(key, reason))
+                continue
+            seen.add(key)
+            item = _check_entry(key, data, accept)
+            if not item.reason:
+                item.offset = spool.tell()
+                _stage(spool, data)
+            items.append(item)
+        listed = _listed_keys(manifest)
+        missing = [k for k in listed if k not in seen]
+        if missing:
+            raise BundleError(f"{path} is damaged: {len(missing)} of the {len(listed)} entries its {MANIFEST} lists "
+                              f"are missing (" + ", ".join(k[:12] for k in missing[:3])
+                              + (", …" if len(missing) > 3 else "") + ")")
+    except BaseException as exc:
+        spool.close()
+        if isinstance(exc, (BundleError, StagingError)) and manifest:
+            exc.expected = len(_listed_keys(manifest)) or None
+        raise
+    return StagedBundle(path, len(listed) or None, items, spool)
+
+
+def _stage(spool: "tempfile.SpooledTemporaryFile[bytes]", data: bytes) -> None:
+    try:
+        spool.write(data)
+    except OSError as exc:
+        raise StagingError(f"cannot stage the bundle's entries in {tempfile.gettempdir()} ({exc.strerror or exc}); "
+                           f"set TMPDIR to a directory with room") from None
+
+
+def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] | None) -> _Staged:
+    try:
+        entry = entry_format.decode(data, expected_key=key)
+    except CorruptEntry as exc:
+        return _Staged(key, str(exc))
+    except RecursionError:
+        return _Staged(key, "entry metadata is nested too deeply")
+    problem = record_checks.problem(entry)
+    if problem is not None:  # a winner or lowered-call record that verify would refuse
+        return _Staged(key, problem)
+    if accept is not None:
+        refusal = accept(data)
+        if refusal is not None:
+            return _Staged(key, refusal)
+    summary = EntrySummary.from_meta(entry.meta)
+    return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain)
 
 
 def import_bundle(path: Path, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
@@ -186,53 +391,9 @@ def import_bundle(path: Path, tier: Tier, installed: Callable[[dict[str, Any]], 
                   max_members: int | None = None, max_entry_bytes: int | None = None,
                   max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
                   max_json_depth: int | None = None) -> ImportResult:
-    """Validate every entry of the bundle at `path` and put the good ones into `tier`.
-
-    `installed(target)` gives the installed toolchain's summary for a target; entries built by a
-    different toolchain are skipped (their keys could never be looked up here) unless `allow_stale`.
-    `accept(raw)`, when given, sees each entry's bytes once they decode; a string it returns is a
-    reason to reject the entry (a missing or wrong signature, say).
-    A bundle without a valid manifest lands nothing; a damaged archive, or one past a cap (see
-    read_bundle), raises BundleError after the entries read before have landed.
-    """
-    result = ImportResult()
-    members = read_bundle(path, max_members=max_members, max_entry_bytes=max_entry_bytes,
-                          max_total_bytes=max_total_bytes, max_manifest_bytes=max_manifest_bytes,
-                          max_json_depth=max_json_depth)
-    for key, data, reason in members:
-        if data is None:
-            result.rejected.append((key, reason))
-            continue
-        try:
-            entry = entry_format.decode(data, expected_key=key)
-        except CorruptEntry as exc:
-            result.rejected.append((key, str(exc)))
-            continue
-        except RecursionError:
-            result.rejected.append((key, "entry metadata is nested too deeply"))
-            continue
-        problem = record_checks.problem(entry)
-        if problem is not None:  # a winner or lowered-call record that verify would refuse
-            result.rejected.append((key, problem))
-            continue
-        if accept is not None:
-            refusal = accept(data)
-            if refusal is not None:
-                result.rejected.append((key, refusal))
-                continue
-        summary = EntrySummary.from_meta(entry.meta)
-        if installed is not None and (summary.target is None or not summary.toolchain):
-            result.rejected.append((key, "entry names no target or toolchain"))
-            continue
-        if installed is not None and not allow_stale and summary.target is not None:
-            current = installed(summary.target)
-            if current is not None and summary.toolchain != current:
-                result.stale.append(key)
-                continue
-        if key in tier:
-            result.present.append(key)
-            continue
-        tier.put_raw(key, data)
-        result.imported.append(key)
-        result.bytes += len(data)
-    return result
+    """Stage the bundle at `path` (stage_bundle: every check, nothing lands if it cannot be read
+    whole) and publish its good entries into `tier` (StagedBundle.publish)."""
+    with stage_bundle(path, accept=accept, max_members=max_members, max_entry_bytes=max_entry_bytes,
+                      max_total_bytes=max_total_bytes, max_manifest_bytes=max_manifest_bytes,
+                      max_json_depth=max_json_depth) as staged:
+        return staged.publish(tier, installed, allow_stale)

@@ -3,6 +3,16 @@ format parsed one 512-byte header at a time, under the caps `bundle.py` describe
 
 Nothing here extracts, looks a member up by name, or follows a link: a member is a name, a size
 and (for regular files) data read only when asked, never more than the caps allow.
+
+A read that stops (damage, a cap) raises NotABundle until a member has shown the file to be a
+bundle (a member named like a bundle's manifest or entry), BundleError after: "not a bundle" and
+"a damaged bundle" are different answers (cachectl exits 2 for one, 1 for the other). A BundleError
+raised by the stream says where it stopped, in its message and as `at_entry` (the first entry
+member, counting from 1, not read whole). The gzip stream is read to its end, so a file cut short
+or whose trailer does not match is damaged even where the tar archive looks complete.
+
+This module is long because it parses the tar format itself (ustar headers, pax and GNU
+extensions) instead of handing a hostile stream to tarfile.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import re
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
@@ -38,8 +49,14 @@ _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, 
 MANIFEST = "manifest.json"
 
 
+ENTRY_MEMBER = re.compile(r"^entries/([0-9a-f]{32})\.kce$")
+
+
 class BundleError(ValueError):
     """The file is not a readable kernel-cache bundle."""
+
+    at_entry: int | None = None  # the first entry member (from 1) not read whole when the stream stopped
+    expected: int | None = None  # entries the bundle's manifest lists, when it was read before the stop
 
 
 class NotABundle(BundleError):
@@ -78,6 +95,9 @@ class _Decompressed:
         self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
         self._path, self._limit = path, caps.total_bytes
         self.produced = 0
+        # how a stop is reported; TarStream, which knows where in the bundle the read is, sets both
+        self.damaged: Callable[[str], BundleError] = lambda what: BundleError(f"{path} is damaged: {what}")
+        self.capped: Callable[[str], BundleError] = lambda what: BundleError(f"{path}: stopped reading: {what}")
 
     def read(self, n: int) -> bytes:
         """Up to n bytes (fewer only at the end of the stream)."""
@@ -85,19 +105,26 @@ class _Decompressed:
         while wanted > 0:
             try:
                 data = self._gz.read(min(wanted, _CHUNK))
-            except (OSError, EOFError, zlib.error) as exc:
-                raise BundleError(f"{self._path} is damaged: {exc}") from None
+            except EOFError:
+                raise self.damaged("the file is truncated (its compressed stream ends early)") from None
+            except (OSError, zlib.error) as exc:
+                raise self.damaged(str(exc)) from None
             if not data:
                 break
             self.produced += len(data)
             if self.produced > self._limit:
-                raise BundleError(
-                    f"{self._path}: stopped reading: the bundle expands to more than {human(self._limit)} "
-                    f"(the total-size cap); a real bundle that large should be exported in parts "
-                    f"(cachectl export --arch/--kernel)")
+                raise self.capped(
+                    f"the bundle expands to more than {human(self._limit)} (the total-size cap); a real "
+                    f"bundle that large should be exported in parts (cachectl export --arch/--kernel)")
             out.write(data)
             wanted -= len(data)
         return out.getvalue()
+
+    def drain(self) -> None:
+        """Read to the end of the gzip stream (under the total-size cap): a file cut short, or one whose
+        trailer does not match what was decompressed, is damaged even when the tar archive looked whole."""
+        while self.read(_CHUNK):
+            pass
 
     def skip(self, n: int) -> int:
         """Read and drop n bytes; how many there were."""
@@ -129,6 +156,11 @@ class TarStream:
         self._s, self._path, self._caps = stream, path, caps
         self._pending = 0  # data and padding of the last member not read yet
         self._count = 0
+        self._entries = 0  # entry members whose header was read
+        self._in_entry = False  # the last header read was an entry's, its data not all read yet
+        self._in_manifest = False
+        self.recognised = False  # a member has shown this to be a kernel-cache bundle
+        stream.damaged, stream.capped = self._damaged, self._capped
 
     def __iter__(self) -> Iterator[_Member]:
         while True:
@@ -140,23 +172,42 @@ class TarStream:
     def read(self, member: _Member) -> bytes:
         data = self._s.read(member.size)
         if len(data) != member.size:
-            raise BundleError(f"{self._path} is damaged: member {shown(member.name)} is truncated")
+            raise self._damaged(f"member {shown(member.name)} is truncated")
         self._pending -= member.size
         return data
 
+    def _where(self) -> str:
+        if self._in_manifest:
+            return f"in its {MANIFEST}"
+        if self._in_entry:
+            return f"at entry {self._entries}"
+        return f"after entry {self._entries}" if self._entries else "before its first entry"
+
+    def _positioned(self, error: BundleError) -> BundleError:
+        error.at_entry = self._entries if self._in_entry else self._entries + 1  # the first not read whole
+        return error
+
     def _damaged(self, what: str) -> BundleError:
-        if self._count == 0:
-            return BundleError(f"{self._path} is not a kernel-cache bundle: {what}")
-        return BundleError(f"{self._path} is damaged: {what}")
+        """The stream is broken here: a damaged bundle once a member showed it is one, else no bundle."""
+        if not self.recognised:
+            return NotABundle(f"{self._path} is not a kernel-cache bundle: {what}")
+        return self._positioned(BundleError(f"{self._path} is damaged {self._where()}: {what}"))
+
+    def _capped(self, what: str) -> BundleError:
+        if not self.recognised:
+            return NotABundle(f"{self._path} is not a kernel-cache bundle: stopped reading: {what}")
+        return self._positioned(BundleError(f"{self._path}: stopped reading {self._where()}: {what}"))
 
     def _next(self) -> _Member | None:
         if self._pending and self._s.skip(self._pending) != self._pending:
             raise self._damaged("the last member is truncated")
         self._pending = 0
+        self._in_entry = self._in_manifest = False
         name = size = None
         for _ in range(_MAX_EXTENSIONS + 1):
             block = self._s.read(_BLOCK)
             if not block or block == bytes(_BLOCK):
+                self._s.drain()  # to the gzip trailer, whose checksum and length are verified there
                 return None  # end of the archive (or of a stream without end blocks)
             if len(block) < _BLOCK:
                 raise self._damaged("truncated tar header")
@@ -164,8 +215,8 @@ class TarStream:
             if kind not in (b"x", b"g", b"L", b"K"):
                 break
             if h_size > _MAX_EXTENSION_BYTES:
-                raise BundleError(f"{self._path}: a tar extension header of {h_size} bytes is over the "
-                                  f"{human(_MAX_EXTENSION_BYTES)} cap: not a kernel-cache bundle")
+                raise self._damaged(f"a tar extension header of {h_size} bytes is over the "
+                                    f"{human(_MAX_EXTENSION_BYTES)} cap")
             data = self._s.read(_padded(h_size))
             if len(data) != _padded(h_size):
                 raise self._damaged("truncated tar extension header")
@@ -181,19 +232,21 @@ class TarStream:
             raise self._damaged(f"more than {_MAX_EXTENSIONS} tar extension headers in a row")
         self._count += 1
         if self._count > self._caps.members:
-            raise BundleError(f"{self._path}: stopped reading: more than {self._caps.members} members (the "
-                              f"member-count cap); a real bundle that large should be exported in parts "
-                              f"(cachectl export --arch/--kernel)")
+            raise self._capped(f"more than {self._caps.members} members (the member-count cap); a real bundle "
+                               f"that large should be exported in parts (cachectl export --arch/--kernel)")
         name = h_name if name is None else name
         size = h_size if size is None else size
         if kind in _NO_DATA:
             size = 0
+        self._in_manifest, self._in_entry = name == MANIFEST, bool(ENTRY_MEMBER.match(name))
+        self.recognised = self.recognised or self._in_manifest or self._in_entry
+        self._entries += self._in_entry
         if name == MANIFEST and size > self._caps.manifest_bytes:
             raise manifest_too_large(self._path, size, self._caps)
         if name != MANIFEST and size > self._caps.entry_bytes:
-            raise BundleError(f"{self._path}: stopped reading: member {shown(name)} holds {human(size)}, over "
-                              f"the {human(self._caps.entry_bytes)} per-entry cap; no kernel entry is that "
-                              f"large, so the bundle is damaged or not a kernel-cache bundle")
+            raise self._capped(f"member {shown(name)} holds {human(size)}, over the {human(self._caps.entry_bytes)} "
+                               f"per-entry cap; no kernel entry is that large, so the bundle is damaged or not "
+                               f"a kernel-cache bundle")
         self._pending = _padded(size)
         return _Member(name=name, type=kind, size=size, index=self._count - 1)
 

@@ -31,11 +31,15 @@ class SigningKeyError(ValueError):
     """The configured signing key cannot be used (too short, unreadable, readable by others)."""
 
 
+def _too_short(length: int) -> str:
+    return (f"a signing key needs at least {MIN_KEY_BYTES} bytes (got {length}); make one with: "
+            f"head -c 32 /dev/urandom | base64 > KEYFILE")
+
+
 class Signer:
     def __init__(self, key: bytes):
         if len(key) < MIN_KEY_BYTES:
-            raise SigningKeyError(f"a signing key needs at least {MIN_KEY_BYTES} bytes (got {len(key)}); "
-                                  f"make one with: head -c 32 /dev/urandom | base64 > KEYFILE")
+            raise SigningKeyError(_too_short(len(key)))
         self._key = bytes(key)
         self.key_id = hashlib.sha256(_LABEL + self._key).digest()[:8]
 
@@ -68,8 +72,12 @@ class Signer:
 
 def load_key_file(path: Path) -> bytes:
     """The key in `path`: a regular file of this user, not readable or writable by anyone else
-    (like ssh private keys). Surrounding whitespace is stripped so `echo KEY > file` works."""
-    return read_private_file(path, "KERNEL_CACHE_SIGNING_KEY_FILE", "key")
+    (like ssh private keys), of at least MIN_KEY_BYTES. Surrounding whitespace is stripped so
+    `echo KEY > file` works. Every refusal names KERNEL_CACHE_SIGNING_KEY_FILE, the setting used."""
+    key = read_private_file(path, "KERNEL_CACHE_SIGNING_KEY_FILE", "key")
+    if len(key) < MIN_KEY_BYTES:
+        raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: {_too_short(len(key))}")
+    return key
 
 
 def read_private_file(path: Path, what: str, kind: str) -> bytes:

@@ -1,4 +1,11 @@
-"""cachectl export / import: move a warm cache where no shared directory reaches."""
+"""cachectl export / import: move a warm cache where no shared directory reaches.
+
+Import is all or nothing per bundle: the whole bundle is read and checked before the cache is even
+opened, and a file that is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap
+(exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
+names each entry that was not imported and why, and, when the tier stops taking writes part-way,
+which entries were imported and which were not reached.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,18 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
-from ..bundle import BundleError, NotABundle, export_bundle, import_bundle
+from ..bundle import (
+    FAILED,
+    NOT_REACHED,
+    REJECTED,
+    BundleError,
+    ImportResult,
+    NotABundle,
+    StagingError,
+    export_bundle,
+    stage_bundle,
+)
+from ..config import sources
 from ..maintenance import read_raw
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
@@ -33,21 +51,26 @@ def cmd_export(ctx: Context, args: Any) -> int:
         try:
             raw = read_raw(tier, info.key)
             entry_format.decode(raw, expected_key=info.key)
-        except (entry_format.CorruptEntry, TypeError):
-            skipped.append(info.key)
+        except (entry_format.CorruptEntry, TypeError) as exc:
+            skipped.append((info.key, f"corrupt ({exc})" if str(exc) else "corrupt"))
             continue
         if signer is not None:
             # the local tier is trusted by ownership, so its entries are vouched for here; a shared
             # entry must already carry our signature (exporting must not launder a planted one)
-            if tier.name == "shared" and signer.problem(raw) is not None:
-                skipped.append(info.key)
+            problem = signer.problem(raw) if tier.name == "shared" else None
+            if problem is not None:
+                skipped.append((info.key, f"{problem} ({_key_setting()} is set)"))
                 continue
             raw = signer.sign(raw)
         seen.add(info.key)
         chosen.append((info.key, raw, {"kernel": info.kernel, "arch": info.arch, "toolchain": info.toolchain}))
+    if not chosen and skipped:
+        for key, why in skipped:
+            print(f"skipped {key[:12]}: {why}", file=sys.stderr)
+        raise CliError(f"every entry that matches the selection was skipped; nothing written to {args.file}",
+                       EXIT_PROBLEMS)
     if not chosen:
-        raise CliError(f"no entries match the selection{' (all matching entries were corrupt)' if skipped else ''}; "
-                       f"nothing written to {args.file}")
+        raise CliError(f"no entries match the selection; nothing written to {args.file}")
     if not args.file.parent.is_dir():
         raise CliError(f"cannot write {args.file}: no directory {args.file.parent}")
     try:
@@ -56,46 +79,78 @@ def cmd_export(ctx: Context, args: Any) -> int:
         raise CliError(f"cannot write {args.file}: {exc}", EXIT_PROBLEMS) from None
     if ctx.json:
         ctx.emit_json({"file": str(args.file), "entries": result.entries, "bytes": result.bytes,
-                       "file_bytes": result.file_bytes, "skipped_corrupt": skipped})
+                       "file_bytes": result.file_bytes, "skipped_corrupt": [key for key, _ in skipped]})
     else:
-        for key in skipped:
-            print(f"skipped corrupt entry {key[:12]}", file=sys.stderr)
+        for key, why in skipped:
+            print(f"skipped {key[:12]}: {why}", file=sys.stderr)
         ctx.say(f"exported {result.entries} entries ({human_size(result.bytes)}, "
-                f"{human_size(result.file_bytes)} compressed) to {args.file}")
-    return EXIT_OK
+                f"{human_size(result.file_bytes)} compressed) to {args.file}"
+                + (f"; {len(skipped)} skipped" if skipped else ""))
+    return EXIT_PROBLEMS if skipped else EXIT_OK
+
+
+def _key_setting() -> str:
+    """The signing-key setting the operator actually set (the file or the variable)."""
+    return next((s.env for s, source in sources() if s.field == "signing_key" and source == "environment"),
+                "a signing key")
 
 
 def cmd_import(ctx: Context, args: Any) -> int:
     if not args.file.is_file():
         raise CliError(f"no bundle at {args.file}")
-    with open(args.file, "rb") as f:  # before any cache is created for it
-        if f.read(2) != b"\x1f\x8b":
-            raise CliError(f"{args.file} is not a kernel-cache bundle (not gzip-compressed)")
-    signer = ctx.store(create=True).signer
-    tier = ctx.tiers(args.tier)[0]
+    signer = ctx.config.signer()
+    setting = _key_setting()
 
     def signed_by_our_key(data: bytes) -> str | None:  # with a key, a bundle proves nothing by itself
-        problem = signer.problem(data)
-        return None if problem is None else f"{problem} (KERNEL_CACHE_SIGNING_KEY is set)"
+        problem = signer.problem(data) if signer is not None else None
+        return None if problem is None else f"{problem} ({setting} is set: entries must carry its signature)"
 
-    try:
-        result = import_bundle(args.file, tier, ctx.installed_toolchain, allow_stale=args.allow_stale,
-                               accept=signed_by_our_key if signer is not None else None,
-                               max_entry_bytes=ctx.config.max_entry_bytes)
-    except NotABundle as exc:  # nothing read: the command could not run
+    try:  # before any cache is created or opened for it
+        staged = stage_bundle(args.file, accept=signed_by_our_key if signer is not None else None,
+                              max_entry_bytes=ctx.config.max_entry_bytes)
+    except NotABundle as exc:  # the import does not apply to this file
         raise CliError(str(exc)) from None
-    except BundleError as exc:  # damaged part-way: what was read before the damage has landed
-        raise CliError(str(exc), EXIT_PROBLEMS) from None
+    except (BundleError, StagingError) as exc:  # a bundle that cannot be read whole: nothing lands
+        return _nothing_imported(ctx, args, exc)
+    with staged:
+        ctx.store(create=True)
+        tier = ctx.tiers(args.tier)[0]
+        result = staged.publish(tier, ctx.installed_toolchain, allow_stale=args.allow_stale)
     if ctx.json:
         ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),
                        "rejected": [{"member": m, "reason": r} for m, r in result.rejected],
+                       "failed": [{"key": k, "reason": r} for k, r in result.failed],
+                       "not_reached": result.not_reached, "expected": result.expected,
+                       "fates": [{"member": f.member, "fate": f.fate, "reason": f.reason} for f in result.fates],
                        "bytes": result.bytes, "tier": tier.name})
     else:
-        for member, reason in result.rejected:
-            print(f"rejected  {member}: {reason}", file=sys.stderr)
-        ctx.say(f"imported {len(result.imported)} entries ({human_size(result.bytes)}) into {tier.name}; "
-                f"{len(result.present)} already present, {len(result.stale)} skipped as stale"
-                + (" (use --allow-stale to import them anyway)" if result.stale else "")
-                + f", {len(result.rejected)} rejected")
-    return EXIT_PROBLEMS if result.rejected else EXIT_OK
+        _say_fates(ctx, result, tier.name)
+    return EXIT_PROBLEMS if result.rejected or not result.complete else EXIT_OK
 
+
+def _nothing_imported(ctx: Context, args: Any, exc: Exception) -> int:
+    expected = getattr(exc, "expected", None)
+    message = f"imported 0{f' of {expected}' if expected else ''} entries: {exc}"
+    print(f"cachectl: {message}", file=sys.stderr)
+    if ctx.json:  # the usual document, plus what an error carries
+        ctx.emit_json({"imported": 0, "present": 0, "stale": 0, "rejected": [], "failed": [], "not_reached": [],
+                       "expected": expected, "fates": [], "bytes": 0, "tier": args.tier,
+                       "at_entry": getattr(exc, "at_entry", None), "error": message, "exit_code": EXIT_PROBLEMS})
+    return EXIT_PROBLEMS
+
+
+def _say_fates(ctx: Context, result: ImportResult, tier: str) -> None:
+    """Each entry not imported on stderr (every entry's fate on stdout with -v), then the summary."""
+    for fate in result.fates:
+        if fate.fate in (REJECTED, FAILED):
+            print(f"{fate.fate:<9} {fate.member}: {fate.reason}", file=sys.stderr)
+        elif fate.fate == NOT_REACHED:
+            print(f"{fate.fate:<9} {fate.member}", file=sys.stderr)
+        elif ctx.verbose and not ctx.quiet:
+            print(f"{fate.fate:<9} {fate.member}")
+    ctx.say(f"imported {len(result.imported)} of {len(result.fates)} entries ({human_size(result.bytes)}) into "
+            f"{tier}; {len(result.present)} already present, {len(result.stale)} skipped as stale"
+            + (" (use --allow-stale to import them anyway)" if result.stale else "")
+            + f", {len(result.rejected)} rejected"
+            + (f"; writing {result.failed[0][0][:12]} failed, so the import stopped there: "
+               f"{len(result.not_reached)} more not reached (not imported)" if result.failed else ""))
