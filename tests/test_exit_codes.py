@@ -20,6 +20,7 @@ from conftest import GPUS, ROOT
 from test_cli_reference import subcommands
 from test_import_fate import KEYS, TARGET, cut_bundle, entry_bytes, foreign_files, good_bundle
 
+import kernel_cache
 from kernel_cache import Config, Entry, Store
 from kernel_cache.bundle import export_bundle
 from kernel_cache.cachectl.main import main
@@ -113,12 +114,17 @@ def test_the_example_exits_with_the_code_the_readme_gives(workspace, tmp_path, m
     here = tmp_path / "ws"
     shutil.copytree(workspace, here)
     monkeypatch.chdir(here)
-    monkeypatch.setenv("KERNEL_CACHE_DIR", "cache")
+    monkeypatch.setenv("KERNEL_CACHE_DIR", str(here / "cache"))
+    monkeypatch.setattr(kernel_cache, "_default", None)  # a process store a command makes is dropped after it
     words = shlex.split(example)
     while words[0] != "cachectl":
         name, _, value = words.pop(0).partition("=")
         monkeypatch.setenv(name, value)
-    got = main(words[1:])
+    try:
+        got = main(words[1:])
+    finally:
+        if kernel_cache._default is not None:
+            kernel_cache._default.close()
     out = capsys.readouterr()
     assert got == code, f"`{example}` ({command}) exited {got}, README says {code}\n{out.out}\n{out.err}"
     if code == 2 or (code == 1 and command != "doctor"):  # doctor names its problems in its report
