@@ -63,8 +63,8 @@ class Context:
         if self._store is None:
             directory = self.config.dir
             if directory is None and self.config.shared_dir is None and self.config.remote is None:
-                raise CliError("no cache directory: pass --dir DIR (or --shared-dir DIR, --remote URL) or set "
-                               "KERNEL_CACHE_DIR")
+                raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (a shared directory or "
+                               "remote alone: --shared-dir DIR, --remote URL)")
             if directory is not None:
                 _check_local_directory(Path(directory), create)
             if self.config.shared_dir is not None and not Path(self.config.shared_dir).is_dir():
