@@ -2,7 +2,9 @@
 
 Python runs a `.pth` line that starts with `import` at every interpreter start; ours does nothing but
 read KERNEL_CACHE_INTERCEPT unless it is set (see kernel_cache/interception.py). A wheel carries it
-through build_py; an editable install (`pip install -e`) through editable_wheel's install directory.
+through build_py; an editable install (`pip install -e`) through editable_wheel's install directory;
+an sdist (`python -m build` builds the wheel from one) through build_py's source files, without which
+the wheel built from it would fail to find the file.
 """
 
 import os
@@ -21,6 +23,9 @@ class BuildPyWithPth(build_py):
 
     def get_outputs(self, include_bytecode=1):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
+
+    def get_source_files(self):  # what sdist packs: the hook travels in it
+        return [*super().get_source_files(), PTH]
 
 
 class EditableWheelWithPth(editable_wheel):

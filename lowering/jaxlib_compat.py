@@ -63,9 +63,14 @@ def triton_module(platform: str) -> ModuleType:
         other = "rocm" if platform == "cuda" else "cuda"
         module = plugin_support.import_from_plugin(other, "_triton")
     if module is None:
-        raise JaxlibSupportError(
-            f"no jaxlib GPU plugin with Triton support is installed for '{platform}': install "
-            f"jax-cuda12-plugin / jax-cuda13-plugin (CUDA) or jax-rocm*-plugin (ROCm), matching jaxlib")
+        import jax
+
+        version = ".".join(str(v) for v in jaxlib_version())
+        raise JaxlibSupportError(  # the install lines are the README's ("Install into your environment")
+            f"no jaxlib GPU plugin with Triton support is installed for '{platform}': on a host without a GPU, "
+            f'pip install --no-deps "jax-cuda13-plugin=={version}" (the plugin alone, at jaxlib\'s exact '
+            f'version); on a GPU host, pip install "jax[cuda13]=={jax.__version__}" (with its CUDA runtime); '
+            f"for ROCm, jax-rocm*-plugin at jaxlib's version")
     return module
 
 

@@ -55,6 +55,10 @@ CLIENT_VERSIONS = {
     "transformer_engine": ("transformer-engine", (), ()),
 }
 SCHEMA = 1
+# kernel-cache is not on PyPI: it installs from a checkout or a built wheel (README, "Install into your
+# environment"); `pip install kernel-cache` asks the index, which has no such package or somebody else's.
+INSTALL_HINT = ("install kernel-cache with pip from a checkout or a built wheel (pip install /path/to/kernel-cache; "
+                "README: Install into your environment), not only on PYTHONPATH")
 # SQLite's locking (the local index) is not to be trusted on these: the local tier is for local disks.
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
                        "glusterfs", "afs", "orangefs"}
@@ -367,8 +371,7 @@ def _intercept(config: Config) -> list[Check]:
     if not hooks:
         rows.append(Check("intercept-hook", PROBLEM, f"{HOOK} is in no site-packages directory: nothing reads "
                           f"KERNEL_CACHE_INTERCEPT when Python starts",
-                          "install kernel-cache with pip (pip install kernel-cache, or pip install -e . in a "
-                          "checkout), or call kernel_cache.intercept(...) before the model is traced"))
+                          f"{INSTALL_HINT}, or call kernel_cache.intercept(...) before the model is traced"))
     else:
         rows.append(Check("intercept-hook", OK, f"{HOOK} in {hooks[0]}"))
     for name in config.intercept:
@@ -380,7 +383,7 @@ def _intercept(config: Config) -> list[Check]:
         if name not in adapters:
             rows.append(Check(f"intercept-{name}", PROBLEM, f"no '{name}' adapter in the "
                               f"{interception.ENTRY_POINT_GROUP} entry points (kernel-cache only on PYTHONPATH?)",
-                              "install kernel-cache with pip so its entry points are registered"))
+                              f"{INSTALL_HINT}: that registers its entry points"))
             continue
         if version is None:
             rows.append(Check(f"intercept-{name}", WARN, f"{distribution} is not installed: nothing to intercept",
@@ -393,8 +396,12 @@ def _intercept(config: Config) -> list[Check]:
             rows.append(Check(f"intercept-{name}", WARN, f"{exc}; its calls keep their own path, with one warning",
                               f"use a version of {distribution} kernel-cache knows"))
             continue
-        rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
-                          f"from the store"))
+        if hooks:
+            rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
+                              f"from the store"))
+        else:  # the adapter is ready but nothing installs it at start-up: not served by the variable alone
+            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} {version}: adapter ready, but served only "
+                              f"where the program calls kernel_cache.intercept() (see intercept-hook)"))
     return rows
 
 
@@ -433,9 +440,14 @@ def _jaxlib(config: Config) -> list[Check]:
     else:
         why = ""
     if not installed:
+        # README, "Install into your environment": a GPU host takes jax's CUDA runtime with the plugin; a
+        # host without a GPU the plugin alone (its dependencies are that runtime, useless there, and every
+        # JAX start would print a cuDNN traceback)
+        fix = (f'pip install "jax[cuda13]=={jax.__version__}"' if _nvidia_smi_lists_gpus() else
+               f'pip install --no-deps "jax-cuda13-plugin=={version}" (no GPU here: the plugin alone, at '
+               "jaxlib's exact version, without the CUDA runtime it depends on)")
         return [Check("jaxlib", PROBLEM, f"jaxlib {version} without a CUDA plugin with Triton support{why}: "
-                      "lowering Triton calls for cuda fails",
-                      f"pip install jax-cuda13-plugin=={version} (add --no-deps on a host without a GPU)")]
+                      "lowering Triton calls for cuda fails", fix)]
     rows = [Check("jaxlib", OK, f"jaxlib {version} with its CUDA plugin")]
     if jaxlib_compat.ffi_target_registered("cuda"):
         rows.append(Check("jaxlib-ffi", OK, f"{jaxlib_compat.FFI_TARGET} registered: plain calls are "
@@ -478,7 +490,7 @@ def _gpu(config: Config) -> Check:
         listed = _nvidia_smi_lists_gpus()
         why = ("nvidia-smi lists a GPU but JAX has no CUDA runtime (jax-cuda13-pjrt)" if listed
                else "no CUDA device visible to JAX")
-        fix = (f"pip install 'jax[cuda13]=={jax.__version__}'" if listed else
+        fix = (f'pip install "jax[cuda13]=={jax.__version__}"' if listed else
                "none needed to prewarm or cross-lower (KERNEL_CACHE_TARGET_ARCH or compute_capability=)")
         return Check("gpu", WARN, f"{why}: kernels can be built and lowered here, not run", fix)
     device = devices[0]
