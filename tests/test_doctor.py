@@ -141,3 +141,18 @@ def test_interception_rows_say_whether_the_hook_and_adapters_are_in_place(cache)
             assert row["status"] == "warn" and "not installed" in row["detail"], row
         else:
             assert row["status"] == "ok" and installed in row["detail"], row
+
+
+def test_an_adapter_is_not_called_served_while_the_start_up_hook_is_missing(tmp_path, monkeypatch):
+    import site
+
+    from kernel_cache import Config
+    from kernel_cache.cachectl import doctor as doctor_module
+
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(tmp_path)])  # a site-packages without the .pth
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path))
+    monkeypatch.setattr(importlib.metadata, "version", lambda distribution: "0.3.1")
+    rows = {row.check: row for row in doctor_module._intercept(Config(intercept=("jax_triton",)))}
+    assert rows["intercept-hook"].status == "problem"
+    assert rows["intercept-jax_triton"].status == "warn" and "served" not in rows["intercept-jax_triton"].detail.split(":")[0]
+    assert "kernel_cache.intercept()" in rows["intercept-jax_triton"].detail

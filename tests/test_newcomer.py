@@ -130,6 +130,7 @@ def test_the_readme_top_to_bottom(newcomer):
                 continue
             command = line[2:].split("  #")[0].strip()
             command = command.replace("6f37", keys[0][:8]).replace("/tmp/fresh", str(work / "fresh"))
+            command = command.replace("/tmp/warm.kcb", str(work / "warm.kcb"))  # outside any checkout
             env = {"KERNEL_CACHE_DIR": str(demo_dir)}
             if command.startswith("cachectl clear"):  # on a copy: the prewarm lines below need the recipes
                 shutil.copytree(demo_dir, work / "to-clear", dirs_exist_ok=True)

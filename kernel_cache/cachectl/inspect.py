@@ -11,9 +11,9 @@ from typing import Any
 
 from .. import call_records, winners
 from .. import entry as entry_format
-from ..config import XLA_SUBDIR, sources
+from ..config import XLA_SUBDIR, sources, spelled
 from ..disk_index import ENTRIES_DIR, INDEX
-from ..display import escaped
+from ..display import escaped, redacted
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..safefs import Tree
 from ..summary import EntrySummary
@@ -239,10 +239,15 @@ def cmd_config(ctx: Context, args: Any) -> int:
     rows = []
     for setting, source in sources():
         value = getattr(ctx.config, setting.field)
-        if setting.field == "signing_key":
-            value = None if value is None else f"set (key id {ctx.config.signer().key_id.hex()})"
-        rows.append({"variable": setting.env, "value": None if value is None else str(value), "source": source,
-                     "meaning": setting.help})
+        if source == "unused":
+            text = None
+        elif setting.field == "signing_key":
+            text = None if value is None else f"set (key id {ctx.config.signer().key_id.hex()})"
+        elif setting.field in ("remote", "remote_password"):
+            text = None if value is None else redacted(value) if setting.field == "remote" else "set"
+        else:
+            text = spelled(setting, value)
+        rows.append({"variable": setting.env, "value": text, "source": source, "meaning": setting.help})
     if ctx.json:
         ctx.emit_json({"schema": 1, "settings": rows})
         return EXIT_OK

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
 from ..display import echo
@@ -26,14 +26,26 @@ from .context import EXIT_OK, JSON_SCHEMA, CliError, Context
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not a usage dump, with a suggestion
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    """One-line errors, not a usage dump, with a suggestion and the help page of the command at fault."""
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"^(?:argument (\S+): )?invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
-            choices = re.findall(r"'([^']*)'", match.group(2)) or [c.strip() for c in match.group(2).split(",")]
-            close = difflib.get_close_matches(match.group(1), choices, n=1)
+            option, value, listed = match.groups()
+            choices = re.findall(r"'([^']*)'", listed) or [c.strip() for c in listed.split(",")]
+            close = difflib.get_close_matches(value, choices, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; one of: {', '.join(choices)}"
-            raise CliError(f"unknown command '{match.group(1)}'{hint} (see '{self.prog} --help')")
+            what = "command" if option in (None, "COMMAND") else f"value for {option.split('/')[-1]}"
+            raise CliError(f"unknown {what} '{value}'{hint} (see '{self.prog} --help')")
         raise CliError(f"{message} (see '{self.prog} --help')")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extra and command and self.prog == "cachectl":  # name the subcommand whose options were wrong
+            raise CliError(f"unrecognized arguments: {' '.join(echo(a) for a in extra)} "
+                           f"(see 'cachectl {command} --help')")
+        return parsed, extra
 
 
 def _version() -> str:
@@ -52,8 +64,6 @@ def _size(text: str) -> int:
 
 def _duration(text: str) -> float:
     """An age with its unit: a bare `30` is refused (read as seconds it selects every entry minutes old)."""
-    if text.strip().replace(".", "", 1).isdigit():
-        raise argparse.ArgumentTypeError(f"{echo(text)} has no unit: write 30s, 90m, 12h, 30d or 2w")
     try:
         return parse_duration(text, "age")
     except ConfigError as exc:
@@ -205,8 +215,9 @@ def _tier_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
                        help="which persistent tier (default: all configured)")
         return
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--tier", choices=("disk", "shared", "remote"), default="disk",
-                       help="which tier to change (default: the local disk)")
+    group.add_argument("--tier", choices=("disk", "shared", "remote"), default=None,
+                       help="which tier to change (default: the local disk; with no --dir, the one "
+                            "--shared-dir or --remote given)")
     group.add_argument("--all-tiers", dest="tier", action="store_const", const="all", default=argparse.SUPPRESS,
                        help="change every configured tier: local, shared and remote")
 
@@ -227,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (outcomes.Terminated: 143)
         print("cachectl: interrupted", file=sys.stderr)
-        return 130
+        return int(getattr(exc, "exit_code", 130))
     finally:
         if ctx is not None:
             ctx.close()
