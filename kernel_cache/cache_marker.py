@@ -63,14 +63,17 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> N
     where = tree.path
     if found in KINDS:
         other = "--shared-dir / KERNEL_CACHE_SHARED_DIR" if found == SHARED else "--dir / KERNEL_CACHE_DIR"
-        raise NotACacheDirectory(f"{where} is a kernel-cache {found} cache directory, not a {kind} one "
-                                 f"(name it with {other})")
+        raise NotACacheDirectory(f"{where} is a kernel-cache {found} cache directory, not a {kind} one (name "
+                                 f"it with {other})")
     foreign = sorted(name for name, _ in tree.listdir() if name not in own_names and not is_temp(name))
-    if found == "" or foreign:
+    refusal = "not turning it into a cache; pick an empty or new directory"
+    if found == "":
+        raise NotACacheDirectory(f"{where} is not a kernel-cache directory and holds a {MARKER} that is not "
+                                 f"kernel-cache's: {refusal}")
+    if foreign:
         shown = ", ".join(repr(n)[1:-1] for n in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        why = f"holds a {MARKER} that is not kernel-cache's" if found == "" else f"holds other files ({shown})"
-        raise NotACacheDirectory(f"{where} is not a kernel-cache directory and {why}: not turning it into "
-                                 f"a cache; pick an empty or new directory")
+        raise NotACacheDirectory(f"{where} is not a kernel-cache directory and holds other files ({shown}): "
+                                 f"{refusal}")
     if write:
         with contextlib.suppress(OSError):  # a read-only cache stays usable; the marker comes with a write
             publish(tree, (MARKER,), marker_text(kind))
