@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import kernel_cache
@@ -33,7 +34,7 @@ from ..store import Store
 from ..summary import META_KIND, EntrySummary
 from ..tier import KeptTier
 from . import kinds
-from .outcomes import Outcome, PrewarmError, Report, run_in_pool
+from .outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool
 
 
 # Programs ----------------------------------------------------------------------------------
@@ -58,35 +59,60 @@ def load_program(path: str) -> Any:
     return obj
 
 
-def lower_program(path: str, arch: str, config: Config) -> list[Outcome]:
-    """Run the program function for `arch` with this cache, targeting `arch`, as the process store;
-    one Outcome per kernel that landed in the cache, or one "failed" Outcome for the program."""
+def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Planned | Lowered]:
+    """Run the program function for `arch` with this cache, targeting `arch`, as the process store.
+    Yields Planned(number of programs), then per program its kernels (built: landed in the cache
+    meanwhile; present: already there, used) and failure, and Lowered; or, when the function itself
+    fails, one "failed" Outcome for the program."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
     # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top
     import jax
 
     store = kernel_cache.configure(config.with_(target_arch=arch))
-    before = _known_keys(store)
+    kept = [t for t in store.persistent_tiers if isinstance(t, KeptTier)]
+    seen = _known_keys(store)
+    used = _used_keys(store)
     start = time.perf_counter()
     try:
         fn = load_program(path)
         kwargs = {"arch": arch} if _accepts_arch(fn) else {}
-        programs = fn(**kwargs)
+        programs = list(fn(**kwargs) or ())
     except Exception as exc:
         store.stats.flush()
-        return [Outcome(path, arch, "failed", seconds=time.perf_counter() - start,
-                        error=f"{type(exc).__name__}: {exc}".splitlines()[0])]
-    failures = []
-    for index, item in enumerate(programs or ()):
+        yield Planned(1)
+        yield Outcome(path, arch, "failed", seconds=time.perf_counter() - start,
+                      error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        yield Lowered(path, arch)
+        return
+    yield Planned(len(programs))
+    before, present = set(seen), set()
+    for index, item in enumerate(programs):
         label, item_start = f"{path}[{index}]", time.perf_counter()
         try:
             label, f, args, kw = program_item(item, label)
             jax.jit(f).trace(*args, **kw).lower(lowering_platforms=("cuda",))
         except Exception as exc:  # one bad program must not stop the others
-            failures.append(Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
-                                    error=f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            yield Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
+                          error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        yield from _new_entries(kept[:1], seen, arch)  # the fastest tier: where every build lands first
+        yield from _present_entries(kept, (used & before) - present, arch, present)
+        yield Lowered(label, arch)
     store.stats.flush()
-    return _new_entries(store, before, arch) + failures
+    yield from _new_entries(kept, seen, arch)  # what landed only in a slower tier (the local one busy)
+
+
+def _used_keys(store: Store) -> set[str]:
+    """The keys of the entries `store` serves from now on (hits, not builds), filled as it serves
+    them: every hit, a call record's kernels included, is counted through `stats.hit`."""
+    used: set[str] = set()
+    count = store.stats.hit
+
+    def hit(tier: str, key: str, compile_seconds: float) -> None:
+        used.add(key)
+        count(tier, key, compile_seconds)
+
+    store.stats.hit = hit  # type: ignore[method-assign]  # this process's own store, for this prewarm
+    return used
 
 
 def program_item(item: Any, default_label: str) -> tuple[str, Any, tuple, dict]:
@@ -112,23 +138,59 @@ def _accepts_arch(fn: Any) -> bool:
 
 
 def _known_keys(store: Store) -> set[str]:
-    return set().union(*(_known_keys_of(tier) for tier in store.persistent_tiers if isinstance(tier, KeptTier)))
+    return known_keys([t for t in store.persistent_tiers if isinstance(t, KeptTier)])
 
 
-def _new_entries(store: Store, before: set[str], arch: str) -> list[Outcome]:
+def _new_entries(tiers: list[KeptTier], seen: set[str], arch: str) -> list[Outcome]:
+    """Kernels for `arch` in `tiers` whose keys are not in `seen` (which grows by what is found)."""
     out = []
-    for tier in (t for t in store.persistent_tiers if isinstance(t, KeptTier)):
-        for key in sorted(_known_keys_of(tier) - before):
-            raw = read_raw(tier, key)
-            meta = peek_meta(raw) if raw else {}
-            if meta.get(META_KIND, kinds.KERNEL) != kinds.KERNEL:
-                continue  # a lowered-call record the lowering wrote beside its kernels: not a kernel built
-            summary = EntrySummary.from_meta(meta)
-            if summary.arch not in ("?", arch):
-                continue  # built meanwhile by a worker lowering for another arch
+    for tier in tiers:
+        known = _known_keys_of(tier)
+        for key in sorted(known - seen):
+            summary = _kernel_summary(tier, key)
+            if summary is None or summary.arch not in ("?", arch):
+                continue  # a record, or built meanwhile by a worker lowering for another arch
             out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
-        before = before | _known_keys_of(tier)
+        seen |= known
     return out
+
+
+def _present_entries(tiers: list[KeptTier], keys: set[str], arch: str, reported: set[str]) -> list[Outcome]:
+    """Kernels among `keys` (entries that were there before and served a lowering): "present"."""
+    out = []
+    for key in sorted(keys):
+        reported.add(key)
+        tier = next((t for t in tiers if key in t), None)
+        summary = _kernel_summary(tier, key) if tier is not None else None
+        if summary is not None:
+            out.append(Outcome(summary.kernel, arch, "present", key=key))
+    return out
+
+
+def landed(tiers: list[KeptTier], before: set[str], reported: set[str]) -> list[Outcome]:
+    """Kernels in `tiers` not in `before` nor `reported`, as "built" for their own arch: after an
+    interrupt, those the lowerings cut short had built (they are whole entries, kept)."""
+    out = []
+    for tier in tiers:
+        for key in sorted(_known_keys_of(tier) - before - reported):
+            summary = _kernel_summary(tier, key)
+            if summary is not None:
+                out.append(Outcome(summary.kernel, summary.arch, "built", key=key, seconds=summary.compile_seconds))
+        reported = reported | _known_keys_of(tier)
+    return out
+
+
+def known_keys(tiers: list[KeptTier]) -> set[str]:
+    return set().union(*(_known_keys_of(tier) for tier in tiers))
+
+
+def _kernel_summary(tier: KeptTier, key: str) -> EntrySummary | None:
+    """The entry's summary if it is a kernel (not a lowered-call record or a winner), else None."""
+    raw = read_raw(tier, key)
+    meta = peek_meta(raw) if raw else {}
+    if meta.get(META_KIND, kinds.KERNEL) != kinds.KERNEL:
+        return None
+    return EntrySummary.from_meta(meta)
 
 
 def _known_keys_of(tier: KeptTier) -> set[str]:
@@ -145,8 +207,8 @@ def run_program(path: str, arches: list[str], config: Config, jobs: int, report:
     load_program(path)  # fail fast, in this process, on a typo
     if jobs <= 1 or len(names) == 1:
         for arch in names:
-            for outcome in lower_program(path, arch, config):
-                report(outcome)
+            for event in lower_program(path, arch, config):
+                report(event)
         return
     run_in_pool(lower_program, [(path, arch, config) for arch in names], [path] * len(names), jobs, report,
                  multiprocessing.get_context("spawn"))

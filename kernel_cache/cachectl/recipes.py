@@ -171,3 +171,9 @@ def run_recipe_builds(todo: list[tuple[dict, str, str, str]], config: Config, jo
     run_in_pool(build_recipe, [(r, a, lbl) for r, a, lbl, _ in todo], [lbl for _, _, lbl, _ in todo],
                 jobs, report, pool_context(), initializer=_open_worker_store, initargs=(config,))
 
+
+def landed(todo: list[tuple[dict, str, str, str]], reported: set[str], has_key: Callable[[str], bool]) -> list[Outcome]:
+    """After an interrupt: the planned builds whose entry is in the cache though their outcome was
+    never reported (the worker was stopped between its write and its word), as "built"."""
+    return [Outcome(label, arch, "built", key=key, module=str(recipe.get("kernel", "")).partition(":")[0])
+            for recipe, arch, label, key in todo if key not in reported and has_key(key)]

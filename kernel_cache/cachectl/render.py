@@ -8,7 +8,7 @@ import time
 
 from ..display import escaped
 from .context import Context
-from .outcomes import Outcome
+from .outcomes import Lowered, Outcome, Planned
 
 
 # Formatting ------------------------------------------------------------------------------
@@ -32,33 +32,47 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 class Progress:
-    """A progress bar on a terminal; otherwise one line per kernel (to stderr under --json)."""
+    """A progress bar on a terminal; otherwise one line per kernel (to stderr under --json).
+
+    It counts the units of work done against a total: recipe builds (each reported outcome is one),
+    or in program mode the programs lowered (each lowering says how many it has, then each program
+    it lowered), the total staying unknown (None) until every lowering has said."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.outcomes: list[Outcome] = []
-        self.total: int | None = 0
+        self.total: int | None = None
         self.done = 0
+        self.unit = "builds"
         self.counting = False  # outcomes of planning (present, unimportable) come before and don't count
         self.bar = sys.stderr.isatty() and not ctx.json and not ctx.quiet
+        self._unplanned = 0  # program mode: lowerings that have not said how many programs they have
+        self._planned = 0
 
-    def expect(self, total: int | None) -> None:
-        """Start counting builds; `total` None when unknown (a program decides what it compiles)."""
+    def expect(self, total: int) -> None:
+        """Start counting builds, `total` of them."""
         self.counting, self.total = True, total
 
-    def __call__(self, outcome: Outcome) -> None:
+    def expect_programs(self, lowerings: int) -> None:
+        """Program mode: count programs lowered; `lowerings` (one per arch) each say how many they have."""
+        self.counting, self.unit, self._unplanned = True, "programs", lowerings
+
+    def __call__(self, event: Outcome | Planned | Lowered) -> None:
+        if isinstance(event, Planned):
+            self._planned += event.count
+            self._unplanned -= 1
+            self.total = self._planned if self._unplanned <= 0 else None
+            return
+        if isinstance(event, Lowered):
+            self.done += 1
+            self._show("lowered", event.label, event.arch)
+            return
+        outcome = event
         self.outcomes.append(outcome)
-        if self.counting:
+        if self.counting and self.unit == "builds":
             self.done += 1
         if self.bar:
-            if self.total:
-                filled = int(30 * min(self.done / self.total, 1.0))
-                head = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
-            else:
-                head = f"[{self.done} done]"
-            width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)  # the terminal's, not a fixed 100
-            sys.stderr.write(f"\r{head} {outcome.status} {outcome.label} {outcome.arch}".ljust(width)[:width])
-            sys.stderr.flush()
+            self._show(outcome.status, outcome.label, outcome.arch)
             return
         if self.ctx.quiet or (outcome.status in ("present", "skipped") and not self.ctx.verbose):
             return
@@ -66,8 +80,23 @@ class Progress:
                 f"{outcome.seconds:6.2f} s")  # errors are listed once, at the end
         print(line.rstrip(), file=sys.stderr if self.ctx.json else sys.stdout, flush=True)
 
+    def _show(self, status: str, label: str, arch: str) -> None:
+        if not self.bar:
+            return
+        if self.total:
+            filled = int(30 * min(self.done / self.total, 1.0))
+            head = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
+        else:
+            head = f"[{self.done} done]"
+        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)  # the terminal's, not a fixed 100
+        sys.stderr.write(f"\r{head} {status} {label} {arch}".ljust(width)[:width])
+        sys.stderr.flush()
+
+    def so_far(self) -> str:
+        """'12 of 96 builds' ('3 of ? programs' while a total is unknown)."""
+        return f"{self.done} of {self.total if self.total is not None else '?'} {self.unit}"
+
     def finish(self) -> None:
         if self.bar:
             sys.stderr.write("\n")
             self.bar = False
-
