@@ -25,8 +25,10 @@ _OURS = "# kernel-cache "
 LOCAL, SHARED = "local", "shared"
 KINDS = (LOCAL, SHARED)
 # What kernel-cache itself puts in a local cache directory (one written before the marker existed is
-# recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo.
-LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, MARKER})
+# recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo,
+# and the mark scripts/demo.py leaves in the directory it creates before caching there.
+DEMO_MARKER = ".kernel-cache-demo"
+LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, MARKER, DEMO_MARKER})
 
 
 class NotACacheDirectory(TierUnavailable):

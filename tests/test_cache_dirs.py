@@ -167,3 +167,9 @@ def test_with_no_local_directory_a_destructive_command_needs_the_tier_named(shar
     code, _, err = run(capsys, "prune", "--max-size", "0")
     assert code == 2 and "--tier shared" in err
     assert len([p for p in (shared_cache / "entries").rglob("*") if p.is_file()]) == 3
+
+
+def test_the_demos_own_mark_is_one_a_cache_directory_may_hold():
+    from scripts import demo
+
+    assert demo.MARKER == cache_marker.DEMO_MARKER and demo.MARKER in cache_marker.LOCAL_NAMES

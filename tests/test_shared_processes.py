@@ -60,8 +60,8 @@ PAUSED_WRITER = textwrap.dedent("""
         print("PAUSED", tmp, flush=True)
         time.sleep(600)
 
-    safefs.set_fault_hook(pause)
     store = Store(Config(dir=Path(sys.argv[2]), shared_dir=Path(sys.argv[1]), lock=sys.argv[3]))
+    safefs.set_fault_hook(pause)  # after opening: the cache directories' markers publish first
     store.get_or_create(sys.argv[4], lambda: ({"k": 1}, {"cubin": b"x" * 4096}, 0.01))
 """)
 
