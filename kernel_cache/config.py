@@ -29,6 +29,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$", re.IGNORECASE
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
+MAX_COMPILE_WORKERS = 16  # default cap: beyond it, compiles of one module rarely overlap further
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
 TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the cache directory
@@ -174,7 +175,20 @@ SETTINGS: tuple[Setting, ...] = (
             "(otherwise the remote level needs KERNEL_CACHE_SIGNING_KEY_FILE)"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
+    Setting("KERNEL_CACHE_COMPILE_WORKERS", "compile_workers", lambda t, w: _workers(t, w), "usable cores, at most 16",
+            "threads compiling kernels on a cold start: the first miss of a module starts every call traced "
+            "with it; `1` compiles one kernel at a time, as each call lowers"),
 )
+
+
+def _workers(text: str, what: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 256:
+        raise ConfigError(f"{what}={echo(text)}: expected a number of threads from 1 to 256")
+    return value
 
 
 def _clients(text: str, what: str) -> tuple[str, ...]:
@@ -240,6 +254,7 @@ class Config:
     remote_ttl: float = 14 * 86400.0
     remote_timeout: float = 0.25
     remote_unsigned: bool = False
+    compile_workers: int = 0  # 0: usable cores, at most MAX_COMPILE_WORKERS
 
     def __post_init__(self) -> None:
         self._coerce()
@@ -310,6 +325,17 @@ class Config:
         return self.dir / XLA_SUBDIR
 
     @property
+    def compile_threads(self) -> int:
+        """Compiles that may run at once (KERNEL_CACHE_COMPILE_WORKERS, else the usable cores up to 16)."""
+        if self.compile_workers > 0:
+            return self.compile_workers
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_COMPILE_WORKERS))
+
+    @property
     def memo_dir(self) -> Path | None:
         """Where the toolchain fingerprint memo lives: the cache directory, else the user's cache
         home; None (this process only) when caching is disabled or there is no home."""
@@ -345,7 +371,7 @@ def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str
 def spelled(setting: Setting, value: Any) -> str | None:
     """`value` as one would write it in `setting`'s variable (`256M`, `10m`, `1`, `jax_triton,ejkernel`),
     so `cachectl config` shows settings in the form the README and the environment use."""
-    if value is None or value == ():
+    if value is None or value == () or (setting.field == "compile_workers" and not value):  # 0: the default
         return None
     if isinstance(value, bool):
         return "1" if value else "0"

@@ -20,7 +20,7 @@ from jax import tree_util
 
 from kernel_cache.display import echo
 
-from . import aliasing, devices, jax_compat, tensor_descriptor
+from . import ahead, aliasing, devices, jax_compat, tensor_descriptor
 from . import jaxlib_compat as compat
 from .configs import kernel_name, runtime_param_names
 from .primitive import triton_kernel_call_p
@@ -235,8 +235,8 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         if not (0 <= i < len(arrays) and 0 <= o < len(flat_out)):
             raise ValueError(f"input_output_aliases entry {i}: {o} is out of range "
                              f"({len(arrays)} array inputs, {len(flat_out)} outputs)")
-    out_flat = triton_kernel_call_p.bind(
-        *arrays, kernel=kernel, scalars=tuple(scalars),
+    params = dict(
+        kernel=kernel, scalars=tuple(scalars),
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=grid_param(grid),
         name=name, **launch, compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
         backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
@@ -244,4 +244,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameters"),
         has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "",
         pointerless_aliases=pointerless, cost_estimate=cost_estimate_param(cost_estimate), arg_tree=arg_tree)
+    if not refs:  # a Ref call is lowered in its discharged form: planned by its rule alone
+        ahead.note(arrays, params)
+    out_flat = triton_kernel_call_p.bind(*arrays, **params)
     return tree_util.tree_unflatten(out_tree, out_flat)

@@ -1,16 +1,14 @@
 """Kernel specs for a call's configs, and their artifacts from the store (compiling only what is missing).
 
-The missing configs of one autotuned call compile on a small thread pool: Triton releases the GIL
-in its MLIR/LLVM passes and ptxas is a subprocess, so two threads took an autotuned 6-config matmul
-from 1.8-1.95 s to 1.14 s on a 2-core box, ahead of process pools (1.2-2.0 s, which also need
-importable kernels and must not fork a JAX process).
+The missing configs of one autotuned call compile at once on the compile workers (`compile_pool`):
+Triton releases the GIL in its MLIR/LLVM passes and ptxas is a subprocess, so two threads took an
+autotuned 6-config matmul from 1.8-1.95 s to 1.14 s on a 2-core box, ahead of process pools (1.2-2.0
+s, which also need importable kernels and must not fork a JAX process).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ import compiler
 import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering: ~10 ms)
 from compiler import Artifact, KernelSpec, Target
 
+from . import compile_pool
 from .configs import LaunchConfig
 from .tensor_descriptor import TensorDescriptor
 
@@ -91,16 +90,20 @@ def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], tar
             for c in configs]
 
 
-def fetch(specs: Sequence[KernelSpec], store=None) -> list[tuple[Artifact, str]]:
-    """(artifact, content key) for `specs`, in order. Hits are plain store reads; misses compile concurrently."""
+def fetch(specs: Sequence[KernelSpec], store=None,
+          on_miss: Callable[[], object] | None = None) -> list[tuple[Artifact, str]]:
+    """(artifact, content key) for `specs`, in order. Hits are plain store reads; misses compile on the
+    compile workers (the first in this thread), after `on_miss()` (a cold process: `ahead.start`)."""
     found = [compiler.lookup(spec, store) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
-    if len(missing) == 1:
+    if missing and on_miss is not None:
+        on_miss()
+    if len(missing) > 1 and compile_pool.workers() > 1:
+        others = {i: compile_pool.submit(compiler.get_or_compile, specs[i], store) for i in missing[1:]}
         found[missing[0]] = compiler.get_or_compile(specs[missing[0]], store)
-    elif missing:
-        workers = max(1, min(len(missing), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers, thread_name_prefix="kernel-cache-compile") as pool:
-            built = pool.map(lambda i: compiler.get_or_compile(specs[i], store), missing)
-            for i, pair in zip(missing, built):
-                found[i] = pair
+        for i, future in others.items():
+            found[i] = future.result()
+    else:
+        for i in missing:
+            found[i] = compiler.get_or_compile(specs[i], store)
     return found  # every None was filled by a compile

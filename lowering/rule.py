@@ -12,23 +12,16 @@ import math
 import numpy as np
 from jax.interpreters import mlir
 
-from . import call_records, custom_call, devices, kernels, winners
+from . import ahead, call_records, custom_call, devices, kernels, winners
 from .aliasing import OutputOrder
-from .configs import named_args, normalize_grid, per_config, resolve_configs
+from .configs import normalize_grid, per_config
+from .plan import KernelPlan
 from .primitive import triton_kernel_call_p
-from .target_arch import resolve_target
-
-
-def _runtime_values(in_avals, scalars, out_avals) -> list:
-    """Inputs with the scalars at their positions, then the outputs: the positional runtime args."""
-    values = list(in_avals)
-    for position, value in scalars:
-        values.insert(position, value)
-    return values + list(out_avals)
 
 
 def _lower(platform: str, ctx, *operands, **params):
-    return lower_call(platform, ctx, *operands, **params)
+    with ahead.lowering(ctx.avals_in, params):
+        return lower_call(platform, ctx, *operands, **params)
 
 
 def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
@@ -36,61 +29,32 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
            zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target="",
            pointerless_aliases=False, cost_estimate=None, arg_tree=None):
     devices.check_lowering_context(ctx)
-    metaparams = dict(metaparams)
-    target = resolve_target(platform, compute_capability)
-    # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
-    order = OutputOrder.of(len(ctx.avals_out), input_output_aliases, pointerless_aliases)
-    results = [ctx.avals_out[o] for o in order.order]
-    pointed = results[:order.pointers]
-    aliases = tuple((int(i), order.position(int(o))) for i, o in input_output_aliases)
-    inputs = _grouped(arg_tree, _runtime_values(ctx.avals_in, scalars, []))
-    named = named_args(kernel, inputs + pointed, metaparams)
-    leaf_names = _leaf_names(list(named), inputs)  # each flat runtime value's name (`yz[1]` in a tuple)
-    fn, configs = resolve_configs(kernel, named, metaparams, num_warps=num_warps, num_stages=num_stages,
-                                  num_ctas=num_ctas)
-    flat_args = kernels.runtime_args([a.dtype for a in ctx.avals_in], scalars, [a.dtype for a in pointed])
-    num_flat_inputs = len(ctx.avals_in) + len(scalars)
-    args = kernels.descriptors(_grouped(arg_tree, flat_args[:num_flat_inputs])) + flat_args[num_flat_inputs:]
-    options = {"enable_fp_fusion": enable_fp_fusion, "debug": debug, **dict(backend_options)}
+    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, kernel=kernel, scalars=scalars,
+                         num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
+                         compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
+                         backend_options=backend_options, input_output_aliases=input_output_aliases,
+                         debug=debug, metaparams=metaparams, pointerless_aliases=pointerless_aliases,
+                         arg_tree=arg_tree)
+    target, fn, configs, args, options = plan.target, plan.fn, plan.configs, plan.args, plan.options
+    order = plan.order
     launches = _launches(configs, grid, zeroed_outputs, ctx.avals_out,
                          _zero_positions(order, input_output_aliases, scalars, len(ctx.avals_in)))
     info = custom_call.CallInfo(
-        name=name, kernel_name=fn.__name__, scalar_desc=str({leaf_names[p]: v for p, v in scalars}),
+        name=name, kernel_name=fn.__name__, scalar_desc=str({plan.leaf_names[p]: v for p, v in scalars}),
         compute_capability=target.arch if target.backend == "cuda" else 0,
-        aliases=aliases, num_inputs=len(ctx.avals_in),
+        aliases=plan.aliases, num_inputs=len(ctx.avals_in),
         in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
-    shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *results)]
+    shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *plan.results)]
     slot = call_records.slot(platform, fn, args, configs, launches, target, options, info, shapes,
                              module=getattr(ctx, "module_context", None))
     served = slot.served()  # a call seen before: one store read
     if served is None:
-        served = _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info,
-                                named, metaparams, ctx)
+        served = _lower_kernels(platform, slot, kernel, plan, launches, info, ctx)
     payload, kernel_count = served
     out = custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, name=name,
-                           aliases=aliases, has_side_effect=has_side_effect, target_name=custom_call_target,
-                           avals_out=results, cost_estimate=cost_estimate)
+                           aliases=plan.aliases, has_side_effect=has_side_effect, target_name=custom_call_target,
+                           avals_out=plan.results, cost_estimate=cost_estimate)
     return out if order.identity else order.results(out)
-
-
-def _grouped(arg_tree, flat: list) -> list:
-    """The flat runtime inputs as the kernel's parameters take them (a tuple parameter as one tuple)."""
-    return flat if arg_tree is None else list(arg_tree.unflatten(flat))
-
-
-def _leaf_names(names: list, grouped: list) -> list:
-    """A name per flat runtime value: the parameter's, with its path inside a tuple parameter."""
-    out = []
-
-    def walk(name, value):
-        if isinstance(value, tuple):
-            for i, item in enumerate(value):
-                walk(f"{name}[{i}]", item)
-        else:
-            out.append(name)
-    for name, value in zip(names, grouped):
-        walk(name, value)
-    return out
 
 
 def _zero_positions(order: OutputOrder, aliases, scalars, num_inputs: int) -> dict[int, int]:
@@ -122,17 +86,18 @@ def _launches(configs, grid, zeroed_outputs, avals_out, positions: dict[int, int
     return launches
 
 
-def _lower_kernels(platform, slot, kernel, fn, args, configs, launches, target, options, info, named, metaparams,
-                   ctx) -> tuple[bytes, int]:
-    """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded."""
-    specs = kernels.specs_for(fn, args, configs, target, options)
-    choice = winners.choose(platform, kernel, specs, configs, named, metaparams, ctx.avals_in, ctx.avals_out)
+def _lower_kernels(platform, slot, kernel, plan: KernelPlan, launches, info, ctx) -> tuple[bytes, int]:
+    """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded.
+    The first miss starts the compiles of every other call traced so far (`ahead`)."""
+    configs, specs = plan.configs, plan.specs()
+    choice = winners.choose(platform, kernel, specs, configs, plan.named, plan.metaparams, ctx.avals_in,
+                            ctx.avals_out)
     if choice.index is not None:  # a persisted autotune winner: one plain call, no autotuning at launch
         configs, specs, launches = [configs[choice.index]], [specs[choice.index]], [launches[choice.index]]
-    fetched = kernels.fetch(specs)
+    fetched = kernels.fetch(specs, on_miss=functools.partial(ahead.start, platform))
     calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
              for spec, (art, key), launch in zip(specs, fetched, launches)]
-    payload = custom_call.serialized_call(platform, calls, args, info)
+    payload = custom_call.serialized_call(platform, calls, plan.args, info)
     slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
     return payload, len(calls)
 

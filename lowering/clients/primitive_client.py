@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -23,7 +24,7 @@ from jax.interpreters import mlir
 
 import compiler
 
-from .. import jax_compat
+from .. import ahead, jax_compat
 from .. import jaxlib_compat as compat
 from ..api import grid_param, zeroed_param
 from .served import UnsupportedCall, check_parameters, check_version, serve
@@ -61,12 +62,36 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
         own = functools.partial(lowering, getattr(module, backend))
         mlir.register_lowering(primitive, functools.partial(_lower, client, module, platform, own), platform=platform)
     jax_compat.adapt_foreign_dce_rule(primitive)
+    _note_binds(client, module, primitive)
+
+
+def _note_binds(client: PrimitiveClient, module: ModuleType, primitive: Any) -> None:
+    """The client's calls compile ahead too (`lowering.ahead`): binding its primitive notes the call,
+    translated only if a miss starts the compiles. Installed once per primitive."""
+    if getattr(primitive.bind, "_kernel_cache_notes", False):
+        return
+    bind = primitive.bind
+    translated = functools.partial(_translated, client, module)
+
+    def noting_bind(*args: Any, **params: Any) -> Any:
+        if not any(jax_compat.is_ref(a) for a in args):
+            ahead.note(args, params, translated)
+        return bind(*args, **params)
+
+    noting_bind._kernel_cache_notes = True  # type: ignore[attr-defined]
+    primitive.bind = noting_bind
+
+
+def _translated(client: PrimitiveClient, module: ModuleType, avals_in: Any,
+                params: Any) -> tuple[Any, dict[str, Any]]:
+    return avals_in, client.translate(client, module, dict(params), types.SimpleNamespace(avals_in=avals_in))
 
 
 def _lower(client: PrimitiveClient, module: ModuleType, platform: str, own: Any, ctx: Any, *operands: Any,
            **params: Any) -> Any:
-    return serve(client.name, params["fn"], platform, ctx, operands,
-                 lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
+    with ahead.lowering(ctx.avals_in, params):
+        return serve(client.name, params["fn"], platform, ctx, operands,
+                     lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
 
 
 def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Compile ahead: a program's kernels compile at once, not one lowering rule after another.
+
+JAX traces a whole jitted function before it lowers any of it, so when the first Triton call of a
+module misses the store, every other call of that module has already been bound. Binding notes the
+call (its parameters and operand avals: a few microseconds, nothing planned or hashed); the first
+miss in a lowering rule (`start`) hands every noted call to the compile workers, which plan it as its
+rule will (`plan.KernelPlan`), skip what the store holds and compile the rest. Each rule then finds
+its kernels built or joins the build under way (the store's single-flight, in-process and across
+ranks), so a module of K kernels lowers cold in about the time of its slowest compiles.
+
+A warm process never misses, so it never plans anything twice; calls noted but not lowered by the
+time the process exits are cancelled with the queued work (`compile_pool`). A call that cannot be
+planned ahead (a client's parameters, a mistake the rule will report) is simply left to its rule.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import compiler
+import kernel_cache
+
+from . import compile_pool, winners
+from .plan import plan_bound
+
+log = logging.getLogger("kernel_cache.lowering")
+
+MAX_NOTED = 4096  # calls kept between misses (a long-running process traces many programs)
+# Turns a noted call's parameters into triton_kernel_call_p's (a client adapter's translation); None: ours
+Translate = Callable[[Sequence[Any], Mapping[str, Any]], "tuple[Sequence[Any], Mapping[str, Any]] | None"]
+
+
+
+class Operand(NamedTuple):
+    """What planning reads of an operand: not the tracer itself, which would keep its trace alive."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+# (operands, params, translate, identity) of each call bound and not yet lowered, oldest first
+_noted: collections.deque[tuple[tuple[Operand, ...], Mapping[str, Any], Translate | None, int | None]] = \
+    collections.deque(maxlen=MAX_NOTED)
+_lock = threading.Lock()
+
+
+def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
+    """Remember a bound call until it is lowered or a miss starts it (cheap: nothing is planned here)."""
+    shaped = _operands(operands)
+    _noted.append((shaped, params, translate, _identity(shaped, params)))
+
+
+def _operands(values: Sequence[Any]) -> tuple[Operand, ...]:
+    return tuple(Operand(tuple(x.shape), x.dtype) for x in values)
+
+
+def _identity(operands: tuple[Operand, ...], params: Mapping[str, Any]) -> int | None:
+    try:
+        return hash((operands, frozenset(params.items())))
+    except TypeError:
+        return None
+
+
+@contextlib.contextmanager
+def lowering(avals_in: Sequence[Any], params: Mapping[str, Any]) -> Iterator[None]:
+    """Around a lowering rule. JAX lowers a module's calls in the order it bound them, so the notes up
+    to this call's own are done with: older ones belong to modules lowered (or dropped) before, and
+    this one is its rule's to compile. Dropping them keeps a miss from starting work nobody needs."""
+    ident = _identity(_operands(avals_in), params)
+    with _lock:
+        if ident is not None and any(n[3] == ident for n in _noted):
+            while _noted and _noted.popleft()[3] != ident:
+                pass
+    yield
+
+
+def start(platform: str) -> int:
+    """A lowering rule missed: hand every call noted so far to the compile workers. Returns how many."""
+    if compile_pool.workers() <= 1:
+        _noted.clear()
+        return 0
+    with _lock:
+        taken = list(_noted)
+        _noted.clear()
+    store = kernel_cache.default_store()
+    seen: set[int] = set()
+    started = 0
+    for avals_in, params, translate, ident in taken:
+        if ident is not None:  # a call bound again (JAX re-tracing a jaxpr) is planned once
+            if ident in seen:
+                continue
+            seen.add(ident)
+        compile_pool.submit(_plan_and_compile, platform, avals_in, params, translate, store)
+        started += 1
+    return started
+
+
+def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any],
+                      translate: Translate | None, store: kernel_cache.Store) -> None:
+    try:
+        if translate is not None:
+            translated = translate(avals_in, params)
+            if translated is None:
+                return
+            avals_in, params = translated
+        plan = plan_bound(platform, avals_in, params)
+        specs = plan.specs()
+        if not winners.tuning_active():  # (tuning records each call site as its rule lowers it)
+            choice = winners.choose(platform, params["kernel"], specs, plan.configs, plan.named,
+                                    plan.metaparams, avals_in, plan.avals_out)
+            if choice.index is not None:  # the rule will lower the persisted winner alone
+                specs = [specs[choice.index]]
+    except Exception as exc:  # the rule plans it again and reports what is wrong
+        log.debug("not compiling ahead a call of %s: %s", getattr(params.get("kernel"), "__name__", "?"), exc)
+        return
+    for spec in specs[1:]:
+        compile_pool.submit(_compile, spec, store)
+    _compile(specs[0], store)
+
+
+def _compile(spec: compiler.KernelSpec, store: kernel_cache.Store) -> None:
+    try:
+        compiler.get_or_compile(spec, store)
+    except Exception as exc:  # its rule compiles it again and raises the error where the user sees it
+        log.debug("compiling %s ahead failed: %s", spec.name, exc)

@@ -1,0 +1,208 @@
+"""Cold-start benchmark: a program's kernels compiled one after another vs at once (compile ahead).
+
+Why: a cold process (a new model, a Triton or kernel-cache upgrade, an empty node) compiles every
+Triton kernel inside JAX's lowering. With KERNEL_CACHE_COMPILE_WORKERS=1 it does so one call at a time
+(serial); by default the first miss of a module starts the compiles of every call traced with it on
+worker threads (parallel: lowering.ahead). This prints, side by side in one run, fresh processes with
+every cache empty (KERNEL_CACHE_DIR, TRITON_CACHE_DIR, ejKernel's and CUDA's caches, XDG_CACHE_HOME):
+  lower        jax.jit(f).trace(*args).lower()  -- where the kernels compile
+  xla_compile  lowered.compile()                 -- GPU only
+  first_run    first call + block_until_ready    -- GPU only (ejKernel's own path runs ptxas here)
+  wall         the whole child process, imports included
+for these programs:
+  one kernel   lowering.examples' add[BLOCK=256] alone (parallel must not cost a single kernel anything)
+  module       the 9 programs of lowering.examples (14 kernels) as one jit, as a model's module is
+  9 jits       the same programs, each its own jit (each lowers before the next is traced)
+  ejkernel     scripts/client_programs.py's ejKernel programs as one jit through
+               KERNEL_CACHE_INTERCEPT=ejkernel, serial and parallel, and on a GPU ejKernel's own path
+               (where ejKernel is installed and kernel-cache is pip-installed, for the .pth hook)
+Without a GPU everything is cross-lowered for sm_90 and only `lower` and `wall` are reported.
+Medians over --repeat fresh directory sets.
+
+  python scripts/bench_cold.py [--workers N] [--repeat 1] [--sets examples,ejkernel] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASES = ("lower", "xla_compile", "first_run", "wall")
+
+
+def child(program_set: str, shape: str, cross: bool) -> dict:
+    """One fresh process: the set's programs lowered (GPU: compiled and run once) as `shape`."""
+    sys.path.insert(0, ROOT)
+    import jax
+
+    jax.devices()  # backend start-up is no phase (it is in wall)
+    if program_set == "ejkernel":
+        from scripts import client_programs
+
+        programs = [(label, fn, args) for _, label, fn, args in client_programs.programs(("ejkernel",))]
+    else:
+        from lowering.examples import programs as example_programs
+        from lowering.examples import random_inputs
+
+        call = {"compute_capability": 90} if cross else {}
+        programs = [(label, fn, random_inputs(shapes) if not cross else shapes)
+                    for label, fn, shapes in example_programs(**call)]
+        if shape == "one":
+            programs = programs[:1]
+    lower_options = {"lowering_platforms": ("cuda",)} if cross else {}
+    groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
+    times = dict.fromkeys(PHASES[:3], 0.0)
+    for group in groups:
+        def module(*args, group=group):
+            out, i = [], 0
+            for _, fn, example in group:
+                out.append(fn(*args[i:i + len(example)]))
+                i += len(example)
+            return out
+
+        flat = [a for _, _, example in group for a in example]
+        t = time.perf_counter()
+        lowered = jax.jit(module).trace(*flat).lower(**lower_options)
+        times["lower"] += time.perf_counter() - t
+        if cross:
+            continue
+        t = time.perf_counter()
+        compiled = lowered.compile()
+        times["xla_compile"] += time.perf_counter() - t
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(*flat))
+        times["first_run"] += time.perf_counter() - t
+    report: dict = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
+    if "kernel_cache" in sys.modules:
+        import kernel_cache
+
+        report["compiles"] = kernel_cache.default_store().stats.session().get("compiles", 0)
+        report["workers"] = kernel_cache.current_config().compile_threads
+    return report
+
+
+def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_")}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+               TRITON_CACHE_DIR=os.path.join(caches, "triton"), XDG_CACHE_HOME=os.path.join(caches, "xdg"),
+               EJKERNEL_TRITON_CACHE_DIR=os.path.join(caches, "ejkernel"), CUDA_CACHE_PATH=os.path.join(caches, "nv"),
+               COMPILE_FUNC_DIR=os.path.join(caches, "ejit"))
+    if workers is not None:  # kernel-cache's path (own: the client alone, no kernel-cache at all)
+        env["KERNEL_CACHE_DIR"] = os.path.join(caches, "kernel-cache")
+        if workers > 0:  # else kernel-cache's default
+            env["KERNEL_CACHE_COMPILE_WORKERS"] = str(workers)
+    if intercept:
+        env["KERNEL_CACHE_INTERCEPT"] = "ejkernel"
+    if cross:
+        env.update(KERNEL_CACHE_TARGET_ARCH="sm_90", JAX_PLATFORMS=env.get("JAX_PLATFORMS", "cpu"))
+    return env
+
+
+def run_child(program_set: str, shape: str, env: dict, cross: bool) -> dict:
+    argv = [sys.executable, os.path.abspath(__file__), "--child", program_set, shape] + (["--cross"] if cross else [])
+    t = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["times"]["wall"] = wall
+    return report
+
+
+def has_gpu() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def ejkernel_available() -> str | None:
+    """Why the ejKernel rows cannot run here, or None."""
+    probe = subprocess.run([sys.executable, "-c", "import ejkernel, sys; print('kernel_cache.interception' in sys.modules)"],
+                           env={**os.environ, "KERNEL_CACHE_INTERCEPT": "ejkernel"}, capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "ejKernel is not installed"
+    if probe.stdout.strip() != "True":
+        return "kernel-cache is not pip-installed here (no .pth hook for KERNEL_CACHE_INTERCEPT)"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs=2, metavar=("SET", "SHAPE"), help=argparse.SUPPRESS)
+    parser.add_argument("--cross", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=0, help="parallel's KERNEL_CACHE_COMPILE_WORKERS (default: "
+                                                               "kernel-cache's own: usable cores, at most 16)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--sets", default="examples,ejkernel")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.cross)))
+        return
+    cross = not has_gpu()
+    rows: list[tuple[str, str, str, int | None, bool]] = []  # (set, shape, path, workers, intercept)
+    sets = args.sets.split(",")
+    if "examples" in sets:
+        for shape in ("one", "module", "jits"):
+            rows += [("examples", shape, "serial", 1, False), ("examples", shape, "parallel", args.workers, False)]
+    skipped = None
+    if "ejkernel" in sets:
+        skipped = ejkernel_available()
+        if skipped is None:
+            if not cross:
+                rows.append(("ejkernel", "module", "own", None, False))
+            rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", args.workers, True)]
+    results: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):
+        for program_set, shape, path, workers, intercept in rows:
+            caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
+            try:
+                report = run_child(program_set, shape, child_env(caches, workers, intercept, cross), cross)
+            finally:
+                shutil.rmtree(caches, ignore_errors=True)
+            results.setdefault(f"{program_set}/{shape}/{path}", []).append(report)
+    summary = {name: {"times": {p: statistics.median(r["times"][p] for r in reports) for p in PHASES},
+                      "compiles": reports[0].get("compiles"), "workers": reports[0].get("workers"),
+                      "device": reports[0]["device"], "programs": reports[0]["programs"]}
+               for name, reports in results.items()}
+    print(f"cold start, {'cross-lowered for sm_90 (no GPU)' if cross else next(iter(summary.values()))['device']}, "
+          f"{os.cpu_count()} CPUs, median of {args.repeat}")
+    shown = ("lower", "wall") if cross else PHASES
+    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown))
+    for name, s in summary.items():
+        program_set, shape, path = name.split("/")
+        label = {"one": "one kernel", "module": "module", "jits": "9 jits"}[shape] if program_set == "examples" \
+            else f"ejkernel ({s['programs']} ops)"
+        print(f"{label:<22}{path:<10}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
+              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown))
+    ratios = {}
+    for name in summary:
+        if name.endswith("/parallel"):
+            base = name.rsplit("/", 1)[0]
+            for other in ("serial", "own"):
+                if f"{base}/{other}" in summary:
+                    for phase in ("lower", "wall"):
+                        ours, theirs = summary[name]["times"][phase], summary[f"{base}/{other}"]["times"][phase]
+                        ratios[f"{base} {phase}: {other} / parallel"] = theirs / ours if ours else None
+    for what, ratio in ratios.items():
+        print(f"  {what:<44} {ratio:.2f}x" if ratio else f"  {what}: -")
+    if skipped:
+        print(f"ejkernel: skipped ({skipped})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cross": cross, "summary": summary, "ratios": ratios, "ejkernel_skipped": skipped}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
