@@ -58,6 +58,24 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
         if shape == "one":
             programs = programs[:1]
     lower_options = {"lowering_platforms": ("cuda",)} if cross else {}
+    timeline: list[tuple[str, str, float, float]] = []
+    origin = time.perf_counter()
+    if os.environ.get("BENCH_COLD_TIMELINE"):  # which thread compiled what, when (from the start of lowering)
+        import threading
+
+        import compiler.cached
+
+        real = compiler.cached.compile_spec
+
+        def timed(spec):
+            start = time.perf_counter()
+            try:
+                return real(spec)
+            finally:
+                timeline.append((threading.current_thread().name, spec.name, start - origin,
+                                 time.perf_counter() - origin))
+
+        compiler.cached.compile_spec = timed
     groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:
@@ -81,6 +99,8 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
         jax.block_until_ready(compiled(*flat))
         times["first_run"] += time.perf_counter() - t
     report: dict = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
+    if timeline:
+        report["timeline"] = sorted(timeline, key=lambda t: t[2])
     if "kernel_cache" in sys.modules:
         import kernel_cache
 
@@ -146,11 +166,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sets", default="examples,ejkernel")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--timeline", action="store_true", help="record each compile's thread and times (--json)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.cross)))
         return
     cross = not has_gpu()
+    if args.timeline:
+        os.environ["BENCH_COLD_TIMELINE"] = "1"
     rows: list[tuple[str, str, str, int | None, bool]] = []  # (set, shape, path, workers, intercept)
     sets = args.sets.split(",")
     if "examples" in sets:
@@ -164,6 +187,13 @@ def main() -> None:
                 rows.append(("ejkernel", "module", "own", None, False))
             rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", args.workers, True)]
     results: dict[str, list[dict]] = {}
+    # a throwaway cold process first: the first on a host reads Triton's libraries and ptxas from disk
+    # (about 1 s), which would be charged to whichever row ran first
+    warmup = tempfile.mkdtemp(prefix="kc-bench-cold-")
+    try:
+        run_child("examples", "one", child_env(warmup, 1, False, cross), cross)
+    finally:
+        shutil.rmtree(warmup, ignore_errors=True)
     for _ in range(args.repeat):
         for program_set, shape, path, workers, intercept in rows:
             caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
