@@ -28,6 +28,7 @@ MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
+_primed = False
 
 
 def default_memo_dir() -> Path | None:
@@ -108,6 +109,20 @@ def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
     """A text derived from one file (a schema read out of a plugin binary, ...), kept in the same
     memo as the toolchain fingerprint and recomputed when the file's size or mtime changes."""
     return _memoized(name, _identity(path), compute, None)
+
+
+def prime_in_background() -> None:
+    """Start Triton's build key (the bulk of the fingerprint: hashing libtriton, 0.3-0.5 s where the
+    memo is missing or stale) on a daemon thread, so that a cold process pays for it while it imports
+    and builds its model, not at its first lowering; where the memo is fresh this reads one small file.
+    (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""
+    global _primed
+    with _lock:
+        if _primed:
+            return
+        _primed = True
+    threading.Thread(target=lambda: _memoized("triton_key", _triton_identity(), tc.triton_build_key, None),
+                     name="kernel-cache-toolchain", daemon=True).start()
 
 
 def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
 
 from typing import Any
 
+from . import ahead as _ahead
 from . import monitoring as _monitoring  # noqa: F401  (kernel-cache's counters as jax.monitoring events)
 from . import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
 from . import utils, xla_cache
@@ -19,6 +20,7 @@ from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
 xla_cache.apply()  # KERNEL_CACHE_XLA=1: JAX's compiled executables beside the kernels
+_ahead.prepare()  # a cold process computes its toolchain fingerprint while it builds its model
 
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import compiler
 import kernel_cache
+from compiler.toolchain import prime_in_background
 
 from . import compile_pool, winners
 from .plan import plan_bound
@@ -47,6 +48,13 @@ class Operand(NamedTuple):
 _noted: collections.deque[tuple[tuple[Operand, ...], Mapping[str, Any], Translate | None, int | None]] = \
     collections.deque(maxlen=MAX_NOTED)
 _lock = threading.Lock()
+
+
+def prepare() -> None:
+    """At import: where compiles may run at once, start the toolchain fingerprint (`compiler.toolchain`)
+    so a cold process's first lowering does not wait for it."""
+    if compile_pool.workers() > 1:
+        prime_in_background()
 
 
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:

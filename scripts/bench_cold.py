@@ -231,7 +231,8 @@ def main() -> None:
         print(f"ejkernel: skipped ({skipped})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cross": cross, "summary": summary, "ratios": ratios, "ejkernel_skipped": skipped}, f, indent=2)
+            json.dump({"cross": cross, "summary": summary, "ratios": ratios, "ejkernel_skipped": skipped,
+                       "runs": results}, f, indent=2)
 
 
 if __name__ == "__main__":
