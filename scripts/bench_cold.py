@@ -101,6 +101,9 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
     report: dict = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
     if timeline:
         report["timeline"] = sorted(timeline, key=lambda t: t[2])
+    import resource
+
+    report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     if "kernel_cache" in sys.modules:
         import kernel_cache
 
@@ -204,18 +207,20 @@ def main() -> None:
             results.setdefault(f"{program_set}/{shape}/{path}", []).append(report)
     summary = {name: {"times": {p: statistics.median(r["times"][p] for r in reports) for p in PHASES},
                       "compiles": reports[0].get("compiles"), "workers": reports[0].get("workers"),
+                      "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in reports),
                       "device": reports[0]["device"], "programs": reports[0]["programs"]}
                for name, reports in results.items()}
     print(f"cold start, {'cross-lowered for sm_90 (no GPU)' if cross else next(iter(summary.values()))['device']}, "
           f"{os.cpu_count()} CPUs, median of {args.repeat}")
     shown = ("lower", "wall") if cross else PHASES
-    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown))
+    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown)
+          + f"{'peak RSS':>12}")
     for name, s in summary.items():
         program_set, shape, path = name.split("/")
         label = {"one": "one kernel", "module": "module", "jits": "9 jits"}[shape] if program_set == "examples" \
             else f"ejkernel ({s['programs']} ops)"
         print(f"{label:<22}{path:<10}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
-              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown))
+              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown) + f"{s['peak_rss_mib']:>8.0f} MiB")
     ratios = {}
     for name in summary:
         if name.endswith("/parallel"):
