@@ -59,3 +59,25 @@ def test_calls_traced_but_never_lowered_are_not_waited_for_at_exit(tmp_path):
     assert kernels(lower(tmp_path, "early", 1, "exit-early", labels="")) == 1
     early = lower(tmp_path, "early2", 2, "exit-early", labels="")
     assert 1 <= kernels(early) < 14 and len(early["compile_threads"]) < 14, early["compile_threads"]
+
+
+def test_two_processes_compiling_ahead_build_each_kernel_once(tmp_path):
+    """Cross-process single-flight is unchanged: the lock is taken by whoever compiles, a worker
+    thread included, so two cold ranks on one cache build each of the four kernels once between them."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT, child_env
+
+    env = child_env(KERNEL_CACHE_DIR=str(tmp_path / "cache"), KERNEL_CACHE_COMPILE_WORKERS="2",
+                    TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    ranks = [subprocess.Popen([sys.executable, str(CHILD), str(tmp_path / f"rank{i}.json"), "module", LABELS],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for rank in ranks:
+        _, err = rank.communicate(timeout=600)
+        assert rank.returncode == 0, err[-3000:]
+    reports = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
+    assert sum(len(r["compile_threads"]) for r in reports) == 4, [r["compile_threads"] for r in reports]
+    assert reports[0]["lowered_sha"] == reports[1]["lowered_sha"]
