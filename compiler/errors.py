@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from kernel_cache.errors import KernelCacheError
 
-class CompileError(RuntimeError):
+
+class CompileError(KernelCacheError, RuntimeError):
     """A Triton stage failed. Names the kernel, the stage, a short spec summary and Triton's message."""
 
     def __init__(self, kernel: str, stage: str, summary: str, cause: BaseException):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from kernel_cache.errors import KernelCacheError
+
 from . import triton_compat as tc
 from .spec import KernelSpec
 from .target import Target, parse_target
@@ -18,7 +20,7 @@ from .target import Target, parse_target
 RECIPE_VERSION = 1
 
 
-class RecipeError(RuntimeError):
+class RecipeError(KernelCacheError, RuntimeError):
     """A recipe cannot be turned back into a spec (kernel not importable, unknown value type)."""
 
 

@@ -24,12 +24,14 @@ import threading
 
 from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
+from .errors import KernelCacheError
 from .interception import InterceptError, intercept
 from .store import Store
 from .tier import MaintainedTier
 from .warnings_once import KernelCacheWarning, info_once
 
-__all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheWarning", "Store",
+__all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheError", "KernelCacheWarning",
+           "Store",
            "configure", "current_config", "default_store", "intercept", "parse_duration", "parse_size"]
 
 _default: Store | None = None

@@ -67,6 +67,7 @@ from .bundle_stream import (
     shown,
 )
 from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
+from .errors import KernelCacheError
 from .safefs import atomic_file
 from .summary import EntrySummary
 from .tier import Tier
@@ -94,7 +95,7 @@ class ExportResult:
     file_bytes: int
 
 
-class StagingError(OSError):
+class StagingError(KernelCacheError, OSError):
     """The bundle's entries could not be staged (no room in TMPDIR): nothing was imported."""
 
     expected: int | None = None  # entries the bundle's manifest lists

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from .errors import KernelCacheError
+
 _BLOCK = 512
 
 
@@ -52,7 +54,7 @@ MANIFEST = "manifest.json"
 ENTRY_MEMBER = re.compile(r"^entries/([0-9a-f]{32})\.kce$")
 
 
-class BundleError(ValueError):
+class BundleError(KernelCacheError, ValueError):
     """The file is not a readable kernel-cache bundle."""
 
     at_entry: int | None = None  # the first entry member (from 1) not read whole when the stream stopped

@@ -19,6 +19,7 @@ from typing import Any
 
 from .display import echo, redacted
 from .entry import DEFAULT_MAX_ENTRY_BYTES
+from .errors import KernelCacheError
 from .interception import InterceptError, parse_clients
 from .safefs import resolve_group
 from .signing import Signer, SigningKeyError, load_key_file, read_private_file
@@ -36,7 +37,7 @@ TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the
 XLA_SUBDIR = "xla"  # JAX's persistent compilation cache under KERNEL_CACHE_DIR (KERNEL_CACHE_XLA=1)
 
 
-class ConfigError(ValueError):
+class ConfigError(KernelCacheError, ValueError):
     """A malformed setting; the message names the variable or option."""
 
 

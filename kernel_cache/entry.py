@@ -35,6 +35,8 @@ from typing import Any
 
 import xxhash
 
+from .errors import KernelCacheError
+
 MAGIC = b"KCACHE\x00\x01"
 ENTRY_FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sHHIIQ16s")
@@ -52,7 +54,7 @@ SIGNATURE_MAGIC = b"KCSIG\x00\x01\x00"
 SIGNATURE_SIZE = len(SIGNATURE_MAGIC) + 8 + 32
 
 
-class InvalidKey(ValueError):
+class InvalidKey(KernelCacheError, ValueError):
     """Not a content key: keys become file names, so only lower-case hex of one length passes."""
 
 
@@ -78,7 +80,7 @@ def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
     return data, None
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(KernelCacheError, ValueError):
     """The bytes are not a valid entry (truncated, flipped, foreign, or for another key)."""
 
 

@@ -1,9 +1,16 @@
-"""Typed failures of the store, each carrying what an operator needs to act on it."""
+"""The error family: KernelCacheError, the base of every exception kernel-cache raises on purpose, and
+the store's typed failures, each carrying what an operator needs to act on it."""
 
 from __future__ import annotations
 
 
-class TierUnavailable(OSError):
+class KernelCacheError(Exception):
+    """The base of every exception kernel-cache raises on purpose: `except KernelCacheError` catches
+    them all. Each keeps its builtin base too (OSError, ValueError, RuntimeError), so a handler
+    written for that still matches."""
+
+
+class TierUnavailable(KernelCacheError, OSError):
     """The tier cannot be used at all (directory missing and not creatable, damaged index)."""
 
 
@@ -11,14 +18,14 @@ class TierUntrusted(TierUnavailable):
     """The tier's directory could have been written by users you did not agree to trust."""
 
 
-class TierReadOnly(OSError):
+class TierReadOnly(KernelCacheError, OSError):
     """The tier serves hits but cannot take writes (read-only mount, full disk, busy index)."""
 
 
-class RejectedEntry(Exception):
+class RejectedEntry(KernelCacheError):
     """An entry refused for who wrote it (unsigned, another key, bad signature), not for damage:
     it is a miss, counted, never copied into a faster tier, and left in place."""
 
 
-class ReentrantBuild(RuntimeError):
+class ReentrantBuild(KernelCacheError, RuntimeError):
     """A builder asked the store for the very key it is building: it would wait on itself."""

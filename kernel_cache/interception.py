@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from .display import echo
+from .errors import KernelCacheError
 from .warnings_once import warn_once
 
 ENV = "KERNEL_CACHE_INTERCEPT"
@@ -40,11 +41,11 @@ _lock = threading.RLock()
 _state: dict[str, str] = {}  # client -> "armed" | "installed" | "declined: why"
 
 
-class InterceptError(ValueError):
+class InterceptError(KernelCacheError, ValueError):
     """An unknown client name (the message lists the known ones)."""
 
 
-class UnsupportedClient(RuntimeError):
+class UnsupportedClient(KernelCacheError, RuntimeError):
     """Raised by an adapter for a client version it does not know: the client is left on its own path."""
 
 

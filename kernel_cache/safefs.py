@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from .errors import KernelCacheError
+
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
@@ -57,7 +59,7 @@ def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, st
     return previous
 
 
-class UnsafeFile(OSError):
+class UnsafeFile(KernelCacheError, OSError):
     """A path refused because of what it is (symlink, FIFO, device, too large) or who owns it."""
 
     def __init__(self, path: str, reason: str, owner: bool = False):

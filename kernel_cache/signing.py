@@ -22,12 +22,13 @@ import stat
 from pathlib import Path
 
 from .entry import SIGNATURE_MAGIC, split_signature
+from .errors import KernelCacheError
 
 MIN_KEY_BYTES = 16
 _LABEL = b"kernel-cache entry signature v1\x00"
 
 
-class SigningKeyError(ValueError):
+class SigningKeyError(KernelCacheError, ValueError):
     """The configured signing key cannot be used (too short, unreadable, readable by others)."""
 
 

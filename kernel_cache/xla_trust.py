@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .config import XLA_SUBDIR
 from .display import escaped
+from .errors import KernelCacheError
 from .safefs import Owners
 from .store import Store
 
@@ -31,7 +32,7 @@ _OTHERS = stat.S_IRWXG | stat.S_IRWXO
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
-class XlaDirRefused(Exception):
+class XlaDirRefused(KernelCacheError):
     """Why `<dir>/xla` is not handed to JAX (the message is the reason, ready for a warning)."""
 
 

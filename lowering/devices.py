@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kernel_cache.errors import KernelCacheError
+
 _HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
 
 
-class MultiDeviceError(ValueError):
+class MultiDeviceError(KernelCacheError, ValueError):
     """A Triton call would span several devices outside shard_map."""
 
 

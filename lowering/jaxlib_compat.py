@@ -17,6 +17,7 @@ from types import ModuleType
 
 import kernel_cache
 from compiler.toolchain import memoized_for_file
+from kernel_cache.errors import KernelCacheError
 
 from . import proto_descriptor
 
@@ -30,7 +31,7 @@ AUTOTUNED_ALIASES_MIN_JAXLIB = (0, 10, 0)
 _PLUGIN_PLATFORM = {"cuda": "cuda", "rocm": "rocm"}
 
 
-class JaxlibSupportError(RuntimeError):
+class JaxlibSupportError(KernelCacheError, RuntimeError):
     """The installed jaxlib cannot run Triton kernels for the requested platform."""
 
 

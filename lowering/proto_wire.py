@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from kernel_cache.errors import KernelCacheError
+
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
 
@@ -20,7 +22,7 @@ class Field(NamedTuple):
     value: "int | bytes"  # int for VARINT/FIXED*, raw bytes for LEN
 
 
-class WireError(ValueError):
+class WireError(KernelCacheError, ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 

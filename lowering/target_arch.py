@@ -11,13 +11,14 @@ import functools
 
 import kernel_cache
 from compiler import Target, parse_target
+from kernel_cache.errors import KernelCacheError
 
 from .jaxlib_compat import triton_module
 
 ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
 
 
-class NoTargetError(RuntimeError):
+class NoTargetError(KernelCacheError, RuntimeError):
     """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
 
 

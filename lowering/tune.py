@@ -27,11 +27,12 @@ import jax
 import kernel_cache
 from compiler.toolchain import toolchain_summary
 from kernel_cache import winners as records
+from kernel_cache.errors import KernelCacheError
 
 from . import winners
 
 
-class TuneError(RuntimeError):
+class TuneError(KernelCacheError, RuntimeError):
     """Tuning cannot run here (no GPU), or a program could not be lowered."""
 
 

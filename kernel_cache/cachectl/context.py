@@ -14,7 +14,7 @@ from ..cache_marker import NotACacheDirectory
 from ..config import Config, ConfigError
 from ..disk_index import ENTRIES_DIR
 from ..disk_repair import ValueFilesTier
-from ..errors import TierUntrusted
+from ..errors import KernelCacheError, TierUntrusted
 from ..safefs import Tree
 from ..store import Store
 from ..tier import KeptTier
@@ -25,7 +25,7 @@ JSON_SCHEMA = 1  # every --json document carries {"schema": JSON_SCHEMA}; bumped
 WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
 
 
-class CliError(Exception):
+class CliError(KernelCacheError):
     """A one-line reason to stop, with its exit code."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE):

@@ -31,6 +31,7 @@ from multiprocessing.connection import wait as wait_ready
 from types import FrameType
 from typing import Any
 
+from ..errors import KernelCacheError
 from ..store import Store
 
 CANCEL_GRACE = 0.5  # seconds a worker has to leave after SIGTERM before it is killed
@@ -39,7 +40,7 @@ _POLL = 0.5  # how often a waiting worker checks that its parent is alive, and t
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class PrewarmError(RuntimeError):
+class PrewarmError(KernelCacheError, RuntimeError):
     """The prewarm cannot start at all (program not importable, bad target name)."""
 
 

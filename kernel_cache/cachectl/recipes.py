@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from compiler import RecipeError, content_key, from_recipe, get_or_compile, parse_target
 
 from ..config import Config
+from ..errors import KernelCacheError
 from ..store import Store
 from .outcomes import Outcome, Report, pool_context, run_in_pool, shown
 
@@ -24,7 +25,7 @@ from .outcomes import Outcome, Report, pool_context, run_in_pool, shown
 ALLOW_HINT = "--allow-module PATTERN"
 
 
-class MalformedRecipe(ValueError):
+class MalformedRecipe(KernelCacheError, ValueError):
     """A recipe whose kernel names are not MODULE:QUALNAME with a dotted Python module path."""
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import UnsupportedClient
 from kernel_cache.warnings_once import warn_once
 
@@ -24,7 +25,7 @@ _lock = threading.Lock()
 __all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "serve", "tally"]
 
 
-class UnsupportedCall(ValueError):
+class UnsupportedCall(KernelCacheError, ValueError):
     """One call asks for something the adapter does not lower (the client lowers it itself)."""
 
 
