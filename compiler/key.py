@@ -12,10 +12,10 @@ from typing import Any
 
 import xxhash
 
+from kernel_cache.digest import digest
 from kernel_cache.display import echo
 
 from . import triton_compat as tc
-from .digest import digest
 from .portable import portable
 from .spec import KernelSpec
 from .toolchain import toolchain_fingerprint

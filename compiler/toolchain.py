@@ -18,9 +18,9 @@ from typing import Any
 import kernel_cache
 from kernel_cache import cache_marker, safefs
 from kernel_cache.config import TOOLCHAIN_MEMO
+from kernel_cache.digest import digest
 
 from . import triton_compat as tc
-from .digest import digest
 from .target import Target
 
 MEMO_FILE = TOOLCHAIN_MEMO

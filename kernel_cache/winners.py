@@ -18,15 +18,13 @@ Knows nothing of Triton or JAX: the lowering computes the content keys and key v
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
-
+from .digest import digest
 from .entry import Entry, is_key
 from .summary import META_ARCH, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
 
@@ -51,20 +49,15 @@ def canonical(value: Any) -> Any:
     raise TypeError(f"an autotune key value must be a number, string, bool or list, got {type(value).__name__}")
 
 
-def _digest(document: Any) -> str:
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    return str(xxhash.xxh3_128_hexdigest(text.encode()))
-
-
 def family(config_keys: Sequence[str]) -> str:
     """The kernel family: one hash of the content keys of all its configs (order does not matter)."""
-    return _digest(sorted(config_keys))
+    return digest(sorted(config_keys))
 
 
 def winner_key(config_keys: Sequence[str], key_values: Any, device: str) -> str:
     """The store key of the winner of this family, for these autotune-key values (canonical: see
     `canonical`), on this GPU model."""
-    return _digest({"kind": KIND, "format": FORMAT, "family": family(config_keys),
+    return digest({"kind": KIND, "format": FORMAT, "family": family(config_keys),
                     "key_values": key_values, "device": device})
 
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import run_python
 
 from compiler import content_key, key_document, make_spec, toolchain
-from compiler.digest import digest
 from compiler.examples import add_kernel, layernorm_kernel
+from kernel_cache.digest import digest
 
 _counter = itertools.count()
 
