@@ -46,9 +46,11 @@ def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, byt
         return None
 
 
-def get_or_compile(spec: KernelSpec, store: Store | None = None) -> tuple[Artifact, str]:
+def get_or_compile(spec: KernelSpec, store: Store | None = None, *,
+                   known_missing: bool = False) -> tuple[Artifact, str]:
     """The artifact for `spec` from `store` (default: kernel_cache's process store), compiling and
-    publishing it on a miss. Returns (artifact, key)."""
+    publishing it on a miss. Returns (artifact, key). `known_missing`: `lookup` just missed it (one
+    more store read, under the build lock, instead of two)."""
     store = _store(store)
     key = content_key(spec)
 
@@ -60,7 +62,7 @@ def get_or_compile(spec: KernelSpec, store: Store | None = None) -> tuple[Artifa
         meta, blobs = art.to_entry()
         return meta, blobs, art.compile_seconds
 
-    found = store.get_or_create(key, build, label=spec.describe)
+    found = store.get_or_create(key, build, label=spec.describe, known_missing=known_missing)
     artifact = _artifact(store, key, found)
     if artifact is None:  # the unusable entry is gone: build it again
         artifact = _artifact(store, key, store.get_or_create(key, build, label=spec.describe))

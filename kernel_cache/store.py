@@ -132,11 +132,13 @@ class Store:
             return None
         return self._hit(found, key, label, start)
 
-    def get_or_create(self, key: str, build: Builder,
-                      label: lookup_log.Label = "") -> tuple[dict[str, Any], dict[str, bytes]]:
-        """The entry for `key`, built at most once across threads and processes on a miss."""
+    def get_or_create(self, key: str, build: Builder, label: lookup_log.Label = "", *,
+                      known_missing: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The entry for `key`, built at most once across threads and processes on a miss.
+        `known_missing`: the caller has just looked it up and missed, so the store is read once more
+        only under the lock (where a neighbour's build shows), not before it too."""
         start = time.perf_counter()
-        found = self.get(key)
+        found = None if known_missing else self.get(key)
         if found is not None:
             return self._hit(found, key, label, start)
         check_key(key)

@@ -99,11 +99,16 @@ def fetch(specs: Sequence[KernelSpec], store=None,
     if missing and on_miss is not None:
         on_miss()
     if len(missing) > 1 and compile_pool.workers() > 1:
-        others = {i: compile_pool.submit(compiler.get_or_compile, specs[i], store) for i in missing[1:]}
-        found[missing[0]] = compiler.get_or_compile(specs[missing[0]], store)
+        others = {i: compile_pool.submit(_build, specs[i], store) for i in missing[1:]}
+        found[missing[0]] = _build(specs[missing[0]], store)
         for i, future in others.items():
             found[i] = future.result()
     else:
         for i in missing:
-            found[i] = compiler.get_or_compile(specs[i], store)
+            found[i] = _build(specs[i], store)
     return found  # every None was filled by a compile
+
+
+def _build(spec: KernelSpec, store: Any) -> tuple[Artifact, str]:
+    """A spec `fetch` just missed: read again only under the build lock (one read per miss)."""
+    return compiler.get_or_compile(spec, store, known_missing=True)

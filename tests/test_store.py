@@ -316,3 +316,27 @@ def test_metadata_is_read_from_the_head_of_an_entry_without_its_blobs():
     assert entry_format.peek_meta_head(head, len(data))["created"] == 123.0
     with pytest.raises(CorruptEntry, match="truncated"):
         entry_format.peek_meta_head(head, len(data) - 5)
+
+
+def test_a_miss_reads_each_level_once_before_the_lock_and_once_under_it(tmp_path, monkeypatch):
+    """A lookup that missed hands get_or_create `known_missing`: the store is read again only under the
+    build lock (where a neighbour's finished build shows), not also before it (three reads were two)."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+    store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
+    reads = {"disk": 0, "shared": 0}
+    for tier in store.persistent_tiers:
+        real = tier.get
+
+        def counted(key, real=real, name=tier.name):
+            reads[name] += 1
+            return real(key)
+
+        monkeypatch.setattr(tier, "get", counted)
+    build = lambda: ({"name": "k"}, {"cubin": b"x" * 100}, 0.1)  # noqa: E731
+    assert store.lookup(K) is None
+    store.get_or_create(K, build, known_missing=True)
+    assert reads == {"disk": 2, "shared": 2}  # the lookup, then the check under the lock
+    store.get_or_create(K1, build)
+    assert reads == {"disk": 4, "shared": 4}  # without the hint: before the lock and under it
+    store.close()
