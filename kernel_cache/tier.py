@@ -1,6 +1,8 @@
 """The interfaces of the store's levels (kernel_cache/tiers/), so the store walks them in order and
-cachectl never probes for methods: `Tier`, the data path every level has, and `MaintainedTier`,
-the maintenance an operator's tools use, which a level may lack (checked with isinstance).
+cachectl asks a level for maintenance through a type, not by probing for methods: `Tier`, the data
+path every level has, and `MaintainedTier`, the maintenance an operator's tools use, which a level may
+lack (checked with isinstance). (cachectl still names two levels by class where they differ in
+kind: the remote's endpoint instead of a directory, the local index's own repair.)
 
 A level stores entries by content key. Persistent levels keep bytes in the entry format; the memory
 level keeps decoded entries and answers the maintenance calls with nothing (no records, no lock,
