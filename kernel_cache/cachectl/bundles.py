@@ -19,13 +19,12 @@ from ..bundle import (
     FAILED,
     NOT_REACHED,
     REJECTED,
-    BundleError,
     ImportResult,
-    NotABundle,
     StagingError,
     export_bundle,
     stage_bundle,
 )
+from ..bundle_stream import BundleError, NotABundle
 from ..config import sources
 from ..maintenance import read_raw
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
@@ -50,6 +49,8 @@ def cmd_export(ctx: Context, args: Any) -> int:
         tier = next(t for t in tiers if t.name == info.tier)
         try:
             raw = read_raw(tier, info.key)
+            if raw is None:  # removed since the scan: skipped as ever, with the words decode(None) raised
+                raise TypeError("cannot convert 'NoneType' object to bytes")
             entry_format.decode(raw, expected_key=info.key)
         except (entry_format.CorruptEntry, TypeError) as exc:
             skipped.append((info.key, f"corrupt ({exc})" if str(exc) else "corrupt"))

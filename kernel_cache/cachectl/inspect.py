@@ -7,7 +7,7 @@ import os
 import stat
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import call_records, winners
 from .. import entry as entry_format
@@ -23,6 +23,26 @@ from ..tiers.remote import RemoteTier
 from . import calls_view, kinds, prometheus, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
+
+
+class _TierStats(TypedDict):
+    """One tier's row of `cachectl stats`."""
+
+    path: str
+    entries: int
+    bytes: int
+    kinds: dict[str, int]
+    writable: bool
+    over_max_bytes: bool
+
+
+class _SettingRow(TypedDict):
+    """One setting's row of `cachectl config`."""
+
+    variable: str
+    value: str | None
+    source: str
+    meaning: str
 
 
 def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
@@ -140,7 +160,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
             return EXIT_OK
     infos = scan_all(ctx, ctx.kept(), with_stale=False)
     totals = store.stats.totals()
-    tiers = {}
+    tiers: dict[str, _TierStats] = {}
     for tier in ctx.kept():
         mine = [i for i in infos if i.tier == tier.name]
         size = sum(i.size_bytes for i in mine)
@@ -236,13 +256,14 @@ def _writable_here(tier: KeptTier) -> bool:
 
 def cmd_config(ctx: Context, args: Any) -> int:
     """Every KERNEL_CACHE_* setting: its effective value and whether the environment set it."""
-    rows = []
+    rows: list[_SettingRow] = []
     for setting, source in sources():
         value = getattr(ctx.config, setting.field)
         if source == "unused":
             text = None
         elif setting.field == "signing_key":
-            text = None if value is None else f"set (key id {ctx.config.signer().key_id.hex()})"
+            signer = ctx.config.signer()  # None exactly when the key (value) is
+            text = None if signer is None else f"set (key id {signer.key_id.hex()})"
         elif setting.field in ("remote", "remote_password"):
             text = None if value is None else redacted(value) if setting.field == "remote" else "set"
         else:

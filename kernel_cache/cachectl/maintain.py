@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
-from ..maintenance import EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
+from ..maintenance import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier
@@ -15,6 +15,13 @@ from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size
+
+
+class _IndexState(TypedDict):
+    """verify's word on the local index: what is wrong with it, and what a rebuild found."""
+
+    problem: str
+    rebuilt: dict[str, Any] | None  # disk_repair.rebuild_index's report once rebuilt
 
 
 def cmd_prune(ctx: Context, args: Any) -> int:
@@ -73,25 +80,30 @@ def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[s
 
 
 def cmd_verify(ctx: Context, args: Any) -> int:
-    checked, bad, index = 0, [], None
+    checked = 0
+    bad: list[BadEntry] = []
+    index: _IndexState | None = None
     store = ctx.store()
-    local = args.tier in ("all", "disk") and ctx.config.dir is not None
-    if local and not isinstance(store.disk, DiskTier):
-        index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
-    elif local:
-        problem = store.disk.integrity_problem()
-        index = {"problem": problem, "rebuilt": None} if problem else None
-    if index is not None and args.repair:
-        store.disk.close()
-        index["rebuilt"] = rebuild_index(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
-                                         max_entry_bytes=ctx.config.max_entry_bytes)
-        store.replace_level("disk", DiskTier(ctx.config.dir, ctx.config.max_bytes, owners=store.owners,
-                                             max_entry_bytes=ctx.config.max_entry_bytes,
-                                             index_timeout=ctx.config.index_timeout))
+    directory = ctx.config.dir
+    if args.tier in ("all", "disk") and directory is not None:
+        disk = store.disk
+        if not isinstance(disk, DiskTier):
+            index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
+        else:
+            problem = disk.integrity_problem()
+            index = {"problem": problem, "rebuilt": None} if problem else None
+        if index is not None and args.repair:
+            assert disk is not None  # with a directory, ctx.store() opened its entry files when the index failed
+            disk.close()
+            index["rebuilt"] = rebuild_index(directory, ctx.config.max_bytes, owners=store.owners,
+                                             max_entry_bytes=ctx.config.max_entry_bytes)
+            store.replace_level("disk", DiskTier(directory, ctx.config.max_bytes, owners=store.owners,
+                                                 max_entry_bytes=ctx.config.max_entry_bytes,
+                                                 index_timeout=ctx.config.index_timeout))
     for tier in ctx.tiers(args.tier):
-        n, b = verify(tier, repair=args.repair)
+        n, found = verify(tier, repair=args.repair)
         checked += n
-        bad += b
+        bad += found
     left = [b for b in bad if not b.repaired]
     # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
     quarantined = [{**q, "path": escaped(q["path"]), "key": escaped(q["key"])}
@@ -148,6 +160,7 @@ def cmd_clear(ctx: Context, args: Any) -> int:
         if tier.name == "disk" and not (isinstance(tier, DiskTier) and tier.writable):
             # a damaged index or a full disk: remove the files themselves, the index with them
             tier.close()
+            assert tier.directory is not None  # the local tier (its index or its files alone) is a directory
             try:
                 wipe(tier.directory, store.owners)
             except OSError as exc:

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_ready
+from multiprocessing.context import BaseContext
 from types import FrameType
 from typing import Any
 
@@ -66,7 +67,7 @@ class Outcome:
     error: str = ""
     module: str = ""  # recipes: the module the kernel comes from (for a skip: the one not allowed)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -94,7 +95,7 @@ def shown(text: str, limit: int = 120) -> str:
     return out + ("…" if len(text) > limit else "")
 
 
-def pool_context():
+def pool_context() -> BaseContext:
     """fork is cheapest (Triton already imported), but not once JAX has started its threads."""
     if sys.platform.startswith("linux") and "jax" not in sys.modules:
         return multiprocessing.get_context("fork")
@@ -187,7 +188,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_main(conn: Any, fn: Callable[..., Any], initializer: Callable[..., None] | None,
-                 initargs: tuple, parent: int) -> None:
+                 initargs: tuple[object, ...], parent: int) -> None:
     """A worker: run fn(*args) per task it is sent and send back what it gives, item by item."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -236,7 +237,7 @@ class _Worker:
     it where `_stop` finds it before they are let through: an interrupt never leaves one behind."""
 
     def __init__(self, context: Any, fn: Callable[..., Any], initializer: Callable[..., None] | None,
-                 initargs: tuple):
+                 initargs: tuple[object, ...]):
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_worker_main, name="cachectl-prewarm",
                                        args=(child, fn, initializer, initargs, os.getpid()))
@@ -245,7 +246,7 @@ class _Worker:
         self.task: int | None = None
         self.gone = False  # its end of the pipe is closed: it exited or died
 
-    def send(self, index: int, args: tuple) -> bool:
+    def send(self, index: int, args: tuple[object, ...]) -> bool:
         try:
             self.conn.send((index, args))
         except OSError:
@@ -262,8 +263,8 @@ class _Worker:
             self.gone = True
 
 
-def run_in_pool(fn: Callable[..., Any], tasks: list[tuple], labels: list[str], jobs: int, report: Report,
-                context: Any, initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> None:
+def run_in_pool(fn: Callable[..., Any], tasks: list[tuple[object, ...]], labels: list[str], jobs: int, report: Report,
+                context: Any, initializer: Callable[..., None] | None = None, initargs: tuple[object, ...] = ()) -> None:
     """Run fn(*task) per task (task[1] is the arch) in up to `jobs` worker processes; report each
     item as it arrives. fn returns an Outcome or yields events. On any exception (an interrupt) the
     workers are stopped within about CANCEL_GRACE, what they finished is reported, and it is raised."""
@@ -311,7 +312,7 @@ def run_in_pool(fn: Callable[..., Any], tasks: list[tuple], labels: list[str], j
 
 
 def _replace(worker: _Worker, context: Any, fn: Callable[..., Any], initializer: Callable[..., None] | None,
-             initargs: tuple) -> _Worker:
+             initargs: tuple[object, ...]) -> _Worker:
     """A new worker for one that died, the dead one reaped. Call it with signals blocked, and put
     the new worker in the dead one's place before they are let through."""
     worker.process.kill()

@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kernel_cache
@@ -49,7 +49,7 @@ def load_program(path: str) -> Any:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise PrewarmError(f"cannot import module '{module_name}': {type(exc).__name__}: {exc}") from exc
-    obj = module
+    obj: object = module
     for part in func_name.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
@@ -85,7 +85,8 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
         yield Lowered(path, arch)
         return
     yield Planned(len(programs))
-    before, present = set(seen), set()
+    before = set(seen)
+    present: set[str] = set()
     for index, item in enumerate(programs):
         label, item_start = f"{path}[{index}]", time.perf_counter()
         try:
@@ -115,7 +116,7 @@ def _used_keys(store: Store) -> set[str]:
     return used
 
 
-def program_item(item: Any, default_label: str) -> tuple[str, Any, tuple, dict]:
+def program_item(item: Any, default_label: str) -> tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """(label, fn, args, kwargs) from (fn, args), (fn, args, kwargs) or (label, fn, args)."""
     item = tuple(item)
     if item and isinstance(item[0], str):

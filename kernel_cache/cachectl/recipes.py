@@ -13,8 +13,9 @@ import fnmatch
 import json
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from compiler import RecipeError, content_key, from_recipe, get_or_compile, parse_target
+from compiler import RecipeError, Target, content_key, from_recipe, get_or_compile, parse_target
 
 from ..config import Config
 from ..errors import KernelCacheError
@@ -23,6 +24,8 @@ from .outcomes import Outcome, Report, pool_context, run_in_pool, shown
 
 # Recipes -----------------------------------------------------------------------------------
 ALLOW_HINT = "--allow-module PATTERN"
+Recipe = dict[str, Any]  # an entry's recorded recipe: JSON, as whoever wrote the cache wrote it
+Build = tuple[Recipe, str, str, str]  # a planned build: (recipe, arch, label, key)
 
 
 class MalformedRecipe(KernelCacheError, ValueError):
@@ -36,7 +39,7 @@ def module_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
     return lambda module: any(fnmatch.fnmatchcase(module, p) for p in patterns)
 
 
-def _module_of(path) -> str:
+def _module_of(path: object) -> str:
     if not isinstance(path, str):
         raise MalformedRecipe(f"malformed kernel name {shown(repr(path))}: expected a 'MODULE:QUALNAME' string")
     module, sep, qualname = path.partition(":")
@@ -46,7 +49,7 @@ def _module_of(path) -> str:
     return module
 
 
-def recipe_modules(recipe: dict) -> list[str]:
+def recipe_modules(recipe: Recipe) -> list[str]:
     """Every module rebuilding `recipe` would import, without importing anything: the kernel's, then
     those of jitted functions among its values ({"jit": "MODULE:QUALNAME"}, at any depth)."""
     if not isinstance(recipe, dict):
@@ -70,18 +73,18 @@ def _not_allowed(module: str) -> str:
             + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""))
 
 
-def _recipe_identity(recipe: dict) -> str:
+def _recipe_identity(recipe: Recipe) -> str:
     return json.dumps({k: v for k, v in recipe.items() if k != "target"}, sort_keys=True)
 
 
-def _label(recipe) -> str:
+def _label(recipe: object) -> str:
     kernel = recipe.get("kernel") if isinstance(recipe, dict) else None
     return shown(kernel.rpartition(":")[2]) if isinstance(kernel, str) else "?"
 
 
-def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_key: Callable[[str], bool],
+def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_key: Callable[[str], bool],
                        report: Report, allowed: Callable[[str], bool] | Iterable[str] = ()
-                       ) -> list[tuple[dict, str, str, str]]:
+                       ) -> list[Build]:
     """[(recipe, arch, label, key)] still to build. Entries already present and recipes that
     cannot be rebuilt (kernel not importable) are reported here and not returned.
 
@@ -91,8 +94,9 @@ def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_ke
     """
     if not callable(allowed):
         allowed = module_filter(allowed)
-    targets = [parse_target(a) for a in arches] if arches else None
-    todo, seen = [], set()
+    targets: list[Target | None] = [parse_target(a) for a in arches] if arches else [None]
+    todo: list[Build] = []
+    seen: set[tuple[str, str]] = set()
     for recipe in recipes:
         label = _label(recipe)
         try:
@@ -102,8 +106,9 @@ def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_ke
             continue
         denied = next((m for m in modules if not allowed(m)), None)
         identity = _recipe_identity(recipe)
-        own = recipe.get("target") if isinstance(recipe.get("target"), dict) else {}
-        for target in targets or [None]:
+        recorded = recipe.get("target")
+        own: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+        for target in targets:
             if target is not None and target.backend != own.get("backend"):
                 continue  # a CUDA recipe has no meaning for a ROCm arch and vice versa
             arch_name = target.name if target is not None else _target_name(own)
@@ -129,7 +134,7 @@ def plan_recipe_builds(recipes: Iterable[dict], arches: list[str] | None, has_ke
     return todo
 
 
-def _target_name(target_json: dict) -> str:
+def _target_name(target_json: dict[str, Any]) -> str:
     if target_json.get("backend") == "cuda":
         return shown(f"sm_{target_json.get('arch')}")
     return shown(str(target_json.get("arch", "?")))
@@ -144,7 +149,7 @@ def _open_worker_store(config: Config) -> None:
     _worker_store = Store(config)
 
 
-def build_recipe(recipe: dict, arch: str, label: str, store: Store | None = None) -> Outcome:
+def build_recipe(recipe: Recipe, arch: str, label: str, store: Store | None = None) -> Outcome:
     """Compile one recipe for `arch` into the store (the worker's own unless given)."""
     start = time.perf_counter()
     try:
@@ -158,7 +163,7 @@ def build_recipe(recipe: dict, arch: str, label: str, store: Store | None = None
                    module=str(recipe.get("kernel", "")).partition(":")[0])
 
 
-def run_recipe_builds(todo: list[tuple[dict, str, str, str]], config: Config, jobs: int,
+def run_recipe_builds(todo: list[Build], config: Config, jobs: int,
                       report: Report, store: Store | None = None) -> None:
     """Build every planned recipe in `jobs` worker processes (in this process when jobs == 1)."""
     if not todo:
@@ -173,7 +178,7 @@ def run_recipe_builds(todo: list[tuple[dict, str, str, str]], config: Config, jo
                 jobs, report, pool_context(), initializer=_open_worker_store, initargs=(config,))
 
 
-def landed(todo: list[tuple[dict, str, str, str]], reported: set[str], has_key: Callable[[str], bool]) -> list[Outcome]:
+def landed(todo: list[Build], reported: set[str], has_key: Callable[[str], bool]) -> list[Outcome]:
     """After an interrupt: the planned builds whose entry is in the cache though their outcome was
     never reported (the worker was stopped between its write and its word), as "built"."""
     return [Outcome(label, arch, "built", key=key, module=str(recipe.get("kernel", "")).partition(":")[0])
