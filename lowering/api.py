@@ -41,7 +41,7 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple:
+def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple[tuple[str, Any], ...]:
     """The mapping as sorted items, each value hashable (they are part of the traced call); the
     error names the key, in jax-triton's words for backend_options."""
     items = tuple(sorted((mapping or {}).items()))
@@ -53,7 +53,7 @@ def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple:
     return items
 
 
-def cost_estimate_param(estimate: Mapping[str, Any] | None) -> tuple | None:
+def cost_estimate_param(estimate: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
     """jax-triton 0.4's cost_estimate ({"flops": ..., "bytes_accessed": ..., "transcendentals": ...}),
     checked and made hashable; XLA's scheduler reads it from the custom call."""
     if not estimate:
@@ -84,7 +84,7 @@ def zeroed_param(zeroed: Any) -> Any:
     return zeroed if callable(zeroed) else tuple(int(i) for i in zeroed)
 
 
-def _refuse_unsupported(args: tuple, keywords: Mapping[str, Any]) -> None:
+def _refuse_unsupported(args: tuple[Any, ...], keywords: Mapping[str, Any]) -> None:
     """TensorDescriptor arguments and views of Refs fail here, each with what it needs."""
     leaves = tree_util.tree_leaves((args, dict(keywords)),
                                    is_leaf=lambda a: isinstance(a, TensorDescriptor) or jax_compat.is_transformed_ref(a))
@@ -95,7 +95,7 @@ def _refuse_unsupported(args: tuple, keywords: Mapping[str, Any]) -> None:
             raise NotImplementedError("TransformedRefs are not supported as triton_call arguments")
 
 
-def _tuple_parameters(name: str, param_names: Sequence[str], top: list, tree: Any, num_flat: int, num_out: int,
+def _tuple_parameters(name: str, param_names: Sequence[str], top: list[Any], tree: Any, num_flat: int, num_out: int,
                       aliases: Sequence[tuple[int, int]]) -> Any:
     """The arguments' tree when tuples among them are Triton tuple parameters (jax-triton 0.4: the
     kernel's parameter count fits one parameter per tuple) or they hold TensorDescriptors, else None
@@ -117,7 +117,7 @@ def _tuple_parameters(name: str, param_names: Sequence[str], top: list, tree: An
                     f"fill {counts[0]} with the outputs, flattened (jax-triton 0.3) {num_flat + num_out}")
 
 
-def _no_parameter_twice(kernel: Any, top: list, keywords: Mapping[str, Any], min_outputs: int) -> None:
+def _no_parameter_twice(kernel: Any, top: list[Any], keywords: Mapping[str, Any], min_outputs: int) -> None:
     """A keyword naming a runtime parameter that the positional arguments (and the outputs after
     them) already fill is a parameter given both ways: an error, as Python's binding would say."""
     declared = runtime_param_names(kernel, {})
@@ -128,8 +128,8 @@ def _no_parameter_twice(kernel: Any, top: list, keywords: Mapping[str, Any], min
                         f"{len(top)} positional arguments, {len(named)} keywords and at least {min_outputs} outputs")
 
 
-def _with_keyword_operands(kernel: Any, flat_args: list, keywords: Mapping[str, Any],
-                           metaparams: Mapping[str, Any]) -> list:
+def _with_keyword_operands(kernel: Any, flat_args: list[Any], keywords: Mapping[str, Any],
+                           metaparams: Mapping[str, Any]) -> list[Any]:
     """The positional arguments with the keyword arrays placed at their parameters' positions (the
     runtime parameters in the kernel's order: inputs first, the outputs after them)."""
     constants = {k: v for k, v in metaparams.items() if k not in keywords}
@@ -153,7 +153,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
                 num_ctas: int | None = 1, compute_capability: "int | str | None" = None,
                 enable_fp_fusion: bool = True, backend_options: Mapping[str, Any] | None = None,
                 input_output_aliases: Mapping[int, int] | None = None,
-                zeroed_outputs: "Sequence[int] | Callable[[dict], Sequence[int]]" = (),
+                zeroed_outputs: "Sequence[int] | Callable[[dict[str, Any]], Sequence[int]]" = (),
                 debug: bool = False, serialized_metadata: bytes = b"", has_side_effect: bool = False,
                 cost_estimate: Any = None, custom_call_target_name: str | None = None, device: int = 0,
                 **metaparams: Any) -> Any:
@@ -194,7 +194,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if out_shape is not None and out_type is not None:
         raise TypeError("pass either out_shape or out_type, not both")
     shapes = out_shape if out_shape is not None else out_type
-    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)
+    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
     flat_out, out_tree = tree_util.tree_flatten(shapes)
 
     _refuse_unsupported(args, metaparams)
@@ -246,5 +246,5 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         pointerless_aliases=pointerless, cost_estimate=cost_estimate_param(cost_estimate), arg_tree=arg_tree)
     if not refs:  # a Ref call is lowered in its discharged form: planned by its rule alone
         ahead.note(arrays, params)
-    out_flat = triton_kernel_call_p.bind(*arrays, **params)
+    out_flat = triton_kernel_call_p.bind(*arrays, **params)  # type: ignore[no-untyped-call]  # unannotated in jax
     return tree_util.tree_unflatten(out_tree, out_flat)

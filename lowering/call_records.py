@@ -143,7 +143,7 @@ class Slot:
         keys = tuple(key for _, key in fetched)
         seconds = sum(art.compile_seconds for art, _ in fetched)
         if not chosen:
-            self._put(self.key, keys, seconds, payload, winner_key if self.winners_apply else "")
+            self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
             return
         self._put(_winner_slot(self.key, keys[0]), keys, seconds, payload, winner_key or "")
         if _read(self.key) is None:  # the call's own record points readers at its winner

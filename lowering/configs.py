@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from triton.runtime.autotuner import Autotuner, Heuristics
 
@@ -29,20 +29,20 @@ class LaunchConfig:
 
 @dataclass
 class _Raw:  # a config being resolved (mutable while heuristics are applied)
-    kwargs: dict
+    kwargs: dict[str, Any]
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
 
 
-def _from_triton(config) -> _Raw:
+def _from_triton(config: Any) -> _Raw:
     return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else 4,
                 config.num_stages if config.num_stages is not None else 3,
                 getattr(config, "num_ctas", 1) or 1, str(config))
 
 
-def _autotuner_configs(tuner: Autotuner, named_args: dict, metaparams: Mapping[str, Any]) -> list[_Raw]:
+def _autotuner_configs(tuner: Autotuner, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[_Raw]:
     configs = list(tuner.configs)
     for i, config in enumerate(configs):
         if getattr(config, "pre_hook", None) is not None:
@@ -60,7 +60,8 @@ def _autotuner_configs(tuner: Autotuner, named_args: dict, metaparams: Mapping[s
     return [_from_triton(c) for c in kept]
 
 
-def _perf_model_top_k(tuner: Autotuner, configs: list, named_args: dict, metaparams: Mapping[str, Any]) -> list:
+def _perf_model_top_k(tuner: Autotuner, configs: list[Any], named_args: dict[str, Any],
+                      metaparams: Mapping[str, Any]) -> list[Any]:
     """Keep the `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs does."""
     perf_model = getattr(tuner, "perf_model", None)
     if perf_model is None:
@@ -111,12 +112,13 @@ def named_args(kernel: Any, runtime_values: list[Any], metaparams: Mapping[str, 
 def kernel_name(kernel: Any) -> str:
     """The kernel's function name under any Autotuner/Heuristics wrappers (its repr if not a kernel)."""
     try:
-        return triton_compat.unwrap_jit(kernel).__name__
+        return str(triton_compat.unwrap_jit(kernel).__name__)
     except TypeError:
         return repr(kernel)
 
 
-def _resolve(kernel: Any, configs: list[_Raw], named_args: dict, metaparams: Mapping[str, Any]):
+def _resolve(kernel: Any, configs: list[_Raw], named_args: dict[str, Any],
+             metaparams: Mapping[str, Any]) -> tuple[Any, list[_Raw]]:
     if isinstance(kernel, Autotuner):
         return _resolve(kernel.fn, _autotuner_configs(kernel, named_args, metaparams), named_args,
                         metaparams)
@@ -129,7 +131,7 @@ def _resolve(kernel: Any, configs: list[_Raw], named_args: dict, metaparams: Map
     return triton_compat.unwrap_jit(kernel), configs
 
 
-def resolve_configs(kernel: Any, named_args: dict, metaparams: Mapping[str, Any], *, num_warps: int | None,
+def resolve_configs(kernel: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any], *, num_warps: int | None,
                     num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
     """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
     launch parameters; an Autotuner gives its surviving configs."""
@@ -155,6 +157,6 @@ def normalize_grid(grid: Any, constexprs: Mapping[str, Any]) -> tuple[int, int, 
         raise ValueError(f"grid must have 1 to 3 dimensions, got {grid}")
     if any(g < 0 for g in grid):
         raise ValueError(f"grid dimensions must be non-negative, got {grid}")
-    return grid + (1,) * (3 - len(grid))
+    return cast("tuple[int, int, int]", grid + (1,) * (3 - len(grid)))  # 1 to 3 ints, padded to 3
 
 

@@ -13,10 +13,11 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 from jax._src.interpreters import mlir
-from jax._src.lib.mlir import ir
+from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
 
 from compiler import Artifact, KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
@@ -36,9 +37,9 @@ class Launch:
     """How one config is launched: known from the call and its config alone, before any kernel is read."""
 
     grid: tuple[int, int, int]
-    zeroed_bytes: dict  # runtime-argument position -> bytes to zero before launch
+    zeroed_bytes: dict[int, int]  # runtime-argument position -> bytes to zero before launch
     description: str
-    bound: frozenset  # parameters given by name (metaparams, config kwargs, heuristics)
+    bound: frozenset[str]  # parameters given by name (metaparams, config kwargs, heuristics)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class CallInfo:
     serialized_metadata: bytes
     debug: bool
 
-    def as_tuple(self) -> tuple:
+    def as_tuple(self) -> tuple[Any, ...]:
         return (self.name, self.kernel_name, self.scalar_desc, self.compute_capability, self.aliases,
                 self.num_inputs, self.in_sizes, self.serialized_metadata, self.debug)
 
@@ -74,12 +75,12 @@ def _binary(platform: str, art: Artifact) -> str:
     if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
         fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
         with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)
+            f.write(art.hsaco)  # type: ignore[arg-type]  # a ROCm artifact has its HSACO (unchecked, as before)
         return path
-    return art.ptx
+    return art.ptx  # type: ignore[return-value]  # a CUDA artifact has its PTX (unchecked, as before)
 
 
-def _kernel(module, platform: str, art: Artifact, compute_capability: int, debug: bool):
+def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
     ttir = (art.ttir or "") if debug else ""
     fields = compat.KernelFields(
         name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
@@ -89,12 +90,12 @@ def _kernel(module, platform: str, art: Artifact, compute_capability: int, debug
     return compat.make_triton_kernel(module, fields)
 
 
-def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
+def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> list[Any]:
     """One TritonParameter per runtime value the compiled kernel still takes, a tuple parameter's
     leaves in order (jaxlib's parameters are flat; `position` counts flat values, as zeroing does)."""
     spec = call.spec
     names = [n for n in spec.kernel.arg_names if n not in call.launch.bound]
-    params: list = []
+    params: list[Any] = []
     position = 0
     descriptors = iter(call.artifact.extra.get("tensordesc_meta") or ())
 
@@ -122,7 +123,7 @@ def _parameters(module, call: ConfigCall, args: Sequence[Any]) -> list:
     return params
 
 
-def _descriptor_parameters(module, desc: TensorDesc, meta: dict | None, kernel: str) -> list:
+def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str, Any] | None, kernel: str) -> list[Any]:
     """A host-side TMA descriptor as jaxlib launches it: the descriptor (from the compiled kernel's
     swizzle, element type and block), then its shape (i32 each) and strides (i64 each)."""
     if meta is None:
@@ -174,7 +175,7 @@ def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], 
     proto = launch.to_proto(info.name, info.serialized_metadata)
     with_image = layout is not None and all(c.artifact.cubin for c in calls)
     if with_image:
-        proto = inject(proto, [ModuleImage(c.artifact.cubin, c.artifact.name, c.artifact.shared_mem)
+        proto = inject(proto, [ModuleImage(cast(bytes, c.artifact.cubin), c.artifact.name, c.artifact.shared_mem)
                                for c in calls], layout)
     return deflate.compress(proto, _fixed_parts(platform, calls, with_image))
 
@@ -191,7 +192,8 @@ def _fixed_parts(platform: str, calls: Sequence[ConfigCall], with_image: bool) -
     return parts
 
 
-def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Sequence[int]) -> list:
+def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
+                      in_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
     """(input buffer, output buffer counted after the inputs, bytes) for jaxlib to restore between
     configs; empty, with one warning, where jaxlib would restore them wrongly."""
     global _warned_aliases
@@ -208,10 +210,10 @@ def _autotune_aliases(aliases: Sequence[tuple], num_inputs: int, in_sizes: Seque
     return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
 
 
-def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name: str,
-         aliases: Sequence[tuple], has_side_effect: bool = False, target_name: str = "",
+def emit(ctx: Any, operands: Sequence[Any], platform: str, payload: bytes, *, autotuned: bool, name: str,
+         aliases: Sequence[tuple[int, int]], has_side_effect: bool = False, target_name: str = "",
          avals_out: Sequence[Any] | None = None, cost_estimate: Sequence[tuple[str, Any]] | None = None
-         ) -> Sequence[ir.Value]:
+         ) -> Sequence[ir.Value[Any]]:
     """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target;
     `avals_out`: the results in the call's order (default the lowering's); `cost_estimate`: carried in
     the HLO as the `cost_estimate_json` frontend attribute (jax-triton 0.4 puts it in the FFI backend
@@ -227,6 +229,7 @@ def emit(ctx, operands, platform: str, payload: bytes, *, autotuned: bool, name:
             f"{platform} plugin registers that target")
     if target_name == compat.LEGACY_TARGET:
         use_ffi = False
+    backend_config: bytes | dict[str, ir.Attribute]
     if use_ffi:
         target, api_version = compat.FFI_TARGET, 4
         backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}

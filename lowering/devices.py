@@ -37,7 +37,7 @@ def check_arrays(arrays: Sequence[Any]) -> None:
                                    f"({first[1]} and {device}); put them on one device or {_HINT}")
 
 
-def check_lowering_context(ctx) -> None:
+def check_lowering_context(ctx: Any) -> None:
     """At lowering: a program partitioned over several devices must be inside shard_map."""
     axis_context = ctx.module_context.axis_context
     manual = getattr(axis_context, "manual_axes", None)

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="no-untyped-def,untyped-decorator,no-untyped-call"
+# (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself; and
+# jax leaves ShapeDtypeStruct's constructor unannotated.)
 """Example JAX programs calling Triton kernels through `lowering.triton_call`: the program set the
 demo and the benchmarks run, and a template for your own.
 
@@ -11,6 +14,8 @@ lowers; `references()` and `random_inputs()` check the results on a GPU.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,36 +49,36 @@ def row_sum_atomic(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
 
 
 # Programs --------------------------------------------------------------------------------------
-def add_program(x, y, *, block, **call):
+def add_program(x: Any, y: Any, *, block: int, **call: Any) -> Any:
     return jt.triton_call(x, y, x.size, kernel=add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           grid=(jt.cdiv(x.size, block),), BLOCK=block, **call)
 
 
-def scaled_add_program(x, y, *, scale, **call):
+def scaled_add_program(x: Any, y: Any, *, scale: float, **call: Any) -> Any:
     return jt.triton_call(x, y, x.size, kernel=scaled_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), SCALE=scale, BLOCK=1024, **call)
 
 
-def softmax_program(x, **call):
+def softmax_program(x: Any, **call: Any) -> Any:
     rows, cols = x.shape
     return jt.triton_call(x, cols, kernel=softmax, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           grid=(rows,), BLOCK=triton.next_power_of_2(cols), **call)
 
 
-def layernorm_program(x, w, b, **call):
+def layernorm_program(x: Any, w: Any, b: Any, **call: Any) -> Any:
     rows, cols = x.shape
     return jt.triton_call(x, w, b, cols, EPS, kernel=layernorm, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           grid=(rows,), BLOCK=triton.next_power_of_2(cols), num_warps=8, **call)
 
 
-def matmul_program(a, b, **call):
+def matmul_program(a: Any, b: Any, **call: Any) -> Any:
     (m, k), (_, n) = a.shape, b.shape
     return jt.triton_call(a, b, m, n, k, k, 1, n, 1, n, 1, kernel=matmul,
                           out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
                           grid=lambda meta: (jt.cdiv(m, meta["BLOCK_M"]), jt.cdiv(n, meta["BLOCK_N"])), **call)
 
 
-def programs(**call):
+def programs(**call: Any) -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
     """[(label, function, example args)] for the whole set; `call` goes to every triton_call
     (e.g. compute_capability=90 for cross-lowering)."""
     n = 1 << 20
@@ -82,8 +87,8 @@ def programs(**call):
     ln = (jax.ShapeDtypeStruct((4096, 768), jnp.float32), jax.ShapeDtypeStruct((768,), jnp.float32),
           jax.ShapeDtypeStruct((768,), jnp.float32))
     mat = jax.ShapeDtypeStruct((1024, 1024), jnp.float16)
-    out = [(f"add[BLOCK={b}]", functools.partial(add_program, block=b, **call), (vec, vec))
-           for b in (256, 512, 1024, 2048)]
+    out: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
+        (f"add[BLOCK={b}]", functools.partial(add_program, block=b, **call), (vec, vec)) for b in (256, 512, 1024, 2048)]
     out += [(f"scaled_add[{s}]", functools.partial(scaled_add_program, scale=s, **call), (vec, vec))
             for s in (0.5, 2.0)]
     out += [("softmax", functools.partial(softmax_program, **call), (rows,)),
@@ -92,13 +97,13 @@ def programs(**call):
     return out
 
 
-def inplace_tuned_add(x, y, **call):
+def inplace_tuned_add(x: Any, y: Any, **call: Any) -> Any:
     """x += y in place (out aliases x) through the 2-config autotuned add."""
     return jt.triton_call(x, y, x.size, kernel=tuned_add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           input_output_aliases={0: 0}, grid=lambda meta: (jt.cdiv(x.size, meta["BLOCK"]),), **call)
 
 
-def launch_bound_chain(x, y, *, steps=64, **call):
+def launch_bound_chain(x: Any, y: Any, *, steps: int = 64, **call: Any) -> Any:
     """A chain of `steps` tiny autotuned adds (x + steps * y): its step time is kernel launches."""
     size = x.size
     for _ in range(steps):
@@ -107,7 +112,7 @@ def launch_bound_chain(x, y, *, steps=64, **call):
     return x
 
 
-def tune_programs():
+def tune_programs() -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
     """What `cachectl tune lowering.examples:tune_programs` times on a GPU: the autotuned matmul of
     the program set and the in-place autotuned add (its input donated), on real inputs."""
     mat = jax.ShapeDtypeStruct((1024, 1024), jnp.float16)
@@ -116,19 +121,19 @@ def tune_programs():
             ("tuned_add[in place]", jax.jit(inplace_tuned_add, donate_argnums=0), random_inputs((vec, vec), seed=3))]
 
 
-def launch_bound_programs():
+def launch_bound_programs() -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
     """The launch-bound chain (64 tiny autotuned adds on 4096 floats) for `cachectl tune`."""
     vec = jax.ShapeDtypeStruct((4096,), jnp.float32)
     return [("launch_bound_chain", launch_bound_chain, random_inputs((vec, vec)))]
 
 
-def references():
+def references() -> dict[str, Callable[..., Any]]:
     """label -> jnp reference of the same computation (for numerics checks on a GPU)."""
-    def ln_ref(x, w, b):
+    def ln_ref(x: Any, w: Any, b: Any) -> Any:
         mean = x.mean(-1, keepdims=True)
         return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + EPS) * w + b
 
-    refs = {f"add[BLOCK={b}]": lambda x, y: x + y for b in (256, 512, 1024, 2048)}
+    refs: dict[str, Callable[..., Any]] = {f"add[BLOCK={b}]": lambda x, y: x + y for b in (256, 512, 1024, 2048)}
     refs.update({f"scaled_add[{s}]": (lambda x, y, s=s: x * s + y) for s in (0.5, 2.0)})
     refs["softmax"] = lambda x: jax.nn.softmax(x, axis=-1)
     refs["layernorm"] = ln_ref
@@ -136,6 +141,6 @@ def references():
     return refs
 
 
-def random_inputs(shapes, seed=0):
+def random_inputs(shapes: Sequence[Any], seed: int = 0) -> tuple[Any, ...]:
     rng = np.random.default_rng(seed)
     return tuple(jnp.asarray(rng.standard_normal(s.shape).astype(s.dtype)) for s in shapes)

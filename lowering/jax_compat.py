@@ -26,13 +26,13 @@ try:
     WriteEffect: Any = _state_types.WriteEffect
     TransformedRef: Any = getattr(_state_types, "TransformedRef", None)
 except ImportError:  # pragma: no cover - a JAX without Refs
-    _state_discharge = None
+    _state_discharge = None  # type: ignore[assignment]  # the module's absence is what None means
     AbstractRef = ReadEffect = WriteEffect = TransformedRef = None
 
 # (used outputs per output, the equation) -> (used inputs per input, the equation or None)
-DceRule = Callable[[Sequence[bool], Any], "tuple[list[bool], Any]"]
+DceRule = Callable[[list[bool], Any], "tuple[list[bool], Any]"]
 # (in avals, out avals, operands, params) -> (new values for the inputs (None: unchanged), outputs)
-DischargeImpl = Callable[[Sequence[Any], Sequence[Any], Sequence[Any], dict], "tuple[list[Any], list[Any]]"]
+DischargeImpl = Callable[[Sequence[Any], Sequence[Any], Sequence[Any], dict[str, Any]], "tuple[list[Any], list[Any]]"]
 
 
 def register_dce_rule(primitive: Any, rule: DceRule) -> None:
@@ -40,7 +40,7 @@ def register_dce_rule(primitive: Any, rule: DceRule) -> None:
     if not hasattr(pe, "dce_rules"):
         return
 
-    def adapted(used_outputs: Sequence[bool], *rest: Any) -> Any:
+    def adapted(used_outputs: list[bool], *rest: Any) -> Any:
         return rule(used_outputs, rest[-1])
 
     adapted._kernel_cache_dce_rule = rule  # type: ignore[attr-defined]

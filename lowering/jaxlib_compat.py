@@ -12,8 +12,10 @@ import dataclasses
 import functools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import kernel_cache
 from compiler.toolchain import memoized_for_file
@@ -35,14 +37,14 @@ class JaxlibSupportError(KernelCacheError, RuntimeError):
     """The installed jaxlib cannot run Triton kernels for the requested platform."""
 
 
-def ir_type(ctx, aval):
+def ir_type(ctx: Any, aval: Any) -> Any:
     """The MLIR type of an array aval (jax moved the module context in and out of this helper)."""
     from jax._src.interpreters import mlir
 
     try:
         return mlir.aval_to_ir_type(ctx.module_context, aval)
     except TypeError:
-        return mlir.aval_to_ir_type(aval)
+        return mlir.aval_to_ir_type(aval)  # type: ignore[call-arg]  # the one-argument form of other jax releases
 
 
 def jaxlib_version() -> tuple[int, ...]:
@@ -89,7 +91,7 @@ def ffi_target_registered(platform: str) -> bool:
     if not _owns_module(platform):
         return False
     module = triton_module(platform)
-    registrations = getattr(module, "registrations", None)
+    registrations: Any = getattr(module, "registrations", None)
     return bool(registrations) and FFI_TARGET in registrations()
 
 
@@ -131,26 +133,26 @@ def plugin_takes_module_image(platform: str) -> bool:
 
 
 # TritonKernel constructor ----------------------------------------------------------------------
-def _ctor_7(cls, k):  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
+def _ctor_7(cls: Any, k: KernelFields) -> Any:  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
     return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
 
 
-def _ctor_7_scratch(cls, k):  # jaxlib > 0.11.0 also takes the global scratch keywords
+def _ctor_7_scratch(cls: Any, k: KernelFields) -> Any:  # jaxlib > 0.11.0 also takes the global scratch keywords
     return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability,
                global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
 
 
-def _ctor_9(cls, k):  # 0.4.24 - 0.8.1: (name, num_warps, smem, ptx, ttir, cc, cluster x, y, z)
+def _ctor_9(cls: Any, k: KernelFields) -> Any:  # 0.4.24 - 0.8.1: (name, num_warps, smem, ptx, ttir, cc, cluster x, y, z)
     return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability,
                *k.cluster_dims)
 
 
-def _ctor_6(cls, k):  # <= 0.4.23: (name, num_warps, smem, ptx, ttir, cc)
+def _ctor_6(cls: Any, k: KernelFields) -> Any:  # <= 0.4.23: (name, num_warps, smem, ptx, ttir, cc)
     return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability)
 
 
 _CTORS = (_ctor_7_scratch, _ctor_7, _ctor_9, _ctor_6)
-_ctor_choice: dict = {}
+_ctor_choice: dict[Any, Callable[[Any, KernelFields], Any]] = {}  # TritonKernel class -> its constructor
 
 
 @dataclass(frozen=True)
@@ -164,12 +166,12 @@ class KernelFields:
     binary: str  # PTX text (CUDA) or the path of an HSACO file (ROCm)
     ttir: str
     compute_capability: int
-    cluster_dims: tuple = (1, 1, 1)
+    cluster_dims: tuple[int, ...] = (1, 1, 1)
     global_scratch_size: int = 0
     global_scratch_align: int = 1
 
 
-def make_triton_kernel(module: ModuleType, fields: KernelFields):
+def make_triton_kernel(module: ModuleType, fields: KernelFields) -> Any:
     """Build `module.TritonKernel` with whichever constructor this jaxlib has (memoized per class)."""
     cls = module.TritonKernel
     ctor = _ctor_choice.get(cls)
@@ -187,7 +189,7 @@ def make_triton_kernel(module: ModuleType, fields: KernelFields):
     raise JaxlibSupportError("jaxlib's TritonKernel matches no known constructor:\n  " + "\n  ".join(errors))
 
 
-def _checked(ctor, cls, fields: KernelFields, built=None):
+def _checked(ctor: Callable[[Any, KernelFields], Any], cls: Any, fields: KernelFields, built: Any = None) -> Any:
     if fields.global_scratch_size and ctor is not _ctor_7_scratch:
         raise JaxlibSupportError(
             f"kernel '{fields.name}' needs {fields.global_scratch_size} bytes of global scratch memory, "
@@ -211,7 +213,7 @@ class ModuleImageLayout:
     any_autotuned_field: int  # TritonAnyKernelCall.autotuned_kernel_call
 
 
-def layout_from_schemas(schemas: dict) -> ModuleImageLayout | None:
+def layout_from_schemas(schemas: dict[str, proto_descriptor.MessageSchema]) -> ModuleImageLayout | None:
     """The module_image layout if this schema has one (jaxlib > 0.11.0), else None."""
     try:
         kernel = schemas["jax_triton.TritonKernel"]
@@ -223,17 +225,22 @@ def layout_from_schemas(schemas: dict) -> ModuleImageLayout | None:
         tuned = schemas["jax_triton.TritonAutotunedKernelCall"]
         config = schemas["jax_triton.TritonAutotunedKernelCall.Config"]
         any_call = schemas["jax_triton.TritonAnyKernelCall"]
-        layout = ModuleImageLayout(
-            kernel_field=call.number("kernel"), image_field=image[0],
-            object_file=image_msg.number("object_file"), kernel_name=image_msg.number("kernel_name"),
-            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=tuned.number("configs"),
-            config_call_field=config.number("kernel_call"), any_call_field=any_call.number("kernel_call"),
-            any_autotuned_field=any_call.number("autotuned_kernel_call"))
+        return ModuleImageLayout(
+            kernel_field=_required(call, "kernel"), image_field=image[0],
+            object_file=_required(image_msg, "object_file"), kernel_name=_required(image_msg, "kernel_name"),
+            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=_required(tuned, "configs"),
+            config_call_field=_required(config, "kernel_call"), any_call_field=_required(any_call, "kernel_call"),
+            any_autotuned_field=_required(any_call, "autotuned_kernel_call"))
     except KeyError:
         return None
-    required = (layout.kernel_field, layout.object_file, layout.kernel_name, layout.config_field,
-                layout.config_call_field, layout.any_call_field, layout.any_autotuned_field)
-    return layout if all(required) else None
+
+
+def _required(schema: proto_descriptor.MessageSchema, field_name: str) -> int:
+    """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
+    number = schema.number(field_name)
+    if not number:
+        raise KeyError(field_name)
+    return number
 
 
 def module_image_layout(platform: str) -> ModuleImageLayout | None:
@@ -256,7 +263,7 @@ def _layout_in_plugin(platform: str) -> ModuleImageLayout | None:
     return ModuleImageLayout(**found) if isinstance(found, dict) else None
 
 
-def _scan_plugin(path: str) -> dict | None:
+def _scan_plugin(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             data = f.read()

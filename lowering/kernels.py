@@ -9,13 +9,14 @@ s, which also need importable kernels and must not fork a JAX process).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 import compiler
 import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering: ~10 ms)
 from compiler import Artifact, KernelSpec, Target
+from kernel_cache import Store
 
 from . import compile_pool
 from .configs import LaunchConfig
@@ -90,7 +91,7 @@ def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], tar
             for c in configs]
 
 
-def fetch(specs: Sequence[KernelSpec], store=None,
+def fetch(specs: Sequence[KernelSpec], store: Store | None = None,
           on_miss: Callable[[], object] | None = None) -> list[tuple[Artifact, str]]:
     """(artifact, content key) for `specs`, in order. Hits are plain store reads; misses compile on the
     compile workers (the first in this thread), after `on_miss()` (a cold process: `ahead.start`)."""
@@ -106,7 +107,7 @@ def fetch(specs: Sequence[KernelSpec], store=None,
     else:
         for i in missing:
             found[i] = _build(specs[i], store)
-    return found  # every None was filled by a compile
+    return cast("list[tuple[Artifact, str]]", found)  # every None was filled by a compile
 
 
 def _build(spec: KernelSpec, store: Any) -> tuple[Artifact, str]:

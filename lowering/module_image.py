@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from . import proto_wire as pw
 from .jaxlib_compat import ModuleImageLayout
@@ -34,7 +35,7 @@ def _with_image(call: bytes, image: ModuleImage, layout: ModuleImageLayout) -> b
     out = []
     for f in pw.decode(call):
         if f.number == layout.kernel_field and f.wire_type == pw.LEN:
-            kernel = [g for g in pw.decode(f.value) if g.number != layout.image_field]
+            kernel = [g for g in pw.decode(cast(bytes, f.value)) if g.number != layout.image_field]  # LEN: bytes
             kernel.append(pw.Field(layout.image_field, pw.LEN, _image_message(image, layout)))
             f = pw.Field(f.number, pw.LEN, pw.encode(kernel))
         out.append(f)
@@ -47,15 +48,15 @@ def inject(any_call: bytes, images: Sequence[ModuleImage], layout: ModuleImageLa
     out = []
     for f in pw.decode(any_call):
         if f.number == layout.any_call_field and f.wire_type == pw.LEN:
-            f = pw.Field(f.number, pw.LEN, _with_image(f.value, remaining.pop(0), layout))
+            f = pw.Field(f.number, pw.LEN, _with_image(cast(bytes, f.value), remaining.pop(0), layout))
         elif f.number == layout.any_autotuned_field and f.wire_type == pw.LEN:
             tuned = []
-            for g in pw.decode(f.value):
+            for g in pw.decode(cast(bytes, f.value)):
                 if g.number == layout.config_field:
                     config = []
-                    for h in pw.decode(g.value):
+                    for h in pw.decode(cast(bytes, g.value)):  # a message field holds bytes
                         if h.number == layout.config_call_field:
-                            h = pw.Field(h.number, pw.LEN, _with_image(h.value, remaining.pop(0), layout))
+                            h = pw.Field(h.number, pw.LEN, _with_image(cast(bytes, h.value), remaining.pop(0), layout))
                         config.append(h)
                     g = pw.Field(g.number, pw.LEN, pw.encode(config))
                 tuned.append(g)

@@ -40,7 +40,7 @@ class KernelPlan:
     @classmethod
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], *, kernel: Any,
            scalars: Sequence[tuple[int, Any]], num_warps: int | None, num_stages: int | None,
-           num_ctas: int | None, compute_capability: Any, enable_fp_fusion: bool,
+           num_ctas: int, compute_capability: Any, enable_fp_fusion: bool,
            backend_options: Sequence[tuple[str, Any]], input_output_aliases: Sequence[tuple[int, int]],
            debug: bool, metaparams: Sequence[tuple[str, Any]], pointerless_aliases: bool = False,
            arg_tree: Any = None, **_: Any) -> "KernelPlan":

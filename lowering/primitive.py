@@ -10,6 +10,8 @@ Lowering rules are registered by `lowering.rule` for cuda and rocm.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import jax
 import numpy as np
@@ -23,29 +25,30 @@ triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
 
 
-def _impl(*args, **params):
+def _impl(*args: Any, **params: Any) -> Any:
     if any(jax_compat.is_ref(a) for a in args):  # Refs are discharged inside a jit
         return jax.jit(functools.partial(triton_kernel_call_p.bind, **params))(*args)
-    return dispatch.apply_primitive(triton_kernel_call_p, *args, **params)
+    return dispatch.apply_primitive(triton_kernel_call_p, *args, **params)  # type: ignore[no-untyped-call]  # jax's
 
 
-triton_kernel_call_p.def_impl(_impl)
+triton_kernel_call_p.def_impl(_impl)  # type: ignore[no-untyped-call]  # Primitive's methods are unannotated in jax
 
 
-@triton_kernel_call_p.def_effectful_abstract_eval
-def _abstract_eval(*avals_in, out_avals, **_):
+@triton_kernel_call_p.def_effectful_abstract_eval  # type: ignore[untyped-decorator]  # (as def_impl)
+def _abstract_eval(*avals_in: Any, out_avals: Any, **_: Any) -> tuple[list[Any], set[Any]]:
     return [core.ShapedArray(shape, dtype) for shape, dtype in out_avals], jax_compat.ref_effects(avals_in)
 
 
-def _discharge(in_avals, out_avals, operands, params):
+def _discharge(in_avals: Sequence[Any], out_avals: Sequence[Any], operands: Sequence[Any],
+               params: dict[str, Any]) -> tuple[list[Any], list[Any]]:
     """The call with its Refs' values as inputs and one more output per Ref, aliased to it."""
     refs = [i for i, aval in enumerate(in_avals) if jax_compat.is_ref_aval(aval)]
     extra = tuple((tuple(in_avals[i].shape), np.dtype(in_avals[i].dtype)) for i in refs)
     first = len(params["out_avals"])
     aliases = tuple(sorted((*params["input_output_aliases"], *((i, first + k) for k, i in enumerate(refs)))))
-    outs = triton_kernel_call_p.bind(*operands, **{**params, "out_avals": params["out_avals"] + extra,
+    outs = triton_kernel_call_p.bind(*operands, **{**params, "out_avals": params["out_avals"] + extra,  # type: ignore[no-untyped-call]  # (as def_impl)
                                                    "input_output_aliases": aliases, "pointerless_aliases": True})
-    new_values = [None] * len(in_avals)
+    new_values: list[Any] = [None] * len(in_avals)
     for k, i in enumerate(refs):
         new_values[i] = outs[first + k]
     return new_values, list(outs[:first])
@@ -61,24 +64,24 @@ JAX_TRITON_NO_VMAP = ("jax_triton.triton_call does not support batching with jax
                       "jax.custom_batching.custom_vmap to implement a custom batching rule for your kernel.")
 
 
-def _no_jvp(*_, **params):
+def _no_jvp(*_: Any, **params: Any) -> NoReturn:
     raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be differentiated "
                               f"automatically. {JAX_TRITON_NO_AUTODIFF}")
 
 
-def _no_vmap(*_, **params):
+def _no_vmap(*_: Any, **params: Any) -> NoReturn:
     raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be batched automatically "
                               f"(or launch a grid over the batch inside the kernel). {JAX_TRITON_NO_VMAP}")
 
 
-def _kernel_name(params) -> str:
+def _kernel_name(params: dict[str, Any]) -> str:
     kernel = params.get("kernel")
     while kernel is not None and not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):
         kernel = kernel.fn
     return getattr(kernel, "__name__", "?")
 
 
-def _never_dce(used_outputs, eqn):
+def _never_dce(used_outputs: Sequence[bool], eqn: Any) -> tuple[list[bool], Any]:
     """A Triton call stays even when its outputs are unused (jax-triton 0.4's rule): it may write
     into an aliased input or a Ref, or have side effects JAX cannot see."""
     return [True] * len(eqn.invars), eqn

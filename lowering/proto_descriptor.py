@@ -25,14 +25,14 @@ class MessageSchema:
     """One message: field name -> (number, descriptor type, type name)."""
 
     name: str
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def number(self, field_name: str) -> int | None:
         entry = self.fields.get(field_name)
         return entry[0] if entry else None
 
 
-def _message(raw: bytes, prefix: str, out: dict) -> None:
+def _message(raw: bytes, prefix: str, out: dict[str, MessageSchema]) -> None:
     fields = pw.decode(raw)
     name = prefix + pw.first(fields, _MSG_NAME, b"").decode()
     schema = MessageSchema(name)

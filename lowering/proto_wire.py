@@ -9,7 +9,7 @@ the same bytes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from kernel_cache.errors import KernelCacheError
 
@@ -63,6 +63,7 @@ def iter_fields(data: bytes) -> Iterator[Field]:
         number, wire_type = tag >> 3, tag & 7
         if number == 0:
             raise WireError("field number 0")
+        value: int | bytes
         if wire_type == VARINT:
             value, pos = read_varint(data, pos)
         elif wire_type == FIXED64:
@@ -88,7 +89,7 @@ def decode(data: bytes) -> list[Field]:
 def encode_field(field: Field) -> bytes:
     tag = encode_varint((field.number << 3) | field.wire_type)
     if field.wire_type == VARINT:
-        return tag + encode_varint(field.value)
+        return tag + encode_varint(cast(int, field.value))  # a VARINT field holds an int
     if field.wire_type == FIXED64:
         return tag + int(field.value).to_bytes(8, "little")
     if field.wire_type == FIXED32:
@@ -101,13 +102,14 @@ def encode(fields: "list[Field]") -> bytes:
     return b"".join(encode_field(f) for f in fields)
 
 
-def first(fields: "list[Field]", number: int, default=None):
-    """The value of the first field with `number` (proto3 messages here never repeat scalars)."""
+def first(fields: "list[Field]", number: int, default: Any = None) -> Any:
+    """The value of the first field with `number` (proto3 messages here never repeat scalars); int or
+    bytes by the field's wire type, which the caller knows, hence Any."""
     for f in fields:
         if f.number == number:
             return f.value
     return default
 
 
-def all_of(fields: "list[Field]", number: int) -> list:
+def all_of(fields: "list[Field]", number: int) -> list[Any]:
     return [f.value for f in fields if f.number == number]

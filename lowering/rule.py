@@ -8,26 +8,31 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from jax.interpreters import mlir
 
 from . import ahead, call_records, custom_call, devices, kernels, winners
 from .aliasing import OutputOrder
-from .configs import normalize_grid, per_config
+from .configs import LaunchConfig, normalize_grid, per_config
 from .plan import KernelPlan
 from .primitive import triton_kernel_call_p
 
 
-def _lower(platform: str, ctx, *operands, **params):
+def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[Any]:
     with ahead.lowering(ctx.avals_in, params):
         return lower_call(platform, ctx, *operands, **params)
 
 
-def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, name, num_warps, num_stages,
-           num_ctas, compute_capability, enable_fp_fusion, backend_options, input_output_aliases,
-           zeroed_outputs, debug, serialized_metadata, metaparams, has_side_effect, custom_call_target="",
-           pointerless_aliases=False, cost_estimate=None, arg_tree=None):
+def lower_call(platform: str, ctx: Any, *operands: Any, kernel: Any, scalars: Sequence[tuple[int, Any]],
+               out_avals: Any, grid: Any, name: str, num_warps: int | None, num_stages: int | None, num_ctas: int,
+               compute_capability: "int | str | None", enable_fp_fusion: bool,
+               backend_options: Sequence[tuple[str, Any]], input_output_aliases: Sequence[tuple[int, int]],
+               zeroed_outputs: Any, debug: bool, serialized_metadata: bytes, metaparams: Sequence[tuple[str, Any]],
+               has_side_effect: bool, custom_call_target: str = "", pointerless_aliases: bool = False,
+               cost_estimate: Sequence[tuple[str, Any]] | None = None, arg_tree: Any = None) -> Sequence[Any]:
     devices.check_lowering_context(ctx)
     plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, kernel=kernel, scalars=scalars,
                          num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
@@ -41,7 +46,7 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
                          _zero_positions(order, input_output_aliases, scalars, len(ctx.avals_in)))
     info = custom_call.CallInfo(
         name=name, kernel_name=fn.__name__, scalar_desc=str({plan.leaf_names[p]: v for p, v in scalars}),
-        compute_capability=target.arch if target.backend == "cuda" else 0,
+        compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
         aliases=plan.aliases, num_inputs=len(ctx.avals_in),
         in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
     shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *plan.results)]
@@ -57,7 +62,8 @@ def lower_call(platform: str, ctx, *operands, kernel, scalars, out_avals, grid, 
     return out if order.identity else order.results(out)
 
 
-def _zero_positions(order: OutputOrder, aliases, scalars, num_inputs: int) -> dict[int, int]:
+def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
+                    num_inputs: int) -> dict[int, int]:
     """{output index: the runtime argument jaxlib zeroes for it}: an output's own pointer (after the
     inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
     num_args = num_inputs + len(scalars)
@@ -69,11 +75,12 @@ def _zero_positions(order: OutputOrder, aliases, scalars, num_inputs: int) -> di
     return positions
 
 
-def _nbytes(aval) -> int:
-    return math.prod(int(d) for d in aval.shape) * np.dtype(aval.dtype).itemsize
+def _nbytes(aval: Any) -> int:
+    return math.prod(int(d) for d in aval.shape) * int(np.dtype(aval.dtype).itemsize)
 
 
-def _launches(configs, grid, zeroed_outputs, avals_out, positions: dict[int, int]) -> list[custom_call.Launch]:
+def _launches(configs: Sequence[LaunchConfig], grid: Any, zeroed_outputs: Any, avals_out: Sequence[Any],
+              positions: dict[int, int]) -> list[custom_call.Launch]:
     """Each config's grid, zeroed outputs (by runtime position, `positions`) and description."""
     out_sizes = [_nbytes(a) for a in avals_out]
     launches = []
@@ -86,7 +93,8 @@ def _launches(configs, grid, zeroed_outputs, avals_out, positions: dict[int, int
     return launches
 
 
-def _lower_kernels(platform, slot, kernel, plan: KernelPlan, launches, info, ctx) -> tuple[bytes, int]:
+def _lower_kernels(platform: str, slot: call_records.Slot, kernel: Any, plan: KernelPlan,
+                   launches: list[custom_call.Launch], info: custom_call.CallInfo, ctx: Any) -> tuple[bytes, int]:
     """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded.
     The first miss starts the compiles of every other call traced so far (`ahead`)."""
     configs, specs = plan.configs, plan.specs()

@@ -63,4 +63,4 @@ def _device_arch(platform: str) -> "int | str":
     if platform == "cuda":
         major, _, minor = str(device.compute_capability).partition(".")
         return int(major) * 10 + int(minor or 0)
-    return triton_module("rocm").get_arch_details(device.id).split(":")[0]
+    return str(triton_module("rocm").get_arch_details(device.id).split(":")[0])

@@ -115,7 +115,7 @@ def discover(program: Program) -> list[winners.Site]:
 
 
 def _lower(program: Program) -> Any:
-    jax.clear_caches()  # jit's caches would hand back the executable of another forced config
+    jax.clear_caches()  # type: ignore[no-untyped-call]  # (unannotated in jax) jit's caches would hand back the executable of another forced config
     jitted = program.fn if hasattr(program.fn, "lower") else jax.jit(program.fn)
     return jitted.lower(*program.args, **program.kwargs)
 
@@ -157,9 +157,9 @@ def time_compiled(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], re
     samples = []
     for run in range(warmup + reps):
         a, kw = fresh_copies((tuple(args), dict(kwargs)))
-        jax.block_until_ready((a, kw))
+        jax.block_until_ready((a, kw))  # type: ignore[no-untyped-call]  # unannotated in jax
         start = time.perf_counter()
-        jax.block_until_ready(compiled(*a, **kw))
+        jax.block_until_ready(compiled(*a, **kw))  # type: ignore[no-untyped-call]  # (as above)
         if run >= warmup:
             samples.append(time.perf_counter() - start)
     return statistics.median(samples)

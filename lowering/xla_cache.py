@@ -33,22 +33,22 @@ def apply(store: kernel_cache.Store | None = None) -> Path | None:
     wanted = config.xla_dir
     if wanted is None:
         return None
-    current = jax.config.jax_compilation_cache_dir
+    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # jax sets its options at run time
     if current and not _same(Path(current), wanted):
         return None  # the user's own setting wins
     try:
         directory = private_xla_dir(store if store is not None else kernel_cache.default_store())
     except (XlaDirRefused, OSError) as exc:
         if current:  # an earlier apply() in this process handed it over: take it back
-            jax.config.update("jax_compilation_cache_dir", None)
+            jax.config.update("jax_compilation_cache_dir", None)  # type: ignore[no-untyped-call]  # unannotated in jax
         warn_once(f"xla-refused:{wanted}",
                   f"KERNEL_CACHE_XLA=1: JAX's compilation cache is not pointed at {wanted}: {exc}. JAX runs "
                   f"the executables it finds there as code, so kernel-cache hands it only a directory nobody "
                   f"else can write (README: 'Trust model'); XLA compiles as usual")
         return None
-    jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_compilation_cache_dir", str(directory))  # type: ignore[no-untyped-call]  # unannotated in jax
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # type: ignore[no-untyped-call]  # (as above)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)  # type: ignore[no-untyped-call]  # (as above)
     return directory
 
 

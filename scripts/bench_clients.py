@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = ("lower", "xla_compile", "first_run", "wall")
@@ -45,7 +46,7 @@ INSTALL_HINT = ("install kernel-cache with pip (`python3 -m pip install --no-dep
                 "wheel): its .pth hook and its kernel_cache.clients entry points exist only then, not on PYTHONPATH")
 
 
-def child(labels: set[str] | None, cross: bool, outputs: str | None) -> dict:
+def child(labels: set[str] | None, cross: bool, outputs: str | None) -> dict[str, Any]:
     """One fresh process: every program lowered, compiled and run once; phase seconds per program."""
     sys.path.insert(0, ROOT)
     import jax
@@ -53,24 +54,26 @@ def child(labels: set[str] | None, cross: bool, outputs: str | None) -> dict:
     jax.devices()  # backend start-up is no phase (it is in wall)
     from scripts import client_programs
 
-    report: dict = {"device": str(jax.devices()[0].device_kind), "programs": {}, "errors": {}}
+    report: dict[str, Any] = {"device": str(jax.devices()[0].device_kind), "programs": {}, "errors": {}}
     saved = {}
     for client, label, fn, args in client_programs.programs():
         if labels is not None and label not in labels:
             continue
-        times = report["programs"][label] = {"client": client}
+        times: dict[str, Any] = {"client": client}  # and each phase's seconds
+        report["programs"][label] = times
+        lower_options: dict[str, Any] = {"lowering_platforms": ("cuda",)} if cross else {}
         try:
             t = time.perf_counter()
-            lowered = jax.jit(fn).trace(*args).lower(**({"lowering_platforms": ("cuda",)} if cross else {}))
+            lowered = jax.jit(fn).trace(*args).lower(**lower_options)
             times["lower"] = time.perf_counter() - t
             if cross:
                 continue
             t = time.perf_counter()
             compiled = lowered.compile()
             times["xla_compile"] = time.perf_counter() - t
-            jax.block_until_ready(args)
+            jax.block_until_ready(args)  # type: ignore[no-untyped-call]  # unannotated in jax
             t = time.perf_counter()
-            out = jax.block_until_ready(compiled(*args))
+            out = jax.block_until_ready(compiled(*args))  # type: ignore[no-untyped-call]  # (as above)
             times["first_run"] = time.perf_counter() - t
             saved.update({f"{label}.{i}": leaf for i, leaf in enumerate(jax.tree_util.tree_leaves(out))})
         except Exception as exc:  # jax-triton's own path fails where its binding is wrong: report, go on
@@ -79,7 +82,8 @@ def child(labels: set[str] | None, cross: bool, outputs: str | None) -> dict:
     if outputs:
         import numpy as np
 
-        np.savez(outputs, **{k: np.asarray(v) for k, v in saved.items()})
+        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in saved.items()}  # (numpy's ** would reach allow_pickle)
+        np.savez(outputs, **arrays)
     if "kernel_cache" in sys.modules:  # the hook imported it: intercepted (own children never import it)
         import kernel_cache
         from lowering.clients import tally
@@ -103,7 +107,7 @@ def install_problem() -> str | None:
     return None
 
 
-def child_env(path: str, caches: str, cross: bool = False, extra: dict | None = None) -> dict:
+def child_env(path: str, caches: str, cross: bool = False, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of one child: `path` is own or intercepted; every cache lives under `caches`."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("KERNEL_CACHE_") and k not in ("JAX_COMPILATION_CACHE_DIR", "EASYDEL_TRITON_CACHE_DIR")}
@@ -118,7 +122,8 @@ def child_env(path: str, caches: str, cross: bool = False, extra: dict | None = 
     return {**env, **(extra or {})}
 
 
-def run_child(env: dict, labels: str | None = None, cross: bool = False, outputs: str | None = None) -> dict:
+def run_child(env: dict[str, str], labels: str | None = None, cross: bool = False,
+              outputs: str | None = None) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child"] + (["--programs", labels] if labels else [])
     argv += (["--cross"] if cross else []) + (["--outputs", outputs] if outputs else [])
     t = time.perf_counter()
@@ -126,7 +131,7 @@ def run_child(env: dict, labels: str | None = None, cross: bool = False, outputs
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     if env.get("KERNEL_CACHE_INTERCEPT") and set(report.get("intercept", {}).values()) != {"installed"}:
         raise SystemExit(f"interception did not install in the child: {report.get('intercept')}\n{proc.stderr[-3000:]}")
     report["wall"], report["stderr"] = wall, proc.stderr
@@ -140,7 +145,7 @@ def has_gpu() -> bool:
     return proc.stdout.strip().endswith("True")
 
 
-def hook_cost(runs: int = 10) -> dict:
+def hook_cost(runs: int = 10) -> dict[str, Any]:
     """Median seconds `site` spends on kernel_cache_intercept.pth with the variable unset (fresh
     `python -S` processes; the directory is found here, as -S also skips the venv's prefix); None
     where the hook is not installed."""
@@ -154,7 +159,7 @@ def hook_cost(runs: int = 10) -> dict:
     with open(os.path.join(baseline, "kernel_cache_intercept.pth"), "w") as f:
         f.write("import os\n")
     env = {k: v for k, v in os.environ.items() if k != "KERNEL_CACHE_INTERCEPT"}
-    result: dict = {"dir": dirs[0]}
+    result: dict[str, Any] = {"dir": dirs[0]}
     for name, where in (("seconds", dirs[0]), ("baseline_seconds", baseline)):
         code = (f"import sys, site, time\nt = time.perf_counter()\n"
                 f"site.addpackage({where!r}, 'kernel_cache_intercept.pth', set())\n"
@@ -167,7 +172,8 @@ def hook_cost(runs: int = 10) -> dict:
     return result
 
 
-def summarize(runs: dict) -> tuple[dict, list[str]]:
+def summarize(runs: dict[tuple[str, str], list[dict[str, Any]]]
+              ) -> tuple[dict[tuple[str, str], dict[str, float]], list[str]]:
     """(path, temperature) -> phase -> median over repeats of the sum over common programs."""
     every = [r for rs in runs.values() for r in rs]
     common = sorted(set.intersection(*(set(r["programs"]) for r in every)))
@@ -203,7 +209,7 @@ def main() -> None:
     gpu = has_gpu()
     paths = PATHS if gpu else ("intercepted",)
     work = tempfile.mkdtemp(prefix="kc-bench-clients-")
-    runs: dict = {(p, t): [] for p in paths for t in ("cold", "warm")}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(p, t): [] for p in paths for t in ("cold", "warm")}
     try:
         for i in range(args.repeat):
             for path in paths:
@@ -252,7 +258,7 @@ def main() -> None:
                                               for (p, t), rs in runs.items()}}, f, indent=1)
 
 
-def _compiles(row: dict, path: str) -> str:
+def _compiles(row: dict[str, float], path: str) -> str:
     return f"{row['compiles']:.0f}" if path == "intercepted" else "-"
 
 

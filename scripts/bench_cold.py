@@ -33,12 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 
 
-def child(program_set: str, shape: str, cross: bool) -> dict:
+def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     """One fresh process: the set's programs lowered (GPU: compiled and run once) as `shape`."""
     sys.path.insert(0, ROOT)
     import jax
@@ -57,7 +58,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
                     for label, fn, shapes in example_programs(**call)]
         if shape == "one":
             programs = programs[:1]
-    lower_options = {"lowering_platforms": ("cuda",)} if cross else {}
+    lower_options: dict[str, Any] = {"lowering_platforms": ("cuda",)} if cross else {}
     timeline: list[tuple[str, str, float, float]] = []
     origin = time.perf_counter()
     if os.environ.get("BENCH_COLD_TIMELINE"):  # which thread compiled what, when (from the start of lowering)
@@ -65,9 +66,9 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
 
         import compiler.cached
 
-        real = compiler.cached.compile_spec
+        real = compiler.cached.compile_spec  # type: ignore[attr-defined]  # the name get_or_compile calls, patched below
 
-        def timed(spec):
+        def timed(spec: Any) -> Any:
             start = time.perf_counter()
             try:
                 return real(spec)
@@ -75,11 +76,11 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
                 timeline.append((threading.current_thread().name, spec.name, start - origin,
                                  time.perf_counter() - origin))
 
-        compiler.cached.compile_spec = timed
+        compiler.cached.compile_spec = timed  # type: ignore[attr-defined]  # (as above)
     groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:
-        def module(*args, group=group):
+        def module(*args: Any, group: list[Any] = group) -> list[Any]:
             out, i = [], 0
             for _, fn, example in group:
                 out.append(fn(*args[i:i + len(example)]))
@@ -96,9 +97,9 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
         compiled = lowered.compile()
         times["xla_compile"] += time.perf_counter() - t
         t = time.perf_counter()
-        jax.block_until_ready(compiled(*flat))
+        jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]  # unannotated in jax
         times["first_run"] += time.perf_counter() - t
-    report: dict = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
+    report: dict[str, Any] = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
     if timeline:
         report["timeline"] = sorted(timeline, key=lambda t: t[2])
     import resource
@@ -112,7 +113,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict:
     return report
 
 
-def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) -> dict:
+def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_")}
     env.update(PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
                TRITON_CACHE_DIR=os.path.join(caches, "triton"), XDG_CACHE_HOME=os.path.join(caches, "xdg"),
@@ -129,14 +130,14 @@ def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) ->
     return env
 
 
-def run_child(program_set: str, shape: str, env: dict, cross: bool) -> dict:
+def run_child(program_set: str, shape: str, env: dict[str, str], cross: bool) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child", program_set, shape] + (["--cross"] if cross else [])
     t = time.perf_counter()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     report["times"]["wall"] = wall
     return report
 
@@ -189,7 +190,7 @@ def main() -> None:
             if not cross:
                 rows.append(("ejkernel", "module", "own", None, False))
             rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", args.workers, True)]
-    results: dict[str, list[dict]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     # a throwaway cold process first: the first on a host reads Triton's libraries and ptxas from disk
     # (about 1 s), which would be charged to whichever row ran first
     warmup = tempfile.mkdtemp(prefix="kc-bench-cold-")

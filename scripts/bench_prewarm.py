@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,7 +36,7 @@ def seed_store(directory: Path) -> int:
     return len(specs)
 
 
-def prewarm(directory: Path, arches: str, jobs: int, env: dict) -> dict:
+def prewarm(directory: Path, arches: str, jobs: int, env: dict[str, str]) -> dict[str, Any]:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(directory), "prewarm",
                            "--arch", arches, "-j", str(jobs), "--allow-module", "compiler.examples",
@@ -44,7 +45,7 @@ def prewarm(directory: Path, arches: str, jobs: int, env: dict) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"prewarm -j {jobs} failed ({proc.returncode}):\n{proc.stderr}")
-    report = json.loads(proc.stdout)
+    report: dict[str, Any] = json.loads(proc.stdout)
     report["wall"] = wall
     return report
 
@@ -78,6 +79,7 @@ def main() -> int:
                 report = prewarm(copy, args.arch, jobs, env)
                 if best is None or report["seconds"] < best["seconds"]:
                     best = report
+            assert best is not None  # --repeat is at least 1
             results.append({"jobs": jobs, "kernels": best["built"], "seconds": round(best["seconds"], 3),
                             "wall": round(best["wall"], 3),
                             "kernels_per_second": round(best["built"] / best["seconds"], 2)})

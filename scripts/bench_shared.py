@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -52,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def bench_hits(root: Path, n: int, entry_bytes: int) -> dict:
+def bench_hits(root: Path, n: int, entry_bytes: int) -> dict[str, dict[str, float]]:
     key = "5a" * 16
     entry = Entry(key=key, meta={"kind": "bench", "created": time.time()},
                   blobs={"cubin": os.urandom(entry_bytes // 2), "ptx": os.urandom(entry_bytes // 2)})
@@ -85,7 +86,7 @@ def seed_memo(root: Path) -> Path:
     return seed
 
 
-def bench_cold(root: Path, n: int, lock: str, seed: Path) -> dict:
+def bench_cold(root: Path, n: int, lock: str, seed: Path) -> dict[str, Any]:
     run = root / f"cold-{n}-{lock}"
     shared = run / "shared"
     shared.mkdir(parents=True)

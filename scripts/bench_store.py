@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +95,7 @@ def checkout(rev: str, into: Path) -> Path:
 STABLE_HEAP = {"MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 
-def hit_paths(source_root: Path, extra: dict, env_extra: dict | None = None) -> dict:
+def hit_paths(source_root: Path, extra: dict[str, Any], env_extra: dict[str, str] | None = None) -> dict[str, float]:
     env = {**os.environ, **(env_extra or {}),
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")])}
     env.pop("KERNEL_CACHE_DIR", None)
@@ -102,10 +104,11 @@ def hit_paths(source_root: Path, extra: dict, env_extra: dict | None = None) -> 
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"hit-path run failed for {source_root}:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
-def median_of(runs: list[dict]) -> dict:
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
@@ -153,7 +156,7 @@ def compile_and_toolchain() -> list[str]:
             f"warm {tc_warm * 1e3:.3f} ms (memo) -> {tc_cold / tc_warm:.0f}x"]
 
 
-def _timed(fn, n):
+def _timed(fn: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()
@@ -170,7 +173,8 @@ def main() -> None:
     args = parser.parse_args()
     rev = args.baseline or baseline_revision()
     base_root = checkout(rev, Path(tempfile.mkdtemp(prefix="kc-bench-base-")))
-    runs = {name: [] for name in ("base", "ours", "signed", "base_stable", "ours_stable", "signed_stable")}
+    runs: dict[str, list[dict[str, float]]] = {
+        name: [] for name in ("base", "ours", "signed", "base_stable", "ours_stable", "signed_stable")}
     key = os.urandom(32).hex()
     for _ in range(args.rounds):  # alternate, so drift on the host hits both sides alike
         for suffix, env_extra in (("", None), ("_stable", STABLE_HEAP)):

@@ -30,12 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = ("lower", "lowering_rule", "xla_compile", "first_run", "first_run_plain", "first_run_autotuned", "wall")
 
 
-def child(run_on_gpu: bool) -> dict:
+def child(run_on_gpu: bool) -> dict[str, float]:
     """One fresh-process run: returns phase totals in seconds (BENCH_PROFILE=1: cProfile of the
     lowering phase to stderr)."""
     if os.environ.get("BENCH_PROFILE") == "1":
@@ -52,7 +54,7 @@ def child(run_on_gpu: bool) -> dict:
     return _child(run_on_gpu)
 
 
-def _child(run_on_gpu: bool) -> dict:
+def _child(run_on_gpu: bool) -> dict[str, float]:
     sys.path.insert(0, ROOT)
     import jax
 
@@ -63,7 +65,7 @@ def _child(run_on_gpu: bool) -> dict:
     rule_seconds = [0.0]
     real_lower_call = rule.lower_call
 
-    def timed_lower_call(*args, **kwargs):  # what the lowering rule itself costs
+    def timed_lower_call(*args: Any, **kwargs: Any) -> Any:  # what the lowering rule itself costs
         start = time.perf_counter()
         try:
             return real_lower_call(*args, **kwargs)
@@ -87,9 +89,9 @@ def _child(run_on_gpu: bool) -> dict:
         compiled = lowered.compile()
         totals["xla_compile"] += time.perf_counter() - t
         inputs = ep.random_inputs(shapes)
-        jax.block_until_ready(inputs)
+        jax.block_until_ready(inputs)  # type: ignore[no-untyped-call]  # unannotated in jax
         t = time.perf_counter()
-        jax.block_until_ready(compiled(*inputs))
+        jax.block_until_ready(compiled(*inputs))  # type: ignore[no-untyped-call]  # (as above)
         dt = time.perf_counter() - t
         totals["first_run"] += dt
         totals["first_run_autotuned" if "autotuned" in label else "first_run_plain"] += dt
@@ -102,7 +104,7 @@ def _child(run_on_gpu: bool) -> dict:
     return totals
 
 
-def _fresh(fn):
+def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` as a new function object (jax.clear_caches would also drop JAX's device and backend caches,
     which the rule reads on a GPU host, and time their rebuilding as ours)."""
     return lambda *args: fn(*args)
@@ -111,7 +113,8 @@ def _fresh(fn):
 SPLIT_PASSES = 5  # each split figure is the median of this many passes (one pass is ~10 ms: noisy)
 
 
-def _per_kernel_split(progs, rule_seconds) -> dict:
+def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]],
+                      rule_seconds: list[float]) -> dict[str, float]:
     """Our share of a warm lowering, split: lower the same programs again in this process with the
     per-process memos of keys, entries, payloads and kernel functions emptied, so every call is looked
     up again in the store (a started process meeting new calls); what the first pass cost beyond that
@@ -131,7 +134,7 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
     builder = [0.0, 0]  # seconds in JAX's builder, and its calls (one per Triton call)
     real_builder = mlir.custom_call
 
-    def timed_builder(*args, **kwargs):
+    def timed_builder(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
             return real_builder(*args, **kwargs)
@@ -139,7 +142,7 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
             builder[0] += time.perf_counter() - start
             builder[1] += 1
 
-    def combined(*arrays):  # the 9 programs as one jit: a model's module of many Triton calls
+    def combined(*arrays: Any) -> list[Any]:  # the 9 programs as one jit: a model's module of many Triton calls
         out, start = [], 0
         for _, fn, shapes in progs:
             out.append(fn(*arrays[start:start + len(shapes)]))
@@ -148,7 +151,8 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
 
     one_module = [(None, combined, [s for _, _, shapes in progs for s in shapes])]
 
-    def one_pass(forget: bool, units=progs) -> tuple[float, float, int, int]:
+    def one_pass(forget: bool, units: Sequence[tuple[Any, Callable[..., Any], Sequence[Any]]] = progs
+                 ) -> tuple[float, float, int, int]:
         store = kernel_cache.default_store()
         if forget:
             compiler.key._KEYS.clear()
@@ -161,9 +165,9 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
         hits_before = sum(store.stats.session()["hits"].values())
         for _, fn, shapes in units:  # a new function object: jit's own cache cannot answer, the rule runs
             jax.jit(_fresh(fn)).trace(*shapes).lower(lowering_platforms=("cuda",))
-        return rule_seconds[0], builder[0], sum(store.stats.session()["hits"].values()) - hits_before, builder[1]
+        return rule_seconds[0], builder[0], sum(store.stats.session()["hits"].values()) - hits_before, int(builder[1])
 
-    def configure(config) -> None:  # a new store, its index reader opened outside the timed pass
+    def configure(config: kernel_cache.Config) -> None:  # a new store, its index reader opened outside the timed pass
         kernel_cache.configure(config).get("0" * 32)
 
     def kernel_by_kernel_pass() -> float:  # the same, with lowered-call records off
@@ -199,7 +203,7 @@ def _per_kernel_split(progs, rule_seconds) -> dict:
 CHAIN_PHASES = ("lower", "xla_compile", "first_run", "step")
 
 
-def chain_child() -> dict:
+def chain_child() -> dict[str, Any]:
     """One fresh process running the launch-bound chain: phase seconds, plus its custom calls."""
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -208,12 +212,12 @@ def chain_child() -> dict:
     import jax
 
     jax.devices()
-    from inspect_call import custom_calls  # tests/ helper: decodes the custom calls of a lowering
+    from inspect_call import custom_calls  # type: ignore[import-not-found]  # tests/ helper (on sys.path above): decodes the custom calls of a lowering
 
     from lowering import examples as ep
 
     (_, fn, args), = ep.launch_bound_programs()
-    out: dict = {}
+    out: dict[str, Any] = {}
     t = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     out["lower"] = time.perf_counter() - t
@@ -225,30 +229,31 @@ def chain_child() -> dict:
     compiled = lowered.compile()
     out["xla_compile"] = time.perf_counter() - t
     t = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
+    jax.block_until_ready(compiled(*args))  # type: ignore[no-untyped-call]  # unannotated in jax
     out["first_run"] = time.perf_counter() - t
     batches = []
     for _ in range(7):
         t = time.perf_counter()
         for _ in range(50):
             result = compiled(*args)
-        jax.block_until_ready(result)
+        jax.block_until_ready(result)  # type: ignore[no-untyped-call]  # (as above)
         batches.append((time.perf_counter() - t) / 50)
     out["step"] = statistics.median(batches)
     return out
 
 
-def run_chain(cache_dir: str, env_extra: dict, child_flag: str = "--child-chain") -> dict:
+def run_chain(cache_dir: str, env_extra: dict[str, str], child_flag: str = "--child-chain") -> dict[str, Any]:
     env = {**os.environ, "KERNEL_CACHE_DIR": cache_dir, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            **env_extra}
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), child_flag], env=env, capture_output=True,
                           text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
-def bench_chain(work: str, env: dict, runs: int) -> tuple[list, list]:
+def bench_chain(work: str, env: dict[str, str], runs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(before, after) runs of the launch-bound chain in fresh processes on one warm store."""
     cache = os.path.join(work, "chain")
     run_chain(cache, {**env, "KERNEL_CACHE_WINNERS": "0"})  # fills the store: every config compiled
@@ -263,7 +268,7 @@ def bench_chain(work: str, env: dict, runs: int) -> tuple[list, list]:
     return before, after
 
 
-def print_chain(before: list, after: list) -> None:
+def print_chain(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
     print("\nlaunch-bound program: 64 tiny autotuned adds, warm store, fresh process each")
     print(f"{'phase':<22}{'autotuned (s)':>22}{'tuned winner (s)':>22}{'after:before':>14}")
     for phase in CHAIN_PHASES:
@@ -284,7 +289,7 @@ def _has_gpu() -> bool:
         return False
 
 
-def run_child(cache_dir: str, env_extra: dict) -> dict:
+def run_child(cache_dir: str, env_extra: dict[str, str]) -> dict[str, Any]:
     env = {**os.environ, "KERNEL_CACHE_DIR": cache_dir, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            **env_extra}
     t = time.perf_counter()
@@ -293,19 +298,20 @@ def run_child(cache_dir: str, env_extra: dict) -> dict:
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["wall"] = wall
     return result
 
 
-def versions() -> dict:
+def versions() -> dict[str, Any]:
     import jax
     import jaxlib
     import triton
 
     from lowering import jaxlib_compat as compat
 
-    info = {"python": sys.version.split()[0], "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+    info = {"python": sys.version.split()[0], "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,  # type: ignore[attr-defined]  # jaxlib re-exports it without `as`
             "triton": triton.__version__, "cpu_count": os.cpu_count(),
             "ffi_target": compat.ffi_target_registered("cuda"),
             "module_image": compat.module_image_layout("cuda") is not None}
@@ -414,7 +420,7 @@ def main() -> None:
                        "chain": None if chain is None else {"autotuned": chain[0], "tuned": chain[1]}}, f, indent=1)
 
 
-def _fmt(values, pattern="{:.3f}") -> str:
+def _fmt(values: Iterable[float], pattern: str = "{:.3f}") -> str:
     return " / ".join(pattern.format(v) for v in values)
 
 

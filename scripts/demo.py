@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / ".kernel-cache" / "demo"
@@ -115,11 +116,12 @@ def phase() -> None:
     print(json.dumps({"rows": rows, "wall": time.perf_counter() - t0, "gpu": gpu}))
 
 
-def run_phase(env: dict) -> dict:
+def run_phase(env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--phase"], env=env, cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"demo phase failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _shown(path: Path) -> str:
@@ -130,7 +132,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _served_by(row: dict) -> str:
+def _served_by(row: dict[str, Any]) -> str:
     if row["compiles"]:
         return f"compiled {row['compiles']}"
     tiers = [f"{t} {n}" for t, n in row["hits"].items() if n]

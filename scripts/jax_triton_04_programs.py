@@ -1,3 +1,6 @@
+# mypy: disable-error-code="no-untyped-def,untyped-decorator,no-untyped-call"
+# (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself; and
+# jax leaves ShapeDtypeStruct's constructor unannotated.)
 """Programs written for jax-triton 0.4's API: in-place aliasing without an output pointer, tuple
 arguments (nested, mixed dtypes, a scalar before one, autotuned), jax.Ref arguments (alone, beside an
 allocated output, inside a tuple), `out_type`, keyword operands, cost estimates, a call whose outputs
@@ -22,7 +25,7 @@ import triton
 import triton.language as tl
 
 N = 4096
-Program = tuple[str, Callable[..., Any], tuple, Callable[..., Any]]
+Program = tuple[str, Callable[..., Any], tuple[Any, ...], Callable[..., Any]]
 
 
 @triton.jit
@@ -100,58 +103,58 @@ def programs(jt: ModuleType, compute_capability: int | None = None, tma: bool = 
     cc = {"compute_capability": compute_capability}
     grid = (N // 256,)
 
-    def inplace(x, y):
+    def inplace(x: Any, y: Any) -> Any:
         return jt.triton_call(x, y, x.size, kernel=add_inplace_kernel, out_type=y, input_output_aliases={1: 0},
                               grid=grid, BLOCK=256, INPLACE_Y=True, **cc)
 
-    def double_copy(x):
+    def double_copy(x: Any) -> Any:
         return jt.triton_call(x, x.size, kernel=double_and_copy_kernel, input_output_aliases={0: 0}, grid=grid,
                               out_type=[x, jax.ShapeDtypeStruct(x.shape, jnp.float16)], BLOCK=256, **cc)
 
-    def tuple_mixed(x, y, z):
+    def tuple_mixed(x: Any, y: Any, z: Any) -> Any:
         return jt.triton_call(x, (y, z), x.size, kernel=add_tuple_kernel, out_type=x, grid=grid, BLOCK=256, **cc)
 
-    def nested(a, b, c):
+    def nested(a: Any, b: Any, c: Any) -> Any:
         return jt.triton_call(2.0, ((a, b), c), a.size, kernel=scaled_nested_kernel, out_type=a, grid=grid,
                               BLOCK=256, **cc)
 
-    def tuned_tuple(x, y, z):
+    def tuned_tuple(x: Any, y: Any, z: Any) -> Any:
         return jt.triton_call(x, (y, z), x.size, kernel=tuned_tuple_kernel, out_type=x,
                               grid=lambda m: (triton.cdiv(x.size, m["BLOCK"]),), **cc)
 
-    def ref_only(x, y):
+    def ref_only(x: Any, y: Any) -> Any:
         y_ref = jax.new_ref(y)
         jt.triton_call(x, y_ref, x.size, kernel=add_inplace_kernel, out_type=(), grid=grid, BLOCK=256,
                        INPLACE_Y=True, **cc)
         return y_ref[...]
 
-    def ref_and_output(x):
+    def ref_and_output(x: Any) -> Any:
         x_ref = jax.new_ref(x)
         copy = jt.triton_call(x_ref, x.size, kernel=double_and_copy_kernel, grid=grid, BLOCK=256,
                               out_type=jax.ShapeDtypeStruct(x.shape, jnp.float16), **cc)
         return x_ref[...], copy
 
-    def refs_in_tuple(x, a, b):
+    def refs_in_tuple(x: Any, a: Any, b: Any) -> Any:
         a_ref, b_ref = jax.new_ref(a), jax.new_ref(b)
         jt.triton_call(x, (a_ref, b_ref), x.size, kernel=accumulate_tuple_kernel, out_type=(), grid=grid,
                        BLOCK=256, **cc)
         return a_ref[...], b_ref[...]
 
-    def keyword_operand(x, y):  # y_ptr= names a runtime parameter: an operand; n= a static scalar
+    def keyword_operand(x: Any, y: Any) -> Any:  # y_ptr= names a runtime parameter: an operand; n= a static scalar
         return jt.triton_call(x, y_ptr=y, n=x.size, kernel=add_inplace_kernel, out_type=y,
                               input_output_aliases={1: 0}, grid=grid, BLOCK=256, INPLACE_Y=True, **cc)
 
-    def unused_result(x, y):  # the call writes y's buffer; nothing reads its result: it still runs
+    def unused_result(x: Any, y: Any) -> Any:  # the call writes y's buffer; nothing reads its result: it still runs
         y_ref = jax.new_ref(y)
         jt.triton_call(x, y_ref, x.size, kernel=add_inplace_kernel, out_type=(), grid=grid, BLOCK=256,
                        INPLACE_Y=True, **cc)
         return x
 
-    def with_cost(x, y, z):
+    def with_cost(x: Any, y: Any, z: Any) -> Any:
         return jt.triton_call(x, (y, z), x.size, kernel=add_tuple_kernel, out_type=x, grid=grid, BLOCK=256,
                               cost_estimate={"flops": 2 * N, "bytes_accessed": 16 * N}, **cc)
 
-    def tma_double(m):
+    def tma_double(m: Any) -> Any:
         desc = jt.TensorDescriptor.from_array(m, (16, 32))
         return jt.triton_call(desc, m.shape[1], kernel=double_tile_kernel, out_type=m, grid=(4, 4), BLOCK_M=16,
                               BLOCK_N=32, **cc)

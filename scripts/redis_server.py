@@ -21,13 +21,14 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(self, workdir: Path, *extra: str):
-        self.binary = shutil.which("redis-server")
-        if self.binary is None:
+        binary = shutil.which("redis-server")
+        if binary is None:
             raise FileNotFoundError("redis-server")
+        self.binary = binary
         self.workdir, self.extra = workdir, extra
         self.port = free_port()
         self.socket = workdir / "redis.sock"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     @property

@@ -33,7 +33,7 @@ for stack in $STACKS; do
     if [ "${KERNEL_CACHE_SKIP_LINT:-0}" != "1" ] && [ "$linted" = 0 ]; then
       echo "test.sh: ruff check" >&2
       python -m ruff check . --output-format concise
-      echo "test.sh: mypy (strict: kernel_cache, compiler)" >&2
+      echo "test.sh: mypy (strict: kernel_cache, compiler, lowering, scripts)" >&2
       python -m mypy --no-error-summary
     fi
     set +e

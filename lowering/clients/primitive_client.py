@@ -44,7 +44,7 @@ class PrimitiveClient:
     distribution: str  # the pip package, for its version
     lowest: tuple[int, ...]  # versions known to work: [lowest, below)
     below: tuple[int, ...]
-    params: frozenset  # the keyword parameters of its lowering rule (besides **metaparams)
+    params: frozenset[str]  # the keyword parameters of its lowering rule (besides **metaparams)
     # (client, module, its primitive's parameters, the lowering's ctx) -> rule.lower_call's parameters
     translate: Callable[["PrimitiveClient", ModuleType, dict[str, Any], Any], dict[str, Any]] = (
         lambda client, module, params, ctx: translate(client, params))

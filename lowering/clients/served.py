@@ -20,7 +20,7 @@ from kernel_cache.warnings_once import warn_once
 from .. import rule
 from ..configs import kernel_name
 
-_tally: Counter = Counter()
+_tally: Counter[tuple[str, str]] = Counter()  # (client, "served" or "fallback") -> calls
 _lock = threading.Lock()
 __all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "serve", "tally"]
 
@@ -54,7 +54,7 @@ def check_parameters(client: str, what: str, found: set[str], known: set[str]) -
                                 f"(new: {extra or 'none'}, gone: {missing or 'none'})")
 
 
-def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple, translate: Callable[[], dict[str, Any]],
+def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple[Any, ...], translate: Callable[[], dict[str, Any]],
           own: Callable[[], Any]) -> Any:
     """Lower one client call through `rule.lower_call` with the parameters `translate()` gives; the
     client's own lowering (`own()`), after one warning per cause, when `translate` raises

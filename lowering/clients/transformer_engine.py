@@ -55,7 +55,7 @@ def install(module: ModuleType) -> None:
     for name, loaded in list(sys.modules.items()):  # modules that bound it by name before now
         if loaded is not None and (name == module.__name__ or name.startswith(_PACKAGE)) \
                 and getattr(loaded, "triton_call_lowering", None) is own:
-            loaded.triton_call_lowering = ours
+            loaded.triton_call_lowering = ours  # type: ignore[attr-defined]  # a module: ModuleType declares no such attribute
 
 
 def _lower(own: Any, defaults: dict[str, Any], ctx: Any, kernel_fn: Any, *array_args: Any, **kwargs: Any) -> Any:
