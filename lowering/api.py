@@ -148,6 +148,34 @@ def _with_keyword_operands(kernel: Any, flat_args: list[Any], keywords: Mapping[
     return [keywords[name] if name in keywords else next(positional) for name in inputs]
 
 
+def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int | None,
+                    backend_options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(launch parameters, the other Triton options): jax-triton 0.4 may pass num_warps, num_stages and
+    num_ctas inside backend_options instead; given both ways is an error."""
+    launch: dict[str, Any] = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
+    options = dict(backend_options or {})
+    for key in LAUNCH_KEYS:
+        if key in options:
+            if launch[key] not in (None, 1 if key == "num_ctas" else None):
+                raise ValueError(f"{key} given both as an argument and in backend_options")
+            launch[key] = options.pop(key)
+    if launch["num_ctas"] is None:
+        launch["num_ctas"] = 1
+    return launch, options
+
+
+def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
+    """The flat output ShapeDtypeStructs and their tree, from out_shape or (jax-triton 0.4) out_type."""
+    if out_shape is None and out_type is None:
+        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
+    if out_shape is not None and out_type is not None:
+        raise TypeError("pass either out_shape or out_type, not both")
+    shapes = out_shape if out_shape is not None else out_type
+    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
+    flat, tree = tree_util.tree_flatten(shapes)
+    return list(flat), tree
+
+
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
                 name: str = "", num_warps: int | None = None, num_stages: int | None = None,
                 num_ctas: int | None = 1, compute_capability: "int | str | None" = None,
@@ -180,22 +208,8 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if custom_call_target_name not in (None, compat.LEGACY_TARGET, compat.FFI_TARGET):
         raise ValueError(f"custom_call_target_name={custom_call_target_name!r}: kernel-cache emits "
                          f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
-    launch = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
-    options = dict(backend_options or {})
-    for key in LAUNCH_KEYS:
-        if key in options:
-            if launch[key] not in (None, 1 if key == "num_ctas" else None):
-                raise ValueError(f"{key} given both as an argument and in backend_options")
-            launch[key] = options.pop(key)
-    if launch["num_ctas"] is None:
-        launch["num_ctas"] = 1
-    if out_shape is None and out_type is None:
-        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
-    if out_shape is not None and out_type is not None:
-        raise TypeError("pass either out_shape or out_type, not both")
-    shapes = out_shape if out_shape is not None else out_type
-    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
-    flat_out, out_tree = tree_util.tree_flatten(shapes)
+    launch, options = _launch_options(num_warps, num_stages, num_ctas, backend_options)
+    flat_out, out_tree = _outputs(out_shape, out_type)
 
     _refuse_unsupported(args, metaparams)
     top = list(args)  # one entry per kernel parameter (a tuple: a Triton tuple parameter, jax-triton 0.4)

@@ -161,6 +161,80 @@ def ejkernel_available() -> str | None:
     return None
 
 
+Row = tuple[str, str, str, "int | None", bool]  # (set, shape, path, workers, intercept)
+
+
+def plan_rows(sets: list[str], workers: int, cross: bool) -> tuple[list[Row], str | None]:
+    """The rows to measure, and why the ejKernel rows are skipped (None: they are not)."""
+    rows: list[Row] = []
+    if "examples" in sets:
+        for shape in ("one", "module", "jits"):
+            rows += [("examples", shape, "serial", 1, False), ("examples", shape, "parallel", workers, False)]
+    skipped = None
+    if "ejkernel" in sets:
+        skipped = ejkernel_available()
+        if skipped is None:
+            if not cross:
+                rows.append(("ejkernel", "module", "own", None, False))
+            rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", workers, True)]
+    return rows, skipped
+
+
+def measure(rows: list[Row], repeat: int, cross: bool) -> dict[str, list[dict[str, Any]]]:
+    """Every row `repeat` times, each a fresh process on fresh caches, after one throwaway process (the
+    first on a host reads Triton's libraries and ptxas from disk, about 1 s, which would be charged to
+    whichever row ran first)."""
+    def fresh(program_set: str, shape: str, workers: int | None, intercept: bool) -> dict[str, Any]:
+        caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
+        try:
+            return run_child(program_set, shape, child_env(caches, workers, intercept, cross), cross)
+        finally:
+            shutil.rmtree(caches, ignore_errors=True)
+
+    fresh("examples", "one", 1, False)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(repeat):
+        for program_set, shape, path, workers, intercept in rows:
+            results.setdefault(f"{program_set}/{shape}/{path}", []).append(fresh(program_set, shape, workers, intercept))
+    return results
+
+
+def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    return {name: {"times": {p: statistics.median(r["times"][p] for r in reports) for p in PHASES},
+                   "compiles": reports[0].get("compiles"), "workers": reports[0].get("workers"),
+                   "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in reports),
+                   "device": reports[0]["device"], "programs": reports[0]["programs"]}
+            for name, reports in results.items()}
+
+
+def ratios_of(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """serial (and own) over parallel, for lower and wall, per program set and shape."""
+    ratios: dict[str, float | None] = {}
+    for name in (n for n in summary if n.endswith("/parallel")):
+        base = name.rsplit("/", 1)[0]
+        for other in (o for o in ("serial", "own") if f"{base}/{o}" in summary):
+            for phase in ("lower", "wall"):
+                ours, theirs = summary[name]["times"][phase], summary[f"{base}/{other}"]["times"][phase]
+                ratios[f"{base} {phase}: {other} / parallel"] = theirs / ours if ours else None
+    return ratios
+
+
+def print_table(summary: dict[str, dict[str, Any]], ratios: dict[str, float | None], cross: bool, repeat: int) -> None:
+    print(f"cold start, {'cross-lowered for sm_90 (no GPU)' if cross else next(iter(summary.values()))['device']}, "
+          f"{os.cpu_count()} CPUs, median of {repeat}")
+    shown = ("lower", "wall") if cross else PHASES
+    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown)
+          + f"{'peak RSS':>12}")
+    for name, s in summary.items():
+        program_set, shape, path = name.split("/")
+        label = {"one": "one kernel", "module": "module", "jits": "9 jits"}[shape] if program_set == "examples" \
+            else f"ejkernel ({s['programs']} ops)"
+        print(f"{label:<22}{path:<10}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
+              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown) + f"{s['peak_rss_mib']:>8.0f} MiB")
+    for what, ratio in ratios.items():
+        print(f"  {what:<44} {ratio:.2f}x" if ratio else f"  {what}: -")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs=2, metavar=("SET", "SHAPE"), help=argparse.SUPPRESS)
@@ -178,61 +252,11 @@ def main() -> None:
     cross = not has_gpu()
     if args.timeline:
         os.environ["BENCH_COLD_TIMELINE"] = "1"
-    rows: list[tuple[str, str, str, int | None, bool]] = []  # (set, shape, path, workers, intercept)
-    sets = args.sets.split(",")
-    if "examples" in sets:
-        for shape in ("one", "module", "jits"):
-            rows += [("examples", shape, "serial", 1, False), ("examples", shape, "parallel", args.workers, False)]
-    skipped = None
-    if "ejkernel" in sets:
-        skipped = ejkernel_available()
-        if skipped is None:
-            if not cross:
-                rows.append(("ejkernel", "module", "own", None, False))
-            rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", args.workers, True)]
-    results: dict[str, list[dict[str, Any]]] = {}
-    # a throwaway cold process first: the first on a host reads Triton's libraries and ptxas from disk
-    # (about 1 s), which would be charged to whichever row ran first
-    warmup = tempfile.mkdtemp(prefix="kc-bench-cold-")
-    try:
-        run_child("examples", "one", child_env(warmup, 1, False, cross), cross)
-    finally:
-        shutil.rmtree(warmup, ignore_errors=True)
-    for _ in range(args.repeat):
-        for program_set, shape, path, workers, intercept in rows:
-            caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
-            try:
-                report = run_child(program_set, shape, child_env(caches, workers, intercept, cross), cross)
-            finally:
-                shutil.rmtree(caches, ignore_errors=True)
-            results.setdefault(f"{program_set}/{shape}/{path}", []).append(report)
-    summary = {name: {"times": {p: statistics.median(r["times"][p] for r in reports) for p in PHASES},
-                      "compiles": reports[0].get("compiles"), "workers": reports[0].get("workers"),
-                      "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in reports),
-                      "device": reports[0]["device"], "programs": reports[0]["programs"]}
-               for name, reports in results.items()}
-    print(f"cold start, {'cross-lowered for sm_90 (no GPU)' if cross else next(iter(summary.values()))['device']}, "
-          f"{os.cpu_count()} CPUs, median of {args.repeat}")
-    shown = ("lower", "wall") if cross else PHASES
-    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown)
-          + f"{'peak RSS':>12}")
-    for name, s in summary.items():
-        program_set, shape, path = name.split("/")
-        label = {"one": "one kernel", "module": "module", "jits": "9 jits"}[shape] if program_set == "examples" \
-            else f"ejkernel ({s['programs']} ops)"
-        print(f"{label:<22}{path:<10}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
-              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown) + f"{s['peak_rss_mib']:>8.0f} MiB")
-    ratios = {}
-    for name in summary:
-        if name.endswith("/parallel"):
-            base = name.rsplit("/", 1)[0]
-            for other in ("serial", "own"):
-                if f"{base}/{other}" in summary:
-                    for phase in ("lower", "wall"):
-                        ours, theirs = summary[name]["times"][phase], summary[f"{base}/{other}"]["times"][phase]
-                        ratios[f"{base} {phase}: {other} / parallel"] = theirs / ours if ours else None
-    for what, ratio in ratios.items():
-        print(f"  {what:<44} {ratio:.2f}x" if ratio else f"  {what}: -")
+    rows, skipped = plan_rows(args.sets.split(","), args.workers, cross)
+    results = measure(rows, args.repeat, cross)
+    summary = summarize(results)
+    ratios = ratios_of(summary)
+    print_table(summary, ratios, cross, args.repeat)
     if skipped:
         print(f"ejkernel: skipped ({skipped})")
     if args.json:

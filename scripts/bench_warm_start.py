@@ -322,6 +322,64 @@ def versions() -> dict[str, Any]:
     return info
 
 
+def measure_runs(work: str, env: dict[str, str], runs: int, gpu: bool,
+                 xla: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cold, warm, warm with KERNEL_CACHE_XLA=1) child reports: per run an empty store, then the same
+    store full; on a GPU also the lowering-only split; with `xla` a third process fills JAX's cache
+    and a fourth reads it."""
+    cold: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []
+    warm_xla: list[dict[str, Any]] = []
+    for i in range(runs):
+        cache = os.path.join(work, f"cache{i}")
+        cold.append(run_child(cache, env))  # empty store
+        warm.append(run_child(cache, env))  # same store, now full
+        if gpu:  # the per-kernel split in a process that only lowers (as the CPU runs do)
+            warm[-1].update({k: v for k, v in run_child(cache, {**env, "BENCH_GPU": "0"}).items()
+                             if k.startswith("rule_")})
+        if xla:
+            run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"})
+            warm_xla.append(run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"}))
+    return cold, warm, warm_xla
+
+
+def profile_warm(work: str, env: dict[str, str]) -> str:
+    """cProfile's top of one more warm process (BENCH_PROFILE=1), as text."""
+    profile_env = {**os.environ, **env, "BENCH_PROFILE": "1", "KERNEL_CACHE_DIR": os.path.join(work, "cache0"),
+                   "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=profile_env,
+                          capture_output=True, text=True, timeout=900)
+    return proc.stderr
+
+
+def print_phases(cold: list[dict[str, Any]], warm: list[dict[str, Any]], gpu: bool) -> None:
+    """The cold/warm table and our share of a warm lowering."""
+    shown = [p for p in PHASES if gpu or p in ("lower", "lowering_rule", "wall")]
+    print(f"\n{'phase':<22}{'cold (s)':>22}{'warm (s)':>22}{'warm:cold':>12}")
+    for phase in shown:
+        c = [r[phase] for r in cold]
+        w = [r[phase] for r in warm]
+        ratio = (sum(w) / sum(c)) if sum(c) else float("nan")
+        print(f"{phase:<22}{_fmt(c):>22}{_fmt(w):>22}{ratio:>11.3f}x")
+    print(f"{'kernel compiles':<22}{_fmt([r['compiles'] for r in cold], '{:.0f}'):>22}"
+          f"{_fmt([r['compiles'] for r in warm], '{:.0f}'):>22}")
+    print(f"\nour share of a warm lowering (the lowering rule; JAX's own lowering excluded), warm process, "
+          f"{warm[0]['rule_kernels']} kernels in {warm[0]['rule_calls']} calls, median of {SPLIT_PASSES} passes:\n"
+          f"  per kernel          {_fmt([r['rule_per_kernel_ms'] for r in warm], '{:.3f}')} ms  (the same programs "
+          f"lowered again with this process's key, entry, payload and kernel-function memos emptied)\n"
+          f"  kernel by kernel    {_fmt([r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.3f}')} ms  (the same "
+          f"with KERNEL_CACHE_CALL_RECORDS=0, passes interleaved: "
+          f"{_fmt([r['rule_per_kernel_ms'] / r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.2f}')}x)\n"
+          f"  in one module       {_fmt([r['rule_per_kernel_one_module_ms'] for r in warm], '{:.3f}')} ms  (the same "
+          f"calls in one jit, as a model's: what is read once per module is shared)\n"
+          f"  per call            {_fmt([r['rule_per_call_ms'] for r in warm], '{:.3f}')} ms  (the same, per Triton call)\n"
+          f"    of which JAX's    {_fmt([r['rule_builder_per_call_ms'] for r in warm], '{:.3f}')} ms  (mlir.custom_call "
+          f"building the op, as in every Triton lowering rule)\n"
+          f"  once per process    {_fmt([r['rule_once_ms'] for r in warm], '{:.1f}')} ms  (first pass minus that)\n"
+          f"  per kernel, repeat  {_fmt([r['rule_repeat_ms'] for r in warm], '{:.3f}')} ms  (the same calls lowered "
+          f"once more: a model's layers calling the same kernel on the same shapes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -354,54 +412,14 @@ def main() -> None:
     info = versions()
     print("host:", json.dumps(info))
     work = tempfile.mkdtemp(prefix="kc-bench-")
-    cold, warm, warm_xla = [], [], []
     try:
-        for i in range(args.runs):
-            cache = os.path.join(work, f"cache{i}")
-            cold.append(run_child(cache, env))  # empty store
-            warm.append(run_child(cache, env))  # same store, now full
-            if gpu:  # the per-kernel split in a process that only lowers (as the CPU runs do)
-                warm[-1].update({k: v for k, v in run_child(cache, {**env, "BENCH_GPU": "0"}).items()
-                                 if k.startswith("rule_")})
-            if args.xla:  # a third process fills JAX's cache, a fourth reads it
-                run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"})
-                warm_xla.append(run_child(cache, {**env, "KERNEL_CACHE_XLA": "1"}))
+        cold, warm, warm_xla = measure_runs(work, env, args.runs, gpu, args.xla)
         chain = bench_chain(work, env, args.runs) if gpu and not args.no_chain else None
-        if args.profile:
-            profile_env = {**os.environ, **env, "BENCH_PROFILE": "1", "KERNEL_CACHE_DIR": os.path.join(work, "cache0"),
-                           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=profile_env,
-                                  capture_output=True, text=True, timeout=900)
-            profile_text = proc.stderr
-        else:
-            profile_text = ""
+        profile_text = profile_warm(work, env) if args.profile else ""
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    shown = [p for p in PHASES if gpu or p in ("lower", "lowering_rule", "wall")]
-    print(f"\n{'phase':<22}{'cold (s)':>22}{'warm (s)':>22}{'warm:cold':>12}")
-    for phase in shown:
-        c = [r[phase] for r in cold]
-        w = [r[phase] for r in warm]
-        ratio = (sum(w) / sum(c)) if sum(c) else float("nan")
-        print(f"{phase:<22}{_fmt(c):>22}{_fmt(w):>22}{ratio:>11.3f}x")
-    print(f"{'kernel compiles':<22}{_fmt([r['compiles'] for r in cold], '{:.0f}'):>22}"
-          f"{_fmt([r['compiles'] for r in warm], '{:.0f}'):>22}")
-    print(f"\nour share of a warm lowering (the lowering rule; JAX's own lowering excluded), warm process, "
-          f"{warm[0]['rule_kernels']} kernels in {warm[0]['rule_calls']} calls, median of {SPLIT_PASSES} passes:\n"
-          f"  per kernel          {_fmt([r['rule_per_kernel_ms'] for r in warm], '{:.3f}')} ms  (the same programs "
-          f"lowered again with this process's key, entry, payload and kernel-function memos emptied)\n"
-          f"  kernel by kernel    {_fmt([r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.3f}')} ms  (the same "
-          f"with KERNEL_CACHE_CALL_RECORDS=0, passes interleaved: "
-          f"{_fmt([r['rule_per_kernel_ms'] / r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.2f}')}x)\n"
-          f"  in one module       {_fmt([r['rule_per_kernel_one_module_ms'] for r in warm], '{:.3f}')} ms  (the same "
-          f"calls in one jit, as a model's: what is read once per module is shared)\n"
-          f"  per call            {_fmt([r['rule_per_call_ms'] for r in warm], '{:.3f}')} ms  (the same, per Triton call)\n"
-          f"    of which JAX's    {_fmt([r['rule_builder_per_call_ms'] for r in warm], '{:.3f}')} ms  (mlir.custom_call "
-          f"building the op, as in every Triton lowering rule)\n"
-          f"  once per process    {_fmt([r['rule_once_ms'] for r in warm], '{:.1f}')} ms  (first pass minus that)\n"
-          f"  per kernel, repeat  {_fmt([r['rule_repeat_ms'] for r in warm], '{:.3f}')} ms  (the same calls lowered "
-          f"once more: a model's layers calling the same kernel on the same shapes)")
+    print_phases(cold, warm, gpu)
     if warm_xla:
         for phase in ("xla_compile", "wall") if gpu else ("wall",):
             w, x = [r[phase] for r in warm], [r[phase] for r in warm_xla]

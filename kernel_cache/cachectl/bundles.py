@@ -38,33 +38,7 @@ def cmd_export(ctx: Context, args: Any) -> int:
                        f"renamed over it only once complete)")
     if os.path.lexists(args.file) and not os.path.isfile(args.file):
         raise CliError(f"{args.file} is not a regular file; not replacing it")
-    tiers = ctx.tiers(args.tier)
-    signer = ctx.store().signer
-    selection = entry_filter(args, args.stale)
-    now = time.time()
-    chosen, seen, skipped = [], set(), []
-    for info in scan_all(ctx, tiers, with_stale=args.stale):
-        if info.key in seen or not selection.matches(info, now):
-            continue
-        tier = next(t for t in tiers if t.name == info.tier)
-        try:
-            raw = read_raw(tier, info.key)
-            if raw is None:  # removed since the scan: skipped as ever, with the words decode(None) raised
-                raise TypeError("cannot convert 'NoneType' object to bytes")
-            entry_format.decode(raw, expected_key=info.key)
-        except (entry_format.CorruptEntry, TypeError) as exc:
-            skipped.append((info.key, f"corrupt ({exc})" if str(exc) else "corrupt"))
-            continue
-        if signer is not None:
-            # the local tier is trusted by ownership, so its entries are vouched for here; a shared
-            # entry must already carry our signature (exporting must not launder a planted one)
-            problem = signer.problem(raw) if tier.name == "shared" else None
-            if problem is not None:
-                skipped.append((info.key, f"{problem} ({_key_setting()} is set)"))
-                continue
-            raw = signer.sign(raw)
-        seen.add(info.key)
-        chosen.append((info.key, raw, {"kernel": info.kernel, "arch": info.arch, "toolchain": info.toolchain}))
+    chosen, skipped = _exportable(ctx, args)
     if not chosen and skipped:
         for key, why in skipped:
             print(f"skipped {key[:12]}: {why}", file=sys.stderr)
@@ -88,6 +62,41 @@ def cmd_export(ctx: Context, args: Any) -> int:
                 f"{human_size(result.file_bytes)} compressed) to {args.file}"
                 + (f"; {len(skipped)} skipped" if skipped else ""))
     return EXIT_PROBLEMS if skipped else EXIT_OK
+
+
+def _exportable(ctx: Context, args: Any) -> tuple[list[tuple[str, bytes, dict[str, Any]]], list[tuple[str, str]]]:
+    """The selected entries' bytes (signed where a key is set), first copy of each key, and the keys
+    skipped with why (corrupt; a shared entry not carrying our signature)."""
+    tiers = ctx.tiers(args.tier)
+    signer = ctx.store().signer
+    selection = entry_filter(args, args.stale)
+    now = time.time()
+    chosen: list[tuple[str, bytes, dict[str, Any]]] = []
+    seen: set[str] = set()
+    skipped: list[tuple[str, str]] = []
+    for info in scan_all(ctx, tiers, with_stale=args.stale):
+        if info.key in seen or not selection.matches(info, now):
+            continue
+        tier = next(t for t in tiers if t.name == info.tier)
+        try:
+            raw = read_raw(tier, info.key)
+            if raw is None:  # removed since the scan: skipped as ever, with the words decode(None) raised
+                raise TypeError("cannot convert 'NoneType' object to bytes")
+            entry_format.decode(raw, expected_key=info.key)
+        except (entry_format.CorruptEntry, TypeError) as exc:
+            skipped.append((info.key, f"corrupt ({exc})" if str(exc) else "corrupt"))
+            continue
+        if signer is not None:
+            # the local tier is trusted by ownership, so its entries are vouched for here; a shared
+            # entry must already carry our signature (exporting must not launder a planted one)
+            problem = signer.problem(raw) if tier.name == "shared" else None
+            if problem is not None:
+                skipped.append((info.key, f"{problem} ({_key_setting()} is set)"))
+                continue
+            raw = signer.sign(raw)
+        seen.add(info.key)
+        chosen.append((info.key, raw, {"kernel": info.kernel, "arch": info.arch, "toolchain": info.toolchain}))
+    return chosen, skipped
 
 
 def _key_setting() -> str:

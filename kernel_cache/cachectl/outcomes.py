@@ -292,23 +292,29 @@ def run_in_pool(fn: Callable[..., Any], tasks: list[tuple[object, ...]], labels:
                 break
             wait_ready([w.conn for w in busy] + [w.process.sentinel for w in busy], _POLL)
             for i, w in enumerate(workers):
-                for kind, index, item in w.messages():
-                    if kind == "item":
-                        for event in (item if isinstance(item, list) else [item]):
-                            report(event)
-                    elif kind == "error":
-                        failed(index, item)
-                    if kind in ("done", "error"):
-                        w.task = None
-                if w.task is not None and (w.gone or not w.process.is_alive() and not w.conn.poll(0)):
-                    failed(w.task, "the worker process died (crash or out of memory)")
-                    w.task = None
-                    if pending:
-                        with _signals_blocked():
-                            workers[i] = _replace(w, context, fn, initializer, initargs)
+                if _drain(w, report, failed) and pending:
+                    with _signals_blocked():
+                        workers[i] = _replace(w, context, fn, initializer, initargs)
         cancelled = False
     finally:
         _stop(workers, cancelled, report)
+
+
+def _drain(w: _Worker, report: Report, failed: Callable[[int, str], None]) -> bool:
+    """Report what worker `w` sent; whether it died with a task (then failed, and `w` needs replacing)."""
+    for kind, index, item in w.messages():
+        if kind == "item":
+            for event in (item if isinstance(item, list) else [item]):
+                report(event)
+        elif kind == "error":
+            failed(index, item)
+        if kind in ("done", "error"):
+            w.task = None
+    if w.task is not None and (w.gone or not w.process.is_alive() and not w.conn.poll(0)):
+        failed(w.task, "the worker process died (crash or out of memory)")
+        w.task = None
+        return True
+    return False
 
 
 def _replace(worker: _Worker, context: Any, fn: Callable[..., Any], initializer: Callable[..., None] | None,
