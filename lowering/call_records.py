@@ -40,8 +40,8 @@ from kernel_cache import lookup_log
 
 from . import jaxlib_compat as compat
 from . import winners
-from .configs import LaunchConfig
 from .custom_call import CallInfo, Launch
+from .plan import KernelPlan
 
 FORMAT = 1
 _code: list[str] = []  # the source fingerprint of the compiler and lowering packages (computed once)
@@ -186,12 +186,12 @@ def _winner_slot(key: str, chosen: str) -> str:
     return xxhash.xxh3_128_hexdigest(f"{key}:winner:{chosen}".encode())
 
 
-def slot(platform: str, fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], launches: Sequence[Launch],
-         target: Target, options: dict[str, Any], call: CallInfo, shapes: Sequence[Any] = (),
+def slot(platform: str, plan: KernelPlan, launches: Sequence[Launch], call: CallInfo, shapes: Sequence[Any] = (),
          module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint), decided before any kernel is looked up.
     `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not;
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
+    fn, args, configs, target, options = plan.fn, plan.args, plan.configs, plan.target, plan.options
     winners_apply = len(configs) > 1 and winners.apply(platform)
     result = Slot(None, platform, target, fn.__name__, call.name, winners_apply)  # key None: unrecorded
     if platform != "cuda" or not kernel_cache.current_config().call_records or winners.tuning_active():

@@ -24,6 +24,7 @@ from compiler import triton_compat as compiler_tc
 
 from . import deflate
 from . import jaxlib_compat as compat
+from .bound_call import BoundCall
 from .module_image import ModuleImage, inject
 
 _warned_aliases = False
@@ -210,14 +211,14 @@ def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
     return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
 
 
-def emit(ctx: Any, operands: Sequence[Any], platform: str, payload: bytes, *, autotuned: bool, name: str,
-         aliases: Sequence[tuple[int, int]], has_side_effect: bool = False, target_name: str = "",
-         avals_out: Sequence[Any] | None = None, cost_estimate: Sequence[tuple[str, Any]] | None = None
-         ) -> Sequence[ir.Value[Any]]:
-    """The stablehlo custom call launching `payload`; `target_name` ("" = choose) forces one target;
-    `avals_out`: the results in the call's order (default the lowering's); `cost_estimate`: carried in
-    the HLO as the `cost_estimate_json` frontend attribute (jax-triton 0.4 puts it in the FFI backend
-    config, which the GPU runtime does not read either)."""
+def emit(ctx: Any, operands: Sequence[Any], platform: str, payload: bytes, *, autotuned: bool, call: BoundCall,
+         aliases: Sequence[tuple[int, int]], avals_out: Sequence[Any] | None = None) -> Sequence[ir.Value[Any]]:
+    """The stablehlo custom call launching `payload` for `call`: its custom_call_target ("" = choose)
+    forces one target, its cost_estimate is carried in the HLO as the `cost_estimate_json` frontend
+    attribute (jax-triton 0.4 puts it in the FFI backend config, which the GPU runtime does not read
+    either); `avals_out`: the results in the call's order (default the lowering's)."""
+    name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
+    cost_estimate = call.cost_estimate
     avals_out = list(ctx.avals_out if avals_out is None else avals_out)
     result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]

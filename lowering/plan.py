@@ -18,6 +18,7 @@ from compiler import KernelSpec, Target
 
 from . import kernels
 from .aliasing import OutputOrder
+from .bound_call import BoundCall
 from .configs import LaunchConfig, named_args, resolve_configs
 from .target_arch import resolve_target
 
@@ -38,29 +39,24 @@ class KernelPlan:
     aliases: tuple[tuple[int, int], ...]  # (input, output position in `results`)
 
     @classmethod
-    def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], *, kernel: Any,
-           scalars: Sequence[tuple[int, Any]], num_warps: int | None, num_stages: int | None,
-           num_ctas: int, compute_capability: Any, enable_fp_fusion: bool,
-           backend_options: Sequence[tuple[str, Any]], input_output_aliases: Sequence[tuple[int, int]],
-           debug: bool, metaparams: Sequence[tuple[str, Any]], pointerless_aliases: bool = False,
-           arg_tree: Any = None, **_: Any) -> "KernelPlan":
-        """The plan of a call lowered for `platform`; the other lowering parameters (grid, name, ...) are
-        accepted and ignored, so a bound call's parameters can be passed whole."""
-        target = resolve_target(platform, compute_capability)
-        meta = dict(metaparams)
+    def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> "KernelPlan":
+        """The plan of `call` lowered for `platform`, its operands and results of these avals."""
+        target = resolve_target(platform, call.compute_capability)
+        meta = dict(call.metaparams)
         # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
-        order = OutputOrder.of(len(avals_out), input_output_aliases, pointerless_aliases)
+        order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
         results = [avals_out[o] for o in order.order]
         pointed = results[:order.pointers]
-        aliases = tuple((int(i), order.position(int(o))) for i, o in input_output_aliases)
-        inputs = _grouped(arg_tree, _runtime_values(avals_in, scalars))
-        named = named_args(kernel, inputs + pointed, meta)
-        fn, configs = resolve_configs(kernel, named, meta, num_warps=num_warps, num_stages=num_stages,
-                                      num_ctas=num_ctas)
-        flat_args = kernels.runtime_args([a.dtype for a in avals_in], scalars, [a.dtype for a in pointed])
-        num_flat_inputs = len(avals_in) + len(scalars)
-        args = kernels.descriptors(_grouped(arg_tree, flat_args[:num_flat_inputs])) + flat_args[num_flat_inputs:]
-        options = {"enable_fp_fusion": enable_fp_fusion, "debug": debug, **dict(backend_options)}
+        aliases = tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases)
+        inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
+        named = named_args(call.kernel, inputs + pointed, meta)
+        fn, configs = resolve_configs(call.kernel, named, meta, num_warps=call.num_warps, num_stages=call.num_stages,
+                                      num_ctas=call.num_ctas)
+        flat_args = kernels.runtime_args([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed])
+        num_flat_inputs = len(avals_in) + len(call.scalars)
+        args = (kernels.descriptors(_grouped(call.arg_tree, flat_args[:num_flat_inputs]))
+                + flat_args[num_flat_inputs:])
+        options = {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options)}
         return cls(target, fn, configs, args, options, named, meta, _leaf_names(list(named), inputs), order,
                    list(avals_out), results, aliases)
 
@@ -99,4 +95,4 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
 def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any]) -> KernelPlan:
     """The plan of a call as it was bound (`triton_kernel_call_p` parameters), before its rule runs."""
     avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, **params)
+    return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params))

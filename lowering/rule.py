@@ -16,6 +16,7 @@ from jax.interpreters import mlir
 
 from . import ahead, call_records, custom_call, devices, kernels, winners
 from .aliasing import OutputOrder
+from .bound_call import BoundCall
 from .configs import LaunchConfig, normalize_grid, per_config
 from .plan import KernelPlan
 from .primitive import triton_kernel_call_p
@@ -26,40 +27,28 @@ def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[A
         return lower_call(platform, ctx, *operands, **params)
 
 
-def lower_call(platform: str, ctx: Any, *operands: Any, kernel: Any, scalars: Sequence[tuple[int, Any]],
-               out_avals: Any, grid: Any, name: str, num_warps: int | None, num_stages: int | None, num_ctas: int,
-               compute_capability: "int | str | None", enable_fp_fusion: bool,
-               backend_options: Sequence[tuple[str, Any]], input_output_aliases: Sequence[tuple[int, int]],
-               zeroed_outputs: Any, debug: bool, serialized_metadata: bytes, metaparams: Sequence[tuple[str, Any]],
-               has_side_effect: bool, custom_call_target: str = "", pointerless_aliases: bool = False,
-               cost_estimate: Sequence[tuple[str, Any]] | None = None, arg_tree: Any = None) -> Sequence[Any]:
+def lower_call(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[Any]:
+    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them)."""
     devices.check_lowering_context(ctx)
-    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, kernel=kernel, scalars=scalars,
-                         num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                         compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
-                         backend_options=backend_options, input_output_aliases=input_output_aliases,
-                         debug=debug, metaparams=metaparams, pointerless_aliases=pointerless_aliases,
-                         arg_tree=arg_tree)
-    target, fn, configs, args, options = plan.target, plan.fn, plan.configs, plan.args, plan.options
-    order = plan.order
-    launches = _launches(configs, grid, zeroed_outputs, ctx.avals_out,
-                         _zero_positions(order, input_output_aliases, scalars, len(ctx.avals_in)))
+    call = BoundCall.of(params)
+    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, call)
+    launches = _launches(plan.configs, call.grid, call.zeroed_outputs, ctx.avals_out,
+                         _zero_positions(plan.order, call.input_output_aliases, call.scalars, len(ctx.avals_in)))
     info = custom_call.CallInfo(
-        name=name, kernel_name=fn.__name__, scalar_desc=str({plan.leaf_names[p]: v for p, v in scalars}),
-        compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
-        aliases=plan.aliases, num_inputs=len(ctx.avals_in),
-        in_sizes=tuple(_nbytes(a) for a in ctx.avals_in), serialized_metadata=bytes(serialized_metadata), debug=debug)
+        name=call.name, kernel_name=plan.fn.__name__,
+        scalar_desc=str({plan.leaf_names[p]: v for p, v in call.scalars}),
+        compute_capability=int(plan.target.arch) if plan.target.backend == "cuda" else 0,  # an int for cuda
+        aliases=plan.aliases, num_inputs=len(ctx.avals_in), in_sizes=tuple(_nbytes(a) for a in ctx.avals_in),
+        serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
     shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*ctx.avals_in, *plan.results)]
-    slot = call_records.slot(platform, fn, args, configs, launches, target, options, info, shapes,
-                             module=getattr(ctx, "module_context", None))
+    slot = call_records.slot(platform, plan, launches, info, shapes, module=getattr(ctx, "module_context", None))
     served = slot.served()  # a call seen before: one store read
     if served is None:
-        served = _lower_kernels(platform, slot, kernel, plan, launches, info, ctx)
+        served = _lower_kernels(platform, slot, call.kernel, plan, launches, info, ctx)
     payload, kernel_count = served
-    out = custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, name=name,
-                           aliases=plan.aliases, has_side_effect=has_side_effect, target_name=custom_call_target,
-                           avals_out=plan.results, cost_estimate=cost_estimate)
-    return out if order.identity else order.results(out)
+    out = custom_call.emit(ctx, operands, platform, payload, autotuned=kernel_count > 1, call=call,
+                           aliases=plan.aliases, avals_out=plan.results)
+    return out if plan.order.identity else plan.order.results(out)
 
 
 def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib.util
 import textwrap
+import types
 
 import jax
 import jax.numpy as jnp
@@ -115,7 +116,10 @@ def _inputs(**changes):
 
 
 def _key(**changes) -> str | None:
-    return call_records.slot(**_inputs(**changes)).key
+    values = _inputs(**changes)
+    plan = types.SimpleNamespace(**{k: values[k] for k in ("fn", "args", "configs", "target", "options")})
+    return call_records.slot(values["platform"], plan, values["launches"], values["call"], values["shapes"],
+                             module=values.get("module")).key
 
 
 def _edited_kernel(tmp_path, body: str):

@@ -1,0 +1,45 @@
+"""One Triton call as it was bound: `triton_kernel_call_p`'s parameters as one object, so the lowering
+rule, its planning, records and the emitter take the call instead of two dozen keyword parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    kernel: Any  # a @triton.jit function, possibly under autotune / heuristics wrappers
+    scalars: Sequence[tuple[int, Any]]  # (runtime position, value)
+    out_avals: Any  # ((shape, dtype), ...) of the outputs
+    grid: Any
+    name: str
+    num_warps: int | None
+    num_stages: int | None
+    num_ctas: int
+    compute_capability: int | str | None
+    enable_fp_fusion: bool
+    backend_options: Sequence[tuple[str, Any]]
+    input_output_aliases: Sequence[tuple[int, int]]
+    zeroed_outputs: Any
+    debug: bool
+    serialized_metadata: bytes
+    metaparams: Sequence[tuple[str, Any]]
+    has_side_effect: bool
+    custom_call_target: str = ""  # "" picks; jax-triton 0.3's custom_call_target_name forces one
+    pointerless_aliases: bool = False  # jax-triton 0.4's in-place reading: aliased outputs get no pointer
+    cost_estimate: Sequence[tuple[str, Any]] | None = None
+    arg_tree: Any = None  # the pytree of Triton tuple parameters (None: flat)
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> "BoundCall":
+        """From the primitive's parameters; an unknown name is a TypeError naming it (a client's
+        translation that drifted from ours)."""
+        unknown = set(params) - _NAMES
+        if unknown:
+            raise TypeError(f"unknown triton_kernel_call parameters: {', '.join(sorted(unknown))}")
+        return cls(**params)
+
+
+_NAMES = frozenset(f.name for f in fields(BoundCall))
