@@ -281,3 +281,28 @@ def test_interrupt_during_an_entry_write_waits_for_it(tmp_path, monkeypatch):
     assert written == [key] and store.disk.get(key) is not None
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     store.close()
+
+
+def test_an_interrupt_landing_in_a_gc_callback_is_not_lost():
+    """Python drops an exception raised inside a garbage-collector callback (JAX registers one): a
+    SIGTERM landing there let a prewarm run to its end and exit 0. The interrupt now waits for the
+    callback to return, then stops the work."""
+    import gc
+
+    seen = []
+
+    def callback(phase, info):
+        if phase == "start" and not seen:
+            seen.append(phase)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, inside the callback
+
+    gc.callbacks.append(callback)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt), outcomes.interrupts_stop_work():
+            gc.collect()
+            time.sleep(2)  # raised here, once the callback has returned
+    finally:
+        gc.callbacks.remove(callback)
+    assert seen and time.monotonic() - start < 1.0

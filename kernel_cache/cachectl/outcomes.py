@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import multiprocessing
 import os
 import pickle
@@ -108,10 +109,14 @@ _held_since = 0.0
 
 
 def _writing(frame: FrameType | None) -> bool:
-    """Whether the interrupted code is writing an entry: every tier write goes through Store._tier_put."""
+    """Whether an exception raised at `frame` must wait: the code is writing an entry (every tier write
+    goes through Store._tier_put), or it runs inside a garbage-collector callback or a finalizer, where
+    Python prints a raised exception and drops it (JAX registers a gc callback: a SIGTERM landing there
+    was lost, and the prewarm went on to the end and exited 0)."""
     code = Store._tier_put.__code__
+    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
     while frame is not None:
-        if frame.f_code is code:
+        if frame.f_code is code or frame.f_code in callbacks or frame.f_code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False
