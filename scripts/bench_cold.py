@@ -42,6 +42,8 @@ PHASES = ("lower", "xla_compile", "first_run", "wall")
 def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     """One fresh process: the set's programs lowered (GPU: compiled and run once) as `shape`."""
     sys.path.insert(0, ROOT)
+    if os.environ.get("BENCH_COLD_SWITCH"):  # an experiment: the interpreter's GIL switch interval
+        sys.setswitchinterval(float(os.environ["BENCH_COLD_SWITCH"]))
     import jax
 
     jax.devices()  # backend start-up is no phase (it is in wall)
@@ -245,6 +247,8 @@ def main() -> None:
     parser.add_argument("--sets", default="examples,ejkernel")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--timeline", action="store_true", help="record each compile's thread and times (--json)")
+    parser.add_argument("--switch-interval", type=float, metavar="S",
+                        help="children set sys.setswitchinterval(S) (Python's default is 0.005)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.cross)))
@@ -252,6 +256,8 @@ def main() -> None:
     cross = not has_gpu()
     if args.timeline:
         os.environ["BENCH_COLD_TIMELINE"] = "1"
+    if args.switch_interval:
+        os.environ["BENCH_COLD_SWITCH"] = str(args.switch_interval)
     rows, skipped = plan_rows(args.sets.split(","), args.workers, cross)
     results = measure(rows, args.repeat, cross)
     summary = summarize(results)
