@@ -106,6 +106,19 @@ def pool_context() -> BaseContext:
 # Signals -----------------------------------------------------------------------------------
 _held: Callable[[], BaseException] | None = None  # the interrupt waiting for an entry write to end
 _held_since = 0.0
+_collecting = False  # a garbage collection (and its callbacks) is running
+
+
+def _collection_starts(phase: str, info: dict[str, int]) -> None:  # first of gc.callbacks
+    global _collecting
+    if phase == "start":
+        _collecting = True
+
+
+def _collection_ends(phase: str, info: dict[str, int]) -> None:  # last of gc.callbacks
+    global _collecting
+    if phase == "stop":
+        _collecting = False
 
 
 def _writing(frame: FrameType | None) -> bool:
@@ -113,6 +126,8 @@ def _writing(frame: FrameType | None) -> bool:
     goes through Store._tier_put), or it runs inside a garbage-collector callback or a finalizer, where
     Python prints a raised exception and drops it (JAX registers a gc callback: a SIGTERM landing there
     was lost, and the prewarm went on to the end and exited 0)."""
+    if _collecting:  # the Python frames of a gc callback are not always on the stack (Python 3.13)
+        return True
     code = Store._tier_put.__code__
     callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
     while frame is not None:
@@ -161,9 +176,14 @@ def interrupts_stop_work() -> Iterator[None]:
         if previous[sig] is not signal.SIG_IGN:
             signal.signal(sig, _raising(make))
     signal.signal(signal.SIGALRM, _release)
+    gc.callbacks.insert(0, _collection_starts)  # around every other callback: see _writing
+    gc.callbacks.append(_collection_ends)
     try:
         yield
     finally:
+        for callback in (_collection_starts, _collection_ends):
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(callback)
         held, _held = _held, None
         if held is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
