@@ -20,7 +20,6 @@ import ctypes
 import gc
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -284,8 +283,8 @@ class _Worker:
         try:
             while not self.gone and self.conn.poll(0):
                 yield self.conn.recv()
-        except (EOFError, OSError, pickle.UnpicklingError):  # a message cut off: the worker died sending it
-            self.gone = True
+        except (EOFError, OSError):  # the worker died (sending): recv reads a whole length-prefixed message
+            self.gone = True       # before decoding it, so a cut-off one is an OSError, never a decode error
 
 
 def run_in_pool(fn: Callable[..., Any], tasks: list[tuple[object, ...]], labels: list[str], jobs: int, report: Report,
