@@ -39,6 +39,11 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
+    sys.path.insert(0, ROOT)
+
+from scripts.bench_child import has_gpu, run_json_child  # noqa: E402
+
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 PATHS = ("own", "intercepted")
 CLIENTS = "jax_triton,ejkernel"
@@ -126,23 +131,11 @@ def run_child(env: dict[str, str], labels: str | None = None, cross: bool = Fals
               outputs: str | None = None) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child"] + (["--programs", labels] if labels else [])
     argv += (["--cross"] if cross else []) + (["--outputs", outputs] if outputs else [])
-    t = time.perf_counter()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wall, stderr = run_json_child(argv, env, ROOT)
     if env.get("KERNEL_CACHE_INTERCEPT") and set(report.get("intercept", {}).values()) != {"installed"}:
-        raise SystemExit(f"interception did not install in the child: {report.get('intercept')}\n{proc.stderr[-3000:]}")
-    report["wall"], report["stderr"] = wall, proc.stderr
+        raise SystemExit(f"interception did not install in the child: {report.get('intercept')}\n{stderr[-3000:]}")
+    report["wall"], report["stderr"] = wall, stderr
     return report
-
-
-def has_gpu() -> bool:
-    """Asked in a child, so this process holds no GPU memory while the children run."""
-    code = "import jax\ntry: print(bool(jax.devices('cuda')))\nexcept Exception: print(False)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    return proc.stdout.strip().endswith("True")
 
 
 def hook_cost(runs: int = 10) -> dict[str, Any]:

@@ -36,6 +36,11 @@ import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
+    sys.path.insert(0, ROOT)
+
+from scripts.bench_child import has_gpu, run_json_child  # noqa: E402
+
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 
 
@@ -47,6 +52,8 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     import jax
 
     jax.devices()  # backend start-up is no phase (it is in wall)
+    from scripts.one_module import as_one_program
+
     if program_set == "ejkernel":
         from scripts import client_programs
 
@@ -82,14 +89,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:
-        def module(*args: Any, group: list[Any] = group) -> list[Any]:
-            out, i = [], 0
-            for _, fn, example in group:
-                out.append(fn(*args[i:i + len(example)]))
-                i += len(example)
-            return out
-
-        flat = [a for _, _, example in group for a in example]
+        module, flat = as_one_program(group)
         t = time.perf_counter()
         lowered = jax.jit(module).trace(*flat).lower(**lower_options)
         times["lower"] += time.perf_counter() - t
@@ -134,22 +134,9 @@ def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) ->
 
 def run_child(program_set: str, shape: str, env: dict[str, str], cross: bool) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child", program_set, shape] + (["--cross"] if cross else [])
-    t = time.perf_counter()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wall, _ = run_json_child(argv, env, ROOT)
     report["times"]["wall"] = wall
     return report
-
-
-def has_gpu() -> bool:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
 
 
 def ejkernel_available() -> str | None:

@@ -27,6 +27,7 @@ def main(out: str, mode: str, labels: str = "") -> None:
     import compiler.cached
     import kernel_cache
     from lowering.examples import programs
+    from scripts.one_module import as_one_program
 
     threads: list[str] = []
     real = compiler.cached.compile_spec
@@ -38,14 +39,7 @@ def main(out: str, mode: str, labels: str = "") -> None:
     compiler.cached.compile_spec = recorded  # test scaffolding: which thread compiled what
     chosen = [p for p in programs(compute_capability=90) if not labels or p[0] in labels.split(",")]
 
-    def module(*args):
-        out, i = [], 0
-        for _, fn, example in chosen:
-            out.append(fn(*args[i:i + len(example)]))
-            i += len(example)
-        return out
-
-    flat = [a for _, _, example in chosen for a in example]
+    module, flat = as_one_program(chosen)
     report: dict = {}
     start = time.perf_counter()
     if mode == "module":
