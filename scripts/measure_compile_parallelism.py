@@ -308,6 +308,15 @@ def controls(cpus: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _add_segments(segments: list[tuple[str, tuple[float, ...], tuple[float, ...]]],
+                  into: dict[int, dict[str, float]]) -> float:
+    """Add each stage's difference of clock `i` (end minus start) to `into[i][stage]`; the wall seconds."""
+    for name, a, b in segments:
+        for i, totals in into.items():
+            totals[name] = totals.get(name, 0.0) + b[i] - a[i]
+    return sum(b[0] - a[0] for _, a, b in segments)
+
+
 def measure_stages(specs: list[tuple[str, Any]], cpus: dict[str, Any]) -> dict[str, Any]:
     """Every spec compiled alone, then beside the spinner; per stage totals over the specs."""
     solo_t: dict[str, float] = {}
@@ -319,19 +328,9 @@ def measure_stages(specs: list[tuple[str, Any]], cpus: dict[str, Any]) -> dict[s
     per_kernel = []
     for label, spec in specs:
         rec = in_thread(lambda spec=spec: recorded_compile(spec), cpus["measured"], spin=False)
-        total = 0.0
-        for name, a, b in rec.segments:
-            solo_t[name] = solo_t.get(name, 0.0) + b[0] - a[0]
-            cpu[name] = cpu.get(name, 0.0) + b[2] - a[2]
-            child_cpu[name] = child_cpu.get(name, 0.0) + b[3] - a[3]
-            total += b[0] - a[0]
+        total = _add_segments(rec.segments, {0: solo_t, 2: cpu, 3: child_cpu})
         rec2 = in_thread(lambda spec=spec: recorded_compile(spec), cpus["measured"], spin=True)
-        total2 = 0.0
-        for name, a, b in rec2.segments:
-            beside_t[name] = beside_t.get(name, 0.0) + b[0] - a[0]
-            ran[name] = ran.get(name, 0.0) + b[4] - a[4]
-            queued[name] = queued.get(name, 0.0) + b[5] - a[5]
-            total2 += b[0] - a[0]
+        total2 = _add_segments(rec2.segments, {0: beside_t, 4: ran, 5: queued})
         per_kernel.append({"kernel": label, "solo_s": total, "beside_s": total2,
                            "stages_s": {n: b[0] - a[0] for n, a, b in rec.segments}})
         say(f"  {label}: {total * 1e3:.0f} ms alone, {total2 * 1e3:.0f} ms beside the spinner")
