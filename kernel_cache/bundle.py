@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from . import entry as entry_format
-from . import record_checks
+from . import entry_kinds
 from .bundle_stream import (
     ENTRY_MEMBER,
     MANIFEST,
@@ -376,8 +376,8 @@ def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] 
         return _Staged(key, str(exc))
     except RecursionError:
         return _Staged(key, "entry metadata is nested too deeply")
-    problem = record_checks.problem(entry)
-    if problem is not None:  # a winner or lowered-call record that verify would refuse
+    problem = entry_kinds.problem(entry)
+    if problem is not None:  # what verify would refuse of its kind (a malformed winner or lowered-call record)
         return _Staged(key, problem)
     if accept is not None:
         refusal = accept(data)

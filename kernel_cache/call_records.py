@@ -85,13 +85,9 @@ class CallRecord:
         return record
 
 
-def is_call_record(meta: dict[str, Any]) -> bool:
-    return meta.get(META_KIND) == KIND
-
-
 def problem(entry: Entry) -> str | None:
-    """Why `entry` is not a usable record (for `cachectl verify`), or None: well-formed, and its
-    payload a complete zlib stream."""
+    """Why `entry` is not a usable record, or None: well-formed, and its payload a complete zlib
+    stream. The lowered-call kind's check in `entry_kinds` (verify, bundle import)."""
     try:
         record = CallRecord.from_entry(entry)
     except ValueError as exc:
@@ -108,8 +104,9 @@ def problem(entry: Entry) -> str | None:
 
 
 def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """What list/show print for a record (None for other entries); tolerates anything."""
-    if not is_call_record(meta):
+    """What list/show print for a record (None for other entries); tolerates anything. The
+    lowered-call kind's summary in `entry_kinds`."""
+    if meta.get(META_KIND) != KIND:
         return None
     keys = meta.get("config_keys")
     return {"call_name": str(meta.get("call_name", "")), "platform": str(meta.get("platform", "")),

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import call_records, record_checks, winners
 from . import entry as entry_format
+from . import entry_kinds
 from .entry import CorruptEntry
 from .summary import EntrySummary
 from .tier import KeptTier
@@ -42,15 +42,21 @@ class EntryInfo:
     has_recipe: bool = False
     stale: bool | None = None  # None: not checked, or the target's toolchain is not installed
     error: str = ""  # non-empty: the metadata could not be read
-    kind: str = ""  # "triton-kernel", "lowered-call", "autotune-winner" (what the entry's metadata says it is)
-    winner: dict[str, Any] | None = None  # an autotune winner's summary (others: None)
-    call: dict[str, Any] | None = None  # a lowered-call record's summary (others: None)
+    kind: str = ""  # what the entry's metadata says it is: "triton-kernel", "lowered-call", ... (entry_kinds)
+    kind_summary: dict[str, Any] | None = None  # its kind's summary, if the kind has one (a winner's, a call's)
     meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
+
+    def summaries(self) -> dict[str, dict[str, Any] | None]:
+        """What --json gives under each summarised kind's tag ("winner", "call"): this entry's
+        summary under its own kind's, None under the others'."""
+        return {k.tag: self.kind_summary if k.name == self.kind else None
+                for k in entry_kinds.registered() if k.summary is not None}
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("meta")
-        return out
+        out.pop("kind_summary")
+        return {**out, **self.summaries()}
 
 
 @dataclass
@@ -119,9 +125,8 @@ def scan(tier: KeptTier, hits_of: Callable[[str], int] | None = None) -> list[En
             info.kernel, info.arch, info.toolchain = summary.kernel, summary.arch, summary.toolchain
             info.created = summary.created if summary.created is not None else info.created
             info.compile_seconds, info.has_recipe = summary.compile_seconds, summary.recipe is not None
-            info.kind = str(meta.get("kind", ""))
-            info.winner = winners.summary(meta)
-            info.call = call_records.summary(meta)
+            info.kind, kind = str(meta.get("kind", "")), entry_kinds.kind_of(meta)
+            info.kind_summary = kind.summary(meta) if kind.summary is not None else None
         if hits_of is not None:
             info.hits = hits_of(key)
         infos.append(info)
@@ -220,8 +225,8 @@ class BadEntry:
 
 
 def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
-    """Decode every entry (format, checksum, key; a winner's or lowered call's record too);
-    returns (entries checked, bad entries)."""
+    """Decode every entry (format, checksum, key; then what its kind checks: a winner's or lowered
+    call's record); returns (entries checked, bad entries)."""
     checked, bad = 0, []
     for rec in tier.records():
         key = rec["key"]
@@ -232,7 +237,7 @@ def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
                 checked -= 1
                 continue
             entry = entry_format.decode(raw, expected_key=key)
-            if (reason := record_checks.problem(entry)) is not None:
+            if (reason := entry_kinds.problem(entry)) is not None:
                 raise CorruptEntry(reason)
         except CorruptEntry as exc:
             item = BadEntry(key=key, tier=tier.name, reason=str(exc))

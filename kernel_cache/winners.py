@@ -132,13 +132,9 @@ class Winner:
         return record
 
 
-def is_winner(meta: dict[str, Any]) -> bool:
-    return meta.get(META_KIND) == KIND
-
-
 def problem(entry: Entry) -> str | None:
     """Why a decoded winner entry cannot be used (None: it can): malformed, or filed under a key
-    that its own content does not give."""
+    that its own content does not give. The winner kind's check in `entry_kinds`."""
     try:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
@@ -149,9 +145,8 @@ def problem(entry: Entry) -> str | None:
 
 
 def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """What listings show of a winner entry (None for other entries or a malformed record)."""
-    if not is_winner(meta):
-        return None
+    """What listings show of a winner entry (None for other entries or a malformed record); the
+    winner kind's summary in `entry_kinds`."""
     try:
         record = Winner.from_meta(meta)
     except ValueError:

@@ -4,16 +4,15 @@ without them), and whether it holds a payload or only points at its autotune win
 
 from __future__ import annotations
 
-from collections.abc import Container
-
 from ..call_records import CallRecord
 from ..entry import Entry
 from ..maintenance import EntryInfo
 from .render import human_size, human_time
+from .show_views import ShowArgs
 
 
-def show(entry: Entry, info: EntryInfo, cached: Container[str]) -> None:
-    """`cachectl show KEY` of a record; `cached`: the keys the cache holds (to mark its kernels)."""
+def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
+    """`cachectl show KEY` of a record; `args.cached`: the keys the cache holds (to mark its kernels)."""
     print(f"key          {entry.key}  ({info.tier})")
     try:
         record = CallRecord.from_entry(entry)
@@ -24,9 +23,9 @@ def show(entry: Entry, info: EntryInfo, cached: Container[str]) -> None:
     print(f"lowered call {record.kernel}" + (f", call name {record.call_name!r}" if record.call_name else ""))
     print(f"platform     {record.platform}  arch {record.arch}")
     print(f"kernels      {n}{' (autotuned)' if record.autotuned else ''}: "
-          + ", ".join(f"{k[:12]}{'' if k in cached else ' (not cached)'}" for k in record.config_keys))
+          + ", ".join(f"{k[:12]}{'' if k in args.cached else ' (not cached)'}" for k in record.config_keys))
     if record.winner_key:
-        stored = "stored" if record.winner_key in cached else "none stored yet: 'cachectl tune' learns it"
+        stored = "stored" if record.winner_key in args.cached else "none stored yet: 'cachectl tune' learns it"
         print(f"winner key   {record.winner_key[:12]} ({stored})")
     if record.payload is None:
         print("payload      none: no payload, it points at its winner")

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 import time
 from typing import Any, TypedDict
 
-from .. import call_records, winners
 from .. import entry as entry_format
+from .. import entry_kinds
 from ..config import XLA_SUBDIR, sources, spelled
 from ..disk_index import ENTRIES_DIR, INDEX
 from ..display import escaped, redacted
 from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..safefs import Tree
-from ..summary import EntrySummary
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier
-from . import calls_view, kinds, prometheus, winners_view
+from . import kinds, prometheus, show_views, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .render import human_size, human_time, table
 
@@ -117,36 +115,14 @@ def cmd_show(ctx: Context, args: Any) -> int:
             sys.stdout.write(entry.blobs[name].decode(errors="replace"))
         return EXIT_OK
     hits = ctx.store().stats.entry_hits(info.key)
-    blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
     if ctx.json:
+        blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
         ctx.emit_json({"key": entry.key, "tier": info.tier, "size_bytes": info.size_bytes, "hits": hits,
                        "last_used": info.last_used, "blobs": blobs, "meta": entry.meta, "kind": info.kind,
-                       "winner": info.winner, "call": info.call})
+                       **info.summaries()})
         return EXIT_OK
-    if info.kind == winners.KIND:
-        winners_view.show(entry, info, hits)
-        return EXIT_OK
-    if info.kind == call_records.KIND:
-        calls_view.show(entry, info, {i.key for i in infos})
-        return EXIT_OK
-    meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
-    print(f"key          {entry.key}  ({info.tier})")
-    print(f"kernel       {summary.kernel}")
-    print(f"arch         {summary.arch}  warps={meta.get('num_warps')} stages={meta.get('num_stages')}"
-          f" ctas={meta.get('num_ctas')} shared_mem={meta.get('shared_mem')}")
-    print(f"toolchain    {summary.toolchain or '?'}")
-    print(f"compiled     {human_time(summary.created)} in {summary.compile_seconds:.3f} s")
-    print(f"last used    {human_time(info.last_used)}   hits {hits}")
-    print(f"size         {human_size(info.size_bytes)}  blobs: "
-          + ", ".join(f"{n} {human_size(s)}" for n, s in blobs.items()))
-    recipe = summary.recipe
-    if not recipe:
-        print("recipe       none (the entry records no recipe; prewarm cannot rebuild it)")
-    for n, (field, value) in enumerate(sorted((recipe or {}).items())):
-        shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        print(f"{'recipe' if n == 0 else '':<13}{field:<11} {shown}")
-    if ctx.verbose:
-        print("metadata     " + json.dumps(meta, indent=2, sort_keys=True).replace("\n", "\n             "))
+    view = show_views.view(entry_kinds.kind_of(entry.meta))
+    view(entry, info, show_views.ShowArgs(hits=hits, cached={i.key for i in infos}, verbose=ctx.verbose))
     return EXIT_OK
 
 

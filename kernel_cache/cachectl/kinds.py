@@ -1,44 +1,46 @@
-"""Entry kinds as cachectl names them: the tag in list's KERNEL column, and the per-kind count of
+"""Entry kinds as list and stats name them: the tag in list's KERNEL column, and the per-kind count of
 list's and stats' totals. Beside its kernels a store holds entries that are not kernels (lowered-call
-records, autotune winners); an operator counting kernels must be able to tell them apart."""
+records, autotune winners); an operator counting kernels must be able to tell them apart. Tags, nouns
+and their order come from the core's registry (`entry_kinds`), so a kind registered there is named here."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
 
-from .. import call_records, winners
+from .. import entry_kinds
+from ..entry_kinds import EntryKind
 from ..maintenance import EntryInfo
 from .render import human_size
 
-KERNEL = "triton-kernel"  # compiler.artifact.KIND, not imported: list and stats start without Triton
-UNREADABLE, OTHER = "unreadable", "other"
-_TAGS = {call_records.KIND: "call", winners.KIND: "winner"}
-# (kind, one, many) in the order totals name them
-_NOUNS = ((KERNEL, "kernel", "kernels"), (call_records.KIND, "lowered call", "lowered calls"),
-          (winners.KIND, "winner", "winners"), (OTHER, "other", "others"), (UNREADABLE, "unreadable", "unreadable"))
+KERNEL = entry_kinds.KERNEL.name  # the kernel kind, as prewarm's and programs' own checks name it
+
+
+def kind(info: EntryInfo) -> EntryKind:
+    """The entry's kind: UNREADABLE for unreadable metadata, OTHER for a kind this version does not
+    know (a newer writer's)."""
+    return entry_kinds.UNREADABLE if info.error else entry_kinds.named(info.kind)
 
 
 def kernel_label(info: EntryInfo) -> str:
     """The KERNEL column: `add_kernel`, `add_kernel [call]`, `matmul_kernel [winner]`."""
     if info.error:
         return f"<corrupt: {info.error}>"
-    tag = _TAGS.get(info.kind)
-    return f"{info.kernel} [{tag}]" if tag else info.kernel
+    found = kind(info)
+    return f"{info.kernel} [{found.tag}]" if found.tagged else info.kernel
 
 
 def counts(infos: Iterable[EntryInfo]) -> dict[str, int]:
-    """Entries per kind; an unreadable entry counts as "unreadable", a kind this version does not
-    know (a newer writer's) as "other"."""
-    known = {kind for kind, _, _ in _NOUNS}
-    found = Counter(UNREADABLE if i.error else i.kind if i.kind in known else OTHER for i in infos)
-    return {kind: found[kind] for kind, _, _ in _NOUNS if found[kind]}
+    """Entries per kind name, in the registry's order; an unreadable entry counts as "unreadable",
+    a kind this version does not know as "other"."""
+    found = Counter(kind(i).name for i in infos)
+    return {k.name: found[k.name] for k in entry_kinds.every() if found[k.name]}
 
 
 def breakdown(infos: Iterable[EntryInfo]) -> str:
     """'14 kernels, 9 lowered calls' (empty for no entries)."""
     found = counts(infos)
-    return ", ".join(f"{n} {one if n == 1 else many}" for kind, one, many in _NOUNS if (n := found.get(kind, 0)))
+    return ", ".join(f"{n} {k.one if n == 1 else k.many}" for k in entry_kinds.every() if (n := found.get(k.name, 0)))
 
 
 def total_line(infos: list[EntryInfo]) -> str:

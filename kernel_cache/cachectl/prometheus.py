@@ -17,14 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import call_records, winners
+from .. import entry_kinds
 from ..stats import LEVELS
-from . import kinds
 
 PREFIX = "kernel_cache_"
-# The kind label: cachectl's entry kinds (kinds.counts) by short name.
-KIND_LABELS = {kinds.KERNEL: "kernel", call_records.KIND: "call", winners.KIND: "winner", kinds.OTHER: "other",
-               kinds.UNREADABLE: "unreadable"}
 
 Sample = tuple[Mapping[str, str], float | int]
 
@@ -32,6 +28,8 @@ Sample = tuple[Mapping[str, str], float | int]
 def render(report: Mapping[str, Any]) -> str:
     """The exposition text of a `cachectl stats` report (the dict `--json` prints)."""
     base = {"dir": str(report["dir"])}
+    kinds = entry_kinds.every()  # the kind label: each kind's tag, as kinds.counts counts them by name
+    legend = ", ".join(f"{k.tag}: {k.legend}" if k.legend else k.tag for k in kinds)
     tiers: Mapping[str, Mapping[str, Any]] = report["tiers"]
     families: list[tuple[str, str, str, list[Sample]]] = [
         ("hits_total", "counter", "Lookups served from this tier (memory, disk, shared, remote).",
@@ -50,10 +48,8 @@ def render(report: Mapping[str, Any]) -> str:
         ("entries", "gauge", "Entries stored in this tier (a copy in two tiers counts in each).",
          [({"tier": t}, v["entries"]) for t, v in tiers.items()]),
         ("bytes", "gauge", "Bytes stored in this tier.", [({"tier": t}, v["bytes"]) for t, v in tiers.items()]),
-        ("entries_by_kind", "gauge", "Entries stored in this tier by kind (kernel, call: a lowered-call record, "
-         "winner: an autotune winner, other, unreadable).",
-         [({"tier": t, "kind": label}, v["kinds"].get(kind, 0))
-          for t, v in tiers.items() for kind, label in KIND_LABELS.items()]),
+        ("entries_by_kind", "gauge", f"Entries stored in this tier by kind ({legend}).",
+         [({"tier": t, "kind": k.tag}, v["kinds"].get(k.name, 0)) for t, v in tiers.items() for k in kinds]),
         ("tier_writable", "gauge", "1 if the user running cachectl can write to this tier, else 0.",
          [({"tier": t}, int(bool(v["writable"]))) for t, v in tiers.items()]),
         ("max_bytes", "gauge", "The local tier's bound (KERNEL_CACHE_MAX_BYTES).", [({}, report["max_bytes"])]),

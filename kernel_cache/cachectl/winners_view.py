@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+from .. import entry_kinds
 from ..entry import Entry
 from ..maintenance import EntryInfo
 from ..winners import Winner
 from .render import human_size, human_time, table
+from .show_views import ShowArgs
 
 
 def list_block(infos: list[EntryInfo], verbose: bool) -> list[str]:
     """After list's table: one line per winner (kernel, GPU model, key values, winning config, time)."""
-    rows = [i for i in infos if i.winner is not None]
+    rows = [(i, i.kind_summary) for i in infos if i.kind == entry_kinds.WINNER.name and i.kind_summary is not None]
     if not rows:
         return []
     lines = ["", "autotune winners (cachectl tune):"]
-    for info in rows:
-        w = info.winner or {}
+    for info, w in rows:
         lines.append(f"  {info.key if verbose else info.key[:12]}  {info.kernel} on {w['device']} [{w['key_values']}]: "
                      f"{w['config']}  {_ms(w['seconds'])} (slowest of {w['configs']}: {_ms(w['slowest_seconds'])})")
     return lines
 
 
-def show(entry: Entry, info: EntryInfo, hits: int) -> None:
+def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """`cachectl show KEY` of a winner: what it is for, which config won, every config's time."""
     try:
         record = Winner.from_meta(entry.meta)
@@ -35,7 +36,7 @@ def show(entry: Entry, info: EntryInfo, hits: int) -> None:
     print(f"key values   {record.key_text}")
     print(f"toolchain    {record.toolchain or '?'}")
     print(f"tuned        {human_time(record.tuned_at)} on {record.label or '?'}, median of {record.reps} runs each")
-    print(f"last used    {human_time(info.last_used)}   hits {hits}   size {human_size(info.size_bytes)}")
+    print(f"last used    {human_time(info.last_used)}   hits {args.hits}   size {human_size(info.size_bytes)}")
     rows = [["", "MEDIAN", "CONFIG", "KERNEL KEY"]]
     for n, c in enumerate(record.configs):
         rows.append(["->" if n == record.winner else "", _ms(c.seconds) if c.seconds is not None else "failed",

@@ -1,0 +1,33 @@
+"""Which function renders `cachectl show` of an entry: the one its kind names in the core's registry
+(`entry_kinds`, as "module:function": the core may not import cachectl), imported when show runs,
+each called with the same arguments."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import cast
+
+from ..entry import Entry
+from ..entry_kinds import EntryKind
+from ..maintenance import EntryInfo
+
+
+@dataclass(frozen=True)
+class ShowArgs:
+    """What a view may need beyond the entry: its hit count, the keys the cache holds (to say
+    which of a record's kernels are still cached), and -v."""
+
+    hits: int
+    cached: Container[str]
+    verbose: bool
+
+
+View = Callable[[Entry, EntryInfo, ShowArgs], None]
+
+
+def view(kind: EntryKind) -> View:
+    """The function that renders `show` of an entry of `kind`."""
+    module, _, function = kind.show.partition(":")
+    return cast(View, getattr(importlib.import_module(module), function))
