@@ -1,8 +1,8 @@
-"""The content key: xxh3-128 over a canonical, typed encoding of a spec and its toolchain.
+"""The content key: the core's digest of a spec and its toolchain in the core's canonical encoding.
 
-The encoding is JSON with sorted keys, where every value is tagged with its type (so the int 1,
-the float 1.0, the bool True and the string "1" never collide), and the whole document carries our
-own format version: bumping it invalidates every key at once.
+The encoding (`kernel_cache.canonical`) tags every value with its type, so the int 1, the float 1.0,
+the bool True and the string "1" never collide; this module adds Triton's own values to it and the
+document carries our own format version: bumping it invalidates every key at once.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import xxhash
-
-from kernel_cache.digest import digest
+import kernel_cache
+from kernel_cache.canonical import canonical as core_canonical
+from kernel_cache.digest import digest, digest_text
+from kernel_cache.digest import text as _text
 from kernel_cache.display import echo
 
 from . import triton_compat as tc
@@ -23,27 +24,21 @@ from .toolchain import toolchain_fingerprint
 KEY_FORMAT_VERSION = 2  # 2: paths in options and Triton's environment stand for their content (compiler.portable)
 
 
-def canonical(value: Any) -> Any:
-    """A JSON-able, type-tagged form of `value`; raises TypeError for what cannot be keyed."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": str(value)}
-    if isinstance(value, float):
-        return {"float": value.hex()}
-    if isinstance(value, (list, tuple)):
-        return {type(value).__name__: [canonical(v) for v in value]}
-    if isinstance(value, dict):
-        return {"dict": [[canonical(k), canonical(v)] for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]}
-    if tc.is_jit_function(value):  # a @jit function passed as a constexpr
+def triton_value(value: Any) -> Any:
+    """The tagged form of a value only Triton knows (the core's `canonical` extension): a @jit
+    function passed as a constexpr, a triton.language dtype, a constexpr wrapper."""
+    if tc.is_jit_function(value):
         return {"jit": tc.kernel_fingerprint(value)}
     if type(value).__name__ == "dtype" and hasattr(value, "name"):  # triton.language dtype
         return {"tl.dtype": str(value)}
     if type(value).__name__ == "constexpr" and hasattr(value, "value"):
         return canonical(value.value)
     raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
+
+
+def canonical(value: Any) -> Any:
+    """`kernel_cache.canonical` with Triton's values: what a content key encodes."""
+    return core_canonical(value, triton_value)
 
 
 def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -93,8 +88,7 @@ def document_summary(document: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-_KEYS: dict[tuple[Any, ...], str] = {}  # this process's keys by spec identity (a model asks for the same ones)
-_KEYS_LIMIT = 8192
+_KEYS_LIMIT = 8192  # per memo: this session's keys by spec identity (a model asks for the same ones)
 _PLAIN = (str, int, float, bool, bytes, type(None))
 
 
@@ -109,15 +103,13 @@ def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> st
     ident = _identity(spec, tools)
     if ident is None:
         return digest(key_document(spec, tools))
-    key = _KEYS.get(ident)
+    keys = kernel_cache.current_session().memo("compiler.key.keys", dict[tuple[Any, ...], str])
+    key = keys.get(ident)
     if key is None:
         key = _digest_document(spec, tools)
-        if len(_KEYS) < _KEYS_LIMIT:
-            _KEYS[ident] = key
+        if len(keys) < _KEYS_LIMIT:
+            keys[ident] = key
     return key
-
-
-_TEXTS: dict[Any, tuple[Any, str]] = {}  # id or value of a shared part -> (the part, its canonical text)
 
 
 def _digest_document(spec: KernelSpec, tools: dict[str, Any]) -> str:
@@ -129,22 +121,19 @@ def _digest_document(spec: KernelSpec, tools: dict[str, Any]) -> str:
     texts["options"] = _shared_text(("options", id(parsed)), parsed, lambda: _options_part(parsed))
     texts["target"] = _shared_text(("target", spec.target), spec.target, spec.target.to_json)
     texts["toolchain"] = _text(portable(tools))
-    text = "{" + ",".join(f"{_text(name)}:{texts[name]}" for name in sorted(texts)) + "}"
-    return str(xxhash.xxh3_128_hexdigest(text.encode()))
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return digest_text("{" + ",".join(f"{_text(name)}:{texts[name]}" for name in sorted(texts)) + "}")
 
 
 def _shared_text(slot: Any, owner: Any, build: Any) -> str:
     """The canonical text of a part shared by many specs; `owner` is kept with it, so an object
-    identified by id() cannot be freed and its id reused while the memo holds the text."""
-    found = _TEXTS.get(slot)
+    identified by id() cannot be freed and its id reused while the memo holds the text. Memoized
+    per session, by the id or value of the part."""
+    texts = kernel_cache.current_session().memo("compiler.key.texts", dict[Any, tuple[Any, str]])
+    found = texts.get(slot)
     if found is None or found[0] is not owner:
         found = (owner, _text(build()))
-        if len(_TEXTS) < _KEYS_LIMIT:
-            _TEXTS[slot] = found
+        if len(texts) < _KEYS_LIMIT:
+            texts[slot] = found
     return found[1]
 
 

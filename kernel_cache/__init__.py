@@ -26,15 +26,16 @@ from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
 from .errors import KernelCacheError
 from .interception import InterceptError, intercept
+from .session import Session
 from .store import Store
 from .tier import MaintainedTier
 from .warnings_once import KernelCacheWarning, info_once
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheError", "KernelCacheWarning",
-           "Store",
-           "configure", "current_config", "default_store", "intercept", "parse_duration", "parse_size"]
+           "Session", "Store",
+           "configure", "current_config", "current_session", "default_store", "intercept", "parse_duration", "parse_size"]
 
-_default: Store | None = None
+_default: Session | None = None
 _guard = threading.Lock()
 _creating = threading.Lock()
 
@@ -65,42 +66,54 @@ def _setup_logging(config: Config) -> None:
 
 
 def configure(config: Config | None = None) -> Store:
-    """Replace the process-wide store (default: from the environment) and return it."""
+    """Replace the process-wide session (default: from the environment) and return its store. Every
+    per-process memo of the old session goes with it."""
     global _default
     config = config if config is not None else Config.from_env()
     _setup_logging(config)  # first: what opening the tiers says goes where KERNEL_CACHE_LOG asked
     with _guard:
-        store = Store(config)
-        old, _default = _default, store
+        session = Session(config)
+        old, _default = _default, session
     if old is not None:
         old.close()
+    store = session.store
     if config.dir is None and not config.disabled and not store.persistent_tiers:
         info_once("memory-only", MEMORY_ONLY)
     return store
 
 
+def current_session() -> Session:
+    """The process-wide session, created from the environment on first use. A lowering takes it
+    once and passes it (or its store and config) down."""
+    session = _default
+    if session is None:
+        with _creating:
+            if _default is None:
+                configure()
+            assert _default is not None
+            session = _default
+    return session
+
+
 def current_config() -> Config:
-    """The process-wide configuration (the default store's): what every floor above reads instead
-    of the environment, so `configure()` reaches all of them."""
-    return default_store().config
+    """The process-wide configuration (the session's): what every floor above reads instead of the
+    environment, so `configure()` reaches all of them."""
+    return current_session().config
 
 
 def default_store() -> Store:
-    """The process-wide store, created from the environment on first use."""
-    store = _default
-    if store is None:
-        with _creating:
-            store = _default if _default is not None else configure()
-    return store
+    """The process-wide store (the session's)."""
+    return current_session().store
 
 
 @atexit.register
 def _flush_at_exit() -> None:
     if _default is not None:
         try:
-            _default.stats.flush()
+            store = _default.store
+            store.stats.flush()
             # uses for the tiers' LRU order, kept in memory so a warm process never writes the index per hit
-            for tier in _default.persistent_tiers:
+            for tier in store.persistent_tiers:
                 if isinstance(tier, MaintainedTier):
                     with contextlib.suppress(Exception):
                         tier.flush_touches()

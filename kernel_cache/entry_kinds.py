@@ -51,7 +51,7 @@ class EntryKind:
 KERNEL = EntryKind("triton-kernel", "kernel", "kernel", "kernels", tagged=False)
 CALL = EntryKind(call_records.KIND, "call", "lowered call", "lowered calls", call_records.problem,
                  call_records.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
-WINNER = EntryKind(winners.KIND, "winner", "winner", "winners", winners.problem, winners.summary,
+WINNER = EntryKind(winners.KIND, "winner", "winner", "winners", winners.damage, winners.summary,
                    _VIEWS + "winners_view:show", legend="an autotune winner")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.

@@ -12,8 +12,9 @@ V = TypeVar("V")
 
 
 class SizedLRU(Generic[V]):
-    """`size(value)` counts against `max_bytes`; a value larger than `max_item_bytes` (default: the
-    whole bound, where keeping it would evict everything else) is not kept."""
+    """`size(value)` (or the size `put` is given) counts against `max_bytes`; a value larger than
+    `max_item_bytes` (default: the whole bound, where keeping it would evict everything else) is not
+    kept. Each value's size is kept beside it, so eviction never asks for it again."""
 
     def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
                  max_item_bytes: int | None = None) -> None:
@@ -21,37 +22,38 @@ class SizedLRU(Generic[V]):
         self.max_bytes = max_bytes
         self.max_items = max_items
         self._max_item_bytes = max_bytes if max_item_bytes is None else max_item_bytes
-        self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> V | None:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
+            found = self._items.get(key)
+            if found is None:
+                return None
+            self._items.move_to_end(key)
+            return found[0]
 
-    def put(self, key: Hashable, value: V) -> None:
-        size = self._size(value)
+    def put(self, key: Hashable, value: V, size: int | None = None) -> None:
+        size = self._size(value) if size is None else size
         if size > self._max_item_bytes or (self.max_items is not None and self.max_items <= 0):
             return
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self._bytes -= self._size(old)
-            self._items[key] = value
+                self._bytes -= old[1]
+            self._items[key] = (value, size)
             self._bytes += size
             while self._items and (self._bytes > self.max_bytes or
                                    (self.max_items is not None and len(self._items) > self.max_items)):
-                _, evicted = self._items.popitem(last=False)
-                self._bytes -= self._size(evicted)
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._bytes -= evicted
 
     def delete(self, key: Hashable) -> bool:
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self._bytes -= self._size(old)
+                self._bytes -= old[1]
             return old is not None
 
     def clear(self) -> None:

@@ -2,7 +2,7 @@
 
 A winner is a small entry the store keeps beside the kernels (kind "autotune-winner", JSON metadata,
 no blobs), so every tier, listing, prune, verify and bundle handles it like any other entry. Its
-key is xxh3-128 over a canonical document of
+key is the core's digest over a document, in the one canonical encoding (`kernel_cache.canonical`), of
   - the kernel family: the sorted content keys of every config's compiled kernel. Each content
     key already covers the kernel's source and callees, the signature, the constexprs (the
     config's included), the launch options, the target arch and the toolchain, so a changed
@@ -24,29 +24,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .canonical import canonical as core_canonical
 from .digest import digest
 from .entry import Entry, is_key
 from .summary import META_ARCH, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
 
 KIND = "autotune-winner"
-FORMAT = 1
+FORMAT = 2  # 2: key values in the one canonical encoding (format 1 left lists untagged and stringified dict keys)
+RETIRED_FORMATS = frozenset({1})  # well-formed records no key of this version reaches: they age out
 
 
 def canonical(value: Any) -> Any:
-    """A JSON form of `value` where every scalar carries its type; raises TypeError for others."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": str(value)}
-    if isinstance(value, float):
-        return {"float": value.hex()}
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    if isinstance(value, dict):
-        return {"dict": [[str(k), canonical(v)] for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]}
-    raise TypeError(f"an autotune key value must be a number, string, bool or list, got {type(value).__name__}")
+    """The autotune-key values as a winner key encodes them: the core's canonical form (every value
+    type-tagged: the int 1, the float 1.0, True and "1" differ); TypeError for what has none."""
+    return core_canonical(value)
 
 
 def family(config_keys: Sequence[str]) -> str:
@@ -111,6 +102,9 @@ class Winner:
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> "Winner":
         """The record in an entry's metadata; ValueError for anything that is not a well-formed one."""
+        if meta.get(META_KIND) == KIND and meta.get("format") in RETIRED_FORMATS:
+            raise ValueError(f"an autotune winner record of format {meta.get('format')}, which this kernel-cache no "
+                             f"longer looks up (its winner keys are format {FORMAT}): tune again with cachectl tune")
         if meta.get(META_KIND) != KIND or meta.get("format") != FORMAT:
             raise ValueError(f"not an autotune winner record (kind={meta.get(META_KIND)!r})")
         try:
@@ -142,6 +136,14 @@ def problem(entry: Entry) -> str | None:
     if record.key != entry.key:
         return "autotune winner record is filed under another key than its family, key values and GPU give"
     return None
+
+
+def damage(entry: Entry) -> str | None:
+    """What `verify` and bundle import refuse: `problem`, except that a well-formed record of a
+    retired format is no damage (no key of this version reaches it; it ages out like any entry)."""
+    if entry.meta.get(META_KIND) == KIND and entry.meta.get("format") in RETIRED_FORMATS:
+        return None
+    return problem(entry)
 
 
 def summary(meta: dict[str, Any]) -> dict[str, Any] | None:

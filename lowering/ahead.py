@@ -16,10 +16,9 @@ planned ahead (a client's parameters, a mistake the rule will report) is simply 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import compiler
@@ -53,7 +52,7 @@ _lock = threading.Lock()
 def prepare() -> None:
     """At import: where compiles may run at once, start the toolchain fingerprint (`compiler.toolchain`)
     so a cold process's first lowering does not wait for it."""
-    if compile_pool.workers() > 1:
+    if compile_pool.workers(kernel_cache.current_config()) > 1:
         prime_in_background()
 
 
@@ -74,9 +73,8 @@ def _identity(operands: tuple[Operand, ...], params: Mapping[str, Any]) -> int |
         return None
 
 
-@contextlib.contextmanager
-def lowering(avals_in: Sequence[Any], params: Mapping[str, Any]) -> Iterator[None]:
-    """Around a lowering rule. JAX lowers a module's calls in the order it bound them, so the notes up
+def lowering(avals_in: Sequence[Any], params: Mapping[str, Any]) -> None:
+    """Before a lowering rule. JAX lowers a module's calls in the order it bound them, so the notes up
     to this call's own are done with: older ones belong to modules lowered (or dropped) before, and
     this one is its rule's to compile. Dropping them keeps a miss from starting work nobody needs."""
     ident = _identity(_operands(avals_in), params)
@@ -84,18 +82,16 @@ def lowering(avals_in: Sequence[Any], params: Mapping[str, Any]) -> Iterator[Non
         if ident is not None and any(n[3] == ident for n in _noted):
             while _noted and _noted.popleft()[3] != ident:
                 pass
-    yield
 
 
-def start(platform: str) -> int:
+def start(platform: str, session: kernel_cache.Session) -> int:
     """A lowering rule missed: hand every call noted so far to the compile workers. Returns how many."""
-    if compile_pool.workers() <= 1:
+    if compile_pool.workers(session.config) <= 1:
         _noted.clear()
         return 0
     with _lock:
         taken = list(_noted)
         _noted.clear()
-    store = kernel_cache.default_store()
     seen: set[int] = set()
     started = 0
     for avals_in, params, translate, ident in taken:
@@ -103,31 +99,30 @@ def start(platform: str) -> int:
             if ident in seen:
                 continue
             seen.add(ident)
-        compile_pool.submit(_plan_and_compile, platform, avals_in, params, translate, store)
+        compile_pool.submit(session.config, _plan_and_compile, platform, avals_in, params, translate, session)
         started += 1
     return started
 
 
 def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any],
-                      translate: Translate | None, store: kernel_cache.Store) -> None:
+                      translate: Translate | None, session: kernel_cache.Session) -> None:
+    store = session.store
     try:
         if translate is not None:
             translated = translate(avals_in, params)
             if translated is None:
                 return
             avals_in, params = translated
-        plan = plan_bound(platform, avals_in, params)
-        specs = plan.specs()
-        if not winners.tuning_active():  # (tuning records each call site as its rule lowers it)
-            choice = winners.choose(platform, params["kernel"], specs, plan.configs, plan.named,
-                                    plan.metaparams, avals_in, plan.avals_out)
-            if choice.index is not None:  # the rule will lower the persisted winner alone
-                specs = [specs[choice.index]]
+        plan = plan_bound(platform, avals_in, params, session.config)
+        if winners.tuning_active():  # (tuning records each call site as its rule lowers it)
+            specs = plan.specs()
+        else:  # the rule will lower a persisted winner alone
+            specs = winners.narrowed(plan, session)[1]
     except Exception as exc:  # the rule plans it again and reports what is wrong
         log.debug("not compiling ahead a call of %s: %s", getattr(params.get("kernel"), "__name__", "?"), exc)
         return
     for spec in specs[1:]:
-        compile_pool.submit(_compile, spec, store)
+        compile_pool.submit(session.config, _compile, spec, store)
     _compile(specs[0], store)
 
 

@@ -57,16 +57,14 @@ class OutputOrder:
 
     order: tuple[int, ...]  # order[k] = the user's output index of the call's result k
     pointers: int  # how many of them the kernel receives a pointer for (the first ones)
+    identity: bool  # the call's results are already in the user's order
 
     @classmethod
     def of(cls, num_outputs: int, aliases: Sequence[tuple[int, int]], pointerless: bool) -> "OutputOrder":
         aliased = {o for _, o in aliases} if pointerless else set()
         kept = [o for o in range(num_outputs) if o not in aliased]
-        return cls(tuple(kept + sorted(aliased)), len(kept))
-
-    @property
-    def identity(self) -> bool:
-        return self.order == tuple(range(len(self.order)))
+        order = tuple(kept + sorted(aliased))
+        return cls(order, len(kept), order == tuple(range(num_outputs)))
 
     def results(self, values: Sequence[Any]) -> list[Any]:
         """The user's outputs from the call's results."""

@@ -10,9 +10,10 @@ building a kernel spec, a content key or a proto:
   - the target, the toolchain fingerprint, jaxlib's version and module-image layout, whether
     persisted winners apply (and on which GPU model), and the source of this project's compiler
     and lowering packages (an edited module is a new fingerprint, never a stale payload).
-Values are encoded as tagged plain tuples and hashed through their repr (xxh3-128): the int 1,
-the float 1.0, True and "1" differ; anything that is not plain (an object keyed by identity) makes
-the call unrecorded, and it is lowered kernel by kernel as before.
+The document is encoded by the core's one canonical encoder (`kernel_cache.canonical`, with the
+compiler's Triton values and this floor's `Scalar` and `TensorDesc`) and hashed by the core's digest:
+the int 1, the float 1.0, True and "1" differ; anything that has no canonical form (an object keyed
+by identity) makes the call unrecorded, and it is lowered kernel by kernel as before.
 
 With persisted winners in play, a record of an autotuned call names its winner key: a winner
 stored since (by `cachectl tune`) redirects the reader to the record of that winner alone.
@@ -25,25 +26,26 @@ import glob
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
 
 import compiler
-import kernel_cache
-from compiler import Artifact, Target
+from compiler import Artifact
 from compiler import triton_compat as tc
+from compiler.key import triton_value
 from compiler.toolchain import installed_tools, toolchain_summary
+from kernel_cache import Config, Session, Store, lookup_log
 from kernel_cache import call_records as records
-from kernel_cache import lookup_log
+from kernel_cache.canonical import canonical
+from kernel_cache.digest import digest_text, text
 
 from . import jaxlib_compat as compat
 from . import winners
-from .custom_call import CallInfo, Launch
 from .plan import KernelPlan
 
-FORMAT = 1
+FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
 _code: list[str] = []  # the source fingerprint of the compiler and lowering packages (computed once)
 
 
@@ -65,79 +67,39 @@ def _code_identity() -> str:
     return _code[0]
 
 
-_LEAVES = frozenset((str, bytes, bool, int, float, type(None)))
-
-
-def _plain(value: Any) -> Any:
-    """A tagged tuple of plain values standing for `value` (its repr is the encoding); TypeError
-    for what has no stable, content-derived form."""
+def _lowering_value(value: Any) -> Any:
+    """The tagged form of the values only a lowering passes (a typed scalar, a TMA descriptor), then
+    Triton's (`compiler.key.triton_value`): the canonical encoder's extension for a fingerprint."""
     kind = type(value)
-    if kind in _LEAVES:
-        return value
-    if kind is dict:
-        items = [(k if type(k) is str else _plain(k), v if type(v) in _LEAVES else _plain(v)) for k, v in value.items()]
-        return ("dict", tuple(sorted(items, key=_item_order)))
-    if kind in (list, tuple):
-        return (kind.__name__, tuple(v if type(v) in _LEAVES else _plain(v) for v in value))
     if kind is compiler.Scalar:
-        return ("scalar", value.type, _plain(value.value))
+        return {"scalar": [value.type, _canonical(value.value)]}
     if kind is compiler.TensorDesc:
-        return ("tensordesc", value.type_name, value.shape, value.strides, value.padding, value.round_f32_to_tf32)
-    if tc.is_jit_function(value):
-        return ("jit", tc.kernel_fingerprint(value))
-    if kind.__name__ == "dtype" and hasattr(value, "name"):  # triton.language dtype
-        return ("tl.dtype", str(value))
-    if kind.__name__ == "constexpr" and hasattr(value, "value"):
-        return _plain(value.value)
-    raise TypeError(f"{kind.__name__} has no plain form")
+        return {"tensordesc": _canonical([value.type_name, list(value.shape), list(value.strides), value.padding,
+                                          value.round_f32_to_tf32])}
+    return triton_value(value)
 
 
-def _item_order(item: tuple[Any, Any]) -> str:
-    key = item[0]
-    return key if type(key) is str else repr(key)
+def _canonical(value: Any) -> Any:
+    return canonical(value, _lowering_value)
 
 
 @dataclass
 class Slot:
-    """Where one call's record lives (`key` None: this call is not recorded)."""
+    """Where one call's record lives (`key` None: this call is not recorded), and what it held:
+    `payload` and the number of kernels it launches (None: lower kernel by kernel)."""
 
     key: str | None
-    platform: str
-    target: Target
-    kernel: str
-    call_name: str
+    plan: KernelPlan
     winners_apply: bool
-
-    def served(self) -> tuple[bytes, int] | None:
-        """(payload, number of kernels it launches) from a record, or None: lower kernel by kernel."""
-        if self.key is None:
-            return None
-        start = time.perf_counter()
-        found = _read(self.key)
-        if found is None:
-            return None
-        record, tier = found
-        if record.winner_key:
-            chosen = winners.stored_winner(record.winner_key)
-            if chosen is not None and chosen in record.config_keys:
-                found = _read(_winner_slot(self.key, chosen))
-                if found is None:
-                    return None  # lowered below as the winner alone, which records it
-                record, tier = found
-        if record.payload is None:
-            return None  # its winner is gone: lowered autotuned below, which records that
-        store = kernel_cache.default_store()
-        for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
-            store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
-        _touch_kernels(store, record.config_keys)
-        lookup_log.lookup(record.key, lambda: f"{self.kernel} call record ({_kernels(len(record.config_keys))})", tier,
-                          start)
-        return record.payload, len(record.config_keys)
+    session: Session
+    payload: bytes | None = None
+    kernels: int = 0
 
     def remember(self, payload: bytes, fetched: Sequence[tuple[Artifact, str]], family: Sequence[str],
                  winner_key: str | None, chosen: bool) -> None:
         """Record a payload just built from `fetched` (kernel, content key) pairs. `family` lists
         every config's content key where winners apply; `chosen`: the payload is the winner alone."""
+        self.payload, self.kernels = payload, len(fetched)
         if self.key is None:
             return
         keys = tuple(key for _, key in fetched)
@@ -146,33 +108,72 @@ class Slot:
             self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
             return
         self._put(_winner_slot(self.key, keys[0]), keys, seconds, payload, winner_key or "")
-        if _read(self.key) is None:  # the call's own record points readers at its winner
+        if _read(self.session, self.key) is None:  # the call's own record points readers at its winner
             self._put(self.key, tuple(family), 0.0, None, winner_key or "")
 
     def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
+        plan = self.plan
         record = records.CallRecord(
-            key=key, kernel=self.kernel, call_name=self.call_name, platform=self.platform, arch=self.target.name,
-            target=self.target.to_json(), toolchain=toolchain_summary(self.target), config_keys=keys,
-            compile_seconds=seconds, payload=payload, winner_key=winner_key)
-        kernel_cache.default_store().put(record.to_entry())
+            key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
+            arch=plan.target.name, target=plan.target.to_json(), toolchain=toolchain_summary(plan.target),
+            config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
+        self.session.store.put(record.to_entry())
 
 
-_touched: set[str] = set()  # kernels whose use this process has told the tiers about
+def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
+    """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
+    for a call seen before, its payload: one store read. `module`: the JAX module being lowered
+    (what cannot change within it is read once per module)."""
+    stance = winners.stance(plan.platform, session.config, autotuned=len(plan.configs) > 1)
+    slot = Slot(None, plan, stance.device is not None, session)
+    if plan.platform != "cuda" or not session.config.call_records or stance.tuning:
+        return slot
+    memos = session.memo("lowering.call_records", _Memos)
+    slot.key = _fingerprint(plan, module, stance.device, memos, session.config)
+    if slot.key is not None:
+        _serve(slot, memos)
+    return slot
 
 
-def _touch_kernels(store: Any, keys: Sequence[str]) -> None:
-    """Tell the LRU order that a record's kernels are in use (once per process): they are never
+def _serve(slot: Slot, memos: _Memos) -> None:
+    """Fill `slot` from its record, counted as hits of the record's kernels."""
+    assert slot.key is not None
+    start = time.perf_counter()
+    found = _read(slot.session, slot.key)
+    if found is None:
+        return
+    record, tier = found
+    if record.winner_key:
+        chosen = winners.stored_winner(slot.session, record.winner_key)
+        if chosen is not None and chosen in record.config_keys:
+            found = _read(slot.session, _winner_slot(slot.key, chosen))
+            if found is None:
+                return  # lowered below as the winner alone, which records it
+            record, tier = found
+    if record.payload is None:
+        return  # its winner is gone: lowered autotuned below, which records that
+    store = slot.session.store
+    for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
+        store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
+    _touch_kernels(store, memos.touched, record.config_keys)
+    kernel = slot.plan.fn.__name__
+    lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", tier, start)
+    slot.payload, slot.kernels = record.payload, len(record.config_keys)
+
+
+def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None:
+    """Tell the LRU order that a record's kernels are in use (once per session): they are never
     read while their record serves, and a size-bounded tier must not evict them first (a new
     kernel-cache version or toolchain fingerprints every call anew, and then needs them)."""
-    new = [key for key in keys if key not in _touched]
+    new = [key for key in keys if key not in touched]
     if new:
-        if len(_touched) < 1 << 16:
-            _touched.update(new)
+        if len(touched) < 1 << 16:
+            touched.update(new)
         store.touch(new)
 
 
-def _read(key: str) -> tuple[records.CallRecord, str] | None:
-    found = kernel_cache.default_store().get(key)
+def _read(session: Session, key: str) -> tuple[records.CallRecord, str] | None:
+    found = session.store.get(key)
     if found is None:
         return None
     entry, tier = found
@@ -186,36 +187,35 @@ def _winner_slot(key: str, chosen: str) -> str:
     return xxhash.xxh3_128_hexdigest(f"{key}:winner:{chosen}".encode())
 
 
-def slot(platform: str, plan: KernelPlan, launches: Sequence[Launch], call: CallInfo, shapes: Sequence[Any] = (),
-         module: Any = None) -> Slot:
-    """The record slot of this call (its fingerprint), decided before any kernel is looked up.
-    `shapes`: the operands' (shape, dtype), which a winner key covers though the payload does not;
-    `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
-    fn, args, configs, target, options = plan.fn, plan.args, plan.configs, plan.target, plan.options
-    winners_apply = len(configs) > 1 and winners.apply(platform)
-    result = Slot(None, platform, target, fn.__name__, call.name, winners_apply)  # key None: unrecorded
-    if platform != "cuda" or not kernel_cache.current_config().call_records or winners.tuning_active():
-        return result
+def _fingerprint(plan: KernelPlan, module: Any, device: str | None, memos: _Memos, config: Config) -> str | None:
+    """The record key of `plan` (None: something in it has no canonical form). `device`: the GPU
+    model winners are looked up for (None: they do not apply to this call)."""
+    configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
+                sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound)]
+               for c, launch in zip(plan.configs, plan.launches, strict=True)]
     try:
-        document = (
-            _static_part(platform, fn, target), _module_part(module, platform),
-            winners.gpu_model(platform) if winners_apply else None,
-            _plain(list(args)), _plain(dict(options)),
-            tuple((_plain(dict(c.constexprs)), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
-                   tuple(sorted(launch.zeroed_bytes.items())), c.description, tuple(sorted(launch.bound)))
-                  for c, launch in zip(configs, launches, strict=True)),
-            call.as_tuple(),  # typed fields of ints, text and bytes: their repr is already unambiguous
-            _plain(list(shapes)))
+        static = _static_part(plan, memos)
+        rest = [_module_part(module, plan.platform, config), device, plan.args, plan.options, configs,
+                list(plan.info), plan.shapes]
+        document_text = "[" + static + "," + text(_canonical(rest)) + "]"
     except TypeError:
-        return result
-    result.key = xxhash.xxh3_128_hexdigest(repr(document).encode())
-    return result
+        return None
+    return digest_text(document_text)
+
+
+@dataclass
+class _Memos:
+    """This module's session memos: the static part's text per kernel function and target, and the
+    kernels whose use the tiers have been told of."""
+
+    static: dict[tuple[Any, ...], tuple[Any, str]] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
 
 
 _MODULE_MEMO_KEY = "kernel_cache.call_records"  # our entry in a JAX module's own per-module cache
 
 
-def _module_part(module: Any, platform: str) -> Any:
+def _module_part(module: Any, platform: str, config: Config) -> Any:
     """Triton's cache-invalidating environment and jaxlib's capabilities, read once per JAX module
     lowered (a jit of hundreds of Triton calls reads them once: Triton's read alone is ~12-50 us, a
     getenv per variable over the whole environment). Nothing runs between the lowering rules of one
@@ -226,39 +226,29 @@ def _module_part(module: Any, platform: str) -> Any:
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
         return cache[memo_key]
-    part = (tuple(sorted(tc.cache_invalidating_env().items())), compat.jaxlib_version(),
-            repr(compat.module_image_layout(platform)), compat.autotuned_aliases_supported())
+    part = [sorted(tc.cache_invalidating_env().items()), compat.jaxlib_version(),
+            repr(compat.module_image_layout(platform, config)), compat.autotuned_aliases_supported()]
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
 
 
-_static: dict[tuple[Any, ...], tuple[Any, str]] = {}  # (kernel id, its cache key, target) -> (kernel, text)
-_per_target: dict[tuple[str, Target], str] = {}
-
-
-def _static_part(platform: str, fn: Any, target: Target) -> str:
+def _static_part(plan: KernelPlan, memos: _Memos) -> str:
     """The fingerprint's text for what one kernel function on one target shares across its calls:
     format, code, installed toolchain (Triton's environment and jaxlib's capabilities are read per
     module: `_module_part`), and the function itself. The function is kept with the text, so its id
     cannot be reused meanwhile."""
+    fn, memo = plan.fn, memos.static
     fingerprint = tc.kernel_fingerprint(fn)
-    memo_key = (id(fn), fingerprint, target, platform)
-    found = _static.get(memo_key)
+    memo_key = (id(fn), fingerprint, plan.target, plan.platform)
+    found = memo.get(memo_key)
     if found is None or found[0] is not fn:
-        found = (fn, repr((_target_part(platform, target), fn.__name__, fingerprint, tc.param_flags(fn))))
-        if len(_static) < 4096:
-            _static[memo_key] = found
+        found = (fn, text(_canonical(["kernel-cache lowered call", FORMAT, _code_identity(), plan.platform,
+                                      plan.target.to_json(), installed_tools(plan.target), fn.__name__, fingerprint,
+                                      [list(flags) for flags in tc.param_flags(fn)]])))
+        if len(memo) < 4096:
+            memo[memo_key] = found
     return found[1]
-
-
-def _target_part(platform: str, target: Target) -> str:
-    text = _per_target.get((platform, target))
-    if text is None:
-        text = repr(("kernel-cache lowered call", FORMAT, _code_identity(), platform, _plain(target.to_json()),
-                     _plain(installed_tools(target))))
-        _per_target[(platform, target)] = text
-    return text
 
 
 def _kernels(n: int) -> str:

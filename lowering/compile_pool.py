@@ -26,19 +26,20 @@ _threads: list[threading.Thread] = []
 _closing = False
 
 
-def workers() -> int:
-    """How many compiles may run at once (1: one at a time, in the thread that needs it)."""
-    return kernel_cache.current_config().compile_threads
+def workers(config: kernel_cache.Config) -> int:
+    """How many compiles may run at once under `config` (1: one at a time, in the thread that needs it)."""
+    return config.compile_threads
 
 
-def submit(fn: Callable[..., Any], *args: Any) -> Future[Any]:
-    """Run `fn(*args)` on a worker; the future is cancelled if the process exits before it starts."""
+def submit(config: kernel_cache.Config, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """Run `fn(*args)` on a worker (the pool grows to `config`'s number); the future is cancelled if
+    the process exits before it starts."""
     future: Future[Any] = Future()
     with _lock:
         if _closing:
             future.cancel()
             return future
-        wanted = workers()
+        wanted = workers(config)
         while len(_threads) < wanted:
             thread = threading.Thread(target=_run, name=f"kernel-cache-compile-{len(_threads)}",
                                       daemon=_register_exit is None)

@@ -15,6 +15,8 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 
 from compiler import triton_compat
 
+from .bound_call import BoundCall
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -141,6 +143,29 @@ def resolve_configs(kernel: Any, named_args: dict[str, Any], metaparams: Mapping
     defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
     return fn, [LaunchConfig({**defaults, **metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas,
                              c.description) for c in raw]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A call's kernel resolved: its runtime arguments by name, the JITFunction, and per config its
+    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted)."""
+
+    named: dict[str, Any]
+    fn: Any
+    configs: list[LaunchConfig]
+    grids: list[tuple[int, int, int]]
+    zeroed: list[tuple[int, ...]]
+
+
+def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
+    """Everything the call's configs decide, evaluated per config as Triton's launch would."""
+    meta = dict(call.metaparams)
+    named = named_args(call.kernel, runtime_values, meta)
+    fn, configs = resolve_configs(call.kernel, named, meta, num_warps=call.num_warps, num_stages=call.num_stages,
+                                  num_ctas=call.num_ctas)
+    grids = [normalize_grid(call.grid, c.constexprs) for c in configs]
+    zeroed = [tuple(sorted(per_config(call.zeroed_outputs, c.constexprs) or ())) for c in configs]
+    return Resolved(named, fn, configs, grids, zeroed)
 
 
 def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:

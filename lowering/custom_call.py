@@ -21,26 +21,17 @@ from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-export
 
 from compiler import Artifact, KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
+from kernel_cache import Session
 
 from . import deflate
 from . import jaxlib_compat as compat
-from .bound_call import BoundCall
 from .module_image import ModuleImage, inject
+from .plan import CallInfo, KernelPlan, Launch
 
 _warned_aliases = False
-_payloads = deflate.memo(max_bytes=64 << 20)  # call -> payload, this process only
+_PAYLOADS = "lowering.custom_call.payloads"  # session memo: call -> payload
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
 _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How one config is launched: known from the call and its config alone, before any kernel is read."""
-
-    grid: tuple[int, int, int]
-    zeroed_bytes: dict[int, int]  # runtime-argument position -> bytes to zero before launch
-    description: str
-    bound: frozenset[str]  # parameters given by name (metaparams, config kwargs, heuristics)
 
 
 @dataclass(frozen=True)
@@ -51,25 +42,6 @@ class ConfigCall:
     artifact: Artifact
     key: str  # the artifact's content key
     launch: Launch
-
-
-@dataclass(frozen=True)
-class CallInfo:
-    """The call's own fields of the payload, whatever its configs."""
-
-    name: str
-    kernel_name: str
-    scalar_desc: str
-    compute_capability: int
-    aliases: tuple[tuple[int, int], ...]
-    num_inputs: int
-    in_sizes: tuple[int, ...]
-    serialized_metadata: bytes
-    debug: bool
-
-    def as_tuple(self) -> tuple[Any, ...]:
-        return (self.name, self.kernel_name, self.scalar_desc, self.compute_capability, self.aliases,
-                self.num_inputs, self.in_sizes, self.serialized_metadata, self.debug)
 
 
 def _binary(platform: str, art: Artifact) -> str:
@@ -143,20 +115,22 @@ def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str,
     return out
 
 
-def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo) -> bytes:
+def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo,
+                    session: Session) -> bytes:
     """The zlib-compressed TritonAnyKernelCall proto for these configs; the same call lowered again in
-    this process (a model's layers call the same kernels on the same shapes) is served from a memo."""
-    layout = compat.module_image_layout(platform)
+    this session (a model's layers call the same kernels on the same shapes) is served from a memo."""
+    layout = compat.module_image_layout(platform, session.config)
     if platform != "cuda":  # ROCm's payload names a temporary HSACO file that jaxlib deletes: never reused
         return _serialize(platform, calls, args, layout, info)
     memo_key = (tuple((c.key, c.launch.grid, tuple(sorted(c.launch.zeroed_bytes.items())), c.launch.description,
                        tuple(sorted(c.launch.bound))) for c in calls),
                 tuple(repr(a) for a in args), info, layout,
                 bool(info.aliases) and compat.autotuned_aliases_supported())
-    payload = _payloads.get(memo_key)
+    payloads = session.memo(_PAYLOADS, lambda: deflate.memo(max_bytes=64 << 20))
+    payload = payloads.get(memo_key)
     if payload is None:
         payload = _serialize(platform, calls, args, layout, info)
-        _payloads.put(memo_key, payload)
+        payloads.put(memo_key, payload)
     return payload
 
 
@@ -211,15 +185,16 @@ def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
     return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
 
 
-def emit(ctx: Any, operands: Sequence[Any], platform: str, payload: bytes, *, autotuned: bool, call: BoundCall,
-         aliases: Sequence[tuple[int, int]], avals_out: Sequence[Any] | None = None) -> Sequence[ir.Value[Any]]:
-    """The stablehlo custom call launching `payload` for `call`: its custom_call_target ("" = choose)
-    forces one target, its cost_estimate is carried in the HLO as the `cost_estimate_json` frontend
-    attribute (jax-triton 0.4 puts it in the FFI backend config, which the GPU runtime does not read
-    either); `avals_out`: the results in the call's order (default the lowering's)."""
+def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
+         autotuned: bool) -> Sequence[ir.Value[Any]]:
+    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order:
+    the call's custom_call_target ("" = choose) forces one target, its cost_estimate is carried in
+    the HLO as the `cost_estimate_json` frontend attribute (jax-triton 0.4 puts it in the FFI
+    backend config, which the GPU runtime does not read either)."""
+    call, platform = plan.call, plan.platform
     name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
     cost_estimate = call.cost_estimate
-    avals_out = list(ctx.avals_out if avals_out is None else avals_out)
+    avals_out = plan.results  # the kernel's order: pointer outputs first
     result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
     layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
     layouts_out = [list(reversed(range(a.ndim))) for a in avals_out]
@@ -239,8 +214,8 @@ def emit(ctx: Any, operands: Sequence[Any], platform: str, payload: bytes, *, au
     op = mlir.custom_call(
         target, result_types=result_types, operands=list(operands), backend_config=backend_config,
         api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
-        operand_output_aliases=dict(aliases), has_side_effect=has_side_effect)
+        operand_output_aliases=dict(plan.aliases), has_side_effect=has_side_effect)
     if cost_estimate:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
             {"cost_estimate_json": ir.StringAttr.get(json.dumps(dict(cost_estimate)))})
-    return op.results
+    return op.results if plan.order.identity else plan.order.results(op.results)

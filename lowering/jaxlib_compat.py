@@ -243,12 +243,12 @@ def _required(schema: proto_descriptor.MessageSchema, field_name: str) -> int:
     return number
 
 
-def module_image_layout(platform: str) -> ModuleImageLayout | None:
+def module_image_layout(platform: str, config: kernel_cache.Config) -> ModuleImageLayout | None:
     """Where this platform's plugin reads a precompiled binary, or None if it always runs ptxas.
 
     Only CUDA has the field; a borrowed plugin (cross-lowering rocm on a CUDA box) never counts.
     KERNEL_CACHE_MODULE_IMAGE=0 turns it off (jaxlib then runs ptxas on the PTX, as jax-triton)."""
-    if platform != "cuda" or not _owns_module(platform) or not kernel_cache.current_config().module_image:
+    if platform != "cuda" or not _owns_module(platform) or not config.module_image:
         return None
     return _layout_in_plugin(platform)
 

@@ -16,7 +16,7 @@ import numpy as np
 import compiler
 import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering: ~10 ms)
 from compiler import Artifact, KernelSpec, Target
-from kernel_cache import Store
+from kernel_cache import Session
 
 from . import compile_pool
 from .configs import LaunchConfig
@@ -91,16 +91,18 @@ def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], tar
             for c in configs]
 
 
-def fetch(specs: Sequence[KernelSpec], store: Store | None = None,
+def fetch(specs: Sequence[KernelSpec], session: Session,
           on_miss: Callable[[], object] | None = None) -> list[tuple[Artifact, str]]:
-    """(artifact, content key) for `specs`, in order. Hits are plain store reads; misses compile on the
-    compile workers (the first in this thread), after `on_miss()` (a cold process: `ahead.start`)."""
+    """(artifact, content key) for `specs`, in order. Hits are plain store reads of the session's
+    store; misses compile on the compile workers (the first in this thread), after `on_miss()` (a
+    cold process: `ahead.start`)."""
+    store = session.store
     found = [compiler.lookup(spec, store) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
     if missing and on_miss is not None:
         on_miss()
-    if len(missing) > 1 and compile_pool.workers() > 1:
-        others = {i: compile_pool.submit(_build, specs[i], store) for i in missing[1:]}
+    if len(missing) > 1 and compile_pool.workers(session.config) > 1:
+        others = {i: compile_pool.submit(session.config, _build, specs[i], store) for i in missing[1:]}
         found[missing[0]] = _build(specs[missing[0]], store)
         for i, future in others.items():
             found[i] = future.result()

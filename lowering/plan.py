@@ -1,30 +1,62 @@
-"""What one Triton call compiles: its target, kernel configs and the runtime argument types, from the
-call's parameters and the avals of its operands.
+"""One Triton call resolved: what the user asked (`BoundCall`) and everything the lowering derives from
+it and the operands' avals before reading a kernel: target, configs, runtime argument types, each
+config's launch, the payload's call fields and the operand shapes.
 
-The lowering rule plans a call to build its custom call; `ahead` plans the calls traced so far to
-start their compiles before their rules run. Both plan the same way, so a kernel compiled ahead is
-the one the rule asks for (same spec, same content key).
+The plan is the call object the rest of the lowering takes (records, winners, emitter). The rule
+plans a call to build its custom call; `ahead` plans the calls traced so far to start their
+compiles before their rules run. Both plan the same way, so a kernel compiled ahead is the one the
+rule asks for (same spec, same content key).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 from jax import core
 
 from compiler import KernelSpec, Target
+from kernel_cache import Config
 
 from . import kernels
 from .aliasing import OutputOrder
 from .bound_call import BoundCall
-from .configs import LaunchConfig, named_args, resolve_configs
+from .configs import LaunchConfig, resolve
 from .target_arch import resolve_target
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How one config is launched: known from the call and its config alone, before any kernel is read."""
+
+    grid: tuple[int, int, int]
+    zeroed_bytes: dict[int, int]  # runtime-argument position -> bytes to zero before launch
+    description: str
+    bound: frozenset[str]  # parameters given by name (metaparams, config kwargs, heuristics)
+
+
+class CallInfo(NamedTuple):
+    """The call's own fields of the payload, whatever its configs (a tuple: its repr is its fingerprint)."""
+
+    name: str
+    kernel_name: str
+    scalar_desc: str
+    compute_capability: int
+    aliases: tuple[tuple[int, int], ...]
+    num_inputs: int
+    in_sizes: tuple[int, ...]
+    serialized_metadata: bytes
+    debug: bool
+
+
+@dataclass(frozen=True)
 class KernelPlan:
+    call: BoundCall  # what the user asked
+    platform: str
     target: Target
     fn: Any  # the @triton.jit function under any autotune / heuristics wrappers
     configs: list[LaunchConfig]
@@ -34,14 +66,19 @@ class KernelPlan:
     metaparams: dict[str, Any]
     leaf_names: list[str]  # each flat runtime value's name (`yz[1]` inside a tuple parameter)
     order: OutputOrder
+    avals_in: list[Any]  # the operands' avals
     avals_out: list[Any]  # the output avals as the call returns them
     results: list[Any]  # the output avals in the kernel's order
     aliases: tuple[tuple[int, int], ...]  # (input, output position in `results`)
+    launches: list[Launch]  # one per config
+    info: CallInfo
+    shapes: list[tuple[tuple[int, ...], str]]  # every operand's and result's (shape, dtype name)
 
     @classmethod
-    def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> "KernelPlan":
+    def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
+           config: Config) -> "KernelPlan":
         """The plan of `call` lowered for `platform`, its operands and results of these avals."""
-        target = resolve_target(platform, call.compute_capability)
+        target = resolve_target(platform, call.compute_capability, config)
         meta = dict(call.metaparams)
         # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
         order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
@@ -49,19 +86,54 @@ class KernelPlan:
         pointed = results[:order.pointers]
         aliases = tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases)
         inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
-        named = named_args(call.kernel, inputs + pointed, meta)
-        fn, configs = resolve_configs(call.kernel, named, meta, num_warps=call.num_warps, num_stages=call.num_stages,
-                                      num_ctas=call.num_ctas)
+        resolved = resolve(call, inputs + pointed)
+        named = resolved.named
         flat_args = kernels.runtime_args([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed])
         num_flat_inputs = len(avals_in) + len(call.scalars)
         args = (kernels.descriptors(_grouped(call.arg_tree, flat_args[:num_flat_inputs]))
                 + flat_args[num_flat_inputs:])
         options = {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options)}
-        return cls(target, fn, configs, args, options, named, meta, _leaf_names(list(named), inputs), order,
-                   list(avals_out), results, aliases)
+        positions = _zero_positions(order, call.input_output_aliases, call.scalars, len(avals_in))
+        out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
+        launches = [Launch(grid=grid, zeroed_bytes={positions[i]: out_sizes[i] for i in zeroed},
+                           description=c.description, bound=frozenset(c.constexprs))
+                    for c, grid, zeroed in zip(resolved.configs, resolved.grids, resolved.zeroed, strict=True)]
+        leaf_names = _leaf_names(list(named), inputs)
+        info = CallInfo(
+            name=call.name, kernel_name=resolved.fn.__name__,
+            scalar_desc=str({leaf_names[p]: v for p, v in call.scalars}),
+            compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
+            aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(_nbytes(a) for a in avals_in),
+            serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
+        shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*avals_in, *results)]
+        return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
+                   options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
+                   avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
+                   launches=launches, info=info, shapes=shapes)
 
     def specs(self) -> list[KernelSpec]:
         return kernels.specs_for(self.fn, self.args, self.configs, self.target, self.options)
+
+    def only(self, index: int) -> "KernelPlan":
+        """This plan with config `index` alone (a persisted autotune winner's)."""
+        return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+
+
+def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
+                    num_inputs: int) -> dict[int, int]:
+    """{the user's output index: the runtime argument jaxlib zeroes for it}: an output's own pointer
+    (after the inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
+    num_args = num_inputs + len(scalars)
+    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}
+    scalar_at = {p for p, _ in scalars}
+    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
+    for i, o in aliases:
+        positions.setdefault(int(o), array_at[int(i)])
+    return positions
+
+
+def _nbytes(aval: Any) -> int:
+    return math.prod(int(d) for d in aval.shape) * int(np.dtype(aval.dtype).itemsize)
 
 
 def _runtime_values(in_avals: Sequence[Any], scalars: Sequence[tuple[int, Any]]) -> list[Any]:
@@ -92,7 +164,7 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
     return out
 
 
-def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any]) -> KernelPlan:
+def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
     """The plan of a call as it was bound (`triton_kernel_call_p` parameters), before its rule runs."""
     avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params))
+    return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params), config)

@@ -22,11 +22,12 @@ class NoTargetError(KernelCacheError, RuntimeError):
     """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
 
 
-def resolve_target(platform: str, compute_capability: "int | str | None") -> Target:
-    """The compile target for lowering to `platform` ("cuda" or "rocm")."""
+def resolve_target(platform: str, compute_capability: "int | str | None", config: kernel_cache.Config) -> Target:
+    """The compile target for lowering to `platform` ("cuda" or "rocm"): the call's own, else the
+    configured one, else the device's."""
     if compute_capability is not None:
         return _checked(platform, compute_capability)
-    configured = kernel_cache.current_config().target_arch
+    configured = config.target_arch
     if configured:
         return _checked(platform, configured)
     return _checked(platform, _device_arch(platform))

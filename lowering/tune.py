@@ -76,7 +76,8 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
     `report(event, data)` is called with ("site", (program, Site, index, count)) before a site,
     ("config", (Site, ConfigTiming)) after each config and ("done", SiteResult) after a site."""
     require_gpu()
-    store = kernel_cache.default_store()
+    session = kernel_cache.current_session()
+    store = session.store
     best: dict[str, str] = {}  # winner key -> the config key lowered for it while other sites are timed
     results: list[SiteResult] = []
     for program in programs:
@@ -92,7 +93,7 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
                 result = _tune_site(program, site, best, reps, warmup, report)
                 if result.record is not None:
                     store.put(result.record.to_entry())
-                    winners.remember(result.record)
+                    winners.remember(session, result.record)
                     best[site.key] = result.record.best.key
             results.append(result)
             report("done", result)

@@ -4,8 +4,8 @@ capturable, no autotuning at first launch). No winner, or one naming none of the
 the call stays autotuned, as before.
 
 The winner key (see `kernel_cache.winners`) is computed from the content keys of the configs'
-kernels, the autotune-key values and the GPU model; store lookups are memoized per process and
-store, so a warm process pays one dictionary lookup per call after the first.
+kernels, the autotune-key values and the GPU model; store lookups are memoized per session, so a
+warm process pays one dictionary lookup per call after the first.
 
 `tuning()` is how `lowering.tune` drives the lowering: it records the autotuned call sites of a
 program, and forces chosen configs per site while timing them.
@@ -27,7 +27,7 @@ import kernel_cache
 from compiler import KernelSpec
 from kernel_cache import winners as records
 
-from .configs import LaunchConfig
+from .plan import KernelPlan
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,7 @@ class Site:
     device: str
 
 
-_memo: dict[str, str | None] = {}  # winner key -> the winning config's content key (None: no winner)
-_memo_store: list[Any] = [None]  # the store the memo belongs to
+_STORED = "lowering.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
 _forced: list[Mapping[str, str] | None] = [None]  # while tuning: winner key -> config key to lower
 _recorder: list[list[Site] | None] = [None]  # while tuning: where the sites of a lowering go
 
@@ -64,51 +63,65 @@ def tuning_active() -> bool:
     return _forced[0] is not None or _recorder[0] is not None
 
 
-def apply(platform: str) -> bool:
-    """Whether stored winners decide autotuned calls here (enabled, and a GPU model to look them up by)."""
-    return kernel_cache.current_config().winners and gpu_model(platform) is not None
+@dataclass(frozen=True)
+class Stance:
+    """How winners bear on one call being lowered."""
+
+    tuning: bool  # inside `tuning()`: nothing lowered may be reused
+    device: str | None  # the GPU model stored winners are looked up for (None: they do not apply)
 
 
-def choose(platform: str, kernel: Any, specs: Sequence[KernelSpec], configs: Sequence[LaunchConfig],
-           named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
-           avals_out: Sequence[Any]) -> Choice:
-    """Which config to lower alone (`index` None: lower the call autotuned)."""
-    if len(specs) < 2 or not (tuning_active() or kernel_cache.current_config().winners):
+def stance(platform: str, config: kernel_cache.Config, autotuned: bool) -> Stance:
+    """Whether tuning is under way, and whether stored winners decide this call (an autotuned one,
+    winners enabled, and a GPU model to look them up by)."""
+    device = gpu_model(platform, config) if autotuned and config.winners else None
+    return Stance(tuning_active(), device)
+
+
+def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
+    """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
+    if len(specs) < 2 or not (tuning_active() or session.config.winners):
         return Choice(None)
     forced, recorder = _forced[0], _recorder[0]
-    device = gpu_model(platform)
+    device = gpu_model(plan.platform, session.config)
     if device is None:
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
     config_keys = [compiler.content_key(spec) for spec in specs]
-    values, text = key_values(kernel, named, metaparams, avals_in, avals_out)
+    values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)
     key = records.winner_key(config_keys, values, device)
     if recorder is not None:
-        recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in configs),
+        recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in plan.configs),
                              values, text, specs[0], device))
-    chosen = forced.get(key) if forced is not None else stored_winner(key)
+    chosen = forced.get(key) if forced is not None else stored_winner(session, key)
     return Choice(config_keys.index(chosen) if chosen in config_keys else None, key, tuple(config_keys))
 
 
-def stored_winner(key: str) -> str | None:
-    """The winning config's content key stored under winner `key` (memoized per process and store)."""
-    store = kernel_cache.default_store()
-    if _memo_store[0] is not store:
-        _memo.clear()
-        _memo_store[0] = store
-    if key in _memo:
-        return _memo[key]
-    found = store.get(key)
+def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPlan, list[KernelSpec], Choice]:
+    """`plan`, its specs and the winners' choice, narrowed to the persisted winner's config where one
+    is stored (then one plain call, no autotuning at launch)."""
+    specs = plan.specs()
+    choice = choose(plan, specs, session)
+    if choice.index is None:
+        return plan, specs, choice
+    return plan.only(choice.index), [specs[choice.index]], choice
+
+
+def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
+    """The winning config's content key stored under winner `key` (memoized per session)."""
+    memo = session.memo(_STORED, dict[str, "str | None"])
+    if key in memo:
+        return memo[key]
+    found = session.store.get(key)
     chosen = None
     if found is not None and records.problem(found[0]) is None:
         chosen = records.Winner.from_meta(found[0].meta).best.key
-    _memo[key] = chosen
+    memo[key] = chosen
     return chosen
 
 
-def remember(record: records.Winner) -> None:
-    """After storing a winner in this process: later lowerings use it without a store read."""
-    if _memo_store[0] is kernel_cache.default_store():
-        _memo[record.key] = record.best.key
+def remember(session: kernel_cache.Session, record: records.Winner) -> None:
+    """After storing a winner in this session: later lowerings use it without a store read."""
+    session.memo(_STORED, dict[str, "str | None"])[record.key] = record.best.key
 
 
 @contextlib.contextmanager
@@ -123,9 +136,9 @@ def tuning(forced: Mapping[str, str] | None = None, record: list[Site] | None = 
         _forced[0], _recorder[0] = saved
 
 
-def gpu_model(platform: str) -> str | None:
+def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
     """The GPU model winners are looked up for: the configured one, else the visible device's."""
-    configured = kernel_cache.current_config().gpu_model
+    configured = config.gpu_model
     return configured if configured else _device_kind(platform)
 
 

@@ -126,9 +126,8 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
     import jax
     from jax._src.interpreters import mlir
 
-    import compiler.key
     import kernel_cache
-    from lowering import call_records, custom_call, deflate
+    from lowering import deflate
 
     first = rule_seconds[0]
     builder = [0.0, 0]  # seconds in JAX's builder, and its calls (one per Triton call)
@@ -155,10 +154,8 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
                  ) -> tuple[float, float, int, int]:
         store = kernel_cache.default_store()
         if forget:
-            compiler.key._KEYS.clear()
-            call_records._static.clear()  # per kernel function (Triton's own cache_key stays memoized)
+            kernel_cache.current_session().forget()  # content keys, record texts, payloads, winners read
             store.memory.clear()
-            custom_call._payloads.clear()
             deflate._runs.clear()
         gc.collect()  # a full collection of JAX's large heap landing inside a pass would be timed as ours
         rule_seconds[0], builder[:] = 0.0, [0.0, 0]
@@ -308,13 +305,14 @@ def versions() -> dict[str, Any]:
     import jaxlib
     import triton
 
+    from kernel_cache import current_config
     from lowering import jaxlib_compat as compat
 
     info = {"python": sys.version.split()[0], "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,  # type: ignore[attr-defined]  # jaxlib re-exports it without `as`
             "triton": triton.__version__, "cpu_count": os.cpu_count(),
             "ffi_target": compat.ffi_target_registered("cuda"),
-            "module_image": compat.module_image_layout("cuda") is not None}
+            "module_image": compat.module_image_layout("cuda", current_config()) is not None}
     try:
         info["device"] = str(jax.devices("cuda")[0].device_kind)
     except Exception:

@@ -21,13 +21,12 @@ from conftest import run_python
 from inspect_call import custom_calls
 from test_winners import GPU, VEC, inplace, put_winner, record_for, site_of
 
-import compiler.key
 import kernel_cache
 from compiler import Target
 from compiler import examples as kernels
 from kernel_cache import Config, Entry
 from kernel_cache import call_records as records
-from lowering import call_records, custom_call, winners
+from lowering import call_records, plan
 from lowering import examples as ep
 from lowering.configs import LaunchConfig
 
@@ -56,11 +55,7 @@ def use_store():
 def forget() -> None:
     """Empty this process's memos, so the next lowering reads the store as a fresh process would."""
     kernel_cache.default_store().memory.clear()
-    compiler.key._KEYS.clear()
-    custom_call._payloads.clear()
-    call_records._static.clear()
-    call_records._touched.clear()
-    winners._memo.clear()
+    kernel_cache.current_session().forget()
 
 
 def lower(fn, shapes) -> list[dict]:
@@ -103,10 +98,10 @@ def test_a_call_lowered_before_is_served_from_its_record_alone(cache_dir, use_st
 
 
 def _inputs(**changes):
-    """slot()'s arguments for a plain add call, with `changes` applied."""
+    """The plan fields of a plain add call the fingerprint reads, with `changes` applied."""
     config = LaunchConfig({"BLOCK": 1024}, 4, 3, 1, "default")
-    launch = custom_call.Launch((4, 1, 1), {}, "default", frozenset({"BLOCK"}))
-    info = custom_call.CallInfo("add", "add_kernel", "{'n': 4096}", 90, (), 2, (16384, 16384), b"", False)
+    launch = plan.Launch((4, 1, 1), {}, "default", frozenset({"BLOCK"}))
+    info = plan.CallInfo("add", "add_kernel", "{'n': 4096}", 90, (), 2, (16384, 16384), b"", False)
     values = {"platform": "cuda", "fn": kernels.add_kernel, "args": ["*fp32", "*fp32", 4096, "*fp32"],
               "configs": [config], "launches": [launch], "target": Target("cuda", 90, 32),
               "options": {"enable_fp_fusion": True, "debug": False}, "call": info,
@@ -117,9 +112,9 @@ def _inputs(**changes):
 
 def _key(**changes) -> str | None:
     values = _inputs(**changes)
-    plan = types.SimpleNamespace(**{k: values[k] for k in ("fn", "args", "configs", "target", "options")})
-    return call_records.slot(values["platform"], plan, values["launches"], values["call"], values["shapes"],
-                             module=values.get("module")).key
+    fields = {k: values[k] for k in ("platform", "fn", "args", "configs", "target", "options", "launches", "shapes")}
+    call_plan = types.SimpleNamespace(info=values["call"], **fields)
+    return call_records.find(call_plan, kernel_cache.current_session(), module=values.get("module")).key
 
 
 def _edited_kernel(tmp_path, body: str):
@@ -157,11 +152,11 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
         "description": _key(configs=[dataclasses.replace(config, description="BLOCK: 1024")]),
         "grid": _key(launches=[dataclasses.replace(launch, grid=(8, 1, 1))]),
         "zeroed": _key(launches=[dataclasses.replace(launch, zeroed_bytes={3: 16384})]),
-        "name": _key(call=dataclasses.replace(info, name="other")),
-        "aliases": _key(call=dataclasses.replace(info, aliases=((0, 0),))),
-        "sizes": _key(call=dataclasses.replace(info, in_sizes=(8192, 8192))),
-        "metadata": _key(call=dataclasses.replace(info, serialized_metadata=b"x")),
-        "debug": _key(call=dataclasses.replace(info, debug=True)),
+        "name": _key(call=info._replace(name="other")),
+        "aliases": _key(call=info._replace(aliases=((0, 0),))),
+        "sizes": _key(call=info._replace(in_sizes=(8192, 8192))),
+        "metadata": _key(call=info._replace(serialized_metadata=b"x")),
+        "debug": _key(call=info._replace(debug=True)),
         "target": _key(target=Target("cuda", 80, 32), call=info),
         "kernel source": _key(fn=_edited_kernel(tmp_path, "tl.load(x_ptr + offs, mask=mask) * 2")),
         "shapes": _key(shapes=[((64, 64), "float32")] * 3),  # same sizes: a winner is tuned per shape
@@ -180,8 +175,7 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
     use_store(tmp_path / "cache")
     assert _key(platform="rocm", target=Target("hip", "gfx942", 64)) is None  # ROCm payloads name a temp file
     monkeypatch.setattr(call_records, "_code", [""])  # sources unreadable (compiled files only): no records
-    call_records._static.clear()
-    call_records._per_target.clear()
+    kernel_cache.current_session().forget()
     assert _key() is None
 
 

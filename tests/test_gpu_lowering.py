@@ -16,6 +16,7 @@ from conftest import run_python
 from test_lowering import subprocess_path
 
 import lowering as jt
+from kernel_cache import current_config
 from lowering import examples as ep
 from lowering import jaxlib_compat as compat
 
@@ -128,7 +129,7 @@ print("RAN")
 
 
 def test_module_image_is_honoured():
-    if compat.module_image_layout("cuda") is None:
+    if compat.module_image_layout("cuda", current_config()) is None:
         pytest.skip("this jaxlib's TritonKernel proto has no module_image; PTX is sent")
     import os
     import subprocess

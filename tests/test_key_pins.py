@@ -4,7 +4,8 @@ must leave every persisted key as it is, or change it on purpose (a format versi
 Pinned: the content keys of the example specs for sm_90 and sm_80 under a fixed toolchain fingerprint
 (Triton's own parts of a key, its kernel fingerprint and its parsed options, differ between Triton
 versions, so the pins are per Triton version; an unpinned version skips), and winner keys for fixed
-inputs (independent of Triton). Lowered-call record fingerprints cover this project's own source, so
+autotune-key values (independent of Triton; winner format 2 since issue 21 put the key values in the
+core's one canonical encoding). Lowered-call record fingerprints cover this project's own source, so
 they change with every edit by design and are not pinned.
 
     python tests/test_key_pins.py     # print the pins for the installed Triton (to add a version)
@@ -21,9 +22,11 @@ import pytest
 HERE = Path(__file__).resolve().parent
 PINS = HERE / "key_pins.json"
 TOOLCHAIN = {"triton_version": "pinned", "triton_build": "0" * 64, "backend": "1" * 64, "env": {}}
-WINNER_INPUTS = [  # (config keys, canonical autotune-key values, device)
-    (["0123456789abcdef" * 2, "fedcba9876543210" * 2], [{"int": "1024"}, "float32"], "NVIDIA H100 80GB HBM3"),
-    (["a" * 32], [], "NVIDIA A100-SXM4-80GB"),
+WINNER_INPUTS = [  # (config keys, autotune-key values as lowering.winners.key_values gives them, device)
+    (["0123456789abcdef" * 2, "fedcba9876543210" * 2],
+     {"key": [["n", 1024]], "in": [["array", [1024], "float32"]], "out": [["array", [1024], "float32"]]},
+     "NVIDIA H100 80GB HBM3"),
+    (["a" * 32], {"key": [], "in": [], "out": []}, "NVIDIA A100-SXM4-80GB"),
 ]
 
 
@@ -35,7 +38,7 @@ def current_pins() -> dict:
     return {
         "content": {f"{label}@{arch}": content_key(spec, TOOLCHAIN)
                     for arch in ("sm_90", "sm_80") for label, spec in example_specs(arch)},
-        "winner": [winners.winner_key(keys, values, device) for keys, values, device in WINNER_INPUTS],
+        "winner": [winners.winner_key(keys, winners.canonical(values), device) for keys, values, device in WINNER_INPUTS],
     }
 
 

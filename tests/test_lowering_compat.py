@@ -11,6 +11,7 @@ import pytest
 from inspect_call import custom_calls, decode_any_call
 
 import compiler
+from kernel_cache import current_config
 from lowering import examples as ep
 from lowering import jaxlib_compat as compat
 from lowering import proto_wire as pw
@@ -65,7 +66,7 @@ def test_installed_plugin_schema_is_read_from_the_binary():
     kernel = schemas["jax_triton.TritonKernel"]
     assert kernel.number("ptx") == 4 and kernel.number("num_ctas") == 10
     has_image = "module_image" in kernel.fields
-    assert (compat.module_image_layout("cuda") is not None) == has_image
+    assert (compat.module_image_layout("cuda", current_config()) is not None) == has_image
     if compat.jaxlib_version() < (0, 11, 0):
         assert not has_image  # jaxlib 0.10.2 would ignore a module image: none is sent
 
@@ -116,7 +117,7 @@ def test_module_image_layout_from_a_0112_style_schema():
 @pytest.fixture()
 def with_module_image(monkeypatch):
     layout = compat.layout_from_schemas(schemas_from_binary(descriptor_0112()))
-    monkeypatch.setattr(compat, "module_image_layout", lambda platform: layout if platform == "cuda" else None)
+    monkeypatch.setattr(compat, "module_image_layout", lambda platform, config: layout if platform == "cuda" else None)
     return layout
 
 

@@ -90,7 +90,7 @@ def test_memory_tier_is_thread_safe():
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert len(tier) <= 30 and tier.bytes == sum(e.size for e in tier._lru._items.values())
+    assert len(tier) <= 30 and tier.bytes == sum(e.size for e, _ in tier._lru._items.values())
 
 
 # Store tiers --------------------------------------------------------------------------------

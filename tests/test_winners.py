@@ -24,7 +24,7 @@ from test_cachectl import as_json, cachectl, ok
 import compiler
 import kernel_cache
 from compiler.toolchain import toolchain_summary
-from kernel_cache import Config, Store
+from kernel_cache import Config, Store, entry_kinds
 from kernel_cache import entry as entry_format
 from kernel_cache import winners as records
 from lowering import examples as ep
@@ -69,7 +69,7 @@ def record_for(site: winners.Site, winner: int, device: str | None = None, **cha
 def put_winner(store, record: records.Winner) -> None:
     """Store a winner as `cachectl tune` does: in the store, and in this process's lookup memo."""
     store.put(record.to_entry())
-    winners.remember(record)
+    winners.remember(kernel_cache.current_session(), record)
 
 
 @pytest.fixture
@@ -106,6 +106,19 @@ def test_record_round_trips_through_the_entry_format_and_keys_its_content():
     # key values are type-tagged: 4096, 4096.0 and "4096" are three problems
     for other in (4096.0, "4096", True):
         assert fake_record(key_values=records.canonical({"key": [["n", other]]})).key != record.key
+
+
+def test_a_record_of_the_retired_format_is_never_used_and_is_no_damage():
+    """Winner format 2 (issue 21: key values in the one canonical encoding) retired format 1: its
+    records are never looked up again (no key of this version reaches them), are not reported as
+    damaged by verify or import, and say why when read."""
+    entry = fake_record().to_entry()
+    entry.meta["format"] = 1
+    assert "tune again with cachectl tune" in records.problem(entry)
+    assert records.damage(entry) is None and entry_kinds.problem(entry) is None
+    assert records.summary(entry.meta) is None
+    entry.meta["format"] = 3  # a newer writer's: not ours to judge or to use
+    assert "not an autotune winner record" in records.damage(entry)
 
 
 def test_problem_refuses_malformed_or_misfiled_records():
@@ -202,7 +215,7 @@ def test_stale_or_misfiled_winners_fall_back_to_the_autotuned_call(gpu_store):
 
 def test_winner_lookups_are_memoized_per_process(gpu_store, monkeypatch):
     site = site_of()
-    put_winner(gpu_store, record_for(site, winner=0))
+    gpu_store.put(record_for(site, winner=0).to_entry())  # stored by another process: not in this one's memo
     reads = []
     real_get = type(gpu_store).get
     monkeypatch.setattr(type(gpu_store), "get", lambda self, key: reads.append(key) or real_get(self, key))

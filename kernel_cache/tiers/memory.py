@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import entry as entry_format
@@ -24,6 +24,7 @@ class MemoryTier:
 
     def __init__(self, max_bytes: int = 256 << 20, max_items: int = 4096):
         self._lru: SizedLRU[Entry] = SizedLRU(lambda entry: entry.size, max_bytes, max_items)
+        self.get: Callable[[str], Entry | None] = self._lru.get  # a hit is the LRU's lookup, no wrapper
 
     @property
     def max_bytes(self) -> int:
@@ -33,11 +34,8 @@ class MemoryTier:
     def max_items(self) -> int | None:
         return self._lru.max_items
 
-    def get(self, key: str) -> Entry | None:
-        return self._lru.get(key)
-
     def put(self, entry: Entry) -> None:
-        self._lru.put(entry.key, entry)
+        self._lru.put(entry.key, entry, entry.size)
 
     def delete(self, key: str) -> bool:
         return self._lru.delete(key)

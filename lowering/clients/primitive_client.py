@@ -89,9 +89,9 @@ def _translated(client: PrimitiveClient, module: ModuleType, avals_in: Any,
 
 def _lower(client: PrimitiveClient, module: ModuleType, platform: str, own: Any, ctx: Any, *operands: Any,
            **params: Any) -> Any:
-    with ahead.lowering(ctx.avals_in, params):
-        return serve(client.name, params["fn"], platform, ctx, operands,
-                     lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
+    ahead.lowering(ctx.avals_in, params)
+    return serve(client.name, params["fn"], platform, ctx, operands,
+                 lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
 
 
 def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,52 @@
+"""The one canonical encoding of a keyed value: JSON where every value carries its type.
+
+Content keys (`compiler.key`), autotune winner keys (`kernel_cache.winners`) and lowered-call record
+fingerprints (`lowering.call_records`) are all `digest`s of documents encoded here, so the int 1,
+the float 1.0, True and the string "1" never collide in any of them. A floor above adds the values
+only it knows (a Triton @jit function, a `compiler.Scalar`) through `extend`, which returns their
+tagged form or raises TypeError; what nothing knows is a TypeError naming the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .display import echo
+
+Extension = Callable[[Any], Any]  # a value this floor knows -> its tagged form; TypeError otherwise
+
+
+def canonical(value: Any, extend: Extension | None = None) -> Any:
+    """A JSON-able, type-tagged form of `value`: None and strings as themselves, other scalars as
+    {type: text} (bytes as hex), a list or tuple as {type name: items}, a dict as {"dict": [[key, value], ...]} in
+    the order of the keys' reprs. Raises TypeError for what cannot be keyed."""
+    kind = type(value)
+    if value is None or kind is str:
+        return value
+    if kind is bool:
+        return {"bool": value}
+    if kind is int:
+        return {"int": str(value)}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if isinstance(value, (list, tuple)):
+        return {kind.__name__: [canonical(v, extend) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[canonical(k, extend), canonical(v, extend)]
+                         for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]}
+    return _scalar(value, extend)
+
+
+def _scalar(value: Any, extend: Extension | None) -> Any:
+    """Floats, and subclasses of the plain scalars (an IntEnum, numpy's float64) as their base type
+    encodes them; then `extend`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):  # bool has no subclasses: an int here is an int's
+        return {"int": str(value)}
+    if isinstance(value, float):
+        return {"float": value.hex()}
+    if extend is not None:
+        return extend(value)
+    raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
