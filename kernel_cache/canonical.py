@@ -1,6 +1,6 @@
 """The one canonical encoding of a keyed value: JSON where every value carries its type.
 
-Content keys (`compiler.key`), autotune winner keys (`kernel_cache.winners`) and lowered-call record
+Content keys (`compiler.key`), autotune winner keys (`kernel_cache.winner_entry`) and lowered-call record
 fingerprints (`lowering.call_records`) are all `digest`s of documents encoded here, so the int 1,
 the float 1.0, True and the string "1" never collide in any of them. A floor above adds the values
 only it knows (a Triton @jit function, a `compiler.Scalar`) through `extend`, which returns their

@@ -1,6 +1,6 @@
 """The one hash of a JSON document: canonical text (sorted keys, no spaces) through xxh3-128.
 
-Content keys (`compiler.key`), winner keys (`kernel_cache.winners`), lowered-call record fingerprints
+Content keys (`compiler.key`), winner keys (`kernel_cache.winner_entry`), lowered-call record fingerprints
 (`lowering.call_records`) and the toolchain summary all use it, over documents in the one canonical
 encoding (`kernel_cache.canonical`): one digest in the core, so no floor keeps a copy of its own.
 A caller that memoizes the text of a shared part splices it into the whole document's text

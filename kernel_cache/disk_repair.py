@@ -58,7 +58,7 @@ class ValueFilesTier:
                                             "created": _number(meta.get("created"), st.st_mtime),
                                             "last_used": st.st_mtime})
 
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         return [dict(record) for _, record in self._found.values()]
 
     def peek_raw(self, key: str) -> bytes | None:

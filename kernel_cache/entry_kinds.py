@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import call_records, winners
+from . import call_entry, winner_entry
 from .entry import Entry
 from .summary import META_KIND
 
@@ -49,9 +49,9 @@ class EntryKind:
 
 
 KERNEL = EntryKind("triton-kernel", "kernel", "kernel", "kernels", tagged=False)
-CALL = EntryKind(call_records.KIND, "call", "lowered call", "lowered calls", call_records.problem,
-                 call_records.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
-WINNER = EntryKind(winners.KIND, "winner", "winner", "winners", winners.damage, winners.summary,
+CALL = EntryKind(call_entry.KIND, "call", "lowered call", "lowered calls", call_entry.problem,
+                 call_entry.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
+WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entry.damage, winner_entry.summary,
                    _VIEWS + "winners_view:show", legend="an autotune winner")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.

@@ -26,6 +26,11 @@ class SizedLRU(Generic[V]):
         self._bytes = 0
         self._lock = threading.Lock()
 
+    @classmethod
+    def of_bytes(cls, max_bytes: int) -> "SizedLRU[bytes]":
+        """An LRU of bytes values, sized by length; one over a quarter of the bound is not kept."""
+        return SizedLRU(len, max_bytes, max_item_bytes=max_bytes // 4)
+
     def get(self, key: Hashable) -> V | None:
         with self._lock:
             found = self._items.get(key)

@@ -58,7 +58,7 @@ class MaintainedTier(Protocol):
 
     def delete(self, key: str) -> bool: ...
 
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
 
     def peek_raw(self, key: str) -> bytes | None:

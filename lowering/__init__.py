@@ -1,6 +1,7 @@
-"""kernel-cache's JAX front end: a drop-in `triton_call` (`import lowering as jt`) whose kernels come
-from the kernel_cache store, so a warm process lowers with no Triton compile and, where jaxlib
-allows, launches with no ptxas.
+"""kernel-cache's JAX front end: a drop-in `triton_call` whose kernels come from the kernel_cache store.
+
+`import lowering as jt`: a warm process lowers with no Triton compile and, where jaxlib allows,
+launches with no ptxas.
 
 Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
 """

@@ -36,8 +36,7 @@ from compiler import Artifact
 from compiler import triton_compat as tc
 from compiler.key import triton_value
 from compiler.toolchain import installed_tools, toolchain_summary
-from kernel_cache import Config, Session, Store, lookup_log
-from kernel_cache import call_records as records
+from kernel_cache import Config, Session, Store, call_entry, lookup_log
 from kernel_cache.canonical import canonical
 from kernel_cache.digest import digest_text, text
 
@@ -113,7 +112,7 @@ class Slot:
 
     def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
         plan = self.plan
-        record = records.CallRecord(
+        record = call_entry.CallRecord(
             key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
             arch=plan.target.name, target=plan.target.to_json(), toolchain=toolchain_summary(plan.target),
             config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
@@ -172,13 +171,13 @@ def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None
         store.touch(new)
 
 
-def _read(session: Session, key: str) -> tuple[records.CallRecord, str] | None:
+def _read(session: Session, key: str) -> tuple[call_entry.CallRecord, str] | None:
     found = session.store.get(key)
     if found is None:
         return None
     entry, tier = found
     try:
-        return records.CallRecord.from_entry(entry), tier
+        return call_entry.CallRecord.from_entry(entry), tier
     except ValueError:
         return None  # another kind under this key (or a malformed record): lowered and recorded again
 
@@ -212,7 +211,7 @@ class _Memos:
     touched: set[str] = field(default_factory=set)
 
 
-_MODULE_MEMO_KEY = "kernel_cache.call_records"  # our entry in a JAX module's own per-module cache
+_MODULE_MEMO_KEY = "kernel_cache.call_entry"  # our entry in a JAX module's own per-module cache
 
 
 def _module_part(module: Any, platform: str, config: Config) -> Any:

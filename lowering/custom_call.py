@@ -22,6 +22,7 @@ from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-export
 from compiler import Artifact, KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
 from kernel_cache import Session
+from kernel_cache.lru import SizedLRU
 
 from . import deflate
 from . import jaxlib_compat as compat
@@ -126,7 +127,7 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
                        tuple(sorted(c.launch.bound))) for c in calls),
                 tuple(repr(a) for a in args), info, layout,
                 bool(info.aliases) and compat.autotuned_aliases_supported())
-    payloads = session.memo(_PAYLOADS, lambda: deflate.memo(max_bytes=64 << 20))
+    payloads = session.memo(_PAYLOADS, lambda: SizedLRU.of_bytes(max_bytes=64 << 20))
     payload = payloads.get(memo_key)
     if payload is None:
         payload = _serialize(platform, calls, args, layout, info)

@@ -7,7 +7,7 @@ piece) ending on a byte boundary (Z_FULL_FLUSH), and such runs may be concatenat
 zlib header, the runs in order (all level 1: jaxlib inflates any level), an empty final block and
 the Adler-32 of all the raw bytes. Fixed parts come deflated from `Artifact` (stored with the entry)
 or from a small per-process memo; the per-call parts around them (grid, parameters, names) are
-deflated here. `memo()` also keeps whole payloads of calls lowered again (custom_call).
+deflated here.
 """
 
 from __future__ import annotations
@@ -24,12 +24,7 @@ _HEADER = b"\x78\x01"  # deflate, 32K window, level hint "fastest"
 _FINAL = b"\x03\x00"  # an empty final block (fixed Huffman, end-of-block code only)
 
 
-def memo(max_bytes: int) -> SizedLRU[bytes]:
-    """A per-process LRU of bytes values; one over a quarter of the bound is not kept."""
-    return SizedLRU(len, max_bytes, max_item_bytes=max_bytes // 4)
-
-
-_runs = memo(max_bytes=128 << 20)  # raw part digest -> its run, for entries stored without runs
+_runs = SizedLRU.of_bytes(max_bytes=128 << 20)  # raw part digest -> its run, for entries stored without runs
 
 
 def deflated(raw: bytes, stored: bytes | None = None) -> bytes:

@@ -26,7 +26,7 @@ import jax
 
 import kernel_cache
 from compiler.toolchain import toolchain_summary
-from kernel_cache import winners as records
+from kernel_cache import winner_entry
 from kernel_cache.errors import KernelCacheError
 
 from . import winners
@@ -50,8 +50,8 @@ class SiteResult:
 
     program: str
     site: winners.Site
-    timings: list[records.ConfigTiming]
-    record: records.Winner | None
+    timings: list[winner_entry.ConfigTiming]
+    record: winner_entry.Winner | None
     seconds: float  # spent tuning this site
     duplicate: bool = False  # the same site (winner key) was already tuned by an earlier program
 
@@ -133,7 +133,7 @@ def _tune_site(program: Program, site: winners.Site, best: dict[str, str], reps:
             error = ""
         except Exception as exc:  # a config that cannot run (too much shared memory, say) never wins
             seconds, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        timing = records.ConfigTiming(config_key, description, seconds, error)
+        timing = winner_entry.ConfigTiming(config_key, description, seconds, error)
         timings.append(timing)
         report("config", (site, timing))
     ok = [i for i, t in enumerate(timings) if t.seconds is not None]
@@ -141,7 +141,7 @@ def _tune_site(program: Program, site: winners.Site, best: dict[str, str], reps:
     if ok:
         winner = min(ok, key=lambda i: (timings[i].seconds, i))
         spec = site.spec
-        record = records.Winner(kernel=site.kernel, arch=spec.target.name, target=spec.target.to_json(),
+        record = winner_entry.Winner(kernel=site.kernel, arch=spec.target.name, target=spec.target.to_json(),
                                 toolchain=toolchain_summary(spec.target), device=site.device,
                                 key_values=site.key_values, key_text=site.key_text, configs=tuple(timings),
                                 winner=winner, reps=reps, label=program.label)

@@ -3,7 +3,7 @@ lowered as one plain call of the winning config (the FFI target where registered
 capturable, no autotuning at first launch). No winner, or one naming none of the current configs:
 the call stays autotuned, as before.
 
-The winner key (see `kernel_cache.winners`) is computed from the content keys of the configs'
+The winner key (see `kernel_cache.winner_entry`) is computed from the content keys of the configs'
 kernels, the autotune-key values and the GPU model; store lookups are memoized per session, so a
 warm process pays one dictionary lookup per call after the first.
 
@@ -25,7 +25,7 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 import compiler
 import kernel_cache
 from compiler import KernelSpec
-from kernel_cache import winners as records
+from kernel_cache import winner_entry
 
 from .plan import KernelPlan
 
@@ -88,7 +88,7 @@ def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
     config_keys = [compiler.content_key(spec) for spec in specs]
     values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)
-    key = records.winner_key(config_keys, values, device)
+    key = winner_entry.winner_key(config_keys, values, device)
     if recorder is not None:
         recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in plan.configs),
                              values, text, specs[0], device))
@@ -113,13 +113,13 @@ def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
         return memo[key]
     found = session.store.get(key)
     chosen = None
-    if found is not None and records.problem(found[0]) is None:
-        chosen = records.Winner.from_meta(found[0].meta).best.key
+    if found is not None and winner_entry.problem(found[0]) is None:
+        chosen = winner_entry.Winner.from_meta(found[0].meta).best.key
     memo[key] = chosen
     return chosen
 
 
-def remember(session: kernel_cache.Session, record: records.Winner) -> None:
+def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None:
     """After storing a winner in this session: later lowerings use it without a store read."""
     session.memo(_STORED, dict[str, "str | None"])[record.key] = record.best.key
 
@@ -162,7 +162,7 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
     available = {**metaparams, **named}
     chosen = [(n, _value(available[n])) for n in names if n in available]
     operands = [_value(a) for a in avals_in], [_value(a) for a in avals_out]
-    values = records.canonical({"key": [[n, v] for n, v in chosen], "in": operands[0], "out": operands[1]})
+    values = winner_entry.canonical({"key": [[n, v] for n, v in chosen], "in": operands[0], "out": operands[1]})
     text = ", ".join(f"{n}={_show(v)}" for n, v in chosen)
     text += ("; " if text else "") + ", ".join(map(_show, operands[0])) + " -> " + ", ".join(map(_show, operands[1]))
     return values, text

@@ -54,7 +54,7 @@ def main(out: str, mode: str, labels: str = "") -> None:
     report["workers_started"] = sum(t.name.startswith("kernel-cache-compile-") for t in threading.enumerate())
     store = kernel_cache.default_store()
     entries = {}
-    for record in store.disk.records():
+    for record in store.disk.listing():
         entry = store.disk.get(record["key"])
         entries[record["key"]] = {name: hashlib.sha256(blob).hexdigest() for name, blob in entry.blobs.items()}
     report["entries"] = entries

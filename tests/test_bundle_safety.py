@@ -150,7 +150,7 @@ def test_accept_hook_rejects_with_its_reason(tmp_path):
 def test_a_record_that_verify_would_refuse_is_not_imported(tmp_path):
     """A lowered-call record whose payload is no zlib stream (format and checksum valid) is rejected
     with verify's reason; a well-formed one lands."""
-    from kernel_cache.call_records import CallRecord
+    from kernel_cache.call_entry import CallRecord
 
     def record(key: str, payload: bytes) -> bytes:
         return encode(CallRecord(key=key, kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90",

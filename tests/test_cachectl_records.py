@@ -1,4 +1,4 @@
-"""cachectl on lowered-call records (kernel_cache.call_records): list and stats tell them from
+"""cachectl on lowered-call records (kernel_cache.call_entry): list and stats tell them from
 kernels, show explains one, verify catches a broken one, prune/export/import treat them as entries
 (stale by toolchain like kernels), prewarm does not count them as kernels.
 
@@ -20,12 +20,12 @@ import pytest
 import xxhash
 from test_cachectl import as_json, cachectl, listed_keys, ok
 
-from kernel_cache import Config, Store, winners
+from kernel_cache import Config, Store, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import kinds
 from kernel_cache.cachectl.render import human_size
-from kernel_cache.call_records import KIND, CallRecord
-from kernel_cache.maintenance import EntryInfo
+from kernel_cache.call_entry import KIND, CallRecord
+from kernel_cache.inventory import EntryInfo
 from kernel_cache.tiers.disk import DiskTier
 
 GPU = "Test GPU 80GB"
@@ -43,7 +43,7 @@ class Cache:
     kernel: str  # the real kernel's content key
     call: CallRecord  # a record holding its payload
     pointer: CallRecord  # an autotuned call's record holding only its winner key
-    winner: winners.Winner
+    winner: winner_entry.Winner
 
     @property
     def keys(self) -> set[str]:
@@ -62,10 +62,10 @@ def record_cache(tmp_path_factory) -> Cache:
     assert found is not None
     meta = found[0].meta
     target, toolchain = meta["target"], meta["toolchain"]["summary"]
-    win = winners.Winner(kernel="add_kernel", arch="sm_90", target=target, toolchain=toolchain, device=GPU,
-                         key_values=winners.canonical({"n": 4096}), key_text="n=4096",
-                         configs=(winners.ConfigTiming(artifact_key, "BLOCK: 256", 1e-3),
-                                  winners.ConfigTiming(UNCACHED, "BLOCK: 512", 2e-3)),
+    win = winner_entry.Winner(kernel="add_kernel", arch="sm_90", target=target, toolchain=toolchain, device=GPU,
+                         key_values=winner_entry.canonical({"n": 4096}), key_text="n=4096",
+                         configs=(winner_entry.ConfigTiming(artifact_key, "BLOCK: 256", 1e-3),
+                                  winner_entry.ConfigTiming(UNCACHED, "BLOCK: 512", 2e-3)),
                          winner=0, reps=5, label="test")
     call = CallRecord(key=key_of("call"), kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90",
                       target=target, toolchain=toolchain, config_keys=(artifact_key,), compile_seconds=0.05,

@@ -24,8 +24,7 @@ from test_winners import GPU, VEC, inplace, put_winner, record_for, site_of
 import kernel_cache
 from compiler import Target
 from compiler import examples as kernels
-from kernel_cache import Config, Entry
-from kernel_cache import call_records as records
+from kernel_cache import Config, Entry, call_entry
 from lowering import call_records, plan
 from lowering import examples as ep
 from lowering.configs import LaunchConfig
@@ -75,12 +74,12 @@ def entries(store, kind: str) -> dict[str, Entry]:
 def test_a_call_lowered_before_is_served_from_its_record_alone(cache_dir, use_store):
     store = use_store(cache_dir / "served", call_records=False)
     kernel_by_kernel = [lower(fn, shapes) for _, fn, shapes in PROGRAMS]
-    assert entries(store, records.KIND) == {}  # off: none written
+    assert entries(store, call_entry.KIND) == {}  # off: none written
     store = use_store(cache_dir / "served")
     assert [lower(fn, shapes) for _, fn, shapes in PROGRAMS] == kernel_by_kernel
-    written = entries(store, records.KIND)
+    written = entries(store, call_entry.KIND)
     assert len(written) == len(PROGRAMS)
-    matmul = [records.CallRecord.from_entry(e) for e in written.values() if e.meta["name"] == "matmul_kernel"]
+    matmul = [call_entry.CallRecord.from_entry(e) for e in written.values() if e.meta["name"] == "matmul_kernel"]
     assert len(matmul) == 1 and len(matmul[0].config_keys) == 6 and matmul[0].payload is not None
 
     for key in entries(store, "triton-kernel"):  # the kernels go; the records must suffice
@@ -213,22 +212,22 @@ def test_a_damaged_or_foreign_entry_under_a_record_key_is_lowered_again(cache_di
     store = use_store(cache_dir / "damaged")
     _, fn, shapes = PROGRAMS[0]
     good = lower(fn, shapes)
-    (key,) = entries(store, records.KIND)
+    (key,) = entries(store, call_entry.KIND)
     store.put(Entry(key=key, meta={"kind": "triton-kernel", "name": "impostor"}, blobs={}))
     forget()
     assert lower(fn, shapes) == good
-    (again,) = entries(store, records.KIND).values()
-    assert again.key == key and records.CallRecord.from_entry(again).payload is not None
+    (again,) = entries(store, call_entry.KIND).values()
+    assert again.key == key and call_entry.CallRecord.from_entry(again).payload is not None
 
 
 def _winner_slot_records(store):
-    return {k: records.CallRecord.from_entry(e) for k, e in entries(store, records.KIND).items()}
+    return {k: call_entry.CallRecord.from_entry(e) for k, e in entries(store, call_entry.KIND).items()}
 
 
 def test_a_winner_stored_later_redirects_the_record_and_its_removal_restores_it(cache_dir, use_store):
     store = use_store(cache_dir / "winners", gpu_model=GPU)
     site = site_of(inplace)
-    assert entries(store, records.KIND) == {}  # tuning lowers without reading or writing records
+    assert entries(store, call_entry.KIND) == {}  # tuning lowers without reading or writing records
     autotuned = lower(inplace, (VEC, VEC))
     assert len(autotuned) == 1 and "autotuned" in autotuned[0]
     (first,) = _winner_slot_records(store).values()
@@ -283,7 +282,7 @@ def test_another_node_is_served_from_the_shared_directory(cache_dir, use_store):
     assert lower(fn, shapes) == calls
     session = store.stats.session()
     assert session["compiles"] == 0 and session["hits"].get("shared") == 1
-    assert len(entries(store, records.KIND)) == 1 and entries(store, "triton-kernel") == {}  # backfilled: the record
+    assert len(entries(store, call_entry.KIND)) == 1 and entries(store, "triton-kernel") == {}  # backfilled: the record
 
 
 def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_store):
@@ -302,8 +301,8 @@ def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_sto
     os.utime(shared_file, (1000, 1000))
     forget()
     lower(fn, shapes)  # served by the record: the kernel is not read
-    assert {r["key"]: r["last_used"] for r in store.disk.records()}[kernel] == 1000  # deferred, not per call
+    assert {r["key"]: r["last_used"] for r in store.disk.listing()}[kernel] == 1000  # deferred, not per call
     store.disk.flush_touches()
     store.shared.flush_touches()
-    assert {r["key"]: r["last_used"] for r in store.disk.records()}[kernel] > 1e9
+    assert {r["key"]: r["last_used"] for r in store.disk.listing()}[kernel] > 1e9
     assert shared_file.stat().st_mtime > 1e9

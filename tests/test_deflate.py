@@ -6,6 +6,7 @@ import os
 import zlib
 
 from compiler.artifact import deflate_run
+from kernel_cache.lru import SizedLRU
 from lowering import deflate
 
 PTX = (b".version 8.4\n.target sm_90\n" + b"ld.global.f32 %f1, [%rd1];\n" * 3000)
@@ -34,8 +35,8 @@ def test_parts_missing_repeated_or_overlapping_are_deflated_as_usual():
     assert deflate.deflated(CUBIN) == deflate_run(CUBIN) == deflate.deflated(CUBIN, None)
 
 
-def test_memo_keeps_its_byte_budget():
-    memo = deflate.memo(max_bytes=1000)
+def test_a_bytes_lru_keeps_its_byte_budget():
+    memo = SizedLRU.of_bytes(max_bytes=1000)
     for i in range(10):
         memo.put(i, b"x" * 200)
     kept = [i for i in range(10) if memo.get(i) is not None]

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import Config, Store, call_records, entry_kinds, winners
+from kernel_cache import Config, Store, call_entry, entry_kinds, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.bundle import export_bundle, import_bundle
 from kernel_cache.cachectl import show_views
 from kernel_cache.cachectl.main import main
 from kernel_cache.entry import Entry
 from kernel_cache.entry_kinds import EntryKind
-from kernel_cache.maintenance import EntryInfo, verify
+from kernel_cache.inventory import EntryInfo, verify
 from kernel_cache.tiers.disk import DiskTier
 
 KEYS = tuple(f"{n:032x}" for n in range(1, 8))
@@ -38,18 +38,18 @@ def kernel_entry() -> Entry:
     return Entry(key=KEYS[0], meta=meta, blobs=blobs)
 
 
-def call_record(**changes) -> call_records.CallRecord:
-    record = call_records.CallRecord(
+def call_record(**changes) -> call_entry.CallRecord:
+    record = call_entry.CallRecord(
         key=KEYS[1], kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90", target=TARGET,
         toolchain="triton-x+abc", config_keys=(KEYS[0],), compile_seconds=0.1, payload=zlib.compress(b"proto"))
     return dataclasses.replace(record, **changes)
 
 
-def winner(**changes) -> winners.Winner:
-    record = winners.Winner(
+def winner(**changes) -> winner_entry.Winner:
+    record = winner_entry.Winner(
         kernel="add_kernel", arch="sm_90", target=TARGET, toolchain="triton-x+abc", device="Test GPU",
-        key_values=winners.canonical({"n": 4096}), key_text="n=4096",
-        configs=(winners.ConfigTiming(KEYS[0], "BLOCK: 256", 1e-3), winners.ConfigTiming(KEYS[2], "BLOCK: 512", 2e-3)),
+        key_values=winner_entry.canonical({"n": 4096}), key_text="n=4096",
+        configs=(winner_entry.ConfigTiming(KEYS[0], "BLOCK: 256", 1e-3), winner_entry.ConfigTiming(KEYS[2], "BLOCK: 512", 2e-3)),
         winner=0, reps=5, label="test")
     return dataclasses.replace(record, **changes)
 
@@ -65,13 +65,13 @@ def cases() -> dict[str, tuple[Entry, list[Entry]]]:
         # A kernel has no record of its own to check: decode checks its format and checksum, and its
         # launch metadata is the compiler's to read (Artifact.from_entry). Nothing more is refused.
         entry_kinds.KERNEL.name: (kernel_entry(), []),
-        call_records.KIND: (call_record().to_entry(), [
+        call_entry.KIND: (call_record().to_entry(), [
             call_record(payload=b"not a zlib stream").to_entry(),
             call_record(payload=zlib.compress(b"proto")[:-3]).to_entry(),  # truncated
             call_record(payload=None).to_entry(),  # neither a payload nor a winner key
             with_meta(call_record().to_entry(), config_keys=["../../etc/passwd"]),
         ]),
-        winners.KIND: (good_winner, [
+        winner_entry.KIND: (good_winner, [
             Entry(key=winner(device="another GPU").key, meta=good_winner.meta),  # filed under another key
             with_meta(good_winner, winner={"index": 7}),
             with_meta(good_winner, configs="no list"),
@@ -83,7 +83,7 @@ def test_every_kind_a_writer_puts_in_a_store_is_registered():
     from compiler.artifact import KIND as ARTIFACT_KIND
 
     written = {e.meta["kind"] for e in (kernel_entry(), call_record().to_entry(), winner().to_entry())}
-    assert written == {ARTIFACT_KIND, call_records.KIND, winners.KIND}
+    assert written == {ARTIFACT_KIND, call_entry.KIND, winner_entry.KIND}
     assert {k.name for k in entry_kinds.registered()} == written
     assert entry_kinds.KERNEL.name == ARTIFACT_KIND  # spelled in the core, which may not import the compiler
     for meta in (kernel_entry().meta, call_record().to_entry().meta, winner().to_entry().meta):

@@ -13,8 +13,7 @@ import pytest
 from conftest import run_python
 from test_gpu_lowering import GPU_CHILD_ENV
 
-from kernel_cache import Config, Store
-from kernel_cache import call_records as records
+from kernel_cache import Config, Store, call_entry
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 
@@ -51,7 +50,7 @@ def test_programs_run_from_their_records_alone(tmp_path):
         found = store.get(key)
         if found is not None:
             kinds.setdefault(found[0].meta.get("kind", ""), []).append(key)
-    assert len(kinds[records.KIND]) == 9 and len(kinds["triton-kernel"]) == 14
+    assert len(kinds[call_entry.KIND]) == 9 and len(kinds["triton-kernel"]) == 14
     for key in kinds["triton-kernel"]:
         store.delete(key)
     store.close()

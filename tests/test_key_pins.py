@@ -33,7 +33,7 @@ WINNER_INPUTS = [  # (config keys, autotune-key values as lowering.winners.key_v
 def current_pins() -> dict:
     from compiler import content_key
     from compiler.examples import example_specs
-    from kernel_cache import winners
+    from kernel_cache import winner_entry as winners
 
     return {
         "content": {f"{label}@{arch}": content_key(spec, TOOLCHAIN)

@@ -33,7 +33,7 @@ from kernel_cache import Config, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import outcomes
 from kernel_cache.entry import Entry, peek_meta
-from kernel_cache.maintenance import read_raw
+from kernel_cache.inventory import read_raw
 from kernel_cache.summary import META_KIND
 
 AFTER_SIGNAL = 1.0  # no entry may land later than this after the signal
@@ -94,7 +94,7 @@ def _records(directory: Path) -> dict[str, float]:
         return {}
     store = Store(Config(dir=directory), read_only=True)
     try:
-        return {r["key"]: r["created"] for r in store.disk.records()} if store.disk is not None else {}
+        return {r["key"]: r["created"] for r in store.disk.listing()} if store.disk is not None else {}
     finally:
         store.close()
 

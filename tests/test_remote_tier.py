@@ -75,7 +75,7 @@ def test_an_entry_round_trips_and_a_hit_restarts_its_ttl(server):
     assert tier.get(KEY).blobs == make_entry(KEY).blobs
     assert tier.client.ttl(tier._entry(KEY)) > 900  # the hit restarted it
     assert tier.get(KEY2) is None and tier.counters["hits"] == 1 and tier.counters["misses"] == 1
-    [record] = tier.records()
+    [record] = tier.listing()
     assert record["key"] == KEY and record["size_bytes"] == len(data)
     assert tier.delete(KEY) and KEY not in tier
 

@@ -84,7 +84,7 @@ def test_a_pickled_row_in_the_local_index_is_never_loaded(tmp_path):
         assert store.get(KEY2) is None  # the pickled row is a corrupt entry: a miss, removed
         assert store.get(KEY)[0].blobs == make_entry(KEY).blobs  # the victim's own entry still serves
     assert any("pickle" in m for m in kernel_cache_warnings(caught))
-    assert sorted(r["key"] for r in store.disk.records()) == [KEY]  # the pickled key is not listed
+    assert sorted(r["key"] for r in store.disk.listing()) == [KEY]  # the pickled key is not listed
     for command in (["list"], ["stats"], ["verify"], ["show", KEY[:8]]):
         cachectl("--dir", cache, *command)
     assert not marker.exists()

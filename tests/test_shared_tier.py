@@ -296,7 +296,7 @@ def test_hits_touch_an_entry_at_most_once_per_interval(shared):
     os.utime(path, (old, old))
     tier.get(KEY)
     assert os.stat(path).st_mtime > time.time() - 60  # due: refreshed for LRU pruning
-    (record,) = tier.records()
+    (record,) = tier.listing()
     assert record["last_used"] > time.time() - 60 and record["created"] <= record["last_used"]
 
 
@@ -345,13 +345,13 @@ def test_records_prune_and_delete(shared):
     for age, key in zip((40, 30, 20, 10), keys):
         tier.put(make_entry(key, size=1000))
         os.utime(shared / "entries" / key[:2] / key, (now - age * 86400, now - age * 86400))
-    records = {r["key"]: r for r in tier.records()}
+    records = {r["key"]: r for r in tier.listing()}
     assert set(records) == set(keys)
     sizes = [records[k]["size_bytes"] for k in keys]
     assert sizes[0] == len(tier.get_raw(keys[0])) and tier.volume() == sum(sizes)
     assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
 
-    from kernel_cache.maintenance import EntryFilter, plan_prune, remove_entries, scan
+    from kernel_cache.inventory import EntryFilter, plan_prune, remove_entries, scan
 
     infos = scan(tier)
     old = plan_prune(infos, EntryFilter(older_than_seconds=35 * 86400), None)

@@ -11,7 +11,7 @@ import pytest
 import triton
 import triton.language as tl
 from inspect_call import custom_calls
-from test_call_records import entries, forget, lower, records
+from test_call_records import call_entry, entries, forget, lower
 from test_inplace_readings import VEC, N, kinds
 
 import kernel_cache
@@ -102,7 +102,7 @@ def store(tmp_path):
 def test_a_tuple_call_is_recorded_and_served_from_its_record_alone(store):
     fn = lambda x, y, z: add_tuple(x, y, z, BLOCK=512)  # noqa: E731
     first = lower(fn, (VEC, HALF, VEC))
-    assert len(entries(store, records.KIND)) == 1
+    assert len(entries(store, call_entry.KIND)) == 1
     for key in entries(store, "triton-kernel"):  # the kernel goes; the record must suffice
         store.delete(key)
     forget()

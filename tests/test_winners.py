@@ -24,9 +24,8 @@ from test_cachectl import as_json, cachectl, ok
 import compiler
 import kernel_cache
 from compiler.toolchain import toolchain_summary
-from kernel_cache import Config, Store, entry_kinds
+from kernel_cache import Config, Store, entry_kinds, winner_entry
 from kernel_cache import entry as entry_format
-from kernel_cache import winners as records
 from lowering import examples as ep
 from lowering import jaxlib_compat as compat
 from lowering import winners
@@ -56,17 +55,17 @@ def site_of(fn=inplace) -> winners.Site:
     return site
 
 
-def record_for(site: winners.Site, winner: int, device: str | None = None, **changes) -> records.Winner:
-    timings = tuple(records.ConfigTiming(k, d, 1e-3 * (1 + abs(i - winner)))
+def record_for(site: winners.Site, winner: int, device: str | None = None, **changes) -> winner_entry.Winner:
+    timings = tuple(winner_entry.ConfigTiming(k, d, 1e-3 * (1 + abs(i - winner)))
                     for i, (k, d) in enumerate(zip(site.config_keys, site.descriptions)))
-    record = records.Winner(kernel=site.kernel, arch=site.spec.target.name, target=site.spec.target.to_json(),
+    record = winner_entry.Winner(kernel=site.kernel, arch=site.spec.target.name, target=site.spec.target.to_json(),
                             toolchain=toolchain_summary(site.spec.target), device=device or site.device,
                             key_values=site.key_values, key_text=site.key_text, configs=timings, winner=winner,
                             reps=20, label="test")
     return dataclasses.replace(record, **changes)
 
 
-def put_winner(store, record: records.Winner) -> None:
+def put_winner(store, record: winner_entry.Winner) -> None:
     """Store a winner as `cachectl tune` does: in the store, and in this process's lookup memo."""
     store.put(record.to_entry())
     winners.remember(kernel_cache.current_session(), record)
@@ -84,11 +83,11 @@ def gpu_store(tmp_path):
 FAKE_KEYS = (f"{1:032x}", f"{2:032x}", f"{3:032x}")
 
 
-def fake_record(**changes) -> records.Winner:
-    record = records.Winner(
+def fake_record(**changes) -> winner_entry.Winner:
+    record = winner_entry.Winner(
         kernel="k", arch="sm_90", target={"backend": "cuda", "arch": 90, "warp_size": 32}, toolchain="triton-x+abc",
-        device=GPU, key_values=records.canonical({"key": [["n", 4096]]}), key_text="n=4096",
-        configs=tuple(records.ConfigTiming(k, f"BLOCK: {256 << i}", 1e-3 * (i + 1)) for i, k in enumerate(FAKE_KEYS)),
+        device=GPU, key_values=winner_entry.canonical({"key": [["n", 4096]]}), key_text="n=4096",
+        configs=tuple(winner_entry.ConfigTiming(k, f"BLOCK: {256 << i}", 1e-3 * (i + 1)) for i, k in enumerate(FAKE_KEYS)),
         winner=0, reps=5, label="prog")
     return dataclasses.replace(record, **changes)
 
@@ -97,15 +96,15 @@ def test_record_round_trips_through_the_entry_format_and_keys_its_content():
     record = fake_record()
     entry = record.to_entry()
     decoded = entry_format.decode(entry_format.encode(entry), expected_key=record.key)
-    assert records.Winner.from_meta(decoded.meta) == record and decoded.blobs == {}
-    assert records.problem(decoded) is None and entry_format.is_key(record.key)
+    assert winner_entry.Winner.from_meta(decoded.meta) == record and decoded.blobs == {}
+    assert winner_entry.problem(decoded) is None and entry_format.is_key(record.key)
     # the family is the set of config keys: their order does not matter, their content does
     assert fake_record(configs=record.configs[::-1], winner=2).key == record.key
     assert fake_record(configs=record.configs[:2]).key != record.key
     assert fake_record(device="NVIDIA H100 80GB HBM3").key != record.key
     # key values are type-tagged: 4096, 4096.0 and "4096" are three problems
     for other in (4096.0, "4096", True):
-        assert fake_record(key_values=records.canonical({"key": [["n", other]]})).key != record.key
+        assert fake_record(key_values=winner_entry.canonical({"key": [["n", other]]})).key != record.key
 
 
 def test_a_record_of_the_retired_format_is_never_used_and_is_no_damage():
@@ -114,27 +113,27 @@ def test_a_record_of_the_retired_format_is_never_used_and_is_no_damage():
     damaged by verify or import, and say why when read."""
     entry = fake_record().to_entry()
     entry.meta["format"] = 1
-    assert "tune again with cachectl tune" in records.problem(entry)
-    assert records.damage(entry) is None and entry_kinds.problem(entry) is None
-    assert records.summary(entry.meta) is None
+    assert "tune again with cachectl tune" in winner_entry.problem(entry)
+    assert winner_entry.damage(entry) is None and entry_kinds.problem(entry) is None
+    assert winner_entry.summary(entry.meta) is None
     entry.meta["format"] = 3  # a newer writer's: not ours to judge or to use
-    assert "not an autotune winner record" in records.damage(entry)
+    assert "not an autotune winner record" in winner_entry.damage(entry)
 
 
 def test_problem_refuses_malformed_or_misfiled_records():
     record = fake_record()
     moved = entry_format.Entry(key=fake_record(device="other").key, meta=record.to_entry().meta)
-    assert "another key" in records.problem(moved)
+    assert "another key" in winner_entry.problem(moved)
     bad_index = record.to_entry()
     bad_index.meta["winner"]["index"] = 7
-    assert "config #7" in records.problem(bad_index)
-    failed_winner = fake_record(configs=(records.ConfigTiming(FAKE_KEYS[0], "a", None, "boom"),
+    assert "config #7" in winner_entry.problem(bad_index)
+    failed_winner = fake_record(configs=(winner_entry.ConfigTiming(FAKE_KEYS[0], "a", None, "boom"),
                                          *fake_record().configs[1:]))
-    assert "did not time" in records.problem(failed_winner.to_entry())
+    assert "did not time" in winner_entry.problem(failed_winner.to_entry())
     not_a_key = record.to_entry()
     not_a_key.meta["configs"][0]["key"] = "../../etc"
-    assert "no content key" in records.problem(not_a_key)
-    assert records.summary({"kind": "triton-kernel"}) is None
+    assert "no content key" in winner_entry.problem(not_a_key)
+    assert winner_entry.summary({"kind": "triton-kernel"}) is None
 
 
 def test_store_round_trip_across_processes_of_the_store(tmp_path):
@@ -145,7 +144,7 @@ def test_store_round_trip_across_processes_of_the_store(tmp_path):
     again = Store(Config(dir=tmp_path / "c"))
     entry, tier = again.get(record.key)
     again.close()
-    assert tier == "disk" and records.Winner.from_meta(entry.meta) == record
+    assert tier == "disk" and winner_entry.Winner.from_meta(entry.meta) == record
 
 
 # Lowering ------------------------------------------------------------------------------------------
@@ -291,7 +290,7 @@ def test_export_and_import_carry_winners(tuned_cache, tmp_path):
     store = Store(Config(dir=fresh))
     entry, _ = store.get(record.key)
     store.close()
-    assert records.Winner.from_meta(entry.meta) == record
+    assert winner_entry.Winner.from_meta(entry.meta) == record
 
 
 def test_tune_refuses_to_run_without_a_gpu(tmp_path):

@@ -26,7 +26,7 @@ from ..bundle import (
 )
 from ..bundle_stream import BundleError, NotABundle
 from ..config import sources
-from ..maintenance import read_raw
+from ..inventory import read_raw
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size

@@ -4,9 +4,9 @@ without them), and whether it holds a payload or only points at its autotune win
 
 from __future__ import annotations
 
-from ..call_records import CallRecord
+from ..call_entry import CallRecord
 from ..entry import Entry
-from ..maintenance import EntryInfo
+from ..inventory import EntryInfo
 from .render import human_size, human_time
 from .show_views import ShowArgs
 

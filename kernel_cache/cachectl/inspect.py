@@ -13,7 +13,7 @@ from .. import entry_kinds
 from ..config import XLA_SUBDIR, sources, spelled
 from ..disk_index import ENTRIES_DIR, INDEX
 from ..display import escaped, redacted
-from ..maintenance import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
+from ..inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..safefs import Tree
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ..entry import Entry
-from ..maintenance import EntryInfo
+from ..inventory import EntryInfo
 from ..summary import EntrySummary
 from .render import human_size, human_time
 from .show_views import ShowArgs

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from .. import entry_kinds
 from ..entry_kinds import EntryKind
-from ..maintenance import EntryInfo
+from ..inventory import EntryInfo
 from .render import human_size
 
 KERNEL = entry_kinds.KERNEL.name  # the kernel kind, as prewarm's and programs' own checks name it

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
 from ..display import echo
-from ..maintenance import SORT_KEYS
+from ..inventory import SORT_KEYS
 from .context import EXIT_OK, JSON_SCHEMA, CliError, Context
 
 

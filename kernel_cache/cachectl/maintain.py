@@ -7,7 +7,7 @@ from typing import Any, TypedDict
 
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
-from ..maintenance import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
+from ..inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier

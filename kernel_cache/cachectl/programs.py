@@ -29,7 +29,7 @@ from compiler import parse_target
 from ..config import Config
 from ..display import echo
 from ..entry import peek_meta
-from ..maintenance import read_raw
+from ..inventory import read_raw
 from ..store import Store
 from ..summary import META_KIND, EntrySummary
 from ..tier import KeptTier
@@ -195,7 +195,7 @@ def _kernel_summary(tier: KeptTier, key: str) -> EntrySummary | None:
 
 
 def _known_keys_of(tier: KeptTier) -> set[str]:
-    return {r["key"] for r in tier.records()}
+    return {r["key"] for r in tier.listing()}
 
 
 def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:

@@ -11,7 +11,7 @@ from typing import cast
 
 from ..entry import Entry
 from ..entry_kinds import EntryKind
-from ..maintenance import EntryInfo
+from ..inventory import EntryInfo
 
 
 @dataclass(frozen=True)

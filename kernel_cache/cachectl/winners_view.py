@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .. import entry_kinds
 from ..entry import Entry
-from ..maintenance import EntryInfo
-from ..winners import Winner
+from ..inventory import EntryInfo
+from ..winner_entry import Winner
 from .render import human_size, human_time, table
 from .show_views import ShowArgs
 

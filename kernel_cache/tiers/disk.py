@@ -213,12 +213,12 @@ class DiskTier:
             return False
 
     def keys(self) -> Iterator[str]:
-        return iter([r["key"] for r in self.records()])
+        return iter([r["key"] for r in self.listing()])
 
     def __len__(self) -> int:
-        return len(self.records())
+        return len(self.listing())
 
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs.
         Rows under names that are not content keys are not ours and are left out."""
         rows = self._query("SELECT key, size, store_time, access_time FROM Cache WHERE raw = 1")
@@ -323,7 +323,7 @@ class DiskTier:
 
     def clear(self) -> int:
         """Remove every entry; value files first (see `delete`)."""
-        count = len(self.records())
+        count = len(self.listing())
         for name in value_files(self.tree):
             with contextlib.suppress(OSError):
                 self.tree.unlink(ENTRIES_DIR, *name)

@@ -57,7 +57,7 @@ class MemoryTier:
     def __contains__(self, key: object) -> bool:
         return key in self._lru
 
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         return []
 
     def peek_raw(self, key: str) -> builtins.bytes | None:

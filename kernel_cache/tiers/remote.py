@@ -184,7 +184,7 @@ class RemoteTier:
         data = self._call("read", lambda: self.client.get(self._entry(key)), None)
         return data if isinstance(data, bytes) else None
 
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created (from its header), last_used (from its TTL: a hit
         restarts it), listed with SCAN and bounded by MAX_SCAN."""
         def scan() -> list[dict[str, Any]]:

@@ -168,7 +168,7 @@ class SharedTier:
             yield held
 
     # Maintenance (cachectl) ---------------------------------------------------------------
-    def records(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
         out = []
         for key, st in self._entry_files():
@@ -179,7 +179,7 @@ class SharedTier:
         return out
 
     def volume(self) -> int:
-        return sum(r["size_bytes"] for r in self.records())
+        return sum(r["size_bytes"] for r in self.listing())
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
         """Remove planted non-files at entry paths (links, FIFOs, directories: at once, no writer

@@ -1,6 +1,6 @@
 """What cachectl does to a store, without printing: list, select, prune, verify entries of a tier.
 
-Works on any tier with `records()`, `get_raw`/`peek_raw`, `delete` (the disk tier, the shared tier).
+Works on any tier with `listing()`, `get_raw`/`peek_raw`, `delete` (the disk tier, the shared tier).
 Knows nothing of Triton: whether an entry is stale (built by another toolchain than the installed
 one) is decided by a callable the caller passes in.
 """
@@ -107,13 +107,13 @@ def read_raw(tier: KeptTier, key: str) -> bytes | None:
 def scan(tier: KeptTier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
     """Every entry of `tier` with its metadata; unreadable entries are listed with `error` set."""
     infos = []
-    for rec in tier.records():
+    for rec in tier.listing():
         key = rec["key"]
         info = EntryInfo(key=key, tier=tier.name, kernel="?", arch="?", size_bytes=int(rec["size_bytes"]),
                          created=float(rec["created"]), last_used=float(rec["last_used"]))
         try:
             raw = read_raw(tier, key)
-            if raw is None:  # removed since records() was read
+            if raw is None:  # removed since listing() was read
                 continue
             info.size_bytes = len(raw)
             meta = entry_format.peek_meta(raw)
@@ -228,12 +228,12 @@ def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key; then what its kind checks: a winner's or lowered
     call's record); returns (entries checked, bad entries)."""
     checked, bad = 0, []
-    for rec in tier.records():
+    for rec in tier.listing():
         key = rec["key"]
         checked += 1
         try:
             raw = read_raw(tier, key)
-            if raw is None:  # removed since records() was read
+            if raw is None:  # removed since listing() was read
                 checked -= 1
                 continue
             entry = entry_format.decode(raw, expected_key=key)
