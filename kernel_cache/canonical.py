@@ -9,9 +9,11 @@ tagged form or raises TypeError; what nothing knows is a TypeError naming the va
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from .digest import text
 from .display import echo
 
 Extension = Callable[[Any], Any]  # a value this floor knows -> its tagged form; TypeError otherwise
@@ -50,3 +52,67 @@ def _scalar(value: Any, extend: Extension | None) -> Any:
     if extend is not None:
         return extend(value)
     raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
+
+
+_string = json.encoder.encode_basestring_ascii  # as json.dumps writes a string (ensure_ascii)
+
+
+def canonical_text(value: Any, extend: Extension | None = None) -> str:
+    """`digest.text(canonical(value, extend))`, written in one pass without building the tagged form
+    (a lowered call's fingerprint is encoded on every lowering: this is ~3x faster). A test keeps
+    the two equal for every kind of value."""
+    parts: list[str] = []
+    _write(value, extend, parts.append)
+    return "".join(parts)
+
+
+def _leaf(value: Any) -> str | None:
+    """The text of a plain leaf (the common case, written without recursing), or None."""
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is int:
+        return '{"int":"' + str(value) + '"}'
+    if value is None:
+        return "null"
+    if kind is bool:
+        return '{"bool":true}' if value else '{"bool":false}'
+    if kind is float:
+        return '{"float":"' + value.hex() + '"}'
+    if kind is bytes:
+        return '{"bytes":"' + value.hex() + '"}'
+    return None
+
+
+def _write(value: Any, extend: Extension | None, out: Callable[[str], object]) -> None:
+    leaf = _leaf(value)
+    if leaf is not None:
+        out(leaf)
+    elif isinstance(value, (list, tuple)):
+        out("{" + _string(type(value).__name__) + ":[")
+        first = True
+        for item in value:
+            if not first:
+                out(",")
+            first = False
+            leaf = _leaf(item)
+            if leaf is not None:
+                out(leaf)
+            else:
+                _write(item, extend, out)
+        out("]}")
+    elif isinstance(value, dict):
+        out('{"dict":[')
+        for i, (k, v) in enumerate(sorted(value.items(), key=_by_key_repr)):
+            out(",[" if i else "[")
+            _write(k, extend, out)
+            out(",")
+            _write(v, extend, out)
+            out("]")
+        out("]}")
+    else:
+        out(text(_scalar(value, extend)))
+
+
+def _by_key_repr(item: tuple[Any, Any]) -> str:
+    return repr(item[0])

@@ -37,8 +37,8 @@ from compiler import triton_compat as tc
 from compiler.key import triton_value
 from compiler.toolchain import installed_tools, toolchain_summary
 from kernel_cache import Config, Session, Store, call_entry, lookup_log
-from kernel_cache.canonical import canonical
-from kernel_cache.digest import digest_text, text
+from kernel_cache.canonical import canonical, canonical_text
+from kernel_cache.digest import digest_text
 
 from . import jaxlib_compat as compat
 from . import winners
@@ -196,7 +196,7 @@ def _fingerprint(plan: KernelPlan, module: Any, device: str | None, memos: _Memo
         static = _static_part(plan, memos)
         rest = [_module_part(module, plan.platform, config), device, plan.args, plan.options, configs,
                 list(plan.info), plan.shapes]
-        document_text = "[" + static + "," + text(_canonical(rest)) + "]"
+        document_text = "[" + static + "," + canonical_text(rest, _lowering_value) + "]"
     except TypeError:
         return None
     return digest_text(document_text)
@@ -242,9 +242,9 @@ def _static_part(plan: KernelPlan, memos: _Memos) -> str:
     memo_key = (id(fn), fingerprint, plan.target, plan.platform)
     found = memo.get(memo_key)
     if found is None or found[0] is not fn:
-        found = (fn, text(_canonical(["kernel-cache lowered call", FORMAT, _code_identity(), plan.platform,
+        found = (fn, canonical_text(["kernel-cache lowered call", FORMAT, _code_identity(), plan.platform,
                                       plan.target.to_json(), installed_tools(plan.target), fn.__name__, fingerprint,
-                                      [list(flags) for flags in tc.param_flags(fn)]])))
+                                      [list(flags) for flags in tc.param_flags(fn)]], _lowering_value))
         if len(memo) < 4096:
             memo[memo_key] = found
     return found[1]
