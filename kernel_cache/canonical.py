@@ -78,9 +78,9 @@ def _leaf(value: Any) -> str | None:
     if kind is bool:
         return '{"bool":true}' if value else '{"bool":false}'
     if kind is float:
-        return '{"float":"' + value.hex() + '"}'
+        return '{"float":"' + str(value.hex()) + '"}'
     if kind is bytes:
-        return '{"bytes":"' + value.hex() + '"}'
+        return '{"bytes":"' + str(value.hex()) + '"}'
     return None
 
 

@@ -154,8 +154,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`0` (or `false`, `no`, `off`) ignores persisted autotune winners (`cachectl tune`): autotuned calls are "
             "lowered with all their configs and jaxlib autotunes them at first launch"),
     Setting("KERNEL_CACHE_CALL_RECORDS", "call_records", parse_flag, "`1`",
-            "`0` (or `false`, `no`, `off`) lowers every Triton call kernel by kernel instead of reading the call's "
-            "recorded payload (see [Lowered-call records](#lowered-call-records))"),
+            "`0` (or `false`, `no`, `off`) keeps lowered-call records out of the store: a new process lowers every "
+            "Triton call kernel by kernel (a call lowered again in the same process is still reused; see "
+            "[Lowered-call records](#lowered-call-records))"),
     Setting("KERNEL_CACHE_GPU_MODEL", "gpu_model", _text, "the device's",
             "the GPU model (JAX's `device_kind`, e.g. `NVIDIA H100 80GB HBM3`) whose tuned winners lowering uses; "
             "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),

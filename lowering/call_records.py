@@ -17,7 +17,9 @@ by identity) makes the call unrecorded, and it is lowered kernel by kernel as be
 
 With persisted winners in play, a record of an autotuned call names its winner key: a winner
 stored since (by `cachectl tune`) redirects the reader to the record of that winner alone.
-KERNEL_CACHE_CALL_RECORDS=0 turns records off. ROCm payloads name a temporary file: never recorded.
+KERNEL_CACHE_CALL_RECORDS=0 keeps records out of the store: they live in this session only (a
+model's layers lowering the same call again). The fingerprint is the call's one key: the store's
+record and this session's copy use it alike. ROCm payloads name a temporary file: never recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from compiler.key import triton_value
 from compiler.toolchain import installed_tools, toolchain_summary
 from kernel_cache import Config, Session, Store, call_entry, lookup_log
 from kernel_cache.canonical import canonical, canonical_text
-from kernel_cache.digest import digest_text
+from kernel_cache.digest import digest, digest_text
+from kernel_cache.lru import SizedLRU
 
 from . import jaxlib_compat as compat
 from . import winners
@@ -53,14 +56,14 @@ def _code_identity() -> str:
     that would build it the same way (~0.6 ms once per process). Raises TypeError (the call is then
     not recorded) where the sources cannot be read, e.g. an install of compiled files only."""
     if not _code:
-        digest, read = xxhash.xxh3_128(), 0
+        hasher, read = xxhash.xxh3_128(), 0
         for package in (compiler, __import__(__package__ or "lowering")):
             for path in sorted(glob.glob(os.path.join(os.path.dirname(package.__file__ or ""), "*.py"))):
-                digest.update(os.path.basename(path).encode() + b"\0")
+                hasher.update(os.path.basename(path).encode() + b"\0")
                 with open(path, "rb") as f:
-                    digest.update(f.read())
+                    hasher.update(f.read())
                 read += 1
-        _code.append(digest.hexdigest() if read else "")
+        _code.append(hasher.hexdigest() if read else "")
     if not _code[0]:
         raise TypeError("the compiler and lowering sources are not readable: calls are not recorded")
     return _code[0]
@@ -91,6 +94,7 @@ class Slot:
     plan: KernelPlan
     winners_apply: bool
     session: Session
+    memos: "_Memos"
     payload: bytes | None = None
     kernels: int = 0
 
@@ -107,7 +111,7 @@ class Slot:
             self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
             return
         self._put(_winner_slot(self.key, keys[0]), keys, seconds, payload, winner_key or "")
-        if _read(self.session, self.key) is None:  # the call's own record points readers at its winner
+        if _read(self, self.key) is None:  # the call's own record points readers at its winner
             self._put(self.key, tuple(family), 0.0, None, winner_key or "")
 
     def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
@@ -116,36 +120,39 @@ class Slot:
             key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
             arch=plan.target.name, target=plan.target.to_json(), toolchain=toolchain_summary(plan.target),
             config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
-        self.session.store.put(record.to_entry())
+        if self.session.config.call_records:
+            self.session.store.put(record.to_entry())
+        else:  # records off: kept for this session only (a model's layers lowering the same call again)
+            self.memos.records.put(key, record)
 
 
 def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
-    for a call seen before, its payload: one store read. `module`: the JAX module being lowered
-    (what cannot change within it is read once per module)."""
+    for a call seen before, its payload: one store read (records off: from this session's memo).
+    `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
     stance = winners.stance(plan.platform, session.config, autotuned=len(plan.configs) > 1)
-    slot = Slot(None, plan, stance.device is not None, session)
-    if plan.platform != "cuda" or not session.config.call_records or stance.tuning:
-        return slot
     memos = session.memo("lowering.call_records", _Memos)
+    slot = Slot(None, plan, stance.device is not None, session, memos)
+    if plan.platform != "cuda" or stance.tuning:
+        return slot
     slot.key = _fingerprint(plan, module, stance.device, memos, session.config)
     if slot.key is not None:
-        _serve(slot, memos)
+        _serve(slot)
     return slot
 
 
-def _serve(slot: Slot, memos: _Memos) -> None:
+def _serve(slot: Slot) -> None:
     """Fill `slot` from its record, counted as hits of the record's kernels."""
     assert slot.key is not None
     start = time.perf_counter()
-    found = _read(slot.session, slot.key)
+    found = _read(slot, slot.key)
     if found is None:
         return
     record, tier = found
     if record.winner_key:
         chosen = winners.stored_winner(slot.session, record.winner_key)
         if chosen is not None and chosen in record.config_keys:
-            found = _read(slot.session, _winner_slot(slot.key, chosen))
+            found = _read(slot, _winner_slot(slot.key, chosen))
             if found is None:
                 return  # lowered below as the winner alone, which records it
             record, tier = found
@@ -154,7 +161,7 @@ def _serve(slot: Slot, memos: _Memos) -> None:
     store = slot.session.store
     for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
         store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
-    _touch_kernels(store, memos.touched, record.config_keys)
+    _touch_kernels(store, slot.memos.touched, record.config_keys)
     kernel = slot.plan.fn.__name__
     lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", tier, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
@@ -171,8 +178,11 @@ def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None
         store.touch(new)
 
 
-def _read(session: Session, key: str) -> tuple[call_entry.CallRecord, str] | None:
-    found = session.store.get(key)
+def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
+    if not slot.session.config.call_records:
+        kept = slot.memos.records.get(key)
+        return None if kept is None else (kept, "memory")
+    found = slot.session.store.get(key)
     if found is None:
         return None
     entry, tier = found
@@ -183,7 +193,8 @@ def _read(session: Session, key: str) -> tuple[call_entry.CallRecord, str] | Non
 
 
 def _winner_slot(key: str, chosen: str) -> str:
-    return xxhash.xxh3_128_hexdigest(f"{key}:winner:{chosen}".encode())
+    """Where the record of the call lowered as its persisted winner `chosen` alone lives."""
+    return digest(["kernel-cache lowered call", FORMAT, key, "winner", chosen])
 
 
 def _fingerprint(plan: KernelPlan, module: Any, device: str | None, memos: _Memos, config: Config) -> str | None:
@@ -204,11 +215,13 @@ def _fingerprint(plan: KernelPlan, module: Any, device: str | None, memos: _Memo
 
 @dataclass
 class _Memos:
-    """This module's session memos: the static part's text per kernel function and target, and the
-    kernels whose use the tiers have been told of."""
+    """This module's session memos: the static part's text per kernel function and target, the
+    kernels whose use the tiers have been told of, and (records off) the records of this session."""
 
     static: dict[tuple[Any, ...], tuple[Any, str]] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
+    records: SizedLRU[call_entry.CallRecord] = field(
+        default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
 
 
 _MODULE_MEMO_KEY = "kernel_cache.call_entry"  # our entry in a JAX module's own per-module cache

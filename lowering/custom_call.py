@@ -21,8 +21,7 @@ from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-export
 
 from compiler import Artifact, KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
-from kernel_cache import Session
-from kernel_cache.lru import SizedLRU
+from kernel_cache import Config
 
 from . import deflate
 from . import jaxlib_compat as compat
@@ -30,7 +29,6 @@ from .module_image import ModuleImage, inject
 from .plan import CallInfo, KernelPlan, Launch
 
 _warned_aliases = False
-_PAYLOADS = "lowering.custom_call.payloads"  # session memo: call -> payload
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
 _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
@@ -117,22 +115,10 @@ def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str,
 
 
 def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo,
-                    session: Session) -> bytes:
-    """The zlib-compressed TritonAnyKernelCall proto for these configs; the same call lowered again in
-    this session (a model's layers call the same kernels on the same shapes) is served from a memo."""
-    layout = compat.module_image_layout(platform, session.config)
-    if platform != "cuda":  # ROCm's payload names a temporary HSACO file that jaxlib deletes: never reused
-        return _serialize(platform, calls, args, layout, info)
-    memo_key = (tuple((c.key, c.launch.grid, tuple(sorted(c.launch.zeroed_bytes.items())), c.launch.description,
-                       tuple(sorted(c.launch.bound))) for c in calls),
-                tuple(repr(a) for a in args), info, layout,
-                bool(info.aliases) and compat.autotuned_aliases_supported())
-    payloads = session.memo(_PAYLOADS, lambda: SizedLRU.of_bytes(max_bytes=64 << 20))
-    payload = payloads.get(memo_key)
-    if payload is None:
-        payload = _serialize(platform, calls, args, layout, info)
-        payloads.put(memo_key, payload)
-    return payload
+                    config: Config) -> bytes:
+    """The zlib-compressed TritonAnyKernelCall proto for these configs (a call lowered again is served
+    by its record: `lowering.call_records`)."""
+    return _serialize(platform, calls, args, compat.module_image_layout(platform, config), info)
 
 
 def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, info: CallInfo) -> bytes:

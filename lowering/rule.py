@@ -46,7 +46,7 @@ def _lower_kernels(slot: call_records.Slot) -> None:
     fetched = kernels.fetch(specs, session, on_miss=functools.partial(ahead.start, plan.platform, session))
     calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
              for spec, (art, key), launch in zip(specs, fetched, plan.launches)]
-    payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session)
+    payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session.config)
     slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
 
 

@@ -96,6 +96,25 @@ def test_a_call_lowered_before_is_served_from_its_record_alone(cache_dir, use_st
     assert store.stats.session()["compiles"] == 1
 
 
+def test_records_off_keep_a_call_for_this_session_only(cache_dir, use_store, monkeypatch):
+    """KERNEL_CACHE_CALL_RECORDS=0: nothing is written to the store, yet a call lowered again in the
+    same session is served from the session's copy under the same fingerprint (no kernel read, the
+    same payload); a new session (a new process) lowers it kernel by kernel."""
+    store = use_store(cache_dir / "session-only", call_records=False)
+    _, fn, shapes = PROGRAMS[2]  # the autotuned matmul: 6 kernels
+    first = lower(fn, shapes)
+    reads = []
+    real_get = type(store).get
+    monkeypatch.setattr(type(store), "get", lambda self, key: reads.append(key) or real_get(self, key))
+    assert lower(fn, shapes) == first and reads == []
+    assert entries(store, call_entry.KIND) == {}
+    monkeypatch.undo()
+    store = use_store(cache_dir / "session-only", call_records=False)  # a new session: read again
+    reads = []
+    monkeypatch.setattr(type(store), "get", lambda self, key: reads.append(key) or real_get(self, key))
+    assert lower(fn, shapes) == first and len(reads) == 6
+
+
 def _inputs(**changes):
     """The plan fields of a plain add call the fingerprint reads, with `changes` applied."""
     config = LaunchConfig({"BLOCK": 1024}, 4, 3, 1, "default")
@@ -170,7 +189,7 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
 
     assert _key(configs=[dataclasses.replace(config, constexprs={"BLOCK": object()})]) is None  # not plain: unrecorded
     use_store(tmp_path / "cache", call_records=False)
-    assert _key() is None
+    assert _key() == base  # records kept in this session only: the call's one key all the same
     use_store(tmp_path / "cache")
     assert _key(platform="rocm", target=Target("hip", "gfx942", 64)) is None  # ROCm payloads name a temp file
     monkeypatch.setattr(call_records, "_code", [""])  # sources unreadable (compiled files only): no records
