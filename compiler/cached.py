@@ -49,8 +49,8 @@ def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, byt
 def get_or_compile(spec: KernelSpec, store: Store | None = None, *,
                    known_missing: bool = False) -> tuple[Artifact, str]:
     """The artifact for `spec` from `store` (default: kernel_cache's process store), compiling and
-    publishing it on a miss. Returns (artifact, key). `known_missing`: `lookup` just missed it (one
-    more store read, under the build lock, instead of two)."""
+    publishing it on a miss. Returns (artifact, key). `known_missing`: `lookup` just missed it (that
+    was the miss's one read; under the build lock only a presence probe)."""
     store = _store(store)
     key = content_key(spec)
 

@@ -135,15 +135,16 @@ class Store:
     def get_or_create(self, key: str, build: Builder, label: lookup_log.Label = "", *,
                       known_missing: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss.
-        `known_missing`: the caller has just looked it up and missed, so the store is read once more
-        only under the lock (where a neighbour's build shows), not before it too."""
+        `known_missing`: the caller has just looked it up and missed (that was the miss's one read).
+        Under the lock a presence probe (an index row, a stat, EXISTS) tells whether a neighbour
+        built it meanwhile; only then is it read."""
         start = time.perf_counter()
         found = None if known_missing else self.get(key)
         if found is not None:
             return self._hit(found, key, label, start)
         check_key(key)
         with self._single_flight(key, label):
-            found = self.get(key)  # another thread or process may have built it meanwhile
+            found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
             if found is not None:
                 return self._hit(found, key, label, start)
             self.stats.miss()
@@ -252,6 +253,16 @@ class Store:
                         break
                 lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
                 yield
+
+    def _anywhere(self, key: str) -> bool:
+        """Whether some level holds `key`, without reading it (a level that cannot say: no)."""
+        if key in self.memory:
+            return True
+        for tier in self.persistent_tiers:
+            with contextlib.suppress(Exception):
+                if key in tier:
+                    return True
+        return False
 
     def _lock_levels(self) -> list[Tier]:
         """Who serializes a compile: this node's local level, then the slowest writable level shared

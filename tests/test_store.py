@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import textwrap
@@ -20,6 +21,7 @@ from kernel_cache.tiers.memory import MemoryTier
 
 K = "1" * 32
 K1 = "2" * 32
+K2 = "3" * 32
 
 
 def _entry(key="c" * 32, size=1000, **meta):
@@ -318,9 +320,10 @@ def test_metadata_is_read_from_the_head_of_an_entry_without_its_blobs():
         entry_format.peek_meta_head(head, len(data) - 5)
 
 
-def test_a_miss_reads_each_level_once_before_the_lock_and_once_under_it(tmp_path, monkeypatch):
-    """A lookup that missed hands get_or_create `known_missing`: the store is read again only under the
-    build lock (where a neighbour's finished build shows), not also before it (three reads were two)."""
+def test_a_miss_reads_each_level_once(tmp_path, monkeypatch):
+    """One read per miss: a lookup that missed hands get_or_create `known_missing`, and under the build
+    lock a presence probe (not a read) says whether a neighbour built it meanwhile; only then is it
+    read (three reads were one, plus a probe)."""
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o700)
     store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
@@ -336,7 +339,24 @@ def test_a_miss_reads_each_level_once_before_the_lock_and_once_under_it(tmp_path
     build = lambda: ({"name": "k"}, {"cubin": b"x" * 100}, 0.1)  # noqa: E731
     assert store.lookup(K) is None
     store.get_or_create(K, build, known_missing=True)
-    assert reads == {"disk": 2, "shared": 2}  # the lookup, then the check under the lock
+    assert reads == {"disk": 1, "shared": 1}  # the lookup; under the lock only a probe
     store.get_or_create(K1, build)
-    assert reads == {"disk": 4, "shared": 4}  # without the hint: before the lock and under it
+    assert reads == {"disk": 2, "shared": 2}  # without the hint: the read before the lock
+
+    # a neighbour (another process: not in this one's memory) publishes while this one waits for
+    # the lock: the probe sees it, it is read, and nothing is built here
+    neighbour = Store(Config(dir=tmp_path / "local", shared_dir=shared))
+    built = []
+    real_flight = store._single_flight
+
+    @contextlib.contextmanager
+    def publish_first(key, label=""):
+        neighbour.put(Entry(key=key, meta={"name": "theirs"}, blobs={"cubin": b"y" * 100}))
+        with real_flight(key, label):
+            yield
+
+    monkeypatch.setattr(store, "_single_flight", publish_first)
+    meta, _ = store.get_or_create(K2, lambda: built.append(1) or build(), known_missing=True)
+    assert built == [] and meta["name"] == "theirs"
+    neighbour.close()
     store.close()
