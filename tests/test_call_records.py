@@ -100,7 +100,7 @@ def test_records_off_keep_a_call_for_this_session_only(cache_dir, use_store, mon
     """KERNEL_CACHE_CALL_RECORDS=0: nothing is written to the store, yet a call lowered again in the
     same session is served from the session's copy under the same fingerprint (no kernel read, the
     same payload); a new session (a new process) lowers it kernel by kernel."""
-    store = use_store(cache_dir / "session-only", call_records=False)
+    store = use_store(cache_dir / "session-only", call_records=False, winners=False)  # (no winner reads on a GPU host)
     _, fn, shapes = PROGRAMS[2]  # the autotuned matmul: 6 kernels
     first = lower(fn, shapes)
     reads = []
@@ -109,7 +109,7 @@ def test_records_off_keep_a_call_for_this_session_only(cache_dir, use_store, mon
     assert lower(fn, shapes) == first and reads == []
     assert entries(store, call_entry.KIND) == {}
     monkeypatch.undo()
-    store = use_store(cache_dir / "session-only", call_records=False)  # a new session: read again
+    store = use_store(cache_dir / "session-only", call_records=False, winners=False)  # a new session: read again
     reads = []
     monkeypatch.setattr(type(store), "get", lambda self, key: reads.append(key) or real_get(self, key))
     assert lower(fn, shapes) == first and len(reads) == 6
