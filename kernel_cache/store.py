@@ -243,7 +243,7 @@ class Store:
                                   f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
                         continue
                     if not acquired:
-                        if _published(level, key):
+                        if _holds(level, key):
                             outcome = "the holder published it"
                         else:
                             outcome = "timed out"
@@ -256,13 +256,7 @@ class Store:
 
     def _anywhere(self, key: str) -> bool:
         """Whether some level holds `key`, without reading it (a level that cannot say: no)."""
-        if key in self.memory:
-            return True
-        for tier in self.persistent_tiers:
-            with contextlib.suppress(Exception):
-                if key in tier:
-                    return True
-        return False
+        return key in self.memory or any(_holds(tier, key) for tier in self.persistent_tiers)
 
     def _lock_levels(self) -> list[Tier]:
         """Who serializes a compile: this node's local level, then the slowest writable level shared
@@ -272,8 +266,9 @@ class Store:
         return [t for t in (local, cluster) if t is not None]
 
 
-def _published(tier: Tier, key: str) -> bool:
-    """Whether a lock wait ended because the holder published `key` (not a timeout)."""
+def _holds(tier: Tier, key: str) -> bool:
+    """Whether `tier` holds `key`, without reading it (a tier that cannot say: no): after a lock
+    wait, whether the holder published it rather than the wait timing out."""
     try:
         return key in tier
     except Exception:

@@ -224,7 +224,7 @@ class _Memos:
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
 
 
-_MODULE_MEMO_KEY = "kernel_cache.call_entry"  # our entry in a JAX module's own per-module cache
+_MODULE_MEMO_KEY = "lowering.call_records"  # our entry in a JAX module's own per-module cache
 
 
 def _module_part(module: Any, platform: str, config: Config) -> Any:

@@ -113,5 +113,6 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
 
 
 def _build(spec: KernelSpec, store: Any) -> tuple[Artifact, str]:
-    """A spec `fetch` just missed: read again only under the build lock (one read per miss)."""
+    """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
+    (the lookup was the miss's one read)."""
     return compiler.get_or_compile(spec, store, known_missing=True)

@@ -40,7 +40,7 @@ class Launch:
 
 
 class CallInfo(NamedTuple):
-    """The call's own fields of the payload, whatever its configs (a tuple: its repr is its fingerprint)."""
+    """The call's own fields of the payload, whatever its configs (a tuple: the fingerprint encodes it as one)."""
 
     name: str
     kernel_name: str
