@@ -63,10 +63,10 @@ def record_cache(tmp_path_factory) -> Cache:
     meta = found[0].meta
     target, toolchain = meta["target"], meta["toolchain"]["summary"]
     win = winner_entry.Winner(kernel="add_kernel", arch="sm_90", target=target, toolchain=toolchain, device=GPU,
-                         key_values=winner_entry.canonical({"n": 4096}), key_text="n=4096",
-                         configs=(winner_entry.ConfigTiming(artifact_key, "BLOCK: 256", 1e-3),
-                                  winner_entry.ConfigTiming(UNCACHED, "BLOCK: 512", 2e-3)),
-                         winner=0, reps=5, label="test")
+                              key_values=winner_entry.canonical({"n": 4096}), key_text="n=4096",
+                              configs=(winner_entry.ConfigTiming(artifact_key, "BLOCK: 256", 1e-3),
+                                       winner_entry.ConfigTiming(UNCACHED, "BLOCK: 512", 2e-3)),
+                              winner=0, reps=5, label="test")
     call = CallRecord(key=key_of("call"), kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90",
                       target=target, toolchain=toolchain, config_keys=(artifact_key,), compile_seconds=0.05,
                       payload=zlib.compress(b"the proto jaxlib launches " * 64), created=time.time())
