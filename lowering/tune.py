@@ -142,9 +142,9 @@ def _tune_site(program: Program, site: winners.Site, best: dict[str, str], reps:
         winner = min(ok, key=lambda i: (timings[i].seconds, i))
         spec = site.spec
         record = winner_entry.Winner(kernel=site.kernel, arch=spec.target.name, target=spec.target.to_json(),
-                                toolchain=toolchain_summary(spec.target), device=site.device,
-                                key_values=site.key_values, key_text=site.key_text, configs=tuple(timings),
-                                winner=winner, reps=reps, label=program.label)
+                                     toolchain=toolchain_summary(spec.target), device=site.device,
+                                     key_values=site.key_values, key_text=site.key_text, configs=tuple(timings),
+                                     winner=winner, reps=reps, label=program.label)
     return SiteResult(program.label, site, timings, record, time.perf_counter() - start)
 
 

@@ -59,9 +59,9 @@ def record_for(site: winners.Site, winner: int, device: str | None = None, **cha
     timings = tuple(winner_entry.ConfigTiming(k, d, 1e-3 * (1 + abs(i - winner)))
                     for i, (k, d) in enumerate(zip(site.config_keys, site.descriptions)))
     record = winner_entry.Winner(kernel=site.kernel, arch=site.spec.target.name, target=site.spec.target.to_json(),
-                            toolchain=toolchain_summary(site.spec.target), device=device or site.device,
-                            key_values=site.key_values, key_text=site.key_text, configs=timings, winner=winner,
-                            reps=20, label="test")
+                                 toolchain=toolchain_summary(site.spec.target), device=device or site.device,
+                                 key_values=site.key_values, key_text=site.key_text, configs=timings, winner=winner,
+                                 reps=20, label="test")
     return dataclasses.replace(record, **changes)
 
 
