@@ -65,7 +65,9 @@ def test_compile_at_debug_then_basicconfig_info_in_a_new_process(tmp_path):
     err = _run(COMPILE, {**env, "KERNEL_CACHE_LOG": "debug"}, "basic-debug").stderr
     lines = _ours(err)
     assert not [line for line in lines if line.startswith("ROOT")], err  # not propagated to the root handler
-    assert len(lines) == len(set(lines)), err
+    # each line once: the wait, the key summary and one line per lookup (two memory hits may print the
+    # same text when their times round alike, so count lines rather than compare them)
+    assert len(lines) == 5, err
     [summary] = [line for line in lines if " compiling " in line]
     assert ADD in summary and "key covers" in summary
     for part in ("kernel=add_kernel@", "signature=x_ptr:*fp32,y_ptr:*fp32,n:i32,out_ptr:*fp32", "target=cuda:90",
