@@ -38,7 +38,9 @@ lists found, is published (`StagedBundle.publish`); a damaged or truncated bundl
 cap, raises before anything lands. Single entries that fail their checks are rejected, each with
 its reason, and the others are published. Publishing can still stop part-way (a full disk, a tier
 that refuses writes); then every entry's fate is reported: imported, already present, stale,
-rejected (why), failed (why) or not reached.
+rejected (why), failed (why), not reached, or evicted (a bounded tier dropped it again for a later
+entry of the same bundle). Given the tier's bound, entries that cannot fit in it are refused
+before any lands (NoRoom): they would evict the cache's own entries and then each other.
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep
 STAGING_MEMORY_BYTES = 64 << 20  # staged entries beyond this go to an unnamed temporary file
 
 # What happened to one entry of a bundle (ImportResult.fates)
-IMPORTED, PRESENT, STALE, REJECTED, FAILED, NOT_REACHED = (
-    "imported", "present", "stale", "rejected", "failed", "not reached")
+IMPORTED, PRESENT, STALE, REJECTED, FAILED, NOT_REACHED, EVICTED = (
+    "imported", "present", "stale", "rejected", "failed", "not reached", "evicted")
 
 
 @dataclass
@@ -101,11 +103,20 @@ class StagingError(KernelCacheError, OSError):
     expected: int | None = None  # entries the bundle's manifest lists
 
 
+class NoRoom(KernelCacheError, ValueError):
+    """The entries to import take more than the tier's size bound: importing them would evict the
+    cache's own entries and then each other, so nothing was imported."""
+
+    def __init__(self, needed: int, room: int, expected: int | None):
+        super().__init__(f"the entries to import take {needed} bytes, more than the tier's bound of {room} bytes")
+        self.needed, self.room, self.expected = needed, room, expected
+
+
 @dataclass(frozen=True)
 class Fate:
     member: str  # the entry's key, or the name (fit to print) of a member that is no entry
-    fate: str  # IMPORTED, PRESENT, STALE, REJECTED, FAILED or NOT_REACHED
-    reason: str = ""  # why, for REJECTED and FAILED (and NOT_REACHED: what stopped the import)
+    fate: str  # IMPORTED, PRESENT, STALE, REJECTED, FAILED, NOT_REACHED or EVICTED
+    reason: str = ""  # why, for REJECTED, FAILED and EVICTED (NOT_REACHED: what stopped the import)
 
 
 @dataclass
@@ -116,6 +127,7 @@ class ImportResult:
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, reason): bad, never stored
     failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): good, but the tier refused it
     not_reached: list[str] = field(default_factory=list)  # good, not stored: publishing stopped before it
+    evicted: list[str] = field(default_factory=list)  # written, then evicted by the tier's bound during the import
     bytes: int = 0
     expected: int | None = None  # entries the manifest lists (None: it lists none)
     fates: list[Fate] = field(default_factory=list)  # every member but the manifest, in bundle order
@@ -123,7 +135,7 @@ class ImportResult:
     @property
     def complete(self) -> bool:
         """Whether every good entry is now in the tier (imported or already there)."""
-        return not self.failed and not self.not_reached
+        return not self.failed and not self.not_reached and not self.evicted
 
     def note(self, member: str, fate: str, reason: str = "") -> None:
         self.fates.append(Fate(member, fate, reason))
@@ -131,7 +143,15 @@ class ImportResult:
             (self.rejected if fate == REJECTED else self.failed).append((member, reason))
         else:
             {IMPORTED: self.imported, PRESENT: self.present, STALE: self.stale,
-             NOT_REACHED: self.not_reached}[fate].append(member)
+             NOT_REACHED: self.not_reached, EVICTED: self.evicted}[fate].append(member)
+
+    def evict(self, member: str, size: int, reason: str) -> None:
+        """An entry noted IMPORTED turned out gone when the import ended."""
+        self.imported.remove(member)
+        self.evicted.append(member)
+        self.bytes -= size
+        self.fates = [Fate(member, EVICTED, reason) if f.member == member and f.fate == IMPORTED else f
+                      for f in self.fates]
 
 
 # Export --------------------------------------------------------------------------------------
@@ -276,36 +296,34 @@ class StagedBundle:
         self._spool.close()
 
     def publish(self, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
-                allow_stale: bool = False) -> ImportResult:
+                allow_stale: bool = False, room: int | None = None) -> ImportResult:
         """Put the good entries into `tier`, in bundle order. `installed(target)` gives the installed
         toolchain's summary for a target: entries of another toolchain are skipped as stale (their
-        keys could never be looked up here) unless `allow_stale`. The first entry the tier does not
-        keep stops the publishing: it is FAILED (with why), the good ones after it NOT_REACHED."""
+        keys could never be looked up here) unless `allow_stale`. `room` is the tier's size bound:
+        when the entries to write take more, NoRoom is raised before any is written. The first entry
+        the tier does not keep stops the publishing: it is FAILED (with why), the good ones after it
+        NOT_REACHED. An entry written but gone at the end (a bounded tier evicted it for a later
+        one) is EVICTED."""
         result = ImportResult(expected=self.expected)
+        plan = [(item, self._verdict(item, tier, installed, allow_stale)) for item in self.items]
+        if room is not None:
+            needed = sum(item.size for item, verdict in plan if verdict is None)
+            if needed > room:
+                raise NoRoom(needed, room, self.expected)
+        why_gone = "not writable?" if room is None else "not writable here, or its size bound evicted it at once"
         stopped: str | None = None
-        for item in self.items:
-            if item.reason:
-                result.note(item.member, REJECTED, item.reason)
+        written: dict[str, int] = {}
+        for item, verdict in plan:
+            if verdict is not None:
+                result.note(item.member, *verdict)
                 continue
-            if installed is not None and (item.target is None or not item.toolchain):
-                result.note(item.member, REJECTED, "entry names no target or toolchain")
-                continue
-            if installed is not None and not allow_stale and item.target is not None:
-                current = installed(item.target)
-                if current is not None and item.toolchain != current:
-                    result.note(item.member, STALE)
-                    continue
             if stopped is not None:
                 result.note(item.member, NOT_REACHED, stopped)
                 continue
             try:
-                if item.member in tier:
-                    result.note(item.member, PRESENT)
-                    continue
                 self._spool.seek(item.offset)
-                data = self._spool.read(item.size)
-                tier.put_raw(item.member, data)
-                problem = None if item.member in tier else f"the {tier.name} tier did not keep it (not writable?)"
+                tier.put_raw(item.member, self._spool.read(item.size))
+                problem = None if item.member in tier else f"the {tier.name} tier did not keep it ({why_gone})"
             except (OSError, ValueError) as exc:
                 problem = str(exc) or type(exc).__name__
             if problem is not None:
@@ -314,7 +332,33 @@ class StagedBundle:
                 continue
             result.note(item.member, IMPORTED)
             result.bytes += item.size
+            written[item.member] = item.size
+        for member, size in written.items():
+            if not _holds(tier, member):
+                result.evict(member, size, f"the {tier.name} tier evicted it for a later entry of the bundle")
         return result
+
+    @staticmethod
+    def _verdict(item: _Staged, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None,
+                 allow_stale: bool) -> tuple[str, str] | None:
+        """(fate, reason) for an entry that is not to be written, None for one to write."""
+        if item.reason:
+            return REJECTED, item.reason
+        if installed is not None and (item.target is None or not item.toolchain):
+            return REJECTED, "entry names no target or toolchain"
+        if installed is not None and not allow_stale and item.target is not None:
+            current = installed(item.target)
+            if current is not None and item.toolchain != current:
+                return STALE, ""
+        return (PRESENT, "") if _holds(tier, item.member) else None
+
+
+def _holds(tier: Tier, key: str) -> bool:
+    """Whether `tier` has `key`; a tier that cannot tell does not (the write that follows will say why)."""
+    try:
+        return key in tier
+    except (OSError, ValueError):
+        return False
 
 
 def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,

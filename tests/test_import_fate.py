@@ -23,6 +23,7 @@ import pytest
 
 from kernel_cache import bundle
 from kernel_cache.bundle import (
+    EVICTED,
     FAILED,
     IMPORTED,
     NOT_REACHED,
@@ -218,6 +219,53 @@ def test_cachectl_names_what_was_imported_and_what_was_not(tmp_path, capsys, mon
     assert doc["failed"] == [{"key": KEYS[2], "reason": f"local cache {tmp_path / 'cache2'} is read-only here "
                                                           f"(disk full)"}]
     assert [f["fate"] for f in doc["fates"]] == [IMPORTED, IMPORTED, FAILED, NOT_REACHED, NOT_REACHED]
+
+
+def test_entries_larger_than_the_local_bound_are_refused_before_any_lands(tmp_path, capsys, monkeypatch):
+    """Importing more than KERNEL_CACHE_MAX_BYTES would evict the cache's own entries and then the
+    bundle's: nothing lands, the setting is named, and what was there stays."""
+    cache = tmp_path / "cache"
+    assert cachectl(capsys, "--dir", cache, "import", good_bundle(tmp_path / "one.kcb", KEYS[:1]),
+                    "--allow-stale")[0] == 0
+    monkeypatch.setenv("KERNEL_CACHE_MAX_BYTES", "8K")  # the other four entries take about 12 KiB
+    path = good_bundle(tmp_path / "b.kcb")
+    code, out, err = cachectl(capsys, "--dir", cache, "import", path, "--allow-stale")
+    assert code == 1 and out == ""
+    assert f"imported 0 of {len(KEYS)} entries: they take " in err and "KERNEL_CACHE_MAX_BYTES=8.0 KiB" in err
+    assert "--tier shared" in err
+    code, out, _ = cachectl(capsys, "--dir", cache, "import", path, "--allow-stale", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["imported"] == 0 and doc["evicted"] == [] and "KERNEL_CACHE_MAX_BYTES" in doc["error"]
+    code, out, _ = cachectl(capsys, "--dir", cache, "list", "--json")
+    assert code == 0 and [row["key"] for row in json.loads(out)["entries"]] == KEYS[:1]
+
+
+def test_an_entry_evicted_by_a_later_one_is_reported_evicted(tmp_path, capsys, monkeypatch):
+    """A bounded tier that drops an imported entry for a later entry of the same bundle: that entry's
+    fate is 'evicted', the import is incomplete (exit 1) and the summary says why."""
+    from kernel_cache.tiers.disk import DiskTier
+
+    put_raw, writes = DiskTier.put_raw, []
+
+    def keeps_only_the_last_two(self, key, data):  # as an LRU bound of two entries would
+        put_raw(self, key, data)
+        writes.append(key)
+        if len(writes) > 2:
+            self.delete(writes[-3])
+
+    monkeypatch.setattr(DiskTier, "put_raw", keeps_only_the_last_two)
+    path = good_bundle(tmp_path / "b.kcb", KEYS[:4])
+    code, out, err = cachectl(capsys, "--dir", tmp_path / "cache", "import", path, "--allow-stale")
+    assert code == 1
+    assert "imported 2 of 4 entries" in out and "2 evicted again by later entries (the disk tier's size bound)" in out
+    for key in KEYS[:2]:
+        assert f"evicted   {key}: the disk tier evicted it for a later entry of the bundle" in err
+    writes.clear()
+    code, out, _ = cachectl(capsys, "--dir", tmp_path / "cache2", "import", path, "--allow-stale", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["imported"] == 2 and doc["evicted"] == KEYS[:2]
+    assert [f["fate"] for f in doc["fates"]] == [EVICTED, EVICTED, IMPORTED, IMPORTED]
+    assert doc["bytes"] == sum(len(entry_bytes(k)) for k in KEYS[2:4])
 
 
 def test_rejected_entries_are_named_and_the_good_ones_land(tmp_path, capsys):

@@ -4,7 +4,9 @@ Import is all or nothing per bundle: the whole bundle is read and checked before
 opened, and a file that is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap
 (exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
 names each entry that was not imported and why, and, when the tier stops taking writes part-way,
-which entries were imported and which were not reached.
+which entries were imported and which were not reached. Entries bigger together than the local
+tier's bound (KERNEL_CACHE_MAX_BYTES) are refused before any lands: they would evict the cache and
+then each other.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Any
 
 from .. import entry as entry_format
 from ..bundle import (
+    EVICTED,
     FAILED,
     NOT_REACHED,
     REJECTED,
     ImportResult,
+    NoRoom,
     StagingError,
     export_bundle,
     stage_bundle,
@@ -125,12 +129,22 @@ def cmd_import(ctx: Context, args: Any) -> int:
     with staged:
         ctx.store(create=True)
         tier = ctx.tiers(args.tier)[0]
-        result = staged.publish(tier, ctx.installed_toolchain, allow_stale=args.allow_stale)
+        room = ctx.config.max_bytes if tier.name == "disk" else None
+        try:
+            result = staged.publish(tier, ctx.installed_toolchain, allow_stale=args.allow_stale, room=room)
+        except NoRoom as exc:
+            needed, bound = human_size(exc.needed), human_size(exc.room)
+            if needed == bound:  # the sizes differ below the shown precision
+                needed, bound = f"{exc.needed} bytes", f"{exc.room} bytes"
+            return _nothing_imported(ctx, args, exc, why=(
+                f"they take {needed}, more than the local tier holds (KERNEL_CACHE_MAX_BYTES={bound}): importing "
+                f"them would evict this cache's entries and then each other; raise KERNEL_CACHE_MAX_BYTES or "
+                f"import with --tier shared"))
     if ctx.json:
         ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),
                        "rejected": [{"member": m, "reason": r} for m, r in result.rejected],
                        "failed": [{"key": k, "reason": r} for k, r in result.failed],
-                       "not_reached": result.not_reached, "expected": result.expected,
+                       "not_reached": result.not_reached, "evicted": result.evicted, "expected": result.expected,
                        "fates": [{"member": f.member, "fate": f.fate, "reason": f.reason} for f in result.fates],
                        "bytes": result.bytes, "tier": tier.name})
     else:
@@ -138,13 +152,13 @@ def cmd_import(ctx: Context, args: Any) -> int:
     return EXIT_PROBLEMS if result.rejected or not result.complete else EXIT_OK
 
 
-def _nothing_imported(ctx: Context, args: Any, exc: Exception) -> int:
+def _nothing_imported(ctx: Context, args: Any, exc: Exception, why: str | None = None) -> int:
     expected = getattr(exc, "expected", None)
-    message = f"imported 0{f' of {expected}' if expected else ''} entries: {exc}"
+    message = f"imported 0{f' of {expected}' if expected else ''} entries: {why or exc}"
     print(f"cachectl: {message}", file=sys.stderr)
     if ctx.json:  # the usual document, plus what an error carries
         ctx.emit_json({"imported": 0, "present": 0, "stale": 0, "rejected": [], "failed": [], "not_reached": [],
-                       "expected": expected, "fates": [], "bytes": 0, "tier": args.tier,
+                       "evicted": [], "expected": expected, "fates": [], "bytes": 0, "tier": args.tier,
                        "at_entry": getattr(exc, "at_entry", None), "error": message, "exit_code": EXIT_PROBLEMS})
     return EXIT_PROBLEMS
 
@@ -152,7 +166,7 @@ def _nothing_imported(ctx: Context, args: Any, exc: Exception) -> int:
 def _say_fates(ctx: Context, result: ImportResult, tier: str) -> None:
     """Each entry not imported on stderr (every entry's fate on stdout with -v), then the summary."""
     for fate in result.fates:
-        if fate.fate in (REJECTED, FAILED):
+        if fate.fate in (REJECTED, FAILED, EVICTED):
             print(f"{fate.fate:<9} {fate.member}: {fate.reason}", file=sys.stderr)
         elif fate.fate == NOT_REACHED:
             print(f"{fate.fate:<9} {fate.member}", file=sys.stderr)
@@ -163,4 +177,6 @@ def _say_fates(ctx: Context, result: ImportResult, tier: str) -> None:
             + (" (use --allow-stale to import them anyway)" if result.stale else "")
             + f", {len(result.rejected)} rejected"
             + (f"; writing {result.failed[0][0][:12]} failed, so the import stopped there: "
-               f"{len(result.not_reached)} more not reached (not imported)" if result.failed else ""))
+               f"{len(result.not_reached)} more not reached (not imported)" if result.failed else "")
+            + (f"; {len(result.evicted)} evicted again by later entries (the {tier} tier's size bound)"
+               if result.evicted else ""))
