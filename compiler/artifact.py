@@ -16,6 +16,7 @@ TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")
 KIND = "triton-kernel"  # what `kind` says in entries this module writes
 DEFLATED = ".deflate"  # blob name suffix: that blob as a raw-deflate run (see deflate_run)
 DEFLATED_BLOBS = ("ptx", "cubin")  # what a launcher embeds in a compressed message
+LAUNCHED_FROM = {"cuda": "ptx", "hip": "hsaco"}  # per backend, the blob jaxlib's Triton call is built from
 
 
 def deflate_run(data: bytes) -> bytes:
@@ -98,10 +99,17 @@ class Artifact:
 
     @classmethod
     def from_entry(cls, meta: dict[str, Any], blobs: dict[str, bytes]) -> "Artifact":
+        """The artifact an entry holds. ValueError (or KeyError/TypeError) for an entry no launcher
+        could use: another kind, or without the binary its target launches from (a CUDA kernel's
+        PTX, a ROCm kernel's HSACO), which jaxlib would only fail on deep inside its proto builder."""
         if meta.get(META_KIND) != KIND:
             raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get(META_KIND)!r})")
+        target = Target.from_json(meta[META_TARGET])
+        needed = LAUNCHED_FROM.get(target.backend)
+        if needed is not None and not blobs.get(needed):
+            raise ValueError(f"entry for {target.name} has no {needed}")
         return cls(
-            name=meta[META_NAME], target=Target.from_json(meta[META_TARGET]), num_warps=int(meta["num_warps"]),
+            name=meta[META_NAME], target=target, num_warps=int(meta["num_warps"]),
             num_ctas=int(meta["num_ctas"]), num_stages=int(meta["num_stages"]),
             shared_mem=int(meta["shared_mem"]), cluster_dims=tuple(meta.get("cluster_dims", (1, 1, 1))),
             global_scratch_size=int(meta.get("global_scratch_size", 0)),

@@ -47,9 +47,9 @@ def _binary(platform: str, art: Artifact) -> str:
     if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
         fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
         with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)  # type: ignore[arg-type]  # a ROCm artifact has its HSACO (unchecked, as before)
+            f.write(art.hsaco)  # type: ignore[arg-type]  # Artifact.from_entry refused a ROCm entry without it
         return path
-    return art.ptx  # type: ignore[return-value]  # a CUDA artifact has its PTX (unchecked, as before)
+    return art.ptx  # type: ignore[return-value]  # Artifact.from_entry refused a CUDA entry without it
 
 
 def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:

@@ -163,3 +163,29 @@ def test_entries_carry_raw_deflate_runs_of_their_binaries(compiled_sm90):
     for name in ("ptx", "cubin"):
         run = blobs[name + ".deflate"]
         assert zlib.decompressobj(-15).decompress(run) == blobs[name]
+
+
+@pytest.mark.parametrize("dropped", ["ptx", None])
+def test_an_entry_without_the_binary_its_target_launches_from_is_dropped_and_rebuilt(tmp_path, example_specs_sm90,
+                                                                                      compiled_sm90, dropped):
+    """A well-formed entry under a kernel's key that lacks its PTX is no usable kernel: the lookup drops it
+    (rather than hand jaxlib an empty binary) and get_or_compile builds it again; a whole entry is served."""
+    import compiler
+    from kernel_cache import Config, Entry, KernelCacheWarning, Store
+
+    spec, artifact = example_specs_sm90["add"], compiled_sm90["add"]
+    meta, blobs = artifact.to_entry()
+    if dropped is not None:
+        blobs = {name: blob for name, blob in blobs.items() if not name.startswith(dropped)}
+    store = Store(Config(dir=tmp_path / "cache"))
+    key = compiler.content_key(spec)
+    store.put(Entry(key=key, meta=meta, blobs=blobs))
+    if dropped is None:
+        found, _ = compiler.lookup(spec, store)
+        assert found is not None and found.ptx == artifact.ptx
+        return
+    with pytest.warns(KernelCacheWarning, match=f"dropped entry {key[:12]}: .*has no ptx"):
+        found, _ = compiler.lookup(spec, store)
+    assert found is None and store.lookup(key) is None  # dropped, not served
+    rebuilt, _ = compiler.get_or_compile(spec, store)
+    assert rebuilt.ptx == artifact.ptx
