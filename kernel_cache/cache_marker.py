@@ -56,12 +56,13 @@ def kind_of(tree: Tree) -> str | None:
     return kind if kind in KINDS else ""
 
 
-def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> None:
+def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> str | None:
     """Accept `tree` as a `kind` cache directory, writing the marker when `write` and it has none;
-    NotACacheDirectory (one line, naming what to do) otherwise."""
+    NotACacheDirectory (one line, naming what to do) otherwise. Returns what the directory held
+    before: `kind`, or None where it had no marker (so a caller need not read it again)."""
     found = kind_of(tree)
     if found == kind:
-        return
+        return found
     where = tree.path
     if found in KINDS:
         other = "--shared-dir / KERNEL_CACHE_SHARED_DIR" if found == SHARED else "--dir / KERNEL_CACHE_DIR"
@@ -79,6 +80,7 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> N
     if write:
         with contextlib.suppress(OSError):  # a read-only cache stays usable; the marker comes with a write
             publish(tree, (MARKER,), marker_text(kind))
+    return None
 
 
 def claim_directory(path: str) -> bool:

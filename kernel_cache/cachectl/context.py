@@ -160,8 +160,8 @@ def _check_local_directory(directory: Path, create: bool) -> None:
     except OSError as exc:
         raise CliError(f"cannot open the cache directory {directory}: {exc}") from None
     try:
-        cache_marker.check(tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=False)
-        if not create and cache_marker.kind_of(tree) is None and tree.lstat(ENTRIES_DIR) is None:
+        found = cache_marker.check(tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=False)
+        if not create and found is None and tree.lstat(ENTRIES_DIR) is None:
             raise CliError(f"{directory} is not a kernel-cache directory (no {cache_marker.MARKER}, no "
                            f"{ENTRIES_DIR}/): nothing cached there yet")
     except NotACacheDirectory as exc:
