@@ -72,7 +72,7 @@ from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from .errors import KernelCacheError
 from .safefs import atomic_file
 from .summary import EntrySummary
-from .tier import Tier
+from .tier import Tier, holds
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
 BUNDLE_VERSION = 1
@@ -334,7 +334,7 @@ class StagedBundle:
             result.bytes += item.size
             written[item.member] = item.size
         for member, size in written.items():
-            if not _holds(tier, member):
+            if not holds(tier, member):
                 result.evict(member, size, f"the {tier.name} tier evicted it for a later entry of the bundle")
         return result
 
@@ -350,15 +350,7 @@ class StagedBundle:
             current = installed(item.target)
             if current is not None and item.toolchain != current:
                 return STALE, ""
-        return (PRESENT, "") if _holds(tier, item.member) else None
-
-
-def _holds(tier: Tier, key: str) -> bool:
-    """Whether `tier` has `key`; a tier that cannot tell does not (the write that follows will say why)."""
-    try:
-        return key in tier
-    except (OSError, ValueError):
-        return False
+        return (PRESENT, "") if holds(tier, item.member) else None
 
 
 def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,

@@ -24,7 +24,7 @@ from .key_locks import KeyLocks
 from .safefs import Owners
 from .stats import Stats
 from .summary import compile_seconds
-from .tier import MaintainedTier, Tier
+from .tier import MaintainedTier, Tier, holds
 from .tiers.memory import MemoryTier
 from .warnings_once import warn_once
 
@@ -243,7 +243,7 @@ class Store:
                                   f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
                         continue
                     if not acquired:
-                        if _holds(level, key):
+                        if holds(level, key):
                             outcome = "the holder published it"
                         else:
                             outcome = "timed out"
@@ -256,7 +256,7 @@ class Store:
 
     def _anywhere(self, key: str) -> bool:
         """Whether some level holds `key`, without reading it (a level that cannot say: no)."""
-        return key in self.memory or any(_holds(tier, key) for tier in self.persistent_tiers)
+        return key in self.memory or any(holds(tier, key) for tier in self.persistent_tiers)
 
     def _lock_levels(self) -> list[Tier]:
         """Who serializes a compile: this node's local level, then the slowest writable level shared
@@ -264,15 +264,6 @@ class Store:
         local = self.disk if self.disk is not None and self.disk.writable else None
         cluster = next((t for t in reversed(self.persistent_tiers) if t is not self.disk and t.writable), None)
         return [t for t in (local, cluster) if t is not None]
-
-
-def _holds(tier: Tier, key: str) -> bool:
-    """Whether `tier` holds `key`, without reading it (a tier that cannot say: no): after a lock
-    wait, whether the holder published it rather than the wait timing out."""
-    try:
-        return key in tier
-    except Exception:
-        return False
 
 
 def _cause(exc: Exception) -> str:

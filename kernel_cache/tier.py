@@ -83,6 +83,15 @@ class KeptTier(Tier, MaintainedTier, Protocol):
     """A level with both parts: what `cachectl` lists, verifies and prunes."""
 
 
+def holds(tier: Tier, key: str) -> bool:
+    """Whether `tier` holds `key`, without reading it (an index row, a stat, EXISTS); a tier that
+    cannot say does not."""
+    try:
+        return key in tier
+    except Exception:
+        return False
+
+
 @contextlib.contextmanager
 def no_lock(key: str, timeout: float) -> Iterator[bool]:
     """The lock of a tier that is private to this process: nothing to wait for."""
