@@ -145,12 +145,13 @@ class ImportResult:
             {IMPORTED: self.imported, PRESENT: self.present, STALE: self.stale,
              NOT_REACHED: self.not_reached, EVICTED: self.evicted}[fate].append(member)
 
-    def evict(self, member: str, size: int, reason: str) -> None:
-        """An entry noted IMPORTED turned out gone when the import ended."""
-        self.imported.remove(member)
-        self.evicted.append(member)
-        self.bytes -= size
-        self.fates = [Fate(member, EVICTED, reason) if f.member == member and f.fate == IMPORTED else f
+    def evict(self, gone: dict[str, int], reason: str) -> None:
+        """Entries noted IMPORTED (key -> size) that turned out gone when the import ended: one pass
+        over the fates, however many."""
+        self.imported = [member for member in self.imported if member not in gone]
+        self.evicted.extend(gone)
+        self.bytes -= sum(gone.values())
+        self.fates = [Fate(f.member, EVICTED, reason) if f.fate == IMPORTED and f.member in gone else f
                       for f in self.fates]
 
 
@@ -333,9 +334,9 @@ class StagedBundle:
             result.note(item.member, IMPORTED)
             result.bytes += item.size
             written[item.member] = item.size
-        for member, size in written.items():
-            if not holds(tier, member):
-                result.evict(member, size, f"the {tier.name} tier evicted it for a later entry of the bundle")
+        gone = {member: size for member, size in written.items() if not holds(tier, member)}
+        if gone:
+            result.evict(gone, f"the {tier.name} tier evicted it for a later entry of the bundle")
         return result
 
     @staticmethod
