@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import unquote_plus
 
 ECHO_CHARS = 60  # how much of a value a message repeats
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+# a query parameter: its name, then (looked at, not consumed: `?db=0?password=x` is two) its value
+_QUERY_PARAM = re.compile(r"[?&;]([^?&;=]*)=(?=([^&;]*))")
 
 
 def escaped(text: str | os.PathLike[str]) -> str:
@@ -46,6 +49,23 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
 
 
 def redacted(url: str) -> str:
-    """A server URL with its password (`scheme://user:PASSWORD@host`) shown as ***, for messages,
-    `cachectl stats` and `doctor`; any text is accepted (a malformed URL is shown, not parsed)."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+    """A server URL with its credentials shown as *** (`redis://kc:***@host:6379/2`), for messages,
+    `cachectl config`, `stats` and `doctor`. redis-py takes as credentials everything before the last
+    '@' of the network location (a password may hold '@' and ':'; a bare `name@host` is one too) and
+    `password=` and `username=` in the query: the query's are hidden first, since their values may
+    hold '@', then everything from `//` to the last '@' left but a user name before ':' (a URL with
+    '/', '?' or '#' before that '@' does not parse as meant: its name is hidden too). Any text is
+    accepted; nothing raises."""
+    out, pos = [], 0
+    for m in _QUERY_PARAM.finditer(url):
+        if m.start() >= pos and unquote_plus(m.group(1)).strip().lower() in ("password", "username"):
+            out += [url[pos:m.end()], "***"]
+            pos = m.end() + len(m.group(2))
+    text = "".join(out) + url[pos:]
+    at = text.rfind("@")
+    if at < 0:
+        return text
+    start = text.find("//", 0, at) + 2 if "//" in text[:at] else 0
+    name, colon, _ = text[start:at].partition(":")
+    shown = f"{name}:" if colon and not re.search("[/?#]", text[start:at]) else ""
+    return f"{text[:start]}{shown}***{text[at:]}"
