@@ -124,8 +124,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
     Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-tier lock kind: `auto`, `flock`, `soft`"),
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`600s`",
-            "longest wait for another process's compile before compiling here; also bounds (at most 30 s) "
-            "a wait for the local index held by another process"),
+            "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
+            "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "
+            "a remote compile lease is honoured; also bounds (at most 30 s) a wait for the local index held by "
+            "another process"),
     Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`120s`",
             "a shared-tier soft lock not refreshed for this long is taken over (its holder died)"),
     Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
@@ -210,7 +212,11 @@ def _password_file(text: str) -> str:
         raise ConfigError(str(exc)) from None
     if not raw:
         raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))} is empty")
-    return raw.decode()
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:  # no byte of it in the message: they are the password's
+        raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))} is not UTF-8 text "
+                          "(Redis passwords are sent as UTF-8)") from None
 
 
 def _key_file(text: str) -> bytes:

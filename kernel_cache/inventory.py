@@ -16,6 +16,7 @@ from typing import Any
 from . import entry as entry_format
 from . import entry_kinds
 from .entry import CorruptEntry
+from .errors import TierUnavailable
 from .summary import EntrySummary
 from .tier import KeptTier
 
@@ -98,8 +99,8 @@ def read_raw(tier: KeptTier, key: str) -> bytes | None:
     what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
     try:
         return tier.peek_raw(key)
-    except CorruptEntry:
-        raise
+    except (CorruptEntry, TierUnavailable):
+        raise  # a tier that fails (a remote server fault) is no entry's damage: the caller says so
     except OSError as exc:  # safefs.UnsafeFile and friends: the name holds something hostile
         raise CorruptEntry(str(exc)) from None
 
@@ -224,9 +225,11 @@ class BadEntry:
     repaired: bool = False
 
 
-def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
+def verify(tier: KeptTier, repair: bool = False,
+           authenticate: Callable[[bytes], str | None] | None = None) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key; then what its kind checks: a winner's or lowered
-    call's record); returns (entries checked, bad entries)."""
+    call's record) and, with `authenticate` (the signature readers of `tier` require), its
+    signature; returns (entries checked, bad entries)."""
     checked, bad = 0, []
     for rec in tier.listing():
         key = rec["key"]
@@ -236,6 +239,8 @@ def verify(tier: KeptTier, repair: bool = False) -> tuple[int, list[BadEntry]]:
             if raw is None:  # removed since listing() was read
                 checked -= 1
                 continue
+            if authenticate is not None and (problem := authenticate(raw)) is not None:
+                raise CorruptEntry(f"{problem}: readers refuse it")
             entry = entry_format.decode(raw, expected_key=key)
             if (reason := entry_kinds.problem(entry)) is not None:
                 raise CorruptEntry(reason)

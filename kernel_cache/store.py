@@ -26,6 +26,7 @@ from .stats import Stats
 from .summary import compile_seconds
 from .tier import MaintainedTier, Tier, holds
 from .tiers.memory import MemoryTier
+from .wait_budget import WaitBudget
 from .warnings_once import warn_once
 
 # build() -> (metadata, blobs, compile_seconds)
@@ -49,6 +50,7 @@ class Store:
                     self.levels.append(level)
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
+        self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -232,27 +234,38 @@ class Store:
                 yield
                 return
             threads_done = time.perf_counter()
-            deadline = threads_done + self.config.lock_timeout
             with contextlib.ExitStack() as held:
                 outcome = "acquired"
                 for level in levels:  # this node's first: a cluster level then sees one contender per node
+                    began = time.perf_counter()
                     try:
-                        acquired = held.enter_context(level.lock(key, max(0.0, deadline - time.perf_counter())))
+                        acquired = held.enter_context(level.lock(key, self.wait_budget.left()))
                     except Exception as exc:
                         warn_once(f"lock:{level.name}:{_cause(exc)}",
                                   f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
                         continue
                     if not acquired:
-                        if holds(level, key):
-                            outcome = "the holder published it"
-                        else:
-                            outcome = "timed out"
-                            warn_once(f"lock-timeout:{level.name}",
-                                      f"waited {self.config.lock_timeout:.0f}s for another process to compile; "
-                                      f"compiling here instead")
+                        outcome = self._lock_lost(level, key, label, time.perf_counter() - began)
                         break
                 lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
                 yield
+
+    def _lock_lost(self, level: Tier, key: str, label: lookup_log.Label, waited: float) -> str:
+        """Why a wait for `level`'s lock ended without it. A wait that did not end in the entry being
+        published is taken from the process's waiting budget, and said once with what it really cost."""
+        if holds(level, key):
+            return "the holder published it"
+        if not level.writable:
+            return "the level is being skipped"  # its own warning said why
+        self.wait_budget.spend(waited)
+        spent = self.wait_budget.exhausted
+        warn_once(f"lock-timeout:{level.name}:{spent}",
+                  f"waited {waited:.1f} s for another process to compile "
+                  f"{lookup_log.label_text(label, 'a kernel')} ({key[:12]}); compiling here instead"
+                  + (f". This process's budget for such waits (KERNEL_CACHE_LOCK_TIMEOUT="
+                     f"{self.wait_budget.total:.0f}s, {self.wait_budget.spent:.1f} s spent) is used up: it "
+                     f"compiles without waiting for the rest of its run" if spent else ""))
+        return "timed out"
 
     def _anywhere(self, key: str) -> bool:
         """Whether some level holds `key`, without reading it (a level that cannot say: no)."""

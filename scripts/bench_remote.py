@@ -9,9 +9,13 @@ Prints:
   remote alone (a new, empty local dir each time) vs from its local disk: lowering seconds, ratio;
 - N processes x M keys (synthetic 10 ms builds) warming one namespace at once: time to warm and the
   number of builds, with the server healthy, and with it killed at a random moment within the
-  healthy run's length (then started again): every process must finish, and builds stay close to M.
+  healthy run's length (then started again): every process must finish, and builds stay close to M;
+- hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
+  a new, empty local dir, KERNEL_CACHE_MAX_ENTRY_BYTES=64M): a 200 MB value planted at one kernel's
+  entry name (planted again before each round; healed by the round's verified build), and a fake
+  server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
 
-    python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5]
+    python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile]
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from scripts.fake_resp import FakeRedis  # noqa: E402
 from scripts.redis_server import RedisServer  # noqa: E402
 
 SIGNING_KEY = "bench-remote-signing-key-0123456789"
@@ -66,7 +72,8 @@ print(json.dumps({name: timed(store.level(name)) for name in ("memory", "disk", 
 '''
 
 LOWER = r'''
-import json, time
+import json, resource, time, warnings
+warnings.simplefilter("ignore")
 t0 = time.perf_counter()
 import jax
 from lowering import examples
@@ -75,7 +82,9 @@ start = time.perf_counter()
 for _, fn, shapes in examples.programs(compute_capability=90):
     jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
 lowering = time.perf_counter() - start
-print(json.dumps({"lowering": lowering, "stats": kernel_cache.default_store().stats.session()}))
+print(json.dumps({"lowering": lowering, "stats": kernel_cache.default_store().stats.session(),
+                  "wall": time.perf_counter() - t0,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 '''
 
 WARM = r'''
@@ -120,8 +129,6 @@ def hit_latency(server: RedisServer, tmp: Path, rounds: int) -> None:
 def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
     common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_REMOTE": server.url,
               "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
-    (tmp / "key").write_text(SIGNING_KEY)
-    os.chmod(tmp / "key", 0o600)
     first = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common))
     remote_only, local = [], []
     for i in range(rounds):  # interleaved: the box's speed drifts, the ratio does not
@@ -133,6 +140,55 @@ def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
     print(f"\nwarm process, 9 programs / 14 kernels lowered (median of {rounds}; cold first: "
           f"{first['lowering']:.2f} s, {first['stats']['compiles']} compiles)")
     print(f"  served from the remote alone  {ro:.3f} s   from the local disk  {lo:.3f} s   ratio {ro / lo:.2f}x")
+
+
+PLANTED_BYTES = 200 << 20
+HOSTILE_CAP = "64M"
+
+
+def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
+    """A warm process's memory and time against a healthy server, one with a planted 200 MB value, a
+    trickling server, and no remote at all (the last two compile everything: the cost to compare)."""
+    import redis
+
+    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_MAX_ENTRY_BYTES": HOSTILE_CAP}
+    plain = redis.Redis.from_url(server.url, socket_timeout=60)
+    for namespace in ("healthy", "planted"):
+        child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"seed-{namespace}"), KERNEL_CACHE_REMOTE=server.url,
+              KERNEL_CACHE_REMOTE_NAMESPACE=namespace, **common)
+    names = sorted(plain.scan_iter(match="kc:planted:v1:e:*"), key=lambda n: -int(plain.strlen(n)))
+    target = names[0]  # the largest entry: a kernel's
+    rows: dict[str, list[dict[str, Any]]] = {"healthy": [], "planted": [], "trickling": [], "none": []}
+    healed = []
+    with FakeRedis("trickle", interval=0.05) as fake:
+        for i in range(rounds):  # interleaved: the box's speed drifts, the ratios do not
+            rows["healthy"].append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"h{i}"),
+                                                    KERNEL_CACHE_REMOTE=server.url,
+                                                    KERNEL_CACHE_REMOTE_NAMESPACE="healthy", **common)))
+            plain.set(target, b"\0" * PLANTED_BYTES)
+            rows["planted"].append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"p{i}"),
+                                                    KERNEL_CACHE_REMOTE=server.url,
+                                                    KERNEL_CACHE_REMOTE_NAMESPACE="planted", **common)))
+            healed.append(int(plain.strlen(target)) < PLANTED_BYTES)
+            if i == 0:  # the last two compile all 14 kernels: once is enough to compare
+                rows["trickling"].append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"t{i}"),
+                                                          KERNEL_CACHE_REMOTE=fake.url,
+                                                          KERNEL_CACHE_REMOTE_UNSIGNED="1", **common)))
+                rows["none"].append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"n{i}"), **common)))
+    print(f"\nhostile server or peer: a process lowering the 9 programs from a new local dir "
+          f"(KERNEL_CACHE_MAX_ENTRY_BYTES={HOSTILE_CAP}; median of {rounds}, the last two rows once)")
+    print(f"  {'row':<48} {'lowering':>9} {'process':>9} {'peak RSS':>10} {'compiles':>9}")
+    labels = {"healthy": "healthy server",
+              "planted": f"{PLANTED_BYTES >> 20} MB value planted at one kernel's name",
+              "trickling": "fake server trickling 1 byte / 50 ms",
+              "none": "no remote at all (what a trickle must not exceed)"}
+    for name, results in rows.items():
+        low = statistics.median(r["lowering"] for r in results)
+        wall = statistics.median(r["wall"] for r in results)
+        rss = statistics.median(r["peak_rss_mib"] for r in results)
+        compiles = statistics.median(r["stats"]["compiles"] for r in results)
+        print(f"  {labels[name]:<48} {low:8.3f}s {wall:8.3f}s {rss:8.0f}Mi {compiles:9.0f}")
+    print(f"  planted value replaced by the round's verified build: {sum(healed)} of {len(healed)} rounds")
 
 
 def many_processes(server: RedisServer, tmp: Path, processes: int, keys: int) -> None:
@@ -169,15 +225,24 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--keys", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes"),
+                        help="run one section (default: all)")
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         raise SystemExit("bench_remote: redis-server is not on PATH (apt-get install redis-server)")
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-remote-"))
     server = RedisServer(tmp)
     try:
-        hit_latency(server, tmp, max(args.rounds * 4, 20))
-        warm_process(server, tmp, args.rounds)
-        many_processes(server, tmp, args.processes, args.keys)
+        (tmp / "key").write_text(SIGNING_KEY)
+        os.chmod(tmp / "key", 0o600)
+        if args.only in (None, "hits"):
+            hit_latency(server, tmp, max(args.rounds * 4, 20))
+        if args.only in (None, "warm"):
+            warm_process(server, tmp, args.rounds)
+        if args.only in (None, "hostile"):
+            hostile(server, tmp, args.rounds)
+        if args.only in (None, "processes"):
+            many_processes(server, tmp, args.processes, args.keys)
     finally:
         server.kill()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -62,7 +62,7 @@ def signed(entry, key=SIGNING_KEY) -> bytes:
 
 
 def remote(url, namespace="t", **kw) -> RemoteTier:
-    return RemoteTier(url, namespace=namespace, authenticate=Signer(SIGNING_KEY).problem, **kw)
+    return RemoteTier(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
 
 
 # The level itself -------------------------------------------------------------------------------
@@ -230,8 +230,9 @@ def test_many_processes_compile_each_key_once(server, tmp_path):
 def test_a_holder_killed_mid_compile_frees_the_key_when_its_lease_lapses(server, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
+from kernel_cache.signing import Signer
 from kernel_cache.tiers.remote import RemoteTier
-tier = RemoteTier({server.url!r}, namespace="lease", lease_ms=1500)
+tier = RemoteTier({server.url!r}, namespace="lease", lease_ms=1500, signer=Signer({SIGNING_KEY!r}))
 with tier.lock({KEY!r}, 10) as held:
     print(held, flush=True)
     time.sleep(60)

@@ -1,0 +1,35 @@
+"""One budget of waiting for other processes' compiles, per process, across every key.
+
+A lock timeout per key lets a model of 14 kernels whose holders are stuck wait 14 timeouts. The store
+instead spends one budget (KERNEL_CACHE_LOCK_TIMEOUT) on all its waits for cross-process locks:
+each wait may last what is left of it, what it really waited is taken from it, and once it is
+spent the process compiles without waiting for the rest of its run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class WaitBudget:
+    def __init__(self, seconds: float):
+        self.total = seconds
+        self._spent = 0.0
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        with self._lock:
+            return max(0.0, self.total - self._spent)
+
+    @property
+    def spent(self) -> float:
+        with self._lock:
+            return self._spent
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self._spent += max(0.0, seconds)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.left() <= 0.0

@@ -1,0 +1,107 @@
+"""A misbehaving Redis for the remote level's tests and scripts/bench_remote.py: a RESP server on a
+free loopback port that answers the connection handshake (CLIENT, SELECT, AUTH, PING) as Redis does,
+then every other command the way `behaviour` says (scaffolding: the product never imports it):
+
+- "trickle": a valid bulk reply, one byte every `interval` seconds;
+- "huge": a bulk reply announcing `size` bytes, then that many bytes as fast as the client reads;
+- "error": an error reply of `text` (escape codes and a bare CR by default);
+- "hang": nothing at all.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+
+ESCAPES = "ERR \x1b[31mred\x1b[0m\rforged line \x07"
+
+
+class FakeRedis:
+    def __init__(self, behaviour: str, *, interval: float = 0.1, size: int = 400_000_000, text: str = ESCAPES):
+        self.behaviour, self.interval, self.size, self.text = behaviour, interval, size, text
+        self.commands: list[list[bytes]] = []
+        self.bytes_sent = 0
+        fake = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                fake._serve(self.request)
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-resp").start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeRedis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # One connection -----------------------------------------------------------------------
+    def _serve(self, sock: socket.socket) -> None:
+        reader = sock.makefile("rb")
+        try:
+            while True:
+                command = _read_command(reader)
+                if command is None:
+                    return
+                self.commands.append(command)
+                verb = command[0].upper() if command else b""
+                if verb in (b"CLIENT", b"SELECT", b"AUTH"):
+                    sock.sendall(b"+OK\r\n")
+                elif verb == b"PING":
+                    sock.sendall(b"+PONG\r\n")
+                else:
+                    self._misbehave(sock)
+        except OSError:
+            return
+
+    def _misbehave(self, sock: socket.socket) -> None:
+        if self.behaviour == "trickle":
+            for byte in b"$5\r\nhello\r\n":
+                time.sleep(self.interval)
+                sock.sendall(bytes([byte]))
+        elif self.behaviour == "huge":
+            sock.sendall(b"$%d\r\n" % self.size)
+            chunk = bytes(1 << 16)
+            left = self.size
+            while left > 0:
+                sent = sock.send(chunk[:left])
+                self.bytes_sent += sent
+                left -= sent
+            sock.sendall(b"\r\n")
+        elif self.behaviour == "error":
+            sock.sendall(b"-" + self.text.encode() + b"\r\n")
+        elif self.behaviour == "hang":
+            time.sleep(3600)
+        else:
+            raise ValueError(f"unknown behaviour {self.behaviour!r}")
+
+
+def _read_command(reader: object) -> list[bytes] | None:
+    """One RESP array of bulk strings (what redis-py sends), or None at the end of the stream."""
+    readline = reader.readline  # type: ignore[attr-defined]
+    read = reader.read  # type: ignore[attr-defined]
+    head = readline()
+    if not head:
+        return None
+    if not head.startswith(b"*"):  # an inline command
+        words: list[bytes] = head.split()
+        return words
+    args = []
+    for _ in range(int(head[1:])):
+        length = int(readline()[1:])
+        args.append(read(length + 2)[:-2])
+    return args
