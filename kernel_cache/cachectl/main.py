@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
 from ..display import echo
+from ..errors import TierUnavailable
 from ..inventory import SORT_KEYS
-from .context import EXIT_OK, JSON_SCHEMA, CliError, Context
+from .context import EXIT_OK, EXIT_PROBLEMS, JSON_SCHEMA, CliError, Context
 
 
 class _Parser(argparse.ArgumentParser):
@@ -162,8 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
-    p = command("verify", "maintain.cmd_verify", "check every entry's format and checksum")
-    p.add_argument("--repair", action="store_true", help="remove bad entries")
+    p = command("verify", "maintain.cmd_verify_or_rebuild",
+                "check every entry's format and checksum (--rebuild: recompile kernels and compare the bytes)")
+    p.add_argument("--repair", action="store_true",
+                   help="remove bad entries (with --rebuild: replace those that differ with the rebuild, signed)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="recompile kernel entries of the installed toolchain from their recipes, without "
+                        "touching the cache, and compare the bytes with the stored ones")
+    chosen = p.add_mutually_exclusive_group()
+    chosen.add_argument("--sample", type=_positive, metavar="N",
+                        help="with --rebuild: check N kernel entries chosen at random (the default, with N=20)")
+    chosen.add_argument("--all", action="store_true", help="with --rebuild: check every kernel entry")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
+                   help="with --rebuild: rebuild recipes whose kernel module matches this glob, as prewarm "
+                        "(repeatable); rebuilding imports the module, so entries of other modules are skipped")
     _tier_option(p)
 
     p = command("clear", "maintain.cmd_clear", "remove every entry")
@@ -235,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
             print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
         return exc.code
+    except TierUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
+        print(f"cachectl: {exc}", file=sys.stderr)
+        if "--json" in (argv if argv is not None else sys.argv[1:]):
+            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": EXIT_PROBLEMS}))
+        return EXIT_PROBLEMS
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -79,6 +79,17 @@ def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[s
         return []
 
 
+def cmd_verify_or_rebuild(ctx: Context, args: Any) -> int:
+    """`verify`'s handler: with --rebuild (or an option of its) the entries are recompiled and compared
+    (`rebuild_check`, imported only then: it loads Triton); else `cmd_verify` (a branch there would take
+    it past the complexity bound)."""
+    if args.rebuild or args.sample is not None or args.all or args.allow_module:
+        from . import rebuild_check
+
+        return rebuild_check.cmd(ctx, args)
+    return cmd_verify(ctx, args)
+
+
 def cmd_verify(ctx: Context, args: Any) -> int:
     checked = 0
     bad: list[BadEntry] = []
@@ -101,7 +112,9 @@ def cmd_verify(ctx: Context, args: Any) -> int:
                                                  max_entry_bytes=ctx.config.max_entry_bytes,
                                                  index_timeout=ctx.config.index_timeout))
     for tier in ctx.tiers(args.tier):
-        n, found = verify(tier, repair=args.repair)
+        # entries of the levels read with a signature check must carry a valid one (the local disk is ours)
+        signed = store.signer.problem if store.signer is not None and tier.name != "disk" else None
+        n, found = verify(tier, repair=args.repair, authenticate=signed)
         checked += n
         bad += found
     left = [b for b in bad if not b.repaired]

@@ -67,8 +67,8 @@ def recipe_modules(recipe: Recipe) -> list[str]:
     return list(dict.fromkeys(modules))
 
 
-def _not_allowed(module: str) -> str:
-    return (f"module '{module}' is not allowed: rebuilding this recipe would import (run) it, and prewarm "
+def _not_allowed(module: str, command: str = "prewarm") -> str:
+    return (f"module '{module}' is not allowed: rebuilding this recipe would import (run) it, and {command} "
             f"imports only modules matched by {ALLOW_HINT}; if you trust it, pass --allow-module '{module}'"
             + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""))
 
