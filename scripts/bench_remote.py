@@ -11,8 +11,9 @@ Prints:
   number of builds, with the server healthy, and with it killed at a random moment within the
   healthy run's length (then started again): every process must finish, and builds stay close to M;
 - hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
-  a new, empty local dir, KERNEL_CACHE_MAX_ENTRY_BYTES=64M): a 200 MB value planted at one kernel's
-  entry name (planted again before each round; healed by the round's verified build), and a fake
+  a new, empty local dir, KERNEL_CACHE_MAX_ENTRY_BYTES=64M): a 200 MB value planted at the name of
+  the lowered-call record it reads first (planted again before each round: the round lowers kernel by
+  kernel from the remote and its verified record replaces the plant), and a fake
   server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
 
     python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile]
@@ -143,6 +144,20 @@ def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
 
 
 PLANTED_BYTES = 200 << 20
+
+
+def _first_read(plain: Any, namespace: str) -> bytes:
+    """The entry name a warm process reads first: a lowered-call record's (the largest one)."""
+    from kernel_cache import entry as entry_format
+    from kernel_cache.call_entry import KIND
+
+    records = []
+    for name in plain.scan_iter(match=f"kc:{namespace}:v1:e:*"):
+        size = int(plain.strlen(name))
+        meta = entry_format.peek_meta_head(plain.getrange(name, 0, entry_format.META_PEEK_BYTES - 1), size)
+        if meta.get("kind") == KIND:
+            records.append((size, name))
+    return bytes(max(records)[1])
 HOSTILE_CAP = "64M"
 
 
@@ -156,8 +171,7 @@ def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
     for namespace in ("healthy", "planted"):
         child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"seed-{namespace}"), KERNEL_CACHE_REMOTE=server.url,
               KERNEL_CACHE_REMOTE_NAMESPACE=namespace, **common)
-    names = sorted(plain.scan_iter(match="kc:planted:v1:e:*"), key=lambda n: -int(plain.strlen(n)))
-    target = names[0]  # the largest entry: a kernel's
+    target = _first_read(plain, "planted")
     rows: dict[str, list[dict[str, Any]]] = {"healthy": [], "planted": [], "trickling": [], "none": []}
     healed = []
     with FakeRedis("trickle", interval=0.05) as fake:
@@ -179,7 +193,7 @@ def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
           f"(KERNEL_CACHE_MAX_ENTRY_BYTES={HOSTILE_CAP}; median of {rounds}, the last two rows once)")
     print(f"  {'row':<48} {'lowering':>9} {'process':>9} {'peak RSS':>10} {'compiles':>9}")
     labels = {"healthy": "healthy server",
-              "planted": f"{PLANTED_BYTES >> 20} MB value planted at one kernel's name",
+              "planted": f"{PLANTED_BYTES >> 20} MB value planted at a call record's name",
               "trickling": "fake server trickling 1 byte / 50 ms",
               "none": "no remote at all (what a trickle must not exceed)"}
     for name, results in rows.items():
