@@ -10,6 +10,8 @@ Prints:
 - N processes x M keys (synthetic 10 ms builds) warming one namespace at once: time to warm and the
   number of builds, with the server healthy, and with it killed at a random moment within the
   healthy run's length (then started again): every process must finish, and builds stay close to M;
+  then on a 3-master + 3-replica Redis Cluster (hit p50 at 64 KiB beside one server's), healthy and
+  with a master killed at a random moment (its replica promoted);
 - hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
   a new, empty local dir, KERNEL_CACHE_MAX_ENTRY_BYTES=64M): a 200 MB value planted at the name of
   the lowered-call record it reads first (planted again before each round: the round lowers kernel by
@@ -39,6 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scripts.fake_resp import FakeRedis  # noqa: E402
+from scripts.redis_cluster import RedisCluster  # noqa: E402
 from scripts.redis_server import RedisServer  # noqa: E402
 
 SIGNING_KEY = "bench-remote-signing-key-0123456789"
@@ -152,7 +155,7 @@ def _first_read(plain: Any, namespace: str) -> bytes:
     from kernel_cache.call_entry import KIND
 
     records = []
-    for name in plain.scan_iter(match=f"kc:{namespace}:v1:e:*"):
+    for name in plain.scan_iter(match=f"kc:{namespace}:v2:e:*"):
         size = int(plain.strlen(name))
         meta = entry_format.peek_meta_head(plain.getrange(name, 0, entry_format.META_PEEK_BYTES - 1), size)
         if meta.get("kind") == KIND:
@@ -206,32 +209,56 @@ def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
 
 
 def many_processes(server: RedisServer, tmp: Path, processes: int, keys: int) -> None:
+    """The fleet warming one namespace: on one server healthy, killed and restarted; on a 3-master +
+    3-replica Redis Cluster healthy, and with a master killed (its replica promoted)."""
     print(f"\n{processes} processes x {keys} keys (10 ms builds), one namespace")
-    healthy = 0.0
-    for chaos in (False, True):
-        server.flush()
-        log = tmp / f"builds-{chaos}.log"
-        start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", WARM, server.url, str(tmp / f"n{chaos}{i}"), str(keys), str(log),
-                                   SIGNING_KEY], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for i in range(processes)]
-        killed = None
-        if chaos:
-            killed = random.uniform(0.2, 0.8) * healthy  # a random moment of the healthy run's length
-            time.sleep(killed)
-            server.kill()
-            time.sleep(0.5)
-            server.start()
-        outs = [p.communicate(timeout=900) for p in procs]
-        wall = time.perf_counter() - start
-        healthy = healthy or wall
-        failed = [err[-500:] for p, (_, err) in zip(procs, outs) if p.returncode != 0]
-        builds = len(log.read_text().split()) if log.exists() else 0
-        label = f"server killed at {killed:.1f} s, restarted" if chaos else "server healthy"
-        print(f"  {label:<34} time to warm {wall:6.2f} s   builds {builds} for {keys} keys   failed processes "
-              f"{len(failed)}")
-        for err in failed:
-            print("   ", err)
+    healthy = _fleet(server.url, tmp / "one", processes, keys, "server healthy", server.flush)
+    def restart() -> None:
+        server.kill()
+        time.sleep(0.5)
+        server.start()
+    _fleet(server.url, tmp / "one-chaos", processes, keys, "server killed at {at:.1f} s, restarted", server.flush,
+           fault=restart, at=random.uniform(0.2, 0.8) * healthy)
+    for name, fault in (("healthy", False), ("master killed", True)):
+        cluster = RedisCluster(tmp / f"cluster-{fault}")
+        try:
+            if not fault:
+                r = json.loads(child(HITS, cluster.url, str(tmp / "cluster-hits"), str(64 << 10), "20", SIGNING_KEY))
+                one = json.loads(child(HITS, server.url, str(tmp / "one-hits"), str(64 << 10), "20", SIGNING_KEY))
+                print(f"  hit p50 at 64 KiB: cluster {r['remote'] * 1e3:.3f} ms, one server {one['remote'] * 1e3:.3f} ms")
+            kill = (lambda c=cluster: next(m for m in c.masters() if m is not c.nodes[0]).kill()) if fault else None
+            label = f"3-master cluster {name}" + (" at {at:.1f} s" if fault else "")
+            _fleet(cluster.url, tmp / f"cluster-fleet-{fault}", processes, keys, label, None, fault=kill,
+                   at=random.uniform(0.2, 0.8) * healthy)
+        finally:
+            cluster.stop()
+
+
+def _fleet(url: str, tmp: Path, processes: int, keys: int, label: str, reset: Any, fault: Any = None,
+           at: float = 0.0) -> float:
+    """One row: `processes` children warming `keys` keys on `url` (a fault injected `at` seconds in);
+    prints the time to warm, builds per key and failed processes; returns the time to warm."""
+    if reset is not None:
+        reset()
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "builds.log"
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", WARM, url, str(tmp / f"n{i}"), str(keys), str(log), SIGNING_KEY],
+                              cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(processes)]
+    if fault is not None:
+        time.sleep(at)
+        fault()
+    outs = [p.communicate(timeout=900) for p in procs]
+    wall = time.perf_counter() - start
+    failed = [err[-500:] for p, (_, err) in zip(procs, outs, strict=True) if p.returncode != 0]
+    builds = log.read_text().split() if log.exists() else []
+    most = max((builds.count(k) for k in set(builds)), default=0)
+    print(f"  {label.format(at=at):<40} time to warm {wall:6.2f} s   builds {len(builds)} for {keys} keys "
+          f"({len(builds) / keys:.2f}x, at most {most} of one key)   failed processes {len(failed)}")
+    for err in failed:
+        print("   ", err)
+    return wall
 
 
 def main() -> None:

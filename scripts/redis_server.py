@@ -20,13 +20,13 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, *extra: str):
+    def __init__(self, workdir: Path, *extra: str, port: int | None = None):
         binary = shutil.which("redis-server")
         if binary is None:
             raise FileNotFoundError("redis-server")
         self.binary = binary
         self.workdir, self.extra = workdir, extra
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.socket = workdir / "redis.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()

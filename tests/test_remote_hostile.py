@@ -176,7 +176,7 @@ def test_a_wrong_typed_name_is_one_keys_miss_not_the_levels_outage(server, tmp_p
 
 # 4. Leases no one can hold hostage ------------------------------------------------------------------
 def _lease_name(tier, key=KEY):
-    return tier.prefix + "l:" + key
+    return tier._lease_name(key)
 
 
 @needs_redis

@@ -73,6 +73,8 @@ def test_an_entry_round_trips_and_a_hit_restarts_its_ttl(server):
     assert KEY in tier and KEY2 not in tier
     tier.client.expire(tier._entry(KEY), 10)
     assert tier.get(KEY).blobs == make_entry(KEY).blobs
+    assert tier.client.ttl(tier._entry(KEY)) <= 10  # a read stays a read: the refresh waits for a batch
+    tier.flush_touches()  # at the next write, TOUCH_BATCH hits, close or exit
     assert tier.client.ttl(tier._entry(KEY)) > 900  # the hit restarted it
     assert tier.get(KEY2) is None and tier.counters["hits"] == 1 and tier.counters["misses"] == 1
     [record] = tier.listing()

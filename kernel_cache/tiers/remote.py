@@ -1,17 +1,19 @@
 """Remote level: a Redis server shared by every node of a cluster (KERNEL_CACHE_REMOTE), for sites
 with no shared filesystem (cloud pods, Kubernetes jobs, Slurm sites whose NFS is slow or off-limits).
 
-Layout: `kc:<namespace>:v1:e:<key>` holds an entry's bytes exactly as the other levels store them
-(signed); `kc:<namespace>:v1:l:<key>` is the lease of the node compiling that key. Writes are
-`SET NX` with a TTL (KERNEL_CACHE_REMOTE_TTL) that a verified hit restarts, so what nobody uses
-expires; entries over KERNEL_CACHE_MAX_ENTRY_BYTES are neither written nor read.
+Layout: `kc:<namespace>:v2:e:{<key>}` holds an entry's bytes exactly as the other levels store them
+(signed); `kc:<namespace>:v2:l:{<key>}` is the lease of the node compiling that key (the key is a
+hash tag: in a Redis Cluster both share a slot). Writes are `SET NX` with a TTL
+(KERNEL_CACHE_REMOTE_TTL) that verified hits restart in batches, so what nobody uses expires and a
+read stays a read (a replica serves it); entries over KERNEL_CACHE_MAX_ENTRY_BYTES are neither
+written nor read. Which server or cluster, the breaker and read-only mode: redis_link.
 
 Never slower than no cache, whatever the server does: every call (connect, send, the whole reply)
 has one deadline (KERNEL_CACHE_REMOTE_TIMEOUT) and receives at most the entry cap plus a little
 (redis_guard); a read asks the server for a value's type and size before its bytes (one script, one
 round trip). After a server fault (connection, timeout, auth, out of memory, a reply past the cap) a
-circuit breaker skips the server for a while before one call probes it again; a name of the wrong
-type is a miss for that key alone. No call on the data path raises for the server's sake.
+circuit breaker skips the server 1 s, then longer while it keeps failing; a name of the wrong type
+is a miss for that key alone. No call on the data path raises for the server's sake.
 
 Trust: a server has no file owners, so every entry read must carry our signature
 (KERNEL_CACHE_SIGNING_KEY_FILE) unless KERNEL_CACHE_REMOTE_UNSIGNED=1 says the operator trusts every
@@ -25,7 +27,7 @@ heartbeat while the holder compiles and released by compare-and-delete; waiters 
 until the entry is published, the lease lapses or proves unworthy (they take it over), or their wait
 bound passes.
 
-This module is long because it is one level's whole protocol, maintenance and breaker included.
+This module is long because it is one level's whole protocol, maintenance included.
 """
 
 from __future__ import annotations
@@ -49,25 +51,15 @@ from ..safefs import Owners
 from ..signing import Signer
 from ..warnings_once import warn_once
 from . import redis_guard
+from .redis_link import RedisLink
 from .remote_lease import MAX_LEASE_BYTES, Lease, why_not_honoured
 
-
-def _redis() -> Any:
-    """redis-py, imported on first use: it costs ~0.1-0.3 s, which no process without a remote pays."""
-    try:
-        import redis
-        import redis.backoff
-        import redis.retry
-    except ImportError:
-        raise TierUnavailable("KERNEL_CACHE_REMOTE is set but the redis package is not installed "
-                              "(pip install redis)") from None
-    return redis
-
-BREAKER_SECONDS = 30.0  # after a server fault, the server is skipped this long, then one call probes it
+BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
 LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
 MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
 REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
 MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
+TOUCH_BATCH = 64  # verified hits whose TTL refresh is sent together (else at the next write, close or exit)
 MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest are forgotten
 # What a name holds, told without sending its bytes where it could not be an entry: the server-side
 # `marker` names a value for compare-and-set (its type, or its size past the cap, or its SHA-1).
@@ -127,10 +119,9 @@ class RemoteTier:
                  lease_ms: int = LEASE_MS, lease_max_seconds: float = 600.0):
         """`signer`: entries and leases must carry its signature (None: every client of the server
         is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
-        self._redis = redis = _redis()
         self.url, self.endpoint = url, redacted(url)
         self.namespace = namespace
-        self.prefix = f"kc:{namespace}:v1:"
+        self.prefix = f"kc:{namespace}:v2:"  # v2: keys in braces (v1 names expire by their TTL)
         self.ttl = max(1, int(ttl))
         self.timeout = timeout
         self.signer = signer
@@ -142,33 +133,26 @@ class RemoteTier:
         self.counters = {"hits": 0, "misses": 0, "errors": 0, "timeouts": 0, "breaker_openings": 0,
                          "lock_waits": 0, "rejected": 0, "too_large": 0, "writes": 0, "healed": 0,
                          "leases_refused": 0}
-        self._open_until = 0.0
         self._lock = threading.Lock()
         self._pending_touches: set[str] = set()
         self._bad: OrderedDict[str, str] = OrderedDict()  # key -> marker of the value we rejected there
-        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
-                                   "retry_on_timeout": False, "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-                                   "health_check_interval": 0,
-                                   "connection_class": redis_guard.connection_class(url)}
-        if password is not None:
-            options["password"] = password
-        try:
-            self.client = redis.Redis.from_url(url, **options)
-        except ValueError:  # redis-py's words may quote a piece of the URL, password included
-            raise TierUnavailable(f"KERNEL_CACHE_REMOTE={self.endpoint}: redis-py cannot parse this URL (a "
-                                  f"password with '/', '?' or '#' must be percent-encoded)") from None
-        except redis.RedisError as exc:
-            raise TierUnavailable(f"KERNEL_CACHE_REMOTE={self.endpoint}: {escaped(str(exc))}") from None
-        self._peek = self.client.register_script(_PEEK)
-        self._replace = self.client.register_script(_REPLACE)
-        self._marker_of = self.client.register_script(_MARKER_OF)
-        self._release = self.client.register_script(_RELEASE)
-        self._refresh = self.client.register_script(_REFRESH)
+        self.link = RedisLink(url, self.endpoint, timeout=timeout, max_reply_bytes=max_entry_bytes + REPLY_SLACK,
+                              breaker_seconds=breaker_seconds, counters=self.counters, password=password)
+        plain = self.link.client  # scripts are registered once, run on whichever client the link settles on
+        self._peek, self._replace, self._marker_of, self._release, self._refresh = (
+            plain.register_script(text) for text in (_PEEK, _REPLACE, _MARKER_OF, _RELEASE, _REFRESH))
+
+    @property
+    def client(self) -> Any:
+        """redis-py's client for this deployment (a cluster's once the first call found one)."""
+        return self.link.client
 
     # The data path ------------------------------------------------------------------------
     @property
     def writable(self) -> bool:
-        return time.monotonic() >= self._open_until
+        """False on a read-only replica, and while the breaker skips the server, unless it is coming
+        back soon (then compiles still take its lock: they wait for it, see `lock`)."""
+        return self.link.writable or self.link.recovering
 
     def get(self, key: str) -> Entry | None:
         name = self._entry(key)
@@ -197,12 +181,16 @@ class RemoteTier:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
             bad = marker(found)
-            self._call("delete", lambda: self._replace(keys=[name], args=[self.max_entry_bytes, bad, b"", 0]), None)
+            self._call("delete", lambda: self._run(self._replace, keys=[name], args=[self.max_entry_bytes, bad, b"", 0]), None)
             raise
         with self._lock:
             self._bad.pop(key, None)
         self._count("hits")
-        self._call("touch", lambda: self.client.expire(name, self.ttl), None)  # verified: its life restarts
+        with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
+            self._pending_touches.add(key)
+            due = len(self._pending_touches) >= TOUCH_BATCH
+        if due:
+            self.flush_touches()
         return entry
 
     def put_raw(self, key: str, data: bytes) -> None:
@@ -211,6 +199,7 @@ class RemoteTier:
             self._count("too_large")
             return
         name = self._entry(key)
+        self.flush_touches()
         with self._lock:
             bad = self._bad.get(key)
         if bad is None:
@@ -218,7 +207,7 @@ class RemoteTier:
                 self._count("writes")
             return
         # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._call("heal", lambda: self._replace(keys=[name], args=[self.max_entry_bytes, bad, data,
+        replaced = self._call("heal", lambda: self._run(self._replace, keys=[name], args=[self.max_entry_bytes, bad, data,
                                                                               self.ttl * 1000]), None)
         if replaced is not None:
             with self._lock:
@@ -237,7 +226,7 @@ class RemoteTier:
         with self._lock:
             bad = self._bad.get(key)
         if bad is not None:
-            now = self._call("read", lambda: self._marker_of(keys=[name], args=[self.max_entry_bytes]), None)
+            now = self._call("read", lambda: self._run(self._marker_of, keys=[name], args=[self.max_entry_bytes]), None)
             return isinstance(now, bytes) and now.decode() != bad and now.startswith(b"sha1:")
         return bool(self._call("read", lambda: self.client.type(name), b"none") == b"string")
 
@@ -247,12 +236,15 @@ class RemoteTier:
         lifetime), False when the entry got published meanwhile, `timeout` passed or the server is
         being skipped (the caller then compiles anyway). A lease that is not ours to honour (no
         valid signature, too old, not a lease) is taken over with a compare-and-set."""
-        name = self.prefix + "l:" + check_key(key)
+        name = self._lease_name(key)
         lease = Lease.new(name, self.signer)
         deadline, pause, waited = time.monotonic() + timeout, 0.02, False
         while True:
-            if not self.writable:
-                yield False  # the server is being skipped: compile here, unlocked across nodes
+            if self.link.recovering and self.link.reopens_in() < deadline - time.monotonic():
+                time.sleep(self.link.reopens_in() + random.random() * 0.05)  # a failover or restart: wait it out
+                continue
+            if not self.link.writable:
+                yield False  # a replica, or a server being skipped: compile here, unlocked across nodes
                 return
             if self._call("lock", lambda: self.client.set(name, lease.value, nx=True, px=self.lease_ms), None):
                 break
@@ -275,12 +267,11 @@ class RemoteTier:
         finally:
             stop.set()
             beat.join(timeout=self.timeout * 4 + 1)
-            self._call("unlock", lambda: self._release(keys=[name], args=[lease.value]), None)
+            self._call("unlock", lambda: self._run(self._release, keys=[name], args=[lease.value]), None)
 
     def close(self) -> None:
         self.flush_touches()
-        with contextlib.suppress(Exception):
-            self.client.close()
+        self.link.close()
 
     # Maintenance: a server fault raises TierUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
@@ -305,17 +296,7 @@ class RemoteTier:
         """Per entry: key, size_bytes, created (from its header), last_used (from its TTL: a hit
         restarts it), listed with SCAN and bounded by MAX_SCAN. Names of another Redis type are
         listed too (size 0): reading them says what they are."""
-        names: list[bytes] = []
-        cursor: Any = 0
-        while len(names) < MAX_SCAN:
-            def page(at: Any = cursor) -> tuple[Any, list[bytes]]:
-                found: tuple[Any, list[bytes]] = self.client.scan(at, match=self.prefix + "e:*", count=1000)
-                return found
-            none: tuple[Any, list[bytes]] = (0, [])
-            cursor, more = self._call("scan", page, none, maintenance=True)
-            names += more
-            if not cursor:
-                break
+        names = self._scan_names()
         out: list[dict[str, Any]] = []
         now = time.time()
         for start in range(0, min(len(names), MAX_SCAN), 500):
@@ -333,7 +314,7 @@ class RemoteTier:
             replies: list[Any] = self._call("scan", heads, [], maintenance=True)
             for i, name in enumerate(chunk):
                 kind, size, ttl, head = replies[4 * i:4 * i + 4]
-                key = bytes(name).decode(errors="replace")[len(self.prefix) + 2:]
+                key = bytes(name).decode(errors="replace")[len(self.prefix) + 2:].removeprefix("{").removesuffix("}")
                 if not entry_format.is_key(key) or kind == b"none":
                     continue
                 size = size if isinstance(size, int) else 0
@@ -346,6 +327,30 @@ class RemoteTier:
                 out.append({"key": key, "size_bytes": int(size), "created": created, "last_used": last_used})
         return out
 
+    def _scan_names(self) -> list[bytes]:
+        """The entry names, one SCAN page per call (each within the maintenance deadline), on every
+        master of a cluster; at most MAX_SCAN."""
+        self.link.ensure()
+        pattern = self.prefix + "e:*"
+        nodes: list[Any] = self._call("scan", lambda: list(self.client.get_primaries()), [], maintenance=True) \
+            if self.link.cluster else [None]
+        names: list[bytes] = []
+        for node in nodes:
+            cursor: Any = 0
+            while len(names) < MAX_SCAN:
+                def page(at: Any = cursor, node: Any = node) -> tuple[Any, list[bytes]]:
+                    if node is None:
+                        found: tuple[Any, list[bytes]] = self.client.scan(at, match=pattern, count=1000)
+                        return found
+                    cursors, more = self.client.scan(cursor=at, match=pattern, count=1000, target_nodes=node)
+                    return cursors[node.name], more
+                none: tuple[Any, list[bytes]] = (0, [])
+                cursor, more = self._call("scan", page, none, maintenance=True)
+                names += more
+                if not cursor:
+                    break
+        return names[:MAX_SCAN]
+
     def touch(self, keys: Iterable[str]) -> None:
         valid = [check_key(key) for key in keys]
         with self._lock:
@@ -355,8 +360,8 @@ class RemoteTier:
         """Restart the TTL of entries a lowered-call record served without reading them."""
         with self._lock:
             keys, self._pending_touches = self._pending_touches, set()
-        if not keys:
-            return
+        if not keys or not self.writable:
+            return  # a replica takes no writes; a skipped server gets these uses no more
 
         def expire() -> None:
             pipe = self.client.pipeline(transaction=False)
@@ -378,21 +383,35 @@ class RemoteTier:
         info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
                                 "counters": dict(self.counters), "reachable": False}
         try:
+            self.link.ensure()
             with redis_guard.budget(self._maintenance_seconds(), self.max_entry_bytes + REPLY_SLACK):
                 start = time.perf_counter()
-                self.client.ping()
+                self.link.client.ping()
                 info["round_trip_ms"] = round((time.perf_counter() - start) * 1000, 3)
-                server = self.client.info("server")
-                memory = self.client.info("memory")
+                node = self.link.client.get_primaries()[0].redis_connection if self.link.cluster else self.link.client
+                server = node.info("server")
+                memory = node.info("memory")
+                replication = node.info("replication")
             info.update(reachable=True, server_version=_text(server.get("redis_version")),
-                        maxmemory=memory.get("maxmemory"), maxmemory_policy=_text(memory.get("maxmemory_policy")))
+                        maxmemory=memory.get("maxmemory"), maxmemory_policy=_text(memory.get("maxmemory_policy")),
+                        role=_text(replication.get("role")), cluster=bool(self.link.cluster))
+            if self.link.cluster:
+                info["masters"] = len(self.link.client.get_primaries())
         except Exception as exc:
             info["error"] = f"{type(exc).__name__}: {escaped(str(exc))}"
         return info
 
     # Internals ----------------------------------------------------------------------------
     def _entry(self, key: object) -> str:
-        return self.prefix + "e:" + check_key(key)
+        return self._name("e:", check_key(key))
+
+    def _lease_name(self, key: str) -> str:
+        return self._name("l:", check_key(key))
+
+    def _name(self, kind: str, key: str) -> str:
+        """The key is a hash tag, so in a cluster an entry and its lease share a slot (and a node);
+        the same names on one server, so nothing depends on finding out which it is first."""
+        return f"{self.prefix}{kind}{{{key}}}"
 
     def _count(self, name: str, by: int = 1) -> None:
         with self._lock:
@@ -414,7 +433,7 @@ class RemoteTier:
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
             return False
-        taken = self._call("lock", lambda: self._replace(keys=[name], args=[MAX_LEASE_BYTES, marker(found),
+        taken = self._call("lock", lambda: self._run(self._replace, keys=[name], args=[MAX_LEASE_BYTES, marker(found),
                                                                            lease.value, self.lease_ms]), 0)
         if taken:
             self._count("leases_refused")
@@ -426,21 +445,21 @@ class RemoteTier:
         while not stop.wait(self.lease_ms / 3000):
             if lease.expired(self.lease_max_seconds):
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            self._call("lease", lambda: self._refresh(keys=[name], args=[lease.value, self.lease_ms]), None)
+            self._call("lease", lambda: self._run(self._refresh, keys=[name], args=[lease.value, self.lease_ms]), None)
 
     def _peeked(self, what: str, name: str, cap: int, maintenance: bool = False) -> tuple[bytes, Any] | None:
         """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), or None
         (nothing there, or the server failed). A reply of another shape is the server's fault."""
-        found = self._call(what, lambda: self._peek(keys=[name], args=[cap]), None, maintenance=maintenance)
+        found = self._call(what, lambda: self._run(self._peek, keys=[name], args=[cap]), None, maintenance=maintenance)
         if found is None:
             return None
         if isinstance(found, list) and len(found) == 2:
             kind, value = found
             if (kind in (b"value", b"type") and isinstance(value, bytes)) or (kind == b"size" and isinstance(value, int)):
                 return kind, value
-        cause = self._open_breaker(None, False, 0.0)
+        cause = self.link.fault(None, False, 0.0)
         warn_once(f"remote:{self.endpoint}:malformed", f"remote cache {self.endpoint} {cause} ({what}); skipping it "
-                  f"for {self.breaker_seconds:.0f} s at a time, compiling and caching locally meanwhile")
+                  f"a while, compiling and caching locally meanwhile")
         if maintenance:
             raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})")
         return None
@@ -449,49 +468,13 @@ class RemoteTier:
         return max(self.timeout, MAINTENANCE_SECONDS)
 
     def _call(self, what: str, op: Callable[[], T], default: T, *, maintenance: bool = False) -> T:
-        """Run `op` within one deadline and byte budget unless the breaker is open. On a fault of
-        one name (WRONGTYPE): the default. On a server fault: the breaker opened, one warning per
-        cause, and the default on the data path (which never raises for the server's sake), or
-        TierUnavailable for maintenance (cachectl must say what failed)."""
-        if time.monotonic() < self._open_until:
-            if maintenance:
-                raise TierUnavailable(f"remote cache {self.endpoint}: being skipped after an error; try again in "
-                                      f"{self._open_until - time.monotonic():.0f} s")
-            return default
-        seconds = self._maintenance_seconds() if maintenance else self.timeout
-        try:
-            with redis_guard.budget(seconds, self.max_entry_bytes + REPLY_SLACK) as call:
-                return op()
-        except Exception as exc:  # not only RedisError: redis-py fails otherwise on some replies of a bad server
-            if isinstance(exc, self._redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
-                self._count("errors")  # one name holds another type: that key's miss, not the level's
-                if maintenance:
-                    raise TierUnavailable(f"remote cache {self.endpoint}: {escaped(str(exc))} ({what})") from None
-                return default
-            cause = self._open_breaker(exc, call.overflowed, seconds)
-            warn_once(f"remote:{self.endpoint}:{cause.split(':')[0]}",
-                      f"remote cache {self.endpoint} {cause} ({what}); skipping it for "
-                      f"{self.breaker_seconds:.0f} s at a time, compiling and caching locally meanwhile")
-            if maintenance:
-                raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})") from None
-            return default
+        """`op` through the link: one deadline and byte budget, the breaker, read-only mode (redis_link)."""
+        return self.link.call(what, op, default, maintenance=maintenance,
+                              seconds=self._maintenance_seconds() if maintenance else None)
 
-    def _open_breaker(self, exc: Exception | None, overflowed: bool, seconds: float) -> str:
-        """Count the fault (None: a reply of the wrong shape), skip the server for a while; the
-        fault's cause, escaped, for messages."""
-        timeout = isinstance(exc, self._redis.TimeoutError)
-        with self._lock:
-            self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
-            self.counters["breaker_openings"] += 1
-            self._open_until = time.monotonic() + self.breaker_seconds
-        if overflowed:
-            return f"sent a reply over {self.max_entry_bytes + REPLY_SLACK} bytes"
-        if timeout:
-            return f"timed out (no whole reply within {seconds:g} s)"
-        if exc is None or not isinstance(exc, self._redis.RedisError):
-            return "sent a reply that is no answer to what was asked" + (
-                f" ({type(exc).__name__} in redis-py: {escaped(str(exc))})" if exc is not None else "")
-        return f"{type(exc).__name__}: {escaped(str(exc))}"
+    def _run(self, script: Any, *, keys: list[str], args: list[Any]) -> Any:
+        """A registered script on the client the link settled on (a cluster routes it by its key)."""
+        return script(keys=keys, args=args, client=self.client)
 
 
 def _text(value: object) -> str | None:

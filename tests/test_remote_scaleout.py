@@ -1,0 +1,173 @@
+"""The remote level scaled out (issue 29), against real servers started here (scripts/redis_cluster.py):
+a 3-master + 3-replica Redis Cluster named by any node, a master killed mid-run, a read-only replica of
+a filled primary, and a server that comes back after an outage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+from conftest import ROOT, child_env
+from test_remote_tier import KEYS, SIGNING_KEY, _result, _spawn, remote, signed
+from test_shared_tier import KEY, Builder, make_entry
+
+from kernel_cache import Config, Store, warnings_once
+from scripts.redis_cluster import PrimaryWithReplica, RedisCluster
+from scripts.redis_server import RedisServer
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
+                                reason="redis-server and redis-cli are not installed (apt-get install redis-server; "
+                                       "scripts/test.sh does it where it runs as root)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    yield c
+    c.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    warnings_once.reset()
+    yield
+    warnings_once.reset()
+
+
+def _builds(log) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+# 1. A Redis Cluster ---------------------------------------------------------------------------------
+def test_a_cluster_named_by_any_node_compiles_each_key_once_across_processes(cluster, tmp_path):
+    log = tmp_path / "builds.log"
+    keys = KEYS[:14]
+    url = cluster.nodes[1].url  # any node will do, a replica's included
+    first = [_spawn(url, "fleet", tmp_path / f"a{i}", keys, log, delay=0.05) for i in range(4)]
+    assert all(r["served"] for r in map(_result, first))
+    assert sorted(_builds(log)) == sorted(keys)  # each key built once between the four
+    second = [_result(_spawn(url, "fleet", tmp_path / f"b{i}", keys, log)) for i in range(4)]
+    assert all(r["served"] and r["stats"]["compiles"] == 0 and r["stats"]["hits"].get("remote") == 14
+               for r in second)
+    tier = remote(url, namespace="fleet")
+    assert tier.get(KEY) is None and tier.link.cluster is True
+    # the entries are spread over the masters, each beside its lease's slot
+    holding = [m for m in cluster.masters() if _dbsize(m) > 0]
+    assert len(holding) >= 2
+    assert tier.client.keyslot(tier._entry(KEY)) == tier.client.keyslot(tier._lease_name(KEY))
+
+
+def _dbsize(server: RedisServer) -> int:
+    import redis
+    return int(redis.Redis(port=server.port).dbsize())
+
+
+def test_cachectl_lists_verifies_and_clears_every_master(cluster, tmp_path):
+    tier = remote(cluster.url, namespace="ops")
+    for key in KEYS[:12]:
+        tier.put_raw(key, signed(make_entry(key)))
+    key_file = tmp_path / "key"
+    key_file.write_bytes(SIGNING_KEY)
+    key_file.chmod(0o600)
+    env = child_env(KERNEL_CACHE_SIGNING_KEY_FILE=str(key_file), KERNEL_CACHE_REMOTE_NAMESPACE="ops")
+    env.pop("KERNEL_CACHE_DIR", None)
+
+    def cachectl(*args):
+        return subprocess.run([sys.executable, "-m", "kernel_cache", *args, "--remote", cluster.url, "--tier",
+                               "remote"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    listed = cachectl("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {e["key"] for e in json.loads(listed.stdout)["entries"]} == set(KEYS[:12])
+    verified = cachectl("verify")
+    assert verified.returncode == 0 and "checked 12 entries: 0 bad" in verified.stdout, verified
+    cleared = cachectl("clear", "--yes")
+    assert cleared.returncode == 0 and "removed 12 entries" in cleared.stdout, cleared
+    assert all(not list(tier.client.scan_iter(match="kc:ops:*", target_nodes=node))
+               for node in tier.client.get_primaries())
+
+
+# 2. Failover -------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_master_killed_mid_run_leaves_every_process_finished(tmp_path):
+    c = RedisCluster(tmp_path / "failover")
+    try:
+        log = tmp_path / "builds.log"
+        keys = KEYS[:40]
+        procs = [_spawn(c.url, "failover", tmp_path / f"n{i}", keys, log, delay=0.1) for i in range(4)]
+        deadline = time.monotonic() + 60
+        while len(_builds(log)) < 5 and time.monotonic() < deadline:  # mid-run: the fleet is warming
+            time.sleep(0.02)
+        victim = next(m for m in c.masters() if m is not c.nodes[0])
+        victim.kill()  # its replica is promoted after the node timeout (1 s)
+        start = time.monotonic()
+        results = [_result(p, timeout=180) for p in procs]
+        assert all(r["served"] for r in results)  # correct bytes everywhere, served or built
+        assert time.monotonic() - start < 60  # nobody waited out a 60 s lock timeout
+        builds = _builds(log)
+        counts = {k: builds.count(k) for k in keys}
+        assert set(builds) == set(keys) and max(counts.values()) <= 2, (counts, [r["stats"] for r in results])
+    finally:
+        c.stop()
+
+
+# 3. Read replicas -------------------------------------------------------------------------------------
+def test_a_read_only_replica_serves_every_kernel_with_one_warning_at_most(tmp_path):
+    servers = PrimaryWithReplica(tmp_path / "replication")
+    try:
+        primary = Store(Config(dir=None, remote=servers.primary.url, remote_namespace="replica",
+                               signing_key=SIGNING_KEY))
+        for key in KEYS[:14]:
+            primary.get_or_create(key, Builder(key))
+        servers.wait_synced()
+        store = Store(Config(dir=tmp_path / "node", remote=servers.replica.url, remote_namespace="replica",
+                             signing_key=SIGNING_KEY))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            builders = [Builder(key) for key in KEYS[:14]]
+            for key, builder in zip(KEYS[:14], builders, strict=True):
+                store.get_or_create(key, builder)
+            store.level("remote").flush_touches()  # the refreshes a replica refuses
+            fresh = Builder(KEYS[20])
+            store.get_or_create(KEYS[20], fresh)  # a miss: built here, not written there
+            store.level("remote").flush_touches()
+        assert sum(b.calls for b in builders) == 0 and fresh.calls == 1
+        assert store.stats.session()["hits"]["remote"] == 14
+        level = store.level("remote")
+        assert level.link.read_only and level.counters["breaker_openings"] == 0
+        said = [str(w.message) for w in caught]
+        assert len(said) <= 1 and all("read-only replica" in s for s in said), said
+        assert store.get(KEYS[0]) is not None  # reads go on
+    finally:
+        servers.stop()
+
+
+# 4. Coming back ---------------------------------------------------------------------------------------
+def test_a_restarted_server_is_used_again_within_seconds(tmp_path):
+    server = RedisServer(tmp_path)
+    try:
+        tier = remote(server.url, namespace="back", timeout=0.2)
+        tier.put_raw(KEY, signed(make_entry(KEY)))
+        server.kill()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert tier.get(KEY) is None  # the fault: skipped 1 s
+            time.sleep(1.05)
+            assert tier.get(KEY) is None  # still down: skipped 2 s
+            assert tier.counters["breaker_openings"] == 2
+            server.start()
+            time.sleep(2.05)
+            tier.put_raw(KEY, signed(make_entry(KEY)))  # the server lost its data (no persistence)
+            assert tier.get(KEY) is not None and tier.writable
+        assert tier.counters["breaker_openings"] == 2
+        server.kill()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tier.get(KEY)
+        assert tier.link._open_until - time.monotonic() <= 1.0  # one success reset the backoff to 1 s
+    finally:
+        server.stop()
