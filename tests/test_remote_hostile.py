@@ -325,5 +325,5 @@ def test_a_reply_of_the_wrong_shape_is_a_miss_and_the_servers_fault():
     with FakeRedis("trickle", interval=0.0) as fake:  # answers every command with the bulk string 'hello'
         tier = remote(fake.url, namespace="shape")
         got, said = _quiet(tier.get, KEY)
-        assert got is None and tier.counters["breaker_openings"] == 1 and not tier.writable
+        assert got is None and tier.counters["breaker_openings"] == 1 and not tier.link.available
         assert any("no answer to what was asked" in s for s in said)

@@ -86,9 +86,11 @@ class RedisLink:
 
     @property
     def recovering(self) -> bool:
-        """Skipped after serving this process, and probed again within RECOVERY_SECONDS: a failover
-        or a restart, worth waiting for rather than compiling alone."""
-        return self.served and not self.read_only and 0.0 < self.reopens_in() <= RECOVERY_SECONDS
+        """Skipped, and probed again soon: within RECOVERY_SECONDS after it served this process (a
+        failover, a restart), within FIRST_BACKOFF after a first fault otherwise (a restart as the
+        fleet starts looks like a dead server: one short wait, then compiles go on alone)."""
+        horizon = RECOVERY_SECONDS if self.served else FIRST_BACKOFF
+        return not self.read_only and 0.0 < self.reopens_in() <= horizon
 
     @property
     def client(self) -> Any:
