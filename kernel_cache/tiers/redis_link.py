@@ -58,6 +58,7 @@ class RedisLink:
         self._lock = threading.Lock()
         self._open_until = 0.0
         self._faults_in_a_row = 0
+        self._refused = False  # the last fault was a refused connection (a server restarting, or gone)
         self._options: dict[str, Any] = {
             "socket_timeout": timeout, "socket_connect_timeout": timeout, "retry_on_timeout": False,
             "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0), "connection_class": redis_guard.connection_class(url)}
@@ -87,9 +88,10 @@ class RedisLink:
     @property
     def recovering(self) -> bool:
         """Skipped, and probed again soon: within RECOVERY_SECONDS after it served this process (a
-        failover, a restart), within FIRST_BACKOFF after a first fault otherwise (a restart as the
-        fleet starts looks like a dead server: one short wait, then compiles go on alone)."""
-        horizon = RECOVERY_SECONDS if self.served else FIRST_BACKOFF
+        failover, a restart), within FIRST_BACKOFF after a first refused connection otherwise (a
+        restart as the fleet starts: one short wait, then compiles go on alone; a server that hangs
+        or trickles from the start is never waited for)."""
+        horizon = RECOVERY_SECONDS if self.served else FIRST_BACKOFF if self._refused else 0.0
         return not self.read_only and 0.0 < self.reopens_in() <= horizon
 
     @property
@@ -157,7 +159,10 @@ class RedisLink:
         """Count a server fault (None: a reply of the wrong shape) and skip the server 1 s, 2 s …
         up to breaker_seconds; the fault's cause, escaped, for messages."""
         timeout = isinstance(exc, self.redis.TimeoutError)
+        refused = exc is not None and (isinstance(exc.__context__, ConnectionRefusedError)
+                                       or "connection refused" in str(exc).lower())
         with self._lock:
+            self._refused = refused
             self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
             self.counters["breaker_openings"] += 1
             pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(self._faults_in_a_row, 16))
