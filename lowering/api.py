@@ -2,11 +2,11 @@
 keywords: out_shape/out_type, backend_options, has_side_effect, cost_estimate).
 
 Arrays are passed in order, then one pointer per output; Python/NumPy scalars become scalar kernel
-arguments fixed at trace time. A keyword whose value is an array and names a runtime parameter is
-an operand bound to that parameter (jax-triton 0.4); other keywords are constexprs: a scalar keyword
-naming a non-constexpr parameter is compiled in as a constant (jax-triton 0.3; 0.4 passes it at run
-time: the results are the same). TensorDescriptor and jax.Ref arguments (0.4) are refused with what
-they would need (see lowering.tensor_descriptor).
+arguments fixed at trace time. A keyword naming a runtime parameter is that parameter's operand, an
+array or a scalar (jax-triton 0.4, `_bind_keywords`: where 0.4 cannot bind a scalar keyword it is
+compiled in as a constant, as jax-triton 0.3 compiles every keyword); other keywords are constexprs.
+TensorDescriptor and jax.Ref arguments (0.4) are refused with what they would need (see
+lowering.tensor_descriptor).
 """
 
 from __future__ import annotations
@@ -117,35 +117,53 @@ def _tuple_parameters(name: str, param_names: Sequence[str], top: list[Any], tre
                     f"fill {counts[0]} with the outputs, flattened (jax-triton 0.3) {num_flat + num_out}")
 
 
-def _no_parameter_twice(kernel: Any, top: list[Any], keywords: Mapping[str, Any], min_outputs: int) -> None:
-    """A keyword naming a runtime parameter that the positional arguments (and the outputs after
-    them) already fill is a parameter given both ways: an error, as Python's binding would say."""
+def _keyword_operand(value: Any) -> bool:
+    """Whether a keyword's value can be an operand (jax-triton 0.4): an array, a Ref or a scalar."""
+    return _is_scalar(value) or hasattr(value, "shape")
+
+
+def _bind_keywords(kernel: Any, top: list[Any], metaparams: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """(the arguments with the keyword operands placed at their parameters, the metaparameters left).
+
+    jax-triton 0.4: a keyword naming a runtime parameter is that parameter's operand, an array or a
+    scalar (passed at run time as a positional one is); one naming a parameter the positional
+    arguments already fill is Python's "multiple values" TypeError. jax-triton 0.3 compiles every
+    keyword in as a constant; that reading is kept for a scalar keyword where 0.4's cannot bind it
+    (a parameter the positional arguments fill once it is a constant, or one after the outputs'
+    parameters, which a launch of inputs then outputs cannot place): the same results either way."""
     declared = runtime_param_names(kernel, {})
-    named = [k for k in keywords if k in declared]
-    if named and len(top) + len(named) + min_outputs > len(declared):
-        raise TypeError(f"kernel '{kernel_name(kernel)}' got {', '.join(repr(k) for k in named)} both positionally "
-                        f"and by keyword: its {len(declared)} runtime parameters ({', '.join(declared)}) take "
-                        f"{len(top)} positional arguments, {len(named)} keywords and at least {min_outputs} outputs")
-
-
-def _with_keyword_operands(kernel: Any, flat_args: list[Any], keywords: Mapping[str, Any],
-                           metaparams: Mapping[str, Any]) -> list[Any]:
-    """The positional arguments with the keyword arrays placed at their parameters' positions (the
-    runtime parameters in the kernel's order: inputs first, the outputs after them)."""
-    constants = {k: v for k, v in metaparams.items() if k not in keywords}
-    names = runtime_param_names(kernel, constants)
-    unknown = [k for k in keywords if k not in names]
-    if unknown:
-        raise TypeError(f"keyword {', '.join(repr(k) for k in unknown)} is an array but names no runtime parameter "
-                        f"of the kernel ({', '.join(names)}): pass arrays positionally or by a parameter's name")
-    inputs = names[:len(flat_args) + len(keywords)]
-    late = [k for k in keywords if k not in inputs]
+    candidates = {k: v for k, v in metaparams.items() if k in declared and _keyword_operand(v)}
+    arrays = [k for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")]
+    strays = [k for k in arrays if k not in candidates]
+    if strays:
+        raise TypeError(f"keyword {', '.join(repr(k) for k in strays)} is an array but names no runtime parameter "
+                        f"of the kernel ({', '.join(declared)}): pass arrays positionally or by a parameter's name")
+    compiled_in: set[str] = set()  # scalar keywords read as 0.3 reads them
+    while True:
+        operands = {k: v for k, v in candidates.items() if k not in compiled_in}
+        names = runtime_param_names(kernel, {k: v for k, v in metaparams.items() if k not in operands})
+        filled, rest = names[:len(top)], names[len(top):]
+        inputs = len(filled) + next((i for i, n in enumerate(rest) if n not in operands), len(rest))
+        repeated = [k for k in operands if k in filled]
+        late = [k for k in operands if k in names[inputs:]]
+        scalars = [k for k in repeated + late if _is_scalar(operands[k])]
+        if not scalars:
+            break
+        compiled_in.update(scalars)
+    name = kernel_name(kernel)
+    if repeated:
+        raise TypeError(f"kernel '{name}' got multiple values for argument {', '.join(repr(k) for k in repeated)}: "
+                        f"the {len(top)} positional arguments fill its runtime parameters {', '.join(filled)}")
     if late:
         raise TypeError(f"keyword array {', '.join(repr(k) for k in late)} names a parameter after the ones the "
-                        f"outputs take ({', '.join(names[len(inputs):])}): kernel-cache launches a kernel's inputs "
-                        f"first and its outputs last; pass it positionally or reorder the kernel's parameters")
-    positional = iter(flat_args)
-    return [keywords[name] if name in keywords else next(positional) for name in inputs]
+                        f"outputs take ({', '.join(n for n in names[inputs:] if n not in operands)}): kernel-cache "
+                        f"launches a kernel's inputs first and its outputs last; pass it positionally or reorder "
+                        f"the kernel's parameters")
+    if not operands:
+        return top, dict(metaparams)
+    positional = iter(top)
+    bound = [operands[n] if n in operands else next(positional) for n in names[:inputs]]
+    return bound, {k: v for k, v in metaparams.items() if k not in operands}
 
 
 def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int | None,
@@ -221,11 +239,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     if refs and input_output_aliases:
         raise ValueError("input_output_aliases cannot be combined with Ref arguments. Refs express input/output "
                          "aliasing implicitly")
-    array_keywords = {k: v for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")}
-    _no_parameter_twice(kernel, top, metaparams, len(flat_out) - len(input_output_aliases or {}))
-    if array_keywords:  # jax-triton 0.4: a keyword naming a runtime parameter is an operand
-        top = _with_keyword_operands(kernel, top, array_keywords, metaparams)
-        metaparams = {k: v for k, v in metaparams.items() if k not in array_keywords}
+    top, metaparams = _bind_keywords(kernel, top, metaparams)  # jax-triton 0.4: keyword operands
     flat_args, tree = tree_util.tree_flatten(top)
     arrays, scalars = [], []
     for position, arg in enumerate(flat_args):

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from triton.runtime.autotuner import Autotuner, Heuristics
 
-from compiler import triton_compat
+from compiler import Scalar, triton_compat
 
 from .bound_call import BoundCall
 
@@ -163,9 +163,18 @@ def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     named = named_args(call.kernel, runtime_values, meta)
     fn, configs = resolve_configs(call.kernel, named, meta, num_warps=call.num_warps, num_stages=call.num_stages,
                                   num_ctas=call.num_ctas)
-    grids = [normalize_grid(call.grid, c.constexprs) for c in configs]
-    zeroed = [tuple(sorted(per_config(call.zeroed_outputs, c.constexprs) or ())) for c in configs]
+    scalars = _scalar_args(named)
+    grids = [normalize_grid(call.grid, {**scalars, **c.constexprs}) for c in configs]
+    zeroed = [tuple(sorted(per_config(call.zeroed_outputs, {**scalars, **c.constexprs}) or ())) for c in configs]
     return Resolved(named, fn, configs, grids, zeroed)
+
+
+def _scalar_args(named: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar runtime arguments by name, which a callable grid or zeroed_outputs sees beside the
+    constexprs, as Triton's launcher passes them: a scalar keyword such as `n_elements=n` is a runtime
+    argument in jax-triton 0.4's reading, a constexpr in 0.3's, and `meta["n_elements"]` reads it in both."""
+    return {name: value.value if isinstance(value, Scalar) else value for name, value in named.items()
+            if isinstance(value, (bool, int, float, Scalar))}
 
 
 def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:

@@ -175,9 +175,10 @@ def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
 def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
     """The stablehlo custom call launching `payload` for `plan`, its results in the user's order:
-    the call's custom_call_target ("" = choose) forces one target, its cost_estimate is carried in
-    the HLO as the `cost_estimate_json` frontend attribute (jax-triton 0.4 puts it in the FFI
-    backend config, which the GPU runtime does not read either)."""
+    the call's custom_call_target ("" = choose) forces one target. Its cost_estimate is carried as
+    jax-triton 0.4 carries it, the `cost_estimate_json` attribute of the FFI target's backend config
+    (jaxlib's handler takes its attributes as a dictionary and reads `opaque` alone); on the legacy
+    target, whose backend config is the payload itself, as a frontend attribute of that name."""
     call, platform = plan.call, plan.platform
     name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
     cost_estimate = call.cost_estimate
@@ -193,16 +194,18 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
     if target_name == compat.LEGACY_TARGET:
         use_ffi = False
     backend_config: bytes | dict[str, ir.Attribute]
+    estimate = json.dumps(dict(cost_estimate)) if cost_estimate else None
     if use_ffi:
         target, api_version = compat.FFI_TARGET, 4
         backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
+        if estimate is not None:
+            backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
     op = mlir.custom_call(
         target, result_types=result_types, operands=list(operands), backend_config=backend_config,
         api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
         operand_output_aliases=dict(plan.aliases), has_side_effect=has_side_effect)
-    if cost_estimate:
-        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
-            {"cost_estimate_json": ir.StringAttr.get(json.dumps(dict(cost_estimate)))})
+    if estimate is not None and not use_ffi:
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)
