@@ -9,6 +9,13 @@ rule, or the helper its lowering rules call), so `from jax_triton import triton_
 or after makes no difference. Whatever goes wrong here warns once and leaves the client on its own
 path: interception never fails a program. The `.pth` file installed with the package calls
 `install_from_environment()` only when the variable is set (one `os.environ` lookup otherwise).
+
+An adapter also carries the client's fixes for this JAX (jax-triton 0.4.1's DCE rule fails on JAX
+0.12 without it) and applies them before anything that can decline, the configuration included: a
+malformed setting, even a misspelt client in this variable, leaves the client on its own path,
+mended, with one warning naming the variable, never a program that no longer runs. So a list that
+names an unknown client still arms the clients it names (all of them where it names none), and
+their adapters decline with that warning when the client loads.
 """
 
 from __future__ import annotations
@@ -46,12 +53,13 @@ class InterceptError(KernelCacheError, ValueError):
 
 
 class UnsupportedClient(KernelCacheError, RuntimeError):
-    """Raised by an adapter for a client version it does not know: the client is left on its own path."""
+    """Raised by an adapter for a client version it does not know, or where the configuration is
+    malformed: the client is left on its own path."""
 
 
 def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
     """'jax_triton, ejkernel' / 'all' / '' -> client names, checked; '0'/'off' mean none."""
-    names = [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
+    names = _words(text)
     if not names or names in (["0"], ["off"], ["no"], ["false"]):
         return ()
     if ALL in names or names in (["1"], ["on"], ["yes"], ["true"]):
@@ -69,12 +77,16 @@ def intercept(*clients: str) -> dict[str, str]:
     is. Returns each client's state ("installed", "armed", or "declined: reason")."""
     names = parse_clients(",".join(clients), "intercept()") if clients else tuple(CLIENT_MODULES)
     for name in names:
-        module = sys.modules.get(CLIENT_MODULES[name])
-        if module is not None and getattr(module, "__spec__", None) is not None and _initialized(module):
-            _install(name, module)
-        else:
-            _arm(name)
+        _arm_or_install(name)
     return {name: _state.get(name, "armed") for name in names}
+
+
+def _arm_or_install(name: str) -> None:
+    module = sys.modules.get(CLIENT_MODULES[name])
+    if module is not None and getattr(module, "__spec__", None) is not None and _initialized(module):
+        _install(name, module)
+    else:
+        _arm(name)
 
 
 def status() -> dict[str, str]:
@@ -84,13 +96,29 @@ def status() -> dict[str, str]:
 
 
 def install_from_environment() -> None:
-    """Called by the `.pth` file at interpreter start when KERNEL_CACHE_INTERCEPT is set; never raises."""
+    """Called by the `.pth` file at interpreter start when KERNEL_CACHE_INTERCEPT is set; never raises.
+    A list naming an unknown client arms the known ones it names (or all): their adapters mend the
+    client and decline, each warning once when its client loads, so a program that imports none
+    hears nothing (a program of kernel-cache's own gets the ConfigError at its first call)."""
+    text = os.environ.get(ENV, "")
     try:
-        names = parse_clients(os.environ.get(ENV, ""))
-        if names:
-            intercept(*names)
+        try:
+            names = parse_clients(text)
+        except InterceptError:
+            names = _named(text) or tuple(CLIENT_MODULES)
+        for name in names:
+            _arm_or_install(name)
     except Exception as exc:  # a bad variable must not stop every Python program on the machine
         warn_once(f"intercept-env:{exc}", f"{ENV} ignored: {exc}")
+
+
+def _words(text: str) -> list[str]:
+    return [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
+
+
+def _named(text: str) -> tuple[str, ...]:
+    """The known clients a malformed list names."""
+    return tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES))
 
 
 def _initialized(module: ModuleType) -> bool:

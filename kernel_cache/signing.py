@@ -21,6 +21,7 @@ import os
 import stat
 from pathlib import Path
 
+from .display import escaped
 from .entry import SIGNATURE_MAGIC, split_signature
 from .errors import KernelCacheError
 
@@ -84,29 +85,30 @@ def load_key_file(path: Path) -> bytes:
     `echo KEY > file` works. Every refusal names KERNEL_CACHE_SIGNING_KEY_FILE, the setting used."""
     key = read_private_file(path, "KERNEL_CACHE_SIGNING_KEY_FILE", "key")
     if len(key) < MIN_KEY_BYTES:
-        raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={path}: {_too_short(len(key))}")
+        raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={escaped(path)}: {_too_short(len(key))}")
     return key
 
 
 def read_private_file(path: Path, what: str, kind: str) -> bytes:
     """A small secret (a signing key, a server password) from `path`, stripped: a regular file of
     this user or root that nobody else may read or change, opened without following a link and
-    without blocking on a FIFO. SigningKeyError naming `what` otherwise."""
+    without blocking on a FIFO. SigningKeyError naming `what` otherwise (the path escaped: one line)."""
+    shown = escaped(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SigningKeyError(f"{what}={path}: cannot open ({exc.strerror}; a symbolic link is refused)") from None
+        raise SigningKeyError(f"{what}={shown}: cannot open ({exc.strerror}; a symbolic link is refused)") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SigningKeyError(f"{what}={path}: not a regular file")
+            raise SigningKeyError(f"{what}={shown}: not a regular file")
         if st.st_uid not in (os.geteuid(), 0):
-            raise SigningKeyError(f"{what}={path}: owned by another user")
+            raise SigningKeyError(f"{what}={shown}: owned by another user")
         if st.st_mode & 0o077:
-            raise SigningKeyError(f"{what}={path}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read or "
-                                  f"change the {kind}; chmod 600 {path}")
+            raise SigningKeyError(f"{what}={shown}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read or "
+                                  f"change the {kind}; chmod 600 {shown}")
         if st.st_size > 4096:
-            raise SigningKeyError(f"{what}={path}: {st.st_size} bytes is not a {kind}")
+            raise SigningKeyError(f"{what}={shown}: {st.st_size} bytes is not a {kind}")
         return os.read(fd, 4096).strip()
     finally:
         os.close(fd)

@@ -51,7 +51,9 @@ def adapt_foreign_dce_rule(primitive: Any) -> None:
     """Another library's DCE rule written for the two arguments of earlier JAX (jax-triton 0.4.1's
     fails at trace time on JAX 0.12: `takes 2 positional arguments but 3 were given`), registered
     again to take whatever this JAX passes; a rule of other arity, or one already adapted, is left."""
-    theirs = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
+    # of whatever arity this JAX's annotation says (JAX 0.12 types its rules with three arguments): the
+    # arity that counts is the one the rule's signature has
+    theirs: Callable[..., Any] | None = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
     if theirs is None or hasattr(theirs, "_kernel_cache_dce_rule"):
         return
     try:

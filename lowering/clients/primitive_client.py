@@ -6,7 +6,8 @@ parameters and lowers through `rule.lower_call`, as `lowering.triton_call` does.
 their `triton_call`, made before or after, reaches that rule. Scalars keep the Triton type the
 client gave them (jax-triton 0.3 types Python floats as fp64), so the kernels are the client's own.
 Where the client's DCE rule takes fewer arguments than this JAX passes (JAX 0.12 added the inputs'
-liveness), it is adapted, so the client's calls trace at all.
+liveness), it is adapted, so the client's calls trace at all: first, so a client we then decline (an
+unknown version, a malformed setting) still runs on its own path.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import compiler
 from .. import ahead, jax_compat
 from .. import jaxlib_compat as compat
 from ..api import grid_param, zeroed_param
-from .served import UnsupportedCall, check_parameters, check_version, serve
+from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).
 COMMON_PARAMS = frozenset({
@@ -52,16 +53,19 @@ class PrimitiveClient:
 
 
 def install(client: PrimitiveClient, module: ModuleType) -> None:
-    """Replace `module`'s primitive lowering rules (cuda, rocm) with ours; theirs is the fallback."""
+    """Replace `module`'s primitive lowering rules (cuda, rocm) with ours; theirs is the fallback. The
+    client's DCE rule is mended for this JAX before anything here can decline."""
+    if getattr(module, "triton_kernel_call_p", None) is not None:
+        jax_compat.adapt_foreign_dce_rule(module.triton_kernel_call_p)
     check_version(client.name, client.distribution, client.lowest, client.below)
     primitive, lowering = module.triton_kernel_call_p, module.triton_kernel_call_lowering
     signature = inspect.signature(lowering).parameters.values()
     keywords = {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
     check_parameters(client.name, "triton_kernel_call lowering rule", keywords, set(client.params))
+    check_configuration()
     for platform, backend in client.backends:
         own = functools.partial(lowering, getattr(module, backend))
         mlir.register_lowering(primitive, functools.partial(_lower, client, module, platform, own), platform=platform)
-    jax_compat.adapt_foreign_dce_rule(primitive)
     _note_binds(client, module, primitive)
 
 

@@ -1,4 +1,5 @@
-"""What every client adapter shares: version gates, lowering a call or falling back, the tally.
+"""What every client adapter shares: version and configuration gates, lowering a call or falling
+back, the tally.
 
 A call we cannot honour (an unknown keyword, an argument kind we do not lower, an error of ours)
 goes to the client's own lowering with one warning per cause: interception never fails a program.
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import kernel_cache
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import UnsupportedClient
 from kernel_cache.warnings_once import warn_once
@@ -22,7 +24,8 @@ from ..configs import kernel_name
 
 _tally: Counter[tuple[str, str]] = Counter()  # (client, "served" or "fallback") -> calls
 _lock = threading.Lock()
-__all__ = ["UnsupportedCall", "UnsupportedClient", "check_parameters", "check_version", "serve", "tally"]
+__all__ = ["UnsupportedCall", "UnsupportedClient", "check_configuration", "check_parameters", "check_version", "serve",
+           "tally"]
 
 
 class UnsupportedCall(KernelCacheError, ValueError):
@@ -52,6 +55,16 @@ def check_parameters(client: str, what: str, found: set[str], known: set[str]) -
         extra, missing = sorted(found - known), sorted(known - found)
         raise UnsupportedClient(f"{client}'s {what} takes parameters kernel-cache does not expect "
                                 f"(new: {extra or 'none'}, gone: {missing or 'none'})")
+
+
+def check_configuration() -> None:
+    """The configuration every call would be lowered with, read once before taking a client over: a
+    malformed setting declines the client (one warning, naming the variable and how to fix it)
+    instead of sending each call to the client with a warning of its own."""
+    try:
+        kernel_cache.current_config()
+    except kernel_cache.ConfigError as exc:
+        raise UnsupportedClient(f"a malformed setting: {exc}; correct it or unset it") from None
 
 
 def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple[Any, ...], translate: Callable[[], dict[str, Any]],

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..api import grid_param
 from ..configs import kernel_name, set_by_wrappers
-from .served import UnsupportedCall, UnsupportedClient, serve
+from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
 CLIENT = "transformer_engine"
 _REQUIRED = {"ctx", "kernel_fn", "array_args", "grid"}
@@ -48,6 +48,7 @@ def install(module: ModuleType) -> None:
     if not _REQUIRED <= names or names - _REQUIRED - _OPTIONAL:
         raise UnsupportedClient(f"TE's triton_call_lowering takes ({', '.join(parameters)}), not a signature "
                                 f"kernel-cache knows")
+    check_configuration()
     defaults = dict(_TE_DEFAULTS)
     defaults.update({n: p.default for n, p in parameters.items() if p.default is not p.empty})
     ours = functools.wraps(own)(functools.partial(_lower, own, defaults))
