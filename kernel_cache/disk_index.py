@@ -39,6 +39,12 @@ INDEX = "cache.db"
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
 
 
+INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is rebuilt, so one process rebuilds it
+
+
+_DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT ("disk image is malformed"), SQLITE_NOTADB ("not a database")
+
+
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
 
 
@@ -113,6 +119,38 @@ def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
             raise
     return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
                            check_same_thread=False)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether an error reading the index says its file is damaged (cut short, overwritten), not
+    that it is busy, unreadable for us or being created."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in _DAMAGE_CODES
+
+
+def damage_seen_by_writer(db: Path, timeout: float) -> str | None:
+    """How the index at `db` is damaged as a writer sees it, its journal included: "corrupt" (not a
+    database, cut short), "empty" (no table: cut to nothing, or being created right now) or None
+    (readable, busy, or not openable here). A reader's error alone does not say: one that cannot use
+    the journal reads the file without it (a healthy index mid-checkpoint, or before its first one)."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(db))}?mode=rw", uri=True, timeout=timeout)
+    except sqlite3.Error:
+        return None
+    try:
+        con.execute("SELECT count(*) FROM Cache").fetchone()
+        return None
+    except sqlite3.Error as exc:
+        if is_damage(exc):
+            return "corrupt"
+        return "empty" if "no such table" in str(exc) else None
+    finally:
+        con.close()
+
+
+def has_value_files(tree: Tree) -> bool:
+    """Whether any value file is there (stops at the first)."""
+    return next(value_files(tree), None) is not None
 
 
 def describe_error(exc: BaseException) -> str:

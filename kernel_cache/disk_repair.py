@@ -1,10 +1,19 @@
 """Recovering a local tier whose index is damaged: read it from its value files, rebuild the index,
-or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`)."""
+or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`), and heal it when a
+process opens it (`open_healed`, which the store calls): one process rebuilds, under the index lock,
+while the others wait a bounded time for it, then use the rebuilt index (or, still waiting, read the
+entry files meanwhile).
+
+This module is long because the rebuild is done once for all of them: the damaged index read as far
+as it goes, the new one built aside and put in place in one rename, the damaged one kept."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -13,19 +22,27 @@ from typing import Any
 import diskcache
 
 from . import entry as entry_format
+from . import locks
+from .config import Config
 from .disk_index import (
     ENTRIES_DIR,
     INDEX,
     INDEX_FILES,
+    INDEX_LOCK,
+    LOCKS_DIR,
+    describe_error,
+    open_index,
     open_read_only,
     open_tree,
     value_files,
 )
 from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from .errors import TierReadOnly
-from .safefs import Owners
-from .tier import no_lock
+from .errors import IndexDamaged, TierReadOnly, TierUnavailable
+from .safefs import Owners, Tree
+from .tier import Tier, no_lock
+from .tiers import disk
 from .tiers.disk import DiskTier
+from .warnings_once import warn_once
 
 
 class ValueFilesTier:
@@ -110,50 +127,172 @@ def _number(value: Any, default: float) -> float:
 
 
 def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
-                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> dict[str, Any]:
-    """Replace a damaged index: move it aside, salvage the entries an older kernel-cache kept inside
-    it (where SQLite can still read them), re-index every value file (each entry names its own key;
-    unreadable ones are removed). Returns what was found, rebuilt and lost: `lost` are keys the damaged
-    index still listed that no file or readable row holds; `listed` is None when nothing in it could be
-    read (then what it listed is unknown)."""
+                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, wait: float = 30.0) -> dict[str, Any]:
+    """Replace a damaged index (`cachectl verify --repair`): under the index lock (waiting at most
+    `wait` seconds for a process rebuilding it, else TierUnavailable), see `_rebuild`."""
     tree = open_tree(Path(directory), owners, create=False)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    listed, salvaged = _read_damaged_index(Path(directory) / ENTRIES_DIR / INDEX)
-    for name in INDEX_FILES:
-        with contextlib.suppress(OSError):
-            tree.rename((ENTRIES_DIR, name), (ENTRIES_DIR, f"{name}.damaged-{stamp}"))
-    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes)
-    recovered = removed = files = 0
     try:
-        now = time.time()
-        for parts in list(value_files(tier.tree)):
-            files += 1
-            try:
-                found = tier.tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
-                data = found[0] if found is not None else b""
-                key = check_key(entry_format.decode(data).key)
-            except (CorruptEntry, OSError, ValueError):
-                tier.tree.unlink(ENTRIES_DIR, *parts)
-                removed += 1
-                continue
-            if key not in tier:
-                tier.index_value_file(key, parts, len(data), now)
-                recovered += 1
-        for key, value in salvaged:  # written to files now: the index holds no values
-            try:
-                entry_format.decode(value, expected_key=key)
-            except CorruptEntry:
-                removed += 1
-                continue
-            if key not in tier:
-                tier.put_raw(key, value)
-                recovered += 1
+        with locks.hold(tree, (LOCKS_DIR, INDEX_LOCK), "flock", wait) as held:
+            if not held:
+                raise TierUnavailable(f"another process has been rebuilding the index of {directory} for "
+                                      f"{wait:.0f} s; try again once it is done")
+            return _rebuild(tree, Path(directory), max_bytes, owners, max_entry_bytes)
+    finally:
+        tree.close()
+
+
+def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[Tier, dict[str, Any] | None]:
+    """The local level of `config` whose index `damage` says is damaged, healed: under the index lock
+    the index is rebuilt from the entry files (or found rebuilt by the neighbour that held the lock),
+    one warning saying so; returns the level and the rebuild's report (None: not rebuilt here). A
+    neighbour rebuilding for longer than `config.index_timeout`, or a rebuild that fails (a read-only
+    mount), leaves the entry files served read-only meanwhile, one warning saying so. Raises `damage`
+    when not even the files can be read."""
+    directory = Path(config.dir or ".")
+    reason = ""
+    try:
+        tree = open_tree(directory, owners, create=False)
+        try:
+            with locks.hold(tree, (LOCKS_DIR, INDEX_LOCK), "flock", config.index_timeout) as held:
+                if held:
+                    return _heal_holding_the_lock(tree, config, owners, damage)
+        finally:
+            tree.close()
+        reason = (f"another process is rebuilding it (waited {config.index_timeout:.0f} s): serving its entry "
+                  f"files meanwhile")
+    except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+        reason = (f"it could not be rebuilt here ({describe_error(exc)}): serving its entry files; "
+                  f"'cachectl verify --repair' rebuilds it")
+    try:
+        files = ValueFilesTier(directory, owners, config.max_entry_bytes)
+    except Exception:
+        raise damage from None
+    warn_once(f"disk-index-damaged:{directory}", f"{damage.problem}: {reason}, new kernels stay in memory")
+    return files, None
+
+
+def _heal_holding_the_lock(tree: Tree, config: Config, owners: Owners,
+                           damage: IndexDamaged) -> tuple[Tier, dict[str, Any] | None]:
+    directory = Path(config.dir or ".")
+    try:
+        return _open_local(config, owners), None  # a neighbour rebuilt it while we waited
+    except IndexDamaged:
+        pass
+    report = _rebuild(tree, directory, config.max_bytes, owners, config.max_entry_bytes, config.index_timeout)
+    report["problem"] = damage.problem
+    aside = f"; the damaged index is kept as entries/{report['moved_aside']}" if report["moved_aside"] else ""
+    warn_once(f"disk-index-rebuilt:{directory}",
+              f"{report['problem']}: rebuilt it from its {report['value_files']} entry files ({report['recovered']} "
+              f"entries re-indexed, {report['removed']} unreadable removed, {len(report['lost'])} lost){aside}")
+    return _open_local(config, owners), report
+
+
+def _open_local(config: Config, owners: Owners) -> Tier:
+    level = disk.open_from_config(config, owners, None, False)
+    if level is None:
+        raise TierUnavailable("no local cache directory is configured")
+    return level
+
+
+def _rebuild(tree: Tree, directory: Path, max_bytes: int, owners: Owners | None, max_entry_bytes: int,
+             timeout: float = 30.0) -> dict[str, Any]:
+    """Rebuild the index, the index lock held: salvage the entries an older kernel-cache kept inside
+    the damaged one (where SQLite can still read them), index every value file (each entry names its
+    own key; unreadable ones are removed) in a new index built aside, then put it in place in one
+    rename, the damaged one kept aside under a stamped name: a process opening the index meanwhile
+    sees the damaged one (and waits for the lock) or the whole new one, never a part. Returns what
+    was found, rebuilt and lost: `lost` are keys the damaged index still listed that no file or
+    readable row holds; `listed` is None when nothing in it could be read (then what it listed is
+    unknown)."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    listed, salvaged = _read_damaged_index(directory / ENTRIES_DIR / INDEX)
+    for name, st in tree.listdir(ENTRIES_DIR):  # what a rebuild that died left (the lock is ours)
+        if name.startswith(_SCRATCH) and stat.S_ISDIR(st.st_mode):
+            tree.remove_tree(ENTRIES_DIR, name)
+    scratch = f"{_SCRATCH}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        with tree.directory(ENTRIES_DIR, scratch, create=True):
+            pass
+        index = open_index(directory / ENTRIES_DIR / scratch, timeout, **disk.index_settings(max_bytes))
+        try:
+            with index.transact():
+                files, recovered, removed = _index_files(tree, index, salvaged, max_entry_bytes)
+            index._sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            index.close()
+        moved_aside = _put_in_place(tree, scratch, stamp)
+    finally:
+        tree.remove_tree(ENTRIES_DIR, scratch)
+    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes, index_timeout=timeout)
+    try:
+        tier.open_writer()  # which moves the salvaged values kept inline into files
         lost = sorted(key for key in (listed or ()) if key not in tier)
     finally:
         tier.close()
-        tree.close()
     return {"value_files": files, "recovered": recovered, "removed": removed, "listed": len(listed)
-            if listed is not None else None, "lost": lost, "moved_aside": f"{INDEX}.damaged-{stamp}"}
+            if listed is not None else None, "lost": lost, "moved_aside": moved_aside}
+
+
+_SCRATCH = ".rebuild-"  # entries/.rebuild-PID-HEX/: where a new index is built before it is put in place
+_INSERT = ("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
+           " filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
+
+
+def _index_files(tree: Tree, index: diskcache.Cache, salvaged: list[tuple[str, bytes]],
+                 max_entry_bytes: int) -> tuple[int, int, int]:
+    """Rows in the new `index` for every readable value file (its times from the file and its entry)
+    and every salvaged value not in a file (kept inline: the writer moves it to a file when it opens);
+    unreadable value files are removed. Returns (value files, rows, removed)."""
+    files = removed = 0
+    seen: set[str] = set()
+    for parts in list(value_files(tree)):
+        files += 1
+        try:
+            found = tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
+            data, st = found if found is not None else (b"", None)
+            entry = entry_format.decode(data)
+            key = check_key(entry.key)
+        except (CorruptEntry, OSError, ValueError):
+            tree.unlink(ENTRIES_DIR, *parts)
+            removed += 1
+            continue
+        if key in seen or st is None:
+            continue  # a second copy (a writer racing the damage): no row points to it, debris removal takes it
+        seen.add(key)
+        used = st.st_mtime
+        index._sql(_INSERT, (key, _number(entry.meta.get("created"), used), used, len(data),
+                             diskcache.core.MODE_BINARY, "/".join(parts), None))
+    for key, value in salvaged:
+        if key in seen:
+            continue
+        try:
+            entry_format.decode(value, expected_key=key)
+        except CorruptEntry:
+            removed += 1
+            continue
+        seen.add(key)
+        now = time.time()
+        index._sql(_INSERT, (key, now, now, len(value), diskcache.core.MODE_RAW, None, value))
+    return files, len(seen), removed
+
+
+def _put_in_place(tree: Tree, scratch: str, stamp: str) -> str | None:
+    """The new index (entries/SCRATCH/cache.db) replaces the damaged one in one rename; the damaged one
+    stays as cache.db.damaged-STAMP (a second name, made first), its journal files moved aside before
+    (a journal must never meet another index). Returns the damaged one's new name, or None if there
+    was none."""
+    aside = f"{INDEX}.damaged-{stamp}"
+    kept = False
+    with tree.directory(ENTRIES_DIR) as dfd:
+        for name in INDEX_FILES[1:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(name, f"{name}.damaged-{stamp}", src_dir_fd=dfd, dst_dir_fd=dfd)
+        with contextlib.suppress(FileNotFoundError):
+            os.link(INDEX, aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            kept = True
+    if not tree.rename((ENTRIES_DIR, scratch, INDEX), (ENTRIES_DIR, INDEX)):
+        raise FileNotFoundError(f"the rebuilt index {tree.path}/{ENTRIES_DIR}/{scratch}/{INDEX} vanished")
+    return aside if kept else None
 
 
 def _read_damaged_index(db: Path) -> tuple[set[str] | None, list[tuple[str, bytes]]]:

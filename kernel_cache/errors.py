@@ -14,6 +14,16 @@ class TierUnavailable(KernelCacheError, OSError):
     """The tier cannot be used at all (directory missing and not creatable, damaged index)."""
 
 
+class IndexDamaged(TierUnavailable):
+    """The local tier's index cannot be read (damaged, truncated, emptied or removed) while its entry
+    files are there: the store rebuilds it from them (`disk_repair.open_healed`). `problem` says what
+    is wrong, without the advice the message adds."""
+
+    def __init__(self, message: str, problem: str = ""):
+        super().__init__(message)
+        self.problem = problem or message
+
+
 class TierUntrusted(TierUnavailable):
     """The tier's directory could have been written by users you did not agree to trust."""
 

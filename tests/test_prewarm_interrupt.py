@@ -203,16 +203,17 @@ def test_interrupt_stops_recipe_builds(recipe_store, tmp_path, how, sig, jobs, o
         assert len(result["workers"]) == 2
     if output == "--json":
         report = json.loads(result["stdout"])
-        assert report["interrupted"] is True and report["failed"] == 0
+        assert report["interrupted"] is True and report["failed"] == 0 and report["present"] == 1
         done, total, built = report["done"], report["total"], report["built"]
         assert f"cachectl: interrupted after {done} of {total} builds" in result["stderr"]
     else:
-        match = re.search(r"^interrupted after (\d+) of (\d+) builds: built (\d+), already present 1, failed 0 ",
-                          result["stdout"], re.M)
+        match = re.search(r"^interrupted after (\d+) of (\d+) builds: built (\d+), already present 1, failed 0, "
+                          r"not built (\d+) ", result["stdout"], re.M)
         assert match, result["stdout"][-2000:]
-        done, total, built = map(int, match.groups())
-    assert total == 2 * 97 - 1  # every recipe for both arches but the real entry's own
-    assert 2 <= built == done == len(result["new"]) < total  # each build landed whole and is counted
+        done, total, built, left = map(int, match.groups())
+        assert done + left == total  # the counts add up to what was planned
+    assert total == 2 * 97  # every recipe for both arches, the real entry's own (present) included
+    assert 2 <= built == done - 1 == len(result["new"]) < total  # each build landed whole and is counted
     _assert_whole(directory)
 
 

@@ -614,8 +614,8 @@ def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
     for name in ("cache.db-wal", "cache.db-shm"):
         (cache / "entries" / name).unlink(missing_ok=True)
 
-    with recorded_warnings() as caught:
-        degraded = Store(Config(dir=cache))
+    with recorded_warnings() as caught:  # read-only, it stays damaged (a writing store heals it: test_index_self_heal)
+        degraded = Store(Config(dir=cache), read_only=True)
     assert degraded.disk is None and "verify --repair" in kernel_cache_warnings(caught)[0]
     listed = cachectl("--dir", cache, "list", "--json")
     assert listed.returncode == 0 and "entry files" in listed.stderr

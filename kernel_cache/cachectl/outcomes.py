@@ -8,9 +8,12 @@ parent knows every process and every wait is bounded. Workers ignore SIGINT (and
 process group, away from a terminal's Ctrl-C) and leave on SIGTERM; while `interrupts_stop_work`
 holds, the parent turns SIGINT into KeyboardInterrupt and SIGTERM into `Terminated` (a
 KeyboardInterrupt) so both run one path: no more work is handed out, every worker gets SIGTERM and
-is killed CANCEL_GRACE later if still there, and what the workers finished is read. In both
-processes a signal that arrives while an entry is being written (`Store._tier_put`) waits for the
-write, WRITE_GRACE at most, so an interrupt leaves whole entries and no half-written file.
+is killed CANCEL_GRACE later if still there, and what the workers finished is read. The parent
+stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT.
+In both processes a signal that arrives while an entry is being written (`Store._tier_put`) waits
+for the write, WRITE_GRACE at most, so an interrupt leaves whole entries and no half-written file;
+one that arrives while JAX or a program is imported (`signals_held`) waits for the import's end: one
+raised inside jaxlib's extension set-up aborts the process (nanobind, exit 134).
 """
 
 from __future__ import annotations
@@ -103,8 +106,9 @@ def pool_context() -> BaseContext:
 
 
 # Signals -----------------------------------------------------------------------------------
-_held: Callable[[], BaseException] | None = None  # the interrupt waiting for an entry write to end
+_held: Callable[[], BaseException] | None = None  # the interrupt waiting for an entry write (or a held block) to end
 _held_since = 0.0
+_holding = 0  # `signals_held` blocks running: an interrupt waits for the outermost one's end
 _collecting = False  # a garbage collection (and its callbacks) is running
 
 
@@ -140,10 +144,11 @@ def _raising(make: Callable[[], BaseException]) -> Callable[[int, FrameType | No
     """A signal handler raising make(), or, inside an entry write, once the write is over."""
     def handle(signum: int, frame: FrameType | None) -> None:
         global _held, _held_since
-        if _writing(frame):
+        if _holding or _writing(frame):
             if _held is None:
                 _held, _held_since = make, time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, 0.005)  # look again soon (_release)
+            if not _holding:  # a held block raises it at its end
+                signal.setitimer(signal.ITIMER_REAL, 0.005)  # look again soon (_release)
             return
         raise make()
     return handle
@@ -152,7 +157,7 @@ def _raising(make: Callable[[], BaseException]) -> Callable[[int, FrameType | No
 def _release(signum: int, frame: FrameType | None) -> None:
     """SIGALRM: raise the held interrupt once the write is over (or WRITE_GRACE has passed)."""
     global _held
-    if _held is None:
+    if _held is None or _holding:
         return
     if _writing(frame) and time.monotonic() - _held_since < WRITE_GRACE:
         signal.setitimer(signal.ITIMER_REAL, 0.005)
@@ -162,18 +167,40 @@ def _release(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait for the end of this block, then stop the work as they would have: for
+    an import of JAX (or of a program, which imports it), where one raised inside jaxlib's extension
+    set-up aborts the process with a nanobind error (exit 134) instead of stopping it. Under our
+    handlers (`interrupts_stop_work`, a worker's) the handler keeps it, whichever thread took it;
+    under Python's own, this thread blocks it meanwhile."""
+    global _holding, _held
+    _holding += 1
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        _holding -= 1
+        held = None
+        if not _holding:
+            held, _held = _held, None
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one this thread blocked is taken here
+        if held is not None:
+            raise held()
+
+
+@contextlib.contextmanager
 def interrupts_stop_work() -> Iterator[None]:
     """While a prewarm runs: SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` (both after an
-    entry write in progress), so one path stops the workers. A signal this process was started
-    ignoring (nohup, `cmd &`) stays ignored. Outside the main thread nothing changes."""
+    entry write in progress), so one path stops the workers; SIGINT even where this process was
+    started ignoring it (a script's `cachectl prewarm &`: a prewarm must stop on SIGINT however it was
+    started). Outside the main thread nothing changes."""
     global _held
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGALRM)}
     for sig, make in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
-        if previous[sig] is not signal.SIG_IGN:
-            signal.signal(sig, _raising(make))
+        signal.signal(sig, _raising(make))
     signal.signal(signal.SIGALRM, _release)
     gc.callbacks.insert(0, _collection_starts)  # around every other callback: see _writing
     gc.callbacks.append(_collection_ends)

@@ -1,8 +1,9 @@
 """cachectl prewarm: build kernels ahead of a job, from recorded recipes or from a program.
 
 An interrupt (Ctrl-C, SIGINT to this process alone, SIGTERM) stops the workers within about a
-second (see `outcomes`); what was built stays in the cache, the summary says "interrupted after N
-of M" and the exit code is 130 (143 for SIGTERM).
+second (see `outcomes`), however the prewarm was started (a script's `cachectl prewarm &` starts it
+ignoring SIGINT); what was built stays in the cache, the summary says "interrupted after N of M" with
+counts that add up to M, and the exit code is 130 (143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -74,8 +75,18 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
             + f"built {len(built)}, already present {len(present)}, failed {len(failed)}"
             + (f", skipped {len(skipped)} (module not allowed"
                + ("" if all(o.module for o in skipped) else " or recipe malformed") + ")" if skipped else "")
+            + (_left(progress) if interrupted is not None else "")
             + f" in {seconds:.1f} s with -j {args.jobs}")
     return code
+
+
+def _left(progress: Progress) -> str:
+    """What an interrupt left undone, so the counts add up to the total ("interrupted after 13 of 36
+    builds: built 5, already present 0, failed 8, not built 23")."""
+    if progress.total is None:
+        return ""
+    left = progress.total - progress.done
+    return f", not built {left}" if progress.unit == "builds" else f", {left} programs not lowered"
 
 
 def _present_text(count: int, program: str) -> str:

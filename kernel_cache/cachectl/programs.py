@@ -34,7 +34,7 @@ from ..store import Store
 from ..summary import META_KIND, EntrySummary
 from ..tier import KeptTier
 from . import kinds
-from .outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool
+from .outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool, signals_held
 
 
 # Programs ----------------------------------------------------------------------------------
@@ -46,7 +46,8 @@ def load_program(path: str) -> Any:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with signals_held():  # it imports JAX: an interrupt waits for the import's end (see signals_held)
+            module = importlib.import_module(module_name)
     except Exception as exc:
         raise PrewarmError(f"cannot import module '{module_name}': {type(exc).__name__}: {exc}") from exc
     obj: object = module
@@ -65,8 +66,10 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
     meanwhile; present: already there, used) and failure, and Lowered; or, when the function itself
     fails, one "failed" Outcome for the program."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
-    # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top
-    import jax
+    # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top;
+    # an interrupt meanwhile waits for the import's end (see signals_held)
+    with signals_held():
+        import jax
 
     store = kernel_cache.configure(config.with_(target_arch=arch))
     kept = [t for t in store.persistent_tiers if isinstance(t, KeptTier)]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -122,7 +124,7 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
                 spec = from_recipe(recipe, target=target)
                 key = content_key(spec)
             except RecipeError as exc:
-                report(Outcome(label, arch_name, "failed", error=str(exc), module=modules[0]))
+                report(Outcome(label, arch_name, "failed", error=str(exc) + import_hint(exc), module=modules[0]))
                 continue
             except Exception as exc:  # a recipe that no longer matches the kernel's signature
                 report(Outcome(label, arch_name, "failed", error=f"{type(exc).__name__}: {exc}", module=modules[0]))
@@ -132,6 +134,26 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
             else:
                 todo.append((recipe, arch_name, label, key))
     return todo
+
+
+def import_hint(exc: BaseException) -> str:
+    """For a kernel module that is not found, how to make it importable: a module beside the user
+    is not, for the `cachectl` command (the current directory is not on its import path)."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ModuleNotFoundError):
+        cause = cause.__cause__
+    if cause is None or not cause.name:
+        return ""
+    top = cause.name.partition(".")[0]
+    here = os.getcwd()
+    beside = os.path.isfile(os.path.join(here, f"{top}.py")) or os.path.isdir(os.path.join(here, top))
+    if not beside:
+        return (f" (is '{shown(top)}' installed, or on PYTHONPATH? PYTHONPATH=. makes a module in the current "
+                f"directory importable)")
+    if "" in sys.path or any(os.path.abspath(p) == here for p in sys.path):
+        return ""  # importable from here, yet not found: its own error says why
+    return (f" ('{shown(top)}' is in the current directory, which cachectl does not import from: run it "
+            f"with PYTHONPATH=.)")
 
 
 def _target_name(target_json: dict[str, Any]) -> str:
@@ -157,7 +179,7 @@ def build_recipe(recipe: Recipe, arch: str, label: str, store: Store | None = No
         _, key = get_or_compile(spec, store if store is not None else _worker_store)
     except Exception as exc:
         return Outcome(label, arch, "failed", seconds=time.perf_counter() - start,
-                       error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                       error=f"{type(exc).__name__}: {exc}".splitlines()[0] + import_hint(exc),
                        module=str(recipe.get("kernel", "")).partition(":")[0])
     return Outcome(label, arch, "built", key=key, seconds=time.perf_counter() - start,
                    module=str(recipe.get("kernel", "")).partition(":")[0])

@@ -15,8 +15,10 @@ Every wait is bounded. SQLite waits at most `index_timeout` for a neighbour's wr
 (a suspended job, an operator's sqlite3 shell); after one such timeout the tier stops writing for
 `BUSY_COOLDOWN` seconds (hits are still served: WAL readers do not wait for writers). When the
 index cannot be written at all (read-only mount, full disk) or opened for writing, the tier opens
-it read-only and keeps serving hits. A damaged index is rebuilt by `rebuild_index` (from the
-value files, every entry carries its own key) - `cachectl verify --repair`.
+it read-only and keeps serving hits. A damaged index (unreadable, cut to nothing, or gone while
+its value files are there) is IndexDamaged: the next process that opens the tier for writing
+rebuilds it from the value files, every entry carrying its own key (`disk_repair.open_healed`, under
+the index lock), as `cachectl verify --repair` does.
 
 diskcache's SQLite locking is unreliable on network filesystems, so this tier is for local disks
 only; the shared tier (plain files) serves multi-node clusters.
@@ -46,7 +48,10 @@ from ..disk_index import (
     INDEX,
     LOCKS_DIR,
     RawOnlyDisk,
+    damage_seen_by_writer,
     describe_error,
+    has_value_files,
+    is_damage,
     open_index,
     open_read_only,
     open_tree,
@@ -54,7 +59,7 @@ from ..disk_index import (
     value_parts,
 )
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from ..errors import TierReadOnly, TierUnavailable
+from ..errors import IndexDamaged, TierReadOnly, TierUnavailable
 from ..safefs import Owners, UnsafeFile
 from ..signing import Signer
 from ..warnings_once import warn_once
@@ -89,17 +94,18 @@ class DiskTier:
         self._touches: dict[int, float] = {}  # hits not yet recorded in the index (rowid -> when)
         self._key_touches: dict[str, float] = {}  # uses by key (`touch`): kernels a call record served
         # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
-        # the first write, or here when there is no index yet to read.
-        if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None:
+        # the first write, or here when there is no index yet to read (a new cache: no entry files
+        # either; an index gone while its entry files are there is damage, never replaced by an empty one).
+        if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None and not has_value_files(self.tree):
             self._try_writer()
         if self._cache is None:
             try:
-                self._check_reader()
-            except TierUnavailable:
-                if read_only:
-                    raise
-                self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
+                self._check_reader(confirm=not read_only)
+            except TierUnavailable as exc:
+                if not read_only and not isinstance(exc, IndexDamaged):
+                    self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
                 if self._cache is None:
+                    self.close()
                     raise
 
     # Opening ------------------------------------------------------------------------------
@@ -120,10 +126,7 @@ class DiskTier:
             self._write(_move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
-        # disk_min_file_size=0: every value in a file, none inside SQLite (a damaged index loses nothing)
-        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, disk=RawOnlyDisk,
-                          size_limit=self.max_bytes, eviction_policy="least-recently-used",
-                          cull_limit=10, statistics=False, disk_min_file_size=0)
+        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, **index_settings(self.max_bytes))
 
     def _reader(self) -> sqlite3.Connection:
         con = getattr(self._readers, "con", None)
@@ -132,13 +135,33 @@ class DiskTier:
             self._readers.con = con
         return con
 
-    def _check_reader(self) -> None:
+    def _check_reader(self, confirm: bool = False) -> None:
+        """Raises IndexDamaged when the index is damaged, cut to nothing or gone while entry files are
+        there (rebuilt from them), TierUnavailable when it cannot be read otherwise. `confirm`: a
+        damage the reader sees is one only if a writer's connection sees it too (see
+        `damage_seen_by_writer`): a writing process must never rebuild a healthy index."""
         try:
             self._reader().execute("SELECT count(*) FROM Cache").fetchone()
         except (sqlite3.Error, OSError) as exc:
-            raise TierUnavailable(f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} "
-                                  f"({describe_error(exc)}); 'cachectl verify --repair' rebuilds it from the "
-                                  f"entry files") from None
+            self._close_reader()
+            seen: str | None = None  # "corrupt", "empty" (no table, or no index at all) or None: not damage
+            if isinstance(exc, FileNotFoundError):
+                seen = "empty"
+            elif (is_damage(exc) or "no such table" in str(exc)) and confirm:
+                seen = damage_seen_by_writer(self.directory / ENTRIES_DIR / INDEX, self.index_timeout)
+            elif is_damage(exc) or "no such table" in str(exc):
+                seen = "corrupt" if is_damage(exc) else "empty"
+            problem = f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} ({describe_error(exc)})"
+            message = f"{problem}; 'cachectl verify --repair' rebuilds it from the entry files"
+            if seen == "corrupt" or (seen == "empty" and has_value_files(self.tree)):
+                raise IndexDamaged(message, problem) from None
+            raise TierUnavailable(message) from None
+
+    def _close_reader(self) -> None:
+        con = getattr(self._readers, "con", None)
+        if con is not None:
+            con.close()
+            self._readers.con = None
 
     def _writer_due(self) -> bool:
         """Open the writer if it is not open and may be tried now (lazily in a warm process, again after a
@@ -146,6 +169,11 @@ class DiskTier:
         if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
             self._try_writer()
         return self._cache is not None
+
+    def open_writer(self) -> bool:
+        """Open the index for writing now (a rebuilt index: the values kept inside it move to files);
+        whether it is open."""
+        return self._writer_due()
 
     @property
     def writable(self) -> bool:
@@ -341,10 +369,7 @@ class DiskTier:
         self.flush_touches()
         if self._cache is not None:
             self._cache.close()
-        con = getattr(self._readers, "con", None)
-        if con is not None:
-            con.close()
-            self._readers.con = None
+        self._close_reader()
         self.tree.close()
 
     # Maintenance helpers for cachectl -------------------------------------------------------
@@ -379,6 +404,13 @@ class DiskTier:
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def index_settings(max_bytes: int) -> dict[str, Any]:
+    """diskcache's settings for the index (its writer's, and a rebuilt one's).
+    disk_min_file_size=0: every value in a file, none inside SQLite (a damaged index loses nothing)."""
+    return {"disk": RawOnlyDisk, "size_limit": max_bytes, "eviction_policy": "least-recently-used",
+            "cull_limit": 10, "statistics": False, "disk_min_file_size": 0}
 
 
 def _move_inline_values(cache: diskcache.Cache) -> int:
