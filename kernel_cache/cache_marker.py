@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .cache_settings import SETTINGS_FILE
 from .config import TOOLCHAIN_MEMO, XLA_SUBDIR
 from .disk_index import ENTRIES_DIR, LOCKS_DIR, STATS_DIR
 from .errors import TierUnavailable
@@ -26,9 +27,11 @@ LOCAL, SHARED = "local", "shared"
 KINDS = (LOCAL, SHARED)
 # What kernel-cache itself puts in a local cache directory (one written before the marker existed is
 # recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo,
-# and the mark scripts/demo.py leaves in the directory it creates before caching there.
+# the stored settings (`cachectl config max-size`), and the mark scripts/demo.py leaves in the directory
+# it creates before caching there.
 DEMO_MARKER = ".kernel-cache-demo"
-LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, MARKER, DEMO_MARKER})
+LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, SETTINGS_FILE, MARKER,
+                         DEMO_MARKER})
 
 
 class NotACacheDirectory(TierUnavailable):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .display import echo, redacted
+from .display import echo, escaped, redacted
 from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .errors import KernelCacheError
 from .interception import InterceptError, parse_clients
@@ -46,7 +46,10 @@ def parse_size(text: str, what: str = "size") -> int:
     m = _SIZE.match(str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a size (examples: 4096, 512M, 10G)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not size < 1 << 63:
+        raise ConfigError(f"{what}: {echo(text)} is larger than any size kernel-cache can use")
+    return int(size)
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
@@ -72,7 +75,18 @@ def parse_flag(text: str, what: str = "flag") -> bool:
 
 
 def _path(text: str, what: str) -> Path:
-    return Path(text).expanduser()
+    return _expanded(text, what)
+
+
+def _expanded(text: str, what: str) -> Path:
+    """A path with `~` or `~user` expanded; a user (or a home) that does not exist is a ConfigError
+    naming `what`, not pathlib's RuntimeError."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        head = text.split("/", 1)[0]
+        raise ConfigError(f"{what}={echo(text)}: {echo(head)} names no user with a home directory here; "
+                          f"write the path in full") from None
 
 
 def _word(choices: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -117,8 +131,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_MEMORY_BYTES", "memory_bytes", parse_size, "`256M`", "in-process LRU bound (`256M`, `1G`, …)"),
     Setting("KERNEL_CACHE_MEMORY_ITEMS", "memory_items", lambda t, w: int(parse_size(t, w)), "`4096`",
             "in-process LRU item bound"),
-    Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "`8G`",
-            "local disk bound; least recently used entries are evicted"),
+    Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "the bound stored in the cache directory, else `8G`",
+            "local disk bound; least recently used entries are evicted; overrides the bound `cachectl config "
+            "max-size` stores in the cache directory"),
     Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
             "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, tier, ms) on stderr; "
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
@@ -169,7 +184,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_REMOTE_PASSWORD_FILE", "remote_password", lambda t, w: _password_file(t), "unset",
             "a file (yours, readable by no one else) holding the Redis password, kept out of the URL"),
     Setting("KERNEL_CACHE_REMOTE_NAMESPACE", "remote_namespace", _text, "`default`",
-            "separates teams sharing one server (keys `kc:<namespace>:v1:…`)"),
+            "separates teams sharing one server (keys `kc:<namespace>:v2:…`)"),
     Setting("KERNEL_CACHE_REMOTE_TTL", "remote_ttl", parse_duration, "`14d`",
             "a remote entry not used for this long expires (every hit restarts it)"),
     Setting("KERNEL_CACHE_REMOTE_TIMEOUT", "remote_timeout", parse_duration, "`250ms`",
@@ -205,7 +220,7 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
 def _password_file(text: str) -> str:
     """The Redis password, read as the signing key is: a file of the user's that nobody else can
     read or change, no link, no FIFO."""
-    path = Path(text.strip()).expanduser()
+    path = _expanded(text.strip(), "KERNEL_CACHE_REMOTE_PASSWORD_FILE")
     try:
         raw = read_private_file(path, "KERNEL_CACHE_REMOTE_PASSWORD_FILE", "password")
     except SigningKeyError as exc:
@@ -221,7 +236,7 @@ def _password_file(text: str) -> str:
 
 def _key_file(text: str) -> bytes:
     try:
-        return load_key_file(Path(text.strip()).expanduser())
+        return load_key_file(_expanded(text.strip(), "KERNEL_CACHE_SIGNING_KEY_FILE"))
     except SigningKeyError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -229,6 +244,14 @@ def _key_file(text: str) -> bytes:
 _SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes"})
 _DURATION_FIELDS = frozenset({"lock_timeout", "soft_lock_stale", "remote_ttl", "remote_timeout"})
 _PATH_FIELDS = frozenset({"dir", "shared_dir", "toolchain_memo_dir"})
+
+
+class _DefaultBound(int):
+    """The local bound left at its default, told apart from the same number given (`Config.max_bytes_given`):
+    only a default gives way to the bound stored in the cache directory (`kernel_cache.cache_settings`)."""
+
+
+DEFAULT_MAX_BYTES: int = _DefaultBound(8 << 30)
 
 
 @dataclass(frozen=True)
@@ -240,7 +263,7 @@ class Config:
     disabled: bool = False
     memory_bytes: int = 256 << 20
     memory_items: int = 4096
-    max_bytes: int = 8 << 30
+    max_bytes: int = DEFAULT_MAX_BYTES  # left so: the bound stored in the cache directory, if any
     log: str = ""
     lock: str = "auto"
     lock_timeout: float = 600.0
@@ -280,7 +303,7 @@ class Config:
         if self.trusted_group is not None:
             try:
                 resolve_group(self.trusted_group)
-            except KeyError:
+            except (KeyError, ValueError):  # ValueError: a name no group can have (a NUL in it)
                 raise ConfigError(f"KERNEL_CACHE_TRUSTED_GROUP={echo(self.trusted_group)}: no such group") from None
         if self.signing_key is not None:
             try:
@@ -306,7 +329,7 @@ class Config:
             elif f.name in _DURATION_FIELDS and isinstance(value, str):
                 value = parse_duration(value, f.name)
             elif f.name in _PATH_FIELDS and isinstance(value, str):
-                value = Path(value).expanduser()
+                value = _expanded(value, f.name)
             if f.name in _SIZE_FIELDS and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ConfigError(f"{f.name}: expected a number of bytes or a size like '1G', got {echo(repr(value))}")
             if f.name in _DURATION_FIELDS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
@@ -315,6 +338,11 @@ class Config:
 
     def with_(self, **changes: Any) -> "Config":
         return replace(self, **changes)
+
+    @property
+    def max_bytes_given(self) -> bool:
+        """Whether the bound was given (KERNEL_CACHE_MAX_BYTES, or in code) rather than left at its default."""
+        return type(self.max_bytes) is not _DefaultBound
 
     @property
     def trusted_gid(self) -> int | None:
@@ -363,8 +391,19 @@ class Config:
         for setting in SETTINGS:
             raw = env.get(setting.env, "")
             if raw.strip():
-                values[setting.field] = setting.parse(raw, setting.env)
+                values[setting.field] = _parsed(setting, raw)
         return cls(**values, toolchain_memo_dir=_user_cache_home(env))
+
+
+def _parsed(setting: Setting, raw: str) -> Any:
+    """`setting.parse(raw)`; what its parser did not foresee is still one line naming the variable
+    (without the value, which may be a secret), so no malformed setting reaches anyone as a traceback."""
+    try:
+        return setting.parse(raw, setting.env)
+    except ConfigError:
+        raise
+    except (ValueError, RuntimeError, ArithmeticError) as exc:
+        raise ConfigError(f"{setting.env}: cannot be read ({type(exc).__name__}: {escaped(str(exc))[:200]})") from None
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str]]:

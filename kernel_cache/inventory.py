@@ -45,6 +45,8 @@ class EntryInfo:
     error: str = ""  # non-empty: the metadata could not be read
     kind: str = ""  # what the entry's metadata says it is: "triton-kernel", "lowered-call", ... (entry_kinds)
     kind_summary: dict[str, Any] | None = None  # its kind's summary, if the kind has one (a winner's, a call's)
+    config: str = ""  # a kernel's constexprs, warps, stages: what tells one kernel's entries apart (summary)
+    module: str = ""  # a kernel's module, from its recipe
     meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
 
     def summaries(self) -> dict[str, dict[str, Any] | None]:
@@ -126,6 +128,7 @@ def scan(tier: KeptTier, hits_of: Callable[[str], int] | None = None) -> list[En
             info.kernel, info.arch, info.toolchain = summary.kernel, summary.arch, summary.toolchain
             info.created = summary.created if summary.created is not None else info.created
             info.compile_seconds, info.has_recipe = summary.compile_seconds, summary.recipe is not None
+            info.config, info.module = summary.config, summary.module
             info.kind, kind = str(meta.get("kind", "")), entry_kinds.kind_of(meta)
             info.kind_summary = kind.summary(meta) if kind.summary is not None else None
         if hits_of is not None:

@@ -25,8 +25,8 @@ M = TypeVar("M")
 
 class Session:
     def __init__(self, config: Config) -> None:
-        self.config = config
         self.store = Store(config)
+        self.config = self.store.config  # with the bound stored in the cache directory, where that applies
         self._memos: dict[str, Any] = {}
         self._lock = threading.Lock()
 

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from . import cache_settings, disk_repair, lookup_log
 from . import entry as entry_format
-from . import lookup_log
 from . import tiers as backends
 from .config import Config
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
-from .errors import RejectedEntry
+from .errors import IndexDamaged, RejectedEntry
 from .key_locks import KeyLocks
 from .safefs import Owners
 from .stats import Stats
@@ -36,12 +36,15 @@ Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
 class Store:
     def __init__(self, config: Config | None = None, *, read_only: bool = False):
         """`read_only`: open the local tier without writing (operators inspecting a cache that is
-        full, damaged, or on a read-only mount)."""
-        self.config = config or Config()
+        full, damaged, or on a read-only mount). A bound left at its default gives way to the one
+        stored in the cache directory (`cachectl config max-size`): `config` then holds that one."""
+        config = config or Config()
+        self.owners = Owners.current(config.trusted_gid)
+        self.config = cache_settings.with_stored_bound(config, self.owners)  # read once, here
         self.memory = MemoryTier(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
-        self.owners = Owners.current(self.config.trusted_gid)
         self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
+        self.healed_index: dict[str, Any] | None = None  # disk_repair's report when opening rebuilt the local index
         self.levels: list[Tier] = [self.memory]  # fastest first: read in order, hits backfilled upwards
         if not self.config.disabled:
             for name, opener in backends.BACKENDS:
@@ -179,7 +182,12 @@ class Store:
     # Internals ----------------------------------------------------------------------------
     def _open(self, opener: backends.Opener, name: str, read_only: bool) -> Tier | None:
         try:
-            level: Tier | None = opener(self.config, self.owners, self.signer, read_only)
+            try:
+                level: Tier | None = opener(self.config, self.owners, self.signer, read_only)
+            except IndexDamaged as damage:
+                if read_only:
+                    raise
+                level, self.healed_index = disk_repair.open_healed(self.config, self.owners, damage)
             return level
         except Exception as exc:
             self.unavailable[name] = exc
@@ -255,9 +263,9 @@ class Store:
         published is taken from the process's waiting budget, and said once with what it really cost."""
         if holds(level, key):
             return "the holder published it"
+        self.wait_budget.spend(waited)
         if not level.writable:
             return "the level is being skipped"  # its own warning said why
-        self.wait_budget.spend(waited)
         spent = self.wait_budget.exhausted
         warn_once(f"lock-timeout:{level.name}:{spent}",
                   f"waited {waited:.1f} s for another process to compile "

@@ -119,7 +119,7 @@ def test_list_json_schema_and_filters(pristine):
     assert sizes == sorted(sizes, reverse=True)
 
     table = ok("--dir", directory, "list", "--kernel", "add*").stdout.splitlines()
-    assert table[0].split() == ["KEY", "KERNEL", "ARCH", "SIZE", "CREATED", "LAST", "USED", "HITS"]
+    assert table[0].split() == ["KEY", "KERNEL", "CONFIG", "ARCH", "SIZE", "CREATED", "LAST", "USED", "HITS"]
     assert {line.split()[0] for line in table[1:-1]} == {keys[("add", a)][:12] for a in ARCHES}
     assert table[-1].startswith("2 entries")
 

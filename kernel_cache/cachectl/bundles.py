@@ -5,7 +5,7 @@ opened, and a file that is no bundle (exit 2) or a bundle that is damaged, trunc
 (exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
 names each entry that was not imported and why, and, when the tier stops taking writes part-way,
 which entries were imported and which were not reached. Entries bigger together than the local
-tier's bound (KERNEL_CACHE_MAX_BYTES) are refused before any lands: they would evict the cache and
+tier's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
 then each other.
 """
 
@@ -31,7 +31,7 @@ from ..bundle import (
 from ..bundle_stream import BundleError, NotABundle
 from ..config import sources
 from ..inventory import read_raw
-from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from .context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
 from .render import human_size
 
@@ -109,6 +109,11 @@ def _key_setting() -> str:
                 "a signing key")
 
 
+def _bound_name(ctx: Context) -> str:
+    """What sets the local bound here, as the operator changes it."""
+    return "cachectl config max-size" if ctx.bound_source == BOUND_STORED else "KERNEL_CACHE_MAX_BYTES"
+
+
 def cmd_import(ctx: Context, args: Any) -> int:
     if not args.file.is_file():
         raise CliError(f"no bundle at {args.file}")
@@ -137,8 +142,8 @@ def cmd_import(ctx: Context, args: Any) -> int:
             if needed == bound:  # the sizes differ below the shown precision
                 needed, bound = f"{exc.needed} bytes", f"{exc.room} bytes"
             return _nothing_imported(ctx, args, exc, why=(
-                f"they take {needed}, more than the local tier holds (KERNEL_CACHE_MAX_BYTES={bound}): importing "
-                f"them would evict this cache's entries and then each other; raise KERNEL_CACHE_MAX_BYTES or "
+                f"they take {needed}, more than the local tier holds ({_bound_name(ctx)}={bound}): importing "
+                f"them would evict this cache's entries and then each other; raise {_bound_name(ctx)} or "
                 f"import with --tier shared"))
     if ctx.json:
         ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),

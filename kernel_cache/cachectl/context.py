@@ -9,13 +9,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .. import cache_marker
+from .. import cache_marker, cache_settings
 from ..cache_marker import NotACacheDirectory
+from ..cache_settings import StoredSettings, StoredSettingsError
 from ..config import Config, ConfigError
 from ..disk_index import ENTRIES_DIR
 from ..disk_repair import ValueFilesTier
 from ..errors import KernelCacheError, TierUntrusted
-from ..safefs import Tree
+from ..safefs import Owners, Tree
 from ..store import Store
 from ..tier import KeptTier
 from ..warnings_once import KernelCacheWarning
@@ -23,6 +24,8 @@ from ..warnings_once import KernelCacheWarning
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 JSON_SCHEMA = 1  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning
 WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
+# where the local bound comes from: KERNEL_CACHE_MAX_BYTES, the cache directory (cachectl config max-size), 8G
+BOUND_ENVIRONMENT, BOUND_STORED, BOUND_DEFAULT = "environment", "cache directory", "default"
 
 
 class CliError(KernelCacheError):
@@ -51,8 +54,26 @@ class Context:
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}
         command = getattr(args, "command", "")
+        self.stored, self.stored_problem = self._stored_settings(command)
+        self.bound_source = BOUND_ENVIRONMENT if config.max_bytes_given else BOUND_DEFAULT
+        if not config.max_bytes_given and self.stored.max_bytes is not None:  # as every process on the directory
+            self.config = self.config.with_(max_bytes=self.stored.max_bytes)
+            self.bound_source = BOUND_STORED
         self.writes = command in WRITING_COMMANDS or bool(
             getattr(args, "repair", False) or getattr(args, "zero", False))
+
+    def _stored_settings(self, command: str) -> tuple[StoredSettings, str | None]:
+        """What the cache directory stores (`cachectl config max-size`), and why its file is refused:
+        a ConfigError (exit 2) but for `config`, which rewrites it, and `doctor`, which reports it."""
+        directory = self.config.dir
+        if directory is None:
+            return StoredSettings(), None
+        try:
+            return cache_settings.load(Path(directory), Owners.current(self.config.trusted_gid)), None
+        except StoredSettingsError as exc:
+            if command not in ("config", "doctor"):
+                raise CliError(f"{exc} (rewrite it with 'cachectl config max-size SIZE', or remove it)") from None
+            return StoredSettings(path=Path(directory) / cache_settings.SETTINGS_FILE), str(exc)
 
     def store(self, create: bool = False, write: bool = False) -> Store:
         """The store on --dir (and the shared directory and remote when configured; with no --dir, those
@@ -66,7 +87,7 @@ class Context:
                 raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (a shared directory or "
                                "remote alone: --shared-dir DIR, --remote URL)")
             if directory is not None:
-                _check_local_directory(Path(directory), create)
+                check_local_directory(Path(directory), create)
             if self.config.shared_dir is not None and not Path(self.config.shared_dir).is_dir():
                 raise CliError(f"no shared cache directory at {self.config.shared_dir}")
             with warnings.catch_warnings():  # the reasons are reported here, once, as errors
@@ -149,7 +170,7 @@ class Context:
 
 
 
-def _check_local_directory(directory: Path, create: bool) -> None:
+def check_local_directory(directory: Path, create: bool) -> None:
     """CliError unless `directory` is a local kernel-cache directory, or (`create`) may become one."""
     if not directory.is_dir():
         if create and not directory.exists():

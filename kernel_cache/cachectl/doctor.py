@@ -76,7 +76,9 @@ def cmd_doctor(ctx: Context, args: Any) -> int:
     """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU."""
     config = ctx.config
     owners = Owners.current(config.trusted_gid)
-    checks = [*_local(config, owners), *_shared(config, owners), *_remote(config, owners), _signing(config),
+    stored = [Check("cache-bound", PROBLEM, f"{ctx.stored_problem}: the local cache keeps its default bound",
+                    "cachectl config max-size SIZE (rewrites it), or remove the file")] if ctx.stored_problem else []
+    checks = [*_local(config, owners), *stored, *_shared(config, owners), *_remote(config, owners), _signing(config),
               *_toolchain(config),
               *_jaxlib(config), _gpu(config), *_intercept(config)]
     problems = sum(c.status == PROBLEM for c in checks)
@@ -157,10 +159,10 @@ def _index(directory: Path, config: Config) -> Check:
     try:
         con = _open_index(db, min(config.index_timeout, 5.0))
         try:
-            count, size = con.execute("SELECT count(*), coalesce(sum(size), 0) FROM Cache").fetchone()
+            # the entries' bytes, as stats, list and prune count them (the index itself is not an entry)
+            count, size = con.execute("SELECT count(*), coalesce(sum(size), 0) FROM Cache WHERE raw = 1").fetchone()
         finally:
             con.close()
-        size += db.stat().st_size  # what the bound counts (DiskTier.volume): value files and the index
     except Exception as exc:
         return Check("cache-index", PROBLEM, f"cannot read {db}: {describe_error(exc)}",
                      "cachectl verify --repair (rebuilds the index from the entry files)")
@@ -168,7 +170,7 @@ def _index(directory: Path, config: Config) -> Check:
     return Check("cache-index", WARN if over else OK,
                  f"{count} {'entry' if count == 1 else 'entries'}, {human_size(size)} of "
                  f"{human_size(config.max_bytes)} allowed" + (" (over the bound: the next write evicts)" if over else ""),
-                 "cachectl prune --max-size SIZE" if over else None)
+                 "cachectl prune (evicts down to the bound), or cachectl config max-size SIZE" if over else None)
 
 
 def _open_index(db: Path, timeout: float) -> sqlite3.Connection:

@@ -5,12 +5,13 @@ and their order come from the core's registry (`entry_kinds`), so a kind registe
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 
 from .. import entry_kinds
 from ..entry_kinds import EntryKind
 from ..inventory import EntryInfo
+from ..summary import EntrySummary, config_items
 from .render import human_size
 
 KERNEL = entry_kinds.KERNEL.name  # the kernel kind, as prewarm's and programs' own checks name it
@@ -49,3 +50,42 @@ def total_line(infos: list[EntryInfo]) -> str:
     detail = breakdown(infos)
     return (f"{len(infos)} entries" + (f" ({detail})" if detail else "")
             + f", {human_size(sum(i.size_bytes for i in infos))}")
+
+
+def config_labels(infos: Iterable[EntryInfo], whole: bool = False) -> dict[str, str]:
+    """list's CONFIG column, by key: a kernel's constexprs, warps and stages ('BM=64 BN=64 BK=32 w4 s3'),
+    a winner's key values. Of a kernel with several entries, only what differs among them (`whole`: all
+    of it; a value Triton specialised, such as a stride of 1, is the same in each). Where entries of one
+    kernel and arch would still look alike, what else differs is added: the argument types
+    ('*fp16,i32'), else the toolchain that built them."""
+    shown = list(infos)
+    items = {i.key: _config(i) for i in shown}
+    labels = {key: " ".join(parts) for key, parts in items.items()}
+    if not whole:
+        for group in _grouped(shown, lambda i: (i.module, i.kernel, kind(i).name)):
+            common = set.intersection(*(set(items[i.key]) for i in group))
+            for i in group:
+                labels[i.key] = " ".join([p for p in items[i.key] if p not in common] or items[i.key])
+    tells: tuple[Callable[[EntryInfo], str], ...] = (
+        lambda i: EntrySummary.from_meta(i.meta).signature, lambda i: i.toolchain)
+    for tell in tells:  # each on the entries still alike after the one before
+        for group in _grouped(shown, lambda i: (i.kernel, i.arch, kind(i).name, labels[i.key])):
+            values = {i.key: tell(i) for i in group}
+            if len(set(values.values())) > 1:
+                for key, value in values.items():
+                    labels[key] = f"{labels[key]} {value or '?'}".strip()
+    return labels
+
+
+def _grouped(infos: list[EntryInfo], by: Callable[[EntryInfo], tuple[str, ...]]) -> list[list[EntryInfo]]:
+    """The groups of two or more distinct entries (a key in two tiers is one entry) alike in `by`."""
+    groups: dict[tuple[str, ...], dict[str, EntryInfo]] = defaultdict(dict)
+    for i in infos:
+        groups[by(i)].setdefault(i.key, i)
+    return [list(g.values()) for g in groups.values() if len(g) > 1]
+
+
+def _config(info: EntryInfo) -> list[str]:
+    if kind(info) is entry_kinds.WINNER and info.kind_summary is not None:
+        return [str(info.kind_summary.get("key_values", ""))]
+    return config_items(info.meta) if kind(info) is entry_kinds.KERNEL else []

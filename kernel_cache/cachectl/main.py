@@ -15,7 +15,9 @@ import importlib.metadata
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -151,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{blob}", action="append_const", const=blob, dest="blobs",
                        help=f"print the stored {blob.upper()} text")
 
-    p = command("stats", "inspect.cmd_stats", "entries, bytes, hits, misses, compile time saved")
+    p = command("stats", "stats_view.cmd_stats", "entries, bytes, hits, misses, compile time saved")
     p.add_argument("--zero", action="store_true", help="reset the counters")
     p.add_argument("--format", choices=("text", "json", "prometheus"), default=None,
                    help="text (default), json (as --json) or prometheus: node-exporter's textfile format, "
@@ -208,7 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     filters(p)
 
-    command("config", "inspect.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from")
+    p = command("config", "settings.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from; "
+                "'config max-size SIZE' stores the local bound in the cache directory")
+    p.add_argument("setting", nargs="?", choices=("max-size",),
+                   help="max-size: the local cache's bound, stored in the cache directory for every process there "
+                        "(KERNEL_CACHE_MAX_BYTES overrides it)")
+    p.add_argument("value", nargs="?", metavar="SIZE",
+                   help="with max-size: store SIZE (e.g. 10G); 'default' removes the stored bound")
     command("doctor", "doctor.cmd_doctor",
             "check directories, ownership, locks, signing key, toolchain, jaxlib and GPU; exit 1 with a fix per problem")
 
@@ -235,14 +243,32 @@ def _tier_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
                        help="change every configured tier: local, shared and remote")
 
 
+def _stop_on_sigint() -> None:
+    """prewarm stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _handler(dotted: str) -> Any:
+    """The command's function, its module imported with SIGINT and SIGTERM held until the import ends:
+    one landing inside a C extension's set-up (Triton's, JAX's) can abort the process instead of stopping it."""
+    module_name, _, function = dotted.partition(".")
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    try:
+        module = importlib.import_module(f"{__package__}.{module_name}")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return getattr(module, function)
+
+
 def main(argv: list[str] | None = None) -> int:
     ctx = None
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "command", "") == "prewarm":
+            _stop_on_sigint()
         ctx = Context(args)
-        module_name, _, function = args.handler.partition(".")
-        handler = getattr(importlib.import_module(f"{__package__}.{module_name}"), function)
-        return int(handler(ctx, args))
+        return int(_handler(args.handler)(ctx, args))
     except CliError as exc:
         print(f"cachectl: {exc}", file=sys.stderr)
         if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data

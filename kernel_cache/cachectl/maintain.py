@@ -8,13 +8,14 @@ from typing import Any, TypedDict
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
 from ..inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
+from ..store import Store
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
 from ..tiers.remote import RemoteTier
 from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
-from .render import human_size
+from .render import bound_source, human_size
 
 
 class _IndexState(TypedDict):
@@ -25,13 +26,21 @@ class _IndexState(TypedDict):
 
 
 def cmd_prune(ctx: Context, args: Any) -> int:
+    """A plain prune (no selection, no --max-size) evicts the local tier down to its bound: the one every
+    process on the directory honours (KERNEL_CACHE_MAX_BYTES, else the stored one, else 8G)."""
     store = ctx.store()
     selection = entry_filter(args, args.stale)
+    plain = selection.is_empty and args.max_size is None
     removed, freed, debris, remaining = [], 0, [], {}
     failed: list[tuple[EntryInfo, str]] = []
+    bound: dict[str, Any] | None = None
     for tier in ctx.tiers(args.tier):
         infos = scan_all(ctx, [tier], with_stale=args.stale or ctx.json)  # --json always says stale or not
-        doomed = plan_prune(infos, selection, args.max_size)
+        max_size = args.max_size
+        if plain and tier.name == "disk":
+            max_size = ctx.config.max_bytes
+            bound = {"max_bytes": max_size, "source": ctx.bound_source}
+        doomed = plan_prune(infos, selection, max_size)
         if not args.dry_run:
             before = len(failed)
             freed += remove_entries(tier, doomed, store.stats.forget_entry, failed)
@@ -47,7 +56,8 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     status = EXIT_PROBLEMS if failed else EXIT_OK
     _say_failures(failed)
     if ctx.json:
-        ctx.emit_json({"dry_run": args.dry_run, "removed": [i.to_json() for i in removed], "bytes_freed": freed,
+        ctx.emit_json({"dry_run": args.dry_run, "bound": bound, "removed": [i.to_json() for i in removed],
+                       "bytes_freed": freed,
                        "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining,
                        "failed": [{"key": i.key, "tier": i.tier, "reason": escaped(why)} for i, why in failed]})
         return status
@@ -62,7 +72,8 @@ def cmd_prune(ctx: Context, args: Any) -> int:
             + (f"; {len(failed)} could not be removed" if failed else "")
             + (f"; {len(debris)} debris files, {human_size(sum(b for _, b in debris))}" if debris else "")
             + "; left: " + ", ".join(f"{n} {r['entries']} entries {human_size(r['bytes'])}"
-                                     for n, r in remaining.items()))
+                                     for n, r in remaining.items())
+            + (f" (bound {human_size(bound['max_bytes'])}: {bound_source(ctx)})" if bound is not None else ""))
     return status
 
 
@@ -90,27 +101,36 @@ def cmd_verify_or_rebuild(ctx: Context, args: Any) -> int:
     return cmd_verify(ctx, args)
 
 
+def _check_index(ctx: Context, store: Store, repair: bool) -> _IndexState | None:
+    """What is wrong with the local index (None: nothing, or no local directory); with `repair`, rebuilt."""
+    directory = ctx.config.dir
+    if directory is None:
+        return None
+    disk = store.disk
+    index: _IndexState | None
+    if store.healed_index is not None:  # --repair opens the store for writing, which rebuilt a damaged index
+        index = {"problem": store.healed_index["problem"], "rebuilt": store.healed_index}
+    elif not isinstance(disk, DiskTier):
+        index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
+    else:
+        problem = disk.integrity_problem()
+        index = {"problem": problem, "rebuilt": None} if problem else None
+    if index is not None and index["rebuilt"] is None and repair:
+        assert disk is not None  # with a directory, ctx.store() opened its entry files when the index failed
+        disk.close()
+        index["rebuilt"] = rebuild_index(directory, ctx.config.max_bytes, owners=store.owners,
+                                         max_entry_bytes=ctx.config.max_entry_bytes, wait=ctx.config.index_timeout)
+        store.replace_level("disk", DiskTier(directory, ctx.config.max_bytes, owners=store.owners,
+                                             max_entry_bytes=ctx.config.max_entry_bytes,
+                                             index_timeout=ctx.config.index_timeout))
+    return index
+
+
 def cmd_verify(ctx: Context, args: Any) -> int:
     checked = 0
     bad: list[BadEntry] = []
-    index: _IndexState | None = None
     store = ctx.store()
-    directory = ctx.config.dir
-    if args.tier in ("all", "disk") and directory is not None:
-        disk = store.disk
-        if not isinstance(disk, DiskTier):
-            index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
-        else:
-            problem = disk.integrity_problem()
-            index = {"problem": problem, "rebuilt": None} if problem else None
-        if index is not None and args.repair:
-            assert disk is not None  # with a directory, ctx.store() opened its entry files when the index failed
-            disk.close()
-            index["rebuilt"] = rebuild_index(directory, ctx.config.max_bytes, owners=store.owners,
-                                             max_entry_bytes=ctx.config.max_entry_bytes)
-            store.replace_level("disk", DiskTier(directory, ctx.config.max_bytes, owners=store.owners,
-                                                 max_entry_bytes=ctx.config.max_entry_bytes,
-                                                 index_timeout=ctx.config.index_timeout))
+    index = _check_index(ctx, store, args.repair) if args.tier in ("all", "disk") else None
     for tier in ctx.tiers(args.tier):
         # entries of the levels read with a signature check must carry a valid one (the local disk is ours)
         signed = store.signer.problem if store.signer is not None and tier.name != "disk" else None
@@ -133,8 +153,8 @@ def cmd_verify(ctx: Context, args: Any) -> int:
                 r = index["rebuilt"]
                 listed = "an unreadable index" if r["listed"] is None else f"{r['listed']} listed in the index"
                 print(f"         found {r['value_files']} value files ({listed}): {r['recovered']} entries "
-                      f"re-indexed, {r['removed']} unreadable removed, {len(r['lost'])} lost; the damaged "
-                      f"index was kept as entries/{r['moved_aside']}")
+                      f"re-indexed, {r['removed']} unreadable removed, {len(r['lost'])} lost"
+                      + (f"; the damaged index was kept as entries/{r['moved_aside']}" if r["moved_aside"] else ""))
                 for key in r["lost"]:
                     print(f"lost  {escaped(key)}  (disk): listed in the damaged index, no readable copy")
         for b in bad:

@@ -9,7 +9,9 @@ prints nothing to stdout and exits non-zero: the textfile recipe
     cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
 
 never leaves a partial file where the collector looks (it reads only *.prom, and mv is atomic
-within a directory).
+within a directory). A tier cachectl could not reach (a remote server down) is no failed run here:
+its `kernel_cache_tier_reachable` is 0 and the run exits 0, so the file is replaced and says so,
+instead of the last file's numbers standing for a level that is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def render(report: Mapping[str, Any]) -> str:
     kinds = entry_kinds.every()  # the kind label: each kind's tag, as kinds.counts counts them by name
     legend = ", ".join(f"{k.tag}: {k.legend}" if k.legend else k.tag for k in kinds)
     tiers: Mapping[str, Mapping[str, Any]] = report["tiers"]
+    reached = {t: v for t, v in tiers.items() if v.get("entries") is not None}  # an unreachable tier has no count
     families: list[tuple[str, str, str, list[Sample]]] = [
         ("hits_total", "counter", "Lookups served from this tier (memory, disk, shared, remote).",
          [({"tier": t}, report["hits"].get(t, 0)) for t in LEVELS]),
@@ -46,13 +49,17 @@ def render(report: Mapping[str, Any]) -> str:
          [({}, report["rejected"])]),
         ("errors_total", "counter", "Corrupt entries and failed tier reads or writes.", [({}, report["errors"])]),
         ("entries", "gauge", "Entries stored in this tier (a copy in two tiers counts in each).",
-         [({"tier": t}, v["entries"]) for t, v in tiers.items()]),
-        ("bytes", "gauge", "Bytes stored in this tier.", [({"tier": t}, v["bytes"]) for t, v in tiers.items()]),
+         [({"tier": t}, v["entries"]) for t, v in reached.items()]),
+        ("bytes", "gauge", "Bytes stored in this tier.", [({"tier": t}, v["bytes"]) for t, v in reached.items()]),
         ("entries_by_kind", "gauge", f"Entries stored in this tier by kind ({legend}).",
-         [({"tier": t, "kind": k.tag}, v["kinds"].get(k.name, 0)) for t, v in tiers.items() for k in kinds]),
+         [({"tier": t, "kind": k.tag}, v["kinds"].get(k.name, 0)) for t, v in reached.items() for k in kinds]),
         ("tier_writable", "gauge", "1 if the user running cachectl can write to this tier, else 0.",
          [({"tier": t}, int(bool(v["writable"]))) for t, v in tiers.items()]),
-        ("max_bytes", "gauge", "The local tier's bound (KERNEL_CACHE_MAX_BYTES).", [({}, report["max_bytes"])]),
+        ("tier_reachable", "gauge", "1 if cachectl could list this tier, else 0 (a remote server down: its "
+         "entries and bytes are then left out, not reported as 0).",
+         [({"tier": t}, int(v.get("entries") is not None)) for t, v in tiers.items()]),
+        ("max_bytes", "gauge", "The local tier's bound (KERNEL_CACHE_MAX_BYTES, else the one stored in the cache "
+         "directory by cachectl config max-size, else 8 GiB).", [({}, report["max_bytes"])]),
         ("over_max_bytes", "gauge", "1 if the local tier holds more than its bound, else 0.",
          [({}, int(bool(report["over_max_bytes"])))]),
         ("counters_persisted", "gauge", "1 if the hit/miss/compile counters were read from the cache directory, "

@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..display import escaped
-from .context import Context
+from .context import BOUND_ENVIRONMENT, BOUND_STORED, Context
 from .outcomes import Lowered, Outcome, Planned
 
 
@@ -20,8 +20,19 @@ def human_size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def human_time(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+def human_time(t: float | None, seconds: bool = False) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def bound_source(ctx: Context) -> str:
+    """Where the local tier's bound comes from, as stats and prune say it."""
+    if ctx.bound_source == BOUND_STORED:
+        return "stored in the cache directory by 'cachectl config max-size'"
+    if ctx.bound_source == BOUND_ENVIRONMENT:
+        stored = ctx.stored.max_bytes
+        return "KERNEL_CACHE_MAX_BYTES" + (f", overriding the {human_size(stored)} stored in the cache directory"
+                                           if stored is not None else "")
+    return "the default; 'cachectl config max-size SIZE' stores another"
 
 
 def table(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -34,7 +45,8 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
 class Progress:
     """A progress bar on a terminal; otherwise one line per kernel (to stderr under --json).
 
-    It counts the units of work done against a total: recipe builds (each reported outcome is one),
+    It counts the units of work done against a total: recipe builds (each reported outcome is one,
+    those of planning included),
     or in program mode the programs lowered (each lowering says how many it has, then each program
     it lowered), the total staying unknown (None) until every lowering has said."""
 
@@ -44,18 +56,18 @@ class Progress:
         self.total: int | None = None
         self.done = 0
         self.unit = "builds"
-        self.counting = False  # outcomes of planning (present, unimportable) come before and don't count
         self.bar = sys.stderr.isatty() and not ctx.json and not ctx.quiet
         self._unplanned = 0  # program mode: lowerings that have not said how many programs they have
         self._planned = 0
 
     def expect(self, total: int) -> None:
-        """Start counting builds, `total` of them."""
-        self.counting, self.total = True, total
+        """`total` builds are still to do. What planning found (present, skipped, failing recipes) is
+        done already: every count of the summary adds up to the total."""
+        self.total = self.done + total
 
     def expect_programs(self, lowerings: int) -> None:
         """Program mode: count programs lowered; `lowerings` (one per arch) each say how many they have."""
-        self.counting, self.unit, self._unplanned = True, "programs", lowerings
+        self.unit, self._unplanned = "programs", lowerings
 
     def __call__(self, event: Outcome | Planned | Lowered) -> None:
         if isinstance(event, Planned):
@@ -69,7 +81,7 @@ class Progress:
             return
         outcome = event
         self.outcomes.append(outcome)
-        if self.counting and self.unit == "builds":
+        if self.unit == "builds":
             self.done += 1
         if self.bar:
             self._show(outcome.status, outcome.label, outcome.arch)
