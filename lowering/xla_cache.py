@@ -33,7 +33,7 @@ def apply(store: kernel_cache.Store | None = None) -> Path | None:
     wanted = config.xla_dir
     if wanted is None:
         return None
-    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # jax sets its options at run time
+    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined, unused-ignore]  # jax < 0.12: set at run time (0.12 types it)
     if current and not _same(Path(current), wanted):
         return None  # the user's own setting wins
     try:

@@ -1,0 +1,148 @@
+"""The README's two commands pick their stack by the Python they find (issue 28), asked without installing.
+
+`scripts/demo.sh --which-stack` prints the line a real run starts with (which stack, which Python, which
+venv) and stops before scripts/setup_env.sh; `scripts/test.sh --which-stacks` prints the stacks it would
+test. Each runs here from a copy of scripts/ (no venv beside it) under a PATH holding only the
+interpreters a test gives it (and `dirname`), with pyenv's versions out of sight unless a test lays out a
+pyenv root of its own. The interpreters are this host's (pyenv's 3.11.7, 3.12.1, 3.13.0, or Debian's
+3.11); a test whose Python is missing here is skipped, saying which.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+BASH = shutil.which("bash") or "/bin/bash"
+STACK_OF = {"3.11": "oldest", "3.12": "current", "3.13": "current-py313"}
+
+
+def interpreter(minor: str) -> str | None:
+    """A real interpreter of Python `minor` on this host (not a pyenv shim: a shim needs pyenv on PATH)."""
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = sorted(glob.glob(f"{pyenv}/versions/{minor}.*/bin/python{minor}"))
+    candidates += [f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"]
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            proc = subprocess.run([path, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                                  capture_output=True, text=True)
+            if proc.returncode == 0 and proc.stdout.strip() == minor:
+                return path
+    return None
+
+
+def need(*minors: str) -> dict[str, str]:
+    found = {m: interpreter(m) for m in minors}
+    missing = [m for m, path in found.items() if path is None]
+    if missing:
+        pytest.skip(f"no Python {', '.join(missing)} on this host (pyenv's versions or /usr/bin)")
+    return {m: p for m, p in found.items() if p is not None}
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """The scripts a newcomer runs, in a tree of their own: no venv there, none may appear."""
+    tree = tmp_path / "kernel-cache"
+    shutil.copytree(ROOT / "scripts", tree / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    return tree
+
+
+def run(checkout: Path, tmp_path: Path, command: list[str], pythons: dict[str, str], env: dict[str, str] | None = None,
+        pyenv_versions: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`command` (a script of `checkout` and its arguments) under a PATH holding `dirname` and, for
+    each minor of `pythons`, a `pythonX.Y`; `pyenv_versions` ("3.12.1": interpreter) lays out a pyenv
+    root holding those versions (otherwise PYENV_ROOT is an empty directory). Each call in a directory
+    of its own."""
+    where = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
+    bin_dir, pyenv, home = where / "bin", where / "pyenv", where / "home"
+    for d in (bin_dir, pyenv / "versions", home):
+        d.mkdir(parents=True)
+    os.symlink(shutil.which("dirname") or "/usr/bin/dirname", bin_dir / "dirname")
+    for minor, path in pythons.items():
+        os.symlink(path, bin_dir / f"python{minor}")
+    for version, path in (pyenv_versions or {}).items():
+        (pyenv / "versions" / version / "bin").mkdir(parents=True)
+        os.symlink(path, pyenv / "versions" / version / "bin" / "python")
+    clean = {"PATH": str(bin_dir), "HOME": str(home), "PYENV_ROOT": str(pyenv), "LANG": "C.UTF-8"}
+    proc = subprocess.run([BASH, str(checkout / command[0]), *command[1:]], cwd=where, capture_output=True,
+                          text=True, env={**clean, **(env or {})}, timeout=120)
+    assert not [p.name for p in checkout.iterdir() if p.name.startswith(".venv")], "a venv was made"
+    return proc
+
+
+@pytest.mark.parametrize("minor", ["3.11", "3.13"])
+def test_the_demo_runs_on_the_only_python_there_is(checkout, tmp_path, minor):
+    """The issue's machines: Debian 12's lone 3.11 gets the oldest stack, a lone 3.13 current-py313."""
+    pythons = need(minor)
+    proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], pythons)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    stack = STACK_OF[minor]
+    assert first.startswith(f"kernel-cache demo on the {stack} stack: Python {minor}."), first
+    assert pythons[minor] in first or f"python{minor}" in first, first
+    venv = ".venv" if stack == "oldest" else f".venv-{stack}"
+    assert first.endswith(f"venv {venv}"), first
+    assert proc.stdout.splitlines() == [first]  # --which-stack: that line alone, nothing installed
+
+
+def test_the_current_stack_wins_where_python_312_is_found(checkout, tmp_path):
+    pythons = need("3.11", "3.12", "3.13")
+    proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], pythons)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("kernel-cache demo on the current stack: Python 3.12."), proc.stdout
+    assert "jax 0.12.0.1" in proc.stdout and "jax-triton 0.4.1" in proc.stdout
+
+
+def test_python_picks_the_stack_of_its_version(checkout, tmp_path):
+    """PYTHON=/path/to/python3.13 is honoured where a 3.12 is found too (it was ignored)."""
+    pythons = need("3.12", "3.13")
+    proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], pythons, env={"PYTHON": pythons["3.13"]})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("kernel-cache demo on the current-py313 stack: Python 3.13."), proc.stdout
+    assert f"({pythons['3.13']})" in proc.stdout
+    # and setup_env.sh makes that stack's venv from it (stack_python: the interpreter it creates the venv with)
+    asked = subprocess.run([BASH, "-c", f"source {checkout}/scripts/stacks/python.sh; stack_python current-py313"],
+                           capture_output=True, text=True, env={"PATH": "/nowhere", "PYTHON": pythons["3.13"],
+                                                               "HOME": str(tmp_path), "PYENV_ROOT": str(tmp_path)})
+    assert asked.stdout.strip() == pythons["3.13"], asked
+
+
+def test_pyenvs_versions_are_found_off_path(checkout, tmp_path):
+    """CI's Python 3.12 is among pyenv's versions, not on PATH."""
+    pythons = need("3.11", "3.12")
+    proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], {"3.11": pythons["3.11"]},
+               pyenv_versions={"3.12.1": pythons["3.12"]})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("kernel-cache demo on the current stack: Python 3.12."), proc.stdout
+
+
+def test_no_supported_python_and_conflicts_say_so(checkout, tmp_path):
+    proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], {})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "demo: no supported Python found" in proc.stderr and "PYTHON=/path/to/python3.12" in proc.stderr
+    pythons = need("3.11")
+    for env, said in [({"PYTHON": pythons["3.11"], "KERNEL_CACHE_STACK": "current"}, "unset one of them"),
+                      ({"KERNEL_CACHE_STACK": "newest"}, "no such stack"),
+                      ({"PYTHON": str(tmp_path / "nowhere" / "python3")}, "not a Python that runs here")]:
+        proc = run(checkout, tmp_path, ["scripts/demo.sh", "--which-stack"], pythons, env=env)
+        assert proc.returncode == 2 and proc.stdout == "" and said in proc.stderr, (env, proc.stderr)
+
+
+def test_the_test_command_tests_one_stack_and_ci_all(checkout, tmp_path):
+    """scripts/test.sh tests the demo's stack; KERNEL_CACHE_STACKS=all, which .ci/run sets and the
+    README documents, tests every stack in scripts/stacks/."""
+    pythons = need("3.11", "3.12", "3.13")
+    one = run(checkout, tmp_path, ["scripts/test.sh", "--which-stacks"], pythons)
+    assert one.returncode == 0 and one.stdout.split() == ["current"], (one.stdout, one.stderr)
+    assert "KERNEL_CACHE_STACKS=all" in one.stderr  # the switch is named where a newcomer looks
+    every = run(checkout, tmp_path, ["scripts/test.sh", "--which-stacks"], pythons, env={"KERNEL_CACHE_STACKS": "all"})
+    assert sorted(every.stdout.split()) == sorted(p.stem for p in (ROOT / "scripts" / "stacks").glob("*.txt"))
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "KERNEL_CACHE_STACKS=all exec scripts/test.sh" in ci
+    assert "KERNEL_CACHE_STACKS=all scripts/test.sh" in (ROOT / "README.md").read_text()
