@@ -86,6 +86,26 @@ def jax_cuda_problem() -> str | None:
 
 
 @pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real redis-server for the remote-level tests of one module (scripts/redis_server.py)."""
+    from scripts.redis_server import RedisServer
+
+    srv = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fresh_warnings():
+    """Once-per-process warnings said afresh in this test (the remote tests count what was said)."""
+    from kernel_cache import warnings_once
+
+    warnings_once.reset()
+    yield
+    warnings_once.reset()
+
+
+@pytest.fixture(scope="module")
 def cuda_device():
     """The CUDA device the GPU tests run on; skips them with the reason when JAX has none (GPU test
     modules name it in `pytestmark`, so a module is skipped as a whole)."""

@@ -20,33 +20,19 @@ from conftest import ROOT, child_env
 from test_remote_tier import KEYS, SIGNING_KEY, remote, signed
 from test_shared_tier import KEY, KEY2, Builder, make_entry
 
-from kernel_cache import Config, Store, warnings_once
+from kernel_cache import Config, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.errors import RejectedEntry
 from kernel_cache.signing import Signer
 from kernel_cache.tiers.remote_lease import Lease
 from scripts.fake_resp import FakeRedis
-from scripts.redis_server import RedisServer
 
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
                                  reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh "
                                         "does it where it runs as root)")
 OTHER_KEY = b"a-peer-without-our-key-0123456789"
 CAP = 16 << 20  # the entry cap the memory tests set: far below the planted values
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = RedisServer(tmp_path_factory.mktemp("redis-hostile"))
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")
 
 
 def _store(url, namespace, tmp_path, **kw) -> Store:

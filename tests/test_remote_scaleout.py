@@ -16,13 +16,14 @@ from conftest import ROOT, child_env
 from test_remote_tier import KEYS, SIGNING_KEY, _result, _spawn, remote, signed
 from test_shared_tier import KEY, Builder, make_entry
 
-from kernel_cache import Config, Store, warnings_once
+from kernel_cache import Config, Store
 from scripts.redis_cluster import PrimaryWithReplica, RedisCluster
 from scripts.redis_server import RedisServer
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
-                                reason="redis-server and redis-cli are not installed (apt-get install redis-server; "
-                                       "scripts/test.sh does it where it runs as root)")
+pytestmark = [pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
+                                 reason="redis-server and redis-cli are not installed (apt-get install redis-server; "
+                                        "scripts/test.sh does it where it runs as root)"),
+              pytest.mark.usefixtures("fresh_warnings")]
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +31,6 @@ def cluster(tmp_path_factory):
     c = RedisCluster(tmp_path_factory.mktemp("cluster"))
     yield c
     c.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
 
 
 def _builds(log) -> list[str]:

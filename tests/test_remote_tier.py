@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, child_env
 from test_shared_tier import KEY, KEY2, Builder, make_entry
 
-from kernel_cache import Config, ConfigError, Store, warnings_once
+from kernel_cache import Config, ConfigError, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.display import redacted
 from kernel_cache.entry import CorruptEntry
@@ -26,18 +26,12 @@ from kernel_cache.signing import Signer
 from kernel_cache.tiers.remote import RemoteTier, open_from_config
 from scripts.redis_server import RedisServer
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
-                                reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh "
-                                       "does it where it runs as root)")
+pytestmark = [pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh "
+                                        "does it where it runs as root)"),
+              pytest.mark.usefixtures("fresh_warnings")]
 SIGNING_KEY = b"remote-team-signing-key-0123456789"
 KEYS = [f"{i:032x}" for i in range(1, 41)]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -48,13 +42,6 @@ def fresh_server(tmp_path):
     srv = RedisServer(workdir)
     yield srv
     srv.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
 
 
 def signed(entry, key=SIGNING_KEY) -> bytes:
