@@ -79,6 +79,11 @@ def test_cachectl_lists_verifies_and_clears_every_master(cluster, tmp_path):
     assert {e["key"] for e in json.loads(listed.stdout)["entries"]} == set(KEYS[:12])
     verified = cachectl("verify")
     assert verified.returncode == 0 and "checked 12 entries: 0 bad" in verified.stdout, verified
+    stats = subprocess.run([sys.executable, "-m", "kernel_cache", "stats", "--json", "--remote", cluster.url],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(stats.stdout)
+    assert report["remote"]["cluster"] and report["remote"]["masters"] == 3, stats.stderr
+    assert report["tiers"]["remote"]["entries"] == 12
     cleared = cachectl("clear", "--yes")
     assert cleared.returncode == 0 and "removed 12 entries" in cleared.stdout, cleared
     assert all(not list(tier.client.scan_iter(match="kc:ops:*", target_nodes=node))

@@ -319,6 +319,13 @@ def _existing_parent(path: Path) -> Path | None:
 
 
 # Signing key ------------------------------------------------------------------------------------------
+def _deployment(info: dict[str, object]) -> str:
+    """' (a cluster of 3 masters)', ' (a read-only replica)' or '' (one primary)."""
+    if info.get("cluster"):
+        return f" (a cluster of {info.get('masters')} masters)"
+    return " (a read-only replica: jobs read, write nothing there)" if info.get("role") == "slave" else ""
+
+
 def _remote(config: Config, owners: Owners) -> list[Check]:
     """The Redis remote level: trusted (signing key or the operator's opt-in), reachable, its
     password accepted, TLS where asked, and an eviction policy that lets a full server make room."""
@@ -341,8 +348,8 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
                or "password" in error.lower() else "check the host, port and firewall, and that redis-server runs")
         return [Check("remote", PROBLEM, f"{url}: unreachable ({error}); jobs compile and cache locally", fix)]
     tls = " over TLS" if config.remote.startswith("rediss://") else ""
-    checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}, {info['round_trip_ms']} ms round "
-                    f"trip, namespace {info['namespace']}, "
+    checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{_deployment(info)}, "
+                    f"{info['round_trip_ms']} ms round trip, namespace {info['namespace']}, "
                     + ("entries must be signed" if tier.authenticate is not None else "unsigned entries accepted"))]
     policy = info.get("maxmemory_policy")
     if policy == "noeviction":

@@ -140,8 +140,10 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
               + ("" if ctx.config.xla else " (KERNEL_CACHE_XLA is not set here: not used)"))
     if report["remote"] is not None:
         r = report["remote"]
-        state = (f"{r['server_version']}, {r['round_trip_ms']} ms round trip, maxmemory-policy {r['maxmemory_policy']}"
-                 if r["reachable"] else f"unreachable ({r.get('error', '')})")
+        deployment = (f" cluster of {r.get('masters')} masters," if r.get("cluster")
+                      else " read-only replica," if r.get("role") == "slave" else "")
+        state = (f"{r['server_version']},{deployment} {r['round_trip_ms']} ms round trip, maxmemory-policy "
+                 f"{r['maxmemory_policy']}" if r["reachable"] else f"unreachable ({r.get('error', '')})")
         c = r["counters"]
         print(f"remote               {r['endpoint']} namespace {r['namespace']}: {state}")
         print(f"remote this process  hits {c['hits']}, misses {c['misses']}, errors {c['errors']}, timeouts "
