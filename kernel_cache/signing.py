@@ -19,10 +19,11 @@ import hashlib
 import hmac
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from .display import escaped
-from .entry import SIGNATURE_MAGIC, split_signature
+from .entry import SIGNATURE_MAGIC, SIGNATURE_SIZE, split_signature
 from .errors import KernelCacheError
 
 MIN_KEY_BYTES = 16
@@ -63,10 +64,31 @@ class Signer:
         body, trailer = split_signature(data)
         if trailer is None:
             return "unsigned"
+        return self.trailer_problem(trailer) or self._mac_problem(trailer, self._mac(body))
+
+    def trailer_problem(self, trailer: bytes) -> str | None:
+        """What the last SIGNATURE_SIZE bytes of an entry say against it before its body is read."""
+        if len(trailer) != SIGNATURE_SIZE or not trailer.startswith(SIGNATURE_MAGIC):
+            return "unsigned"
         key_id = trailer[len(SIGNATURE_MAGIC):len(SIGNATURE_MAGIC) + 8]
         if key_id != self.key_id:
             return f"signed with another key ({key_id.hex()}, ours is {self.key_id.hex()})"
-        if not hmac.compare_digest(trailer[len(SIGNATURE_MAGIC) + 8:], self._mac(body)):
+        return None
+
+    def streamed_problem(self, body_chunks: Iterable[bytes], trailer: bytes) -> str | None:
+        """`problem` for an entry read piece by piece (a large remote value): the body's MAC is
+        computed as the chunks arrive, none of them kept."""
+        problem = self.trailer_problem(trailer)
+        if problem is not None:
+            return problem
+        h = hmac.new(self._key, _LABEL, hashlib.sha256)
+        for chunk in body_chunks:
+            h.update(chunk)
+        return self._mac_problem(trailer, h.digest())
+
+    @staticmethod
+    def _mac_problem(trailer: bytes, mac: bytes) -> str | None:
+        if not hmac.compare_digest(trailer[len(SIGNATURE_MAGIC) + 8:], mac):
             return "signature does not match its content"
         return None
 

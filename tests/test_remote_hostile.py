@@ -49,7 +49,8 @@ def _quiet(fn, *args, **kw):
 
 # 1. Bounded reads -------------------------------------------------------------------------------
 PEAK = r"""
-import json, resource, sys, time, warnings
+import contextlib, json, resource, sys, time, warnings
+from kernel_cache.errors import RejectedEntry
 from kernel_cache.tiers.remote import RemoteTier
 from kernel_cache.signing import Signer
 warnings.simplefilter("ignore")
@@ -58,7 +59,9 @@ tier = RemoteTier(url, namespace=namespace, signer=Signer(b"remote-team-signing-
                   max_entry_bytes=cap, timeout=float(sys.argv[5]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.monotonic()
-got = tier.get(key)
+got = None
+with contextlib.suppress(RejectedEntry):
+    got = tier.get(key)
 print(json.dumps({"got": got is not None, "seconds": time.monotonic() - start, "counters": tier.counters,
                   "grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}))
 """
@@ -84,6 +87,35 @@ def test_a_planted_200_mb_value_costs_nothing_to_read_and_is_replaced_by_the_nex
     _quiet(store.get_or_create, KEY, builder)
     assert builder.calls == 1 and store.level("remote").counters["healed"] == 1
     assert tier.get(KEY).blobs == make_entry(KEY).blobs  # the planted value is gone, the verified build is there
+
+
+@needs_redis
+@pytest.mark.parametrize("plant", ["unsigned", "our key id, a forged MAC"])
+def test_a_large_value_under_the_cap_is_checked_in_chunks_before_it_is_read(server, tmp_path, plant):
+    """Under the default cap (256 MiB) a 120 MB plant is not read whole: its trailer says "unsigned",
+    or its body goes through the MAC 4 MiB at a time, none kept; the next build replaces it."""
+    namespace = f"chunks-{plant.split()[0]}"
+    tier = remote(server.url, namespace=namespace, timeout=5.0)  # the plant is large: slow calls here are no fault
+    trailer = (b"" if plant == "unsigned" else
+               entry_format.SIGNATURE_MAGIC + Signer(SIGNING_KEY).key_id + bytes(32))
+    import redis
+    redis.Redis.from_url(server.url, socket_timeout=60).set(tier._entry(KEY), bytes(120 << 20) + trailer)
+    report = _peak(server.url, namespace, KEY, cap=256 << 20)
+    assert not report["got"] and report["counters"]["rejected"] == 1
+    assert report["grew_kib"] < 40 << 10, report  # a chunk or two, never the value
+    store = _store(server.url, namespace, tmp_path, remote_timeout=5.0)
+    builder = Builder(KEY)
+    _quiet(store.get_or_create, KEY, builder)
+    assert builder.calls == 1 and store.level("remote").counters["healed"] == 1
+    assert tier.get(KEY).blobs == make_entry(KEY).blobs
+
+
+@needs_redis
+def test_a_large_signed_entry_is_checked_in_chunks_and_served(server):
+    tier = remote(server.url, namespace="large", timeout=5.0)
+    big = make_entry(KEY, size=12 << 20)  # past STREAM_BYTES: trailer, chunks, then the whole value
+    tier.put_raw(KEY, signed(big))
+    assert tier.get(KEY).blobs == big.blobs and tier.counters["hits"] == 1
 
 
 def test_a_reply_announcing_400_mb_is_cut_at_the_cap(tmp_path):

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from .. import entry as entry_format
 from ..config import Config
 from ..display import escaped, redacted
-from ..entry import CorruptEntry, Entry, check_key
+from ..entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
 from ..errors import RejectedEntry, TierUnavailable, TierUntrusted
 from ..safefs import Owners
 from ..signing import Signer
@@ -61,25 +61,35 @@ REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing,
 MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
 TOUCH_BATCH = 64  # verified hits whose TTL refresh is sent together (else at the next write, close or exit)
 MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest are forgotten
+STREAM_BYTES = 8 << 20  # a signed value larger than this is checked chunk by chunk before it is read whole
+STREAM_CHUNK = 4 << 20  # one call's worth of a value being checked (its own deadline)
+ENDS_BYTES = 1 << 16  # a value past STREAM_BYTES is named by its size and both ends (a whole SHA-1 is too slow)
 # What a name holds, told without sending its bytes where it could not be an entry: the server-side
-# `marker` names a value for compare-and-set (its type, or its size past the cap, or its SHA-1).
-_MARKER = """
+# `marker` names a value for compare-and-set (its type; its size past the cap; past STREAM_BYTES its size
+# and the SHA-1 of both ends; else its SHA-1).
+_MARKER = f"""
 local function marker(k, cap)
   local t = redis.call('type', k)['ok']
   if t == 'none' then return 'none' end
   if t ~= 'string' then return 'type:' .. t end
   local n = redis.call('strlen', k)
   if n > cap then return 'size:' .. n end
+  if n > {STREAM_BYTES} then
+    return 'ends:' .. n .. ':' .. redis.sha1hex(redis.call('getrange', k, 0, {ENDS_BYTES - 1}) ..
+                                               redis.call('getrange', k, -{ENDS_BYTES}, -1))
+  end
   return 'sha1:' .. redis.sha1hex(redis.call('get', k))
 end
 """
-# -> nil | {'type', T} | {'size', N} | {'value', bytes}; reads nothing past the cap, refreshes no TTL
+# -> nil | {'type', T} | {'size', N} past the cap ARGV[1] | {'large', N} past ARGV[2] (if given) |
+# {'value', bytes}; reads nothing past the cap, refreshes no TTL
 _PEEK = """
 local t = redis.call('type', KEYS[1])['ok']
 if t == 'none' then return nil end
 if t ~= 'string' then return {'type', t} end
 local n = redis.call('strlen', KEYS[1])
 if n > tonumber(ARGV[1]) then return {'size', n} end
+if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
 # replace (ARGV[3] non-empty, with a PX of ARGV[4]) or delete what `marker` says is still ARGV[2]
@@ -106,7 +116,10 @@ def marker(found: Any) -> str:
         return "type:" + bytes(value).decode(errors="replace")
     if kind == b"size":
         return f"size:{int(value)}"
-    return "sha1:" + hashlib.sha1(bytes(value)).hexdigest()  # Redis's own digest, an identity, not a MAC
+    data = bytes(value)
+    if len(data) > STREAM_BYTES:  # as the server names it: size and both ends
+        return f"ends:{len(data)}:" + hashlib.sha1(data[:ENDS_BYTES] + data[-ENDS_BYTES:]).hexdigest()
+    return "sha1:" + hashlib.sha1(data).hexdigest()  # Redis's own digest, an identity, not a MAC
 
 
 class RemoteTier:
@@ -156,7 +169,9 @@ class RemoteTier:
 
     def get(self, key: str) -> Entry | None:
         name = self._entry(key)
-        found = self._peeked("read", name, self.max_entry_bytes)
+        found = self._peeked("read", name, self.max_entry_bytes, STREAM_BYTES if self.signer is not None else None)
+        if found is not None and found[0] == b"large":
+            found = self._checked_large(key, name, int(found[1]))
         if found is None:
             self._count("misses")
             return None
@@ -282,7 +297,7 @@ class RemoteTier:
         """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
         for a name that holds no entry (another Redis type, a value past the cap)."""
         name = self._entry(key)
-        found = self._peeked("read", name, self.max_entry_bytes, maintenance=True)
+        found = self._peeked("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
         if found is None:
             return None
         kind, value = found
@@ -418,11 +433,45 @@ class RemoteTier:
             self.counters[name] += by
 
     def _remember_bad(self, key: str, found: Any) -> None:
+        """What we rejected at `key`'s name, for the compare-and-set that replaces it: a peek's
+        reply, or the server-side marker's text itself."""
         with self._lock:
-            self._bad[key] = marker(found)
+            self._bad[key] = found if isinstance(found, str) else marker(found)
             self._bad.move_to_end(key)
             while len(self._bad) > MAX_BAD_KEYS:
                 self._bad.popitem(last=False)
+
+    def _checked_large(self, key: str, name: str, size: int) -> tuple[bytes, Any] | None:
+        """A signed value over STREAM_BYTES: its trailer, then its body chunk by chunk through the
+        MAC, none kept, and only then the whole value (checked again as it is decoded): a planted
+        value of any size under the cap costs a chunk of memory, never its size. None when the
+        server failed or the value changed meanwhile (a miss)."""
+        assert self.signer is not None
+        body = size - SIGNATURE_SIZE
+        tail = self._call("read", lambda: self.client.getrange(name, body, size - 1), None)
+        if not isinstance(tail, bytes) or len(tail) != SIGNATURE_SIZE or body < 0:
+            return None
+
+        def chunks() -> Iterator[bytes]:
+            for start in range(0, body, STREAM_CHUNK):
+                end = min(start + STREAM_CHUNK, body) - 1
+                def read(first: int = start, last: int = end) -> Any:
+                    return self.client.getrange(name, first, last)
+                piece = self._call("read", read, None)
+                if not isinstance(piece, bytes) or len(piece) != end - start + 1:
+                    raise _Changed
+                yield piece
+        try:
+            problem = self.signer.trailer_problem(tail) or self.signer.streamed_problem(chunks(), tail)
+        except _Changed:
+            return None
+        if problem is None:
+            return self._peeked("read", name, self.max_entry_bytes)
+        now = self._call("read", lambda: self._run(self._marker_of, keys=[name], args=[self.max_entry_bytes]), None)
+        if isinstance(now, bytes):
+            self._remember_bad(key, now.decode(errors="replace"))
+        self._count("rejected")
+        raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
 
     def _took_over(self, name: str, lease: Lease) -> bool:
         """Take the lease at `name` over when what is there is not to be honoured; True when ours."""
@@ -447,15 +496,19 @@ class RemoteTier:
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
             self._call("lease", lambda: self._run(self._refresh, keys=[name], args=[lease.value, self.lease_ms]), None)
 
-    def _peeked(self, what: str, name: str, cap: int, maintenance: bool = False) -> tuple[bytes, Any] | None:
-        """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), or None
-        (nothing there, or the server failed). A reply of another shape is the server's fault."""
-        found = self._call(what, lambda: self._run(self._peek, keys=[name], args=[cap]), None, maintenance=maintenance)
+    def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
+                maintenance: bool = False) -> tuple[bytes, Any] | None:
+        """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), with
+        `stream_over` (b'large', int), or None (nothing there, or the server failed). A reply of
+        another shape is the server's fault."""
+        args = [cap] if stream_over is None else [cap, stream_over]
+        found = self._call(what, lambda: self._run(self._peek, keys=[name], args=args), None, maintenance=maintenance)
         if found is None:
             return None
         if isinstance(found, list) and len(found) == 2:
             kind, value = found
-            if (kind in (b"value", b"type") and isinstance(value, bytes)) or (kind == b"size" and isinstance(value, int)):
+            if ((kind in (b"value", b"type") and isinstance(value, bytes))
+                    or (kind in (b"size", b"large") and isinstance(value, int))):
                 return kind, value
         cause = self.link.fault(None, False, 0.0)
         warn_once(f"remote:{self.endpoint}:malformed", f"remote cache {self.endpoint} {cause} ({what}); skipping it "
@@ -475,6 +528,10 @@ class RemoteTier:
     def _run(self, script: Any, *, keys: list[str], args: list[Any]) -> Any:
         """A registered script on the client the link settled on (a cluster routes it by its key)."""
         return script(keys=keys, args=args, client=self.client)
+
+
+class _Changed(Exception):
+    """A value changed size while it was being checked in chunks: read it again next time."""
 
 
 def _text(value: object) -> str | None:
