@@ -13,12 +13,12 @@ Prints:
   then on a 3-master + 3-replica Redis Cluster (hit p50 at 64 KiB beside one server's), healthy and
   with a master killed at a random moment (its replica promoted);
 - hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
-  a new, empty local dir, KERNEL_CACHE_MAX_ENTRY_BYTES=64M): a 200 MB value planted at the name of
-  the lowered-call record it reads first (planted again before each round: the round lowers kernel by
-  kernel from the remote and its verified record replaces the plant), and a fake
-  server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
+  a new, empty local dir, under the default entry cap of 256 MiB, or --hostile-cap): a 200 MB value
+  planted at the name of the lowered-call record it reads first (planted again before each round:
+  the round lowers kernel by kernel from the remote and its verified record replaces the plant), and
+  a fake server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
 
-    python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile]
+    python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile] [--hostile-cap 64M]
 """
 
 from __future__ import annotations
@@ -161,15 +161,16 @@ def _first_read(plain: Any, namespace: str) -> bytes:
         if meta.get("kind") == KIND:
             records.append((size, name))
     return bytes(max(records)[1])
-HOSTILE_CAP = "64M"
 
 
-def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
+def hostile(server: RedisServer, tmp: Path, rounds: int, cap: str | None = None) -> None:
     """A warm process's memory and time against a healthy server, one with a planted 200 MB value, a
     trickling server, and no remote at all (the last two compile everything: the cost to compare)."""
     import redis
 
-    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_MAX_ENTRY_BYTES": HOSTILE_CAP}
+    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key")}
+    if cap is not None:
+        common["KERNEL_CACHE_MAX_ENTRY_BYTES"] = cap
     plain = redis.Redis.from_url(server.url, socket_timeout=60)
     for namespace in ("healthy", "planted"):
         child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"seed-{namespace}"), KERNEL_CACHE_REMOTE=server.url,
@@ -193,7 +194,7 @@ def hostile(server: RedisServer, tmp: Path, rounds: int) -> None:
                                                           KERNEL_CACHE_REMOTE_UNSIGNED="1", **common)))
                 rows["none"].append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"n{i}"), **common)))
     print(f"\nhostile server or peer: a process lowering the 9 programs from a new local dir "
-          f"(KERNEL_CACHE_MAX_ENTRY_BYTES={HOSTILE_CAP}; median of {rounds}, the last two rows once)")
+          f"(KERNEL_CACHE_MAX_ENTRY_BYTES={cap or 'default, 256M'}; median of {rounds}, the last two rows once)")
     print(f"  {'row':<48} {'lowering':>9} {'process':>9} {'peak RSS':>10} {'compiles':>9}")
     labels = {"healthy": "healthy server",
               "planted": f"{PLANTED_BYTES >> 20} MB value planted at a call record's name",
@@ -266,6 +267,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=16)
     parser.add_argument("--keys", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--hostile-cap", metavar="SIZE", help="KERNEL_CACHE_MAX_ENTRY_BYTES for the hostile rows "
+                        "(default: the default cap, 256M: the plant is checked in chunks; 64M: past the cap)")
     parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes"),
                         help="run one section (default: all)")
     args = parser.parse_args()
@@ -281,7 +284,7 @@ def main() -> None:
         if args.only in (None, "warm"):
             warm_process(server, tmp, args.rounds)
         if args.only in (None, "hostile"):
-            hostile(server, tmp, args.rounds)
+            hostile(server, tmp, args.rounds, args.hostile_cap)
         if args.only in (None, "processes"):
             many_processes(server, tmp, args.processes, args.keys)
     finally:
