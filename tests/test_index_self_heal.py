@@ -251,3 +251,15 @@ def test_a_healthy_index_a_reader_cannot_read_is_not_rebuilt(tmp_path, monkeypat
     monkeypatch.undo()
     assert [store.get(k)[1] for k in KEYS] == ["disk"] * len(KEYS) and _aside(cache) == []
     store.close()
+
+
+def test_a_writing_cachectl_command_says_it_rebuilt_the_index(tmp_path):
+    """prune, clear, import and prewarm open the store for writing, which heals: the operator is told."""
+    cache = _filled(tmp_path)
+    _damage(cache, "truncated")
+    proc = subprocess.run([sys.executable, "-m", "kernel_cache", "prune", "--dir", str(cache), "--max-size", "1G"],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "local index was damaged" in line]
+    assert len(said) == 1 and "rebuilt it from its" in said[0] and "kept as entries/" in said[0], proc.stderr
+    assert _aside(cache)

@@ -54,6 +54,7 @@ class Context:
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}
         command = getattr(args, "command", "")
+        self._command = command
         self.stored, self.stored_problem = self._stored_settings(command)
         self.bound_source = BOUND_ENVIRONMENT if config.max_bytes_given else BOUND_DEFAULT
         if not config.max_bytes_given and self.stored.max_bytes is not None:  # as every process on the directory
@@ -95,6 +96,13 @@ class Context:
                 self._store = Store(self.config, read_only=not (create or write or self.writes))
             if directory is not None and self._store.disk is None:
                 self._store.replace_level("disk", self._disk_fallback(self._store))
+            healed = self._store.healed_index
+            if healed is not None and self._command != "verify":  # verify reports it in full
+                print(f"cachectl: the local index was damaged ({healed['problem']}): rebuilt it from its "
+                      f"{healed['value_files']} entry files ({healed['recovered']} re-indexed, "
+                      f"{len(healed['lost'])} lost)"
+                      + (f"; the damaged index is kept as entries/{healed['moved_aside']}" if healed["moved_aside"]
+                         else ""), file=sys.stderr)
             if self.config.remote is not None and self._store.level("remote") is None:
                 raise CliError(f"cannot use the remote cache: {self._store.unavailable.get('remote', 'unknown reason')}")
             if self.config.shared_dir is not None and self._store.shared is None:
