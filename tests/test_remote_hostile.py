@@ -345,3 +345,18 @@ def test_a_reply_of_the_wrong_shape_is_a_miss_and_the_servers_fault():
         got, said = _quiet(tier.get, KEY)
         assert got is None and tier.counters["breaker_openings"] == 1 and not tier.link.available
         assert any("no answer to what was asked" in s for s in said)
+
+
+@needs_redis
+def test_a_large_rejected_value_healed_by_a_neighbour_counts_as_present(server):
+    """After we rejected a large plant, a neighbour's valid large entry there is an entry (its marker is
+    the size-and-ends form, not a whole SHA-1): the store reads it instead of building again."""
+    import redis
+    tier = remote(server.url, namespace="large-healed", timeout=5.0)
+    plain = redis.Redis.from_url(server.url, socket_timeout=60)
+    plain.set(tier._entry(KEY), bytes(12 << 20))
+    with pytest.raises(RejectedEntry):
+        tier.get(KEY)
+    assert KEY not in tier  # still the bytes we rejected
+    plain.set(tier._entry(KEY), signed(make_entry(KEY, size=12 << 20)))
+    assert KEY in tier and tier.get(KEY) is not None

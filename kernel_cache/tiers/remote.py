@@ -46,7 +46,7 @@ from .. import entry as entry_format
 from ..config import Config
 from ..display import escaped, redacted
 from ..entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
-from ..errors import RejectedEntry, TierUnavailable, TierUntrusted
+from ..errors import RejectedEntry, TierUntrusted
 from ..safefs import Owners
 from ..signing import Signer
 from ..warnings_once import warn_once
@@ -242,7 +242,7 @@ class RemoteTier:
             bad = self._bad.get(key)
         if bad is not None:
             now = self._call("read", lambda: self._run(self._marker_of, keys=[name], args=[self.max_entry_bytes]), None)
-            return isinstance(now, bytes) and now.decode() != bad and now.startswith(b"sha1:")
+            return isinstance(now, bytes) and now.decode() != bad and now.startswith((b"sha1:", b"ends:"))
         return bool(self._call("read", lambda: self.client.type(name), b"none") == b"string")
 
     @contextlib.contextmanager
@@ -510,11 +510,7 @@ class RemoteTier:
             if ((kind in (b"value", b"type") and isinstance(value, bytes))
                     or (kind in (b"size", b"large") and isinstance(value, int))):
                 return kind, value
-        cause = self.link.fault(None, False, 0.0)
-        warn_once(f"remote:{self.endpoint}:malformed", f"remote cache {self.endpoint} {cause} ({what}); skipping it "
-                  f"a while, compiling and caching locally meanwhile")
-        if maintenance:
-            raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})")
+        self.link.failed(what, None, False, 0.0, maintenance)
         return None
 
     def _maintenance_seconds(self) -> float:
