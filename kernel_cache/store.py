@@ -242,12 +242,13 @@ class Store:
                 yield
                 return
             threads_done = time.perf_counter()
+            deadline = threads_done + self.wait_budget.left()  # one wait for this key, whatever the levels
             with contextlib.ExitStack() as held:
                 outcome = "acquired"
                 for level in levels:  # this node's first: a cluster level then sees one contender per node
                     began = time.perf_counter()
                     try:
-                        acquired = held.enter_context(level.lock(key, self.wait_budget.left()))
+                        acquired = held.enter_context(level.lock(key, max(0.0, deadline - began)))
                     except Exception as exc:
                         warn_once(f"lock:{level.name}:{_cause(exc)}",
                                   f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
