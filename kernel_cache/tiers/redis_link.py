@@ -141,19 +141,24 @@ class RedisLink:
                     raise TierUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
                                           f"its primary to change it") from None
                 return default
-            cause = self.fault(exc, budget.overflowed, limit)
-            warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
-                      f"remote cache {self.endpoint} {cause} ({what}); skipping it for {FIRST_BACKOFF:.0f} s, "
-                      f"then longer while it keeps failing (at most {self.breaker_seconds:.0f} s at a time), "
-                      f"compiling and caching locally meanwhile")
-            if maintenance:
-                raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})") from None
+            self.failed(what, exc, budget.overflowed, limit, maintenance)
             return default
         if self._faults_in_a_row or not self.served:
             with self._lock:
                 self._faults_in_a_row = 0
                 self.served = True
         return result
+
+    def failed(self, what: str, exc: Exception | None, overflowed: bool, seconds: float, maintenance: bool) -> None:
+        """A server fault (None: a reply of the wrong shape) during `what`: counted, the breaker
+        opened, one warning per cause; TierUnavailable for maintenance, which must say what failed."""
+        cause = self.fault(exc, overflowed, seconds)
+        warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
+                  f"remote cache {self.endpoint} {cause} ({what}); skipping it for {FIRST_BACKOFF:.0f} s, "
+                  f"then longer while it keeps failing (at most {self.breaker_seconds:.0f} s at a time), "
+                  f"compiling and caching locally meanwhile")
+        if maintenance:
+            raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})") from None
 
     def fault(self, exc: Exception | None, overflowed: bool, seconds: float) -> str:
         """Count a server fault (None: a reply of the wrong shape) and skip the server 1 s, 2 s …
