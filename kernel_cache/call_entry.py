@@ -7,11 +7,11 @@ jaxlib launches, exactly as the lowering rule built it from its kernels.
 
 The record is an ordinary entry (kind "lowered-call"), so every tier, listing, prune, verify and
 bundle handles it like any other. Its key is a fingerprint the lowering computes from everything
-the payload is built from (see `lowering.call_records`); this module knows nothing of Triton or
+the payload is built from (see `lowering.records.call_records`); this module knows nothing of Triton or
 JAX. It holds a second copy of its kernels' binaries, so it still serves when they are pruned.
 
 An autotuned call lowered where persisted winners apply also names its winner key: a reader
-that finds a winner stored since then lowers that winner instead (see `lowering.call_records`).
+that finds a winner stored since then lowers that winner instead (see `lowering.records.call_records`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one canonical encoding of a keyed value: JSON where every value carries its type.
 
 Content keys (`compiler.key`), autotune winner keys (`kernel_cache.winner_entry`) and lowered-call record
-fingerprints (`lowering.call_records`) are all `digest`s of documents encoded here, so the int 1,
+fingerprints (`lowering.records.call_records`) are all `digest`s of documents encoded here, so the int 1,
 the float 1.0, True and the string "1" never collide in any of them. A floor above adds the values
 only it knows (a Triton @jit function, a `compiler.Scalar`) through `extend`, which returns their
 tagged form or raises TypeError; what nothing knows is a TypeError naming the value.

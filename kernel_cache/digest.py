@@ -1,7 +1,7 @@
 """The one hash of a JSON document: canonical text (sorted keys, no spaces) through xxh3-128.
 
 Content keys (`compiler.key`), winner keys (`kernel_cache.winner_entry`), lowered-call record fingerprints
-(`lowering.call_records`) and the toolchain summary all use it, over documents in the one canonical
+(`lowering.records.call_records`) and the toolchain summary all use it, over documents in the one canonical
 encoding (`kernel_cache.canonical`): one digest in the core, so no floor keeps a copy of its own.
 A caller that memoizes the text of a shared part splices it into the whole document's text
 (JSON text is compositional) and hashes that with `digest_text`: the same digest."""

@@ -3,7 +3,7 @@
 `import lowering as jt`: a warm process lowers with no Triton compile and, where jaxlib allows,
 launches with no ptxas.
 
-Knows JAX/jaxlib; every jaxlib difference lives in `lowering.jaxlib_compat`.
+Knows JAX/jaxlib; every jaxlib difference lives in `lowering.payload.jaxlib_compat`.
 """
 
 import contextlib
@@ -11,15 +11,15 @@ from typing import Any
 
 from kernel_cache import ConfigError
 
-from . import ahead as _ahead
 from . import monitoring as _monitoring  # noqa: F401  (kernel-cache's counters as jax.monitoring events)
-from . import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
 from . import utils, xla_cache
-from .api import triton_call
-from .devices import MultiDeviceError
-from .jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
-from .primitive import triton_kernel_call_p
-from .target_arch import NoTargetError
+from .compile_ahead import ahead as _ahead
+from .frontend import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
+from .frontend.api import triton_call
+from .frontend.devices import MultiDeviceError
+from .frontend.primitive import triton_kernel_call_p
+from .payload.jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
+from .planning.target_arch import NoTargetError
 from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
@@ -33,7 +33,7 @@ with contextlib.suppress(ConfigError):
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET
 # The jax-triton API level `triton_call` implements, for code that checks it: 0.3.1's arguments and
-# meaning, plus 0.4's keywords and names (see lowering.api for the 0.4 forms it refuses).
+# meaning, plus 0.4's keywords and names (see lowering.frontend.api for the 0.4 forms it refuses).
 __version_info__ = (0, 3, 1)
 __version__ = "0.3.1"
 

@@ -1,5 +1,5 @@
 """Every difference between JAX releases that the primitive and `triton_call` touch, in one place,
-decided by capability (jaxlib's differences are in `lowering.jaxlib_compat`):
+decided by capability (jaxlib's differences are in `lowering.payload.jaxlib_compat`):
 - a primitive's DCE rule: JAX 0.12 passes (used outputs, live inputs, equation), earlier releases
   (used outputs, equation); ours and the clients' rules are registered to take either;
 - a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,

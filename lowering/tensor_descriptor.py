@@ -3,7 +3,7 @@
 Where jaxlib has `create_tma_descriptor_parameter` and Triton is 3.7 or newer, a call passing one
 compiles it as Triton's `tensordesc<dtype[block]>` parameter and launches it as jax-triton 0.4 does:
 the descriptor (swizzle, element type and block from the compiled kernel's metadata), then its shape
-and strides as scalars (`lowering.custom_call`). Elsewhere the call fails with what is missing.
+and strides as scalars (`lowering.payload.custom_call`). Elsewhere the call fails with what is missing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import jax
 import triton
 from jax import tree_util
 
-from . import jaxlib_compat as compat
+from .payload import jaxlib_compat as compat
 from .utils import strides_from_shape
 
 

@@ -3,7 +3,7 @@
 Why: a cold process (a new model, a Triton or kernel-cache upgrade, an empty node) compiles every
 Triton kernel inside JAX's lowering. With KERNEL_CACHE_COMPILE_WORKERS=1 it does so one call at a time
 (serial); by default the first miss of a module starts the compiles of every call traced with it on
-worker threads (parallel: lowering.ahead). This prints, side by side in one run, fresh processes with
+worker threads (parallel: lowering.compile_ahead.ahead). This prints, side by side in one run, fresh processes with
 every cache empty (KERNEL_CACHE_DIR, TRITON_CACHE_DIR, ejKernel's and CUDA's caches, XDG_CACHE_HOME):
   lower        jax.jit(f).trace(*args).lower()  -- where the kernels compile
   xla_compile  lowered.compile()                 -- GPU only

@@ -60,7 +60,7 @@ def _child(run_on_gpu: bool) -> dict[str, float]:
 
     jax.devices()  # backend start-up is not lowering: keep it out of the phases (it is in wall)
     from lowering import examples as ep
-    from lowering import rule
+    from lowering.frontend import rule
 
     rule_seconds = [0.0]
     real_lower_call = rule.lower_call
@@ -127,7 +127,7 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
     from jax._src.interpreters import mlir
 
     import kernel_cache
-    from lowering import deflate
+    from lowering.payload import deflate
 
     first = rule_seconds[0]
     builder = [0.0, 0]  # seconds in JAX's builder, and its calls (one per Triton call)
@@ -306,7 +306,7 @@ def versions() -> dict[str, Any]:
     import triton
 
     from kernel_cache import current_config
-    from lowering import jaxlib_compat as compat
+    from lowering.payload import jaxlib_compat as compat
 
     info = {"python": sys.version.split()[0], "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,  # type: ignore[attr-defined]  # jaxlib re-exports it without `as`

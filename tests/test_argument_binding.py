@@ -13,7 +13,7 @@ import triton.language as tl
 from inspect_call import custom_calls
 
 import lowering as jt
-from lowering.configs import runtime_param_names
+from lowering.planning.configs import runtime_param_names
 
 VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)
 
@@ -100,7 +100,7 @@ def test_jax_triton_public_names_are_all_there():
 @pytest.mark.parametrize("target", [None, "triton_kernel_call", "triton_kernel_call_ffi"])
 def test_custom_call_target_name_is_honoured(target):
     from lowering import examples as ep
-    from lowering import jaxlib_compat as compat
+    from lowering.payload import jaxlib_compat as compat
 
     if target == compat.FFI_TARGET and not compat.ffi_target_registered("cuda"):
         pytest.skip("this jaxlib's plugin registers no FFI target")

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env
 
-from kernel_cache import bundle
-from kernel_cache.bundle import BundleError, export_bundle, import_bundle, read_bundle
+from kernel_cache.cachectl import bundle
+from kernel_cache.cachectl.bundle import BundleError, export_bundle, import_bundle, read_bundle
 from kernel_cache.entry import Entry, encode
 
 KEYS = [f"{i:032x}" for i in range(1, 6)]
@@ -203,7 +203,7 @@ def test_path_tricks_links_and_devices_rejected_without_touching_the_filesystem(
 # Caps -------------------------------------------------------------------------------------------
 BOMB_CHILD = textwrap.dedent("""
     import json, resource, sys, tracemalloc
-    from kernel_cache.bundle import BundleError, import_bundle
+    from kernel_cache.cachectl.bundle import BundleError, import_bundle
 
     class DictTier(dict):
         def put_raw(self, key, data):
@@ -362,7 +362,7 @@ def test_cachectl_import_reports_the_cap(tmp_path, monkeypatch):
     """Through the CLI: the cap's BundleError is one line on stderr, exit 1."""
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(20)])
-    code = (f"import sys; from kernel_cache import bundle; from kernel_cache.cachectl import main; bundle.MAX_MEMBERS = 10; "
+    code = (f"import sys; from kernel_cache.cachectl import bundle; from kernel_cache.cachectl import main; bundle.MAX_MEMBERS = 10; "
             f"sys.exit(main(['--dir', {str(tmp_path / 'cache')!r}, 'import', {str(path)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=120)

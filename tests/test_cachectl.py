@@ -22,7 +22,7 @@ import pytest
 from conftest import child_env, python_path
 
 from kernel_cache import entry as entry_format
-from kernel_cache.inventory import EntryFilter, EntryInfo, find_by_prefix, plan_prune
+from kernel_cache.cachectl.inventory import EntryFilter, EntryInfo, find_by_prefix, plan_prune
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ("add", "softmax")

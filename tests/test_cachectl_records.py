@@ -23,9 +23,9 @@ from test_cachectl import as_json, cachectl, listed_keys, ok
 from kernel_cache import Config, Store, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import kinds
+from kernel_cache.cachectl.inventory import EntryInfo
 from kernel_cache.cachectl.render import human_size
 from kernel_cache.call_entry import KIND, CallRecord
-from kernel_cache.inventory import EntryInfo
 from kernel_cache.tiers.disk import DiskTier
 
 GPU = "Test GPU 80GB"

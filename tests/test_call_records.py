@@ -25,9 +25,10 @@ import kernel_cache
 from compiler import Target
 from compiler import examples as kernels
 from kernel_cache import Config, Entry, call_entry
-from lowering import call_records, plan
 from lowering import examples as ep
-from lowering.configs import LaunchConfig
+from lowering.planning import plan
+from lowering.planning.configs import LaunchConfig
+from lowering.records import call_records
 
 SMALL = jax.ShapeDtypeStruct((4096,), jnp.float32)
 # A few of the example programs: plain calls with and without scalars, and a 6-config autotuned matmul.

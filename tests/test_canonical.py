@@ -15,7 +15,7 @@ from compiler.examples import add_kernel
 from compiler.key import triton_value
 from kernel_cache.canonical import canonical, canonical_text
 from kernel_cache.digest import digest, text
-from lowering.call_records import _lowering_value
+from lowering.records.call_records import _lowering_value
 
 
 class Color(enum.IntEnum):

@@ -14,8 +14,8 @@ import shlex
 import pytest
 from conftest import ROOT
 
+from kernel_cache.cachectl.inventory import EntryInfo
 from kernel_cache.cachectl.main import build_parser
-from kernel_cache.inventory import EntryInfo
 
 README = (ROOT / "README.md").read_text()
 SECTION = README[README.index("## cachectl"):README.index("## Benchmarks")]

@@ -1,4 +1,4 @@
-"""lowering.deflate: a zlib stream spliced from stored runs inflates to exactly the payload."""
+"""lowering.payload.deflate: a zlib stream spliced from stored runs inflates to exactly the payload."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zlib
 
 from compiler.artifact import deflate_run
 from kernel_cache.lru import SizedLRU
-from lowering import deflate
+from lowering.payload import deflate
 
 PTX = (b".version 8.4\n.target sm_90\n" + b"ld.global.f32 %f1, [%rd1];\n" * 3000)
 CUBIN = os.urandom(20000) + b"\x00" * 9000

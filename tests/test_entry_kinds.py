@@ -1,4 +1,4 @@
-"""The entry-kind registry (kernel_cache.entry_kinds): every kind a writer puts in a store is registered
+"""The entry-kind registry (kernel_cache.cachectl.entry_kinds): every kind a writer puts in a store is registered
 once, each kind's check refuses what is malformed of it, and verify, bundle import, list, stats,
 Prometheus and show all take a kind from the registry: one registered here, in a fixture, is checked,
 summarised, tagged, counted, labelled and shown without touching any of them."""
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import Config, Store, call_entry, entry_kinds, winner_entry
+from kernel_cache import Config, Store, call_entry, winner_entry
 from kernel_cache import entry as entry_format
-from kernel_cache.bundle import export_bundle, import_bundle
-from kernel_cache.cachectl import show_views
+from kernel_cache.cachectl import entry_kinds, show_views
+from kernel_cache.cachectl.bundle import export_bundle, import_bundle
+from kernel_cache.cachectl.entry_kinds import EntryKind
+from kernel_cache.cachectl.inventory import EntryInfo, verify
 from kernel_cache.cachectl.main import main
 from kernel_cache.entry import Entry
-from kernel_cache.entry_kinds import EntryKind
-from kernel_cache.inventory import EntryInfo, verify
 from kernel_cache.tiers.disk import DiskTier
 
 KEYS = tuple(f"{n:032x}" for n in range(1, 8))

@@ -22,7 +22,7 @@ from test_import_fate import KEYS, TARGET, cut_bundle, entry_bytes, foreign_file
 
 import kernel_cache
 from kernel_cache import Config, Entry, Store
-from kernel_cache.bundle import export_bundle
+from kernel_cache.cachectl.bundle import export_bundle
 from kernel_cache.cachectl.main import main
 
 README = (ROOT / "README.md").read_text()

@@ -18,7 +18,7 @@ from test_lowering import subprocess_path
 import lowering as jt
 from kernel_cache import current_config
 from lowering import examples as ep
-from lowering import jaxlib_compat as compat
+from lowering.payload import jaxlib_compat as compat
 
 # Children share the GPU with this process: no up-front grab of most of its memory.
 GPU_CHILD_ENV = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -118,8 +118,8 @@ def test_non_autotuned_call_runs_inside_an_xla_cuda_graph():
 
 GARBAGE_IMAGE_SCRIPT = """
 import jax, jax.numpy as jnp
-import lowering.custom_call as cc
-from lowering.module_image import ModuleImage
+import lowering.payload.custom_call as cc
+from lowering.payload.module_image import ModuleImage
 cc.ModuleImage = lambda obj, name, smem: ModuleImage(b"not a cubin" * 8, name, smem)
 from lowering import examples as ep
 x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)

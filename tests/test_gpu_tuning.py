@@ -19,7 +19,7 @@ from test_cachectl import cachectl
 from test_gpu_lowering import GPU_CHILD_ENV
 from test_lowering import subprocess_path
 
-from lowering import jaxlib_compat as compat
+from lowering.payload import jaxlib_compat as compat
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 

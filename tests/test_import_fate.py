@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import bundle
-from kernel_cache.bundle import (
+from kernel_cache.cachectl import bundle
+from kernel_cache.cachectl.bundle import (
     EVICTED,
     FAILED,
     IMPORTED,

@@ -317,7 +317,7 @@ def _expected_cost(ffi: bool) -> dict[str, Any]:
 
 
 def test_d_cost_estimate_in_the_ffi_backend_config(ours):
-    from lowering import jaxlib_compat as compat
+    from lowering.payload import jaxlib_compat as compat
 
     ffi = compat.ffi_target_registered("cuda")
     (call,) = ours["d_cost"]["calls"]
@@ -327,7 +327,7 @@ def test_d_cost_estimate_in_the_ffi_backend_config(ours):
 
 
 def test_d_the_legacy_target_carries_it_as_a_frontend_attribute():
-    from lowering import jaxlib_compat as compat
+    from lowering.payload import jaxlib_compat as compat
 
     def fn(x, y):
         return jt.triton_call(x, y, N, kernel=add_kernel, out_type=x, grid=GRID, BLOCK_SIZE=BLOCK, cost_estimate=COST,

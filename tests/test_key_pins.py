@@ -22,7 +22,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 PINS = HERE / "key_pins.json"
 TOOLCHAIN = {"triton_version": "pinned", "triton_build": "0" * 64, "backend": "1" * 64, "env": {}}
-WINNER_INPUTS = [  # (config keys, autotune-key values as lowering.winners.key_values gives them, device)
+WINNER_INPUTS = [  # (config keys, autotune-key values as lowering.records.winners.key_values gives them, device)
     (["0123456789abcdef" * 2, "fedcba9876543210" * 2],
      {"key": [["n", 1024]], "in": [["array", [1024], "float32"]], "out": [["array", [1024], "float32"]]},
      "NVIDIA H100 80GB HBM3"),

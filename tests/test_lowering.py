@@ -20,7 +20,7 @@ from inspect_call import custom_calls
 import compiler
 import lowering as jt
 from lowering import examples as ep
-from lowering import jaxlib_compat as compat
+from lowering.payload import jaxlib_compat as compat
 
 f32 = jnp.float32
 
@@ -191,7 +191,7 @@ def test_in_place_autotuned_call_passes_alias_tuples():
 
 
 def test_old_jaxlib_gets_no_autotune_aliases_and_one_warning(monkeypatch):
-    from lowering import custom_call
+    from lowering.payload import custom_call
 
     monkeypatch.setattr(compat, "jaxlib_version", lambda: (0, 9, 2))
     monkeypatch.setattr(custom_call, "_warned_aliases", False)
@@ -264,7 +264,7 @@ def test_jvp_and_vmap_point_to_custom_rules():
 def test_arrays_on_several_devices_are_refused_outside_shard_map():
     from types import SimpleNamespace
 
-    from lowering.devices import check_arrays, check_lowering_context
+    from lowering.frontend.devices import check_arrays, check_lowering_context
 
     two = SimpleNamespace(sharding=SimpleNamespace(device_set={"gpu0", "gpu1"}))
     with pytest.raises(jt.MultiDeviceError, match="shard_map"):

@@ -32,8 +32,8 @@ from conftest import ROOT, child_env, python_path, run_python
 from kernel_cache import Config, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import outcomes
+from kernel_cache.cachectl.inventory import read_raw
 from kernel_cache.entry import Entry, peek_meta
-from kernel_cache.inventory import read_raw
 from kernel_cache.summary import META_KIND
 
 AFTER_SIGNAL = 1.0  # no entry may land later than this after the signal

@@ -351,7 +351,7 @@ def test_records_prune_and_delete(shared):
     assert sizes[0] == len(tier.get_raw(keys[0])) and tier.volume() == sum(sizes)
     assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
 
-    from kernel_cache.inventory import EntryFilter, plan_prune, remove_entries, scan
+    from kernel_cache.cachectl.inventory import EntryFilter, plan_prune, remove_entries, scan
 
     infos = scan(tier)
     old = plan_prune(infos, EntryFilter(older_than_seconds=35 * 86400), None)

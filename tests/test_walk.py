@@ -21,7 +21,7 @@ CHILD = ROOT / "tests" / "walk_child.py"
 
 def _from_the_rule(entries: list[list[str | None]]) -> list[list[str | None]]:
     """The walk starts where JAX calls our rule (before it, JAX may call our DCE rule: its business)."""
-    start = next(i for i, (path, _, _) in enumerate(entries) if path == "lowering/rule.py")
+    start = next(i for i, (path, _, _) in enumerate(entries) if path == "lowering/frontend/rule.py")
     return entries[start:]
 
 

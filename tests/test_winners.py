@@ -24,11 +24,12 @@ from test_cachectl import as_json, cachectl, ok
 import compiler
 import kernel_cache
 from compiler.toolchain import toolchain_summary
-from kernel_cache import Config, Store, entry_kinds, winner_entry
+from kernel_cache import Config, Store, winner_entry
 from kernel_cache import entry as entry_format
+from kernel_cache.cachectl import entry_kinds
 from lowering import examples as ep
-from lowering import jaxlib_compat as compat
-from lowering import winners
+from lowering.payload import jaxlib_compat as compat
+from lowering.records import winners
 
 GPU = "Test GPU 80GB"
 VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)

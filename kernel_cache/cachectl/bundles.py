@@ -17,7 +17,8 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
-from ..bundle import (
+from ..config import sources
+from .bundle import (
     EVICTED,
     FAILED,
     NOT_REACHED,
@@ -28,11 +29,10 @@ from ..bundle import (
     export_bundle,
     stage_bundle,
 )
-from ..bundle_stream import BundleError, NotABundle
-from ..config import sources
-from ..inventory import read_raw
+from .bundle_stream import BundleError, NotABundle
 from .context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
+from .inventory import read_raw
 from .render import human_size
 
 

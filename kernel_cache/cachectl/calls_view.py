@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..call_entry import CallRecord
 from ..entry import Entry
-from ..inventory import EntryInfo
+from .inventory import EntryInfo
 from .render import human_size, human_time
 from .show_views import ShowArgs
 

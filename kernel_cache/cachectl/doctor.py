@@ -30,10 +30,10 @@ import jax
 
 from compiler import parse_target
 from compiler import triton_compat as tc
-from lowering import jaxlib_compat
 from lowering.clients import ejkernel as ejkernel_client
 from lowering.clients import jax_triton as jax_triton_client
 from lowering.clients.served import UnsupportedClient, check_version
+from lowering.payload import jaxlib_compat
 
 from .. import interception
 from ..config import Config

@@ -7,11 +7,10 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
-from .. import entry_kinds
-from ..inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from ..tier import KeptTier
-from . import kinds, show_views, winners_view
+from . import entry_kinds, kinds, show_views, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from .inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from .render import human_size, human_time, table
 
 CONFIG_CHARS = 48  # list's CONFIG column, cut beyond this without -v

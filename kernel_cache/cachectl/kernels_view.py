@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from ..entry import Entry
-from ..inventory import EntryInfo
 from ..summary import EntrySummary
+from .inventory import EntryInfo
 from .render import human_size, human_time
 from .show_views import ShowArgs
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from .. import entry_kinds
-from ..entry_kinds import EntryKind
-from ..inventory import EntryInfo
 from ..summary import EntrySummary, config_items
+from . import entry_kinds
+from .entry_kinds import EntryKind
+from .inventory import EntryInfo
 from .render import human_size
 
 KERNEL = entry_kinds.KERNEL.name  # the kernel kind, as prewarm's and programs' own checks name it

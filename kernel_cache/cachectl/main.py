@@ -24,8 +24,8 @@ from typing import Any, NoReturn
 from ..config import ConfigError, parse_duration, parse_size
 from ..display import echo
 from ..errors import TierUnavailable
-from ..inventory import SORT_KEYS
 from .context import EXIT_OK, EXIT_PROBLEMS, JSON_SCHEMA, CliError, Context
+from .inventory import SORT_KEYS
 
 
 class _Parser(argparse.ArgumentParser):

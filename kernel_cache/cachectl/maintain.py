@@ -7,7 +7,6 @@ from typing import Any, TypedDict
 
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
-from ..inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
 from ..store import Store
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
@@ -15,6 +14,7 @@ from ..tiers.remote import RemoteTier
 from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
+from .inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
 from .render import bound_source, human_size
 
 

@@ -29,11 +29,11 @@ from compiler import parse_target
 from ..config import Config
 from ..display import echo
 from ..entry import peek_meta
-from ..inventory import read_raw
 from ..store import Store
 from ..summary import META_KIND, EntrySummary
 from ..tier import KeptTier
 from . import kinds
+from .inventory import read_raw
 from .outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool, signals_held
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import entry_kinds
 from ..stats import LEVELS
+from . import entry_kinds
 
 PREFIX = "kernel_cache_"
 

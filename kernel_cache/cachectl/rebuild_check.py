@@ -27,13 +27,13 @@ from compiler.artifact import DEFLATED
 
 from .. import entry as entry_format
 from ..entry import CorruptEntry, Entry
-from ..inventory import EntryInfo, read_raw
 from ..store import Store
 from ..summary import META_COMPILE_SECONDS, META_CREATED, META_RECIPE, EntrySummary
 from ..tier import KeptTier
 from . import kinds, recipes
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import scan_all
+from .inventory import EntryInfo, read_raw
 from .outcomes import Outcome, shown
 from .render import Progress
 

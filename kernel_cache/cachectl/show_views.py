@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import cast
 
 from ..entry import Entry
-from ..entry_kinds import EntryKind
-from ..inventory import EntryInfo
+from .entry_kinds import EntryKind
+from .inventory import EntryInfo
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from ..config import XLA_SUBDIR
 from ..disk_index import ENTRIES_DIR, INDEX
 from ..display import escaped
 from ..errors import TierUnavailable
-from ..inventory import EntryInfo
 from ..safefs import Tree
 from ..tier import KeptTier
 from ..tiers.disk import DiskTier
@@ -27,6 +26,7 @@ from ..tiers.shared import SharedTier
 from . import kinds, prometheus
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import scan_all
+from .inventory import EntryInfo
 from .render import bound_source, human_size, human_time
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import kernel_cache
-from lowering import tune as engine
+from lowering.records import tune as engine
 
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .outcomes import PrewarmError

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .. import entry_kinds
 from ..entry import Entry
-from ..inventory import EntryInfo
 from ..winner_entry import Winner
+from . import entry_kinds
+from .inventory import EntryInfo
 from .render import human_size, human_time, table
 from .show_views import ShowArgs
 

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 from jax import tree_util
 
-from .. import aliasing, tensor_descriptor
-from ..api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
+from .. import tensor_descriptor
+from ..frontend.api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
+from ..planning import aliasing
 from ..tensor_descriptor import TensorDescriptor
 from . import primitive_client
 from .primitive_client import COMMON_PARAMS, PrimitiveClient, client_scalar

@@ -25,9 +25,10 @@ from jax.interpreters import mlir
 
 import compiler
 
-from .. import ahead, jax_compat
-from .. import jaxlib_compat as compat
-from ..api import grid_param, zeroed_param
+from .. import jax_compat
+from ..compile_ahead import ahead
+from ..frontend.api import grid_param, zeroed_param
+from ..payload import jaxlib_compat as compat
 from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).
@@ -70,7 +71,7 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
 
 
 def _note_binds(client: PrimitiveClient, module: ModuleType, primitive: Any) -> None:
-    """The client's calls compile ahead too (`lowering.ahead`): binding its primitive notes the call,
+    """The client's calls compile ahead too (`lowering.compile_ahead.ahead`): binding its primitive notes the call,
     translated only if a miss starts the compiles. Installed once per primitive."""
     if getattr(primitive.bind, "_kernel_cache_notes", False):
         return

@@ -19,8 +19,8 @@ from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import UnsupportedClient
 from kernel_cache.warnings_once import warn_once
 
-from .. import rule
-from ..configs import kernel_name
+from ..frontend import rule
+from ..planning.configs import kernel_name
 
 _tally: Counter[tuple[str, str]] = Counter()  # (client, "served" or "fallback") -> calls
 _lock = threading.Lock()

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..api import grid_param
-from ..configs import kernel_name, set_by_wrappers
+from ..frontend.api import grid_param
+from ..planning.configs import kernel_name, set_by_wrappers
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
 CLIENT = "transformer_engine"

@@ -22,9 +22,9 @@ from jax import core
 from compiler import KernelSpec, Target
 from kernel_cache import Config
 
+from ..frontend.bound_call import BoundCall
 from . import kernels
 from .aliasing import OutputOrder
-from .bound_call import BoundCall
 from .configs import LaunchConfig, resolve
 from .target_arch import resolve_target
 

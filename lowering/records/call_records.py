@@ -43,9 +43,9 @@ from kernel_cache.canonical import canonical, canonical_text
 from kernel_cache.digest import digest, digest_text
 from kernel_cache.lru import SizedLRU
 
-from . import jaxlib_compat as compat
+from ..payload import jaxlib_compat as compat
+from ..planning.plan import KernelPlan
 from . import winners
-from .plan import KernelPlan
 
 FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
 _code: list[str] = []  # the source fingerprint of the compiler and lowering packages (computed once)
@@ -131,7 +131,7 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     for a call seen before, its payload: one store read (records off: from this session's memo).
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
     stance = winners.stance(plan.platform, session.config, autotuned=len(plan.configs) > 1)
-    memos = session.memo("lowering.call_records", _Memos)
+    memos = session.memo("lowering.records.call_records", _Memos)
     slot = Slot(None, plan, stance.device is not None, session, memos)
     if plan.platform != "cuda" or stance.tuning:
         return slot
@@ -224,7 +224,7 @@ class _Memos:
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
 
 
-_MODULE_MEMO_KEY = "lowering.call_records"  # our entry in a JAX module's own per-module cache
+_MODULE_MEMO_KEY = "lowering.records.call_records"  # our entry in a JAX module's own per-module cache
 
 
 def _module_part(module: Any, platform: str, config: Config) -> Any:

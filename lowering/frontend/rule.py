@@ -1,8 +1,8 @@
 """The lowering rule: plan -> the call's record, or its kernels from the store -> one custom call.
 
 No Triton compile happens here when the store is warm: a call lowered before is one record read
-(`lowering.call_records`), a new call's kernels come from `kernel_cache` by content key
-(`lowering.kernels`). The rule takes the session once and passes it down.
+(`lowering.records.call_records`), a new call's kernels come from `kernel_cache` by content key
+(`lowering.planning.kernels`). The rule takes the session once and passes it down.
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ from jax.interpreters import mlir
 
 import kernel_cache
 
-from . import ahead, call_records, custom_call, devices, kernels, winners
+from ..compile_ahead import ahead
+from ..payload import custom_call
+from ..planning import kernels
+from ..planning.plan import KernelPlan
+from ..records import call_records, winners
+from . import devices
 from .bound_call import BoundCall
-from .plan import KernelPlan
 from .primitive import triton_kernel_call_p
 
 

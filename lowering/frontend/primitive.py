@@ -3,8 +3,8 @@ and refusals for jvp/vmap.
 
 `jax.Ref` operands (jax-triton 0.4) are written in place: the call declares a read and a write
 effect per Ref, and when JAX discharges them (before lowering) it becomes a pure call with one more
-output per Ref, aliased to that operand and given no pointer of its own (`lowering.aliasing`).
-Lowering rules are registered by `lowering.rule` for cuda and rocm.
+output per Ref, aliased to that operand and given no pointer of its own (`lowering.planning.aliasing`).
+Lowering rules are registered by `lowering.frontend.rule` for cuda and rocm.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from jax._src import core, dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from . import jax_compat
+from .. import jax_compat
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import KernelCacheError
+from ..errors import KernelCacheError
 
 _BLOCK = 512
 

@@ -13,7 +13,7 @@ import kernel_cache
 from compiler import Target, parse_target
 from kernel_cache.errors import KernelCacheError
 
-from .jaxlib_compat import triton_module
+from ..payload.jaxlib_compat import triton_module
 
 ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
 

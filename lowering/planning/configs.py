@@ -15,7 +15,7 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 
 from compiler import Scalar, triton_compat
 
-from .bound_call import BoundCall
+from ..frontend.bound_call import BoundCall
 
 
 @dataclass(frozen=True)

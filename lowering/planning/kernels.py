@@ -18,9 +18,9 @@ import kernel_cache  # noqa: F401  (imported with lowering, not inside the first
 from compiler import Artifact, KernelSpec, Target
 from kernel_cache import Session
 
-from . import compile_pool
+from ..compile_ahead import compile_pool
+from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
-from .tensor_descriptor import TensorDescriptor
 
 _TRITON_DTYPES = {
     "bfloat16": "bf16", "float64": "fp64", "float32": "fp32", "float16": "fp16",

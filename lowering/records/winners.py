@@ -7,7 +7,7 @@ The winner key (see `kernel_cache.winner_entry`) is computed from the content ke
 kernels, the autotune-key values and the GPU model; store lookups are memoized per session, so a
 warm process pays one dictionary lookup per call after the first.
 
-`tuning()` is how `lowering.tune` drives the lowering: it records the autotuned call sites of a
+`tuning()` is how `lowering.records.tune` drives the lowering: it records the autotuned call sites of a
 program, and forces chosen configs per site while timing them.
 """
 
@@ -27,7 +27,7 @@ import kernel_cache
 from compiler import KernelSpec
 from kernel_cache import winner_entry
 
-from .plan import KernelPlan
+from ..planning.plan import KernelPlan
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Site:
     device: str
 
 
-_STORED = "lowering.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
+_STORED = "lowering.records.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
 _forced: list[Mapping[str, str] | None] = [None]  # while tuning: winner key -> config key to lower
 _recorder: list[list[Site] | None] = [None]  # while tuning: where the sites of a lowering go
 

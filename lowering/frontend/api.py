@@ -20,11 +20,14 @@ from jax import tree_util
 
 from kernel_cache.display import echo
 
-from . import ahead, aliasing, devices, jax_compat, tensor_descriptor
-from . import jaxlib_compat as compat
-from .configs import kernel_name, runtime_param_names
+from .. import jax_compat, tensor_descriptor
+from ..compile_ahead import ahead
+from ..payload import jaxlib_compat as compat
+from ..planning import aliasing
+from ..planning.configs import kernel_name, runtime_param_names
+from ..tensor_descriptor import TensorDescriptor
+from . import devices
 from .primitive import triton_kernel_call_p
-from .tensor_descriptor import TensorDescriptor
 
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options
 
@@ -210,7 +213,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     metaparameters (evaluated per autotune config). input_output_aliases: {input index: output
     index}, counted over array arguments; whether the kernel takes a pointer for an aliased output
     (jax-triton 0.3) or writes into the input's buffer (0.4) is read from its parameter count
-    (lowering.aliasing). zeroed_outputs: output indices to zero before launch (or a
+    (lowering.planning.aliasing). zeroed_outputs: output indices to zero before launch (or a
     callable of the metaparameters). compute_capability: e.g. 90 (default: the device's).
     backend_options: Triton options; num_warps/num_stages/num_ctas may be given there instead (as in
     jax-triton 0.4). has_side_effect: keep the call even when its outputs are unused.

@@ -55,7 +55,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import entry as entry_format
+from .. import entry as entry_format
+from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
+from ..errors import KernelCacheError
+from ..safefs import atomic_file
+from ..summary import EntrySummary
+from ..tier import Tier, holds
 from . import entry_kinds
 from .bundle_stream import (
     ENTRY_MEMBER,
@@ -68,11 +73,6 @@ from .bundle_stream import (
     open_stream,
     shown,
 )
-from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
-from .errors import KernelCacheError
-from .safefs import atomic_file
-from .summary import EntrySummary
-from .tier import Tier, holds
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
 BUNDLE_VERSION = 1

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import entry as entry_format
+from .. import entry as entry_format
+from ..entry import CorruptEntry
+from ..errors import TierUnavailable
+from ..summary import EntrySummary
+from ..tier import KeptTier
 from . import entry_kinds
-from .entry import CorruptEntry
-from .errors import TierUnavailable
-from .summary import EntrySummary
-from .tier import KeptTier
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict[str, Any]], "str | None"]

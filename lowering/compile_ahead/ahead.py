@@ -25,8 +25,9 @@ import compiler
 import kernel_cache
 from compiler.toolchain import prime_in_background
 
-from . import compile_pool, winners
-from .plan import plan_bound
+from ..planning.plan import plan_bound
+from ..records import winners
+from . import compile_pool
 
 log = logging.getLogger("kernel_cache.lowering")
 

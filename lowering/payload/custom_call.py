@@ -23,10 +23,10 @@ from compiler import Artifact, KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
 
+from ..planning.plan import CallInfo, KernelPlan, Launch
 from . import deflate
 from . import jaxlib_compat as compat
 from .module_image import ModuleImage, inject
-from .plan import CallInfo, KernelPlan, Launch
 
 _warned_aliases = False
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
@@ -117,7 +117,7 @@ def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str,
 def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo,
                     config: Config) -> bytes:
     """The zlib-compressed TritonAnyKernelCall proto for these configs (a call lowered again is served
-    by its record: `lowering.call_records`)."""
+    by its record: `lowering.records.call_records`)."""
     return _serialize(platform, calls, args, compat.module_image_layout(platform, config), info)
 
 

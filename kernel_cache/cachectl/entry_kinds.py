@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import call_entry, winner_entry
-from .entry import Entry
-from .summary import META_KIND
+from .. import call_entry, winner_entry
+from ..entry import Entry
+from ..summary import META_KIND
 
 Check = Callable[[Entry], "str | None"]
 Summarise = Callable[[dict[str, Any]], "dict[str, Any] | None"]
