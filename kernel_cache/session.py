@@ -27,26 +27,27 @@ class Session:
     def __init__(self, config: Config) -> None:
         self.store = Store(config)
         self.config = self.store.config  # with the bound stored in the cache directory, where that applies
-        self._memos: dict[str, Any] = {}
+        # name -> memo; read directly on a hot path (`session.memos.get(name)`), made through `memo()`
+        self.memos: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def memo(self, name: str, factory: Callable[[], M]) -> M:
         """The memo called `name` (made by `factory` on first use): a per-process cache that lives as
         long as this configuration. Names are the owning module's, e.g. "compiler.key.keys"."""
-        found = self._memos.get(name)
+        found = self.memos.get(name)
         if found is None:
             with self._lock:
-                found = self._memos.get(name)
+                found = self.memos.get(name)
                 if found is None:
-                    found = self._memos[name] = factory()
+                    found = self.memos[name] = factory()
         return found
 
     def forget(self) -> None:
         """Drop every memo, keep the store: what a new process with this configuration would know
         (benchmarks time a fresh process's lowering this way)."""
         with self._lock:
-            self._memos.clear()
+            self.memos.clear()
 
     def close(self) -> None:
         self.store.close()
-        self._memos.clear()
+        self.memos.clear()

@@ -6,14 +6,10 @@ launches with no ptxas.
 Knows JAX/jaxlib; every jaxlib difference lives in `lowering.payload.jaxlib_compat`.
 """
 
-import contextlib
 from typing import Any
 
-from kernel_cache import ConfigError
-
+from . import first_use, utils, xla_cache  # noqa: F401  (first_use: the session at the first call)
 from . import monitoring as _monitoring  # noqa: F401  (kernel-cache's counters as jax.monitoring events)
-from . import utils, xla_cache
-from .compile_ahead import ahead as _ahead
 from .frontend import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
 from .frontend.api import triton_call
 from .frontend.devices import MultiDeviceError
@@ -23,12 +19,8 @@ from .planning.target_arch import NoTargetError
 from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
-# A malformed setting is not raised by the import: a client adapter imports this package while the
-# client loads, and must be able to mend the client and decline. It is raised by the first call that
-# needs the configuration.
-with contextlib.suppress(ConfigError):
-    xla_cache.apply()  # KERNEL_CACHE_XLA=1: JAX's compiled executables beside the kernels
-    _ahead.prepare()  # a cold process computes its toolchain fingerprint while it builds its model
+# Importing does nothing else: the session (its store, the XLA opt-in, the fingerprint's head start)
+# starts at the first Triton call (`lowering.first_use`). A malformed setting is raised there too.
 
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET

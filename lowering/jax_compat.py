@@ -102,3 +102,14 @@ def ref_effects(avals_in: Sequence[Any]) -> set[Any]:
 def is_transformed_ref(value: Any) -> bool:
     """A view of a Ref (ref.at[...], a bitcast): kernel-cache passes whole buffers only."""
     return TransformedRef is not None and isinstance(value, TransformedRef)
+
+
+def redecide_persistent_cache() -> None:
+    """JAX decides once per process, at its first compile, whether its persistent cache is used; a
+    directory set after that is ignored until the decision is reset (`compilation_cache.reset_cache`,
+    in every supported JAX). Where a JAX lacks it, the directory applies to the next process."""
+    from jax._src import compilation_cache
+
+    reset = getattr(compilation_cache, "reset_cache", None)
+    if reset is not None:
+        reset()

@@ -8,10 +8,12 @@ alone; nobody else can swap them); otherwise JAX's cache stays off for kernel-ca
 warning naming why. A directory the user gave JAX (`jax_compilation_cache_dir`) is the user's
 choice and left alone.
 
-Applied when `lowering` is imported (before the program compiles anything), from the environment
-(reading it opens no cache unless KERNEL_CACHE_XLA=1); code that configures kernel-cache itself
-calls `apply(kernel_cache.configure(config))`. The executables are specific to the GPU model and
-driver of the node that built them: keep them node-local, never in the shared tier.
+Applied when a session's store opens, at its first Triton call (`lowering.first_use`), never at
+import; a program that configures kernel-cache itself gets it at the first call after `configure()`.
+Where JAX already decided it has no persistent cache (it compiled something first), it is asked to
+decide again, so the program's compiles from then on (those holding Triton calls included) use it.
+The executables are specific to the GPU model and driver of the node that built them: keep them
+node-local, never in the shared tier.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import jax
 import kernel_cache
 from kernel_cache.warnings_once import warn_once
 from kernel_cache.xla_trust import XlaDirRefused, private_xla_dir
+
+from . import jax_compat
 
 
 def apply(store: kernel_cache.Store | None = None) -> Path | None:
@@ -46,9 +50,12 @@ def apply(store: kernel_cache.Store | None = None) -> Path | None:
                   f"the executables it finds there as code, so kernel-cache hands it only a directory nobody "
                   f"else can write (README: 'Trust model'); XLA compiles as usual")
         return None
+    changed = current != str(directory)
     jax.config.update("jax_compilation_cache_dir", str(directory))  # type: ignore[no-untyped-call]  # unannotated in jax
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # type: ignore[no-untyped-call]  # (as above)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)  # type: ignore[no-untyped-call]  # (as above)
+    if changed:
+        jax_compat.redecide_persistent_cache()
     return directory
 
 

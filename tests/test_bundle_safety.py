@@ -362,7 +362,7 @@ def test_cachectl_import_reports_the_cap(tmp_path, monkeypatch):
     """Through the CLI: the cap's BundleError is one line on stderr, exit 1."""
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(20)])
-    code = (f"import sys; from kernel_cache.cachectl import bundle; from kernel_cache.cachectl import main; bundle.MAX_MEMBERS = 10; "
+    code = (f"import sys; from kernel_cache.cachectl import bundle, main; bundle.MAX_MEMBERS = 10; "
             f"sys.exit(main(['--dir', {str(tmp_path / 'cache')!r}, 'import', {str(path)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=120)

@@ -24,10 +24,14 @@ from kernel_cache import Config, Store, warnings_once
 from kernel_cache.xla_trust import XlaDirRefused, private_xla_dir
 
 PROGRAM = """
-import json, jax, jax.numpy as jnp
+import functools, json, jax, jax.numpy as jnp
 import lowering
+from lowering import examples
+x = jnp.arange(4)  # JAX compiles, and decides about its persistent cache, before any Triton call
+s = jax.ShapeDtypeStruct((256,), jnp.float32)
+jax.jit(functools.partial(examples.add_program, block=256)).trace(s, s)  # the first Triton call: the session opens
 f = jax.jit(lambda x: x * 2 + 1)
-print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "out": f(jnp.arange(4)).tolist()}))
+print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "out": f(x).tolist()}))
 """
 RIGHT, PLANTED = [1, 3, 5, 7], [666, 668, 670, 672]
 

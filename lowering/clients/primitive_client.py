@@ -94,9 +94,9 @@ def _translated(client: PrimitiveClient, module: ModuleType, avals_in: Any,
 
 def _lower(client: PrimitiveClient, module: ModuleType, platform: str, own: Any, ctx: Any, *operands: Any,
            **params: Any) -> Any:
-    ahead.lowering(ctx.avals_in, params)
     return serve(client.name, params["fn"], platform, ctx, operands,
-                 lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params))
+                 lambda: client.translate(client, module, params, ctx), lambda: own(ctx, *operands, **params),
+                 noted=params)
 
 
 def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import importlib.metadata
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kernel_cache
@@ -68,16 +68,17 @@ def check_configuration() -> None:
 
 
 def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple[Any, ...], translate: Callable[[], dict[str, Any]],
-          own: Callable[[], Any]) -> Any:
+          own: Callable[[], Any], noted: Mapping[str, Any] | None = None) -> Any:
     """Lower one client call through `rule.lower_call` with the parameters `translate()` gives; the
     client's own lowering (`own()`), after one warning per cause, when `translate` raises
-    UnsupportedCall or our lowering fails where theirs may not."""
+    UnsupportedCall or our lowering fails where theirs may not. `noted`: the client's parameters as
+    its bind noted them for compile-ahead."""
     try:
         params = translate()
     except UnsupportedCall as exc:
         return _fall_back(client, str(exc), str(exc), own)
     try:
-        out = rule.lower_call(platform, ctx, *operands, **params)
+        out = rule.lower_call(platform, ctx, operands, params, noted=noted)
     except Exception as exc:  # never fail the program for it
         name = kernel_name(kernel)
         return _fall_back(client, f"{type(exc).__name__}:{name}",

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import compiler
 import kernel_cache
-from compiler.toolchain import prime_in_background
 
+from .. import first_use
 from ..planning.plan import plan_bound
 from ..records import winners
 from . import compile_pool
@@ -44,23 +44,17 @@ class Operand(NamedTuple):
     dtype: Any
 
 
-# (operands, params, translate, identity) of each call bound and not yet lowered, oldest first
-_noted: collections.deque[tuple[tuple[Operand, ...], Mapping[str, Any], Translate | None, int | None]] = \
+# (operands, params, translate) of each call bound since the last miss, oldest first
+_noted: collections.deque[tuple[tuple[Operand, ...], Mapping[str, Any], Translate | None]] = \
     collections.deque(maxlen=MAX_NOTED)
 _lock = threading.Lock()
 
 
-def prepare() -> None:
-    """At import: where compiles may run at once, start the toolchain fingerprint (`compiler.toolchain`)
-    so a cold process's first lowering does not wait for it."""
-    if compile_pool.workers(kernel_cache.current_config()) > 1:
-        prime_in_background()
-
-
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
-    """Remember a bound call until it is lowered or a miss starts it (cheap: nothing is planned here)."""
-    shaped = _operands(operands)
-    _noted.append((shaped, params, translate, _identity(shaped, params)))
+    """Remember a bound call until a miss starts it (cheap: nothing is planned or hashed here). The
+    first bound call of a session starts it (`first_use`: the fingerprint's head start)."""
+    first_use.session()
+    _noted.append((_operands(operands), params, translate))
 
 
 def _operands(values: Sequence[Any]) -> tuple[Operand, ...]:
@@ -74,25 +68,20 @@ def _identity(operands: tuple[Operand, ...], params: Mapping[str, Any]) -> int |
         return None
 
 
-def lowering(avals_in: Sequence[Any], params: Mapping[str, Any]) -> None:
-    """Before a lowering rule. JAX lowers a module's calls in the order it bound them, so the notes up
-    to this call's own are done with: older ones belong to modules lowered (or dropped) before, and
-    this one is its rule's to compile. Dropping them keeps a miss from starting work nobody needs."""
-    ident = _identity(_operands(avals_in), params)
+def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] = (),
+          params: Mapping[str, Any] | None = None) -> int:
+    """A lowering rule missed on the call (`avals_in`, `params`): hand every call noted after its own
+    to the compile workers. Returns how many. JAX lowers a module's calls in the order it bound them,
+    so the notes up to the missing call's own are done with: older ones belong to modules lowered (or
+    dropped) before, and its own is its rule's to compile. Nothing of this runs on a warm lowering."""
     with _lock:
-        if ident is not None and any(n[3] == ident for n in _noted):
-            while _noted and _noted.popleft()[3] != ident:
-                pass
-
-
-def start(platform: str, session: kernel_cache.Session) -> int:
-    """A lowering rule missed: hand every call noted so far to the compile workers. Returns how many."""
+        taken = [(*n, _identity(n[0], n[1])) for n in _noted]
+        _noted.clear()
     if compile_pool.workers(session.config) <= 1:
-        _noted.clear()
         return 0
-    with _lock:
-        taken = list(_noted)
-        _noted.clear()
+    own = _identity(_operands(avals_in), params) if params is not None else None
+    if own is not None and any(n[3] == own for n in taken):
+        taken = taken[[n[3] for n in taken].index(own) + 1:]
     seen: set[int] = set()
     started = 0
     for avals_in, params, translate, ident in taken:
@@ -115,7 +104,7 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
                 return
             avals_in, params = translated
         plan = plan_bound(platform, avals_in, params, session.config)
-        if winners.tuning_active():  # (tuning records each call site as its rule lowers it)
+        if winners.tuning_active(session):  # (tuning records each call site as its rule lowers it)
             specs = plan.specs()
         else:  # the rule will lower a persisted winner alone
             specs = winners.narrowed(plan, session)[1]

@@ -8,13 +8,12 @@ No Triton compile happens here when the store is warm: a call lowered before is 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jax.interpreters import mlir
 
-import kernel_cache
-
+from .. import first_use
 from ..compile_ahead import ahead
 from ..payload import custom_call
 from ..planning import kernels
@@ -26,28 +25,31 @@ from .primitive import triton_kernel_call_p
 
 
 def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[Any]:
-    ahead.lowering(ctx.avals_in, params)
-    return lower_call(platform, ctx, *operands, **params)
+    return lower_call(platform, ctx, operands, params, noted=params)
 
 
-def lower_call(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[Any]:
-    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them)."""
+def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[str, Any],
+               noted: Mapping[str, Any] | None = None) -> Sequence[Any]:
+    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them).
+    `noted`: the parameters its bind noted for compile-ahead (a client's own, before translation)."""
     devices.check_lowering_context(ctx)
-    session = kernel_cache.current_session()
+    session = first_use.session()
     plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, BoundCall.of(params), session.config)
     slot = call_records.find(plan, session, module=getattr(ctx, "module_context", None))
     if slot.payload is None:  # a call not seen before: kernel by kernel
-        _lower_kernels(slot)
+        _lower_kernels(slot, ctx.avals_in, noted)
     assert slot.payload is not None
     return custom_call.emit(ctx, operands, plan, slot.payload, autotuned=slot.kernels > 1)
 
 
-def _lower_kernels(slot: call_records.Slot) -> None:
+def _lower_kernels(slot: call_records.Slot, avals_in: Sequence[Any], noted: Mapping[str, Any] | None) -> None:
     """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded
-    in `slot`. The first miss starts the compiles of every other call traced so far (`ahead`)."""
+    in `slot`. The first miss starts the compiles of every other call traced so far (`ahead`), after
+    this one's own."""
     session = slot.session
     plan, specs, choice = winners.narrowed(slot.plan, session)
-    fetched = kernels.fetch(specs, session, on_miss=functools.partial(ahead.start, plan.platform, session))
+    on_miss = functools.partial(ahead.start, plan.platform, session, avals_in, noted)
+    fetched = kernels.fetch(specs, session, on_miss=on_miss)
     calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
              for spec, (art, key), launch in zip(specs, fetched, plan.launches)]
     payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session.config)

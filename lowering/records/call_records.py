@@ -130,7 +130,7 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
     for a call seen before, its payload: one store read (records off: from this session's memo).
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
-    stance = winners.stance(plan.platform, session.config, autotuned=len(plan.configs) > 1)
+    stance = winners.stance(plan.platform, session, autotuned=len(plan.configs) > 1)
     memos = session.memo("lowering.records.call_records", _Memos)
     slot = Slot(None, plan, stance.device is not None, session, memos)
     if plan.platform != "cuda" or stance.tuning:

@@ -81,7 +81,7 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
     best: dict[str, str] = {}  # winner key -> the config key lowered for it while other sites are timed
     results: list[SiteResult] = []
     for program in programs:
-        sites = discover(program)
+        sites = discover(program, session)
         for site in sites:
             best.setdefault(site.key, site.config_keys[0])
         for index, site in enumerate(sites):
@@ -90,7 +90,7 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
                 done = next(r for r in results if r.site.key == site.key)
                 result = SiteResult(program.label, site, done.timings, done.record, 0.0, duplicate=True)
             else:
-                result = _tune_site(program, site, best, reps, warmup, report)
+                result = _tune_site(session, program, site, best, reps, warmup, report)
                 if result.record is not None:
                     store.put(result.record.to_entry())
                     winners.remember(session, result.record)
@@ -101,11 +101,11 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
     return results
 
 
-def discover(program: Program) -> list[winners.Site]:
+def discover(program: Program, session: kernel_cache.Session) -> list[winners.Site]:
     """The distinct autotuned call sites of `program`, in the order lowering meets them."""
     seen: list[winners.Site] = []
     try:
-        with winners.tuning(forced={}, record=seen):
+        with winners.tuning(session, forced={}, record=seen):
             _lower(program)
     except Exception as exc:
         raise TuneError(f"{program.label}: lowering failed: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
@@ -121,13 +121,13 @@ def _lower(program: Program) -> Any:
     return jitted.lower(*program.args, **program.kwargs)
 
 
-def _tune_site(program: Program, site: winners.Site, best: dict[str, str], reps: int, warmup: int,
+def _tune_site(session: kernel_cache.Session, program: Program, site: winners.Site, best: dict[str, str], reps: int, warmup: int,
                report: Callable[[str, Any], None]) -> SiteResult:
     start = time.perf_counter()
     timings = []
     for config_key, description in zip(site.config_keys, site.descriptions):
         try:
-            with winners.tuning(forced={**best, site.key: config_key}):
+            with winners.tuning(session, forced={**best, site.key: config_key}):
                 compiled = _lower(program).compile()
             seconds: float | None = time_compiled(compiled, program.args, program.kwargs, reps, warmup)
             error = ""

@@ -45,8 +45,15 @@ class Site:
 
 
 _STORED = "lowering.records.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
-_forced: list[Mapping[str, str] | None] = [None]  # while tuning: winner key -> config key to lower
-_recorder: list[list[Site] | None] = [None]  # while tuning: where the sites of a lowering go
+_TUNING = "lowering.records.winners.tuning"  # session memo: the tuning under way (absent: none)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A tuning under way in a session (`tuning()`): the configs it forces, the sites it records."""
+
+    forced: Mapping[str, str]  # winner key -> config key to lower
+    recorder: list[Site] | None  # where the sites of a lowering go
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,9 @@ class Choice:
     family: tuple[str, ...] = ()  # every config's content key (where a winner key was computed)
 
 
-def tuning_active() -> bool:
+def tuning_active(session: kernel_cache.Session) -> bool:
     """Inside `tuning()`: configs are forced or recorded, so nothing lowered may be reused."""
-    return _forced[0] is not None or _recorder[0] is not None
+    return session.memos.get(_TUNING) is not None
 
 
 @dataclass(frozen=True)
@@ -71,18 +78,20 @@ class Stance:
     device: str | None  # the GPU model stored winners are looked up for (None: they do not apply)
 
 
-def stance(platform: str, config: kernel_cache.Config, autotuned: bool) -> Stance:
+def stance(platform: str, session: kernel_cache.Session, autotuned: bool) -> Stance:
     """Whether tuning is under way, and whether stored winners decide this call (an autotuned one,
     winners enabled, and a GPU model to look them up by)."""
+    config = session.config
     device = gpu_model(platform, config) if autotuned and config.winners else None
-    return Stance(tuning_active(), device)
+    return Stance(tuning_active(session), device)
 
 
 def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
     """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
-    if len(specs) < 2 or not (tuning_active() or session.config.winners):
+    under_way: Tuning | None = session.memos.get(_TUNING)
+    if len(specs) < 2 or not (under_way is not None or session.config.winners):
         return Choice(None)
-    forced, recorder = _forced[0], _recorder[0]
+    forced, recorder = (under_way.forced, under_way.recorder) if under_way is not None else (None, None)
     device = gpu_model(plan.platform, session.config)
     if device is None:
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
@@ -125,15 +134,20 @@ def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None
 
 
 @contextlib.contextmanager
-def tuning(forced: Mapping[str, str] | None = None, record: list[Site] | None = None) -> Iterator[None]:
+def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = None,
+           record: list[Site] | None = None) -> Iterator[None]:
     """While inside: lower each autotuned site whose winner key `forced` names as that config alone
-    (every other site autotuned, stored winners ignored), and append every site seen to `record`."""
-    saved = _forced[0], _recorder[0]
-    _forced[0], _recorder[0] = dict(forced or {}), record
+    (every other site autotuned, stored winners ignored), and append every site seen to `record`.
+    The tuning belongs to `session`: a `configure()` meanwhile starts a session that is not tuning."""
+    saved = session.memos.get(_TUNING)
+    session.memos[_TUNING] = Tuning(dict(forced or {}), record)
     try:
         yield
     finally:
-        _forced[0], _recorder[0] = saved
+        if saved is None:
+            session.memos.pop(_TUNING, None)
+        else:
+            session.memos[_TUNING] = saved
 
 
 def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:

@@ -1,0 +1,34 @@
+"""The session at first use: importing `lowering` opens no store, creates no directory, starts no
+thread and changes no JAX setting. The first Triton call bound or lowered under a session (the one
+`kernel_cache.current_session()` gives, created from the environment, or a later `configure()`'s)
+opens its store and then, once per session:
+  - KERNEL_CACHE_XLA=1: JAX's persistent compilation cache is pointed at the store's `xla/`
+    (`lowering.xla_cache`); where JAX already decided it had no cache, it decides again;
+  - where compiles run at once, the toolchain fingerprint starts computing in the background, so
+    a cold process's first lowering does not wait for it (`compiler.toolchain`).
+"""
+
+from __future__ import annotations
+
+import kernel_cache
+from compiler.toolchain import prime_in_background
+
+from . import xla_cache
+from .compile_ahead import compile_pool
+
+_STARTED = "lowering.first_use"  # session memo: set once what first use does has been done
+
+
+def session() -> kernel_cache.Session:
+    """The process's session, its first use by a Triton call seen to (a dictionary hit afterwards)."""
+    current = kernel_cache.current_session()
+    if _STARTED not in current.memos:
+        current.memo(_STARTED, lambda: _start(current))
+    return current
+
+
+def _start(current: kernel_cache.Session) -> bool:
+    xla_cache.apply(current.store)
+    if compile_pool.workers(current.config) > 1:
+        prime_in_background()
+    return True
