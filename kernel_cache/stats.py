@@ -2,7 +2,11 @@
 
 A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
 increments across processes) after a compile, at most once a second otherwise, and at exit. Each
-counted event is also handed to `kernel_cache.events`' listeners (jax.monitoring, via lowering).
+counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.events` is its
+public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
+jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
+on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
+about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
 Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
 bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts.
 """
@@ -13,13 +17,14 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from diskcache.core import MODE_RAW
 
-from . import events
 from .disk_index import INDEX, RawOnlyDisk, open_index, open_read_only
+from .warnings_once import warn_once
 
 STATS_DIR = "stats"
 STATS_TIMEOUT = 1.0
@@ -28,6 +33,98 @@ _MICRO = 1_000_000
 LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
 COUNTERS = (*(f"hits.{level}" for level in LEVELS), "misses", "compiles", "errors", "rejected",
             "compile_us", "saved_us")
+
+
+# Event kinds, one per counter of kernel_cache.stats.
+HIT, MISS, COMPILE, REJECTED, ERROR = "hit", "miss", "compile", "rejected", "error"
+KINDS = (HIT, MISS, COMPILE, REJECTED, ERROR)
+
+
+class Event(NamedTuple):
+    kind: str  # HIT, MISS, COMPILE, REJECTED or ERROR
+    tier: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
+    seconds: float = 0.0  # HIT: compile seconds saved; COMPILE: seconds spent compiling; else 0
+
+
+Listener = Callable[[Event], None]
+_listeners: tuple[Listener, ...] = ()  # replaced whole (copy on write): emit reads it without a lock
+_listeners_lock = threading.Lock()
+
+
+def add_listener(listener: Listener) -> None:
+    """Call `listener(event)` for every event from now on (once, however often it is added)."""
+    global _listeners
+    with _listeners_lock:
+        if listener not in _listeners:
+            _listeners = (*_listeners, listener)
+
+
+def remove_listener(listener: Listener) -> None:
+    global _listeners
+    with _listeners_lock:
+        _listeners = tuple(x for x in _listeners if x != listener)
+
+
+def listeners() -> tuple[Listener, ...]:
+    return _listeners
+
+
+# What a recorder (jax.monitoring's `record_event`, `record_event_duration_secs`) is called with.
+PREFIX = "/kernel_cache/"
+EVENT_NAMES = {HIT: f"{PREFIX}hits", MISS: f"{PREFIX}misses", COMPILE: f"{PREFIX}compiles",
+               REJECTED: f"{PREFIX}rejected", ERROR: f"{PREFIX}errors"}
+DURATION_NAMES = {HIT: f"{PREFIX}compile_time_saved_sec", COMPILE: f"{PREFIX}compile_time_sec"}
+Recorder = tuple[Callable[..., object], Callable[..., object]]  # (record_event, record_event_duration_secs)
+_recorders: tuple[Recorder, ...] = ()
+
+
+def add_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
+    """Call `record_event(name, **kw)` and `record_duration(name, seconds, **kw)` for every event from
+    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `tier=` for hits and
+    rejections): a telemetry library is called directly, with no function of ours between."""
+    global _recorders
+    with _listeners_lock:
+        if (record_event, record_duration) not in _recorders:
+            _recorders = (*_recorders, (record_event, record_duration))
+
+
+def remove_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
+    global _recorders
+    with _listeners_lock:
+        _recorders = tuple(r for r in _recorders if r != (record_event, record_duration))
+
+
+def recorders() -> tuple[Recorder, ...]:
+    return _recorders
+
+
+def emit(kind: str, tier: str = "", seconds: float = 0.0) -> None:
+    """Hand one event to every listener and recorder; an exception one raises is warned about once
+    and dropped (even with warnings turned into errors: it stays out of the lookup)."""
+    if not (_listeners or _recorders):
+        return
+    event = Event(kind, tier, seconds)
+    for listener in _listeners:
+        try:
+            listener(event)
+        except Exception as exc:
+            _listener_failed(listener, exc)
+    for record_event, record_duration in _recorders:
+        try:
+            keywords = {"tier": tier or "unknown"} if kind in (HIT, REJECTED) else {}
+            record_event(EVENT_NAMES[kind], **keywords)
+            if kind in DURATION_NAMES:
+                record_duration(DURATION_NAMES[kind], seconds, **keywords)
+        except Exception as exc:
+            _listener_failed(record_event, exc)
+
+
+def _listener_failed(listener: object, exc: Exception) -> None:
+    name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
+    with contextlib.suppress(Exception):
+        warn_once(f"event-listener:{getattr(listener, '__module__', '')}.{name}",
+                  f"a kernel-cache event listener ({name}) raised {type(exc).__name__}: {exc}; "
+                  f"ignored (further failures of it are not reported)")
 
 
 class Stats:
@@ -80,32 +177,32 @@ class Stats:
             self._bump(f"hits.{tier}", 1)
             self._bump("saved_us", int(compile_seconds * _MICRO))
             self._entry_hits[key] += 1
-        events.emit(events.HIT, tier, compile_seconds)
+        emit(HIT, tier, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
         with self._lock:
             self._bump("misses", 1)
-        events.emit(events.MISS)
+        emit(MISS)
 
     def compiled(self, seconds: float) -> None:
         with self._lock:
             self._bump("compiles", 1)
             self._bump("compile_us", int(seconds * _MICRO))
-        events.emit(events.COMPILE, seconds=seconds)
+        emit(COMPILE, seconds=seconds)
         self.flush()
 
     def error(self) -> None:
         with self._lock:
             self._bump("errors", 1)
-        events.emit(events.ERROR)
+        emit(ERROR)
 
     def rejected(self, tier: str = "") -> None:
         """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `tier`
         (the counter is one total; the tier reaches event listeners)."""
         with self._lock:
             self._bump("rejected", 1)
-        events.emit(events.REJECTED, tier)
+        emit(REJECTED, tier)
 
     def _bump(self, name: str, amount: int) -> None:
         self._pending[name] += amount

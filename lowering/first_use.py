@@ -16,15 +16,21 @@ from compiler.toolchain import prime_in_background
 from . import xla_cache
 from .compile_ahead import compile_pool
 
-_STARTED = "lowering.first_use"  # session memo: set once what first use does has been done
+STARTED = "lowering.first_use"  # session memo: present once what first use does has been done
 
 
 def session() -> kernel_cache.Session:
-    """The process's session, its first use by a Triton call seen to (a dictionary hit afterwards)."""
+    """The process's session, its first use by a Triton call seen to (a dictionary hit afterwards;
+    the lowering rule makes the same check inline)."""
     current = kernel_cache.current_session()
-    if _STARTED not in current.memos:
-        current.memo(_STARTED, lambda: _start(current))
+    if STARTED not in current.memos:
+        start(current)
     return current
+
+
+def start(current: kernel_cache.Session) -> None:
+    """What importing no longer does, once per session."""
+    current.memo(STARTED, lambda: _start(current))
 
 
 def _start(current: kernel_cache.Session) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from lowering.payload import proto_wire as pw
+from lowering.payload import proto as pw
 
 # Field numbers of jaxlib/gpu/triton.proto (stable since the proto was introduced).
 _SCALAR_KINDS = {2: "bool", 3: "i32", 4: "u32", 5: "i64", 6: "u64", 7: "f32", 8: "f64"}

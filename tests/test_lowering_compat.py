@@ -14,9 +14,9 @@ import compiler
 from kernel_cache import current_config
 from lowering import examples as ep
 from lowering.payload import jaxlib_compat as compat
-from lowering.payload import proto_wire as pw
+from lowering.payload import proto as pw
 from lowering.payload.module_image import ModuleImage, inject
-from lowering.payload.proto_descriptor import schemas_from_binary
+from lowering.payload.proto import schemas_from_binary
 
 FIELDS = compat.KernelFields(name="k", num_warps=4, num_ctas=1, shared_mem=128, binary="PTX", ttir="",
                              compute_capability=90, cluster_dims=(1, 1, 1))

@@ -312,7 +312,7 @@ def test_jax_listeners_see_the_store_as_they_see_jaxs_cache(tmp_path):
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     try:
-        assert lm.forward in events.listeners()  # installed by importing lowering
+        assert lm.RECORDER in events.recorders()  # installed by importing lowering
         store = Store(Config(dir=tmp_path / "c"))
         store.get_or_create(KEY, build(0.5))
         store.get_or_create(KEY, build(0.5))

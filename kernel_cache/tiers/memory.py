@@ -1,20 +1,91 @@
-"""In-process LRU tier (kernel_cache.lru), bounded by total bytes and by item count. Thread-safe.
+"""The in-process level: an LRU bounded by total bytes and by item count, thread-safe. It keeps
+decoded entries (a hit costs a dict lookup) and answers the Tier protocol's maintenance calls with
+nothing: no records, no lock, no debris, no quarantine.
 
-It keeps decoded entries (a hit costs a dict lookup) and answers the Tier protocol's maintenance
-calls with nothing: no records, no lock, no debris, no quarantine.
+`SizedLRU` is its LRU, and the lowering's per-process memos' (compressed runs, whole call payloads):
+a hit never leaves this file.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Callable, Iterable
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 from .. import entry as entry_format
 from ..entry import Entry
-from ..lru import SizedLRU
 from ..tier import no_lock
+
+V = TypeVar("V")
+
+
+class SizedLRU(Generic[V]):
+    """`size(value)` (or the size `put` is given) counts against `max_bytes`; a value larger than
+    `max_item_bytes` (default: the whole bound, where keeping it would evict everything else) is not
+    kept. Each value's size is kept beside it, so eviction never asks for it again."""
+
+    def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
+                 max_item_bytes: int | None = None) -> None:
+        self._size = size
+        self.max_bytes = max_bytes
+        self.max_items = max_items
+        self._max_item_bytes = max_bytes if max_item_bytes is None else max_item_bytes
+        self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_bytes(cls, max_bytes: int) -> "SizedLRU[bytes]":
+        """An LRU of bytes values, sized by length; one over a quarter of the bound is not kept."""
+        return SizedLRU(len, max_bytes, max_item_bytes=max_bytes // 4)
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is None:
+                return None
+            self._items.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Hashable, value: V, size: int | None = None) -> None:
+        size = self._size(value) if size is None else size
+        if size > self._max_item_bytes or (self.max_items is not None and self.max_items <= 0):
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._items and (self._bytes > self.max_bytes or
+                                   (self.max_items is not None and len(self._items) > self.max_items)):
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._bytes -= evicted
+
+    def delete(self, key: Hashable) -> bool:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            return old is not None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
 
 class MemoryTier:
@@ -23,7 +94,7 @@ class MemoryTier:
     writable = True
 
     def __init__(self, max_bytes: int = 256 << 20, max_items: int = 4096):
-        self._lru: SizedLRU[Entry] = SizedLRU(lambda entry: entry.size, max_bytes, max_items)
+        self._lru: SizedLRU[Entry] = SizedLRU(_entry_size, max_bytes, max_items)
         self.get: Callable[[str], Entry | None] = self._lru.get  # a hit is the LRU's lookup, no wrapper
 
     @property
@@ -35,7 +106,7 @@ class MemoryTier:
         return self._lru.max_items
 
     def put(self, entry: Entry) -> None:
-        self._lru.put(entry.key, entry, entry.size)
+        self._lru.put(entry.key, entry, _entry_size(entry))
 
     def delete(self, key: str) -> bool:
         return self._lru.delete(key)
@@ -80,3 +151,8 @@ class MemoryTier:
 
     def close(self) -> None:
         self.clear()
+
+
+def _entry_size(entry: Entry) -> int:
+    """`Entry.size`, here: a memory insert stays within this file."""
+    return sum(len(blob) for blob in entry.blobs.values())

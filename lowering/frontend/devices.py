@@ -1,4 +1,5 @@
-"""Refuse multi-device calls outside shard_map: a Triton kernel sees one device's buffers only.
+"""Refuse multi-device calls outside shard_map: a Triton kernel sees one device's buffers only (the
+eager check here; the lowering rule's own, `rule.check_lowering_context`, on its warm path).
 
 Inside `shard_map` each device launches the kernel on its own shard, which is what the kernel
 author wrote; under a plain multi-device `jit`, XLA would have to partition an opaque custom call.
@@ -11,7 +12,7 @@ from typing import Any
 
 from kernel_cache.errors import KernelCacheError
 
-_HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
+HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
 
 
 class MultiDeviceError(KernelCacheError, ValueError):
@@ -28,25 +29,10 @@ def check_arrays(arrays: Sequence[Any]) -> None:
             continue  # a tracer or a NumPy array: checked at lowering time
         if len(device_set) > 1:
             raise MultiDeviceError(f"triton_call argument {index} is sharded over {len(device_set)} "
-                                   f"devices; {_HINT}")
+                                   f"devices; {HINT}")
         device = next(iter(device_set))
         if first is None:
             first = (index, device)
         elif device != first[1]:
             raise MultiDeviceError(f"triton_call arguments {first[0]} and {index} are on different devices "
-                                   f"({first[1]} and {device}); put them on one device or {_HINT}")
-
-
-def check_lowering_context(ctx: Any) -> None:
-    """At lowering: a program partitioned over several devices must be inside shard_map."""
-    axis_context = ctx.module_context.axis_context
-    manual = getattr(axis_context, "manual_axes", None)
-    if manual:  # inside shard_map: per-device code
-        return
-    num_devices = getattr(axis_context, "num_devices", None)
-    if num_devices is None:
-        mesh = getattr(axis_context, "mesh", None)
-        num_devices = getattr(mesh, "size", None)
-    if num_devices is not None and num_devices > 1:
-        raise MultiDeviceError(f"triton_call is being lowered for a program spread over {num_devices} "
-                               f"devices; {_HINT}")
+                                   f"({first[1]} and {device}); put them on one device or {HINT}")

@@ -13,14 +13,16 @@ from typing import Any
 
 from jax.interpreters import mlir
 
+import kernel_cache
+
 from .. import first_use
 from ..compile_ahead import ahead
 from ..payload import custom_call
 from ..planning import kernels
 from ..planning.plan import KernelPlan
 from ..records import call_records, winners
-from . import devices
 from .bound_call import BoundCall
+from .devices import HINT, MultiDeviceError
 from .primitive import triton_kernel_call_p
 
 
@@ -32,9 +34,11 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
                noted: Mapping[str, Any] | None = None) -> Sequence[Any]:
     """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them).
     `noted`: the parameters its bind noted for compile-ahead (a client's own, before translation)."""
-    devices.check_lowering_context(ctx)
-    session = first_use.session()
-    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, BoundCall.of(params), session.config)
+    check_lowering_context(ctx)
+    session = kernel_cache.current_session()
+    if first_use.STARTED not in session.memos:
+        first_use.start(session)
+    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, BoundCall(**params), session.config)
     slot = call_records.find(plan, session, module=getattr(ctx, "module_context", None))
     if slot.payload is None:  # a call not seen before: kernel by kernel
         _lower_kernels(slot, ctx.avals_in, noted)
@@ -54,6 +58,22 @@ def _lower_kernels(slot: call_records.Slot, avals_in: Sequence[Any], noted: Mapp
              for spec, (art, key), launch in zip(specs, fetched, plan.launches)]
     payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session.config)
     slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
+
+
+def check_lowering_context(ctx: Any) -> None:
+    """A program partitioned over several devices must be inside shard_map (`devices`): a Triton
+    kernel sees one device's buffers only."""
+    axis_context = ctx.module_context.axis_context
+    manual = getattr(axis_context, "manual_axes", None)
+    if manual:  # inside shard_map: per-device code
+        return
+    num_devices = getattr(axis_context, "num_devices", None)
+    if num_devices is None:
+        mesh = getattr(axis_context, "mesh", None)
+        num_devices = getattr(mesh, "size", None)
+    if num_devices is not None and num_devices > 1:
+        raise MultiDeviceError(f"triton_call is being lowered for a program spread over {num_devices} "
+                               f"devices; {HINT}")
 
 
 for _platform in ("cuda", "rocm"):

@@ -21,7 +21,7 @@ import kernel_cache
 from compiler.toolchain import memoized_for_file
 from kernel_cache.errors import KernelCacheError
 
-from . import proto_descriptor
+from . import proto
 
 log = logging.getLogger("kernel_cache.lowering")
 
@@ -121,6 +121,12 @@ def autotuned_aliases_supported() -> bool:
     return jaxlib_version() >= AUTOTUNED_ALIASES_MIN_JAXLIB
 
 
+def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
+    """What a lowered call's payload depends on in jaxlib, as one value for its record's key: the
+    version, the module-image layout (or None), and whether autotuned calls may alias."""
+    return [jaxlib_version(), repr(module_image_layout(platform, config)), autotuned_aliases_supported()]
+
+
 def plugin_installed(platform: str) -> bool:
     """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
     return _owns_module(platform)
@@ -213,7 +219,7 @@ class ModuleImageLayout:
     any_autotuned_field: int  # TritonAnyKernelCall.autotuned_kernel_call
 
 
-def layout_from_schemas(schemas: dict[str, proto_descriptor.MessageSchema]) -> ModuleImageLayout | None:
+def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageLayout | None:
     """The module_image layout if this schema has one (jaxlib > 0.11.0), else None."""
     try:
         kernel = schemas["jax_triton.TritonKernel"]
@@ -235,7 +241,7 @@ def layout_from_schemas(schemas: dict[str, proto_descriptor.MessageSchema]) -> M
         return None
 
 
-def _required(schema: proto_descriptor.MessageSchema, field_name: str) -> int:
+def _required(schema: proto.MessageSchema, field_name: str) -> int:
     """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
     number = schema.number(field_name)
     if not number:
@@ -270,5 +276,5 @@ def _scan_plugin(path: str) -> dict[str, Any] | None:
     except OSError as exc:
         log.debug("cannot read %s for its proto schema: %s", path, exc)
         return None
-    layout = layout_from_schemas(proto_descriptor.schemas_from_binary(data))
+    layout = layout_from_schemas(proto.schemas_from_binary(data))
     return None if layout is None else dataclasses.asdict(layout)

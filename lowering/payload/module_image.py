@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from . import proto_wire as pw
+from . import proto as pw
 from .jaxlib_compat import ModuleImageLayout
 
 

@@ -67,6 +67,17 @@ def runtime_args(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]],
     return args + [pointer_type(d) for d in out_dtypes]
 
 
+def argument_types(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]], out_dtypes: Sequence[Any],
+                   arg_tree: Any) -> list[Any]:
+    """The kernel's runtime argument types in order (`runtime_args`), its inputs grouped as its
+    parameters take them (`arg_tree`: a tuple parameter as one tuple) with TensorDescriptors as the
+    compiler's TensorDesc (`descriptors`); the outputs' pointer types after them."""
+    flat = runtime_args(in_dtypes, scalars, out_dtypes)
+    inputs = flat[:len(in_dtypes) + len(scalars)]
+    grouped = inputs if arg_tree is None else list(arg_tree.unflatten(inputs))
+    return descriptors(grouped) + flat[len(inputs):]
+
+
 def descriptors(values: list[Any]) -> list[Any]:
     """Runtime argument types with each TensorDescriptor (its base already a pointer type) as the
     compiler's TensorDesc; tuples kept."""

@@ -88,10 +88,8 @@ class KernelPlan:
         inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
         resolved = resolve(call, inputs + pointed)
         named = resolved.named
-        flat_args = kernels.runtime_args([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed])
-        num_flat_inputs = len(avals_in) + len(call.scalars)
-        args = (kernels.descriptors(_grouped(call.arg_tree, flat_args[:num_flat_inputs]))
-                + flat_args[num_flat_inputs:])
+        args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
+                                      call.arg_tree)
         options = {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options)}
         positions = _zero_positions(order, call.input_output_aliases, call.scalars, len(avals_in))
         out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts

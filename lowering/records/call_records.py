@@ -25,6 +25,7 @@ record and this session's copy use it alike. ROCm payloads name a temporary file
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ from compiler.toolchain import installed_tools, toolchain_summary
 from kernel_cache import Config, Session, Store, call_entry, lookup_log
 from kernel_cache.canonical import canonical, canonical_text
 from kernel_cache.digest import digest, digest_text
-from kernel_cache.lru import SizedLRU
+from kernel_cache.tiers.memory import SizedLRU
 
 from ..payload import jaxlib_compat as compat
 from ..planning.plan import KernelPlan
@@ -130,12 +131,13 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
     for a call seen before, its payload: one store read (records off: from this session's memo).
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
-    stance = winners.stance(plan.platform, session, autotuned=len(plan.configs) > 1)
-    memos = session.memo("lowering.records.call_records", _Memos)
-    slot = Slot(None, plan, stance.device is not None, session, memos)
-    if plan.platform != "cuda" or stance.tuning:
+    config = session.config
+    device = winners.gpu_model(plan.platform, config) if len(plan.configs) > 1 and config.winners else None
+    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    slot = Slot(None, plan, device is not None, session, memos)
+    if plan.platform != "cuda" or winners.TUNING in session.memos:  # tuning: nothing lowered may be reused
         return slot
-    slot.key = _fingerprint(plan, module, stance.device, memos, session.config)
+    slot.key = _fingerprint(plan, module, device, memos, config)
     if slot.key is not None:
         _serve(slot)
     return slot
@@ -162,8 +164,9 @@ def _serve(slot: Slot) -> None:
     for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
         store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
     _touch_kernels(store, slot.memos.touched, record.config_keys)
-    kernel = slot.plan.fn.__name__
-    lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", tier, start)
+    if lookup_log.log.isEnabledFor(logging.INFO):
+        kernel = slot.plan.fn.__name__
+        lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", tier, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
 
 
@@ -224,6 +227,7 @@ class _Memos:
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
 
 
+_MEMOS = "lowering.records.call_records"  # this module's session memo (`_Memos`)
 _MODULE_MEMO_KEY = "lowering.records.call_records"  # our entry in a JAX module's own per-module cache
 
 
@@ -238,8 +242,7 @@ def _module_part(module: Any, platform: str, config: Config) -> Any:
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
         return cache[memo_key]
-    part = [sorted(tc.cache_invalidating_env().items()), compat.jaxlib_version(),
-            repr(compat.module_image_layout(platform, config)), compat.autotuned_aliases_supported()]
+    part = [sorted(tc.cache_invalidating_env().items()), *compat.capabilities(platform, config)]
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part

@@ -45,7 +45,7 @@ class Site:
 
 
 _STORED = "lowering.records.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
-_TUNING = "lowering.records.winners.tuning"  # session memo: the tuning under way (absent: none)
+TUNING = "lowering.records.winners.tuning"  # session memo: the tuning under way (absent: none)
 
 
 @dataclass(frozen=True)
@@ -67,28 +67,12 @@ class Choice:
 
 def tuning_active(session: kernel_cache.Session) -> bool:
     """Inside `tuning()`: configs are forced or recorded, so nothing lowered may be reused."""
-    return session.memos.get(_TUNING) is not None
-
-
-@dataclass(frozen=True)
-class Stance:
-    """How winners bear on one call being lowered."""
-
-    tuning: bool  # inside `tuning()`: nothing lowered may be reused
-    device: str | None  # the GPU model stored winners are looked up for (None: they do not apply)
-
-
-def stance(platform: str, session: kernel_cache.Session, autotuned: bool) -> Stance:
-    """Whether tuning is under way, and whether stored winners decide this call (an autotuned one,
-    winners enabled, and a GPU model to look them up by)."""
-    config = session.config
-    device = gpu_model(platform, config) if autotuned and config.winners else None
-    return Stance(tuning_active(session), device)
+    return session.memos.get(TUNING) is not None
 
 
 def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
     """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
-    under_way: Tuning | None = session.memos.get(_TUNING)
+    under_way: Tuning | None = session.memos.get(TUNING)
     if len(specs) < 2 or not (under_way is not None or session.config.winners):
         return Choice(None)
     forced, recorder = (under_way.forced, under_way.recorder) if under_way is not None else (None, None)
@@ -139,15 +123,15 @@ def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = Non
     """While inside: lower each autotuned site whose winner key `forced` names as that config alone
     (every other site autotuned, stored winners ignored), and append every site seen to `record`.
     The tuning belongs to `session`: a `configure()` meanwhile starts a session that is not tuning."""
-    saved = session.memos.get(_TUNING)
-    session.memos[_TUNING] = Tuning(dict(forced or {}), record)
+    saved = session.memos.get(TUNING)
+    session.memos[TUNING] = Tuning(dict(forced or {}), record)
     try:
         yield
     finally:
         if saved is None:
-            session.memos.pop(_TUNING, None)
+            session.memos.pop(TUNING, None)
         else:
-            session.memos[_TUNING] = saved
+            session.memos[TUNING] = saved
 
 
 def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
