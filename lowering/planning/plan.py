@@ -78,7 +78,8 @@ class KernelPlan:
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
            config: Config) -> "KernelPlan":
         """The plan of `call` lowered for `platform`, its operands and results of these avals."""
-        target = resolve_target(platform, call.compute_capability, config)
+        asked = (platform, call.compute_capability, config.target_arch)
+        target = _TARGETS.get(asked) or _resolved(asked, config)
         meta = dict(call.metaparams)
         # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
         order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
@@ -115,6 +116,19 @@ class KernelPlan:
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
         return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+
+
+# (platform, the call's compute capability, the configured arch) -> its target: parsed and checked
+# once per process (a fact of the installation and its devices, like `target_arch`'s own memos),
+# so a warm call's plan does not ask `target_arch` again.
+_TARGETS: dict[tuple[str, Any, Any], Target] = {}
+
+
+def _resolved(asked: tuple[str, Any, Any], config: Config) -> Target:
+    target = resolve_target(asked[0], asked[1], config)
+    if len(_TARGETS) < 256:
+        _TARGETS[asked] = target
+    return target
 
 
 def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
