@@ -86,7 +86,8 @@ def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.
     device = gpu_model(plan.platform, session.config)
     if device is None:
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
-    config_keys = [compiler.content_key(spec) for spec in specs]
+    keys = compiler.session_keys(session)
+    config_keys = [compiler.content_key(spec, keys=keys) for spec in specs]
     values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)
     key = winner_entry.winner_key(config_keys, values, device)
     if recorder is not None:
