@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kernel_cache.canonical import canonical
@@ -27,7 +28,7 @@ POINTER_DTYPES = frozenset({
 })
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
-DEFAULT_OPTIONS = {"enable_fp_fusion": True, "debug": False}
+DEFAULT_OPTIONS: Mapping[str, Any] = MappingProxyType({"enable_fp_fusion": True, "debug": False})  # read-only
 
 
 @dataclass(frozen=True)

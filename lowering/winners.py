@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from triton.runtime.autotuner import Autotuner, Heuristics
 
 import compiler
 import kernel_cache
-from compiler import KernelSpec
+from compiler import KernelSpec, triton_compat
 from kernel_cache import winner_entry
 
 from .plan import KernelPlan
@@ -171,10 +170,9 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
 
 def _tuner_keys(kernel: Any) -> list[str]:
     names: list[str] = []
-    while isinstance(kernel, (Autotuner, Heuristics)):
-        if isinstance(kernel, Autotuner):
-            names += [k for k in (getattr(kernel, "keys", None) or []) if k not in names]
-        kernel = kernel.fn
+    for wrapper in triton_compat.wrapper_chain(kernel):
+        if triton_compat.is_autotuner(wrapper):
+            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
     return names
 
 
