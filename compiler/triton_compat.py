@@ -3,8 +3,8 @@
 The rest of the compiler package, and the lowering, call these helpers and never reach into Triton
 directly (the lowering reads @triton.autotune / @triton.heuristics wrappers through `wrapper_chain`
 and the accessors after it), so a new Triton release means reading this file, not every package.
-Capabilities are detected by looking for attributes, not by comparing version strings. Long (over
-300 lines) because it is that one place.
+Capabilities are detected by looking for attributes, not by comparing version strings. The module
+is long because it is that one place: splitting it would scatter what a Triton release changes.
 
 Its module-level memos are pure functions of their keys under the installed Triton (a backend per
 target, a JITFunction's parameter flags, parsed options per target and option set): true under any
