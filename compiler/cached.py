@@ -2,6 +2,9 @@
 
 Log lines name the kernel by `KernelSpec.describe` (kernel, arch, launch config, constexprs), built
 only when a line is written; at DEBUG a compile also logs the summary of its key document.
+
+A caller holding a session passes its store and its memo of content keys (`session_keys`); with
+neither, the process session is looked up once, here, for both.
 """
 
 from __future__ import annotations
@@ -9,25 +12,30 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kernel_cache import Store, default_store
+from kernel_cache import Store, current_session
 from kernel_cache.warnings_once import warn_once
 
 from .artifact import Artifact
 from .compile import compile_spec
-from .key import content_key, document_summary, key_document
+from .key import KeyMemo, content_key, document_summary, key_document, session_keys
 from .spec import KernelSpec
 
 log = logging.getLogger("kernel_cache.compiler")
 
 
-def _store(store: Store | None) -> Store:
-    return store if store is not None else default_store()
+def _session_parts(store: Store | None, keys: KeyMemo | None) -> tuple[Store, KeyMemo | None]:
+    """The store and key memo to use: the caller's, else the process session's."""
+    if store is not None:
+        return store, keys
+    session = current_session()
+    return session.store, keys if keys is not None else session_keys(session)
 
 
-def lookup(spec: KernelSpec, store: Store | None = None) -> tuple[Artifact | None, str]:
+def lookup(spec: KernelSpec, store: Store | None = None, *,
+           keys: KeyMemo | None = None) -> tuple[Artifact | None, str]:
     """(artifact, key) when the store already holds `spec`, else (None, key). Never compiles."""
-    store = _store(store)
-    key = content_key(spec)
+    store, keys = _session_parts(store, keys)
+    key = content_key(spec, keys=keys)
     found = store.lookup(key, label=spec.describe)
     if found is None:
         return None, key
@@ -46,13 +54,14 @@ def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, byt
         return None
 
 
-def get_or_compile(spec: KernelSpec, store: Store | None = None, *,
+def get_or_compile(spec: KernelSpec, store: Store | None = None, *, keys: KeyMemo | None = None,
                    known_missing: bool = False) -> tuple[Artifact, str]:
     """The artifact for `spec` from `store` (default: kernel_cache's process store), compiling and
-    publishing it on a miss. Returns (artifact, key). `known_missing`: `lookup` just missed it (that
-    was the miss's one read; under the build lock only a presence probe)."""
-    store = _store(store)
-    key = content_key(spec)
+    publishing it on a miss. Returns (artifact, key). `keys`: the session's memo of content keys.
+    `known_missing`: `lookup` just missed it (that was the miss's one read; under the build lock
+    only a presence probe)."""
+    store, keys = _session_parts(store, keys)
+    key = content_key(spec, keys=keys)
 
     def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
         if log.isEnabledFor(logging.DEBUG):

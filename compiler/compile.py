@@ -12,7 +12,7 @@ from .recipe import to_recipe
 from .spec import KernelSpec
 from .toolchain import toolchain_summary
 
-_ALWAYS_KEPT = {"ptx", "cubin", "amdgcn", "hsaco", "ttir"}
+_ALWAYS_KEPT = frozenset({"ptx", "cubin", "amdgcn", "hsaco", "ttir"})
 _EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_fusion",
                "launch_cooperative_grid", "launch_pdl", "maxnreg",
                "tensordesc_meta")  # per host-side TMA descriptor: swizzle, element type, block (the launcher needs them)

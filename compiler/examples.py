@@ -63,7 +63,7 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, n_cols, eps, out_ptr, BLOCK: tl.conste
     tl.store(out_ptr + row * n_cols + offs, y * w + b, mask=mask)
 
 
-MATMUL_CONFIGS = [
+MATMUL_CONFIGS = [  # a constant: the autotune configs of matmul_kernel (never mutated)
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=4),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),

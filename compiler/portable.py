@@ -6,7 +6,9 @@ install the same Triton at different paths (another venv, another user's conda e
 site-packages) must compute the same keys, or a shared cache silently stops sharing. So every
 absolute path to an existing file in a key document is replaced by the digest of the file's bytes,
 and a directory by the digest of its files' relative names and digests; what a path points to, not
-where it is, decides the kernel. Digests are memoized per path by (device, inode, size, mtime).
+where it is, decides the kernel. Digests are memoized per path by (device, inode, size, mtime): a
+fact of the installed files keyed by their identity, true under any configuration, so the memo is
+module-level rather than the session's (see `kernel_cache.session`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
+from kernel_cache.canonical import canonical
+from kernel_cache.canonical import canonical_text as encode
 from kernel_cache.display import echo
 
 from . import triton_compat as tc
@@ -25,7 +28,7 @@ POINTER_DTYPES = frozenset({
 })
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
-DEFAULT_OPTIONS = {"enable_fp_fusion": True, "debug": False}
+DEFAULT_OPTIONS: Mapping[str, Any] = MappingProxyType({"enable_fp_fusion": True, "debug": False})  # read-only
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,22 @@ class TensorDesc:
         return f"tensordesc<{self.dtype}[{block}]" + (f",{self.layout}>" if self.layout is not None else ">")
 
 
-@dataclass(frozen=True)
+def triton_value(value: Any) -> Any:
+    """The tagged form of a value only Triton knows (the core's `canonical` extension): a @jit
+    function passed as a constexpr, a triton.language dtype, a constexpr wrapper."""
+    if tc.is_jit_function(value):
+        return {"jit": tc.kernel_fingerprint(value)}
+    if type(value).__name__ == "dtype" and hasattr(value, "name"):  # triton.language dtype
+        return {"tl.dtype": str(value)}
+    if type(value).__name__ == "constexpr" and hasattr(value, "value"):
+        return canonical(value.value, triton_value)
+    raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
+
+
+@dataclass(frozen=True, eq=False)
 class KernelSpec:
-    """The complete description of one compiled kernel. Hashable inputs for the content key."""
+    """The complete description of one compiled kernel, with one form: its canonical text
+    (`canonical_text`), by which specs are equal and hashed."""
 
     kernel: Any  # triton JITFunction
     signature: Mapping[str, Any]  # param -> triton type ("*fp32", "i32", "constexpr"; a tuple parameter: a tuple of them)
@@ -97,6 +113,36 @@ class KernelSpec:
     @property
     def name(self) -> str:
         return str(self.kernel.__name__)
+
+    @property
+    def canonical_text(self) -> str:
+        """This spec in the one canonical encoding (`kernel_cache.canonical`, Triton's values through
+        `triton_value`): every field, the kernel by name and Triton's fingerprint, the signature in
+        parameter order. Built on first use and kept (the spec is frozen). Raises TypeError for a
+        value nothing can key, as the content key would."""
+        found: str | None = self.__dict__.get("_canonical_text")
+        if found is None:
+            found = encode({
+                "kernel": [self.name, self.kernel],
+                "signature": [list(self.signature), list(self.signature.values())],  # in parameter order
+                "constexprs": dict(self.constexprs),
+                "attrs": dict(self.attrs),
+                "target": self.target.to_json(),
+                "launch": [self.num_warps, self.num_stages, self.num_ctas],
+                "options": dict(self.options),
+                "keep_ir": self.keep_ir,
+            }, triton_value)
+            object.__setattr__(self, "_canonical_text", found)  # a cache of the fields, not a field
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        """Specs built alike from the same kernel source are one spec (the content key sees no more)."""
+        if not isinstance(other, KernelSpec):
+            return NotImplemented
+        return self is other or self.canonical_text == other.canonical_text
+
+    def __hash__(self) -> int:
+        return hash(self.canonical_text)
 
     def triton_options(self) -> dict[str, Any]:
         return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,

@@ -1,8 +1,14 @@
 """Every difference between Triton releases (3.5 – 3.9) that kernel-cache touches, in one place.
 
-The rest of the compiler package calls these helpers and never reaches into Triton directly, so a
-new Triton release means reading this file, not the whole package. Capabilities are detected by
-looking for attributes, not by comparing version strings.
+The rest of the compiler package, and the lowering, call these helpers and never reach into Triton
+directly (the lowering reads @triton.autotune / @triton.heuristics wrappers through `wrapper_chain`
+and the accessors after it), so a new Triton release means reading this file, not every package.
+Capabilities are detected by looking for attributes, not by comparing version strings. The module
+is long because it is that one place: splitting it would scatter what a Triton release changes.
+
+Its module-level memos are pure functions of their keys under the installed Triton (a backend per
+target, a JITFunction's parameter flags, parsed options per target and option set): true under any
+configuration, so they stay out of the session (see `kernel_cache.session`).
 """
 
 from __future__ import annotations
@@ -12,10 +18,11 @@ import os
 import sysconfig
 import threading
 import types
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import triton
+from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 if TYPE_CHECKING:  # annotations only: target.py imports nothing from here, but keep the shim leaf-like
@@ -41,6 +48,56 @@ def unwrap_jit(obj: Any) -> JITFunction:
     if not isinstance(obj, JITFunction):
         raise TypeError(f"kernel must be a @triton.jit function, got {type(obj).__name__}: {obj!r}")
     return obj
+
+
+def is_autotuner(obj: Any) -> bool:
+    """An @triton.autotune wrapper: its configs, keys and prune hooks below, what it wraps in `wrapped`."""
+    return isinstance(obj, Autotuner)
+
+
+def is_heuristics(obj: Any) -> bool:
+    """An @triton.heuristics wrapper: its values in `heuristic_values`, what it wraps in `wrapped`."""
+    return isinstance(obj, Heuristics)
+
+
+def wrapped(wrapper: Any) -> Any:
+    """What an Autotuner or Heuristics wraps: another wrapper or the JITFunction."""
+    return wrapper.fn
+
+
+def wrapper_chain(kernel: Any) -> Iterator[Any]:
+    """The Autotuner and Heuristics wrappers around a kernel, outermost first."""
+    while is_autotuner(kernel) or is_heuristics(kernel):
+        yield kernel
+        kernel = wrapped(kernel)
+
+
+def autotune_configs(tuner: Any) -> list[Any]:
+    """An Autotuner's configs (triton.Config: kwargs, num_warps, num_stages, num_ctas, pre_hook)."""
+    return list(tuner.configs)
+
+
+def autotune_keys(tuner: Any) -> list[str]:
+    """The argument names an Autotuner keys its choice by."""
+    return list(getattr(tuner, "keys", None) or [])
+
+
+class PruneHooks(NamedTuple):
+    """An Autotuner's `prune_configs_by`: the early prune, the perf model and its top_k."""
+
+    early_config_prune: Callable[..., Any] | None
+    perf_model: Callable[..., Any] | None
+    top_k: Any  # an int, or a fraction of the configs <= 1.0
+
+
+def prune_hooks(tuner: Any) -> PruneHooks:
+    return PruneHooks(getattr(tuner, "early_config_prune", None), getattr(tuner, "perf_model", None),
+                      getattr(tuner, "configs_top_k", 1.0))
+
+
+def heuristic_values(heuristics: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """A Heuristics wrapper's {constexpr name: function of the launch's arguments}."""
+    return dict(heuristics.values)
 
 
 def kernel_fingerprint(fn: JITFunction) -> str:
@@ -77,7 +134,7 @@ def gpu_target(target: Target) -> Any:
     return GPUTarget(target.backend, target.arch, target.warp_size)
 
 
-@functools.cache
+@functools.cache  # a pure function of the target under the installed Triton (module-level on purpose)
 def make_backend(target: Target) -> Any:
     """A Triton backend object for a named target: no driver, no GPU needed."""
     return backend_class(target.backend)(gpu_target(target))
@@ -129,6 +186,7 @@ def parse_attr(backend_name: str, desc: str) -> list[Any]:
     return list(backend_class(backend_name).parse_attr(desc))
 
 
+# A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on purpose.
 _flags: dict[int, tuple[JITFunction, tuple[tuple[str, bool, bool, bool, str], ...]]] = {}
 
 
@@ -203,6 +261,7 @@ def ptxas_candidates(target: Target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
+# A pure function of its key (target and options) under the installed Triton: module-level on purpose.
 _PARSED: dict[tuple[Any, ...], Any] = {}
 
 

@@ -197,9 +197,10 @@ def test_no_home_directory_means_a_process_only_memo(monkeypatch):
         kernel_cache.configure()
 
 
-def test_the_spliced_key_text_is_the_whole_documents(example_specs_sm90):
-    """content_key encodes shared parts once (compiler.key._digest_document); the hash must be the one
-    of the whole key document, for every example spec, other targets and options, and twice in a row."""
+def test_the_memoized_key_is_the_whole_documents_digest(example_specs_sm90):
+    """content_key with a session's memo hashes the key document once per spec and toolchain: the key
+    is the digest of the whole document, for every example spec, other targets and options, on a
+    miss and on the hit after it."""
     import compiler.key as ck
     from compiler import make_spec
     from compiler.examples import add_kernel
@@ -208,6 +209,40 @@ def test_the_spliced_key_text_is_the_whole_documents(example_specs_sm90):
         make_spec(add_kernel, ["*fp16", "*fp16", 7, "*fp16"], {"BLOCK": 64}, target="sm_80", num_warps=2,
                   enable_fp_fusion=False),
         make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 256}, target="gfx942", num_warps=8)]
+    keys: ck.KeyMemo = {}
     for spec in specs:
-        kernel_cache.current_session().forget()
-        assert ck.content_key(spec) == digest(ck.key_document(spec)) == ck.content_key(spec), spec.describe()
+        whole = digest(ck.key_document(spec))
+        assert ck.content_key(spec, keys=keys) == whole == ck.content_key(spec, keys=keys) == ck.content_key(spec)
+    assert len(keys) == len(specs)
+
+
+def test_a_spec_is_equal_and_hashed_by_its_canonical_text():
+    def spec(**kw):
+        return make_spec(add_kernel, ["*fp32", "*fp32", kw.pop("n", 4096), "*fp32"], {"BLOCK": 64}, target=90, **kw)
+
+    a, b = spec(), spec()
+    assert a is not b and a == b and hash(a) == hash(b) and a.canonical_text == b.canonical_text
+    assert a.canonical_text is a.canonical_text  # built once
+    for other in (spec(num_warps=8), spec(n=4097), spec(enable_fp_fusion=False), spec(keep_ir=True),
+                  make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64}, target=80)):
+        assert other != a and other.canonical_text != a.canonical_text
+    keys: dict = {}
+    content_key(a, keys=keys)
+    content_key(b, keys=keys)
+    assert len(keys) == 1  # one spec, one memo entry
+
+
+def test_content_key_takes_its_memo_and_never_looks_the_session_up(monkeypatch):
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
+    tools = toolchain.toolchain_fingerprint(spec.target)
+    expected = content_key(spec, tools)
+
+    def no_session():
+        raise AssertionError("compiler.key looked the session up")
+
+    monkeypatch.setattr(kernel_cache, "current_session", no_session)
+    keys: dict = {}
+    assert content_key(spec, tools) == content_key(spec, tools, keys) == expected
+    assert list(keys.values()) == [expected]
+    assert content_key(spec, {**tools, "env": {"TRITON_DEFAULT_FP_FUSION": "false"}}, keys) != expected
+    assert len(keys) == 2  # the toolchain as it is now is part of the memo's key

@@ -111,13 +111,14 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
     except Exception as exc:  # the rule plans it again and reports what is wrong
         log.debug("not compiling ahead a call of %s: %s", getattr(params.get("kernel"), "__name__", "?"), exc)
         return
+    keys = compiler.session_keys(session)
     for spec in specs[1:]:
-        compile_pool.submit(session.config, _compile, spec, store)
-    _compile(specs[0], store)
+        compile_pool.submit(session.config, _compile, spec, store, keys)
+    _compile(specs[0], store, keys)
 
 
-def _compile(spec: compiler.KernelSpec, store: kernel_cache.Store) -> None:
+def _compile(spec: compiler.KernelSpec, store: kernel_cache.Store, keys: compiler.KeyMemo) -> None:
     try:
-        compiler.get_or_compile(spec, store)
+        compiler.get_or_compile(spec, store, keys=keys)
     except Exception as exc:  # its rule compiles it again and raises the error where the user sees it
         log.debug("compiling %s ahead failed: %s", spec.name, exc)

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from triton.runtime.autotuner import Autotuner, Heuristics
-
 from compiler import Scalar, triton_compat
 
 from ..frontend.bound_call import BoundCall
@@ -44,8 +42,8 @@ def _from_triton(config: Any) -> _Raw:
                 getattr(config, "num_ctas", 1) or 1, str(config))
 
 
-def _autotuner_configs(tuner: Autotuner, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[_Raw]:
-    configs = list(tuner.configs)
+def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[_Raw]:
+    configs = triton_compat.autotune_configs(tuner)
     for i, config in enumerate(configs):
         if getattr(config, "pre_hook", None) is not None:
             raise NotImplementedError(
@@ -55,20 +53,19 @@ def _autotuner_configs(tuner: Autotuner, named_args: dict[str, Any], metaparams:
     if not kept:
         raise ValueError(f"every autotune config of kernel '{kernel_name(tuner)}' conflicts with the "
                          f"metaparameters passed to triton_call: {dict(metaparams)}")
-    prune = getattr(tuner, "early_config_prune", None)
+    prune = triton_compat.prune_hooks(tuner).early_config_prune
     if prune is not None:
         kept = list(prune(kept, named_args))
     kept = _perf_model_top_k(tuner, kept, named_args, metaparams)
     return [_from_triton(c) for c in kept]
 
 
-def _perf_model_top_k(tuner: Autotuner, configs: list[Any], named_args: dict[str, Any],
+def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any],
                       metaparams: Mapping[str, Any]) -> list[Any]:
     """Keep the `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs does."""
-    perf_model = getattr(tuner, "perf_model", None)
+    _, perf_model, top_k = triton_compat.prune_hooks(tuner)
     if perf_model is None:
         return configs
-    top_k = getattr(tuner, "configs_top_k", 1.0)
     if isinstance(top_k, float) and top_k <= 1.0:
         top_k = int(len(configs) * top_k)
     if not isinstance(top_k, int):
@@ -83,12 +80,11 @@ def _perf_model_top_k(tuner: Autotuner, configs: list[Any], named_args: dict[str
 def set_by_wrappers(kernel: Any) -> set[str]:
     """Names the kernel's Autotuner configs and Heuristics set: constexprs, whatever the annotation."""
     names: set[str] = set()
-    while isinstance(kernel, (Autotuner, Heuristics)):
-        if isinstance(kernel, Autotuner):
-            names.update(k for config in kernel.configs for k in config.kwargs)
+    for wrapper in triton_compat.wrapper_chain(kernel):
+        if triton_compat.is_autotuner(wrapper):
+            names.update(k for config in triton_compat.autotune_configs(wrapper) for k in config.kwargs)
         else:
-            names.update(kernel.values)
-        kernel = kernel.fn
+            names.update(triton_compat.heuristic_values(wrapper))
     return names
 
 
@@ -121,13 +117,13 @@ def kernel_name(kernel: Any) -> str:
 
 def _resolve(kernel: Any, configs: list[_Raw], named_args: dict[str, Any],
              metaparams: Mapping[str, Any]) -> tuple[Any, list[_Raw]]:
-    if isinstance(kernel, Autotuner):
-        return _resolve(kernel.fn, _autotuner_configs(kernel, named_args, metaparams), named_args,
+    if triton_compat.is_autotuner(kernel):
+        return _resolve(triton_compat.wrapped(kernel), _autotuner_configs(kernel, named_args, metaparams), named_args,
                         metaparams)
-    if isinstance(kernel, Heuristics):
-        fn, configs = _resolve(kernel.fn, configs, named_args, metaparams)
+    if triton_compat.is_heuristics(kernel):
+        fn, configs = _resolve(triton_compat.wrapped(kernel), configs, named_args, metaparams)
         for config in configs:
-            for name, heuristic in kernel.values.items():
+            for name, heuristic in triton_compat.heuristic_values(kernel).items():
                 config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
         return fn, configs
     return triton_compat.unwrap_jit(kernel), configs

@@ -107,23 +107,23 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     """(artifact, content key) for `specs`, in order. Hits are plain store reads of the session's
     store; misses compile on the compile workers (the first in this thread), after `on_miss()` (a
     cold process: `ahead.start`)."""
-    store = session.store
-    found = [compiler.lookup(spec, store) for spec in specs]
+    store, keys = session.store, compiler.session_keys(session)
+    found = [compiler.lookup(spec, store, keys=keys) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
     if missing and on_miss is not None:
         on_miss()
     if len(missing) > 1 and compile_pool.workers(session.config) > 1:
-        others = {i: compile_pool.submit(session.config, _build, specs[i], store) for i in missing[1:]}
-        found[missing[0]] = _build(specs[missing[0]], store)
+        others = {i: compile_pool.submit(session.config, _build, specs[i], store, keys) for i in missing[1:]}
+        found[missing[0]] = _build(specs[missing[0]], store, keys)
         for i, future in others.items():
             found[i] = future.result()
     else:
         for i in missing:
-            found[i] = _build(specs[i], store)
+            found[i] = _build(specs[i], store, keys)
     return cast("list[tuple[Artifact, str]]", found)  # every None was filled by a compile
 
 
-def _build(spec: KernelSpec, store: Any) -> tuple[Artifact, str]:
+def _build(spec: KernelSpec, store: Any, keys: compiler.KeyMemo) -> tuple[Artifact, str]:
     """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
     (the lookup was the miss's one read)."""
-    return compiler.get_or_compile(spec, store, known_missing=True)
+    return compiler.get_or_compile(spec, store, keys=keys, known_missing=True)

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from triton.runtime.autotuner import Autotuner, Heuristics
 
 import compiler
 import kernel_cache
-from compiler import KernelSpec
+from compiler import KernelSpec, triton_compat
 from kernel_cache import winner_entry
 
 from ..planning.plan import KernelPlan
@@ -79,7 +78,8 @@ def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.
     device = gpu_model(plan.platform, session.config)
     if device is None:
         return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
-    config_keys = [compiler.content_key(spec) for spec in specs]
+    keys = compiler.session_keys(session)
+    config_keys = [compiler.content_key(spec, keys=keys) for spec in specs]
     values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)
     key = winner_entry.winner_key(config_keys, values, device)
     if recorder is not None:
@@ -168,10 +168,9 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
 
 def _tuner_keys(kernel: Any) -> list[str]:
     names: list[str] = []
-    while isinstance(kernel, (Autotuner, Heuristics)):
-        if isinstance(kernel, Autotuner):
-            names += [k for k in (getattr(kernel, "keys", None) or []) if k not in names]
-        kernel = kernel.fn
+    for wrapper in triton_compat.wrapper_chain(kernel):
+        if triton_compat.is_autotuner(wrapper):
+            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
     return names
 
 
