@@ -60,6 +60,17 @@ def is_heuristics(obj: Any) -> bool:
     return isinstance(obj, Heuristics)
 
 
+def wrapper_kind(obj: Any) -> str:
+    """"autotune", "heuristics", or "" for anything else (the JITFunction): one question where a
+    lowering walks a kernel's wrappers on every call."""
+    return "autotune" if isinstance(obj, Autotuner) else "heuristics" if isinstance(obj, Heuristics) else ""
+
+
+def kernel_param_flags(kernel: Any) -> tuple[tuple[str, bool, bool, bool, str], ...]:
+    """`param_flags` of the JITFunction under `kernel`'s wrappers."""
+    return param_flags(unwrap_jit(kernel))
+
+
 def wrapped(wrapper: Any) -> Any:
     """What an Autotuner or Heuristics wraps: another wrapper or the JITFunction."""
     return wrapper.fn

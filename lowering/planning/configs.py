@@ -94,7 +94,7 @@ def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]
     autotune config or a heuristic). The one place that names arguments: heuristics, perf models,
     prune functions and descriptions all see these names."""
     constexprs = set(metaparams) | set_by_wrappers(kernel)
-    return [name for name, is_constexpr, *_ in triton_compat.param_flags(triton_compat.unwrap_jit(kernel))
+    return [name for name, is_constexpr, *_ in triton_compat.kernel_param_flags(kernel)
             if not is_constexpr and name not in constexprs]
 
 
@@ -117,10 +117,11 @@ def kernel_name(kernel: Any) -> str:
 
 def _resolve(kernel: Any, configs: list[_Raw], named_args: dict[str, Any],
              metaparams: Mapping[str, Any]) -> tuple[Any, list[_Raw]]:
-    if triton_compat.is_autotuner(kernel):
+    kind = triton_compat.wrapper_kind(kernel)
+    if kind == "autotune":
         return _resolve(triton_compat.wrapped(kernel), _autotuner_configs(kernel, named_args, metaparams), named_args,
                         metaparams)
-    if triton_compat.is_heuristics(kernel):
+    if kind == "heuristics":
         fn, configs = _resolve(triton_compat.wrapped(kernel), configs, named_args, metaparams)
         for config in configs:
             for name, heuristic in triton_compat.heuristic_values(kernel).items():
