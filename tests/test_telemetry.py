@@ -267,8 +267,11 @@ def test_a_failing_listener_never_fails_a_lookup(tmp_path):
 
 
 def test_with_no_listener_nothing_is_built(monkeypatch):
-    monkeypatch.setattr(events, "_listeners", ())
-    monkeypatch.setattr(events, "Event", None)  # an event object would be built only for a listener
+    from kernel_cache import stats as counters  # where the events live (kernel_cache.events names them)
+
+    monkeypatch.setattr(counters, "_listeners", ())
+    monkeypatch.setattr(counters, "_recorders", ())
+    monkeypatch.setattr(counters, "Event", None)  # an event object would be built only for a listener
     events.emit(events.HIT, "disk", 1.0)
     start = time.perf_counter()
     for _ in range(100_000):
@@ -364,6 +367,6 @@ def test_a_broken_listener_never_fails_a_lowering_and_jax_counts_match_stats(tmp
     assert seen.get("/kernel_cache/compiles", 0) == stats["compiles"]
     for tier, n in stats["hits"].items():
         assert seen.get(f"/kernel_cache/hits|tier={tier}", 0) == n, (tier, seen)
-    # each failure said once, as a warning: the broken JAX listener surfaces as the forwarder's
+    # each failure said once, as a warning: the broken JAX listener surfaces as jax.monitoring's recorder's
     assert "(core_boom) raised RuntimeError: a broken kernel_cache listener" in proc.stderr, proc.stderr
-    assert "(forward) raised RuntimeError: a broken JAX listener" in proc.stderr, proc.stderr
+    assert "(record_event) raised RuntimeError: a broken JAX listener" in proc.stderr, proc.stderr

@@ -62,7 +62,7 @@ def test_every_stop_on_a_warm_calls_walk_is_entered_once(walk):
     entered = Counter(path for path, _, _ in walk)
     stops = [path for path in dict.fromkeys(path for path, _, _ in walk) if path in callers]
     assert {path: entered[path] for path in stops if entered[path] > 1} == {}, walk
-    assert len(stops) >= 10  # the walk really was followed: rule, plan, records, store, tiers, emitter
+    assert len(stops) >= 8  # the walk really was followed: rule, plan, configs, records, store, disk, record, emitter
 
 
 def test_contributing_walks_the_same_call_in_the_same_order(walk):
@@ -82,3 +82,19 @@ def test_contributing_walks_the_cold_call_in_the_same_order(walks):
     for path in documented_cold_walk():
         assert path in entered[position:], f"{path} is not entered after {entered[position - 1]} (entry {position})"
         position = entered.index(path, position) + 1
+
+
+def switches(walk: list[list[str | None]]) -> int:
+    """Switches from file to file: each entry is a call into another file and, later, its return."""
+    return 2 * len(walk)
+
+
+def test_a_warm_call_stays_within_twenty_files_and_sixty_switches(walk):
+    files = {path for path, _, _ in walk}
+    assert len(files) <= 20, sorted(files)
+    assert switches(walk) <= 60, walk
+
+
+def test_a_cold_call_stays_within_450_switches(walks):
+    cold = walks["cold"]
+    assert switches(cold) <= 450, Counter((path, caller) for path, _, caller in cold).most_common(10)
