@@ -8,8 +8,8 @@ changes the identity, which forces a recompute.
 A fresh node (no memo) need not hash libtriton either: the installer recorded every file's sha256
 in its distribution's RECORD, and `InstalledHashes` takes it from there, giving the very text
 `triton_key()` returns (so every node, fresh or not, gets the same keys). A recorded hash is used
-only where the file is a regular file of the recorded size and not modified after the RECORD was
-written (mtime at most the RECORD's), and where no other distribution's RECORD lists it with
+only where the file is a regular file (not a link) of the recorded size and not modified after the
+RECORD was written (mtime at most the RECORD's), and where no other distribution's RECORD lists it with
 another hash; any other file (an editable or source install, a file not listed, a file edited
 since) is hashed as before. What this relies on is what the memo already relies on: an in-place
 edit that keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed.
@@ -90,7 +90,7 @@ class InstalledHashes:
     """The sha256 of a package's files as the installer recorded them in the RECORD of each
     distribution installed beside it (`site_dir/*.dist-info/RECORD`), checked against the file.
 
-    `sha256(path)` answers from a RECORD where the file is a regular file of the recorded size whose
+    `sha256(path)` answers from a RECORD where the file is a regular file (not a link) of the recorded size whose
     mtime is not after that RECORD's, and every RECORD listing it agrees; otherwise it hashes the
     bytes (counted in `hashed`)."""
 
@@ -137,7 +137,7 @@ class InstalledHashes:
         if found is None:
             return None
         try:
-            st = os.stat(path)
+            st = os.lstat(path)  # a link put in the file's place is not the file installed there
             digest = base64.urlsafe_b64decode(found[0] + "=" * (-len(found[0]) % 4))
         except (OSError, ValueError):
             return None

@@ -86,7 +86,8 @@ def test_a_record_whose_size_disagrees_with_the_file_falls_back_to_hashing(tmp_p
     assert hashed == ["_C/libfake.so"] and key == bytes_key(pkg)
 
 
-@pytest.mark.parametrize("how", ["no RECORD", "not listed", "another algorithm", "two RECORDs disagree"])
+@pytest.mark.parametrize("how", ["no RECORD", "not listed", "another algorithm", "two RECORDs disagree",
+                                 "a link in its place"])
 def test_a_file_the_record_cannot_vouch_for_falls_back_to_hashing(tmp_path, how):
     lib = "_C/libfake.so"
     pkg = install(tmp_path / "site")
@@ -97,8 +98,15 @@ def test_a_file_the_record_cannot_vouch_for_falls_back_to_hashing(tmp_path, how)
         record.write_text("".join(line + "\n" for line in record.read_text().splitlines() if lib not in line))
     elif how == "another algorithm":
         record.write_text(record.read_text().replace(f"{lib},sha256=", f"{lib},sha512="))
-    else:  # another distribution overwrote the file, or claims to have
+    elif how == "two RECORDs disagree":  # another distribution overwrote the file, or claims to have
         install(tmp_path / "site", record={**FILES, lib: flipped(FILES[lib])}, dist="otherpkg-2.0")
+    else:  # the same size, an old mtime (the link's own is new, but lstat is not what an edit shows)
+        other = tmp_path / "elsewhere.so"
+        other.write_bytes(flipped(FILES[lib]))
+        os.utime(other, ns=(10**18, 10**18))
+        (pkg / lib).unlink()
+        (pkg / lib).symlink_to(other)
+        os.utime(pkg / lib, ns=(10**18, 10**18), follow_symlinks=False)
     key, hashed = fingerprint(pkg)
     assert key == bytes_key(pkg)
     assert lib in hashed and (how == "no RECORD") == (len(hashed) == len(FILES))
