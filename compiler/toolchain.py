@@ -4,12 +4,25 @@ Triton's own `triton_key()` hashes libtriton (~0.4 s) and `backend.hash()` runs 
 (~20 ms). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
 identity (path, size, mtime_ns) of the files they depend on. Reinstalling Triton or swapping ptxas
 changes the identity, which forces a recompute.
+
+A fresh node (no memo) need not hash libtriton either: the installer recorded every file's sha256
+in its distribution's RECORD, and `InstalledHashes` takes it from there, giving the very text
+`triton_key()` returns (so every node, fresh or not, gets the same keys). A recorded hash is used
+only where the file is a regular file (not a link) of the recorded size and not modified after the
+RECORD was written (mtime at most the RECORD's), and where no other distribution's RECORD lists it with
+another hash; any other file (an editable or source install, a file not listed, a file edited
+since) is hashed as before. What this relies on is what the memo already relies on: an in-place
+edit that keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +72,89 @@ def _backend_identity(target: Target) -> list[Any]:
     backend_dir = "nvidia" if target.backend == "cuda" else "amd"
     return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
         + [_identity(p) for p in tc.ptxas_candidates(target)]
+
+
+MAX_RECORD_BYTES = 64 << 20
+
+
+def _file_sha256(path: str) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB chunks (as Triton hashes libtriton)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class InstalledHashes:
+    """The sha256 of a package's files as the installer recorded them in the RECORD of each
+    distribution installed beside it (`site_dir/*.dist-info/RECORD`), checked against the file.
+
+    `sha256(path)` answers from a RECORD where the file is a regular file (not a link) of the recorded size whose
+    mtime is not after that RECORD's, and every RECORD listing it agrees; otherwise it hashes the
+    bytes (counted in `hashed`)."""
+
+    def __init__(self, package_dir: str):
+        self.hashed: list[str] = []
+        self._recorded: dict[str, tuple[str, int, int] | None] = {}  # path -> (base64, size, RECORD mtime_ns)
+        site = os.path.dirname(os.path.abspath(package_dir))
+        try:
+            infos = [e.path for e in os.scandir(site) if e.name.endswith(".dist-info") and e.is_dir()]
+        except OSError:
+            infos = []
+        for info in sorted(infos):
+            self._read_record(site, os.path.join(info, "RECORD"), os.path.basename(package_dir.rstrip(os.sep)))
+
+    def _read_record(self, site: str, record: str, top: str) -> None:
+        try:
+            with open(record, "rb") as f:
+                st = os.fstat(f.fileno())
+                raw = f.read(MAX_RECORD_BYTES + 1) if st.st_size <= MAX_RECORD_BYTES else b""
+        except OSError:
+            return
+        needle = f"{top}/".encode()
+        if len(raw) > MAX_RECORD_BYTES or needle not in raw:
+            return
+        lines = [line.decode("utf-8", "replace") for line in raw.splitlines() if needle in line]
+        for row in csv.reader(lines):
+            if len(row) != 3 or f"{top}/" not in row[0]:
+                continue  # a file outside the package (RECORD's paths are relative, with "/")
+            path = os.path.normpath(os.path.join(site, row[0]))
+            algorithm, _, value = row[1].partition("=")
+            found = (value, int(row[2])) if algorithm == "sha256" and value and row[2].isdigit() else None
+            if path in self._recorded:
+                known = self._recorded[path]
+                if known is None or found is None or known[:2] != found:
+                    self._recorded[path] = None  # listed twice, differently: trust neither
+                else:
+                    self._recorded[path] = (known[0], known[1], max(known[2], st.st_mtime_ns))
+            else:
+                self._recorded[path] = None if found is None else (*found, st.st_mtime_ns)
+
+    def recorded(self, path: str) -> str | None:
+        """The recorded hex sha256 of `path` where it can be trusted, else None."""
+        found = self._recorded.get(os.path.normpath(os.path.abspath(path)))
+        if found is None:
+            return None
+        try:
+            st = os.lstat(path)  # a link put in the file's place is not the file installed there
+            digest = base64.urlsafe_b64decode(found[0] + "=" * (-len(found[0]) % 4))
+        except (OSError, ValueError):
+            return None
+        unchanged = stat.S_ISREG(st.st_mode) and st.st_size == found[1] and st.st_mtime_ns <= found[2]
+        return digest.hex() if unchanged and len(digest) == 32 else None
+
+    def sha256(self, path: str) -> str:
+        found = self.recorded(path)
+        if found is not None:
+            return found
+        self.hashed.append(path)
+        return _file_sha256(path)
+
+
+def triton_build_key() -> str:
+    """Triton's build key, each file's hash taken from Triton's RECORD where it can be trusted."""
+    return tc.triton_build_key(InstalledHashes(tc.triton_package_dir()).sha256)
 
 
 class _Memo:
@@ -112,16 +208,17 @@ def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
 
 
 def prime_in_background() -> None:
-    """Start Triton's build key (the bulk of the fingerprint: hashing libtriton, 0.3-0.5 s where the
-    memo is missing or stale) on a daemon thread, so that a cold process pays for it while it imports
-    and builds its model, not at its first lowering; where the memo is fresh this reads one small file.
+    """Start Triton's build key (the bulk of the fingerprint where Triton has no RECORD to trust:
+    hashing libtriton, 0.3-0.5 s where the memo is missing or stale) on a daemon thread, so that a
+    cold process pays for it while it imports and builds its model, not at its first lowering; where
+    the memo is fresh this reads one small file, where the RECORD serves it a few ms of reading.
     (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""
     global _primed
     with _lock:
         if _primed:
             return
         _primed = True
-    threading.Thread(target=lambda: _memoized("triton_key", _triton_identity(), tc.triton_build_key, None),
+    threading.Thread(target=lambda: _memoized("triton_key", _triton_identity(), triton_build_key, None),
                      name="kernel-cache-toolchain", daemon=True).start()
 
 
@@ -146,7 +243,7 @@ def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
     if cached is None:
         cached = {
             "triton_version": tc.TRITON_VERSION,
-            "triton_build": _memoized("triton_key", _triton_identity(), tc.triton_build_key, memo_dir),
+            "triton_build": _memoized("triton_key", _triton_identity(), triton_build_key, memo_dir),
             "backend": _memoized("backend_hash", _backend_identity(target),
                                  lambda: tc.backend_toolchain_hash(target), memo_dir),
         }

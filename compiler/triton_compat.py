@@ -4,7 +4,8 @@ The rest of the compiler package, and the lowering, call these helpers and never
 directly (the lowering reads @triton.autotune / @triton.heuristics wrappers through `wrapper_chain`
 and the accessors after it), so a new Triton release means reading this file, not every package.
 Capabilities are detected by looking for attributes, not by comparing version strings. The module
-is long because it is that one place: splitting it would scatter what a Triton release changes.
+is long because it is that one place: splitting it would scatter what a Triton release changes
+(Triton's build key composed from recorded hashes among them).
 
 Its module-level memos are pure functions of their keys under the installed Triton (a backend per
 target, a JITFunction's parameter flags, parsed options per target and option set): true under any
@@ -14,6 +15,8 @@ configuration, so they stay out of the session (see `kernel_cache.session`).
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 import os
 import sysconfig
 import threading
@@ -246,13 +249,67 @@ def triton_package_dir() -> str:
     return os.path.dirname(str(triton.__file__))
 
 
-def triton_build_key() -> str:
-    """Triton's hash of its own build (hashes libtriton, ~0.4 s): call only on a memo miss."""
+# The sha256 of `inspect.getsource(triton_key)` (lines right-stripped, blank and comment-only lines
+# dropped) for each form of Triton's build key that `_triton_key_from` composes exactly: Triton 3.9's
+# (runtime/cache.py; the same text in the releases before it that read `_C/libtriton.{ext}`).
+# A Triton whose triton_key reads otherwise gets its own function, which hashes every byte.
+KNOWN_TRITON_KEYS = frozenset({"4e968c6ee769dee92e4ffbd0579aa4168bb1347d2d05c26939d22ab9ab5f0471"})
+
+
+def _triton_key_function() -> Callable[[], str]:
     try:
         from triton.runtime.cache import triton_key
     except ImportError:  # older layouts kept it in compiler
         from triton.compiler.compiler import triton_key
-    return str(triton_key())
+    return triton_key  # type: ignore[no-any-return]
+
+
+def triton_key_source_digest() -> str:
+    """Which text of triton_key the installed Triton has ("" where its source cannot be read)."""
+    fn = _triton_key_function()
+    try:
+        lines = inspect.getsource(fn).splitlines()
+    except (OSError, TypeError):
+        return ""
+    kept = [line.rstrip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()
+
+
+def triton_build_key(sha256_of: Callable[[str], str] | None = None) -> str:
+    """Triton's hash of its own build: the text `triton_key()` returns.
+
+    With `sha256_of` (a path -> the hex sha256 of that file's bytes, found more cheaply than reading
+    them) and a triton_key this shim knows, the same text composed here from the same files in the
+    same order; otherwise Triton's own function, which hashes libtriton (~0.4 s): call only on a memo
+    miss."""
+    if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
+        return _triton_key_from(sha256_of)
+    return str(_triton_key_function()())
+
+
+def _triton_key_from(sha256_of: Callable[[str], str]) -> str:
+    """Triton 3.9's triton_key (runtime/cache.py) with each `sha256(open(f).read()).hexdigest()`
+    replaced by `sha256_of(f)`: the frontend (cache.py itself), every module pkgutil walks under
+    compiler/ and backends/, libtriton, every module under language/, after the version."""
+    import pkgutil
+
+    import triton.runtime.cache as cache
+
+    triton_path = os.path.dirname(os.path.dirname(os.path.abspath(cache.__file__)))
+    contents = [sha256_of(str(cache.__file__))]
+    for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
+                         (os.path.join(triton_path, "backends"), "triton.backends.")):
+        contents += [sha256_of(_module_origin(lib)) for lib in pkgutil.walk_packages([path], prefix=prefix)]
+    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
+    contents.append(sha256_of(os.path.join(triton_path, "_C", f"libtriton.{ext}")))
+    language_path = os.path.join(triton_path, "language")
+    contents += [sha256_of(_module_origin(lib))
+                 for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
+    return f"{cache.__version__}" + "-".join(contents)
+
+
+def _module_origin(lib: Any) -> str:
+    return str(lib.module_finder.find_spec(lib.name).origin)
 
 
 def backend_toolchain_hash(target: Target) -> str:

@@ -6,7 +6,8 @@ Prints:
 - hit latency by entry size (4 KiB ... 8 MiB) for the memory, disk, shared and remote levels (p50 of
   fresh reads), with each level's ratio to the disk;
 - a warm process lowering lowering.examples' 9 programs (cross-lowered for sm_90) served from the
-  remote alone (a new, empty local dir each time) vs from its local disk: lowering seconds, ratio;
+  remote alone, or from a shared directory alone (a new, empty local dir each time: a fresh node,
+  without its toolchain memo) vs from its local disk: lowering seconds, ratios;
 - N processes x M keys (synthetic 10 ms builds) warming one namespace at once: time to warm and the
   number of builds, with the server healthy, and with it killed at a random moment within the
   healthy run's length (then started again): every process must finish, and builds stay close to M;
@@ -131,19 +132,27 @@ def hit_latency(server: RedisServer, tmp: Path, rounds: int) -> None:
 
 
 def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
-    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_REMOTE": server.url,
-              "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
-    first = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common))
-    remote_only, local = [], []
+    """A fresh node (a new, empty local dir each time: no toolchain memo either) served by the remote
+    alone or by a shared directory alone, beside a warm node served by its own local disk."""
+    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key")}
+    remote = {"KERNEL_CACHE_REMOTE": server.url, "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
+    shared = {"KERNEL_CACHE_SHARED_DIR": str(tmp / "shared-programs")}
+    (tmp / "shared-programs").mkdir()
+    first = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common, **remote, **shared))
+    remote_only, shared_only, local = [], [], []
     for i in range(rounds):  # interleaved: the box's speed drifts, the ratio does not
-        r = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"fresh{i}"), **common))
+        r = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"fresh{i}"), **common, **remote))
         remote_only.append(r["lowering"])
         assert r["stats"]["compiles"] == 0, r["stats"]
-        local.append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common))["lowering"])
-    ro, lo = statistics.median(remote_only), statistics.median(local)
+        r = json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / f"fresh-shared{i}"), **common, **shared))
+        shared_only.append(r["lowering"])
+        assert r["stats"]["compiles"] == 0, r["stats"]
+        local.append(json.loads(child(LOWER, KERNEL_CACHE_DIR=str(tmp / "seed"), **common, **remote))["lowering"])
+    ro, so, lo = statistics.median(remote_only), statistics.median(shared_only), statistics.median(local)
     print(f"\nwarm process, 9 programs / 14 kernels lowered (median of {rounds}; cold first: "
           f"{first['lowering']:.2f} s, {first['stats']['compiles']} compiles)")
     print(f"  served from the remote alone  {ro:.3f} s   from the local disk  {lo:.3f} s   ratio {ro / lo:.2f}x")
+    print(f"  served from a shared dir alone  {so:.3f} s   from the local disk  {lo:.3f} s   ratio {so / lo:.2f}x")
 
 
 PLANTED_BYTES = 200 << 20

@@ -146,7 +146,7 @@ def test_memo_is_recomputed_when_the_toolchain_files_change(tmp_path, monkeypatc
     memo_dir = tmp_path / "memo"
     spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
     calls, real_key = [], tc.triton_build_key
-    monkeypatch.setattr(tc, "triton_build_key", lambda: calls.append(1) or real_key())
+    monkeypatch.setattr(tc, "triton_build_key", lambda *a: calls.append(1) or real_key(*a))
     toolchain.toolchain_fingerprint(spec.target, memo_dir)
     assert len(calls) == 1
     toolchain.clear_process_memo()
