@@ -19,7 +19,8 @@ from typing import Any
 from diskcache.core import MODE_RAW
 
 from . import events
-from .disk_index import INDEX, RawOnlyDisk, open_index, open_read_only
+from .disk_index import INDEX, RawOnlyDisk, open_index
+from .disk_sql import open_read_only, raw_rows
 
 STATS_DIR = "stats"
 STATS_TIMEOUT = 1.0
@@ -48,9 +49,9 @@ class Stats:
         if directory is not None and read_only:
             try:
                 with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
-                    rows = con.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
-                                       (MODE_RAW,)).fetchall()
-                self._persisted = {k: v for k, v in rows if isinstance(k, str) and isinstance(v, int)}
+                    rows = list(raw_rows(con))
+                self._persisted = {k: v for k, mode, v in rows
+                                   if mode == MODE_RAW and isinstance(k, str) and isinstance(v, int)}
             except Exception as exc:
                 self._unavailable = f"{type(exc).__name__}: {exc}"
 
