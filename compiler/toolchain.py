@@ -154,7 +154,8 @@ class InstalledHashes:
 
 def triton_build_key() -> str:
     """Triton's build key, each file's hash taken from Triton's RECORD where it can be trusted."""
-    return tc.triton_build_key(InstalledHashes(tc.triton_package_dir()).sha256)
+    hashes = InstalledHashes(tc.triton_package_dir())
+    return tc.triton_build_key(lambda paths: [hashes.sha256(path) for path in paths])
 
 
 class _Memo:

@@ -275,11 +275,11 @@ def triton_key_source_digest() -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()
 
 
-def triton_build_key(sha256_of: Callable[[str], str] | None = None) -> str:
+def triton_build_key(sha256_of: Callable[[list[str]], list[str]] | None = None) -> str:
     """Triton's hash of its own build: the text `triton_key()` returns.
 
-    With `sha256_of` (a path -> the hex sha256 of that file's bytes, found more cheaply than reading
-    them) and a triton_key this shim knows, the same text composed here from the same files in the
+    With `sha256_of` (paths -> the hex sha256 of each file's bytes, found more cheaply than reading
+    them; asked once for every file) and a triton_key this shim knows, the same text composed here from the same files in the
     same order; otherwise Triton's own function, which hashes libtriton (~0.4 s): call only on a memo
     miss."""
     if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
@@ -287,7 +287,7 @@ def triton_build_key(sha256_of: Callable[[str], str] | None = None) -> str:
     return str(_triton_key_function()())
 
 
-def _triton_key_from(sha256_of: Callable[[str], str]) -> str:
+def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
     """Triton 3.9's triton_key (runtime/cache.py) with each `sha256(open(f).read()).hexdigest()`
     replaced by `sha256_of(f)`: the frontend (cache.py itself), every module pkgutil walks under
     compiler/ and backends/, libtriton, every module under language/, after the version."""
@@ -296,16 +296,15 @@ def _triton_key_from(sha256_of: Callable[[str], str]) -> str:
     import triton.runtime.cache as cache
 
     triton_path = os.path.dirname(os.path.dirname(os.path.abspath(cache.__file__)))
-    contents = [sha256_of(str(cache.__file__))]
+    files = [str(cache.__file__)]
     for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
                          (os.path.join(triton_path, "backends"), "triton.backends.")):
-        contents += [sha256_of(_module_origin(lib)) for lib in pkgutil.walk_packages([path], prefix=prefix)]
+        files += [_module_origin(lib) for lib in pkgutil.walk_packages([path], prefix=prefix)]
     ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
-    contents.append(sha256_of(os.path.join(triton_path, "_C", f"libtriton.{ext}")))
+    files.append(os.path.join(triton_path, "_C", f"libtriton.{ext}"))
     language_path = os.path.join(triton_path, "language")
-    contents += [sha256_of(_module_origin(lib))
-                 for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
-    return f"{cache.__version__}" + "-".join(contents)
+    files += [_module_origin(lib) for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
+    return f"{cache.__version__}" + "-".join(sha256_of(files))
 
 
 def _module_origin(lib: Any) -> str:

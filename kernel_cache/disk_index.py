@@ -1,8 +1,9 @@
 """The local tier's on-disk layout and its SQLite index, opened safely: no pickle, bounded waits.
 
-diskcache keeps an SQLite index (entries/cache.db) and one value file per large entry
+diskcache keeps an SQLite index (entries/cache.db) and one value file per entry
 (entries/aa/bb/<hex>.val). Everything here reads that layout through `safefs` and never lets
-diskcache deserialize anything: `RawOnlyDisk` refuses pickled and text rows.
+diskcache deserialize anything: `RawOnlyDisk` refuses pickled and text rows. What diskcache's public
+API cannot do on that index is in `disk_sql`, the one module that reads its tables itself.
 """
 
 from __future__ import annotations
@@ -10,59 +11,44 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sqlite3
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import diskcache
 
+from .disk_sql import wait_for_writers
 from .entry import CorruptEntry
 from .errors import TierUnavailable, TierUntrusted
 from .safefs import Owners, Tree, UnsafeFile
 
 ENTRIES_DIR = "entries"
-
-
 LOCKS_DIR = "locks"
-
-
 STATS_DIR = "stats"
-
-
 INDEX = "cache.db"
 
-
-
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
-
-
 INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is rebuilt, so one process rebuilds it
-
-
-_DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT ("disk image is malformed"), SQLITE_NOTADB ("not a database")
-
-
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
-
-
 _NOT_RAW_KEY = "<a key kernel-cache did not write>"
 
 
-def value_parts(filename: object) -> tuple[str, str, str]:
-    match = VALUE_FILE.fullmatch(str(filename or ""))
-    if match is None:
-        raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
-    return match.group(1), match.group(2), match.group(3)
+@dataclass(frozen=True)
+class ValueFile:
+    """What `RawOnlyDisk.fetch` answers for a value kept in a file: the file's name under entries/,
+    never its bytes (DiskTier reads those through safefs)."""
+
+    filename: str
 
 
 class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types
     """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
     other way (pickle, text) was not written by kernel-cache and is never deserialized. Entry bytes
-    kept in value files are read by DiskTier through safefs, never through diskcache: here only
-    inline raw values (the stats counters) are fetched."""
+    kept in value files are read by DiskTier through safefs, never through diskcache: `Cache.get`
+    answers a `ValueFile` for them (so that the LRU touch, a `get`, reads nothing), and only inline
+    raw values (the stats counters) are fetched."""
 
     def get(self, key: Any, raw: bool) -> Any:
         return super().get(key, raw) if raw else _NOT_RAW_KEY
@@ -75,8 +61,9 @@ class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no t
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode == diskcache.core.MODE_RAW:
             return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        raise CorruptEntry("not an inline raw value: value files are read through DiskTier, pickle and "
-                           "text rows never")
+        if mode == diskcache.core.MODE_BINARY and not read:
+            return ValueFile(str(filename))
+        raise CorruptEntry("not an inline raw value or a value file: pickle and text rows are never loaded")
 
 
 def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
@@ -93,59 +80,9 @@ def open_index(directory: Path, timeout: float, **settings: Any) -> diskcache.Ca
     transaction: diskcache's own set-up retries each statement for 60 s, so probe first."""
     db = Path(directory) / INDEX
     if db.exists():
-        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            con.execute("ROLLBACK")
-        finally:
-            con.close()
+        wait_for_writers(db, timeout)
     settings.setdefault("disk", RawOnlyDisk)
     return diskcache.Cache(str(directory), timeout=timeout, **settings)
-
-
-def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
-    """A read-only connection; on a read-only mount where SQLite cannot create the WAL's shared
-    memory file, fall back to `immutable` (nobody can be writing there anyway)."""
-    if not db.is_file():
-        raise FileNotFoundError(f"no index at {db}")
-    uri = f"file:{quote(str(db))}?mode=ro"
-    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
-    try:
-        con.execute("SELECT count(*) FROM Cache").fetchone()
-        return con
-    except sqlite3.OperationalError as exc:
-        con.close()
-        if "locked" in str(exc):
-            raise
-    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
-                           check_same_thread=False)
-
-
-def is_damage(exc: BaseException) -> bool:
-    """Whether an error reading the index says its file is damaged (cut short, overwritten), not
-    that it is busy, unreadable for us or being created."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in _DAMAGE_CODES
-
-
-def damage_seen_by_writer(db: Path, timeout: float) -> str | None:
-    """How the index at `db` is damaged as a writer sees it, its journal included: "corrupt" (not a
-    database, cut short), "empty" (no table: cut to nothing, or being created right now) or None
-    (readable, busy, or not openable here). A reader's error alone does not say: one that cannot use
-    the journal reads the file without it (a healthy index mid-checkpoint, or before its first one)."""
-    try:
-        con = sqlite3.connect(f"file:{quote(str(db))}?mode=rw", uri=True, timeout=timeout)
-    except sqlite3.Error:
-        return None
-    try:
-        con.execute("SELECT count(*) FROM Cache").fetchone()
-        return None
-    except sqlite3.Error as exc:
-        if is_damage(exc):
-            return "corrupt"
-        return "empty" if "no such table" in str(exc) else None
-    finally:
-        con.close()
 
 
 def has_value_files(tree: Tree) -> bool:

@@ -21,8 +21,8 @@ from typing import Any
 
 import diskcache
 
+from . import disk_sql, locks
 from . import entry as entry_format
-from . import locks
 from .config import Config
 from .disk_index import (
     ENTRIES_DIR,
@@ -32,7 +32,6 @@ from .disk_index import (
     LOCKS_DIR,
     describe_error,
     open_index,
-    open_read_only,
     open_tree,
     value_files,
 )
@@ -213,13 +212,12 @@ def _rebuild(tree: Tree, directory: Path, max_bytes: int, owners: Owners | None,
     try:
         with tree.directory(ENTRIES_DIR, scratch, create=True):
             pass
-        index = open_index(directory / ENTRIES_DIR / scratch, timeout, **disk.index_settings(max_bytes))
-        try:
-            with index.transact():
-                files, recovered, removed = _index_files(tree, index, salvaged, max_entry_bytes)
-            index._sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            index.close()
+        open_index(directory / ENTRIES_DIR / scratch, timeout, **disk.index_settings(max_bytes)).close()
+        new = directory / ENTRIES_DIR / scratch / INDEX  # diskcache's tables, settings and triggers
+        with disk_sql.writing(new, timeout) as con:
+            files, recovered, removed = _index_files(tree, con, salvaged, max_entry_bytes)
+        with contextlib.closing(disk_sql.open_read_write(new, timeout)) as con:
+            disk_sql.checkpoint(con)
         moved_aside = _put_in_place(tree, scratch, stamp)
     finally:
         tree.remove_tree(ENTRIES_DIR, scratch)
@@ -234,11 +232,9 @@ def _rebuild(tree: Tree, directory: Path, max_bytes: int, owners: Owners | None,
 
 
 _SCRATCH = ".rebuild-"  # entries/.rebuild-PID-HEX/: where a new index is built before it is put in place
-_INSERT = ("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
-           " filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
 
 
-def _index_files(tree: Tree, index: diskcache.Cache, salvaged: list[tuple[str, bytes]],
+def _index_files(tree: Tree, index: sqlite3.Connection, salvaged: list[tuple[str, bytes]],
                  max_entry_bytes: int) -> tuple[int, int, int]:
     """Rows in the new `index` for every readable value file (its times from the file and its entry)
     and every salvaged value not in a file (kept inline: the writer moves it to a file when it opens);
@@ -260,8 +256,8 @@ def _index_files(tree: Tree, index: diskcache.Cache, salvaged: list[tuple[str, b
             continue  # a second copy (a writer racing the damage): no row points to it, debris removal takes it
         seen.add(key)
         used = st.st_mtime
-        index._sql(_INSERT, (key, _number(entry.meta.get("created"), used), used, len(data),
-                             diskcache.core.MODE_BINARY, "/".join(parts), None))
+        disk_sql.insert_value_file(index, key, _number(entry.meta.get("created"), used), used, len(data),
+                                   "/".join(parts))
     for key, value in salvaged:
         if key in seen:
             continue
@@ -271,8 +267,7 @@ def _index_files(tree: Tree, index: diskcache.Cache, salvaged: list[tuple[str, b
             removed += 1
             continue
         seen.add(key)
-        now = time.time()
-        index._sql(_INSERT, (key, now, now, len(value), diskcache.core.MODE_RAW, None, value))
+        disk_sql.insert_inline(index, key, time.time(), value)
     return files, len(seen), removed
 
 
@@ -301,12 +296,12 @@ def _read_damaged_index(db: Path) -> tuple[set[str] | None, list[tuple[str, byte
     listed: set[str] | None = None
     salvaged: list[tuple[str, bytes]] = []
     try:
-        old = open_read_only(db, 5.0)
+        old = disk_sql.open_read_only(db, 5.0)
     except (sqlite3.Error, OSError):
         return None, []
     with contextlib.closing(old):
         try:
-            rows = old.execute("SELECT key, mode, value FROM Cache WHERE raw = 1")
+            rows = disk_sql.raw_rows(old)
             listed = set()
             for key, mode, value in rows:
                 if isinstance(key, str) and is_key(key):

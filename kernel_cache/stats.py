@@ -8,7 +8,8 @@ jax.monitoring's, called directly). With none registered an event costs one chec
 on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
 about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
 Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
-bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts.
+bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts. The module is long
+because the counters and their events are one place: a hit is counted and sent without leaving it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any, NamedTuple
 
 from diskcache.core import MODE_RAW
 
-from .disk_index import INDEX, RawOnlyDisk, open_index, open_read_only
+from .disk_index import INDEX, RawOnlyDisk, open_index
+from .disk_sql import open_read_only, raw_rows
 from .warnings_once import warn_once
 
 STATS_DIR = "stats"
@@ -145,9 +147,9 @@ class Stats:
         if directory is not None and read_only:
             try:
                 with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
-                    rows = con.execute("SELECT key, value FROM Cache WHERE raw = 1 AND mode = ?",
-                                       (MODE_RAW,)).fetchall()
-                self._persisted = {k: v for k, v in rows if isinstance(k, str) and isinstance(v, int)}
+                    rows = list(raw_rows(con))
+                self._persisted = {k: v for k, mode, v in rows
+                                   if mode == MODE_RAW and isinstance(k, str) and isinstance(v, int)}
             except Exception as exc:
                 self._unavailable = f"{type(exc).__name__}: {exc}"
 

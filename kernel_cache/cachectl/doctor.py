@@ -37,7 +37,8 @@ from lowering.payload import jaxlib_compat
 
 from .. import interception
 from ..config import Config
-from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error, open_read_only
+from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error
+from ..disk_sql import count_and_size, open_read_only
 from ..display import redacted
 from ..locks import filesystem_of, flock_is_coherent
 from ..safefs import Owners
@@ -160,7 +161,7 @@ def _index(directory: Path, config: Config) -> Check:
         con = _open_index(db, min(config.index_timeout, 5.0))
         try:
             # the entries' bytes, as stats, list and prune count them (the index itself is not an entry)
-            count, size = con.execute("SELECT count(*), coalesce(sum(size), 0) FROM Cache WHERE raw = 1").fetchone()
+            count, size = count_and_size(con)
         finally:
             con.close()
     except Exception as exc:

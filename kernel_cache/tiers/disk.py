@@ -4,8 +4,10 @@ Values are our own encoded entries (bytes), stored raw, each in its own value fi
 keys, sizes and times only, so it is a cache of the files that `rebuild_index` can always rebuild
 (entries an older kernel-cache kept inside the index move to files when the writer opens). What diskcache would unpickle is never
 loaded: `RawOnlyDisk` refuses every pickled or text row (a hostile row is a corrupt entry, not
-code to run), and lookups read the index with our own SELECT and the value file through
-`safefs` (no symlink, no FIFO, capped size).
+code to run), and lookups read the index on a connection of our own (`disk_sql`: diskcache's
+public API cannot read without writing) and the value file through `safefs` (no symlink, no FIFO,
+capped size). Writes go through diskcache's public API (set, delete, cull, clear; a hit's LRU
+touch is a `Cache.get`, deferred and batched in one transaction).
 
 Trust: the directory, its levels and the index files must be owned by you, root or the trusted
 group and writable by nobody else; otherwise the tier is refused (TierUntrusted) and the store
@@ -24,7 +26,8 @@ diskcache's SQLite locking is unreliable on network filesystems, so this tier is
 only; the shared tier (plain files) serves multi-node clusters.
 
 This module is long because it is one tier's whole Tier protocol (lookups, bounded writes, lock,
-debris); the index's safe opening lives in disk_index and its repair in disk_repair.
+debris); the index's safe opening lives in disk_index, its repair in disk_repair and what reads
+diskcache's tables in disk_sql.
 """
 
 from __future__ import annotations
@@ -40,24 +43,22 @@ from typing import Any
 
 import diskcache
 
-from .. import cache_marker, locks
+from .. import cache_marker, disk_sql, locks
 from .. import entry as entry_format
 from ..config import Config
 from ..disk_index import (
     ENTRIES_DIR,
     INDEX,
     LOCKS_DIR,
+    VALUE_FILE,
     RawOnlyDisk,
-    damage_seen_by_writer,
     describe_error,
     has_value_files,
-    is_damage,
     open_index,
-    open_read_only,
     open_tree,
     value_files,
-    value_parts,
 )
+from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from ..errors import IndexDamaged, TierReadOnly, TierUnavailable
 from ..safefs import Owners, UnsafeFile
@@ -66,7 +67,6 @@ from ..warnings_once import warn_once
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
-_GET = "SELECT rowid, mode, filename, value, access_time FROM Cache WHERE key = ? AND raw = 1"
 
 
 class DiskTier:
@@ -88,11 +88,12 @@ class DiskTier:
         self._cache: diskcache.Cache | None = None
         self._lock = threading.Lock()
         self._readers = threading.local()
+        self._writer_opened = 0  # how many times the writer opened: a thread's reader from before reads anew
         self._busy_until = 0.0
         self._reopen_at = None if read_only else 0.0  # when to try opening for writing again
         self.read_only_reason = "opened read-only" if read_only else ""
-        self._touches: dict[int, float] = {}  # hits not yet recorded in the index (rowid -> when)
-        self._key_touches: dict[str, float] = {}  # uses by key (`touch`): kernels a call record served
+        self._touches: dict[str, float] = {}  # uses not yet recorded in the index (key -> when): hits, and
+        # kernels a call record served (`touch`)
         # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
         # the first write, or here when there is no index yet to read (a new cache: no entry files
         # either; an index gone while its entry files are there is damage, never replaced by an empty one).
@@ -116,6 +117,7 @@ class DiskTier:
             with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
                 pass
             self._cache = self._open_writer()
+            self._writer_opened += 1
             self.read_only_reason = ""
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self.read_only_reason = describe_error(exc)
@@ -123,16 +125,21 @@ class DiskTier:
             return
         self.flush_touches()
         with contextlib.suppress(TierReadOnly):
-            self._write(_move_inline_values)
+            self._write(self._move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, **index_settings(self.max_bytes))
 
     def _reader(self) -> sqlite3.Connection:
+        """This thread's connection for reading the index: read-only until the writer opens, then one
+        that sees the index (its journal included) as the writer does."""
         con = getattr(self._readers, "con", None)
-        if con is None:
-            con = open_read_only(self.directory / ENTRIES_DIR / INDEX, self.index_timeout)
-            self._readers.con = con
+        if con is None or self._readers.opened != self._writer_opened:
+            self._close_reader()
+            db = self.directory / ENTRIES_DIR / INDEX
+            con = open_read_only(db, self.index_timeout) if self._cache is None else \
+                open_read_write(db, self.index_timeout)
+            self._readers.con, self._readers.opened = con, self._writer_opened
         return con
 
     def _check_reader(self, confirm: bool = False) -> None:
@@ -141,7 +148,7 @@ class DiskTier:
         damage the reader sees is one only if a writer's connection sees it too (see
         `damage_seen_by_writer`): a writing process must never rebuild a healthy index."""
         try:
-            self._reader().execute("SELECT count(*) FROM Cache").fetchone()
+            disk_sql.probe(self._reader())
         except (sqlite3.Error, OSError) as exc:
             self._close_reader()
             seen: str | None = None  # "corrupt", "empty" (no table, or no index at all) or None: not damage
@@ -180,15 +187,10 @@ class DiskTier:
         return self._writer_due() and time.monotonic() >= self._busy_until
 
     # Lookups ------------------------------------------------------------------------------
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        if self._cache is not None:
-            return list(self._cache._sql(sql, params).fetchall())  # diskcache's connection, same thread rules
-        return self._reader().execute(sql, params).fetchall()
-
     def get(self, key: str) -> Entry | None:
         """The valid entry for `key`, or None. A corrupt entry is deleted and reported."""
         check_key(key)
-        data, rowid, access_time = self._fetch(key)
+        data, access_time = self._fetch(key)
         if data is None:
             return None
         try:
@@ -197,29 +199,28 @@ class DiskTier:
             self._drop(key)
             raise
         if time.time() - access_time > TOUCH_INTERVAL:
-            self._touch(rowid)
+            self._touch(key)
         return entry
 
-    def _fetch(self, key: str) -> tuple[bytes | None, int, float]:
-        rows = self._query(_GET, (key,))
-        if not rows:
-            return None, 0, 0.0
-        rowid, mode, filename, value, access_time = rows[0]
+    def _fetch(self, key: str) -> tuple[bytes | None, float]:
+        row = disk_sql.lookup(self._reader(), key)
+        if row is None:
+            return None, 0.0
         try:
-            data = self._value(mode, filename, value)
+            data = self._value(row)
         except CorruptEntry:
             self._drop(key)
             raise
-        return data, rowid, float(access_time or 0.0)
+        return data, row.access_time
 
-    def _value(self, mode: int, filename: str | None, value: Any) -> bytes | None:
-        if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
-            if len(value) > self.max_entry_bytes:
-                raise CorruptEntry(f"index value of {len(value)} bytes is over KERNEL_CACHE_MAX_ENTRY_BYTES")
-            return value
-        if mode == diskcache.core.MODE_BINARY:
+    def _value(self, row: disk_sql.Row) -> bytes | None:
+        if row.mode == diskcache.core.MODE_RAW and isinstance(row.value, bytes):
+            if len(row.value) > self.max_entry_bytes:
+                raise CorruptEntry(f"index value of {len(row.value)} bytes is over KERNEL_CACHE_MAX_ENTRY_BYTES")
+            return row.value
+        if row.mode == diskcache.core.MODE_BINARY:
             try:
-                found = self.tree.read(ENTRIES_DIR, *value_parts(filename), max_bytes=self.max_entry_bytes)
+                found = self.tree.read(ENTRIES_DIR, *value_parts(row.filename), max_bytes=self.max_entry_bytes)
             except UnsafeFile as exc:
                 raise CorruptEntry(f"value file refused: it {exc.reason}") from None
             return None if found is None else found[0]
@@ -236,7 +237,7 @@ class DiskTier:
 
     def __contains__(self, key: object) -> bool:
         try:
-            return bool(self._query("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (check_key(key),)))
+            return disk_sql.contains(self._reader(), check_key(key))
         except (ValueError, sqlite3.Error):
             return False
 
@@ -249,14 +250,12 @@ class DiskTier:
     def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs.
         Rows under names that are not content keys are not ours and are left out."""
-        rows = self._query("SELECT key, size, store_time, access_time FROM Cache WHERE raw = 1")
-        return [{"key": k, "size_bytes": int(s or 0), "created": float(st or 0), "last_used": float(at or 0)}
-                for k, s, st, at in rows if isinstance(k, str) and is_key(k)]
+        return [{"key": k, "size_bytes": s, "created": st, "last_used": at}
+                for k, s, st, at in disk_sql.listing(self._reader()) if isinstance(k, str) and is_key(k)]
 
     def volume(self) -> int:
-        (total,) = self._query("SELECT COALESCE(SUM(size), 0) FROM Cache")[0]
         st = self.tree.lstat(ENTRIES_DIR, INDEX)
-        return int(total) + (st.st_size if st is not None else 0)
+        return disk_sql.total_size(self._reader()) + (st.st_size if st is not None else 0)
 
     # Writes (bounded waits) ---------------------------------------------------------------
     def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
@@ -284,13 +283,13 @@ class DiskTier:
         """Remove the entry. Its value file goes first: on a full disk that frees the space the
         index needs to record the deletion."""
         check_key(key)
-        rows = self._query("SELECT filename FROM Cache WHERE key = ? AND raw = 1", (key,))
-        if not rows:
+        row = disk_sql.lookup(self._reader(), key)
+        if row is None:
             return False
         file_removed = False
-        if rows[0][0]:
+        if row.filename:
             try:
-                file_removed = self.tree.unlink(ENTRIES_DIR, *value_parts(rows[0][0]))
+                file_removed = self.tree.unlink(ENTRIES_DIR, *value_parts(row.filename))
             except (CorruptEntry, FileNotFoundError):
                 pass  # no value file to remove: the row goes
             except OSError:
@@ -305,11 +304,11 @@ class DiskTier:
         with contextlib.suppress(TierReadOnly, OSError):
             self.delete(key)
 
-    def _touch(self, rowid: int) -> None:
+    def _touch(self, key: str) -> None:
         """Record a hit for the LRU order: now if the index is open for writing, else at the next
         write or at exit (`flush_touches`), so a warm process never opens the writer to read."""
         with self._lock:
-            self._touches[rowid] = time.time()
+            self._touches[key] = time.time()
         if self._cache is not None:
             self.flush_touches()
 
@@ -317,31 +316,25 @@ class DiskTier:
         now = time.time()
         valid = [check_key(key) for key in keys]
         with self._lock:
-            self._key_touches.update(dict.fromkeys(valid, now))
+            self._touches.update(dict.fromkeys(valid, now))
 
     def flush_touches(self) -> None:
+        """Record the deferred uses, oldest first, in one transaction: each a `Cache.get`, which under
+        the least-recently-used policy stamps the entry's access time (with the flush's time: a use
+        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`)."""
         with self._lock:
             touches, self._touches = self._touches, {}
-            by_key, self._key_touches = self._key_touches, {}
-        if not touches and not by_key:
+        if not touches:
             return
 
         def write(cache: diskcache.Cache) -> None:
-            for rowid, when in touches.items():
-                cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (when, rowid))
-            for key, when in by_key.items():
-                cache._sql("UPDATE Cache SET access_time = ? WHERE key = ? AND raw = 1 AND access_time < ?",
-                           (when, key, when))
+            with cache.transact(retry=False):
+                for key in sorted(touches, key=touches.__getitem__):
+                    with contextlib.suppress(CorruptEntry):  # a pickled row: never loaded, not touched
+                        cache.get(key, retry=False)
 
         with contextlib.suppress(TierReadOnly):
             self._write(write)
-
-    def index_value_file(self, key: str, parts: tuple[str, str, str], size: int, now: float) -> None:
-        """Point the index at a value file that is already in place (`rebuild_index`)."""
-        row = (check_key(key), now, now, size, diskcache.core.MODE_BINARY, "/".join(parts))
-        self._write(lambda cache: cache._sql(
-            "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size,"
-            " mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, NULL)", row))
 
     def set_max_bytes(self, max_bytes: int) -> None:
         self._write(lambda cache: cache.reset("size_limit", max_bytes))
@@ -355,8 +348,22 @@ class DiskTier:
         for name in value_files(self.tree):
             with contextlib.suppress(OSError):
                 self.tree.unlink(ENTRIES_DIR, *name)
-        self._write(lambda cache: cache._sql("DELETE FROM Cache"))
+        self._write(_clear)
         return count
+
+    def _move_inline_values(self, cache: diskcache.Cache) -> int:
+        """Entries an older kernel-cache kept inside the index (diskcache's default for values under
+        32 KiB) move to value files, then get their own times back; returns how many moved."""
+        moved = []
+        for key, value, stored, used in disk_sql.inline_values(self._reader()):
+            if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
+                cache.set(key, bytes(value), retry=False)
+                moved.append((key, stored, used))
+        if moved:
+            with disk_sql.writing(self.directory / ENTRIES_DIR / INDEX, self.index_timeout) as con:
+                for key, stored, used in moved:
+                    disk_sql.set_times(con, key, stored, used)
+        return len(moved)
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
@@ -379,10 +386,9 @@ class DiskTier:
     def integrity_problem(self) -> str | None:
         """SQLite's own check of the index; None when it is sound."""
         try:
-            rows = self._query("PRAGMA quick_check")
+            result = "; ".join(disk_sql.quick_check(self._reader()))
         except sqlite3.Error as exc:
             return describe_error(exc)
-        result = "; ".join(str(r[0]) for r in rows[:5])
         return None if result == "ok" else result
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
@@ -390,8 +396,7 @@ class DiskTier:
         lock files, both only once older than `older_than_seconds` (a live writer's files are
         seconds old). Returns [(path, bytes)] removed."""
         cutoff = time.time() - older_than_seconds
-        referenced = {os.path.normpath(str(f)) for (f,) in self._query(
-            "SELECT filename FROM Cache WHERE filename IS NOT NULL")}
+        referenced = {os.path.normpath(f) for f in disk_sql.value_filenames(self._reader())}
         removed = []
         for parts in value_files(self.tree):
             if os.path.normpath("/".join(parts)) in referenced:
@@ -413,19 +418,9 @@ def index_settings(max_bytes: int) -> dict[str, Any]:
             "cull_limit": 10, "statistics": False, "disk_min_file_size": 0}
 
 
-def _move_inline_values(cache: diskcache.Cache) -> int:
-    """Entries an older kernel-cache kept inside the index (diskcache's default for values under 32 KiB)
-    move to value files, keeping their times; returns how many moved."""
-    rows = cache._sql("SELECT key, value, store_time, access_time FROM Cache WHERE raw = 1 AND mode = ?"
-                      " AND value IS NOT NULL", (diskcache.core.MODE_RAW,)).fetchall()
-    moved = 0
-    for key, value, stored, used in rows:
-        if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
-            cache.set(key, bytes(value), retry=False)
-            cache._sql("UPDATE Cache SET store_time = ?, access_time = ? WHERE key = ? AND raw = 1",
-                       (stored, used, key))
-            moved += 1
-    return moved
+def _clear(cache: diskcache.Cache) -> None:
+    with cache.transact(retry=False):  # one transaction: diskcache's clear removes rows a hundred at a time
+        cache.clear(retry=False)
 
 
 def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskTier | None:
@@ -439,3 +434,11 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                   f"local cache {config.dir} cannot be written ({tier.read_only_reason}): serving its "
                   f"entries, new kernels stay in memory")
     return tier
+
+
+def value_parts(filename: object) -> tuple[str, str, str]:
+    """(subdirectory, name, suffix) of the value file an index row names; CorruptEntry for any other name."""
+    match = VALUE_FILE.fullmatch(str(filename or ""))
+    if match is None:
+        raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
+    return match.group(1), match.group(2), match.group(3)
