@@ -8,8 +8,8 @@ jax.monitoring's, called directly). With none registered an event costs one chec
 on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
 about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
 Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
-bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts. The module is long
-because the counters and their events are one place: a hit is counted and sent without leaving it.
+bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts. It is
+long because the counters and their events are one place: a hit is counted and sent without leaving it.
 """
 
 from __future__ import annotations
