@@ -4,7 +4,7 @@ Knows nothing of Triton or JAX. Configured from KERNEL_CACHE_* environment varia
 code with `configure(Config(...))`.
 
 Logging: kernel-cache always logs to the `kernel_cache` logger (and its children), as any library
-does: INFO is one line per lookup (key, tier, milliseconds, kernel, arch, launch config), DEBUG adds
+does: INFO is one line per lookup (key, level, milliseconds, kernel, arch, launch config), DEBUG adds
 the content-key summary of each compile and single-flight lock waits. Your logging configuration
 decides what is shown (`logging.basicConfig(level=logging.INFO)` shows the lookup lines).
 KERNEL_CACHE_LOG=info or debug is for programs that configure no logging: kernel-cache then sets
@@ -26,9 +26,9 @@ from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
 from .errors import KernelCacheError
 from .interception import InterceptError, intercept
+from .level import MaintainedLevel
 from .session import Session
 from .store import Store
-from .tier import MaintainedTier
 from .warnings_once import KernelCacheWarning, info_once
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheError", "KernelCacheWarning",
@@ -70,14 +70,14 @@ def configure(config: Config | None = None) -> Store:
     per-process memo of the old session goes with it."""
     global _default
     config = config if config is not None else Config.from_env()
-    _setup_logging(config)  # first: what opening the tiers says goes where KERNEL_CACHE_LOG asked
+    _setup_logging(config)  # first: what opening the levels says goes where KERNEL_CACHE_LOG asked
     with _guard:
         session = Session(config)
         old, _default = _default, session
     if old is not None:
         old.close()
     store = session.store
-    if config.dir is None and not config.disabled and not store.persistent_tiers:
+    if config.dir is None and not config.disabled and not store.persistent_levels:
         info_once("memory-only", MEMORY_ONLY)
     return store
 
@@ -112,10 +112,10 @@ def _flush_at_exit() -> None:
         try:
             store = _default.store
             store.stats.flush()
-            # uses for the tiers' LRU order, kept in memory so a warm process never writes the index per hit
-            for tier in store.persistent_tiers:
-                if isinstance(tier, MaintainedTier):
+            # uses for the levels' LRU order, kept in memory so a warm process never writes the index per hit
+            for level in store.persistent_levels:
+                if isinstance(level, MaintainedLevel):
                     with contextlib.suppress(Exception):
-                        tier.flush_touches()
+                        level.flush_touches()
         except Exception:
             pass

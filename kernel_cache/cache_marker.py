@@ -15,7 +15,7 @@ import contextlib
 from .cache_settings import SETTINGS_FILE
 from .config import TOOLCHAIN_MEMO, XLA_SUBDIR
 from .disk_index import ENTRIES_DIR, LOCKS_DIR, STATS_DIR
-from .errors import TierUnavailable
+from .errors import LevelUnavailable
 from .publish import is_temp, publish
 from .safefs import Owners, Tree, UnsafeFile
 
@@ -34,7 +34,7 @@ LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAI
                          DEMO_MARKER})
 
 
-class NotACacheDirectory(TierUnavailable):
+class NotACacheDirectory(LevelUnavailable):
     """A directory kernel-cache will not use as a cache (holds other files, or is the other kind)."""
 
 

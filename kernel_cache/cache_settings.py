@@ -2,7 +2,7 @@
 `ccache -M` in the cache: every process on that directory honours them, not only the one shell
 whose environment held a variable.
 
-One setting today: the local tier's bound. It applies where the process's own configuration leaves
+One setting today: the local level's bound. It applies where the process's own configuration leaves
 the bound at its default; `KERNEL_CACHE_MAX_BYTES` (or `Config(max_bytes=...)` in code) overrides it.
 
 The file lies in a directory other users may be able to write, so it is read as every cache file
@@ -82,7 +82,7 @@ def read(tree: Tree) -> StoredSettings:
 
 def load(directory: Path, owners: Owners) -> StoredSettings:
     """The settings stored in the cache directory `directory`. Nothing (no error) where there is no
-    such directory or it is refused as a whole (not yours: the tier itself says so, and reads
+    such directory or it is refused as a whole (not yours: the level itself says so, and reads
     nothing from it)."""
     try:
         tree = Tree(directory, owners)

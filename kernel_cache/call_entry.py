@@ -5,7 +5,7 @@ costs a content key, a store read and a proto per config (~0.7 ms a kernel on a 
 record turns a call seen before (in any process) into one store read: the zlib-compressed proto
 jaxlib launches, exactly as the lowering rule built it from its kernels.
 
-The record is an ordinary entry (kind "lowered-call"), so every tier, listing, prune, verify and
+The record is an ordinary entry (kind "lowered-call"), so every level, listing, prune, verify and
 bundle handles it like any other. Its key is a fingerprint the lowering computes from everything
 the payload is built from (see `lowering.records.call_records`); this module knows nothing of Triton or
 JAX. It holds a second copy of its kernels' binaries, so it still serves when they are pruned.

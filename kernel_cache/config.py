@@ -135,16 +135,16 @@ SETTINGS: tuple[Setting, ...] = (
             "local disk bound; least recently used entries are evicted; overrides the bound `cachectl config "
             "max-size` stores in the cache directory"),
     Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
-            "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, tier, ms) on stderr; "
+            "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, level, ms) on stderr; "
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
-    Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-tier lock kind: `auto`, `flock`, `soft`"),
+    Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`600s`",
             "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
             "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "
             "a remote compile lease is honoured; also bounds (at most 30 s) a wait for the local index held by "
             "another process"),
     Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`120s`",
-            "a shared-tier soft lock not refreshed for this long is taken over (its holder died)"),
+            "a shared-level soft lock not refreshed for this long is taken over (its holder died)"),
     Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
             "GPU target (`sm_90`, `gfx942`) for calls without `compute_capability=`; it overrides the "
             "visible device, so leave it unset on GPU hosts (prewarm and cross-lowering set it)"),

@@ -1,4 +1,4 @@
-"""The local tier's on-disk layout and its SQLite index, opened safely: no pickle, bounded waits.
+"""The local level's on-disk layout and its SQLite index, opened safely: no pickle, bounded waits.
 
 diskcache keeps an SQLite index (entries/cache.db) and one value file per entry
 (entries/aa/bb/<hex>.val). Everything here reads that layout through `safefs` and never lets
@@ -21,7 +21,7 @@ import diskcache
 
 from .disk_sql import wait_for_writers
 from .entry import CorruptEntry
-from .errors import TierUnavailable, TierUntrusted
+from .errors import LevelUnavailable, LevelUntrusted
 from .safefs import Owners, Tree, UnsafeFile
 
 ENTRIES_DIR = "entries"
@@ -38,7 +38,7 @@ _NOT_RAW_KEY = "<a key kernel-cache did not write>"
 @dataclass(frozen=True)
 class ValueFile:
     """What `RawOnlyDisk.fetch` answers for a value kept in a file: the file's name under entries/,
-    never its bytes (DiskTier reads those through safefs)."""
+    never its bytes (DiskLevel reads those through safefs)."""
 
     filename: str
 
@@ -46,7 +46,7 @@ class ValueFile:
 class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types
     """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
     other way (pickle, text) was not written by kernel-cache and is never deserialized. Entry bytes
-    kept in value files are read by DiskTier through safefs, never through diskcache: `Cache.get`
+    kept in value files are read by DiskLevel through safefs, never through diskcache: `Cache.get`
     answers a `ValueFile` for them (so that the LRU touch, a `get`, reads nothing), and only inline
     raw values (the stats counters) are fetched."""
 
@@ -113,15 +113,15 @@ def check_tree(tree: Tree) -> None:
 
 
 def open_tree(directory: Path, owners: Owners | None, create: bool) -> Tree:
-    """The cache directory as a checked Tree; TierUntrusted/TierUnavailable explain a refusal."""
+    """The cache directory as a checked Tree; LevelUntrusted/LevelUnavailable explain a refusal."""
     try:
         tree = Tree(directory, owners or Owners.current(), create=create)
         check_tree(tree)
         return tree
     except UnsafeFile as exc:
-        raise TierUntrusted(
+        raise LevelUntrusted(
             f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
             f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
             f"with KERNEL_CACHE_TRUSTED_GROUP") from None
     except OSError as exc:
-        raise TierUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
+        raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc

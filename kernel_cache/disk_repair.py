@@ -1,4 +1,4 @@
-"""Recovering a local tier whose index is damaged: read it from its value files, rebuild the index,
+"""Recovering a local level whose index is damaged: read it from its value files, rebuild the index,
 or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`), and heal it when a
 process opens it (`open_healed`, which the store calls): one process rebuilds, under the index lock,
 while the others wait a bounded time for it, then use the rebuilt index (or, still waiting, read the
@@ -36,16 +36,16 @@ from .disk_index import (
     value_files,
 )
 from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from .errors import IndexDamaged, TierReadOnly, TierUnavailable
+from .errors import IndexDamaged, LevelReadOnly, LevelUnavailable
+from .level import Level, no_lock
+from .levels import disk
+from .levels.disk import DiskLevel
 from .safefs import Owners, Tree
-from .tier import Tier, no_lock
-from .tiers import disk
-from .tiers.disk import DiskTier
 from .warnings_once import warn_once
 
 
-class ValueFilesTier:
-    """The local tier seen through its value files alone, for an operator when the index cannot
+class ValueFilesLevel:
+    """The local level seen through its value files alone, for an operator when the index cannot
     be opened (damaged): list, show, export and prune still work (every value is a file; entries an
     older kernel-cache kept inside the index are not seen); `rebuild_index` restores the index itself."""
 
@@ -112,7 +112,7 @@ class ValueFilesTier:
         pass
 
     def put_raw(self, key: str, data: bytes) -> None:
-        raise TierReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")
+        raise LevelReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")
 
     def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
         return no_lock(key, timeout)
@@ -128,19 +128,19 @@ def _number(value: Any, default: float) -> float:
 def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
                   max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, wait: float = 30.0) -> dict[str, Any]:
     """Replace a damaged index (`cachectl verify --repair`): under the index lock (waiting at most
-    `wait` seconds for a process rebuilding it, else TierUnavailable), see `_rebuild`."""
+    `wait` seconds for a process rebuilding it, else LevelUnavailable), see `_rebuild`."""
     tree = open_tree(Path(directory), owners, create=False)
     try:
         with locks.hold(tree, (LOCKS_DIR, INDEX_LOCK), "flock", wait) as held:
             if not held:
-                raise TierUnavailable(f"another process has been rebuilding the index of {directory} for "
+                raise LevelUnavailable(f"another process has been rebuilding the index of {directory} for "
                                       f"{wait:.0f} s; try again once it is done")
             return _rebuild(tree, Path(directory), max_bytes, owners, max_entry_bytes)
     finally:
         tree.close()
 
 
-def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[Tier, dict[str, Any] | None]:
+def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[Level, dict[str, Any] | None]:
     """The local level of `config` whose index `damage` says is damaged, healed: under the index lock
     the index is rebuilt from the entry files (or found rebuilt by the neighbour that held the lock),
     one warning saying so; returns the level and the rebuild's report (None: not rebuilt here). A
@@ -163,7 +163,7 @@ def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[T
         reason = (f"it could not be rebuilt here ({describe_error(exc)}): serving its entry files; "
                   f"'cachectl verify --repair' rebuilds it")
     try:
-        files = ValueFilesTier(directory, owners, config.max_entry_bytes)
+        files = ValueFilesLevel(directory, owners, config.max_entry_bytes)
     except Exception:
         raise damage from None
     warn_once(f"disk-index-damaged:{directory}", f"{damage.problem}: {reason}, new kernels stay in memory")
@@ -171,7 +171,7 @@ def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[T
 
 
 def _heal_holding_the_lock(tree: Tree, config: Config, owners: Owners,
-                           damage: IndexDamaged) -> tuple[Tier, dict[str, Any] | None]:
+                           damage: IndexDamaged) -> tuple[Level, dict[str, Any] | None]:
     directory = Path(config.dir or ".")
     try:
         return _open_local(config, owners), None  # a neighbour rebuilt it while we waited
@@ -186,10 +186,10 @@ def _heal_holding_the_lock(tree: Tree, config: Config, owners: Owners,
     return _open_local(config, owners), report
 
 
-def _open_local(config: Config, owners: Owners) -> Tier:
+def _open_local(config: Config, owners: Owners) -> Level:
     level = disk.open_from_config(config, owners, None, False)
     if level is None:
-        raise TierUnavailable("no local cache directory is configured")
+        raise LevelUnavailable("no local cache directory is configured")
     return level
 
 
@@ -221,12 +221,12 @@ def _rebuild(tree: Tree, directory: Path, max_bytes: int, owners: Owners | None,
         moved_aside = _put_in_place(tree, scratch, stamp)
     finally:
         tree.remove_tree(ENTRIES_DIR, scratch)
-    tier = DiskTier(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes, index_timeout=timeout)
+    level = DiskLevel(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes, index_timeout=timeout)
     try:
-        tier.open_writer()  # which moves the salvaged values kept inline into files
-        lost = sorted(key for key in (listed or ()) if key not in tier)
+        level.open_writer()  # which moves the salvaged values kept inline into files
+        lost = sorted(key for key in (listed or ()) if key not in level)
     finally:
-        tier.close()
+        level.close()
     return {"value_files": files, "recovered": recovered, "removed": removed, "listed": len(listed)
             if listed is not None else None, "lost": lost, "moved_aside": moved_aside}
 

@@ -10,11 +10,11 @@ the statements below against the new schema before changing the pin:
 - Reading without writing. `diskcache.Cache()` creates its tables and writes its settings when it
   opens, so it cannot open an index on a read-only mount, and a warm process that only reads would
   take the index's write lock to start; under the least-recently-used policy `Cache.get` also
-  updates the row in a write transaction on every hit. The tier's lookups (the warm read path), its
+  updates the row in a write transaction on every hit. The level's lookups (the warm read path), its
   presence probe and its listings read through a connection of our own (`open_read_only`, or
   `open_read_write` where the process writes: it sees the index as its writer does).
 - What the API does not expose without reading every value: an entry's size, store and access
-  times (`listing`), the name of its value file (`lookup`: the tier reads the file through safefs,
+  times (`listing`), the name of its value file (`lookup`: the level reads the file through safefs,
   never through diskcache's `open()`, which follows links), the value files the index names
   (`value_filenames`: debris) and the entries' total size.
 - Times kept. Entries an older kernel-cache kept inside the index move to files (`Cache.set`),

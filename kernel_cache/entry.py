@@ -20,7 +20,7 @@ The xxh3 checksum catches accidents (flipped bits, truncation); anyone can recom
 proves nothing about who wrote an entry. That is the signature's job.
 
 Nothing here is ever executed or unpickled. `decode` validates everything and raises
-`CorruptEntry`, which every tier turns into a miss plus removal of the bad entry.
+`CorruptEntry`, which every level turns into a miss plus removal of the bad entry.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ class KernelCacheError(Exception):
     written for that still matches."""
 
 
-class TierUnavailable(KernelCacheError, OSError):
-    """The tier cannot be used at all (directory missing and not creatable, damaged index)."""
+class LevelUnavailable(KernelCacheError, OSError):
+    """The level cannot be used at all (directory missing and not creatable, damaged index)."""
 
 
-class IndexDamaged(TierUnavailable):
-    """The local tier's index cannot be read (damaged, truncated, emptied or removed) while its entry
+class IndexDamaged(LevelUnavailable):
+    """The local level's index cannot be read (damaged, truncated, emptied or removed) while its entry
     files are there: the store rebuilds it from them (`disk_repair.open_healed`). `problem` says what
     is wrong, without the advice the message adds."""
 
@@ -24,18 +24,22 @@ class IndexDamaged(TierUnavailable):
         self.problem = problem or message
 
 
-class TierUntrusted(TierUnavailable):
-    """The tier's directory could have been written by users you did not agree to trust."""
+class LevelUntrusted(LevelUnavailable):
+    """The level's directory could have been written by users you did not agree to trust."""
 
 
-class TierReadOnly(KernelCacheError, OSError):
-    """The tier serves hits but cannot take writes (read-only mount, full disk, busy index)."""
+class LevelReadOnly(KernelCacheError, OSError):
+    """The level serves hits but cannot take writes (read-only mount, full disk, busy index)."""
 
 
 class RejectedEntry(KernelCacheError):
     """An entry refused for who wrote it (unsigned, another key, bad signature), not for damage:
-    it is a miss, counted, never copied into a faster tier, and left in place."""
+    it is a miss, counted, never copied into a faster level, and left in place."""
 
 
 class ReentrantBuild(KernelCacheError, RuntimeError):
     """A builder asked the store for the very key it is building: it would wait on itself."""
+
+
+# Their former names ("tier" was the word for a level), still importable.
+TierUnavailable, TierReadOnly, TierUntrusted = LevelUnavailable, LevelReadOnly, LevelUntrusted

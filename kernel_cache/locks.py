@@ -1,4 +1,4 @@
-"""Cross-node per-key locks for the shared tier: which kind to use, and soft-lock expiry.
+"""Cross-node per-key locks for the shared level: which kind to use, and soft-lock expiry.
 
 flock is only a cross-node lock where the filesystem forwards it to a lock manager (local disks,
 NFS with NLM/v4 locking, Lustre mounted with -o flock, GPFS, CephFS). FUSE filesystems such as

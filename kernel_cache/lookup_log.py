@@ -1,7 +1,7 @@
 """The lines kernel-cache logs per lookup, on the `kernel_cache` logger.
 
-INFO: one line per lookup, `KEY TIER MS ms  LABEL` (KERNEL_CACHE_LOG's handler prefixes `kernel-cache`;
-an application's own format names the logger instead) (tier: memory, disk, shared or
+INFO: one line per lookup, `KEY LEVEL MS ms  LABEL` (KERNEL_CACHE_LOG's handler prefixes `kernel-cache`;
+an application's own format names the logger instead) (level: memory, disk, shared or
 compile; the label is what the caller named the entry: the compiler gives kernel, arch, launch
 config and constexprs). DEBUG adds misses of `Store.lookup` and how long single-flight waited.
 Records are made whatever KERNEL_CACHE_LOG says (the application's logging configuration decides
@@ -27,10 +27,10 @@ def label_text(label: Label, default: str = "-") -> str:
     return (label() if callable(label) else label) or default
 
 
-def lookup(key: str, label: Label, tier: str, start: float) -> None:
-    """INFO: a lookup served by `tier` (or compiled), `start` its time.perf_counter()."""
+def lookup(key: str, label: Label, level: str, start: float) -> None:
+    """INFO: a lookup served by `level` (or compiled), `start` its time.perf_counter()."""
     if log.isEnabledFor(logging.INFO):
-        log.info("%s %-7s %9.2f ms  %s", key[:12], tier, (time.perf_counter() - start) * 1000,
+        log.info("%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
                  label_text(label))
 
 

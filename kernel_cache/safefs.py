@@ -2,7 +2,7 @@
 
 A cache directory is hostile ground: any name in it may be a symlink (to a victim's file, to
 /dev/zero), a FIFO (a reader that opens it blocks forever), a multi-GiB sparse file, or a file
-planted by a user we never agreed to trust. Every tier, lock, probe, quarantine and debris sweep
+planted by a user we never agreed to trust. Every level, lock, probe, quarantine and debris sweep
 goes through a `Tree`, which:
 - walks below its root with `openat(O_DIRECTORY|O_NOFOLLOW)` one level at a time, so a symlinked
   directory is refused (ELOOP) instead of followed, and checks each level's owner and mode;

@@ -4,7 +4,7 @@ The entry checksum (xxh3) is public arithmetic: a group member can replace a pub
 recompute it. With a signing key configured (KERNEL_CACHE_SIGNING_KEY_FILE, or
 KERNEL_CACHE_SIGNING_KEY), every entry this process writes carries
 `magic | key id | HMAC-SHA256(key, everything before the trailer)`, and entries read from the
-shared tier or a bundle must carry a valid one for the same key, or they are rejected.
+shared level or a bundle must carry a valid one for the same key, or they are rejected.
 
 The MAC covers the whole entry, not only its checksum: xxh3 is not collision-resistant, so a MAC
 over the checksum alone would let a forger swap in a colliding payload. Cost: one SHA-256 pass

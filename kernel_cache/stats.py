@@ -1,4 +1,4 @@
-"""Counters that survive the process: hits per tier, misses, compiles, compile seconds saved.
+"""Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
 A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
 increments across processes) after a compile, at most once a second otherwise, and at exit. Each
@@ -44,7 +44,7 @@ KINDS = (HIT, MISS, COMPILE, REJECTED, ERROR)
 
 class Event(NamedTuple):
     kind: str  # HIT, MISS, COMPILE, REJECTED or ERROR
-    tier: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
+    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
     seconds: float = 0.0  # HIT: compile seconds saved; COMPILE: seconds spent compiling; else 0
 
 
@@ -82,7 +82,7 @@ _recorders: tuple[Recorder, ...] = ()
 
 def add_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
     """Call `record_event(name, **kw)` and `record_duration(name, seconds, **kw)` for every event from
-    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `tier=` for hits and
+    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `level=` for hits and
     rejections): a telemetry library is called directly, with no function of ours between."""
     global _recorders
     with _listeners_lock:
@@ -100,12 +100,12 @@ def recorders() -> tuple[Recorder, ...]:
     return _recorders
 
 
-def emit(kind: str, tier: str = "", seconds: float = 0.0) -> None:
+def emit(kind: str, level: str = "", seconds: float = 0.0) -> None:
     """Hand one event to every listener and recorder; an exception one raises is warned about once
     and dropped (even with warnings turned into errors: it stays out of the lookup)."""
     if not (_listeners or _recorders):
         return
-    event = Event(kind, tier, seconds)
+    event = Event(kind, level, seconds)
     for listener in _listeners:
         try:
             listener(event)
@@ -113,7 +113,7 @@ def emit(kind: str, tier: str = "", seconds: float = 0.0) -> None:
             _listener_failed(listener, exc)
     for record_event, record_duration in _recorders:
         try:
-            keywords = {"tier": tier or "unknown"} if kind in (HIT, REJECTED) else {}
+            keywords = {"level": level or "unknown"} if kind in (HIT, REJECTED) else {}
             record_event(EVENT_NAMES[kind], **keywords)
             if kind in DURATION_NAMES:
                 record_duration(DURATION_NAMES[kind], seconds, **keywords)
@@ -174,12 +174,12 @@ class Stats:
         self._index()
         return self._unavailable
 
-    def hit(self, tier: str, key: str, compile_seconds: float) -> None:
+    def hit(self, level: str, key: str, compile_seconds: float) -> None:
         with self._lock:
-            self._bump(f"hits.{tier}", 1)
+            self._bump(f"hits.{level}", 1)
             self._bump("saved_us", int(compile_seconds * _MICRO))
             self._entry_hits[key] += 1
-        emit(HIT, tier, compile_seconds)
+        emit(HIT, level, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
@@ -199,12 +199,12 @@ class Stats:
             self._bump("errors", 1)
         emit(ERROR)
 
-    def rejected(self, tier: str = "") -> None:
-        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `tier`
-        (the counter is one total; the tier reaches event listeners)."""
+    def rejected(self, level: str = "") -> None:
+        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `level`
+        (the counter is one total; the level reaches event listeners)."""
         with self._lock:
             self._bump("rejected", 1)
-        emit(REJECTED, tier)
+        emit(REJECTED, level)
 
     def _bump(self, name: str, amount: int) -> None:
         self._pending[name] += amount

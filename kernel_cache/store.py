@@ -1,9 +1,9 @@
-"""The store: memory -> local disk (-> shared) tiers behind one get-or-create, single-flight per key.
+"""The store: memory -> local disk (-> shared) levels behind one get-or-create, single-flight per key.
 
-A cache failure never fails the caller: an unusable or untrusted tier is dropped with one warning
+A cache failure never fails the caller: an unusable or untrusted level is dropped with one warning
 and the store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt; an entry
 rejected for who wrote it (unsigned, foreign key) is a miss, counted, and never copied into a
-faster tier. With a signing key every entry written is signed (see kernel_cache.signing).
+faster level. With a signing key every entry written is signed (see kernel_cache.signing).
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import Any
 
 from . import cache_settings, disk_repair, lookup_log
 from . import entry as entry_format
-from . import tiers as backends
+from . import levels as backends
 from .config import Config
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import IndexDamaged, RejectedEntry
 from .key_locks import KeyLocks
+from .level import Level, MaintainedLevel, holds
+from .levels.memory import MemoryLevel
 from .safefs import Owners
 from .stats import Stats
 from .summary import compile_seconds
-from .tier import MaintainedTier, Tier, holds
-from .tiers.memory import MemoryTier
 from .wait_budget import WaitBudget
 from .warnings_once import warn_once
 
@@ -35,17 +35,17 @@ Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
 
 class Store:
     def __init__(self, config: Config | None = None, *, read_only: bool = False):
-        """`read_only`: open the local tier without writing (operators inspecting a cache that is
+        """`read_only`: open the local level without writing (operators inspecting a cache that is
         full, damaged, or on a read-only mount). A bound left at its default gives way to the one
         stored in the cache directory (`cachectl config max-size`): `config` then holds that one."""
         config = config or Config()
         self.owners = Owners.current(config.trusted_gid)
         self.config = cache_settings.with_stored_bound(config, self.owners)  # read once, here
-        self.memory = MemoryTier(self.config.memory_bytes, self.config.memory_items)
+        self.memory = MemoryLevel(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
         self.healed_index: dict[str, Any] | None = None  # disk_repair's report when opening rebuilt the local index
-        self.levels: list[Tier] = [self.memory]  # fastest first: read in order, hits backfilled upwards
+        self.levels: list[Level] = [self.memory]  # fastest first: read in order, hits backfilled upwards
         if not self.config.disabled:
             for name, opener in backends.BACKENDS:
                 level = self._open(opener, name, read_only)
@@ -57,57 +57,52 @@ class Store:
 
     # Public API ---------------------------------------------------------------------------
     @property
-    def tiers(self) -> list[Tier]:
-        """Fastest first: memory, then the local disk, the shared directory, the remote (those in use)."""
-        return list(self.levels)
-
-    @property
-    def persistent_tiers(self) -> list[Tier]:
+    def persistent_levels(self) -> list[Level]:
         return self.levels[1:]
 
-    def level(self, name: str) -> Tier | None:
+    def level(self, name: str) -> Level | None:
         """The level called `name` ('memory', 'disk', 'shared', 'remote'), if in use."""
         return next((t for t in self.levels if t.name == name), None)
 
-    def replace_level(self, name: str, tier: Tier | None) -> None:
-        """Put `tier` where the level called `name` is (or would be, in the backends' order); None
+    def replace_level(self, name: str, level: Level | None) -> None:
+        """Put `level` where the level called `name` is (or would be, in the backends' order); None
         removes it. cachectl uses it to inspect a damaged local cache through a read-only view."""
         order = ["memory", *(n for n, _ in backends.BACKENDS)]
         kept = [t for t in self.levels if t.name != name]
-        if tier is not None:
-            kept.append(tier)
+        if level is not None:
+            kept.append(level)
         self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
 
     @property
-    def disk(self) -> Tier | None:
+    def disk(self) -> Level | None:
         """The node-local level (shorthand for level('disk'))."""
         return self.level("disk")
 
     @property
-    def shared(self) -> Tier | None:
+    def shared(self) -> Level | None:
         """The shared-directory level (shorthand for level('shared'))."""
         return self.level("shared")
 
     def get(self, key: str) -> tuple[Entry, str] | None:
-        """(entry, tier name) or None. Promotes hits into the faster tiers."""
+        """(entry, level name) or None. Promotes hits into the faster levels."""
         if self.config.disabled:
             return None
         entry = self.memory.get(key)
         if entry is not None:
             return entry, "memory"
-        # Walk the slower tiers in order; a hit is copied into every faster one (backfill). Each
-        # persistent tier validates the key at its door (InvalidKey).
-        faster: list[Tier] = []
-        for tier in self.persistent_tiers:
-            entry = self._tier_get(tier, key)
+        # Walk the slower levels in order; a hit is copied into every faster one (backfill). Each
+        # persistent level validates the key at its door (InvalidKey).
+        faster: list[Level] = []
+        for level in self.persistent_levels:
+            entry = self._level_get(level, key)
             if entry is not None:
                 if faster:
                     data = self.encode(entry)
                     for upper in faster:
-                        self._tier_put(upper, key, data)
+                        self._level_put(upper, key, data)
                 self.memory.put(entry)
-                return entry, tier.name
-            faster.append(tier)
+                return entry, level.name
+            faster.append(level)
         return None
 
     def put(self, entry: Entry) -> None:
@@ -115,11 +110,11 @@ class Store:
             return
         check_key(entry.key)
         self.memory.put(entry)
-        if not self.persistent_tiers:
+        if not self.persistent_levels:
             return
         data = self.encode(entry)
-        for tier in self.persistent_tiers:
-            self._tier_put(tier, entry.key, data)
+        for level in self.persistent_levels:
+            self._level_put(level, entry.key, data)
 
     def encode(self, entry: Entry) -> bytes:
         """The entry's bytes as this store writes them: signed when a signing key is configured."""
@@ -127,7 +122,7 @@ class Store:
         return self.signer.sign(data) if self.signer is not None else data
 
     def lookup(self, key: str, label: lookup_log.Label = "") -> tuple[dict[str, Any], dict[str, bytes]] | None:
-        """(metadata, blobs) when some tier holds `key`, counted and logged as a hit; else None.
+        """(metadata, blobs) when some level holds `key`, counted and logged as a hit; else None.
         Never builds: callers that can batch their misses use this first. `label` names the entry
         in log lines: text, or a function called only when a line is written."""
         start = time.perf_counter()
@@ -161,18 +156,18 @@ class Store:
         return entry.meta, entry.blobs
 
     def touch(self, keys: Iterable[str]) -> None:
-        """A use of these entries, unread (a lowered-call record served them), for the tiers' LRU order."""
-        for tier in self.persistent_tiers:
-            if isinstance(tier, MaintainedTier):
+        """A use of these entries, unread (a lowered-call record served them), for the levels' LRU order."""
+        for level in self.persistent_levels:
+            if isinstance(level, MaintainedLevel):
                 with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
-                    tier.touch(keys)
+                    level.touch(keys)
 
     def delete(self, key: str) -> None:
         self.memory.delete(key)
-        for tier in self.persistent_tiers:
-            if isinstance(tier, MaintainedTier):
+        for level in self.persistent_levels:
+            if isinstance(level, MaintainedLevel):
                 with contextlib.suppress(Exception):
-                    tier.delete(key)
+                    level.delete(key)
 
     def close(self) -> None:
         self.stats.close()
@@ -180,10 +175,10 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _open(self, opener: backends.Opener, name: str, read_only: bool) -> Tier | None:
+    def _open(self, opener: backends.Opener, name: str, read_only: bool) -> Level | None:
         try:
             try:
-                level: Tier | None = opener(self.config, self.owners, self.signer, read_only)
+                level: Level | None = opener(self.config, self.owners, self.signer, read_only)
             except IndexDamaged as damage:
                 if read_only:
                     raise
@@ -197,40 +192,40 @@ class Store:
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
              start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
-        entry, tier = found
-        self.stats.hit(tier, key, compile_seconds(entry.meta))
-        lookup_log.lookup(key, label, tier, start)
+        entry, level = found
+        self.stats.hit(level, key, compile_seconds(entry.meta))
+        lookup_log.lookup(key, label, level, start)
         return entry.meta, entry.blobs
 
-    def _tier_get(self, tier: Tier, key: str) -> Entry | None:
+    def _level_get(self, level: Level, key: str) -> Entry | None:
         try:
-            return tier.get(key)
+            return level.get(key)
         except InvalidKey:
-            raise  # the caller's mistake, not the tier's: never swallowed as a cache failure
+            raise  # the caller's mistake, not the level's: never swallowed as a cache failure
         except RejectedEntry as exc:
-            self.stats.rejected(tier.name)
-            warn_once(f"rejected:{tier.name}",
+            self.stats.rejected(level.name)
+            warn_once(f"rejected:{level.name}",
                       f"rejected {exc} (counted in 'cachectl stats'; rebuilt here, never copied to a "
-                      f"faster tier). Further rejections are counted, not printed")
+                      f"faster level). Further rejections are counted, not printed")
         except CorruptEntry as exc:
             self.stats.error()
-            warn_once(f"corrupt:{tier.name}:{key}",
-                      f"dropped a corrupt {tier.name} entry {key[:12]} ({exc}); it will be rebuilt")
+            warn_once(f"corrupt:{level.name}:{key}",
+                      f"dropped a corrupt {level.name} entry {key[:12]} ({exc}); it will be rebuilt")
         except Exception as exc:
             self.stats.error()
-            warn_once(f"read:{tier.name}:{_cause(exc)}",
-                      f"reading the {tier.name} tier failed ({exc}); continuing without it")
+            warn_once(f"read:{level.name}:{_cause(exc)}",
+                      f"reading the {level.name} level failed ({exc}); continuing without it")
         return None
 
-    def _tier_put(self, tier: Tier, key: str, data: bytes) -> None:
-        if not tier.writable:
+    def _level_put(self, level: Level, key: str, data: bytes) -> None:
+        if not level.writable:
             return  # read-only or cooling down after a busy timeout: said once already
         try:
-            tier.put_raw(key, data)
+            level.put_raw(key, data)
         except Exception as exc:
             self.stats.error()
-            warn_once(f"write:{tier.name}:{_cause(exc)}",
-                      f"writing to the {tier.name} tier failed ({exc}); the kernel stays in memory")
+            warn_once(f"write:{level.name}:{_cause(exc)}",
+                      f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
     def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
@@ -251,7 +246,7 @@ class Store:
                         acquired = held.enter_context(level.lock(key, max(0.0, deadline - began)))
                     except Exception as exc:
                         warn_once(f"lock:{level.name}:{_cause(exc)}",
-                                  f"cannot lock in the {level.name} tier ({exc}); compiling without its lock")
+                                  f"cannot lock in the {level.name} level ({exc}); compiling without its lock")
                         continue
                     if not acquired:
                         outcome = self._lock_lost(level, key, label, time.perf_counter() - began)
@@ -259,7 +254,7 @@ class Store:
                 lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
                 yield
 
-    def _lock_lost(self, level: Tier, key: str, label: lookup_log.Label, waited: float) -> str:
+    def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
         """Why a wait for `level`'s lock ended without it. A wait that did not end in the entry being
         published is taken from the process's waiting budget, and said once with what it really cost."""
         if holds(level, key):
@@ -278,13 +273,13 @@ class Store:
 
     def _anywhere(self, key: str) -> bool:
         """Whether some level holds `key`, without reading it (a level that cannot say: no)."""
-        return key in self.memory or any(holds(tier, key) for tier in self.persistent_tiers)
+        return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
-    def _lock_levels(self) -> list[Tier]:
+    def _lock_levels(self) -> list[Level]:
         """Who serializes a compile: this node's local level, then the slowest writable level shared
         across nodes (the remote, else the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
-        cluster = next((t for t in reversed(self.persistent_tiers) if t is not self.disk and t.writable), None)
+        cluster = next((t for t in reversed(self.persistent_levels) if t is not self.disk and t.writable), None)
         return [t for t in (local, cluster) if t is not None]
 
 

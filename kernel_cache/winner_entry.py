@@ -1,7 +1,7 @@
 """Persisted autotune winners: which config of an autotuned kernel ran fastest, on one GPU model.
 
 A winner is a small entry the store keeps beside the kernels (kind "autotune-winner", JSON metadata,
-no blobs), so every tier, listing, prune, verify and bundle handles it like any other entry. Its
+no blobs), so every level, listing, prune, verify and bundle handles it like any other entry. Its
 key is the core's digest over a document, in the one canonical encoding (`kernel_cache.canonical`), of
   - the kernel family: the sorted content keys of every config's compiled kernel. Each content
     key already covers the kernel's source and callees, the signature, the constexprs (the

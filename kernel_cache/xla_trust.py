@@ -4,7 +4,7 @@ JAX loads the files there as executables and runs them with no check of who wrot
 someone else places there is code run as you, on the host. Kernel entries can afford a trusted
 group (each is decoded and checked, and a kernel only runs on the GPU inside our launch); this
 directory cannot, so its rule is stricter than the store's:
-- the store accepted KERNEL_CACHE_DIR under its own rule (its local tier is open);
+- the store accepted KERNEL_CACHE_DIR under its own rule (its local level is open);
 - KERNEL_CACHE_DIR and `xla/` are real directories (no symlink) owned by you (or root) that no one
   else may write, a trusted group included;
 - `xla/` is private (0700), so no one else can reach a file in it whatever its mode: kernel-cache

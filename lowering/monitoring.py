@@ -6,15 +6,15 @@ Installed when `lowering` is imported (registering a recorder: nothing runs unti
 event the store counts for `cachectl stats` (kernel_cache.events) is recorded, by jax.monitoring's
 own functions called straight from the counters, as:
 
-    /kernel_cache/hits                     event,    tier=memory|disk|shared|remote  (one per kernel served)
-    /kernel_cache/compile_time_saved_sec   duration, tier=...  (the compile seconds that hit saved)
+    /kernel_cache/hits                     event,    level=memory|disk|shared|remote  (one per kernel served)
+    /kernel_cache/compile_time_saved_sec   duration, level=...  (the compile seconds that hit saved)
     /kernel_cache/misses                   event
     /kernel_cache/compiles                 event
     /kernel_cache/compile_time_sec         duration  (seconds that compile took)
-    /kernel_cache/rejected                 event,    tier=shared|remote  (an entry refused for who wrote it)
+    /kernel_cache/rejected                 event,    level=shared|remote  (an entry refused for who wrote it)
     /kernel_cache/errors                   event     (a corrupt entry, a failed level read or write)
 
-`tier` is a keyword argument of the listener call (jax.monitoring passes `**kwargs` to listeners on
+`level` is a keyword argument of the listener call (jax.monitoring passes `**kwargs` to listeners on
 every supported JAX); each event always passes the same keywords. A JAX listener that raises is
 caught by kernel_cache.events: it never fails a lowering.
 """

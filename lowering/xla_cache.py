@@ -13,7 +13,7 @@ import; a program that configures kernel-cache itself gets it at the first call 
 Where JAX already decided it has no persistent cache (it compiled something first), it is asked to
 decide again, so the program's compiles from then on (those holding Triton calls included) use it.
 The executables are specific to the GPU model and driver of the node that built them: keep them
-node-local, never in the shared tier.
+node-local, never in the shared level.
 """
 
 from __future__ import annotations

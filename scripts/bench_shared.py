@@ -1,4 +1,4 @@
-"""Benchmark the shared tier: hit latency vs the local tier, and N cold processes sharing a directory.
+"""Benchmark the shared level: hit latency vs the local level, and N cold processes sharing a directory.
 
     PYTHONPATH=. python scripts/bench_shared.py [--shared-root DIR] [--procs 1 4 16] [--lock auto]
 
@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernel_cache.entry import Entry  # noqa: E402
-from kernel_cache.tiers.disk import DiskTier  # noqa: E402
-from kernel_cache.tiers.shared import SharedTier  # noqa: E402
+from kernel_cache.levels.disk import DiskLevel  # noqa: E402
+from kernel_cache.levels.shared import SharedLevel  # noqa: E402
 
 RANK = """
 import json, sys, time
@@ -59,17 +59,17 @@ def bench_hits(root: Path, n: int, entry_bytes: int) -> dict[str, dict[str, floa
                   blobs={"cubin": os.urandom(entry_bytes // 2), "ptx": os.urandom(entry_bytes // 2)})
     shared_dir = root / "shared-hits"
     shared_dir.mkdir()
-    shared, disk = SharedTier(shared_dir), DiskTier(root / "local-hits")
+    shared, disk = SharedLevel(shared_dir), DiskLevel(root / "local-hits")
     shared.put(entry)
     disk.put(entry)
     out = {}
-    for name, tier in (("local", disk), ("shared", shared)):
+    for name, level in (("local", disk), ("shared", shared)):
         for _ in range(20):
-            tier.get(key)
+            level.get(key)
         times = []
         for _ in range(n):
             t = time.perf_counter()
-            tier.get(key)
+            level.get(key)
             times.append((time.perf_counter() - t) * 1000)
         out[name] = {"p50_ms": percentile(times, 0.5), "p95_ms": percentile(times, 0.95)}
     disk.close()
@@ -129,7 +129,7 @@ def main() -> None:
         print(f"# {os.cpu_count()} CPUs, dir {root}")
         hits = bench_hits(root, args.hits, args.entry_kib * 1024)
         for name, h in hits.items():
-            print(f"{name:6s} tier hit ({args.entry_kib} KiB entry): p50 {h['p50_ms']:.3f} ms  "
+            print(f"{name:6s} level hit ({args.entry_kib} KiB entry): p50 {h['p50_ms']:.3f} ms  "
                   f"p95 {h['p95_ms']:.3f} ms")
         seed = seed_memo(root)
         base = None

@@ -3,7 +3,7 @@
 Prints:
 - the hit paths of this tree next to a baseline revision (default: the last commit before the
   safe file layer, i.e. before the store was hardened against hostile directories), run
-  alternately in fresh interpreters: memory-tier hit, Store.get from memory, disk hit and shared
+  alternately in fresh interpreters: memory-level hit, Store.get from memory, disk hit and shared
   hit for a 100 KB entry (p50/p95), with the ratio to the baseline;
 - the signing cost per shared hit (HMAC-SHA256 over the entry) and per write;
 - a cold Triton compile of the example add kernel and the toolchain fingerprint cold vs memoized.
@@ -60,11 +60,11 @@ out = {"put_p50": statistics.median(puts)}
 # small host does not decide the comparison
 out["memory_p50"] = min(statistics.median(timed(lambda: writer.memory.get(keys[0]), 4000)) for _ in range(5))
 out["store_memory_p50"] = min(statistics.median(timed(lambda: writer.get(keys[0]), 4000)) for _ in range(5))
-disk = Store(Config(dir=tmp / "local", memory_items=0, **extra))  # every get goes to the disk tier
+disk = Store(Config(dir=tmp / "local", memory_items=0, **extra))  # every get goes to the disk level
 it = iter(keys * 5)
 d = timed(lambda: disk.get(next(it)), 1000)
 assert disk.get(keys[0])[1] == "disk"
-shared = Store(Config(shared_dir=tmp / "shared", memory_items=0, **extra))  # shared tier only
+shared = Store(Config(shared_dir=tmp / "shared", memory_items=0, **extra))  # shared level only
 it = iter(keys * 5)
 s = timed(lambda: shared.get(next(it)), 1000)
 assert shared.get(keys[0])[1] == "shared"
@@ -186,7 +186,7 @@ def main() -> None:
 
     short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     print(f"kernel-cache store benchmark (this host; medians of {args.rounds} alternating runs)")
-    rows = [("memory tier hit", "memory_p50", 1e6, "µs"), ("Store.get (memory)", "store_memory_p50", 1e6, "µs"),
+    rows = [("memory level hit", "memory_p50", 1e6, "µs"), ("Store.get (memory)", "store_memory_p50", 1e6, "µs"),
             ("disk hit p50", "disk_p50", 1e3, "ms"), ("disk hit p95", "disk_p95", 1e3, "ms"),
             ("shared hit p50", "shared_p50", 1e3, "ms"), ("shared hit p95", "shared_p95", 1e3, "ms"),
             ("put (disk + shared)", "put_p50", 1e3, "ms")]

@@ -135,8 +135,8 @@ def _shown(path: Path) -> str:
 def _served_by(row: dict[str, Any]) -> str:
     if row["compiles"]:
         return f"compiled {row['compiles']}"
-    tiers = [f"{t} {n}" for t, n in row["hits"].items() if n]
-    return ", ".join(tiers) or "-"
+    levels = [f"{t} {n}" for t, n in row["hits"].items() if n]
+    return ", ".join(levels) or "-"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """Bundles from strangers: `import` reads a bounded stream and stops at the first cap exceeded.
 
 Bundles are built here with tarfile/gzip directly (no Triton, no compiles); entries are small
-synthetic ones. Most tests import into a dict-backed tier: the bundle reader is what is tested.
+synthetic ones. Most tests import into a dict-backed level: the bundle reader is what is tested.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ MANIFEST = json.dumps({"format": "kernel-cache-bundle", "version": 1, "entries":
 MiB = 1 << 20
 
 
-class DictTier:
-    """The two methods import_bundle uses of a tier."""
+class DictLevel:
+    """The two methods import_bundle uses of a level."""
 
     def __init__(self):
         self.data: dict[str, bytes] = {}
@@ -99,24 +99,24 @@ def test_exported_bundle_has_manifest_first_and_imports(tmp_path):
     assert result.entries == len(KEYS)
     with tarfile.open(path, "r:gz") as tar:
         assert tar.getnames()[0] == "manifest.json"
-    tier = DictTier()
-    imported = import_bundle(path, tier)
-    assert imported.imported == KEYS and imported.rejected == [] and set(tier.data) == set(KEYS)
-    assert tier.data[KEYS[0]] == entry_bytes(KEYS[0])
-    assert import_bundle(path, tier).present == KEYS
+    level = DictLevel()
+    imported = import_bundle(path, level)
+    assert imported.imported == KEYS and imported.rejected == [] and set(level.data) == set(KEYS)
+    assert level.data[KEYS[0]] == entry_bytes(KEYS[0])
+    assert import_bundle(path, level).present == KEYS
 
 
 @pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
 def test_bundle_with_manifest_last_still_imports(tmp_path, fmt):
     """Bundles written before the manifest moved first: read twice, nothing lands before it."""
     path = write_bundle(tmp_path / "old.kcb", good_members() + [member("manifest.json", MANIFEST)], fmt)
-    tier = DictTier()
-    result = import_bundle(path, tier)
+    level = DictLevel()
+    result = import_bundle(path, level)
     assert result.imported == KEYS[:2] and result.rejected == []
 
     bad = json.dumps({"format": "kernel-cache-bundle", "version": 99}).encode()
     future = write_bundle(tmp_path / "future.kcb", good_members() + [member("manifest.json", bad)], fmt)
-    fresh = DictTier()
+    fresh = DictLevel()
     with pytest.raises(BundleError, match="bundle version 99"):
         import_bundle(future, fresh)
     assert fresh.data == {}
@@ -127,7 +127,7 @@ def test_long_member_names_in_pax_and_gnu_headers(tmp_path):
     for fmt in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT):
         path = write_bundle(tmp_path / f"long-{fmt}.kcb",
                             [member("manifest.json", MANIFEST), member(long_name, b"x")] + good_members(), fmt)
-        result = import_bundle(path, DictTier())
+        result = import_bundle(path, DictLevel())
         assert result.imported == KEYS[:2]
         assert result.rejected == [(long_name[:200] + "…", "not an entry of a kernel-cache bundle")]
 
@@ -140,11 +140,11 @@ def test_accept_hook_rejects_with_its_reason(tmp_path):
         seen.append(raw)
         return "unsigned entry" if raw == entry_bytes(KEYS[1]) else None
 
-    tier = DictTier()
-    result = import_bundle(path, tier, accept=accept)
+    level = DictLevel()
+    result = import_bundle(path, level, accept=accept)
     assert len(seen) == 2 and all(isinstance(raw, bytes) for raw in seen)
     assert result.imported == [KEYS[0]] and result.rejected == [(KEYS[1], "unsigned entry")]
-    assert set(tier.data) == {KEYS[0]}
+    assert set(level.data) == {KEYS[0]}
 
 
 def test_a_record_that_verify_would_refuse_is_not_imported(tmp_path):
@@ -160,9 +160,9 @@ def test_a_record_that_verify_would_refuse_is_not_imported(tmp_path):
     good, bad = record(KEYS[0], zlib.compress(b"proto")), record(KEYS[1], b"not zlib at all")
     path = write_bundle(tmp_path / "b.kcb", [member("manifest.json", MANIFEST), member(f"entries/{KEYS[0]}.kce", good),
                                              member(f"entries/{KEYS[1]}.kce", bad)])
-    tier = DictTier()
-    result = import_bundle(path, tier)
-    assert result.imported == [KEYS[0]] and set(tier.data) == {KEYS[0]}
+    level = DictLevel()
+    result = import_bundle(path, level)
+    assert result.imported == [KEYS[0]] and set(level.data) == {KEYS[0]}
     assert [k for k, _ in result.rejected] == [KEYS[1]] and "zlib" in result.rejected[0][1]
 
 
@@ -188,9 +188,9 @@ def test_path_tricks_links_and_devices_rejected_without_touching_the_filesystem(
     before = tree(tmp_path)
     path = write_bundle(tmp_path / "evil.kcb", [member("manifest.json", MANIFEST)] + evil +
                         [member(f"entries/{target_key}.kce", entry_bytes(target_key))])
-    tier = DictTier()
-    result = import_bundle(path, tier)
-    assert result.imported == [target_key] and set(tier.data) == {target_key}
+    level = DictLevel()
+    result = import_bundle(path, level)
+    assert result.imported == [target_key] and set(level.data) == {target_key}
     rejected = dict(result.rejected)
     assert len(rejected) == len(evil)
     assert set(rejected.values()) == {"not an entry of a kernel-cache bundle"}
@@ -205,7 +205,7 @@ BOMB_CHILD = textwrap.dedent("""
     import json, resource, sys, tracemalloc
     from kernel_cache.cachectl.bundle import BundleError, import_bundle
 
-    class DictTier(dict):
+    class DictLevel(dict):
         def put_raw(self, key, data):
             self[key] = data
 
@@ -213,7 +213,7 @@ BOMB_CHILD = textwrap.dedent("""
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
     try:
-        import_bundle(path, DictTier(), **caps)
+        import_bundle(path, DictLevel(), **caps)
         error = None
     except BundleError as exc:
         error = str(exc)
@@ -252,17 +252,17 @@ def test_total_cap_counts_every_decompressed_byte(tmp_path):
     junk = [member(f"junk/{i}", 1 * MiB) for i in range(12)]
     path = write_bundle(tmp_path / "many.kcb", [member("manifest.json", MANIFEST)] + junk)
     with pytest.raises(BundleError, match="expands to more than 8 MiB .the total-size cap.; .* exported in parts"):
-        import_bundle(path, DictTier(), max_entry_bytes=2 * MiB, max_total_bytes=8 * MiB)
-    assert import_bundle(path, DictTier(), max_entry_bytes=2 * MiB, max_total_bytes=16 * MiB).imported == []
+        import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB, max_total_bytes=8 * MiB)
+    assert import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB, max_total_bytes=16 * MiB).imported == []
 
 
 def test_too_many_members(tmp_path):
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(50)])
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError, match="more than 10 members .the member-count cap."):
-        import_bundle(path, tier, max_members=10)
-    assert len(import_bundle(path, tier, max_members=51).rejected) == 50
+        import_bundle(path, level, max_members=10)
+    assert len(import_bundle(path, level, max_members=51).rejected) == 50
 
 
 @pytest.mark.parametrize("manifest_first", [True, False])
@@ -271,11 +271,11 @@ def test_member_over_the_entry_cap(tmp_path, manifest_first):
     manifest = [member("manifest.json", MANIFEST)]
     members = manifest + [big] + good_members() if manifest_first else [big] + good_members() + manifest
     path = write_bundle(tmp_path / "big.kcb", members)
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError, match=f"entries/{KEYS[2]}.kce holds 3 MiB, over the 2 MiB per-entry cap"):
-        import_bundle(path, tier, max_entry_bytes=2 * MiB)
-    assert tier.data == {}  # the cap was met before any entry: nothing landed
-    assert len(import_bundle(path, tier, max_entry_bytes=4 * MiB).imported) == 3
+        import_bundle(path, level, max_entry_bytes=2 * MiB)
+    assert level.data == {}  # the cap was met before any entry: nothing landed
+    assert len(import_bundle(path, level, max_entry_bytes=4 * MiB).imported) == 3
 
 
 @pytest.mark.parametrize("manifest_first", [True, False])
@@ -285,11 +285,11 @@ def test_oversize_manifest(tmp_path, manifest_first):
     manifest = [member("manifest.json", padded)]
     path = write_bundle(tmp_path / "fat.kcb", manifest + good_members() if manifest_first
                         else good_members() + manifest)
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError, match="manifest.json holds 2 MiB, over the 1 MiB manifest cap"):
-        import_bundle(path, tier, max_manifest_bytes=1 * MiB)
-    assert tier.data == {}
-    assert len(import_bundle(path, tier, max_manifest_bytes=4 * MiB).imported) == 2
+        import_bundle(path, level, max_manifest_bytes=1 * MiB)
+    assert level.data == {}
+    assert len(import_bundle(path, level, max_manifest_bytes=4 * MiB).imported) == 2
 
 
 @pytest.mark.parametrize("manifest", [
@@ -299,10 +299,10 @@ def test_oversize_manifest(tmp_path, manifest_first):
 ])
 def test_deeply_nested_manifest_is_refused_before_parsing(tmp_path, manifest):
     path = write_bundle(tmp_path / "deep.kcb", [member("manifest.json", manifest)] + good_members())
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError, match="nests deeper than 32 levels"):
-        import_bundle(path, tier)
-    assert tier.data == {}
+        import_bundle(path, level)
+    assert level.data == {}
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
@@ -311,7 +311,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
     assert bundle.json_depth(manifest) == 2
     assert bundle.json_depth(b'[[["\\"[[[[[[", [1]]]]') == 4
     path = write_bundle(tmp_path / "b.kcb", [member("manifest.json", manifest)] + good_members())
-    assert len(import_bundle(path, DictTier()).imported) == 2
+    assert len(import_bundle(path, DictLevel()).imported) == 2
 
 
 def test_entry_metadata_too_deep_to_decode_is_rejected_not_raised(tmp_path, monkeypatch):
@@ -328,7 +328,7 @@ def test_entry_metadata_too_deep_to_decode_is_rejected_not_raised(tmp_path, monk
 
     monkeypatch.setattr(entry_format, "decode", deep_for_one)
     path = write_bundle(tmp_path / "b.kcb", [member("manifest.json", MANIFEST)] + good_members())
-    result = import_bundle(path, DictTier())
+    result = import_bundle(path, DictLevel())
     assert result.imported == [KEYS[1]] and result.rejected == [(KEYS[0], "entry metadata is nested too deeply")]
 
 
@@ -338,15 +338,15 @@ def test_damaged_and_foreign_files(tmp_path):
     raw = gzip.decompress(good.read_bytes())
     third_entry = raw.index(b"KCACHE", raw.index(b"KCACHE", raw.index(b"KCACHE") + 1) + 1)
     cut.write_bytes(gzip.compress(raw[: third_entry + 100]))
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError, match="is damaged at entry 3"):
-        import_bundle(cut, tier)
-    assert tier.data == {}  # all or nothing: the two entries read before the damage did not land
+        import_bundle(cut, level)
+    assert level.data == {}  # all or nothing: the two entries read before the damage did not land
 
     truncated_gzip = tmp_path / "truncated.kcb"
     truncated_gzip.write_bytes(good.read_bytes()[:200])
     with pytest.raises(BundleError, match="is damaged|not a kernel-cache bundle"):
-        import_bundle(truncated_gzip, DictTier())
+        import_bundle(truncated_gzip, DictLevel())
 
     for name, content in [("plain.kcb", b"not a tarball at all"), ("gz.kcb", gzip.compress(b"hello" * 1000)),
                           ("empty.kcb", b"")]:
@@ -355,7 +355,7 @@ def test_damaged_and_foreign_files(tmp_path):
             list(read_bundle(tmp_path / name))
     nomanifest = write_bundle(tmp_path / "nomanifest.kcb", good_members())
     with pytest.raises(BundleError, match="has no manifest.json"):
-        import_bundle(nomanifest, DictTier())
+        import_bundle(nomanifest, DictLevel())
 
 
 def test_cachectl_import_reports_the_cap(tmp_path, monkeypatch):

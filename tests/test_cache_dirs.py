@@ -13,7 +13,7 @@ import os
 import warnings
 
 import pytest
-from test_shared_tier import make_entry
+from test_shared_level import make_entry
 
 from kernel_cache import Config, Store, cache_marker, warnings_once
 from kernel_cache.cachectl.main import main as cachectl
@@ -146,7 +146,7 @@ def test_a_shared_directory_is_inspected_alone_and_left_as_it_was(shared_cache, 
     assert code == 0, err
     doc = json.loads(out)
     if command[0] == "list":
-        assert {row["key"] for row in doc["entries"]} == set(KEYS) and {row["tier"] for row in doc["entries"]} == {"shared"}
+        assert {row["key"] for row in doc["entries"]} == set(KEYS) and {row["level"] for row in doc["entries"]} == {"shared"}
     elif command[0] == "verify":
         assert doc["checked"] == 3 and doc["index"] is None
     elif command[0] == "show":
@@ -162,10 +162,10 @@ def test_a_shared_directory_is_pruned_alone_when_named(shared_cache, capsys):
     assert sorted(os.listdir(shared_cache)) == sorted(["entries", "locks", "quarantine", cache_marker.MARKER])
 
 
-def test_with_no_local_directory_a_destructive_command_needs_the_tier_named(shared_cache, capsys, monkeypatch):
+def test_with_no_local_directory_a_destructive_command_needs_the_level_named(shared_cache, capsys, monkeypatch):
     monkeypatch.setenv("KERNEL_CACHE_SHARED_DIR", str(shared_cache))  # from the environment: not named here
     code, _, err = run(capsys, "prune", "--max-size", "0")
-    assert code == 2 and "--tier shared" in err
+    assert code == 2 and "--level shared" in err
     assert len([p for p in (shared_cache / "entries").rglob("*") if p.is_file()]) == 3
 
 

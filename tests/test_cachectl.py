@@ -80,9 +80,9 @@ def store_copy(pristine, tmp_path):
 
 
 def _disk(directory):
-    from kernel_cache.tiers.disk import DiskTier
+    from kernel_cache.levels.disk import DiskLevel
 
-    return DiskTier(directory)
+    return DiskLevel(directory)
 
 
 def set_last_used(directory: Path, ages: dict[str, float]) -> None:
@@ -107,7 +107,7 @@ def test_list_json_schema_and_filters(pristine):
         row = by_key[key]
         assert row["kernel"] == f"{label}_kernel" and row["arch"] == arch
         assert row["size_bytes"] > 1000 and row["created"] <= row["last_used"] + 1
-        assert row["toolchain"].startswith("triton-") and row["stale"] is False and row["tier"] == "disk"
+        assert row["toolchain"].startswith("triton-") and row["stale"] is False and row["level"] == "disk"
     assert by_key[keys[("add", "sm_90")]]["hits"] == 1
     assert by_key[keys[("softmax", "sm_80")]]["hits"] == 0
 
@@ -158,7 +158,7 @@ def test_show_prefix_json_and_ir(pristine):
 
 def test_find_by_prefix_rejects_ambiguous_prefix():
     def info(key):
-        return EntryInfo(key=key, tier="disk", kernel="k", arch="sm_90", size_bytes=1, created=0, last_used=0)
+        return EntryInfo(key=key, level="disk", kernel="k", arch="sm_90", size_bytes=1, created=0, last_used=0)
 
     infos = [info("ab12" + "0" * 28), info("ab34" + "0" * 28), info("cd00" + "0" * 28)]
     assert find_by_prefix(infos, "AB3").key.startswith("ab34")
@@ -251,7 +251,7 @@ def test_prune_removes_old_debris_only(store_copy):
 
 
 def test_plan_prune_combines_selection_and_size():
-    infos = [EntryInfo(key=f"{i:032x}", tier="disk", kernel="matmul" if i < 2 else "add", arch="sm_90",
+    infos = [EntryInfo(key=f"{i:032x}", level="disk", kernel="matmul" if i < 2 else "add", arch="sm_90",
                        size_bytes=100, created=0, last_used=float(i)) for i in range(5)]
     doomed = plan_prune(infos, EntryFilter(kernel_glob="matmul"), max_bytes=200, now=10)
     assert [i.key[-1] for i in doomed] == ["0", "1", "2"]
@@ -342,9 +342,9 @@ def test_entries_an_older_version_kept_in_the_index_move_to_files_and_losses_are
     reader = _disk(directory)  # a reader serves it where it is...
     assert reader.peek_raw(small) == data
     reader.close()
-    from kernel_cache.tiers.disk import DiskTier
+    from kernel_cache.levels.disk import DiskLevel
 
-    DiskTier(directory).put_raw(keys[("add", "sm_80")], _disk(directory).peek_raw(keys[("add", "sm_80")]))
+    DiskLevel(directory).put_raw(keys[("add", "sm_80")], _disk(directory).peek_raw(keys[("add", "sm_80")]))
     with sqlite3.connect(directory / "entries" / "cache.db") as con:  # ...the first writer moves it to a file
         row = con.execute("SELECT filename, value, store_time, access_time FROM Cache WHERE key = ?",
                           (small,)).fetchone()
@@ -598,29 +598,29 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     assert missing.returncode == 2 and "cannot import module 'no_such_module_xyz'" in missing.stderr
 
 
-# shared tier -------------------------------------------------------------------------------------
-def test_shared_tier_list_prune_verify(store_copy, tmp_path):
-    pytest.importorskip("kernel_cache.tiers.shared")
+# shared level -------------------------------------------------------------------------------------
+def test_shared_level_list_prune_verify(store_copy, tmp_path):
+    pytest.importorskip("kernel_cache.levels.shared")
     directory, keys = store_copy
     shared = tmp_path / "shared"
     shared.mkdir()
     both = ("--dir", directory, "--shared-dir", shared)
     bundle = tmp_path / "all.kcb"
     ok("--dir", directory, "export", bundle)
-    assert as_json(*both, "import", bundle, "--tier", "shared")["imported"] == 4
+    assert as_json(*both, "import", bundle, "--level", "shared")["imported"] == 4
 
     rows = as_json(*both, "list")
-    assert sorted((r["tier"], r["key"]) for r in rows) == sorted(
-        (tier, key) for tier in ("disk", "shared") for key in keys.values())
-    assert "TIER" in ok(*both, "list").stdout.splitlines()[0]
+    assert sorted((r["level"], r["key"]) for r in rows) == sorted(
+        (level, key) for level in ("disk", "shared") for key in keys.values())
+    assert "LEVEL" in ok(*both, "list").stdout.splitlines()[0]
     stats = as_json(*both, "stats")
-    assert stats["tiers"]["shared"]["entries"] == 4 and stats["entries"] == 8
+    assert stats["levels"]["shared"]["entries"] == 4 and stats["entries"] == 8
 
-    pruned = as_json(*both, "prune", "--tier", "shared", "--arch", "sm_80")
-    assert {(r["tier"], r["key"]) for r in pruned["removed"]} == {("shared", keys[(k, "sm_80")]) for k in KERNELS}
-    assert listed_keys(directory, "--shared-dir", shared, "--tier", "shared") == {
+    pruned = as_json(*both, "prune", "--level", "shared", "--arch", "sm_80")
+    assert {(r["level"], r["key"]) for r in pruned["removed"]} == {("shared", keys[(k, "sm_80")]) for k in KERNELS}
+    assert listed_keys(directory, "--shared-dir", shared, "--level", "shared") == {
         keys[(k, "sm_90")] for k in KERNELS}
-    assert listed_keys(directory) == set(keys.values())  # the disk tier is untouched
+    assert listed_keys(directory) == set(keys.values())  # the disk level is untouched
 
     victim = keys[("add", "sm_90")]
     path = shared / "entries" / victim[:2] / victim
@@ -629,9 +629,9 @@ def test_shared_tier_list_prune_verify(store_copy, tmp_path):
     path.write_bytes(bytes(data))
     bad = cachectl(*both, "verify", "--json")
     assert bad.returncode == 1
-    assert [(b["tier"], b["key"]) for b in json.loads(bad.stdout)["bad"]] == [("shared", victim)]
+    assert [(b["level"], b["key"]) for b in json.loads(bad.stdout)["bad"]] == [("shared", victim)]
     assert cachectl(*both, "verify", "--repair").returncode == 0
-    assert listed_keys(directory, "--shared-dir", shared, "--tier", "shared") == {keys[("softmax", "sm_90")]}
+    assert listed_keys(directory, "--shared-dir", shared, "--level", "shared") == {keys[("softmax", "sm_90")]}
 
     # A reader that meets a corrupt shared entry quarantines it; verify reports it, prune clears it.
     survivor = keys[("softmax", "sm_90")]
@@ -647,7 +647,7 @@ def test_shared_tier_list_prune_verify(store_copy, tmp_path):
     for q in report["quarantined"]:
         old = time.time() - 2 * 3600
         os.utime(q["path"], (old, old))
-    ok(*both, "prune", "--tier", "shared")
+    ok(*both, "prune", "--level", "shared")
     assert as_json(*both, "verify")["quarantined"] == []
 
     missing = cachectl("--dir", directory, "--shared-dir", tmp_path / "no-mount", "list")
@@ -656,8 +656,8 @@ def test_shared_tier_list_prune_verify(store_copy, tmp_path):
 
 def test_clear_and_prune_touch_the_shared_directory_only_when_told(tmp_path):
     """An operator's `clear --yes` with KERNEL_CACHE_SHARED_DIR set empties the local cache alone; the
-    team's shared directory needs --tier shared or --all-tiers, and the refusal names what it would remove."""
-    from test_shared_tier import KEY, KEY2, make_entry
+    team's shared directory needs --level shared or --all-levels, and the refusal names what it would remove."""
+    from test_shared_level import KEY, KEY2, make_entry
 
     from kernel_cache import Config, Store
 
@@ -671,13 +671,13 @@ def test_clear_and_prune_touch_the_shared_directory_only_when_told(tmp_path):
     asked = cachectl("--dir", tmp_path / "local", "clear", env=env)
     assert asked.returncode == 2 and "disk (" in asked.stderr and "not shared" in asked.stderr, asked.stderr
     cleared = cachectl("--dir", tmp_path / "local", "clear", "--yes", "--json", env=env)
-    assert cleared.returncode == 0 and json.loads(cleared.stdout)["tiers"] == ["disk"]
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["levels"] == ["disk"]
     def shared_entries():
         return sorted(p.name for p in (shared / "entries").rglob("*") if p.is_file())
     assert shared_entries() == sorted([KEY, KEY2])  # the team's entries stay
     pruned = cachectl("--dir", tmp_path / "local", "prune", "--max-size", "0", "--json", env=env)
     assert json.loads(pruned.stdout)["removed"] == [] and shared_entries() == sorted([KEY, KEY2])
-    everything = cachectl("--dir", tmp_path / "local", "clear", "--yes", "--all-tiers", env=env)
+    everything = cachectl("--dir", tmp_path / "local", "clear", "--yes", "--all-levels", env=env)
     assert everything.returncode == 0 and "(disk, shared)" in everything.stdout, everything.stdout
     assert shared_entries() == []
 

@@ -26,7 +26,7 @@ from kernel_cache.cachectl import kinds
 from kernel_cache.cachectl.inventory import EntryInfo
 from kernel_cache.cachectl.render import human_size
 from kernel_cache.call_entry import KIND, CallRecord
-from kernel_cache.tiers.disk import DiskTier
+from kernel_cache.levels.disk import DiskLevel
 
 GPU = "Test GPU 80GB"
 UNCACHED = xxhash.xxh3_128_hexdigest(b"a config compiled elsewhere, never cached here")
@@ -127,7 +127,7 @@ def test_show_explains_a_record_and_a_pointer_record(record_cache):
 
 def test_show_says_when_the_winner_is_not_stored(record_copy):
     c = record_copy
-    disk = DiskTier(c.directory)
+    disk = DiskLevel(c.directory)
     assert disk.delete(c.winner.key)
     disk.close()
     pointer = ok("--dir", c.directory, "show", c.pointer.key).stdout
@@ -143,8 +143,8 @@ def test_stats_counts_entries_by_kind(record_cache):
 
 
 def _write_raw(directory, entry) -> None:
-    """Put an entry's bytes into the local tier as they are: a valid checksum over a bad record."""
-    disk = DiskTier(directory)
+    """Put an entry's bytes into the local level as they are: a valid checksum over a bad record."""
+    disk = DiskLevel(directory)
     disk.put_raw(entry.key, entry_format.encode(entry))
     disk.close()
 
@@ -220,7 +220,7 @@ def test_kinds_name_every_entry():
     assert kinds.KERNEL == ARTIFACT_KIND  # the kernel kind cachectl names without importing the compiler
 
     def info(kind: str, error: str = "") -> EntryInfo:
-        return EntryInfo(key="0" * 32, tier="disk", kernel="k", arch="sm_90", size_bytes=1024, created=0,
+        return EntryInfo(key="0" * 32, level="disk", kernel="k", arch="sm_90", size_bytes=1024, created=0,
                          last_used=0, kind=kind, error=error)
 
     infos = [info(KIND), info(kinds.KERNEL), info(KIND), info("from-a-newer-version"), info("", "bad checksum")]

@@ -297,7 +297,7 @@ def test_another_node_is_served_from_the_shared_directory(cache_dir, use_store):
     use_store(cache_dir / "node-a", shared_dir=shared)
     _, fn, shapes = PROGRAMS[1]
     calls = lower(fn, shapes)
-    store = use_store(cache_dir / "node-b", shared_dir=shared)  # a fresh local tier on another node
+    store = use_store(cache_dir / "node-b", shared_dir=shared)  # a fresh local level on another node
     forget()
     assert lower(fn, shapes) == calls
     session = store.stats.session()
@@ -306,7 +306,7 @@ def test_another_node_is_served_from_the_shared_directory(cache_dir, use_store):
 
 
 def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_store):
-    """Served from its record, a kernel is never read; it must not look unused to a size-bounded tier
+    """Served from its record, a kernel is never read; it must not look unused to a size-bounded level
     (after a kernel-cache or toolchain upgrade every call is fingerprinted anew and needs its kernels)."""
     import os
 

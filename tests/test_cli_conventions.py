@@ -88,7 +88,7 @@ def test_quiet_list_prints_rows_only_and_json_is_versioned(cache):
 
 def test_stats_flags_a_cache_over_its_bound(cache):
     within = json.loads(cachectl("--dir", cache, "stats", "--json").stdout)
-    assert within["over_max_bytes"] is False and within["tiers"]["disk"]["over_max_bytes"] is False
+    assert within["over_max_bytes"] is False and within["levels"]["disk"]["over_max_bytes"] is False
     env = {"KERNEL_CACHE_MAX_BYTES": "64K"}
     over = cachectl("--dir", cache, "stats", env=env)
     assert over.returncode == 0 and "EXCEEDED" in over.stdout and "64.0 KiB" in over.stdout

@@ -60,5 +60,5 @@ def documented_fields(command: str) -> set[str]:
 
 
 def test_list_entry_fields_are_documented():
-    fields = set(EntryInfo(key="", tier="", kernel="", arch="", size_bytes=0, created=0, last_used=0).to_json())
+    fields = set(EntryInfo(key="", level="", kernel="", arch="", size_bytes=0, created=0, last_used=0).to_json())
     assert fields <= documented_fields("list"), sorted(fields - documented_fields("list"))

@@ -15,7 +15,7 @@ from conftest import ROOT
 
 from kernel_cache import Entry, disk_sql
 from kernel_cache.disk_index import RawOnlyDisk, ValueFile
-from kernel_cache.tiers.disk import DiskTier, index_settings
+from kernel_cache.levels.disk import DiskLevel, index_settings
 
 KEYS = [f"{i:032x}" for i in range(1, 4)]
 
@@ -57,30 +57,30 @@ def test_a_value_file_is_fetched_as_its_name_never_its_bytes(tmp_path):
 
 
 def test_deferred_uses_are_recorded_oldest_first_without_reading_a_value_file(tmp_path, monkeypatch):
-    tier = DiskTier(tmp_path / "c", 1 << 20)
+    level = DiskLevel(tmp_path / "c", 1 << 20)
     for key in KEYS:
-        tier.put(_entry(key))
+        level.put(_entry(key))
     with disk_sql.writing(tmp_path / "c" / "entries" / "cache.db", 5.0) as con:
         for key in KEYS:
             disk_sql.set_times(con, key, 1000.0, 1000.0)
-    tier.touch([KEYS[2]])
-    tier.touch([KEYS[0]])
-    monkeypatch.setattr(tier.tree, "read", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
-    tier.flush_touches()
-    used = {r["key"]: r["last_used"] for r in tier.listing()}
+    level.touch([KEYS[2]])
+    level.touch([KEYS[0]])
+    monkeypatch.setattr(level.tree, "read", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
+    level.flush_touches()
+    used = {r["key"]: r["last_used"] for r in level.listing()}
     assert used[KEYS[1]] == 1000.0 and 1000.0 < used[KEYS[2]] < used[KEYS[0]]
-    assert {r["key"]: r["created"] for r in tier.listing()}[KEYS[0]] == 1000.0  # a use keeps its creation time
-    tier.close()
+    assert {r["key"]: r["created"] for r in level.listing()}[KEYS[0]] == 1000.0  # a use keeps its creation time
+    level.close()
 
 
 def test_a_rebuilt_index_keeps_the_times_of_its_value_files(tmp_path):
     from kernel_cache.disk_repair import rebuild_index
 
     directory = tmp_path / "c"
-    tier = DiskTier(directory, 1 << 20)
-    tier.put(_entry(KEYS[0]))
-    (filename,) = disk_sql.value_filenames(tier._reader())
-    tier.close()
+    level = DiskLevel(directory, 1 << 20)
+    level.put(_entry(KEYS[0]))
+    (filename,) = disk_sql.value_filenames(level._reader())
+    level.close()
     value = directory / "entries" / filename
     os.utime(value, (2000.0, 2000.0))
     (directory / "entries" / "cache.db").write_bytes(b"not a database" * 100)
@@ -88,9 +88,9 @@ def test_a_rebuilt_index_keeps_the_times_of_its_value_files(tmp_path):
         Path(directory / "entries" / name).unlink(missing_ok=True)
     report = rebuild_index(directory)
     assert report["recovered"] == 1
-    tier = DiskTier(directory, 1 << 20)
-    (row,) = tier.listing()
+    level = DiskLevel(directory, 1 << 20)
+    (row,) = level.listing()
     assert row["key"] == KEYS[0] and row["last_used"] == 2000.0 and row["created"] > 1e9
-    found = tier.get(KEYS[0])
+    found = level.get(KEYS[0])
     assert found is not None and found.blobs == _entry(KEYS[0]).blobs
-    tier.close()
+    level.close()

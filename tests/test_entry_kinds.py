@@ -22,7 +22,7 @@ from kernel_cache.cachectl.entry_kinds import EntryKind
 from kernel_cache.cachectl.inventory import EntryInfo, verify
 from kernel_cache.cachectl.main import main
 from kernel_cache.entry import Entry
-from kernel_cache.tiers.disk import DiskTier
+from kernel_cache.levels.disk import DiskLevel
 
 KEYS = tuple(f"{n:032x}" for n in range(1, 8))
 TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
@@ -182,9 +182,9 @@ def test_a_registered_kind_is_listed_counted_and_labelled(gadget_cache, capsys):
     code, out = cachectl(capsys, "--dir", gadget_cache, "stats")
     assert "entry kinds          1 kernel, 2 gadgets, 1 other\n" in out
     code, out = cachectl(capsys, "--dir", gadget_cache, "stats", "--format", "prometheus")
-    assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",tier="disk",kind="gadget"}} 2\n' in out
-    assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",tier="disk",kind="other"}} 1\n' in out
-    assert ("# HELP kernel_cache_entries_by_kind Entries stored in this tier by kind (kernel, call: a lowered-call "
+    assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="gadget"}} 2\n' in out
+    assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="other"}} 1\n' in out
+    assert ("# HELP kernel_cache_entries_by_kind Entries stored in this level by kind (kernel, call: a lowered-call "
             "record, winner: an autotune winner, gadget: a test's gadget, other, unreadable).\n") in out
 
 
@@ -198,21 +198,21 @@ def test_a_registered_kind_is_shown_by_its_own_view(gadget_cache, capsys):
 
 
 def test_verify_and_bundle_import_refuse_what_the_kind_refuses(gadget_cache, tmp_path, capsys):
-    tier = DiskTier(gadget_cache)
+    level = DiskLevel(gadget_cache)
     try:
-        checked, bad = verify(tier)
-        raws = [(key, raw, {}) for key in KEYS[3:6] if (raw := tier.peek_raw(key)) is not None]
+        checked, bad = verify(level)
+        raws = [(key, raw, {}) for key in KEYS[3:6] if (raw := level.peek_raw(key)) is not None]
     finally:
-        tier.close()
+        level.close()
     assert checked == 4 and [(b.key, b.reason) for b in bad] == [(KEYS[4], "gadget has no wheels")]
     code, out = cachectl(capsys, "--dir", gadget_cache, "verify")
     assert code == 1 and "gadget has no wheels" in out
 
-    class Tier(dict[str, bytes]):
+    class Level(dict[str, bytes]):
         def put_raw(self, key: str, data: bytes) -> None:
             self[key] = data
 
     export_bundle(tmp_path / "b.kcb", raws)
-    landed = Tier()
+    landed = Level()
     result = import_bundle(tmp_path / "b.kcb", landed)
     assert result.rejected == [(KEYS[4], "gadget has no wheels")] and set(landed) == {KEYS[3], KEYS[5]}

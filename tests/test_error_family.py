@@ -39,7 +39,7 @@ def test_every_exception_we_define_is_a_kernel_cache_error():
     assert strays == []
 
 
-@pytest.mark.parametrize("name, builtin", [("TierUnavailable", OSError), ("CorruptEntry", ValueError),
+@pytest.mark.parametrize("name, builtin", [("LevelUnavailable", OSError), ("CorruptEntry", ValueError),
                                            ("ConfigError", ValueError), ("ReentrantBuild", RuntimeError)])
 def test_each_keeps_its_builtin_base(name, builtin):
     import kernel_cache.entry

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from test_cachectl import as_json, cachectl, ok
-from test_shared_tier import mounted
+from test_shared_level import mounted
 
 from kernel_cache import Config, Store, cache_settings, configure, warnings_once
 from kernel_cache.cachectl.render import human_size
@@ -78,21 +78,21 @@ def prometheus_value(text: str, name: str, **labels: str) -> float | None:
 def test_a_shared_directory_the_user_can_write_is_writable_in_text_json_and_prometheus(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    fill(tmp_path / "local", 2, size=1000, shared_dir=shared)  # entries in both tiers
+    fill(tmp_path / "local", 2, size=1000, shared_dir=shared)  # entries in both levels
     both = ("--dir", tmp_path / "local", "--shared-dir", shared)
-    tiers = as_json(*both, "stats")["tiers"]
-    assert tiers["shared"]["writable"] is True and tiers["disk"]["writable"] is True
-    assert tiers["shared"]["entries"] == 2 and tiers["shared"]["reachable"] is True
+    levels = as_json(*both, "stats")["levels"]
+    assert levels["shared"]["writable"] is True and levels["disk"]["writable"] is True
+    assert levels["shared"]["entries"] == 2 and levels["shared"]["reachable"] is True
     text = ok(*both, "stats").stdout
     assert re.search(r"^shared entries +2 \([^)]*\) in ", text, re.M) and "read-only here" not in text, text
     prom = ok(*both, "stats", "--format", "prometheus").stdout
-    assert prometheus_value(prom, "tier_writable", tier="shared") == 1
-    assert prometheus_value(prom, "tier_writable", tier="disk") == 1
+    assert prometheus_value(prom, "level_writable", level="shared") == 1
+    assert prometheus_value(prom, "level_writable", level="disk") == 1
 
     with mounted("--bind", "-o", "ro", str(shared), str(tmp_path / "ro")) as ro:  # and one nobody can write
         if os.access(ro, os.W_OK):
             pytest.skip("this machine's bind mount is not read-only")
-        assert as_json("--dir", tmp_path / "local", "--shared-dir", ro, "stats")["tiers"]["shared"]["writable"] is False
+        assert as_json("--dir", tmp_path / "local", "--shared-dir", ro, "stats")["levels"]["shared"]["writable"] is False
         text = ok("--dir", tmp_path / "local", "--shared-dir", ro, "stats").stdout
         assert re.search(r"^shared entries +2 \(.*, read-only here\)", text, re.M), text
 
@@ -108,20 +108,20 @@ def test_stats_gives_an_unreachable_remote_its_own_row_and_exits_1(tmp_path):
     assert "remote cache" in text.stderr
 
     doc = json.loads(cachectl(*where, "stats", "--json", env=env).stdout)
-    remote = doc["tiers"]["remote"]
+    remote = doc["levels"]["remote"]
     assert remote["reachable"] is False and remote["entries"] is None and remote["bytes"] is None
     assert "remote cache" in remote["error"] and doc["exit_code"] == 1 and doc["error"]
-    assert doc["tiers"]["disk"]["entries"] == 3 and doc["tiers"]["disk"]["reachable"] is True
+    assert doc["levels"]["disk"]["entries"] == 3 and doc["levels"]["disk"]["reachable"] is True
 
     # the textfile collector's file is replaced and says so, rather than keeping the last numbers
     prom = cachectl(*where, "stats", "--format", "prometheus", env=env)
     assert prom.returncode == 0, prom
-    assert prometheus_value(prom.stdout, "tier_reachable", tier="remote") == 0
-    assert prometheus_value(prom.stdout, "tier_reachable", tier="disk") == 1
-    assert prometheus_value(prom.stdout, "entries", tier="remote") is None
-    assert prometheus_value(prom.stdout, "entries", tier="disk") == 3
+    assert prometheus_value(prom.stdout, "level_reachable", level="remote") == 0
+    assert prometheus_value(prom.stdout, "level_reachable", level="disk") == 1
+    assert prometheus_value(prom.stdout, "entries", level="remote") is None
+    assert prometheus_value(prom.stdout, "entries", level="disk") == 3
 
-    listed = cachectl(*where, "list", "--tier", "remote", env=env)  # the tier's own commands fail (done before)
+    listed = cachectl(*where, "list", "--level", "remote", env=env)  # the level's own commands fail (done before)
     assert listed.returncode == 1 and "remote cache" in listed.stderr and "0 entries" not in listed.stdout
 
 
@@ -129,7 +129,7 @@ def test_doctor_stats_and_list_say_one_size(tmp_path):
     directory = tmp_path / "cache"
     fill(directory, 3, size=50_000)
     stats = as_json("--dir", directory, "stats")
-    size = stats["tiers"]["disk"]["bytes"]
+    size = stats["levels"]["disk"]["bytes"]
     assert size == sum(r["size_bytes"] for r in as_json("--dir", directory, "list"))
     assert ok("--dir", directory, "list").stdout.splitlines()[-1].endswith(human_size(size))
     doctor = json.loads(cachectl("--dir", directory, "doctor", "--json").stdout)

@@ -3,7 +3,7 @@
 A bundle that cannot be read to its end (truncated, damaged, an entry its manifest lists missing)
 lands nothing and creates no cache: "imported 0 of N entries: ... damaged at entry K", exit 1. A
 file that is no bundle at all (/etc/passwd, a gzip file of something else, another tarball) exits
-2. When the tier stops taking writes part-way, every entry's fate is reported (imported, failed,
+2. When the level stops taking writes part-way, every entry's fate is reported (imported, failed,
 not reached). Bundles here hold small synthetic entries (no Triton, no compiles); the CLI runs in
 this process through cachectl's main().
 """
@@ -37,7 +37,7 @@ from kernel_cache.cachectl.bundle import (
 )
 from kernel_cache.cachectl.main import main
 from kernel_cache.entry import Entry, encode
-from kernel_cache.errors import TierReadOnly
+from kernel_cache.errors import LevelReadOnly
 from kernel_cache.signing import Signer
 
 KEYS = [f"{i:02x}" * 16 for i in range(0xa1, 0xa6)]  # five keys with distinct prefixes (a1a1…, a2a2…)
@@ -81,8 +81,8 @@ def foreign_files(directory: Path) -> dict[str, Path]:
     return {"/etc/passwd": Path("/etc/passwd"), **{name: directory / name for name in files}}
 
 
-class DictTier:
-    """A tier that keeps what it is given, optionally refusing from the n-th write on."""
+class DictLevel:
+    """A level that keeps what it is given, optionally refusing from the n-th write on."""
 
     name = "dict"
 
@@ -96,7 +96,7 @@ class DictTier:
     def put_raw(self, key, data):
         self.writes += 1
         if self.fail_from is not None and self.writes >= self.fail_from:
-            raise TierReadOnly("local cache is read-only here (disk full)")
+            raise LevelReadOnly("local cache is read-only here (disk full)")
         if self.keep:
             self.data[key] = data
 
@@ -146,10 +146,10 @@ def test_every_kind_of_damage_lands_nothing(tmp_path, damage):
         with tarfile.open(fileobj=io.BytesIO(raw)) as src, tarfile.open(bad, "w:gz") as dst:
             for info in src.getmembers()[:-1]:
                 dst.addfile(info, src.extractfile(info))
-    tier = DictTier()
+    level = DictLevel()
     with pytest.raises(BundleError) as caught:
-        import_bundle(bad, tier)
-    assert not isinstance(caught.value, NotABundle) and tier.data == {} and tier.writes == 0
+        import_bundle(bad, level)
+    assert not isinstance(caught.value, NotABundle) and level.data == {} and level.writes == 0
     assert caught.value.expected == len(KEYS)
     if damage == "entry missing from the manifest":
         assert f"damaged: 1 of the {len(KEYS)} entries its manifest.json lists are missing ({KEYS[-1][:12]})" \
@@ -176,34 +176,34 @@ def test_a_truncated_foreign_tarball_is_still_no_bundle(tmp_path):
 
 
 # Publishing part-way: each entry's fate -------------------------------------------------------------
-def test_a_tier_failing_part_way_reports_every_entrys_fate(tmp_path):
-    tier = DictTier(fail_from=3)
-    tier.data[KEYS[0]] = b"already here"
-    result = import_bundle(good_bundle(tmp_path / "b.kcb"), tier)
+def test_a_level_failing_part_way_reports_every_entrys_fate(tmp_path):
+    level = DictLevel(fail_from=3)
+    level.data[KEYS[0]] = b"already here"
+    result = import_bundle(good_bundle(tmp_path / "b.kcb"), level)
     assert [(f.member, f.fate) for f in result.fates] == [
         (KEYS[0], PRESENT), (KEYS[1], IMPORTED), (KEYS[2], IMPORTED), (KEYS[3], FAILED), (KEYS[4], NOT_REACHED)]
     assert result.failed == [(KEYS[3], "local cache is read-only here (disk full)")]
     assert result.not_reached == [KEYS[4]] and not result.complete
-    assert set(tier.data) == set(KEYS[:3])
+    assert set(level.data) == set(KEYS[:3])
 
 
-def test_a_tier_that_silently_keeps_nothing_is_a_failure(tmp_path):
-    result = import_bundle(good_bundle(tmp_path / "b.kcb", KEYS[:2]), DictTier(keep=False))
+def test_a_level_that_silently_keeps_nothing_is_a_failure(tmp_path):
+    result = import_bundle(good_bundle(tmp_path / "b.kcb", KEYS[:2]), DictLevel(keep=False))
     assert [f.fate for f in result.fates] == [FAILED, NOT_REACHED] and "did not keep it" in result.failed[0][1]
 
 
 def test_cachectl_names_what_was_imported_and_what_was_not(tmp_path, capsys, monkeypatch):
-    from kernel_cache.tiers.disk import DiskTier
+    from kernel_cache.levels.disk import DiskLevel
 
-    put_raw, writes = DiskTier.put_raw, []
+    put_raw, writes = DiskLevel.put_raw, []
 
     def full_after_two(self, key, data):
         writes.append(key)
         if len(writes) > 2:
-            raise TierReadOnly(f"local cache {self.directory} is read-only here (disk full)")
+            raise LevelReadOnly(f"local cache {self.directory} is read-only here (disk full)")
         put_raw(self, key, data)
 
-    monkeypatch.setattr(DiskTier, "put_raw", full_after_two)
+    monkeypatch.setattr(DiskLevel, "put_raw", full_after_two)
     path = good_bundle(tmp_path / "b.kcb")
     code, out, err = cachectl(capsys, "--dir", tmp_path / "cache", "import", path, "--allow-stale")
     assert code == 1
@@ -232,7 +232,7 @@ def test_entries_larger_than_the_local_bound_are_refused_before_any_lands(tmp_pa
     code, out, err = cachectl(capsys, "--dir", cache, "import", path, "--allow-stale")
     assert code == 1 and out == ""
     assert f"imported 0 of {len(KEYS)} entries: they take " in err and "KERNEL_CACHE_MAX_BYTES=8.0 KiB" in err
-    assert "--tier shared" in err
+    assert "--level shared" in err
     code, out, _ = cachectl(capsys, "--dir", cache, "import", path, "--allow-stale", "--json")
     doc = json.loads(out)
     assert code == 1 and doc["imported"] == 0 and doc["evicted"] == [] and "KERNEL_CACHE_MAX_BYTES" in doc["error"]
@@ -241,11 +241,11 @@ def test_entries_larger_than_the_local_bound_are_refused_before_any_lands(tmp_pa
 
 
 def test_an_entry_evicted_by_a_later_one_is_reported_evicted(tmp_path, capsys, monkeypatch):
-    """A bounded tier that drops an imported entry for a later entry of the same bundle: that entry's
+    """A bounded level that drops an imported entry for a later entry of the same bundle: that entry's
     fate is 'evicted', the import is incomplete (exit 1) and the summary says why."""
-    from kernel_cache.tiers.disk import DiskTier
+    from kernel_cache.levels.disk import DiskLevel
 
-    put_raw, writes = DiskTier.put_raw, []
+    put_raw, writes = DiskLevel.put_raw, []
 
     def keeps_only_the_last_two(self, key, data):  # as an LRU bound of two entries would
         put_raw(self, key, data)
@@ -253,13 +253,13 @@ def test_an_entry_evicted_by_a_later_one_is_reported_evicted(tmp_path, capsys, m
         if len(writes) > 2:
             self.delete(writes[-3])
 
-    monkeypatch.setattr(DiskTier, "put_raw", keeps_only_the_last_two)
+    monkeypatch.setattr(DiskLevel, "put_raw", keeps_only_the_last_two)
     path = good_bundle(tmp_path / "b.kcb", KEYS[:4])
     code, out, err = cachectl(capsys, "--dir", tmp_path / "cache", "import", path, "--allow-stale")
     assert code == 1
-    assert "imported 2 of 4 entries" in out and "2 evicted again by later entries (the disk tier's size bound)" in out
+    assert "imported 2 of 4 entries" in out and "2 evicted again by later entries (the disk level's size bound)" in out
     for key in KEYS[:2]:
-        assert f"evicted   {key}: the disk tier evicted it for a later entry of the bundle" in err
+        assert f"evicted   {key}: the disk level evicted it for a later entry of the bundle" in err
     writes.clear()
     code, out, _ = cachectl(capsys, "--dir", tmp_path / "cache2", "import", path, "--allow-stale", "--json")
     doc = json.loads(out)
@@ -288,12 +288,12 @@ def test_staging_spills_to_a_temporary_file_and_publishes_the_same_bytes(tmp_pat
     entries = {k: entry_bytes(k) for k in KEYS}
     path = tmp_path / "b.kcb"
     export_bundle(path, [(k, data, {}) for k, data in entries.items()])
-    tier = DictTier()
+    level = DictLevel()
     with stage_bundle(path) as staged:
         assert staged.expected == len(KEYS)
         assert staged._spool._rolled  # on disk now, not in memory
-        result = staged.publish(tier)
-    assert result.imported == KEYS and tier.data == entries
+        result = staged.publish(level)
+    assert result.imported == KEYS and level.data == entries
 
 
 def test_no_room_to_stage_imports_nothing(tmp_path, capsys, monkeypatch):

@@ -23,8 +23,8 @@ from conftest import ROOT, child_env
 
 from kernel_cache import Config, Entry, Store, locks, warnings_once
 from kernel_cache.disk_index import INDEX_LOCK, LOCKS_DIR, open_tree
-from kernel_cache.disk_repair import ValueFilesTier
-from kernel_cache.tiers.disk import DiskTier
+from kernel_cache.disk_repair import ValueFilesLevel
+from kernel_cache.levels.disk import DiskLevel
 from kernel_cache.warnings_once import KernelCacheWarning
 
 KEYS = [f"{i:032x}" for i in range(1, 25)]
@@ -120,7 +120,7 @@ def test_the_next_process_rebuilds_the_index_and_compiles_nothing_stored(tmp_pat
     _damage(cache, how)
 
     first = _child(cache, tmp_path, "first")
-    assert first["compiled"] == [] and first["level"] == "DiskTier"
+    assert first["compiled"] == [] and first["level"] == "DiskLevel"
     (warning,) = first["warnings"]  # one warning, saying what happened and where the damaged index is
     assert f"rebuilt it from its {len(KEYS)} entry files ({len(KEYS)} entries re-indexed" in warning
     assert "0 lost" in warning and "caching in memory only" not in warning
@@ -160,7 +160,7 @@ def test_processes_starting_at_once_rebuild_once(tmp_path):
     assert len(_aside(cache)) == 1  # one damaged index kept, not a rebuilt one moved aside by a second rebuild
     warned = [w for r in reports for w in r["warnings"]]
     assert len(warned) == 1 and "rebuilt it from its" in warned[0]  # the others waited, then used it
-    assert [r["level"] for r in reports] == ["DiskTier"] * 3
+    assert [r["level"] for r in reports] == ["DiskLevel"] * 3
 
 
 def test_a_neighbour_rebuilding_for_long_leaves_the_entry_files_served(tmp_path):
@@ -178,7 +178,7 @@ def test_a_neighbour_rebuilding_for_long_leaves_the_entry_files_served(tmp_path)
                 warnings.simplefilter("always")
                 store = Store(Config(dir=cache, lock_timeout=0.5))
             assert time.monotonic() - start < 5
-            assert isinstance(store.disk, ValueFilesTier) and not store.disk.writable
+            assert isinstance(store.disk, ValueFilesLevel) and not store.disk.writable
             (warning,) = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
             assert "another process is rebuilding it" in warning and "serving its entry files" in warning
             built = []
@@ -194,7 +194,7 @@ def test_a_neighbour_rebuilding_for_long_leaves_the_entry_files_served(tmp_path)
         warnings.simplefilter("always")
         healed = Store(Config(dir=cache))
     assert ["rebuilt it from its" in str(w.message) for w in caught] == [True]
-    assert isinstance(healed.disk, DiskTier) and healed.healed_index is not None
+    assert isinstance(healed.disk, DiskLevel) and healed.healed_index is not None
     assert all(healed.get(k)[1] == "disk" for k in KEYS)
     healed.close()
 
@@ -222,7 +222,7 @@ def test_a_new_cache_is_no_damage(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         store = Store(Config(dir=tmp_path / "new"))
-    assert isinstance(store.disk, DiskTier) and store.healed_index is None and caught == []
+    assert isinstance(store.disk, DiskLevel) and store.healed_index is None and caught == []
     store.put(_entry(KEYS[0], 100))
     store.close()
     assert _aside(tmp_path / "new") == []
@@ -234,7 +234,7 @@ def test_a_healthy_index_a_reader_cannot_read_is_not_rebuilt(tmp_path, monkeypat
     damage with a writer's connection before it rebuilds anything."""
     import sqlite3
 
-    from kernel_cache.tiers import disk
+    from kernel_cache.levels import disk
 
     cache = _filled(tmp_path)
     seen = []
@@ -247,7 +247,7 @@ def test_a_healthy_index_a_reader_cannot_read_is_not_rebuilt(tmp_path, monkeypat
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         store = Store(Config(dir=cache))
-    assert seen and caught == [] and store.healed_index is None and isinstance(store.disk, DiskTier)
+    assert seen and caught == [] and store.healed_index is None and isinstance(store.disk, DiskLevel)
     monkeypatch.undo()
     assert [store.get(k)[1] for k in KEYS] == ["disk"] * len(KEYS) and _aside(cache) == []
     store.close()

@@ -75,19 +75,19 @@ def test_compile_at_debug_then_basicconfig_info_in_a_new_process(tmp_path):
         assert part in summary, summary
     [wait] = [line for line in lines if " wait " in line]
     assert "disk lock (acquired)" in wait and ADD in wait
-    tiers = [line.split()[2] for line in lines if line.startswith("kernel-cache ") and " ms  " in line
+    levels = [line.split()[2] for line in lines if line.startswith("kernel-cache ") and " ms  " in line
              and " wait " not in line]
-    assert tiers == ["compile", "memory", "memory"], err
+    assert levels == ["compile", "memory", "memory"], err
     key = summary.split()[1]
 
     err = _run(COMPILE, env, "basic").stderr
     lines = _ours(err)
     assert len(lines) == 3, err
-    for line, tier in zip(lines, ("disk", "memory", "memory")):
+    for line, level in zip(lines, ("disk", "memory", "memory")):
         assert line.startswith("ROOT kernel_cache INFO "), line  # the application's format names the logger once
         assert "kernel-cache" not in line, line
         fields = line.split()
-        assert fields[3] == key and fields[4] == tier and fields[6] == "ms", line
+        assert fields[3] == key and fields[4] == level and fields[6] == "ms", line
         assert line.endswith("  " + ADD), line
 
 

@@ -89,7 +89,7 @@ def program_dir(tmp_path_factory) -> Path:
 
 
 def _records(directory: Path) -> dict[str, float]:
-    """key -> when it was stored, for every entry of the local tier (read-only, as `cachectl list`)."""
+    """key -> when it was stored, for every entry of the local level (read-only, as `cachectl list`)."""
     if not (directory / "entries").is_dir():
         return {}
     store = Store(Config(dir=directory), read_only=True)

@@ -17,14 +17,14 @@ import warnings
 
 import pytest
 from conftest import ROOT, child_env
-from test_remote_tier import KEYS, SIGNING_KEY, remote, signed
-from test_shared_tier import KEY, KEY2, Builder, make_entry
+from test_remote_level import KEYS, SIGNING_KEY, remote, signed
+from test_shared_level import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.errors import RejectedEntry
+from kernel_cache.levels.remote_lease import Lease
 from kernel_cache.signing import Signer
-from kernel_cache.tiers.remote_lease import Lease
 from scripts.fake_resp import FakeRedis
 
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -51,18 +51,18 @@ def _quiet(fn, *args, **kw):
 PEAK = r"""
 import contextlib, json, resource, sys, time, warnings
 from kernel_cache.errors import RejectedEntry
-from kernel_cache.tiers.remote import RemoteTier
+from kernel_cache.levels.remote import RemoteLevel
 from kernel_cache.signing import Signer
 warnings.simplefilter("ignore")
 url, namespace, key, cap = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-tier = RemoteTier(url, namespace=namespace, signer=Signer(b"remote-team-signing-key-0123456789"),
+level = RemoteLevel(url, namespace=namespace, signer=Signer(b"remote-team-signing-key-0123456789"),
                   max_entry_bytes=cap, timeout=float(sys.argv[5]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.monotonic()
 got = None
 with contextlib.suppress(RejectedEntry):
-    got = tier.get(key)
-print(json.dumps({"got": got is not None, "seconds": time.monotonic() - start, "counters": tier.counters,
+    got = level.get(key)
+print(json.dumps({"got": got is not None, "seconds": time.monotonic() - start, "counters": level.counters,
                   "grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}))
 """
 
@@ -76,9 +76,9 @@ def _peak(url, namespace, key, cap=CAP, timeout=5.0) -> dict:
 
 @needs_redis
 def test_a_planted_200_mb_value_costs_nothing_to_read_and_is_replaced_by_the_next_build(server, tmp_path):
-    tier = remote(server.url, namespace="big", max_entry_bytes=CAP)
+    level = remote(server.url, namespace="big", max_entry_bytes=CAP)
     import redis
-    redis.Redis.from_url(server.url, socket_timeout=60).set(tier._entry(KEY), b"\0" * (200 << 20), ex=100)
+    redis.Redis.from_url(server.url, socket_timeout=60).set(level._entry(KEY), b"\0" * (200 << 20), ex=100)
     report = _peak(server.url, "big", KEY)
     assert not report["got"] and report["counters"]["too_large"] == 1
     assert report["grew_kib"] < 32 << 10, report  # the size was asked first: not one byte of the value read
@@ -86,7 +86,7 @@ def test_a_planted_200_mb_value_costs_nothing_to_read_and_is_replaced_by_the_nex
     builder = Builder(KEY)
     _quiet(store.get_or_create, KEY, builder)
     assert builder.calls == 1 and store.level("remote").counters["healed"] == 1
-    assert tier.get(KEY).blobs == make_entry(KEY).blobs  # the planted value is gone, the verified build is there
+    assert level.get(KEY).blobs == make_entry(KEY).blobs  # the planted value is gone, the verified build is there
 
 
 @needs_redis
@@ -95,11 +95,11 @@ def test_a_large_value_under_the_cap_is_checked_in_chunks_before_it_is_read(serv
     """Under the default cap (256 MiB) a 120 MB plant is not read whole: its trailer says "unsigned",
     or its body goes through the MAC 4 MiB at a time, none kept; the next build replaces it."""
     namespace = f"chunks-{plant.split()[0]}"
-    tier = remote(server.url, namespace=namespace, timeout=5.0)  # the plant is large: slow calls here are no fault
+    level = remote(server.url, namespace=namespace, timeout=5.0)  # the plant is large: slow calls here are no fault
     trailer = (b"" if plant == "unsigned" else
                entry_format.SIGNATURE_MAGIC + Signer(SIGNING_KEY).key_id + bytes(32))
     import redis
-    redis.Redis.from_url(server.url, socket_timeout=60).set(tier._entry(KEY), bytes(120 << 20) + trailer)
+    redis.Redis.from_url(server.url, socket_timeout=60).set(level._entry(KEY), bytes(120 << 20) + trailer)
     report = _peak(server.url, namespace, KEY, cap=256 << 20)
     assert not report["got"] and report["counters"]["rejected"] == 1
     assert report["grew_kib"] < 40 << 10, report  # a chunk or two, never the value
@@ -107,15 +107,15 @@ def test_a_large_value_under_the_cap_is_checked_in_chunks_before_it_is_read(serv
     builder = Builder(KEY)
     _quiet(store.get_or_create, KEY, builder)
     assert builder.calls == 1 and store.level("remote").counters["healed"] == 1
-    assert tier.get(KEY).blobs == make_entry(KEY).blobs
+    assert level.get(KEY).blobs == make_entry(KEY).blobs
 
 
 @needs_redis
 def test_a_large_signed_entry_is_checked_in_chunks_and_served(server):
-    tier = remote(server.url, namespace="large", timeout=5.0)
+    level = remote(server.url, namespace="large", timeout=5.0)
     big = make_entry(KEY, size=12 << 20)  # past STREAM_BYTES: trailer, chunks, then the whole value
-    tier.put_raw(KEY, signed(big))
-    assert tier.get(KEY).blobs == big.blobs and tier.counters["hits"] == 1
+    level.put_raw(KEY, signed(big))
+    assert level.get(KEY).blobs == big.blobs and level.counters["hits"] == 1
 
 
 def test_a_reply_announcing_400_mb_is_cut_at_the_cap(tmp_path):
@@ -130,12 +130,12 @@ def test_a_reply_announcing_400_mb_is_cut_at_the_cap(tmp_path):
 # 2. One deadline per call --------------------------------------------------------------------------
 def test_a_trickling_server_costs_at_most_the_timeout_per_call(tmp_path):
     with FakeRedis("trickle", interval=0.1) as fake:
-        tier = remote(fake.url, namespace="slow", timeout=0.3, breaker_seconds=0.0)  # every call reaches it
+        level = remote(fake.url, namespace="slow", timeout=0.3, breaker_seconds=0.0)  # every call reaches it
         for _ in range(3):
             start = time.monotonic()
-            got, _ = _quiet(tier.get, KEY)
+            got, _ = _quiet(level.get, KEY)
             assert got is None and time.monotonic() - start < 0.3 + 0.25
-        assert tier.counters["timeouts"] == 3
+        assert level.counters["timeouts"] == 3
         store = _store(fake.url, "slow", tmp_path, remote_timeout=0.3)
         start = time.monotonic()
         for key in KEYS[:6]:
@@ -148,14 +148,14 @@ def test_a_trickling_server_costs_at_most_the_timeout_per_call(tmp_path):
 @pytest.mark.parametrize("plant", ["unsigned", "forged", "truncated", "other-key"])
 def test_a_rejected_entry_keeps_its_ttl_and_the_next_verified_build_replaces_it(server, tmp_path, plant):
     namespace = f"heal-{plant}"
-    tier = remote(server.url, namespace=namespace)
+    level = remote(server.url, namespace=namespace)
     good = signed(make_entry(KEY))
     bad = {"unsigned": entry_format.encode(make_entry(KEY)), "forged": signed(make_entry(KEY), OTHER_KEY),
            "truncated": good[:-40], "other-key": signed(make_entry(KEY2))}[plant]
-    tier.client.set(tier._entry(KEY), bad, ex=100)
+    level.client.set(level._entry(KEY), bad, ex=100)
     with contextlib.suppress(RejectedEntry, entry_format.CorruptEntry):
-        tier.get(KEY)
-    assert tier.client.ttl(tier._entry(KEY)) <= 100  # the read that rejected it did not extend its life
+        level.get(KEY)
+    assert level.client.ttl(level._entry(KEY)) <= 100  # the read that rejected it did not extend its life
     store = _store(server.url, namespace, tmp_path)
     builder = Builder(KEY)
     _quiet(store.get_or_create, KEY, builder)
@@ -166,59 +166,59 @@ def test_a_rejected_entry_keeps_its_ttl_and_the_next_verified_build_replaces_it(
 
 @needs_redis
 def test_a_neighbours_valid_write_is_never_clobbered_by_a_heal(server):
-    tier = remote(server.url, namespace="cas")
-    tier.client.set(tier._entry(KEY), signed(make_entry(KEY), OTHER_KEY))
+    level = remote(server.url, namespace="cas")
+    level.client.set(level._entry(KEY), signed(make_entry(KEY), OTHER_KEY))
     with pytest.raises(RejectedEntry):
-        tier.get(KEY)
+        level.get(KEY)
     neighbours = signed(make_entry(KEY))
-    tier.client.set(tier._entry(KEY), neighbours)  # a neighbour healed it first
+    level.client.set(level._entry(KEY), neighbours)  # a neighbour healed it first
     mine = Signer(SIGNING_KEY).sign(entry_format.encode(make_entry(KEY, size=600)))
-    tier.put_raw(KEY, mine)
-    assert tier.client.get(tier._entry(KEY)) == neighbours and tier.counters["healed"] == 0
+    level.put_raw(KEY, mine)
+    assert level.client.get(level._entry(KEY)) == neighbours and level.counters["healed"] == 0
 
 
 @needs_redis
 def test_a_wrong_typed_name_is_one_keys_miss_not_the_levels_outage(server, tmp_path):
-    tier = remote(server.url, namespace="typed")
-    tier.client.hset(tier._entry(KEY), "field", "value")
-    tier.put_raw(KEY2, signed(make_entry(KEY2)))
+    level = remote(server.url, namespace="typed")
+    level.client.hset(level._entry(KEY), "field", "value")
+    level.put_raw(KEY2, signed(make_entry(KEY2)))
     store = _store(server.url, "typed", tmp_path)
     builder = Builder(KEY)
     _, said = _quiet(store.get_or_create, KEY, builder)
-    level = store.level("remote")
-    assert builder.calls == 1 and level.counters["breaker_openings"] == 0 and level.writable
+    served = store.level("remote")
+    assert builder.calls == 1 and served.counters["breaker_openings"] == 0 and served.writable
     assert any("holds a Redis hash" in s for s in said)
     assert store.get(KEY2)[1] == "remote"  # the level still serves every other key
-    assert tier.client.type(tier._entry(KEY)) == b"string" and tier.get(KEY) is not None  # and the hash is replaced
+    assert level.client.type(level._entry(KEY)) == b"string" and level.get(KEY) is not None  # and the hash is replaced
 
 
 # 4. Leases no one can hold hostage ------------------------------------------------------------------
-def _lease_name(tier, key=KEY):
-    return tier._lease_name(key)
+def _lease_name(level, key=KEY):
+    return level._lease_name(key)
 
 
 @needs_redis
 @pytest.mark.parametrize("value", ["garbage", "unsigned", "other-key", "too-old", "hash"])
 def test_a_lease_that_is_not_ours_to_honour_makes_nobody_wait(server, value):
-    tier = remote(server.url, namespace=f"lease-{value}", lease_max_seconds=60)
-    name = _lease_name(tier)
+    level = remote(server.url, namespace=f"lease-{value}", lease_max_seconds=60)
+    name = _lease_name(level)
     if value == "hash":
-        tier.client.hset(name, "holder", "me")
-        tier.client.expire(name, 600)
+        level.client.hset(name, "holder", "me")
+        level.client.expire(name, 600)
     else:
         planted = {"garbage": b"hostage", "unsigned": Lease.new(name, None).value,
                    "other-key": Lease.new(name, Signer(OTHER_KEY)).value,
                    "too-old": Lease.new(name, Signer(SIGNING_KEY)).value}[value]
-        tier.client.set(name, planted, px=600_000)
+        level.client.set(name, planted, px=600_000)
         if value == "too-old":
-            tier.lease_max_seconds = 0.5  # this reader honours a lease for half a second after it was taken
+            level.lease_max_seconds = 0.5  # this reader honours a lease for half a second after it was taken
             time.sleep(0.6)
     start = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with tier.lock(KEY, 30) as held:
+        with level.lock(KEY, 30) as held:
             assert held is True and time.monotonic() - start < 1.0
-    assert tier.counters["leases_refused"] == 1
+    assert level.counters["leases_refused"] == 1
     assert any("ignored a compile lease" in str(w.message) for w in caught)
 
 
@@ -281,29 +281,29 @@ def _key_file(tmp_path):
 
 @needs_redis
 def test_cachectl_lists_verifies_and_clears_a_partly_unreadable_namespace_truthfully(server, tmp_path):
-    tier = remote(server.url, namespace="ops")
-    tier.put_raw(KEY, signed(make_entry(KEY)))
-    tier.client.set(tier._entry(KEY2), signed(make_entry(KEY2), OTHER_KEY))  # validly formed, another key
-    tier.client.hset(tier._entry(KEYS[0]), "f", "v")
+    level = remote(server.url, namespace="ops")
+    level.put_raw(KEY, signed(make_entry(KEY)))
+    level.client.set(level._entry(KEY2), signed(make_entry(KEY2), OTHER_KEY))  # validly formed, another key
+    level.client.hset(level._entry(KEYS[0]), "f", "v")
     env = {"KERNEL_CACHE_SIGNING_KEY_FILE": _key_file(tmp_path), "KERNEL_CACHE_REMOTE_NAMESPACE": "ops"}
-    listed = cachectl("list", "--remote", server.url, "--tier", "remote", "--json", env=env)
+    listed = cachectl("list", "--remote", server.url, "--level", "remote", "--json", env=env)
     keys = {e["key"] for e in json.loads(listed.stdout)["entries"]}
     assert keys == {KEY, KEY2, KEYS[0]}, listed.stderr
-    verify = cachectl("verify", "--remote", server.url, "--tier", "remote", env=env)
+    verify = cachectl("verify", "--remote", server.url, "--level", "remote", env=env)
     assert verify.returncode == 1 and KEY2 in verify.stdout and "another key" in verify.stdout
     assert KEYS[0] in verify.stdout and "hash" in verify.stdout
-    repaired = cachectl("verify", "--remote", server.url, "--tier", "remote", "--repair", env=env)
-    assert repaired.returncode == 0 and cachectl("verify", "--remote", server.url, "--tier", "remote",
+    repaired = cachectl("verify", "--remote", server.url, "--level", "remote", "--repair", env=env)
+    assert repaired.returncode == 0 and cachectl("verify", "--remote", server.url, "--level", "remote",
                                                   env=env).returncode == 0
-    tier.client.hset(tier._entry(KEYS[1]), "f", "v")
-    cleared = cachectl("clear", "--remote", server.url, "--tier", "remote", "--yes", env=env)
+    level.client.hset(level._entry(KEYS[1]), "f", "v")
+    cleared = cachectl("clear", "--remote", server.url, "--level", "remote", "--yes", env=env)
     assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout, cleared
-    assert list(tier.client.scan_iter(match=tier.prefix + "e:*")) == []
+    assert list(level.client.scan_iter(match=level.prefix + "e:*")) == []
 
 
-@pytest.mark.parametrize("command", [["list", "--tier", "remote"], ["stats"], ["stats", "--json"],
-                                     ["verify", "--tier", "remote"], ["prune", "--tier", "remote", "--max-size", "1M"],
-                                     ["clear", "--tier", "remote", "--yes"]])
+@pytest.mark.parametrize("command", [["list", "--level", "remote"], ["stats"], ["stats", "--json"],
+                                     ["verify", "--level", "remote"], ["prune", "--level", "remote", "--max-size", "1M"],
+                                     ["clear", "--level", "remote", "--yes"]])
 def test_cachectl_against_a_dead_or_misbehaving_server_says_so_and_fails(command, tmp_path):
     env = {"KERNEL_CACHE_REMOTE_UNSIGNED": "1"}
     local = Store(Config(dir=tmp_path / "local"))  # a local cache beside the remote, as on a node
@@ -331,19 +331,19 @@ def test_server_error_text_is_escaped_before_it_reaches_a_warning(tmp_path):
 def test_a_lease_heartbeat_thread_never_outlives_its_lock(tmp_path):
     before = {t.name for t in threading.enumerate()}
     with FakeRedis("error") as fake:
-        tier = remote(fake.url, namespace="beat", breaker_seconds=0.0)
+        level = remote(fake.url, namespace="beat", breaker_seconds=0.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with tier.lock(KEY, 0.2) as held:
+            with level.lock(KEY, 0.2) as held:
                 assert held is False
     assert {t.name for t in threading.enumerate()} - before <= {"fake-resp"}
 
 
 def test_a_reply_of_the_wrong_shape_is_a_miss_and_the_servers_fault():
     with FakeRedis("trickle", interval=0.0) as fake:  # answers every command with the bulk string 'hello'
-        tier = remote(fake.url, namespace="shape")
-        got, said = _quiet(tier.get, KEY)
-        assert got is None and tier.counters["breaker_openings"] == 1 and not tier.link.available
+        level = remote(fake.url, namespace="shape")
+        got, said = _quiet(level.get, KEY)
+        assert got is None and level.counters["breaker_openings"] == 1 and not level.link.available
         assert any("no answer to what was asked" in s for s in said)
 
 
@@ -352,11 +352,11 @@ def test_a_large_rejected_value_healed_by_a_neighbour_counts_as_present(server):
     """After we rejected a large plant, a neighbour's valid large entry there is an entry (its marker is
     the size-and-ends form, not a whole SHA-1): the store reads it instead of building again."""
     import redis
-    tier = remote(server.url, namespace="large-healed", timeout=5.0)
+    level = remote(server.url, namespace="large-healed", timeout=5.0)
     plain = redis.Redis.from_url(server.url, socket_timeout=60)
-    plain.set(tier._entry(KEY), bytes(12 << 20))
+    plain.set(level._entry(KEY), bytes(12 << 20))
     with pytest.raises(RejectedEntry):
-        tier.get(KEY)
-    assert KEY not in tier  # still the bytes we rejected
-    plain.set(tier._entry(KEY), signed(make_entry(KEY, size=12 << 20)))
-    assert KEY in tier and tier.get(KEY) is not None
+        level.get(KEY)
+    assert KEY not in level  # still the bytes we rejected
+    plain.set(level._entry(KEY), signed(make_entry(KEY, size=12 << 20)))
+    assert KEY in level and level.get(KEY) is not None

@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 from conftest import ROOT, child_env
-from test_remote_tier import KEYS, SIGNING_KEY, _result, _spawn, remote, signed
-from test_shared_tier import KEY, Builder, make_entry
+from test_remote_level import KEYS, SIGNING_KEY, _result, _spawn, remote, signed
+from test_shared_level import KEY, Builder, make_entry
 
 from kernel_cache import Config, Store
 from scripts.redis_cluster import PrimaryWithReplica, RedisCluster
@@ -48,12 +48,12 @@ def test_a_cluster_named_by_any_node_compiles_each_key_once_across_processes(clu
     second = [_result(_spawn(url, "fleet", tmp_path / f"b{i}", keys, log)) for i in range(4)]
     assert all(r["served"] and r["stats"]["compiles"] == 0 and r["stats"]["hits"].get("remote") == 14
                for r in second)
-    tier = remote(url, namespace="fleet")
-    assert tier.get(KEY) is None and tier.link.cluster is True
+    level = remote(url, namespace="fleet")
+    assert level.get(KEY) is None and level.link.cluster is True
     # the entries are spread over the masters, each beside its lease's slot
     holding = [m for m in cluster.masters() if _dbsize(m) > 0]
     assert len(holding) >= 2
-    assert tier.client.keyslot(tier._entry(KEY)) == tier.client.keyslot(tier._lease_name(KEY))
+    assert level.client.keyslot(level._entry(KEY)) == level.client.keyslot(level._lease_name(KEY))
 
 
 def _dbsize(server: RedisServer) -> int:
@@ -62,9 +62,9 @@ def _dbsize(server: RedisServer) -> int:
 
 
 def test_cachectl_lists_verifies_and_clears_every_master(cluster, tmp_path):
-    tier = remote(cluster.url, namespace="ops")
+    level = remote(cluster.url, namespace="ops")
     for key in KEYS[:12]:
-        tier.put_raw(key, signed(make_entry(key)))
+        level.put_raw(key, signed(make_entry(key)))
     key_file = tmp_path / "key"
     key_file.write_bytes(SIGNING_KEY)
     key_file.chmod(0o600)
@@ -72,7 +72,7 @@ def test_cachectl_lists_verifies_and_clears_every_master(cluster, tmp_path):
     env.pop("KERNEL_CACHE_DIR", None)
 
     def cachectl(*args):
-        return subprocess.run([sys.executable, "-m", "kernel_cache", *args, "--remote", cluster.url, "--tier",
+        return subprocess.run([sys.executable, "-m", "kernel_cache", *args, "--remote", cluster.url, "--level",
                                "remote"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     listed = cachectl("list", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -83,11 +83,11 @@ def test_cachectl_lists_verifies_and_clears_every_master(cluster, tmp_path):
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(stats.stdout)
     assert report["remote"]["cluster"] and report["remote"]["masters"] == 3, stats.stderr
-    assert report["tiers"]["remote"]["entries"] == 12
+    assert report["levels"]["remote"]["entries"] == 12
     cleared = cachectl("clear", "--yes")
     assert cleared.returncode == 0 and "removed 12 entries" in cleared.stdout, cleared
-    assert all(not list(tier.client.scan_iter(match="kc:ops:*", target_nodes=node))
-               for node in tier.client.get_primaries())
+    assert all(not list(level.client.scan_iter(match="kc:ops:*", target_nodes=node))
+               for node in level.client.get_primaries())
 
 
 # 2. Failover -------------------------------------------------------------------------------------------
@@ -149,24 +149,24 @@ def test_a_read_only_replica_serves_every_kernel_with_one_warning_at_most(tmp_pa
 def test_a_restarted_server_is_used_again_within_seconds(tmp_path):
     server = RedisServer(tmp_path)
     try:
-        tier = remote(server.url, namespace="back", timeout=0.2)
-        tier.put_raw(KEY, signed(make_entry(KEY)))
+        level = remote(server.url, namespace="back", timeout=0.2)
+        level.put_raw(KEY, signed(make_entry(KEY)))
         server.kill()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert tier.get(KEY) is None  # the fault: skipped 1 s
+            assert level.get(KEY) is None  # the fault: skipped 1 s
             time.sleep(1.05)
-            assert tier.get(KEY) is None  # still down: skipped 2 s
-            assert tier.counters["breaker_openings"] == 2
+            assert level.get(KEY) is None  # still down: skipped 2 s
+            assert level.counters["breaker_openings"] == 2
             server.start()
             time.sleep(2.05)
-            tier.put_raw(KEY, signed(make_entry(KEY)))  # the server lost its data (no persistence)
-            assert tier.get(KEY) is not None and tier.writable
-        assert tier.counters["breaker_openings"] == 2
+            level.put_raw(KEY, signed(make_entry(KEY)))  # the server lost its data (no persistence)
+            assert level.get(KEY) is not None and level.writable
+        assert level.counters["breaker_openings"] == 2
         server.kill()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tier.get(KEY)
-        assert tier.link._open_until - time.monotonic() <= 1.0  # one success reset the backoff to 1 s
+            level.get(KEY)
+        assert level.link._open_until - time.monotonic() <= 1.0  # one success reset the backoff to 1 s
     finally:
         server.stop()

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, child_env
-from test_shared_tier import KEY, KEY2, Builder, kernel_cache_warnings, make_entry, mounted, recorded_warnings
+from test_shared_level import KEY, KEY2, Builder, kernel_cache_warnings, make_entry, mounted, recorded_warnings
 
 from kernel_cache import Config, CorruptEntry, Entry, Store, locks, warnings_once
 from kernel_cache import entry as entry_format
 from kernel_cache.entry import InvalidKey
 from kernel_cache.errors import ReentrantBuild, RejectedEntry
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.signing import Signer
-from kernel_cache.tiers.shared import SharedTier
 
 SIGNING_KEY = b"team-signing-key-0123456789abcdef"
 NOGROUP = 65534
@@ -118,10 +118,10 @@ def test_a_symlinked_quarantine_cannot_make_prune_delete_an_operators_files(tmp_
 
     with recorded_warnings() as caught:
         store = Store(Config(dir=tmp_path / "b", shared_dir=shared))
-    assert store.shared is None  # the tier is refused as a whole
+    assert store.shared is None  # the level is refused as a whole
     assert any("quarantine" in m and "symbolic link" in m for m in kernel_cache_warnings(caught))
     assert store.get_or_create(KEY, Builder(KEY))[1] == make_entry(KEY).blobs
-    out = cachectl("--dir", tmp_path / "b", "--shared-dir", shared, "prune", "--all-tiers", "--older-than", "1d")
+    out = cachectl("--dir", tmp_path / "b", "--shared-dir", shared, "prune", "--all-levels", "--older-than", "1d")
     assert out.returncode == 2 and "symbolic link" in out.stderr
     assert (victim / "precious.txt").read_text() == "keep me"
 
@@ -131,7 +131,7 @@ def test_a_symlinked_fanout_directory_is_never_written_through(tmp_path, level):
     shared, victim = tmp_path / "shared", tmp_path / "victim"
     shared.mkdir()
     victim.mkdir()
-    SharedTier(shared)  # creates the layout
+    SharedLevel(shared)  # creates the layout
     os.symlink(victim, shared / level / KEY[:2])
     store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
     with recorded_warnings() as caught:
@@ -139,7 +139,7 @@ def test_a_symlinked_fanout_directory_is_never_written_through(tmp_path, level):
         assert store.get_or_create(KEY, build)[1] == make_entry(KEY).blobs and build.calls == 1
     assert list(victim.iterdir()) == []  # no entry, temp file or lock landed in the victim's dir
     assert any("symbolic link" in m for m in kernel_cache_warnings(caught))
-    assert store.disk.get(KEY) is not None  # the local tier still got the kernel
+    assert store.disk.get(KEY) is not None  # the local level still got the kernel
 
 
 @pytest.mark.parametrize("level", ["locks", "entries", "stats"])
@@ -192,11 +192,11 @@ def test_keys_that_are_not_content_addresses_are_refused_at_every_door(tmp_path)
             with pytest.raises(InvalidKey):
                 store.get(bad)
         assert kernel_cache_warnings(caught) == []  # a caller's mistake, not a cache failure
-        for tier in (store.disk, store.shared):
+        for level in (store.disk, store.shared):
             with pytest.raises(InvalidKey):
-                tier.get(bad)
+                level.get(bad)
             with pytest.raises(InvalidKey):
-                tier.put_raw(bad, entry_format.encode(make_entry(KEY)))
+                level.put_raw(bad, entry_format.encode(make_entry(KEY)))
     assert not (tmp_path / "x").exists() and not any(p.name == "x" for p in tmp_path.rglob("x*"))
 
 
@@ -256,7 +256,7 @@ def test_a_group_directory_is_trusted_only_once_the_group_is_named(tmp_path, peo
     shared.mkdir()
     os.chown(shared, people["teammate"], people["team"])
     os.chmod(shared, 0o2775)
-    SharedTier(shared, owners=Owners.current(people["team"])).put(make_entry(KEY))
+    SharedLevel(shared, owners=Owners.current(people["team"])).put(make_entry(KEY))
     chown_tree(shared, people["teammate"], people["team"])  # written by a teammate
     with recorded_warnings() as caught:
         plain = Store(Config(dir=tmp_path / "a", shared_dir=shared))
@@ -301,11 +301,11 @@ def test_a_bundle_needs_signed_entries_when_a_key_is_configured(tmp_path):
 def test_a_fifo_at_an_entry_path_is_refused_without_blocking(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     (shared / "entries" / KEY[:2]).mkdir()
     os.mkfifo(shared / "entries" / KEY[:2] / KEY)
     with pytest.raises(CorruptEntry, match="not a regular file"):
-        tier.get(KEY)  # returns at once: opened O_NONBLOCK, refused by fstat
+        level.get(KEY)  # returns at once: opened O_NONBLOCK, refused by fstat
     assert not (shared / "entries" / KEY[:2] / KEY).exists()  # moved to quarantine
     store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
     assert store.get_or_create(KEY, Builder(KEY))[1] == make_entry(KEY).blobs
@@ -324,17 +324,17 @@ def test_a_directory_planted_at_an_entry_path_is_quarantined_and_the_kernel_publ
     with recorded_warnings():
         Store(Config(dir=tmp_path / "node1", shared_dir=shared)).get_or_create(KEY, builder)
     assert builder.calls == 1 and planted.is_file()  # published over the planted name
-    (bad,) = SharedTier(shared).quarantined()
+    (bad,) = SharedLevel(shared).quarantined()
     assert bad["key"] == KEY and bad["kind"] == "directory"
-    fresh = Builder(KEY)  # a fresh node is served from the shared tier, no compile
+    fresh = Builder(KEY)  # a fresh node is served from the shared level, no compile
     assert Store(Config(dir=tmp_path / "node2", shared_dir=shared)).get_or_create(KEY, fresh)[1] == make_entry(KEY).blobs
     assert fresh.calls == 0
     old = time.time() - 7200
     os.utime(bad["path"], (old, old))
-    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "node1", "prune", "--tier", "shared", "--json")
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "node1", "prune", "--level", "shared", "--json")
     assert result.returncode == 0, result.stderr
     assert [d["path"] for d in json.loads(result.stdout)["debris"]] == [bad["path"]]
-    assert not os.path.exists(bad["path"]) and SharedTier(shared).quarantined() == []
+    assert not os.path.exists(bad["path"]) and SharedLevel(shared).quarantined() == []
 
 
 def test_prune_removes_a_directory_planted_at_an_entry_path_at_once(tmp_path):
@@ -346,7 +346,7 @@ def test_prune_removes_a_directory_planted_at_an_entry_path_at_once(tmp_path):
     fifo = shared / "entries" / KEY2[:2] / KEY2
     fifo.parent.mkdir(exist_ok=True)
     os.mkfifo(fifo)
-    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "local", "prune", "--tier", "shared", "--json")
+    result = cachectl("--shared-dir", shared, "--dir", tmp_path / "local", "prune", "--level", "shared", "--json")
     assert result.returncode == 0, result.stderr
     assert sorted(d["path"] for d in json.loads(result.stdout)["debris"]) == sorted([str(planted), str(fifo)])
     assert not planted.exists() and not fifo.exists()
@@ -355,15 +355,15 @@ def test_prune_removes_a_directory_planted_at_an_entry_path_at_once(tmp_path):
 def test_a_fifo_at_a_soft_lock_path_does_not_hang_the_waiter(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    tier = SharedTier(shared, lock_mode="soft", stale_after=0.5)
+    level = SharedLevel(shared, lock_mode="soft", stale_after=0.5)
     (shared / "locks" / KEY[:2]).mkdir(parents=True)
     os.mkfifo(shared / "locks" / KEY[:2] / f"{KEY}.softlock")
     start = time.monotonic()
-    with tier.lock(KEY, 0.3) as held:
+    with level.lock(KEY, 0.3) as held:
         assert held is False  # fresh: could be anything; the wait is bounded
     old = time.time() - 60
     os.utime(shared / "locks" / KEY[:2] / f"{KEY}.softlock", (old, old))
-    with tier.lock(KEY, 10) as held:
+    with level.lock(KEY, 10) as held:
         assert held is True  # an old non-file at a lock path is debris: taken over
     assert time.monotonic() - start < 10
 
@@ -372,7 +372,7 @@ def test_a_fifo_at_a_soft_lock_path_does_not_hang_the_waiter(tmp_path):
 def test_giant_and_endless_files_are_refused_unread(tmp_path, plant):
     shared = tmp_path / "shared"
     shared.mkdir()
-    tier = SharedTier(shared, max_entry_bytes=1 << 20)
+    level = SharedLevel(shared, max_entry_bytes=1 << 20)
     path = shared / "entries" / KEY[:2] / KEY
     path.parent.mkdir()
     if plant == "dev-zero":
@@ -386,8 +386,8 @@ def test_giant_and_endless_files_are_refused_unread(tmp_path, plant):
         os.symlink(tmp_path / "nowhere", path)
         match = "symbolic link"
     with pytest.raises(CorruptEntry, match=match):
-        tier.get(KEY)
-    assert tier.get(KEY) is None  # moved aside: the next reader compiles
+        level.get(KEY)
+    assert level.get(KEY) is None  # moved aside: the next reader compiles
 
 
 def test_deep_json_metadata_is_a_bad_entry_not_a_crash(tmp_path):
@@ -414,8 +414,8 @@ def test_deep_json_metadata_is_a_bad_entry_not_a_crash(tmp_path):
 def test_foreign_names_in_the_shared_tree_are_ignored(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    tier = SharedTier(shared)
-    tier.put(make_entry(KEY))
+    level = SharedLevel(shared)
+    level.put(make_entry(KEY))
     Store(Config(dir=tmp_path / "local")).close()
     (shared / "entries" / KEY[:2] / "README.txt").write_text("hello")
     (shared / "entries" / "zz-not-hex").mkdir()
@@ -423,8 +423,8 @@ def test_foreign_names_in_the_shared_tree_are_ignored(tmp_path):
     (shared / "entries" / "\u00e9t\u00e9").write_text("x")
     (shared / "quarantine" / "no-dot-name").write_text("x")
     (shared / "locks" / "??").mkdir()
-    assert list(tier.keys()) == [KEY]
-    for command in (["list"], ["stats"], ["verify"], ["prune", "--all-tiers", "--dry-run"]):
+    assert list(level.keys()) == [KEY]
+    for command in (["list"], ["stats"], ["verify"], ["prune", "--all-levels", "--dry-run"]):
         out = cachectl("--dir", tmp_path / "local", "--shared-dir", shared, *command)
         assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stderr)
 
@@ -733,7 +733,8 @@ def test_names_planted_in_quarantine_and_as_temp_files_print_escaped(tmp_path):
     old = time.time() - 7200
     for path in [*(os.path.join(os.fsencode(shared / "quarantine"), n) for n in names[:2]), temp]:
         os.utime(path, (old, old))
-    for command in (["verify"], ["verify", "--json"], ["prune", "--all-tiers", "--dry-run"], ["prune", "--all-tiers", "--json"]):
+    for command in (["verify"], ["verify", "--json"], ["prune", "--all-levels", "--dry-run"],
+                    ["prune", "--all-levels", "--json"]):
         proc = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(tmp_path / "local"),
                                "--shared-dir", str(shared), *command], cwd=ROOT, env=child_env(), capture_output=True,
                               timeout=120)
@@ -741,7 +742,7 @@ def test_names_planted_in_quarantine_and_as_temp_files_print_escaped(tmp_path):
         assert proc.returncode in (0, 1), out
         assert not any(line.startswith((b"INJECTED", b".\nINJ")) for line in out.splitlines()), out
         assert b"\xff" not in out and b"\x1b" not in out, out
-        if command == ["prune", "--all-tiers", "--json"]:
+        if command == ["prune", "--all-levels", "--json"]:
             shown = sorted(d["path"].rsplit("/", 1)[1] for d in json.loads(out)["debris"])
             assert shown == sorted(["\\nINJECTED-LINE removed 999 entries\\x1b[2J", "raw-\\xff\\xfe-bytes",
                                     f".{KEY}.\\nINJECTED-TEMP.tmp"])

@@ -1,4 +1,4 @@
-"""Shared tier across processes (each with its own local tier, like ranks on different nodes):
+"""Shared level across processes (each with its own local level, like ranks on different nodes):
 single-flight, writers and lock holders killed with SIGKILL, stale soft locks.
 
 Builds are synthetic (a short sleep, deterministic bytes): the store does not care what it holds.
@@ -20,7 +20,7 @@ import pytest
 from conftest import child_env
 
 from kernel_cache import safefs, warnings_once
-from kernel_cache.tiers.shared import SharedTier
+from kernel_cache.levels.shared import SharedLevel
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "0123456789abcdef0123456789abcdef"
@@ -69,10 +69,10 @@ PAUSED_WRITER = textwrap.dedent("""
 LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernel_cache.tiers.shared import SharedTier
+    from kernel_cache.levels.shared import SharedLevel
 
-    tier = SharedTier(Path(sys.argv[1]), lock_mode=sys.argv[2], stale_after=float(sys.argv[3]))
-    with tier.lock(sys.argv[4], 10) as held:
+    level = SharedLevel(Path(sys.argv[1]), lock_mode=sys.argv[2], stale_after=float(sys.argv[3]))
+    with level.lock(sys.argv[4], 10) as held:
         print("HELD" if held else "NOT-HELD", flush=True)
         time.sleep(600)
 """)
@@ -95,7 +95,7 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 def run_ranks(shared: Path | list[Path], tmp_path: Path, lock: str, n: int, keys: list[str]) -> list[dict]:
-    """n ranks, each with its own local tier; rank i uses shared[i % len(shared)] (one mount per node)."""
+    """n ranks, each with its own local level; rank i uses shared[i % len(shared)] (one mount per node)."""
     mounts = shared if isinstance(shared, list) else [shared]
     go = tmp_path / f"go-{lock}-{n}-{time.monotonic_ns()}"
     procs = [spawn(RANK, mounts[i % len(mounts)], tmp_path / f"node-{lock}-{i}", lock, go, *keys)
@@ -150,7 +150,7 @@ def scenario_writer_killed_mid_publish(shared: Path, tmp_path: Path, lock: str, 
     tmp = Path(wait_for_line(writer, "PAUSED").split(maxsplit=1)[1].strip())
     assert tmp.exists() and tmp.parent == shared_root / "entries" / KEY[:2]
     tmp = shared / tmp.relative_to(shared_root)
-    reader = SharedTier(shared, lock_mode=lock)
+    reader = SharedLevel(shared, lock_mode=lock)
     assert KEY not in reader and reader.get(KEY) is None  # nothing partial is visible
     kill(writer)
     assert reader.get(KEY) is None and list(reader.keys()) == []
@@ -168,11 +168,11 @@ def scenario_writer_killed_mid_publish(shared: Path, tmp_path: Path, lock: str, 
 def scenario_lock_holder_killed(shared: Path, tmp_path: Path, lock: str, other: Path | None = None) -> None:
     holder = spawn(LOCK_HOLDER, shared, lock, 3600, KEY)
     wait_for_line(holder, "HELD")
-    tier = SharedTier(other or shared, lock_mode=lock, stale_after=3600)
-    with tier.lock(KEY, 0.2) as held:
+    level = SharedLevel(other or shared, lock_mode=lock, stale_after=3600)
+    with level.lock(KEY, 0.2) as held:
         assert held is False  # a live holder is respected
     kill(holder)
-    with tier.lock(KEY, 30) as held:
+    with level.lock(KEY, 30) as held:
         assert held is True  # released with the process (flock) or taken over: pid is dead (soft)
 
 
@@ -201,15 +201,15 @@ def test_stale_soft_lock_of_a_dead_node_expires(shared):
 
 
 def scenario_stale_marker_of_a_dead_node(shared: Path) -> None:
-    tier = SharedTier(shared, lock_mode="soft", stale_after=2)
+    level = SharedLevel(shared, lock_mode="soft", stale_after=2)
     marker = shared / "locks" / KEY[:2] / f"{KEY}.softlock"
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("4242\nnode-that-crashed\n")  # another host: its pid cannot be probed from here
-    with tier.lock(KEY, 0.2) as held:
+    with level.lock(KEY, 0.2) as held:
         assert held is False  # fresh: could be a live holder on that node
     old = time.time() - 60
     os.utime(marker, (old, old))
-    with tier.lock(KEY, 30) as held:
+    with level.lock(KEY, 30) as held:
         assert held is True  # not refreshed for longer than stale_after: taken over
 
 
@@ -217,8 +217,8 @@ def test_live_soft_lock_holder_keeps_its_lock_by_heartbeat(shared):
     holder = spawn(LOCK_HOLDER, shared, "soft", 1.5, KEY)
     try:
         wait_for_line(holder, "HELD")
-        tier = SharedTier(shared, lock_mode="soft", stale_after=1.5)
-        with tier.lock(KEY, 4) as held:  # waits well past stale_after
+        level = SharedLevel(shared, lock_mode="soft", stale_after=1.5)
+        with level.lock(KEY, 4) as held:  # waits well past stale_after
             assert held is False  # the heartbeat kept the marker fresh
     finally:
         kill(holder)

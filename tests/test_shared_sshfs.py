@@ -1,4 +1,4 @@
-"""The shared-tier scenarios over a real network filesystem: sshfs (FUSE) on loopback, mounted twice
+"""The shared-level scenarios over a real network filesystem: sshfs (FUSE) on loopback, mounted twice
 so the two mounts behave like two nodes (separate caches; flock only local to one mount).
 
 Needs root, /dev/fuse and Debian's sshfs + openssh-server; the fixture brings the mounts up with
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import test_shared_processes as scenarios
-from test_shared_tier import KEY, make_entry
+from test_shared_level import KEY, make_entry
 
 from kernel_cache import CorruptEntry, locks
-from kernel_cache.tiers.shared import SharedTier
+from kernel_cache.levels.shared import SharedLevel
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "sshfs_loopback.sh"
@@ -72,14 +72,14 @@ def nodes(sshfs_root) -> tuple[Path, Path]:
 def test_auto_picks_soft_locks_on_sshfs(nodes):
     a, b = nodes
     assert locks.filesystem_of(a)[0] == "fuse.sshfs"
-    assert SharedTier(a).lock_kind == "soft" and SharedTier(b).lock_kind == "soft"
+    assert SharedLevel(a).lock_kind == "soft" and SharedLevel(b).lock_kind == "soft"
 
 
 def test_flock_does_not_exclude_across_sshfs_mounts(nodes):
     """Why `auto` must not pick flock here: both 'nodes' get the same flock."""
     a, b = nodes
-    tier_a, tier_b = SharedTier(a, lock_mode="flock"), SharedTier(b, lock_mode="flock")
-    with tier_a.lock(scenarios.KEY, 1) as held_a, tier_b.lock(scenarios.KEY, 0.2) as held_b:
+    level_a, level_b = SharedLevel(a, lock_mode="flock"), SharedLevel(b, lock_mode="flock")
+    with level_a.lock(scenarios.KEY, 1) as held_a, level_b.lock(scenarios.KEY, 0.2) as held_b:
         assert held_a and held_b
 
 
@@ -102,12 +102,12 @@ def test_stale_soft_lock_of_a_dead_node_expires_over_sshfs(nodes):
 
 def test_corrupt_entry_over_sshfs_is_quarantined(nodes):
     a, b = nodes
-    SharedTier(a).put(make_entry(KEY))
+    SharedLevel(a).put(make_entry(KEY))
     path = a / "entries" / KEY[:2] / KEY
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    reader = SharedTier(b)
+    reader = SharedLevel(b)
     with pytest.raises(CorruptEntry):
         reader.get(KEY)
     assert [q["key"] for q in reader.quarantined()] == [KEY] and KEY not in reader

@@ -1,4 +1,4 @@
-"""16 processes, each its own 'node' (own local tier), cold shared directory, the example kernel set
+"""16 processes, each its own 'node' (own local level), cold shared directory, the example kernel set
 compiled by real Triton: compiles across all processes == distinct keys, identical artifacts."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ RANK = textwrap.dedent("""
 
 def _memo_seed(tmp_path: Path) -> Path:
     """One process computes the toolchain fingerprint memo; ranks get a copy (as a warm node would),
-    so the test spends its time on the shared tier, not on 16 hashes of libtriton."""
+    so the test spends its time on the shared level, not on 16 hashes of libtriton."""
     seed = tmp_path / "seed"
     env = child_env(KERNEL_CACHE_DIR=str(seed))
     code = ("from compiler import toolchain_fingerprint, parse_target\n"

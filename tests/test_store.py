@@ -1,4 +1,4 @@
-"""kernel_cache: entry format, tiers, single-flight, stats, config, degradation."""
+"""kernel_cache: entry format, levels, single-flight, stats, config, degradation."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from conftest import child_env, run_python
 import kernel_cache
 from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store, warnings_once
 from kernel_cache import entry as entry_format
-from kernel_cache.tiers.disk import DiskTier
-from kernel_cache.tiers.memory import MemoryTier
+from kernel_cache.levels.disk import DiskLevel
+from kernel_cache.levels.memory import MemoryLevel
 
 K = "1" * 32
 K1 = "2" * 32
@@ -65,37 +65,37 @@ def test_entry_for_another_key_is_rejected():
         entry_format.decode(data, expected_key="b" * 32)
 
 
-# Memory tier --------------------------------------------------------------------------------
-def test_memory_tier_evicts_least_recently_used_by_bytes_and_items():
-    tier = MemoryTier(max_bytes=3500, max_items=10)
+# Memory level --------------------------------------------------------------------------------
+def test_memory_level_evicts_least_recently_used_by_bytes_and_items():
+    level = MemoryLevel(max_bytes=3500, max_items=10)
     for name in "abc":
-        tier.put(_entry(key=name, size=1000))
-    tier.get("a")  # a is now most recently used
-    tier.put(_entry(key="d", size=1000))
-    assert tier.get("b") is None and all(tier.get(k) for k in "acd")
-    items = MemoryTier(max_bytes=1 << 20, max_items=2)
+        level.put(_entry(key=name, size=1000))
+    level.get("a")  # a is now most recently used
+    level.put(_entry(key="d", size=1000))
+    assert level.get("b") is None and all(level.get(k) for k in "acd")
+    items = MemoryLevel(max_bytes=1 << 20, max_items=2)
     for name in "xyz":
         items.put(_entry(key=name, size=10))
     assert items.get("x") is None and len(items) == 2
-    tier.put(_entry(key="e" * 32, size=10_000))  # larger than the tier: not kept, nothing evicted
-    assert tier.get("e" * 32) is None and len(tier) == 3
+    level.put(_entry(key="e" * 32, size=10_000))  # larger than the level: not kept, nothing evicted
+    assert level.get("e" * 32) is None and len(level) == 3
 
 
-def test_memory_tier_is_thread_safe():
-    tier = MemoryTier(max_bytes=50_000, max_items=30)
+def test_memory_level_is_thread_safe():
+    level = MemoryLevel(max_bytes=50_000, max_items=30)
 
     def work(t):
         for i in range(300):
-            tier.put(_entry(key=f"{t}-{i % 40}", size=100))
-            tier.get(f"{t}-{(i * 7) % 40}")
+            level.put(_entry(key=f"{t}-{i % 40}", size=100))
+            level.get(f"{t}-{(i * 7) % 40}")
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert len(tier) <= 30 and tier.bytes == sum(e.size for e, _ in tier._lru._items.values())
+    assert len(level) <= 30 and level.bytes == sum(e.size for e, _ in level._lru._items.values())
 
 
-# Store tiers --------------------------------------------------------------------------------
+# Store levels --------------------------------------------------------------------------------
 def _builder(counter, size=1000):
     def build():
         counter.append(1)
@@ -111,8 +111,8 @@ def test_round_trip_through_memory_and_disk_and_across_store_instances(tmp_path)
     assert store.get(K1)[1] == "memory"
     store.close()
     fresh = Store(Config(dir=tmp_path))
-    entry, tier = fresh.get(K1)
-    assert tier == "disk" and entry.blobs == blobs and entry.meta["name"] == "kern"
+    entry, level = fresh.get(K1)
+    assert level == "disk" and entry.blobs == blobs and entry.meta["name"] == "kern"
     assert fresh.get(K1)[1] == "memory"  # promoted
     fresh.get_or_create(K1, _builder(calls))
     assert calls == [1]
@@ -138,7 +138,7 @@ def test_disabled_store_builds_every_time(tmp_path):
 def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
     calls = []
     Store(Config(dir=tmp_path)).get_or_create(K, _builder(calls, size=100_000))
-    disk = DiskTier(tmp_path)
+    disk = DiskLevel(tmp_path)
     raw = bytearray(disk.get_raw(K))
     if damage == "flip":
         raw[len(raw) // 2] ^= 0xFF
@@ -149,7 +149,7 @@ def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
     with pytest.warns(kernel_cache.KernelCacheWarning, match="corrupt"):
         meta, blobs = store.get_or_create(K, _builder(calls, size=100_000))
     assert calls == [1, 1] and blobs["cubin"] == b"x" * 100_000
-    assert entry_format.decode(DiskTier(tmp_path).get_raw(K), expected_key=K).blobs == blobs
+    assert entry_format.decode(DiskLevel(tmp_path).get_raw(K), expected_key=K).blobs == blobs
 
 
 def test_threads_missing_the_same_key_build_once(tmp_path):
@@ -246,7 +246,7 @@ def test_log_prints_a_line_per_lookup(tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("kernel-cache 0123456789ab")]
     assert len(lines) == 2
     assert "my_kernel" in lines[0] and "compile" in lines[0] and "memory" in lines[1]
-    assert lines[1].endswith(" ms  my_kernel")  # key, tier, milliseconds, then the label
+    assert lines[1].endswith(" ms  my_kernel")  # key, level, milliseconds, then the label
 
 
 # Degrade, never break -----------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_full_disk_degrades_with_one_warning(tmp_path, monkeypatch):
     def no_space(self, key, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(DiskTier, "put_raw", no_space)
+    monkeypatch.setattr(DiskLevel, "put_raw", no_space)
     calls = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -292,7 +292,7 @@ def test_default_store_follows_the_environment(tmp_path, monkeypatch):
         kernel_cache.configure()
 
 
-def test_shared_tier_takes_its_soft_lock_expiry_from_the_config(tmp_path):
+def test_shared_level_takes_its_soft_lock_expiry_from_the_config(tmp_path):
     (tmp_path / "shared").mkdir()
     store = Store(Config(dir=tmp_path / "local", shared_dir=tmp_path / "shared", soft_lock_stale=7.0))
     assert store.shared is not None and store.shared.stale_after == 7.0
@@ -328,14 +328,14 @@ def test_a_miss_reads_each_level_once(tmp_path, monkeypatch):
     shared.mkdir(mode=0o700)
     store = Store(Config(dir=tmp_path / "local", shared_dir=shared))
     reads = {"disk": 0, "shared": 0}
-    for tier in store.persistent_tiers:
-        real = tier.get
+    for level in store.persistent_levels:
+        real = level.get
 
-        def counted(key, real=real, name=tier.name):
+        def counted(key, real=real, name=level.name):
             reads[name] += 1
             return real(key)
 
-        monkeypatch.setattr(tier, "get", counted)
+        monkeypatch.setattr(level, "get", counted)
     build = lambda: ({"name": "k"}, {"cubin": b"x" * 100}, 0.1)  # noqa: E731
     assert store.lookup(K) is None
     store.get_or_create(K, build, known_missing=True)

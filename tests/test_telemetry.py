@@ -1,5 +1,5 @@
 """Telemetry (issue 20): `cachectl stats --format prometheus`, the store's counters as
-kernel_cache.events and jax.monitoring events, and stats' polish (who may write, kinds per tier).
+kernel_cache.events and jax.monitoring events, and stats' polish (who may write, kinds per level).
 
 Caches here hold synthetic entries (their metadata names a kind, as real kernels, lowered-call
 records and winners do); only the lowering test compiles a real kernel, in a child process.
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from conftest import child_env, run_python
 from test_cachectl import as_json, cachectl, ok
-from test_shared_tier import KEY, Builder, mounted
+from test_shared_level import KEY, Builder, mounted
 
 from kernel_cache import Config, Store, events
 from kernel_cache.entry import Entry
-from kernel_cache.tiers.shared import SharedTier
+from kernel_cache.levels.shared import SharedLevel
 
 SIGNING_KEY = b"telemetry-signing-key-0123456789ab"
 KINDS = {"1" * 32: "triton-kernel", "2" * 32: "triton-kernel", "3" * 32: "lowered-call", "4" * 32: "autotune-winner"}
@@ -59,10 +59,10 @@ def cache(tmp_path) -> Path:
     return directory
 
 
-# The polish: who may write, kinds per tier --------------------------------------------------------------
+# The polish: who may write, kinds per level --------------------------------------------------------------
 def test_stats_on_a_writable_cache_does_not_say_read_only(cache):
     stats = as_json("--dir", cache, "stats")
-    assert stats["tiers"]["disk"]["writable"] is True
+    assert stats["levels"]["disk"]["writable"] is True
     assert "read-only here" not in ok("--dir", cache, "stats").stdout
 
 
@@ -70,26 +70,26 @@ def test_stats_on_a_read_only_mount_says_read_only(cache, tmp_path):
     with mounted("--bind", "-o", "ro", str(cache), str(tmp_path / "ro")) as ro:
         if os.access(ro, os.W_OK):
             pytest.skip("this machine's bind mount is not read-only")
-        assert as_json("--dir", ro, "stats")["tiers"]["disk"]["writable"] is False
+        assert as_json("--dir", ro, "stats")["levels"]["disk"]["writable"] is False
         human = ok("--dir", ro, "stats").stdout
         assert re.search(r"^disk entries +5 \(.*, read-only here\)", human, re.M), human
 
 
-def test_stats_counts_kinds_per_tier(cache, tmp_path):
+def test_stats_counts_kinds_per_level(cache, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     for key in ("1" * 32, "2" * 32):  # copies of the local kernels
-        tier.put(entry(key, "triton-kernel"))
+        level.put(entry(key, "triton-kernel"))
     stats = as_json("--dir", cache, "--shared-dir", shared, "stats")
-    assert stats["tiers"]["disk"]["kinds"] == {"triton-kernel": 2, "lowered-call": 1, "autotune-winner": 1,
+    assert stats["levels"]["disk"]["kinds"] == {"triton-kernel": 2, "lowered-call": 1, "autotune-winner": 1,
                                                "other": 1}
-    assert stats["tiers"]["shared"]["kinds"] == {"triton-kernel": 2}
+    assert stats["levels"]["shared"]["kinds"] == {"triton-kernel": 2}
     assert stats["kinds"]["triton-kernel"] == 4  # the total names copies, as "entries" does
     human = ok("--dir", cache, "--shared-dir", shared, "stats").stdout
     assert ("entry kinds          disk: 2 kernels, 1 lowered call, 1 winner, 1 other; shared: 2 kernels\n"
             in human), human
-    # one tier: the line as it was
+    # one level: the line as it was
     assert "entry kinds          2 kernels, 1 lowered call, 1 winner, 1 other\n" in ok("--dir", cache, "stats").stdout
 
 
@@ -135,28 +135,28 @@ def series(families, name, **labels) -> float:
 def test_prometheus_values_are_the_json_numbers(cache, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    SharedTier(shared).put(entry("1" * 32, "triton-kernel"))
+    SharedLevel(shared).put(entry("1" * 32, "triton-kernel"))
     args = ("--dir", cache, "--shared-dir", shared, "stats")
     report = as_json(*args)
     text = ok(*args, "--format", "prometheus").stdout
     families = parse_exposition(text)
     assert all(dict(k)["dir"] == str(cache) for f in families.values() for k in f["samples"])
     assert report["hits"] == {"memory": 1, "disk": 2, "shared": 0, "remote": 0}
-    for tier, hits in report["hits"].items():
-        assert series(families, "kernel_cache_hits_total", tier=tier) == hits
+    for level, hits in report["hits"].items():
+        assert series(families, "kernel_cache_hits_total", level=level) == hits
     for name, field in (("misses_total", "misses"), ("compiles_total", "compiles"), ("errors_total", "errors"),
                         ("rejected_total", "rejected"), ("compile_seconds_total", "compile_seconds"),
                         ("compile_seconds_saved_total", "compile_seconds_saved"), ("max_bytes", "max_bytes")):
         assert series(families, f"kernel_cache_{name}") == report[field], name
     assert report["compile_seconds_saved"] == pytest.approx(0.75)
-    for tier, t in report["tiers"].items():
-        assert series(families, "kernel_cache_entries", tier=tier) == t["entries"]
-        assert series(families, "kernel_cache_bytes", tier=tier) == t["bytes"]
-        assert series(families, "kernel_cache_tier_writable", tier=tier) == int(t["writable"])
+    for level, t in report["levels"].items():
+        assert series(families, "kernel_cache_entries", level=level) == t["entries"]
+        assert series(families, "kernel_cache_bytes", level=level) == t["bytes"]
+        assert series(families, "kernel_cache_level_writable", level=level) == int(t["writable"])
         for kind, label in (("triton-kernel", "kernel"), ("lowered-call", "call"), ("autotune-winner", "winner"),
                             ("other", "other"), ("unreadable", "unreadable")):
-            assert series(families, "kernel_cache_entries_by_kind", tier=tier, kind=label) == t["kinds"].get(kind, 0)
-    assert series(families, "kernel_cache_entries_by_kind", tier="shared", kind="kernel") == 1
+            assert series(families, "kernel_cache_entries_by_kind", level=level, kind=label) == t["kinds"].get(kind, 0)
+    assert series(families, "kernel_cache_entries_by_kind", level="shared", kind="kernel") == 1
     assert series(families, "kernel_cache_counters_persisted") == 1
     assert series(families, "kernel_cache_over_max_bytes") == 0
 
@@ -170,8 +170,8 @@ def test_format_option_and_json_flag(cache):
     assert cachectl("--dir", cache, "stats", "--format", "yaml").returncode == 2
     # --zero with prometheus: the zeroed metrics alone on stdout
     zeroed = parse_exposition(ok("--dir", cache, "stats", "--zero", "--format", "prometheus").stdout)
-    assert series(zeroed, "kernel_cache_hits_total", tier="disk") == 0
-    assert series(zeroed, "kernel_cache_entries", tier="disk") == 5
+    assert series(zeroed, "kernel_cache_hits_total", level="disk") == 0
+    assert series(zeroed, "kernel_cache_entries", level="disk") == 5
 
 
 def test_the_textfile_recipe_writes_whole_files_or_none(cache, tmp_path):
@@ -200,7 +200,7 @@ def test_prometheus_escapes_label_values(tmp_path):
     odd = tmp_path / 'we"ird\\dir\nname'
     report = {"dir": str(odd), "hits": {"memory": 0, "disk": 0, "shared": 0, "remote": 0}, "misses": 0,
               "compiles": 0, "errors": 0, "rejected": 0, "compile_seconds": 0.0, "compile_seconds_saved": 0.0,
-              "tiers": {}, "max_bytes": 1, "over_max_bytes": False, "counters": "persisted"}
+              "levels": {}, "max_bytes": 1, "over_max_bytes": False, "counters": "persisted"}
     families = parse_exposition(prometheus.render(report))
     (labels,) = families["kernel_cache_misses_total"]["samples"]
     assert dict(labels)["dir"] == str(odd).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -232,15 +232,15 @@ def test_the_store_emits_each_counted_event(tmp_path, recorded):
     fresh.close()
 
 
-def test_a_rejected_entry_is_an_event_with_its_tier(tmp_path, recorded):
+def test_a_rejected_entry_is_an_event_with_its_level(tmp_path, recorded):
     shared = tmp_path / "shared"
     shared.mkdir()
-    SharedTier(shared).put(entry(KEY, "triton-kernel"))  # unsigned
+    SharedLevel(shared).put(entry(KEY, "triton-kernel"))  # unsigned
     store = Store(Config(dir=tmp_path / "c", shared_dir=shared, signing_key=SIGNING_KEY))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert store.get(KEY) is None
-    assert [(e.kind, e.tier) for e in recorded] == [("rejected", "shared")]
+    assert [(e.kind, e.level) for e in recorded] == [("rejected", "shared")]
     assert store.stats.session()["rejected"] == 1
     store.close()
 
@@ -287,7 +287,7 @@ def test_the_core_does_not_import_jax_for_events():
 
 # jax.monitoring ------------------------------------------------------------------------------------------
 def test_jax_monitoring_signatures_take_keyword_metadata():
-    """The forwarder passes tier=...: every supported JAX takes **kwargs in record_event and
+    """The forwarder passes level=...: every supported JAX takes **kwargs in record_event and
     record_event_duration_secs and hands them to listeners."""
     import inspect
 
@@ -327,9 +327,9 @@ def test_jax_listeners_see_the_store_as_they_see_jaxs_cache(tmp_path):
         jax.monitoring.unregister_event_duration_listener(on_duration)
     assert seen == [("/kernel_cache/misses", {}),
                     ("/kernel_cache/compiles", {}), ("/kernel_cache/compile_time_sec", 0.5, {}),
-                    ("/kernel_cache/hits", {"tier": "memory"}),
-                    ("/kernel_cache/compile_time_saved_sec", 0.5, {"tier": "memory"}),
-                    ("/kernel_cache/errors", {}), ("/kernel_cache/rejected", {"tier": "remote"})]
+                    ("/kernel_cache/hits", {"level": "memory"}),
+                    ("/kernel_cache/compile_time_saved_sec", 0.5, {"level": "memory"}),
+                    ("/kernel_cache/errors", {}), ("/kernel_cache/rejected", {"level": "remote"})]
 
 
 LOWERING_CHILD = textwrap.dedent("""
@@ -365,8 +365,8 @@ def test_a_broken_listener_never_fails_a_lowering_and_jax_counts_match_stats(tmp
     assert stats["misses"] >= 1 and stats["compiles"] >= 1 and sum(stats["hits"].values()) >= 1, stats
     assert seen.get("/kernel_cache/misses", 0) == stats["misses"]
     assert seen.get("/kernel_cache/compiles", 0) == stats["compiles"]
-    for tier, n in stats["hits"].items():
-        assert seen.get(f"/kernel_cache/hits|tier={tier}", 0) == n, (tier, seen)
+    for level, n in stats["hits"].items():
+        assert seen.get(f"/kernel_cache/hits|level={level}", 0) == n, (level, seen)
     # each failure said once, as a warning: the broken JAX listener surfaces as jax.monitoring's recorder's
     assert "(core_boom) raised RuntimeError: a broken kernel_cache listener" in proc.stderr, proc.stderr
     assert "(record_event) raised RuntimeError: a broken JAX listener" in proc.stderr, proc.stderr

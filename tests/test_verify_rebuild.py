@@ -1,7 +1,7 @@
 """cachectl verify --rebuild: kernel entries recompiled from their recipes and compared byte for byte.
 
 One cache is compiled per module (two small example kernels for sm_90, in the local and the shared
-tier, signed with a team key; beside them a kernel of another toolchain, one naming a module nobody
+level, signed with a team key; beside them a kernel of another toolchain, one naming a module nobody
 allowed, and an entry of another kind); tests that change it work on a copy. cachectl runs in this
 process, so Triton is imported once; each verify recompiles at most the two kernels (~0.1-0.2 s each).
 """
@@ -102,8 +102,8 @@ def test_every_entry_equals_its_rebuild(cache, capsys):
     where, _, keys = cache
     code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", *ALLOW)
     assert code == 0, doc
-    compared = {(e["tier"], e["key"]): e for e in doc["entries"] if e["status"] != "skipped"}
-    assert set(compared) == {(tier, key) for tier in ("disk", "shared") for key in keys.values()}
+    compared = {(e["level"], e["key"]): e for e in doc["entries"] if e["status"] != "skipped"}
+    assert set(compared) == {(level, key) for level in ("disk", "shared") for key in keys.values()}
     assert {e["status"] for e in compared.values()} == {"equal"} and doc["checked"] == doc["equal"] == 4
     skipped = {e["key"]: e["reason"] for e in doc["entries"] if e["status"] == "skipped"}
     assert skipped[STALE_KEY].startswith("built by another toolchain (triton-0.0.0+")
@@ -124,17 +124,17 @@ def test_a_validly_signed_wrong_entry_is_found_and_repair_replaces_it(cache, cap
     where, root, keys = cache
     victim = keys["add"]
     tamper(root, victim, _swap_blob(blob))
-    assert cachectl(capsys, *where, "verify", "--tier", "shared")[0] == 0  # format, checksum, signature: all good
+    assert cachectl(capsys, *where, "verify", "--level", "shared")[0] == 0  # format, checksum, signature: all good
 
-    code, out, err = cachectl(capsys, *where, "verify", "--rebuild", "--all", "--tier", "shared", *ALLOW)
+    code, out, err = cachectl(capsys, *where, "verify", "--rebuild", "--all", "--level", "shared", *ALLOW)
     assert code == 1
     assert f"MISMATCH  {victim[:12]}  add_kernel  sm_90  (shared): {blob}, {blob}.deflate differ" in err
     assert "verify --rebuild --repair" in err and "1 equal, 1 differ" in out
-    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--tier", "shared", *ALLOW)
+    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--level", "shared", *ALLOW)
     bad = [e for e in doc["entries"] if e["status"] == "mismatch"]
     assert code == 1 and [(e["key"], e["differs"]) for e in bad] == [(victim, [blob, f"{blob}.deflate"])]
 
-    code, out, err = cachectl(capsys, *where, "verify", "--rebuild", "--all", "--tier", "shared", "--repair", *ALLOW)
+    code, out, err = cachectl(capsys, *where, "verify", "--rebuild", "--all", "--level", "shared", "--repair", *ALLOW)
     assert code == 0 and f"replaced  {victim[:12]}  add_kernel" in out and "(1 replaced)" in out, out + err
     shared = Store(Config(shared_dir=root / "shared", signing_key=SIGNING_KEY)).shared
     assert Signer(SIGNING_KEY).problem(shared.peek_raw(victim)) is None  # written signed, as the store writes
@@ -150,7 +150,7 @@ def test_a_recipe_that_does_not_give_the_entrys_key_is_a_mismatch_repair_leaves(
         entry.meta["recipe"]["constexprs"]["BLOCK"] = {"v": 512}
 
     tamper(root, victim, other_recipe)
-    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--tier", "shared", "--repair", *ALLOW)
+    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--level", "shared", "--repair", *ALLOW)
     (bad,) = [e for e in doc["entries"] if e["status"] == "mismatch"]
     assert code == 1 and bad["key"] == victim and bad["differs"] == ["key"] and not bad["repaired"]
     assert bad["reason"].startswith("the recipe does not give this key") and "not replaced" in bad["reason"]
@@ -167,7 +167,7 @@ def test_modules_not_allowed_are_skipped_with_the_hint_and_never_imported(cache,
                          f"it, and verify --rebuild imports only modules matched by --allow-module PATTERN" in err
     assert MARKER_MODULE not in sys.modules
 
-    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--tier", "disk", "--allow-module", MARKER_MODULE)
+    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--all", "--level", "disk", "--allow-module", MARKER_MODULE)
     (failed,) = [e for e in doc["entries"] if e["status"] == "failed"]  # allowed, but no such module: exit 1
     assert code == 1 and failed["key"] == MARKER_KEY and failed["reason"].startswith(
         f"cannot rebuild: cannot import module '{MARKER_MODULE}'") and doc["checked"] == doc["remaining_bad"] == 1
@@ -175,11 +175,11 @@ def test_modules_not_allowed_are_skipped_with_the_hint_and_never_imported(cache,
 
 def test_sample_bounds_the_entries_compared(cache, capsys):
     where, _, keys = cache
-    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--sample", "1", "--tier", "disk", *ALLOW)
+    code, doc = as_json(capsys, *where, "verify", "--rebuild", "--sample", "1", "--level", "disk", *ALLOW)
     compared = [e for e in doc["entries"] if e["status"] != "skipped"]
     assert code == 0 and len(compared) == doc["checked"] == 1 and doc["not_sampled"] == 1 and doc["sample"] == 1
     assert compared[0]["key"] in keys.values()
-    code, out, _ = cachectl(capsys, *where, "verify", "--rebuild", "--sample", "1", "--tier", "disk", *ALLOW)
+    code, out, _ = cachectl(capsys, *where, "verify", "--rebuild", "--sample", "1", "--level", "disk", *ALLOW)
     assert "compared 1 kernel entry chosen at random" in out and "1 more not sampled (--all" in out
 
 
@@ -223,7 +223,7 @@ def test_repair_replaces_a_remote_entry(cache, capsys, tmp_path):
         remote.delete(victim)  # a put alone would keep the entry there
         remote.put_raw(victim, signed)
         assert remote.peek_raw(victim) == signed
-        on_remote = ("--dir", where[1], "--remote", server.url, "verify", "--rebuild", "--all", "--tier", "remote", *ALLOW)
+        on_remote = ("--dir", where[1], "--remote", server.url, "verify", "--rebuild", "--all", "--level", "remote", *ALLOW)
         code, doc = as_json(capsys, *on_remote)
         assert code == 1 and [e["key"] for e in doc["entries"] if e["status"] == "mismatch"] == [victim]
         code, doc = as_json(capsys, *on_remote, "--repair")

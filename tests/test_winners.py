@@ -143,9 +143,9 @@ def test_store_round_trip_across_processes_of_the_store(tmp_path):
     store.put(record.to_entry())
     store.close()
     again = Store(Config(dir=tmp_path / "c"))
-    entry, tier = again.get(record.key)
+    entry, level = again.get(record.key)
     again.close()
-    assert tier == "disk" and winner_entry.Winner.from_meta(entry.meta) == record
+    assert level == "disk" and winner_entry.Winner.from_meta(entry.meta) == record
 
 
 # Lowering ------------------------------------------------------------------------------------------

@@ -36,10 +36,10 @@ every entry and copies the good ones into a private staging spool (in memory up 
 ends; never more than the total-size cap). Only a bundle read to its end, every entry its manifest
 lists found, is published (`StagedBundle.publish`); a damaged or truncated bundle, or one past a
 cap, raises before anything lands. Single entries that fail their checks are rejected, each with
-its reason, and the others are published. Publishing can still stop part-way (a full disk, a tier
+its reason, and the others are published. Publishing can still stop part-way (a full disk, a level
 that refuses writes); then every entry's fate is reported: imported, already present, stale,
-rejected (why), failed (why), not reached, or evicted (a bounded tier dropped it again for a later
-entry of the same bundle). Given the tier's bound, entries that cannot fit in it are refused
+rejected (why), failed (why), not reached, or evicted (a bounded level dropped it again for a later
+entry of the same bundle). Given the level's bound, entries that cannot fit in it are refused
 before any lands (NoRoom): they would evict the cache's own entries and then each other.
 """
 
@@ -58,9 +58,9 @@ from typing import Any
 from .. import entry as entry_format
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from ..errors import KernelCacheError
+from ..level import Level, holds
 from ..safefs import atomic_file
 from ..summary import EntrySummary
-from ..tier import Tier, holds
 from . import entry_kinds
 from .bundle_stream import (
     ENTRY_MEMBER,
@@ -79,7 +79,7 @@ BUNDLE_VERSION = 1
 
 # Caps on what reading one bundle may cost (each overridable per call, see read_bundle).
 MAX_MEMBERS = 100_000  # tar members, the manifest included
-MAX_ENTRY_BYTES = DEFAULT_MAX_ENTRY_BYTES  # one member: the same default cap as every tier
+MAX_ENTRY_BYTES = DEFAULT_MAX_ENTRY_BYTES  # one member: the same default cap as every level
 MAX_TOTAL_BYTES = 16 << 30  # everything the decompressor produces
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep
@@ -104,11 +104,11 @@ class StagingError(KernelCacheError, OSError):
 
 
 class NoRoom(KernelCacheError, ValueError):
-    """The entries to import take more than the tier's size bound: importing them would evict the
+    """The entries to import take more than the level's size bound: importing them would evict the
     cache's own entries and then each other, so nothing was imported."""
 
     def __init__(self, needed: int, room: int, expected: int | None):
-        super().__init__(f"the entries to import take {needed} bytes, more than the tier's bound of {room} bytes")
+        super().__init__(f"the entries to import take {needed} bytes, more than the level's bound of {room} bytes")
         self.needed, self.room, self.expected = needed, room, expected
 
 
@@ -122,19 +122,19 @@ class Fate:
 @dataclass
 class ImportResult:
     imported: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)  # already in the tier: left alone
+    present: list[str] = field(default_factory=list)  # already in the level: left alone
     stale: list[str] = field(default_factory=list)  # built by another toolchain: skipped
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, reason): bad, never stored
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): good, but the tier refused it
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason): good, but the level refused it
     not_reached: list[str] = field(default_factory=list)  # good, not stored: publishing stopped before it
-    evicted: list[str] = field(default_factory=list)  # written, then evicted by the tier's bound during the import
+    evicted: list[str] = field(default_factory=list)  # written, then evicted by the level's bound during the import
     bytes: int = 0
     expected: int | None = None  # entries the manifest lists (None: it lists none)
     fates: list[Fate] = field(default_factory=list)  # every member but the manifest, in bundle order
 
     @property
     def complete(self) -> bool:
-        """Whether every good entry is now in the tier (imported or already there)."""
+        """Whether every good entry is now in the level (imported or already there)."""
         return not self.failed and not self.not_reached and not self.evicted
 
     def note(self, member: str, fate: str, reason: str = "") -> None:
@@ -296,17 +296,17 @@ class StagedBundle:
     def close(self) -> None:
         self._spool.close()
 
-    def publish(self, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
+    def publish(self, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
                 allow_stale: bool = False, room: int | None = None) -> ImportResult:
-        """Put the good entries into `tier`, in bundle order. `installed(target)` gives the installed
+        """Put the good entries into `level`, in bundle order. `installed(target)` gives the installed
         toolchain's summary for a target: entries of another toolchain are skipped as stale (their
-        keys could never be looked up here) unless `allow_stale`. `room` is the tier's size bound:
+        keys could never be looked up here) unless `allow_stale`. `room` is the level's size bound:
         when the entries to write take more, NoRoom is raised before any is written. The first entry
-        the tier does not keep stops the publishing: it is FAILED (with why), the good ones after it
-        NOT_REACHED. An entry written but gone at the end (a bounded tier evicted it for a later
+        the level does not keep stops the publishing: it is FAILED (with why), the good ones after it
+        NOT_REACHED. An entry written but gone at the end (a bounded level evicted it for a later
         one) is EVICTED."""
         result = ImportResult(expected=self.expected)
-        plan = [(item, self._verdict(item, tier, installed, allow_stale)) for item in self.items]
+        plan = [(item, self._verdict(item, level, installed, allow_stale)) for item in self.items]
         if room is not None:
             needed = sum(item.size for item, verdict in plan if verdict is None)
             if needed > room:
@@ -323,8 +323,8 @@ class StagedBundle:
                 continue
             try:
                 self._spool.seek(item.offset)
-                tier.put_raw(item.member, self._spool.read(item.size))
-                problem = None if item.member in tier else f"the {tier.name} tier did not keep it ({why_gone})"
+                level.put_raw(item.member, self._spool.read(item.size))
+                problem = None if item.member in level else f"the {level.name} level did not keep it ({why_gone})"
             except (OSError, ValueError) as exc:
                 problem = str(exc) or type(exc).__name__
             if problem is not None:
@@ -334,13 +334,13 @@ class StagedBundle:
             result.note(item.member, IMPORTED)
             result.bytes += item.size
             written[item.member] = item.size
-        gone = {member: size for member, size in written.items() if not holds(tier, member)}
+        gone = {member: size for member, size in written.items() if not holds(level, member)}
         if gone:
-            result.evict(gone, f"the {tier.name} tier evicted it for a later entry of the bundle")
+            result.evict(gone, f"the {level.name} level evicted it for a later entry of the bundle")
         return result
 
     @staticmethod
-    def _verdict(item: _Staged, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None,
+    def _verdict(item: _Staged, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None,
                  allow_stale: bool) -> tuple[str, str] | None:
         """(fate, reason) for an entry that is not to be written, None for one to write."""
         if item.reason:
@@ -351,7 +351,7 @@ class StagedBundle:
             current = installed(item.target)
             if current is not None and item.toolchain != current:
                 return STALE, ""
-        return (PRESENT, "") if holds(tier, item.member) else None
+        return (PRESENT, "") if holds(level, item.member) else None
 
 
 def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,
@@ -424,14 +424,14 @@ def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] 
     return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain)
 
 
-def import_bundle(path: Path, tier: Tier, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
+def import_bundle(path: Path, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
                   allow_stale: bool = False, *, accept: Callable[[bytes], "str | None"] | None = None,
                   max_members: int | None = None, max_entry_bytes: int | None = None,
                   max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
                   max_json_depth: int | None = None) -> ImportResult:
     """Stage the bundle at `path` (stage_bundle: every check, nothing lands if it cannot be read
-    whole) and publish its good entries into `tier` (StagedBundle.publish)."""
+    whole) and publish its good entries into `level` (StagedBundle.publish)."""
     with stage_bundle(path, accept=accept, max_members=max_members, max_entry_bytes=max_entry_bytes,
                       max_total_bytes=max_total_bytes, max_manifest_bytes=max_manifest_bytes,
                       max_json_depth=max_json_depth) as staged:
-        return staged.publish(tier, installed, allow_stale)
+        return staged.publish(level, installed, allow_stale)

@@ -3,9 +3,9 @@
 Import is all or nothing per bundle: the whole bundle is read and checked before the cache is even
 opened, and a file that is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap
 (exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
-names each entry that was not imported and why, and, when the tier stops taking writes part-way,
+names each entry that was not imported and why, and, when the level stops taking writes part-way,
 which entries were imported and which were not reached. Entries bigger together than the local
-tier's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
+level's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
 then each other.
 """
 
@@ -71,19 +71,19 @@ def cmd_export(ctx: Context, args: Any) -> int:
 def _exportable(ctx: Context, args: Any) -> tuple[list[tuple[str, bytes, dict[str, Any]]], list[tuple[str, str]]]:
     """The selected entries' bytes (signed where a key is set), first copy of each key, and the keys
     skipped with why (corrupt; a shared entry not carrying our signature)."""
-    tiers = ctx.tiers(args.tier)
+    levels = ctx.levels(args.level)
     signer = ctx.store().signer
     selection = entry_filter(args, args.stale)
     now = time.time()
     chosen: list[tuple[str, bytes, dict[str, Any]]] = []
     seen: set[str] = set()
     skipped: list[tuple[str, str]] = []
-    for info in scan_all(ctx, tiers, with_stale=args.stale):
+    for info in scan_all(ctx, levels, with_stale=args.stale):
         if info.key in seen or not selection.matches(info, now):
             continue
-        tier = next(t for t in tiers if t.name == info.tier)
+        level = next(t for t in levels if t.name == info.level)
         try:
-            raw = read_raw(tier, info.key)
+            raw = read_raw(level, info.key)
             if raw is None:  # removed since the scan: skipped as ever, with the words decode(None) raised
                 raise TypeError("cannot convert 'NoneType' object to bytes")
             entry_format.decode(raw, expected_key=info.key)
@@ -91,9 +91,9 @@ def _exportable(ctx: Context, args: Any) -> tuple[list[tuple[str, bytes, dict[st
             skipped.append((info.key, f"corrupt ({exc})" if str(exc) else "corrupt"))
             continue
         if signer is not None:
-            # the local tier is trusted by ownership, so its entries are vouched for here; a shared
+            # the local level is trusted by ownership, so its entries are vouched for here; a shared
             # entry must already carry our signature (exporting must not launder a planted one)
-            problem = signer.problem(raw) if tier.name == "shared" else None
+            problem = signer.problem(raw) if level.name == "shared" else None
             if problem is not None:
                 skipped.append((info.key, f"{problem} ({_key_setting()} is set)"))
                 continue
@@ -133,27 +133,27 @@ def cmd_import(ctx: Context, args: Any) -> int:
         return _nothing_imported(ctx, args, exc)
     with staged:
         ctx.store(create=True)
-        tier = ctx.tiers(args.tier)[0]
-        room = ctx.config.max_bytes if tier.name == "disk" else None
+        level = ctx.levels(args.level)[0]
+        room = ctx.config.max_bytes if level.name == "disk" else None
         try:
-            result = staged.publish(tier, ctx.installed_toolchain, allow_stale=args.allow_stale, room=room)
+            result = staged.publish(level, ctx.installed_toolchain, allow_stale=args.allow_stale, room=room)
         except NoRoom as exc:
             needed, bound = human_size(exc.needed), human_size(exc.room)
             if needed == bound:  # the sizes differ below the shown precision
                 needed, bound = f"{exc.needed} bytes", f"{exc.room} bytes"
             return _nothing_imported(ctx, args, exc, why=(
-                f"they take {needed}, more than the local tier holds ({_bound_name(ctx)}={bound}): importing "
+                f"they take {needed}, more than the local level holds ({_bound_name(ctx)}={bound}): importing "
                 f"them would evict this cache's entries and then each other; raise {_bound_name(ctx)} or "
-                f"import with --tier shared"))
+                f"import with --level shared"))
     if ctx.json:
         ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),
                        "rejected": [{"member": m, "reason": r} for m, r in result.rejected],
                        "failed": [{"key": k, "reason": r} for k, r in result.failed],
                        "not_reached": result.not_reached, "evicted": result.evicted, "expected": result.expected,
                        "fates": [{"member": f.member, "fate": f.fate, "reason": f.reason} for f in result.fates],
-                       "bytes": result.bytes, "tier": tier.name})
+                       "bytes": result.bytes, "level": level.name})
     else:
-        _say_fates(ctx, result, tier.name)
+        _say_fates(ctx, result, level.name)
     return EXIT_PROBLEMS if result.rejected or not result.complete else EXIT_OK
 
 
@@ -163,12 +163,12 @@ def _nothing_imported(ctx: Context, args: Any, exc: Exception, why: str | None =
     print(f"cachectl: {message}", file=sys.stderr)
     if ctx.json:  # the usual document, plus what an error carries
         ctx.emit_json({"imported": 0, "present": 0, "stale": 0, "rejected": [], "failed": [], "not_reached": [],
-                       "evicted": [], "expected": expected, "fates": [], "bytes": 0, "tier": args.tier,
+                       "evicted": [], "expected": expected, "fates": [], "bytes": 0, "level": args.level,
                        "at_entry": getattr(exc, "at_entry", None), "error": message, "exit_code": EXIT_PROBLEMS})
     return EXIT_PROBLEMS
 
 
-def _say_fates(ctx: Context, result: ImportResult, tier: str) -> None:
+def _say_fates(ctx: Context, result: ImportResult, level: str) -> None:
     """Each entry not imported on stderr (every entry's fate on stdout with -v), then the summary."""
     for fate in result.fates:
         if fate.fate in (REJECTED, FAILED, EVICTED):
@@ -178,10 +178,10 @@ def _say_fates(ctx: Context, result: ImportResult, tier: str) -> None:
         elif ctx.verbose and not ctx.quiet:
             print(f"{fate.fate:<9} {fate.member}")
     ctx.say(f"imported {len(result.imported)} of {len(result.fates)} entries ({human_size(result.bytes)}) into "
-            f"{tier}; {len(result.present)} already present, {len(result.stale)} skipped as stale"
+            f"{level}; {len(result.present)} already present, {len(result.stale)} skipped as stale"
             + (" (use --allow-stale to import them anyway)" if result.stale else "")
             + f", {len(result.rejected)} rejected"
             + (f"; writing {result.failed[0][0][:12]} failed, so the import stopped there: "
                f"{len(result.not_reached)} more not reached (not imported)" if result.failed else "")
-            + (f"; {len(result.evicted)} evicted again by later entries (the {tier} tier's size bound)"
+            + (f"; {len(result.evicted)} evicted again by later entries (the {level} level's size bound)"
                if result.evicted else ""))

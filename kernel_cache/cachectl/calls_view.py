@@ -13,7 +13,7 @@ from .show_views import ShowArgs
 
 def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """`cachectl show KEY` of a record; `args.cached`: the keys the cache holds (to mark its kernels)."""
-    print(f"key          {entry.key}  ({info.tier})")
+    print(f"key          {entry.key}  ({info.level})")
     try:
         record = CallRecord.from_entry(entry)
     except ValueError as exc:

@@ -1,5 +1,5 @@
 """What every cachectl command shares: the configuration, the store (opened read-only unless the
-command writes), the chosen tiers, and output helpers honouring --json / -q / -v."""
+command writes), the chosen levels, and output helpers honouring --json / -q / -v."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from ..cache_marker import NotACacheDirectory
 from ..cache_settings import StoredSettings, StoredSettingsError
 from ..config import Config, ConfigError
 from ..disk_index import ENTRIES_DIR
-from ..disk_repair import ValueFilesTier
-from ..errors import KernelCacheError, TierUntrusted
+from ..disk_repair import ValueFilesLevel
+from ..errors import KernelCacheError, LevelUntrusted
+from ..level import KeptLevel
 from ..safefs import Owners, Tree
 from ..store import Store
-from ..tier import KeptTier
 from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -110,47 +110,47 @@ class Context:
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
         return self._store
 
-    def _disk_fallback(self, store: Store) -> ValueFilesTier:
+    def _disk_fallback(self, store: Store) -> ValueFilesLevel:
         """When the local index cannot be opened: its entry files, read-only, with a note."""
         reason = store.unavailable.get("disk")
-        if isinstance(reason, (TierUntrusted, NotACacheDirectory)) or reason is None:
+        if isinstance(reason, (LevelUntrusted, NotACacheDirectory)) or reason is None:
             raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
         try:
-            tier = ValueFilesTier(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
+            level = ValueFilesLevel(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
         except Exception as exc:
             raise CliError(f"cannot open the cache directory {self.config.dir}: {reason}; {exc}") from None
         print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
-        return tier
+        return level
 
-    def kept(self) -> list[KeptTier]:
+    def kept(self) -> list[KeptLevel]:
         """Every persistent level that keeps entries an operator can list (possibly none)."""
-        return [t for t in self.store().persistent_tiers if isinstance(t, KeptTier)]
+        return [t for t in self.store().persistent_levels if isinstance(t, KeptLevel)]
 
-    def tiers(self, which: str | None = "all") -> list[KeptTier]:
+    def levels(self, which: str | None = "all") -> list[KeptLevel]:
         """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
         operator can list, verify and prune. None, a destructive command's default: the local disk, or
         where there is none, the one shared directory or remote named on this command line."""
         store = self.store()
         if which is None:
-            which = self._default_tier(store)
-        chosen = [t for t in store.persistent_tiers if which in ("all", t.name) and isinstance(t, KeptTier)]
+            which = self._default_level(store)
+        chosen = [t for t in store.persistent_levels if which in ("all", t.name) and isinstance(t, KeptLevel)]
         if not chosen:
             if which == "disk":
                 raise CliError("no local cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (or name "
-                               "another tier with --tier shared|remote)")
-            raise CliError(f"no {which} tier configured (pass --shared-dir or --remote, or set "
+                               "another level with --level shared|remote)")
+            raise CliError(f"no {which} level configured (pass --shared-dir or --remote, or set "
                            f"KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE)")
         return chosen
 
-    def _default_tier(self, store: Store) -> str:
+    def _default_level(self, store: Store) -> str:
         if store.disk is not None or self.config.dir is not None:
             return "disk"
         named = [name for name, flag in (("shared", "shared_dir"), ("remote", "remote"))
                  if getattr(self.args, flag, None) is not None]
         if len(named) == 1:
             return named[0]
-        raise CliError("no local cache directory: name the tier to change with --tier shared|remote or "
-                       "--all-tiers")
+        raise CliError("no local cache directory: name the level to change with --level shared|remote or "
+                       "--all-levels")
 
     def installed_toolchain(self, target: dict[str, Any]) -> str | None:
         """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded

@@ -40,10 +40,10 @@ from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error
 from ..disk_sql import count_and_size, open_read_only
 from ..display import redacted
+from ..levels import remote as remote_level
+from ..levels.shared import QUARANTINE_DIR
 from ..locks import filesystem_of, flock_is_coherent
 from ..safefs import Owners
-from ..tiers import remote as remote_tier
-from ..tiers.shared import QUARANTINE_DIR
 from .context import EXIT_OK, EXIT_PROBLEMS, Context
 from .render import human_size, table
 
@@ -60,7 +60,7 @@ SCHEMA = 1
 # environment"); `pip install kernel-cache` asks the index, which has no such package or somebody else's.
 INSTALL_HINT = ("install kernel-cache with pip from a checkout or a built wheel (pip install /path/to/kernel-cache; "
                 "README: Install into your environment), not only on PYTHONPATH")
-# SQLite's locking (the local index) is not to be trusted on these: the local tier is for local disks.
+# SQLite's locking (the local index) is not to be trusted on these: the local level is for local disks.
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
                        "glusterfs", "afs", "orangefs"}
 
@@ -208,7 +208,7 @@ def _shared(config: Config, owners: Owners) -> list[Check]:
     if found:
         alternative = " (or sign entries: KERNEL_CACHE_SIGNING_KEY_FILE)" if not signed else ""
         rows.append(_ownership_problem("shared-dir", found, "anyone who can write there could plant kernels you "
-                                       "would run, so kernel-cache skips the shared tier", alternative))
+                                       "would run, so kernel-cache skips the shared level", alternative))
     else:
         writable = os.access(directory, os.W_OK)
         mode = os.stat(directory).st_mode
@@ -258,7 +258,7 @@ def _filesystem_row(name: str, directory: Path, local: bool) -> Check:
 
 # Ownership -------------------------------------------------------------------------------------------
 def _untrusted(path: Path, st: os.stat_result, owners: Owners | None) -> list[tuple[Path, str, str]]:
-    """[(path, why, fix)] when `st` fails the ownership rule (safefs.Owners: what the tiers enforce)."""
+    """[(path, why, fix)] when `st` fails the ownership rule (safefs.Owners: what the levels enforce)."""
     problem = owners.problem(st) if owners is not None else None
     if not problem:
         return []
@@ -334,15 +334,15 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
         return []
     url = redacted(config.remote)
     try:
-        tier = remote_tier.open_from_config(config, owners, config.signer(), True)
+        level = remote_level.open_from_config(config, owners, config.signer(), True)
     except Exception as exc:
         return [Check("remote", PROBLEM, f"{url}: {exc}", "set KERNEL_CACHE_SIGNING_KEY_FILE (every job that "
                       "reads or writes the remote), or KERNEL_CACHE_REMOTE_UNSIGNED=1 if every client is trusted")]
-    assert tier is not None
+    assert level is not None
     try:
-        info = tier.describe()
+        info = level.describe()
     finally:
-        tier.close()
+        level.close()
     if not info["reachable"]:
         error = str(info.get("error", ""))
         fix = ("check KERNEL_CACHE_REMOTE_PASSWORD_FILE (or the URL's user:password)" if "auth" in error.lower()
@@ -351,7 +351,7 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
     tls = " over TLS" if config.remote.startswith("rediss://") else ""
     checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{_deployment(info)}, "
                     f"{info['round_trip_ms']} ms round trip, namespace {info['namespace']}, "
-                    + ("entries must be signed" if tier.authenticate is not None else "unsigned entries accepted"))]
+                    + ("entries must be signed" if level.authenticate is not None else "unsigned entries accepted"))]
     policy = info.get("maxmemory_policy")
     if policy == "noeviction":
         checks.append(Check("remote-eviction", WARN, f"{url}: maxmemory-policy is noeviction: a full server "

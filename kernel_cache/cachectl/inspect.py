@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
-from ..tier import KeptTier
+from ..level import KeptLevel
 from . import entry_kinds, kinds, show_views, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
@@ -23,29 +23,29 @@ def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
                        older_than_seconds=getattr(args, "older_than", None), stale_only=check_stale)
 
 
-def scan_all(ctx: Context, tiers: list[KeptTier], with_stale: bool) -> list[EntryInfo]:
-    """Every entry of `tiers`, with hit counts and (if asked) whether it is stale."""
+def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool) -> list[EntryInfo]:
+    """Every entry of `levels`, with hit counts and (if asked) whether it is stale."""
     store = ctx.store()
     infos = []
-    for tier in tiers:
-        infos += scan(tier, store.stats.entry_hits)
+    for level in levels:
+        infos += scan(level, store.stats.entry_hits)
     if with_stale:
         mark_stale(infos, ctx.installed_toolchain)
     return infos
 
 
 def cmd_list(ctx: Context, args: Any) -> int:
-    tiers = ctx.tiers(args.tier)
+    levels = ctx.levels(args.level)
     check_stale = args.stale or ctx.json or ctx.verbose  # --json always says: true, false or null (unknown)
     selection = entry_filter(args, args.stale)
     now = time.time()
-    infos = sort_entries([i for i in scan_all(ctx, tiers, check_stale) if selection.matches(i, now)], args.sort)
+    infos = sort_entries([i for i in scan_all(ctx, levels, check_stale) if selection.matches(i, now)], args.sort)
     if ctx.json:
         ctx.emit_json({"entries": [i.to_json() for i in infos]})
         return EXIT_OK
-    show_tier, verbose = len(tiers) > 1, ctx.verbose  # -v: full keys, the kernel's module, times to the second
+    show_level, verbose = len(levels) > 1, ctx.verbose  # -v: full keys, the kernel's module, times to the second
     header = ["KEY", "KERNEL", *(["MODULE"] if verbose else []), "CONFIG", "ARCH", "SIZE", "CREATED", "LAST USED", "HITS"]
-    header += ["TIER"] if show_tier else []
+    header += ["LEVEL"] if show_level else []
     header += ["STALE"] if check_stale else []
     rows = [] if ctx.quiet else [header]  # -q: the rows alone, for scripts
     configs = kinds.config_labels(infos, whole=verbose)
@@ -54,7 +54,7 @@ def cmd_list(ctx: Context, args: Any) -> int:
         row = [i.key if verbose else i.key[:12], kinds.kernel_label(i), *([i.module or "-"] if verbose else []),
                config if verbose or len(config) <= CONFIG_CHARS else config[:CONFIG_CHARS - 1] + "…", i.arch,
                human_size(i.size_bytes), human_time(i.created, verbose), human_time(i.last_used, verbose), str(i.hits)]
-        row += [i.tier] if show_tier else []
+        row += [i.level] if show_level else []
         row += [{True: "yes", False: "no", None: "?"}[i.stale]] if check_stale else []
         rows.append(row)
     if rows:
@@ -67,14 +67,14 @@ def cmd_list(ctx: Context, args: Any) -> int:
 
 
 def cmd_show(ctx: Context, args: Any) -> int:
-    tiers = ctx.tiers()
+    levels = ctx.levels()
     try:
-        infos = scan_all(ctx, tiers, with_stale=False)
+        infos = scan_all(ctx, levels, with_stale=False)
         info = find_by_prefix(infos, args.key)
     except LookupError as exc:
         raise CliError(str(exc)) from None
-    tier = next(t for t in tiers if t.name == info.tier)
-    raw = read_raw(tier, info.key)
+    level = next(t for t in levels if t.name == info.level)
+    raw = read_raw(level, info.key)
     try:
         entry = entry_format.decode(raw, expected_key=info.key) if raw is not None else None
     except entry_format.CorruptEntry as exc:
@@ -93,7 +93,7 @@ def cmd_show(ctx: Context, args: Any) -> int:
     hits = ctx.store().stats.entry_hits(info.key)
     if ctx.json:
         blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
-        ctx.emit_json({"key": entry.key, "tier": info.tier, "size_bytes": info.size_bytes, "hits": hits,
+        ctx.emit_json({"key": entry.key, "level": info.level, "size_bytes": info.size_bytes, "hits": hits,
                        "last_used": info.last_used, "blobs": blobs, "meta": entry.meta, "kind": info.kind,
                        **info.summaries()})
         return EXIT_OK

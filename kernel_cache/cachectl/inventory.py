@@ -1,6 +1,6 @@
-"""What cachectl does to a store, without printing: list, select, prune, verify entries of a tier.
+"""What cachectl does to a store, without printing: list, select, prune, verify entries of a level.
 
-Works on any tier with `listing()`, `get_raw`/`peek_raw`, `delete` (the disk tier, the shared tier).
+Works on any level with `listing()`, `get_raw`/`peek_raw`, `delete` (the disk level, the shared level).
 Knows nothing of Triton: whether an entry is stale (built by another toolchain than the installed
 one) is decided by a callable the caller passes in.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import entry as entry_format
 from ..entry import CorruptEntry
-from ..errors import TierUnavailable
+from ..errors import LevelUnavailable
+from ..level import KeptLevel
 from ..summary import EntrySummary
-from ..tier import KeptTier
 from . import entry_kinds
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
@@ -31,7 +31,7 @@ class EntryInfo:
     """One cached entry as listings show it (metadata only; blobs are not kept)."""
 
     key: str
-    tier: str
+    level: str
     kernel: str
     arch: str
     size_bytes: int
@@ -96,26 +96,26 @@ def normal_arch(name: str) -> str:
 
 
 
-def read_raw(tier: KeptTier, key: str) -> bytes | None:
+def read_raw(level: KeptLevel, key: str) -> bytes | None:
     """The entry bytes, read without counting as a use of the entry. Raises CorruptEntry for
     what cannot be an entry (a pickled row, a symlink or FIFO at the entry's path, a giant)."""
     try:
-        return tier.peek_raw(key)
-    except (CorruptEntry, TierUnavailable):
-        raise  # a tier that fails (a remote server fault) is no entry's damage: the caller says so
+        return level.peek_raw(key)
+    except (CorruptEntry, LevelUnavailable):
+        raise  # a level that fails (a remote server fault) is no entry's damage: the caller says so
     except OSError as exc:  # safefs.UnsafeFile and friends: the name holds something hostile
         raise CorruptEntry(str(exc)) from None
 
 
-def scan(tier: KeptTier, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
-    """Every entry of `tier` with its metadata; unreadable entries are listed with `error` set."""
+def scan(level: KeptLevel, hits_of: Callable[[str], int] | None = None) -> list[EntryInfo]:
+    """Every entry of `level` with its metadata; unreadable entries are listed with `error` set."""
     infos = []
-    for rec in tier.listing():
+    for rec in level.listing():
         key = rec["key"]
-        info = EntryInfo(key=key, tier=tier.name, kernel="?", arch="?", size_bytes=int(rec["size_bytes"]),
+        info = EntryInfo(key=key, level=level.name, kernel="?", arch="?", size_bytes=int(rec["size_bytes"]),
                          created=float(rec["created"]), last_used=float(rec["last_used"]))
         try:
-            raw = read_raw(tier, key)
+            raw = read_raw(level, key)
             if raw is None:  # removed since listing() was read
                 continue
             info.size_bytes = len(raw)
@@ -156,7 +156,7 @@ def sort_entries(infos: list[EntryInfo], by: str) -> list[EntryInfo]:
 
 
 def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
-    """The one entry whose key starts with `prefix` (the same key in two tiers counts once)."""
+    """The one entry whose key starts with `prefix` (the same key in two levels counts once)."""
     prefix = prefix.strip().lower()
     if not prefix:
         raise LookupError("an empty key prefix matches every entry")
@@ -174,7 +174,7 @@ def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
 
 def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | None,
                now: float | None = None) -> list[EntryInfo]:
-    """The entries to remove from ONE tier, in removal order.
+    """The entries to remove from ONE level, in removal order.
 
     First every entry the selection matches (when the selection is not empty), then, if the rest
     is still larger than `max_bytes`, the least recently used of the rest until it fits.
@@ -193,14 +193,14 @@ def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | 
     return doomed
 
 
-def remove_entries(tier: KeptTier, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None,
+def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None,
                    failed: list[tuple[EntryInfo, str]] | None = None) -> int:
-    """Delete the entries from `tier`; returns the bytes really freed. An entry that could not be
+    """Delete the entries from `level`; returns the bytes really freed. An entry that could not be
     deleted (not yours, a read-only mount) is appended to `failed` with the reason, never counted."""
     freed = 0
     for info in infos:
         try:
-            gone = tier.delete(info.key)
+            gone = level.delete(info.key)
             why = "" if gone else "not removable here (not yours, a read-only mount, or already gone)"
         except OSError as exc:
             gone, why = False, exc.strerror or str(exc)
@@ -215,30 +215,30 @@ def remove_entries(tier: KeptTier, infos: Iterable[EntryInfo], forget_hits: Call
     return freed
 
 
-def remove_debris(tier: KeptTier, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
-    """Temp and lock files that crashed writers left in `tier`: [(path, bytes)] removed."""
-    return [(str(path), int(size)) for path, size in tier.remove_debris(older_than_seconds)]
+def remove_debris(level: KeptLevel, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
+    """Temp and lock files that crashed writers left in `level`: [(path, bytes)] removed."""
+    return [(str(path), int(size)) for path, size in level.remove_debris(older_than_seconds)]
 
 
 @dataclass
 class BadEntry:
     key: str
-    tier: str
+    level: str
     reason: str
     repaired: bool = False
 
 
-def verify(tier: KeptTier, repair: bool = False,
+def verify(level: KeptLevel, repair: bool = False,
            authenticate: Callable[[bytes], str | None] | None = None) -> tuple[int, list[BadEntry]]:
     """Decode every entry (format, checksum, key; then what its kind checks: a winner's or lowered
-    call's record) and, with `authenticate` (the signature readers of `tier` require), its
+    call's record) and, with `authenticate` (the signature readers of `level` require), its
     signature; returns (entries checked, bad entries)."""
     checked, bad = 0, []
-    for rec in tier.listing():
+    for rec in level.listing():
         key = rec["key"]
         checked += 1
         try:
-            raw = read_raw(tier, key)
+            raw = read_raw(level, key)
             if raw is None:  # removed since listing() was read
                 checked -= 1
                 continue
@@ -248,8 +248,8 @@ def verify(tier: KeptTier, repair: bool = False,
             if (reason := entry_kinds.problem(entry)) is not None:
                 raise CorruptEntry(reason)
         except CorruptEntry as exc:
-            item = BadEntry(key=key, tier=tier.name, reason=str(exc))
+            item = BadEntry(key=key, level=level.name, reason=str(exc))
             if repair:
-                item.repaired = bool(tier.delete(key))
+                item.repaired = bool(level.delete(key))
             bad.append(item)
     return checked, bad

@@ -17,7 +17,7 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """`cachectl show KEY` of a kernel; with -v its whole metadata too."""
     meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
     blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
-    print(f"key          {entry.key}  ({info.tier})")
+    print(f"key          {entry.key}  ({info.level})")
     print(f"kernel       {summary.kernel}")
     print(f"arch         {summary.arch}  warps={meta.get('num_warps')} stages={meta.get('num_stages')}"
           f" ctas={meta.get('num_ctas')} shared_mem={meta.get('shared_mem')}")

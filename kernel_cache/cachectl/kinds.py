@@ -78,7 +78,7 @@ def config_labels(infos: Iterable[EntryInfo], whole: bool = False) -> dict[str, 
 
 
 def _grouped(infos: list[EntryInfo], by: Callable[[EntryInfo], tuple[str, ...]]) -> list[list[EntryInfo]]:
-    """The groups of two or more distinct entries (a key in two tiers is one entry) alike in `by`."""
+    """The groups of two or more distinct entries (a key in two levels is one entry) alike in `by`."""
     groups: dict[tuple[str, ...], dict[str, EntryInfo]] = defaultdict(dict)
     for i in infos:
         groups[by(i)].setdefault(i.key, i)

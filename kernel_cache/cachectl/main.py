@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from ..config import ConfigError, parse_duration, parse_size
 from ..display import echo
-from ..errors import TierUnavailable
+from ..errors import LevelUnavailable
 from .context import EXIT_OK, EXIT_PROBLEMS, JSON_SCHEMA, CliError, Context
 from .inventory import SORT_KEYS
 
@@ -135,13 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    def filters(p: argparse.ArgumentParser, tier: bool = True, destructive: bool = False) -> None:
+    def filters(p: argparse.ArgumentParser, level: bool = True, destructive: bool = False) -> None:
         p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
         p.add_argument("--arch", type=_arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
         p.add_argument("--older-than", type=_duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
         p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
-        if tier:
-            _tier_option(p, destructive)
+        if level:
+            _level_option(p, destructive)
 
     p = command("list", "inspect.cmd_list", "list cached kernels")
     filters(p)
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
     p.add_argument("--max-size", type=_size, metavar="SIZE",
-                   help="evict least recently used entries until the tier fits SIZE (e.g. 10G)")
+                   help="evict least recently used entries until the level fits SIZE (e.g. 10G)")
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
@@ -179,11 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
                    help="with --rebuild: rebuild recipes whose kernel module matches this glob, as prewarm "
                         "(repeatable); rebuilding imports the module, so entries of other modules are skipped")
-    _tier_option(p)
+    _level_option(p)
 
     p = command("clear", "maintain.cmd_clear", "remove every entry")
     p.add_argument("--yes", action="store_true", help="really remove everything")
-    _tier_option(p, destructive=True)
+    _level_option(p, destructive=True)
 
     p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
     p.add_argument("program", nargs="?", metavar="MODULE:FUNCTION",
@@ -223,24 +223,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
     p.add_argument("file", type=Path)
     p.add_argument("--allow-stale", action="store_true", help="also import entries of other toolchains")
-    p.add_argument("--tier", choices=("disk", "shared", "remote"), default="disk",
+    p.add_argument("--level", "--tier", choices=("disk", "shared", "remote"), default="disk",
                    help="where to put them (default: disk)")
     return parser
 
 
-def _tier_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
-    """--tier; for a command that removes entries the local disk alone by default: the team's shared
-    directory and the remote change only when named (--tier shared|remote, or --all-tiers)."""
+def _level_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
+    """--level (--tier and --all-tiers: the former names, still accepted); for a command that removes
+    entries the local disk alone by default: the team's shared directory and the remote change only
+    when named (--level shared|remote, or --all-levels)."""
     if not destructive:
-        p.add_argument("--tier", choices=("disk", "shared", "remote", "all"), default="all",
-                       help="which persistent tier (default: all configured)")
+        p.add_argument("--level", "--tier", choices=("disk", "shared", "remote", "all"), default="all",
+                       help="which persistent level (default: all configured)")
         return
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--tier", choices=("disk", "shared", "remote"), default=None,
-                       help="which tier to change (default: the local disk; with no --dir, the one "
+    group.add_argument("--level", "--tier", choices=("disk", "shared", "remote"), default=None,
+                       help="which level to change (default: the local disk; with no --dir, the one "
                             "--shared-dir or --remote given)")
-    group.add_argument("--all-tiers", dest="tier", action="store_const", const="all", default=argparse.SUPPRESS,
-                       help="change every configured tier: local, shared and remote")
+    group.add_argument("--all-levels", "--all-tiers", dest="level", action="store_const", const="all",
+                       default=argparse.SUPPRESS, help="change every configured level: local, shared and remote")
 
 
 def _stop_on_sigint() -> None:
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
             print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
         return exc.code
-    except TierUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
+    except LevelUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
         print(f"cachectl: {exc}", file=sys.stderr)
         if "--json" in (argv if argv is not None else sys.argv[1:]):
             print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": EXIT_PROBLEMS}))

@@ -7,10 +7,10 @@ from typing import Any, TypedDict
 
 from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
+from ..level import KeptLevel
+from ..levels.disk import DiskLevel
+from ..levels.remote import RemoteLevel
 from ..store import Store
-from ..tier import KeptTier
-from ..tiers.disk import DiskTier
-from ..tiers.remote import RemoteTier
 from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
@@ -26,7 +26,7 @@ class _IndexState(TypedDict):
 
 
 def cmd_prune(ctx: Context, args: Any) -> int:
-    """A plain prune (no selection, no --max-size) evicts the local tier down to its bound: the one every
+    """A plain prune (no selection, no --max-size) evicts the local level down to its bound: the one every
     process on the directory honours (KERNEL_CACHE_MAX_BYTES, else the stored one, else 8G)."""
     store = ctx.store()
     selection = entry_filter(args, args.stale)
@@ -34,17 +34,17 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     removed, freed, debris, remaining = [], 0, [], {}
     failed: list[tuple[EntryInfo, str]] = []
     bound: dict[str, Any] | None = None
-    for tier in ctx.tiers(args.tier):
-        infos = scan_all(ctx, [tier], with_stale=args.stale or ctx.json)  # --json always says stale or not
+    for level in ctx.levels(args.level):
+        infos = scan_all(ctx, [level], with_stale=args.stale or ctx.json)  # --json always says stale or not
         max_size = args.max_size
-        if plain and tier.name == "disk":
+        if plain and level.name == "disk":
             max_size = ctx.config.max_bytes
             bound = {"max_bytes": max_size, "source": ctx.bound_source}
         doomed = plan_prune(infos, selection, max_size)
         if not args.dry_run:
             before = len(failed)
-            freed += remove_entries(tier, doomed, store.stats.forget_entry, failed)
-            debris += _debris(tier, failed)
+            freed += remove_entries(level, doomed, store.stats.forget_entry, failed)
+            debris += _debris(level, failed)
             kept = {i.key for i, _ in failed[before:]}
             doomed = [i for i in doomed if i.key not in kept]
         else:
@@ -52,20 +52,20 @@ def cmd_prune(ctx: Context, args: Any) -> int:
         removed += doomed
         gone = {i.key for i in doomed}
         rest = [i for i in infos if i.key not in gone]
-        remaining[tier.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
+        remaining[level.name] = {"entries": len(rest), "bytes": sum(i.size_bytes for i in rest)}
     status = EXIT_PROBLEMS if failed else EXIT_OK
     _say_failures(failed)
     if ctx.json:
         ctx.emit_json({"dry_run": args.dry_run, "bound": bound, "removed": [i.to_json() for i in removed],
                        "bytes_freed": freed,
                        "debris": [{"path": escaped(p), "bytes": b} for p, b in debris], "remaining": remaining,
-                       "failed": [{"key": i.key, "tier": i.tier, "reason": escaped(why)} for i, why in failed]})
+                       "failed": [{"key": i.key, "level": i.level, "reason": escaped(why)} for i, why in failed]})
         return status
     verb = "would remove" if args.dry_run else "removed"
     if not ctx.quiet:
         for i in removed:
             print(f"{verb}  {i.key[:12]}  {kinds.kernel_label(i)}  {i.arch}  {human_size(i.size_bytes)}  "
-                  f"({i.tier})")
+                  f"({i.level})")
         for path, size in debris:
             print(f"removed debris  {escaped(path)}  {human_size(size)}")
     ctx.say(f"{verb} {len(removed)} entries, {human_size(freed)}"
@@ -79,14 +79,14 @@ def cmd_prune(ctx: Context, args: Any) -> int:
 
 def _say_failures(failed: list[tuple[EntryInfo, str]]) -> None:
     for i, why in failed:
-        print(f"cachectl: could not remove {i.key[:12]} ({i.tier}): {escaped(why)}", file=sys.stderr)
+        print(f"cachectl: could not remove {i.key[:12]} ({i.level}): {escaped(why)}", file=sys.stderr)
 
 
-def _debris(tier: KeptTier, failed: list[tuple[EntryInfo, str]]) -> list[tuple[str, int]]:
+def _debris(level: KeptLevel, failed: list[tuple[EntryInfo, str]]) -> list[tuple[str, int]]:
     try:
-        return remove_debris(tier)
+        return remove_debris(level)
     except OSError as exc:  # a read-only mount or someone else's directory: said, not a traceback
-        print(f"cachectl: could not remove debris in the {tier.name} tier: {exc.strerror or exc}", file=sys.stderr)
+        print(f"cachectl: could not remove debris in the {level.name} level: {exc.strerror or exc}", file=sys.stderr)
         return []
 
 
@@ -110,7 +110,7 @@ def _check_index(ctx: Context, store: Store, repair: bool) -> _IndexState | None
     index: _IndexState | None
     if store.healed_index is not None:  # --repair opens the store for writing, which rebuilt a damaged index
         index = {"problem": store.healed_index["problem"], "rebuilt": store.healed_index}
-    elif not isinstance(disk, DiskTier):
+    elif not isinstance(disk, DiskLevel):
         index = {"problem": str(store.unavailable.get("disk", "unreadable")), "rebuilt": None}
     else:
         problem = disk.integrity_problem()
@@ -120,7 +120,7 @@ def _check_index(ctx: Context, store: Store, repair: bool) -> _IndexState | None
         disk.close()
         index["rebuilt"] = rebuild_index(directory, ctx.config.max_bytes, owners=store.owners,
                                          max_entry_bytes=ctx.config.max_entry_bytes, wait=ctx.config.index_timeout)
-        store.replace_level("disk", DiskTier(directory, ctx.config.max_bytes, owners=store.owners,
+        store.replace_level("disk", DiskLevel(directory, ctx.config.max_bytes, owners=store.owners,
                                              max_entry_bytes=ctx.config.max_entry_bytes,
                                              index_timeout=ctx.config.index_timeout))
     return index
@@ -130,17 +130,17 @@ def cmd_verify(ctx: Context, args: Any) -> int:
     checked = 0
     bad: list[BadEntry] = []
     store = ctx.store()
-    index = _check_index(ctx, store, args.repair) if args.tier in ("all", "disk") else None
-    for tier in ctx.tiers(args.tier):
+    index = _check_index(ctx, store, args.repair) if args.level in ("all", "disk") else None
+    for level in ctx.levels(args.level):
         # entries of the levels read with a signature check must carry a valid one (the local disk is ours)
-        signed = store.signer.problem if store.signer is not None and tier.name != "disk" else None
-        n, found = verify(tier, repair=args.repair, authenticate=signed)
+        signed = store.signer.problem if store.signer is not None and level.name != "disk" else None
+        n, found = verify(level, repair=args.repair, authenticate=signed)
         checked += n
         bad += found
     left = [b for b in bad if not b.repaired]
-    # Entries that readers already found corrupt and moved aside (shared tier); prune removes them.
+    # Entries that readers already found corrupt and moved aside (shared level); prune removes them.
     quarantined = [{**q, "path": escaped(q["path"]), "key": escaped(q["key"])}
-                   for tier in ctx.tiers(args.tier) for q in tier.quarantined()]
+                   for level in ctx.levels(args.level) for q in level.quarantined()]
     index_left = index is not None and index["rebuilt"] is None
     if ctx.json:
         ctx.emit_json({"checked": checked, "remaining_bad": len(left),
@@ -158,7 +158,7 @@ def cmd_verify(ctx: Context, args: Any) -> int:
                 for key in r["lost"]:
                     print(f"lost  {escaped(key)}  (disk): listed in the damaged index, no readable copy")
         for b in bad:
-            print(f"{'removed' if b.repaired else 'BAD'}  {escaped(b.key)}  ({b.tier}): {escaped(b.reason)}")
+            print(f"{'removed' if b.repaired else 'BAD'}  {escaped(b.key)}  ({b.level}): {escaped(b.reason)}")
         for q in quarantined:
             print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
         ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair
@@ -178,24 +178,24 @@ def cmd_verify(ctx: Context, args: Any) -> int:
 
 
 def cmd_clear(ctx: Context, args: Any) -> int:
-    chosen = ctx.tiers(args.tier)
+    chosen = ctx.levels(args.level)
     if not args.yes:
         named = ", ".join(f"{t.name} ({_where(t)})" for t in chosen)
         others = [t.name for t in ctx.kept() if t not in chosen]
         raise CliError(f"clear removes every entry of: {named}"
-                       + (f" (not {', '.join(others)}: name it with --tier or pass --all-tiers)" if others else "")
+                       + (f" (not {', '.join(others)}: name it with --level or pass --all-levels)" if others else "")
                        + "; pass --yes to confirm")
     store = ctx.store()
     count, size = 0, 0
     failed: list[tuple[EntryInfo, str]] = []
-    for tier in chosen:
-        infos = scan(tier)
-        if tier.name == "disk" and not (isinstance(tier, DiskTier) and tier.writable):
+    for level in chosen:
+        infos = scan(level)
+        if level.name == "disk" and not (isinstance(level, DiskLevel) and level.writable):
             # a damaged index or a full disk: remove the files themselves, the index with them
-            tier.close()
-            assert tier.directory is not None  # the local tier (its index or its files alone) is a directory
+            level.close()
+            assert level.directory is not None  # the local level (its index or its files alone) is a directory
             try:
-                wipe(tier.directory, store.owners)
+                wipe(level.directory, store.owners)
             except OSError as exc:
                 failed += [(i, exc.strerror or str(exc)) for i in infos]
                 continue
@@ -203,18 +203,18 @@ def cmd_clear(ctx: Context, args: Any) -> int:
             size += sum(i.size_bytes for i in infos)
             continue
         before = len(failed)
-        size += remove_entries(tier, infos, store.stats.forget_entry, failed)
+        size += remove_entries(level, infos, store.stats.forget_entry, failed)
         count += len(infos) - (len(failed) - before)
     _say_failures(failed)
-    tiers = ", ".join(t.name for t in chosen)
+    levels = ", ".join(t.name for t in chosen)
     if ctx.json:
-        ctx.emit_json({"removed": count, "bytes_freed": size, "tiers": [t.name for t in chosen],
-                       "failed": [{"key": i.key, "tier": i.tier, "reason": escaped(why)} for i, why in failed]})
+        ctx.emit_json({"removed": count, "bytes_freed": size, "levels": [t.name for t in chosen],
+                       "failed": [{"key": i.key, "level": i.level, "reason": escaped(why)} for i, why in failed]})
     else:
-        ctx.say(f"removed {count} entries, {human_size(size)} ({tiers})"
+        ctx.say(f"removed {count} entries, {human_size(size)} ({levels})"
                 + (f"; {len(failed)} could not be removed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK
 
 
-def _where(tier: KeptTier) -> str:
-    return tier.endpoint if isinstance(tier, RemoteTier) else str(tier.directory)
+def _where(level: KeptLevel) -> str:
+    return level.endpoint if isinstance(level, RemoteLevel) else str(level.directory)

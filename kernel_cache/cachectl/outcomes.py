@@ -10,7 +10,7 @@ holds, the parent turns SIGINT into KeyboardInterrupt and SIGTERM into `Terminat
 KeyboardInterrupt) so both run one path: no more work is handed out, every worker gets SIGTERM and
 is killed CANCEL_GRACE later if still there, and what the workers finished is read. The parent
 stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT.
-In both processes a signal that arrives while an entry is being written (`Store._tier_put`) waits
+In both processes a signal that arrives while an entry is being written (`Store._level_put`) waits
 for the write, WRITE_GRACE at most, so an interrupt leaves whole entries and no half-written file;
 one that arrives while JAX or a program is imported (`signals_held`) waits for the import's end: one
 raised inside jaxlib's extension set-up aborts the process (nanobind, exit 134).
@@ -125,13 +125,13 @@ def _collection_ends(phase: str, info: dict[str, int]) -> None:  # last of gc.ca
 
 
 def _writing(frame: FrameType | None) -> bool:
-    """Whether an exception raised at `frame` must wait: the code is writing an entry (every tier write
-    goes through Store._tier_put), or it runs inside a garbage-collector callback or a finalizer, where
+    """Whether an exception raised at `frame` must wait: the code is writing an entry (every level write
+    goes through Store._level_put), or it runs inside a garbage-collector callback or a finalizer, where
     Python prints a raised exception and drops it (JAX registers a gc callback: a SIGTERM landing there
     was lost, and the prewarm went on to the end and exited 0)."""
     if _collecting:  # the Python frames of a gc callback are not always on the stack (Python 3.13)
         return True
-    code = Store._tier_put.__code__
+    code = Store._level_put.__code__
     callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
     while frame is not None:
         if frame.f_code is code or frame.f_code in callbacks or frame.f_code.co_name == "__del__":

@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any
 
+from ..level import KeptLevel
 from ..store import Store
 from ..summary import EntrySummary
-from ..tier import KeptTier
 from . import kinds, programs, recipes
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import entry_filter, scan_all
@@ -96,9 +96,9 @@ def _present_text(count: int, program: str) -> str:
             else f"the one kernel {program} needs is") + " already in the cache"
 
 
-def _local(ctx: Context, store: Store) -> list[KeptTier]:
+def _local(ctx: Context, store: Store) -> list[KeptLevel]:
     """Where every build lands first (the local disk), to find after an interrupt what landed."""
-    return [store.disk] if isinstance(store.disk, KeptTier) else ctx.kept()
+    return [store.disk] if isinstance(store.disk, KeptLevel) else ctx.kept()
 
 
 def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> None:

@@ -29,9 +29,9 @@ from compiler import parse_target
 from ..config import Config
 from ..display import echo
 from ..entry import peek_meta
+from ..level import KeptLevel
 from ..store import Store
 from ..summary import META_KIND, EntrySummary
-from ..tier import KeptTier
 from . import kinds
 from .inventory import read_raw
 from .outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool, signals_held
@@ -72,7 +72,7 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
         import jax
 
     store = kernel_cache.configure(config.with_(target_arch=arch))
-    kept = [t for t in store.persistent_tiers if isinstance(t, KeptTier)]
+    kept = [t for t in store.persistent_levels if isinstance(t, KeptLevel)]
     seen = _known_keys(store)
     used = _used_keys(store)
     start = time.perf_counter()
@@ -98,11 +98,11 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
         except Exception as exc:  # one bad program must not stop the others
             yield Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
                           error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-        yield from _new_entries(kept[:1], seen, arch)  # the fastest tier: where every build lands first
+        yield from _new_entries(kept[:1], seen, arch)  # the fastest level: where every build lands first
         yield from _present_entries(kept, (used & before) - present, arch, present)
         yield Lowered(label, arch)
     store.stats.flush()
-    yield from _new_entries(kept, seen, arch)  # what landed only in a slower tier (the local one busy)
+    yield from _new_entries(kept, seen, arch)  # what landed only in a slower level (the local one busy)
 
 
 def _used_keys(store: Store) -> set[str]:
@@ -111,9 +111,9 @@ def _used_keys(store: Store) -> set[str]:
     used: set[str] = set()
     count = store.stats.hit
 
-    def hit(tier: str, key: str, compile_seconds: float) -> None:
+    def hit(level: str, key: str, compile_seconds: float) -> None:
         used.add(key)
-        count(tier, key, compile_seconds)
+        count(level, key, compile_seconds)
 
     store.stats.hit = hit  # type: ignore[method-assign]  # this process's own store, for this prewarm
     return used
@@ -142,16 +142,16 @@ def _accepts_arch(fn: Any) -> bool:
 
 
 def _known_keys(store: Store) -> set[str]:
-    return known_keys([t for t in store.persistent_tiers if isinstance(t, KeptTier)])
+    return known_keys([t for t in store.persistent_levels if isinstance(t, KeptLevel)])
 
 
-def _new_entries(tiers: list[KeptTier], seen: set[str], arch: str) -> list[Outcome]:
-    """Kernels for `arch` in `tiers` whose keys are not in `seen` (which grows by what is found)."""
+def _new_entries(levels: list[KeptLevel], seen: set[str], arch: str) -> list[Outcome]:
+    """Kernels for `arch` in `levels` whose keys are not in `seen` (which grows by what is found)."""
     out = []
-    for tier in tiers:
-        known = _known_keys_of(tier)
+    for level in levels:
+        known = _known_keys_of(level)
         for key in sorted(known - seen):
-            summary = _kernel_summary(tier, key)
+            summary = _kernel_summary(level, key)
             if summary is None or summary.arch not in ("?", arch):
                 continue  # a record, or built meanwhile by a worker lowering for another arch
             out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
@@ -159,46 +159,46 @@ def _new_entries(tiers: list[KeptTier], seen: set[str], arch: str) -> list[Outco
     return out
 
 
-def _present_entries(tiers: list[KeptTier], keys: set[str], arch: str, reported: set[str]) -> list[Outcome]:
+def _present_entries(levels: list[KeptLevel], keys: set[str], arch: str, reported: set[str]) -> list[Outcome]:
     """Kernels among `keys` (entries that were there before and served a lowering): "present"."""
     out = []
     for key in sorted(keys):
         reported.add(key)
-        tier = next((t for t in tiers if key in t), None)
-        summary = _kernel_summary(tier, key) if tier is not None else None
+        level = next((t for t in levels if key in t), None)
+        summary = _kernel_summary(level, key) if level is not None else None
         if summary is not None:
             out.append(Outcome(summary.kernel, arch, "present", key=key))
     return out
 
 
-def landed(tiers: list[KeptTier], before: set[str], reported: set[str]) -> list[Outcome]:
-    """Kernels in `tiers` not in `before` nor `reported`, as "built" for their own arch: after an
+def landed(levels: list[KeptLevel], before: set[str], reported: set[str]) -> list[Outcome]:
+    """Kernels in `levels` not in `before` nor `reported`, as "built" for their own arch: after an
     interrupt, those the lowerings cut short had built (they are whole entries, kept)."""
     out = []
-    for tier in tiers:
-        for key in sorted(_known_keys_of(tier) - before - reported):
-            summary = _kernel_summary(tier, key)
+    for level in levels:
+        for key in sorted(_known_keys_of(level) - before - reported):
+            summary = _kernel_summary(level, key)
             if summary is not None:
                 out.append(Outcome(summary.kernel, summary.arch, "built", key=key, seconds=summary.compile_seconds))
-        reported = reported | _known_keys_of(tier)
+        reported = reported | _known_keys_of(level)
     return out
 
 
-def known_keys(tiers: list[KeptTier]) -> set[str]:
-    return set().union(*(_known_keys_of(tier) for tier in tiers))
+def known_keys(levels: list[KeptLevel]) -> set[str]:
+    return set().union(*(_known_keys_of(level) for level in levels))
 
 
-def _kernel_summary(tier: KeptTier, key: str) -> EntrySummary | None:
+def _kernel_summary(level: KeptLevel, key: str) -> EntrySummary | None:
     """The entry's summary if it is a kernel (not a lowered-call record or a winner), else None."""
-    raw = read_raw(tier, key)
+    raw = read_raw(level, key)
     meta = peek_meta(raw) if raw else {}
     if meta.get(META_KIND, kinds.KERNEL) != kinds.KERNEL:
         return None
     return EntrySummary.from_meta(meta)
 
 
-def _known_keys_of(tier: KeptTier) -> set[str]:
-    return {r["key"] for r in tier.listing()}
+def _known_keys_of(level: KeptLevel) -> set[str]:
+    return {r["key"] for r in level.listing()}
 
 
 def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:

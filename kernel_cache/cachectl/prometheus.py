@@ -9,8 +9,8 @@ prints nothing to stdout and exits non-zero: the textfile recipe
     cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
 
 never leaves a partial file where the collector looks (it reads only *.prom, and mv is atomic
-within a directory). A tier cachectl could not reach (a remote server down) is no failed run here:
-its `kernel_cache_tier_reachable` is 0 and the run exits 0, so the file is replaced and says so,
+within a directory). A level cachectl could not reach (a remote server down) is no failed run here:
+its `kernel_cache_level_reachable` is 0 and the run exits 0, so the file is replaced and says so,
 instead of the last file's numbers standing for a level that is gone.
 """
 
@@ -32,12 +32,12 @@ def render(report: Mapping[str, Any]) -> str:
     base = {"dir": str(report["dir"])}
     kinds = entry_kinds.every()  # the kind label: each kind's tag, as kinds.counts counts them by name
     legend = ", ".join(f"{k.tag}: {k.legend}" if k.legend else k.tag for k in kinds)
-    tiers: Mapping[str, Mapping[str, Any]] = report["tiers"]
-    reached = {t: v for t, v in tiers.items() if v.get("entries") is not None}  # an unreachable tier has no count
+    levels: Mapping[str, Mapping[str, Any]] = report["levels"]
+    reached = {t: v for t, v in levels.items() if v.get("entries") is not None}  # an unreachable level has no count
     families: list[tuple[str, str, str, list[Sample]]] = [
-        ("hits_total", "counter", "Lookups served from this tier (memory, disk, shared, remote).",
-         [({"tier": t}, report["hits"].get(t, 0)) for t in LEVELS]),
-        ("misses_total", "counter", "Lookups no tier could serve (each is then compiled).",
+        ("hits_total", "counter", "Lookups served from this level (memory, disk, shared, remote).",
+         [({"level": t}, report["hits"].get(t, 0)) for t in LEVELS]),
+        ("misses_total", "counter", "Lookups no level could serve (each is then compiled).",
          [({}, report["misses"])]),
         ("compiles_total", "counter", "Kernels compiled and stored.", [({}, report["compiles"])]),
         ("compile_seconds_total", "counter", "Seconds spent compiling kernels.",
@@ -47,20 +47,20 @@ def render(report: Mapping[str, Any]) -> str:
         ("rejected_total", "counter", "Entries refused for who wrote them (unsigned, signed with another key, "
          "untrusted owner); the reason is not counted, see the warnings of the job that met them.",
          [({}, report["rejected"])]),
-        ("errors_total", "counter", "Corrupt entries and failed tier reads or writes.", [({}, report["errors"])]),
-        ("entries", "gauge", "Entries stored in this tier (a copy in two tiers counts in each).",
-         [({"tier": t}, v["entries"]) for t, v in reached.items()]),
-        ("bytes", "gauge", "Bytes stored in this tier.", [({"tier": t}, v["bytes"]) for t, v in reached.items()]),
-        ("entries_by_kind", "gauge", f"Entries stored in this tier by kind ({legend}).",
-         [({"tier": t, "kind": k.tag}, v["kinds"].get(k.name, 0)) for t, v in reached.items() for k in kinds]),
-        ("tier_writable", "gauge", "1 if the user running cachectl can write to this tier, else 0.",
-         [({"tier": t}, int(bool(v["writable"]))) for t, v in tiers.items()]),
-        ("tier_reachable", "gauge", "1 if cachectl could list this tier, else 0 (a remote server down: its "
+        ("errors_total", "counter", "Corrupt entries and failed level reads or writes.", [({}, report["errors"])]),
+        ("entries", "gauge", "Entries stored in this level (a copy in two levels counts in each).",
+         [({"level": t}, v["entries"]) for t, v in reached.items()]),
+        ("bytes", "gauge", "Bytes stored in this level.", [({"level": t}, v["bytes"]) for t, v in reached.items()]),
+        ("entries_by_kind", "gauge", f"Entries stored in this level by kind ({legend}).",
+         [({"level": t, "kind": k.tag}, v["kinds"].get(k.name, 0)) for t, v in reached.items() for k in kinds]),
+        ("level_writable", "gauge", "1 if the user running cachectl can write to this level, else 0.",
+         [({"level": t}, int(bool(v["writable"]))) for t, v in levels.items()]),
+        ("level_reachable", "gauge", "1 if cachectl could list this level, else 0 (a remote server down: its "
          "entries and bytes are then left out, not reported as 0).",
-         [({"tier": t}, int(v.get("entries") is not None)) for t, v in tiers.items()]),
-        ("max_bytes", "gauge", "The local tier's bound (KERNEL_CACHE_MAX_BYTES, else the one stored in the cache "
+         [({"level": t}, int(v.get("entries") is not None)) for t, v in levels.items()]),
+        ("max_bytes", "gauge", "The local level's bound (KERNEL_CACHE_MAX_BYTES, else the one stored in the cache "
          "directory by cachectl config max-size, else 8 GiB).", [({}, report["max_bytes"])]),
-        ("over_max_bytes", "gauge", "1 if the local tier holds more than its bound, else 0.",
+        ("over_max_bytes", "gauge", "1 if the local level holds more than its bound, else 0.",
          [({}, int(bool(report["over_max_bytes"])))]),
         ("counters_persisted", "gauge", "1 if the hit/miss/compile counters were read from the cache directory, "
          "0 if they could not be (they then count only the cachectl process: zeros).",
@@ -68,7 +68,7 @@ def render(report: Mapping[str, Any]) -> str:
     ]
     lines: list[str] = []
     for name, kind, help_text, samples in families:
-        if not samples:  # no tier: the family is left out, not declared empty
+        if not samples:  # no level: the family is left out, not declared empty
             continue
         full = PREFIX + name
         lines.append(f"# HELP {full} {_escape_help(help_text)}")

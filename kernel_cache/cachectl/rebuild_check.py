@@ -27,9 +27,9 @@ from compiler.artifact import DEFLATED
 
 from .. import entry as entry_format
 from ..entry import CorruptEntry, Entry
+from ..level import KeptLevel
 from ..store import Store
 from ..summary import META_COMPILE_SECONDS, META_CREATED, META_RECIPE, EntrySummary
-from ..tier import KeptTier
 from . import kinds, recipes
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import scan_all
@@ -51,7 +51,7 @@ class Check:
     """One kernel entry under verify --rebuild."""
 
     key: str
-    tier: str
+    level: str
     kernel: str
     arch: str
     status: str  # "equal", "mismatch", "failed" (could not rebuild or read), "skipped"
@@ -82,22 +82,22 @@ def cmd(ctx: Context, args: Any) -> int:
     if not args.rebuild:
         raise CliError("--sample, --all and --allow-module go with --rebuild (see 'cachectl verify --help')")
     start = time.perf_counter()
-    tiers = {t.name: t for t in ctx.tiers(args.tier)}
+    levels = {t.name: t for t in ctx.levels(args.level)}
     progress = Progress(ctx)
-    infos = scan_all(ctx, list(tiers.values()), with_stale=True)  # stale: built by another toolchain
+    infos = scan_all(ctx, list(levels.values()), with_stale=True)  # stale: built by another toolchain
     candidates, skipped, others = plan(infos, recipes.module_filter(args.allow_module))
     for check in skipped:
         progress(check.outcome())
     chosen = candidates if args.all else random.sample(candidates, min(len(candidates), args.sample or DEFAULT_SAMPLE))
-    chosen.sort(key=lambda c: (c[0].kernel, c[0].arch, c[0].key, c[0].tier))
+    chosen.sort(key=lambda c: (c[0].kernel, c[0].arch, c[0].key, c[0].level))
     progress.expect(len(chosen))
     checks: list[Check] = []
-    rebuilds: dict[str, Rebuilt | str] = {}  # by key: a key in two tiers is compiled once
+    rebuilds: dict[str, Rebuilt | str] = {}  # by key: a key in two levels is compiled once
     try:
         for info, recipe, module in chosen:
-            check = check_entry(tiers[info.tier], info, recipe, module, rebuilds)
+            check = check_entry(levels[info.level], info, recipe, module, rebuilds)
             if check.status == "mismatch" and args.repair:
-                repair(ctx.store(), tiers[info.tier], check, rebuilds.get(info.key))
+                repair(ctx.store(), levels[info.level], check, rebuilds.get(info.key))
             (skipped if check.status == "skipped" else checks).append(check)  # skipped: gone since listed
             progress(check.outcome())
     finally:
@@ -115,7 +115,7 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
             others.append(info)  # lowered-call records and winners have no recipe; plain verify reads the rest
             continue
         recipe = EntrySummary.from_meta(info.meta).recipe
-        check = Check(info.key, info.tier, shown(info.kernel), shown(info.arch), "skipped")
+        check = Check(info.key, info.level, shown(info.kernel), shown(info.arch), "skipped")
         if recipe is None:
             check.reason = "records no recipe"
         elif info.stale is None:
@@ -137,13 +137,13 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
     return candidates, skipped, others
 
 
-def check_entry(tier: KeptTier, info: EntryInfo, recipe: dict[str, Any], module: str,
+def check_entry(level: KeptLevel, info: EntryInfo, recipe: dict[str, Any], module: str,
                 rebuilds: dict[str, Rebuilt | str]) -> Check:
-    """Rebuild `info`'s recipe (once per key) and compare it with the entry `tier` holds."""
+    """Rebuild `info`'s recipe (once per key) and compare it with the entry `level` holds."""
     start = time.perf_counter()
-    check = Check(info.key, info.tier, shown(info.kernel), shown(info.arch), "failed", module=module)
+    check = Check(info.key, info.level, shown(info.kernel), shown(info.arch), "failed", module=module)
     try:
-        raw = read_raw(tier, info.key)
+        raw = read_raw(level, info.key)
         if raw is None:
             check.status, check.reason = "skipped", "removed since the listing was read"
             return check
@@ -206,29 +206,29 @@ def _path_note(stored: dict[str, bytes], rebuilt: dict[str, bytes]) -> str:
             f"ptx and cubin, so a kernel installed at another path never compares equal")
 
 
-def repair(store: Store, tier: KeptTier, check: Check, rebuilt: Rebuilt | str | None) -> None:
-    """Write the rebuild over the entry in `tier`: encoded by the store, so signed with the configured
+def repair(store: Store, level: KeptLevel, check: Check, rebuilt: Rebuilt | str | None) -> None:
+    """Write the rebuild over the entry in `level`: encoded by the store, so signed with the configured
     key as every entry it writes. Sets `check.repaired`, or says in `check.reason` why not."""
     if not isinstance(rebuilt, Rebuilt) or rebuilt.key != check.key:
         check.reason += "; not replaced: no rebuild gives this key"
         return
-    if not tier.writable:
-        check.reason += f"; not replaced: the {tier.name} tier is read-only here"
+    if not level.writable:
+        check.reason += f"; not replaced: the {level.name} level is read-only here"
         return
     data = store.encode(Entry(check.key, {**rebuilt.meta, META_CREATED: time.time()}, dict(rebuilt.blobs)))
     try:
-        tier.put_raw(check.key, data)
-        if read_raw(tier, check.key) != data:
-            # A tier whose put keeps an entry already there (the remote writes with SET NX, so two
+        level.put_raw(check.key, data)
+        if read_raw(level, check.key) != data:
+            # A level whose put keeps an entry already there (the remote writes with SET NX, so two
             # racing writers never replace each other's entry): remove the wrong one, then put.
-            tier.delete(check.key)
-            tier.put_raw(check.key, data)
-        check.repaired = read_raw(tier, check.key) == data
+            level.delete(check.key)
+            level.put_raw(check.key, data)
+        check.repaired = read_raw(level, check.key) == data
     except Exception as exc:  # a full disk, a read-only mount, a server fault: said, the next entry tried
         check.reason += f"; not replaced: {type(exc).__name__}: {exc}"
         return
     if not check.repaired:
-        check.reason += f"; not replaced: the {tier.name} tier kept the entry it had"
+        check.reason += f"; not replaced: the {level.name} level kept the entry it had"
 
 
 def _report(ctx: Context, args: Any, checks: list[Check], skipped: list[Check], others: list[EntryInfo],
@@ -245,7 +245,7 @@ def _report(ctx: Context, args: Any, checks: list[Check], skipped: list[Check], 
                        "entries": [asdict(c) for c in checks + skipped]})
         return EXIT_PROBLEMS if left else EXIT_OK
     for c in bad:
-        print(f"{'replaced' if c.repaired else c.status.upper()}  {c.key[:12]}  {c.kernel}  {c.arch}  ({c.tier}): "
+        print(f"{'replaced' if c.repaired else c.status.upper()}  {c.key[:12]}  {c.kernel}  {c.arch}  ({c.level}): "
               f"{c.reason}", file=sys.stderr if not c.repaired else sys.stdout)
     if not ctx.quiet:
         _report_skipped(skipped, ctx.verbose)
@@ -297,4 +297,4 @@ def _report_skipped(skipped: list[Check], verbose: bool) -> None:
               f"--allow-module '{name}')"), file=sys.stderr)
     for c in skipped:
         if verbose or not (c.module or _other_toolchain(c)):
-            print(f"SKIPPED  {c.key[:12]}  {c.kernel}  {c.arch}  ({c.tier}): {c.reason}", file=sys.stderr)
+            print(f"SKIPPED  {c.key[:12]}  {c.kernel}  {c.arch}  ({c.level}): {c.reason}", file=sys.stderr)

@@ -25,7 +25,7 @@ def human_time(t: float | None, seconds: bool = False) -> str:
 
 
 def bound_source(ctx: Context) -> str:
-    """Where the local tier's bound comes from, as stats and prune say it."""
+    """Where the local level's bound comes from, as stats and prune say it."""
     if ctx.bound_source == BOUND_STORED:
         return "stored in the cache directory by 'cachectl config max-size'"
     if ctx.bound_source == BOUND_ENVIRONMENT:

@@ -1,4 +1,4 @@
-"""cachectl stats: entries and bytes per tier, what the user running cachectl may do there, the counters,
+"""cachectl stats: entries and bytes per level, what the user running cachectl may do there, the counters,
 the bound, in text, JSON or Prometheus' format.
 
 What it says is what the user can do and what it reached: a level cachectl opened read-only (it only
@@ -17,12 +17,12 @@ from typing import Any, TypedDict
 from ..config import XLA_SUBDIR
 from ..disk_index import ENTRIES_DIR, INDEX
 from ..display import escaped
-from ..errors import TierUnavailable
+from ..errors import LevelUnavailable
+from ..level import KeptLevel
+from ..levels.disk import DiskLevel
+from ..levels.remote import RemoteLevel
+from ..levels.shared import SharedLevel
 from ..safefs import Tree
-from ..tier import KeptTier
-from ..tiers.disk import DiskTier
-from ..tiers.remote import RemoteTier
-from ..tiers.shared import SharedTier
 from . import kinds, prometheus
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from .inspect import scan_all
@@ -30,11 +30,11 @@ from .inventory import EntryInfo
 from .render import bound_source, human_size, human_time
 
 
-class _TierStats(TypedDict):
-    """One tier's row of `cachectl stats`."""
+class _LevelStats(TypedDict):
+    """One level's row of `cachectl stats`."""
 
     path: str
-    entries: int | None  # None: the tier could not be reached (then `error` says why)
+    entries: int | None  # None: the level could not be reached (then `error` says why)
     bytes: int | None
     kinds: dict[str, int]
     writable: bool
@@ -44,8 +44,8 @@ class _TierStats(TypedDict):
 
 
 def cmd_stats(ctx: Context, args: Any) -> int:
-    """Exit 1 when a tier could not be reached (its row says so), but for the Prometheus format: there
-    the text says it (`kernel_cache_tier_reachable 0`) and the textfile recipe must replace the last file."""
+    """Exit 1 when a level could not be reached (its row says so), but for the Prometheus format: there
+    the text says it (`kernel_cache_level_reachable 0`) and the textfile recipe must replace the last file."""
     fmt = stats_format(ctx, args)
     store = ctx.store()
     if args.zero:
@@ -55,11 +55,11 @@ def cmd_stats(ctx: Context, args: Any) -> int:
             return EXIT_OK
     infos: list[EntryInfo] = []
     unreachable: dict[str, str] = {}
-    for tier in ctx.kept():
+    for level in ctx.kept():
         try:
-            infos += scan_all(ctx, [tier], with_stale=False)
-        except TierUnavailable as exc:  # a server fault mid-listing: that level's row says it
-            unreachable[tier.name] = escaped(str(exc))
+            infos += scan_all(ctx, [level], with_stale=False)
+        except LevelUnavailable as exc:  # a server fault mid-listing: that level's row says it
+            unreachable[level.name] = escaped(str(exc))
     report = _report(ctx, infos, unreachable)
     status = EXIT_PROBLEMS if unreachable else EXIT_OK
     if fmt == "prometheus":
@@ -79,30 +79,30 @@ def cmd_stats(ctx: Context, args: Any) -> int:
 def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -> dict[str, Any]:
     """What --json prints (and Prometheus renders)."""
     store = ctx.store()
-    tiers: dict[str, _TierStats] = {}
-    for tier in ctx.kept():
-        where = tier.endpoint if isinstance(tier, RemoteTier) else str(tier.directory)
-        if tier.name in unreachable:
-            tiers[tier.name] = {"path": where, "entries": None, "bytes": None, "kinds": {}, "writable": False,
-                                "reachable": False, "error": unreachable[tier.name], "over_max_bytes": False}
+    levels: dict[str, _LevelStats] = {}
+    for level in ctx.kept():
+        where = level.endpoint if isinstance(level, RemoteLevel) else str(level.directory)
+        if level.name in unreachable:
+            levels[level.name] = {"path": where, "entries": None, "bytes": None, "kinds": {}, "writable": False,
+                                "reachable": False, "error": unreachable[level.name], "over_max_bytes": False}
             continue
-        mine = [i for i in infos if i.tier == tier.name]
+        mine = [i for i in infos if i.level == level.name]
         size = sum(i.size_bytes for i in mine)
-        tiers[tier.name] = {"path": where, "entries": len(mine), "bytes": size, "kinds": kinds.counts(mine),
-                            "writable": writable_here(tier), "reachable": True, "error": None,
-                            # only the local tier has a configured bound (the shared one is pruned by cachectl)
-                            "over_max_bytes": tier.name == "disk" and size > ctx.config.max_bytes}
+        levels[level.name] = {"path": where, "entries": len(mine), "bytes": size, "kinds": kinds.counts(mine),
+                            "writable": writable_here(level), "reachable": True, "error": None,
+                            # only the local level has a configured bound (the shared one is pruned by cachectl)
+                            "over_max_bytes": level.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
     report: dict[str, Any] = {
         "dir": str(ctx.config.dir), "entries": len(infos), "kinds": kinds.counts(infos),
         "bytes": sum(i.size_bytes for i in infos), "max_bytes": ctx.config.max_bytes,
         "max_bytes_source": ctx.bound_source,
-        "over_max_bytes": any(t["over_max_bytes"] for t in tiers.values()),
-        "tiers": tiers, **store.stats.totals(),
+        "over_max_bytes": any(t["over_max_bytes"] for t in levels.values()),
+        "levels": levels, **store.stats.totals(),
         "oldest": min(created) if created else None, "newest": max(created) if created else None,
         "counters": "persisted" if not store.stats.unavailable else f"this process only ({store.stats.unavailable})",
         "xla": _xla_executables(ctx),
-        "remote": remote.describe() if isinstance(remote := store.level("remote"), RemoteTier) else None,
+        "remote": remote.describe() if isinstance(remote := store.level("remote"), RemoteLevel) else None,
     }
     if ctx.verbose:
         top = sorted(infos, key=lambda i: (-i.hits, i.key))[:10]
@@ -112,21 +112,21 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
 
 
 def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None:
-    tiers: dict[str, _TierStats] = report["tiers"]
+    levels: dict[str, _LevelStats] = report["levels"]
     hits = report["hits"]
     lookups = sum(hits.values()) + report["misses"]
     rate = f" ({100 * sum(hits.values()) / lookups:.1f}% hit rate)" if lookups else ""
     print(f"cache directory      {report['dir']}")
-    for name, t in tiers.items():
+    for name, t in levels.items():
         if t["entries"] is None or t["bytes"] is None:
             print(f"{name + ' entries':<20} unreachable: {t['error']}")
             continue
         state = "" if t["writable"] else ", read-only here"
         print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
-    if infos:  # lowered-call records and winners are entries too, but not kernels; a copy counts per tier
-        per_tier = [(name, kinds.breakdown([i for i in infos if i.tier == name])) for name in tiers]
-        shown = [(name, text) for name, text in per_tier if text]
-        line = shown[0][1] if len(tiers) == 1 else "; ".join(f"{name}: {text}" for name, text in shown)
+    if infos:  # lowered-call records and winners are entries too, but not kernels; a copy counts per level
+        per_level = [(name, kinds.breakdown([i for i in infos if i.level == name])) for name in levels]
+        shown = [(name, text) for name, text in per_level if text]
+        line = shown[0][1] if len(levels) == 1 else "; ".join(f"{name}: {text}" for name, text in shown)
         print(f"entry kinds          {line}")
     print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}"
           + (f", remote {hits['remote']}" if hits.get("remote") or ctx.config.remote else "") + rate)
@@ -170,17 +170,17 @@ def stats_format(ctx: Context, args: Any) -> str:
     return "json" if ctx.json else chosen or "text"
 
 
-def writable_here(tier: KeptTier) -> bool:
-    """Whether the user running cachectl could write to `tier`. cachectl opens the directory levels
+def writable_here(level: KeptLevel) -> bool:
+    """Whether the user running cachectl could write to `level`. cachectl opens the directory levels
     read-only (it only looks), so their own answer is no: ask the filesystem instead, as a job of this
     user would find it (a read-only mount refuses even root). A remote answers for itself."""
-    if tier.writable or not isinstance(tier, (DiskTier, SharedTier)):
-        return tier.writable
-    directory = tier.directory
+    if level.writable or not isinstance(level, (DiskLevel, SharedLevel)):
+        return level.writable
+    directory = level.directory
     entries = directory / ENTRIES_DIR
     index = entries / INDEX
     return (_may_write(directory) and (not entries.exists() or _may_write(entries))
-            and (not isinstance(tier, DiskTier) or not index.exists() or os.access(index, os.W_OK)))
+            and (not isinstance(level, DiskLevel) or not index.exists() or os.access(index, os.W_OK)))
 
 
 def _may_write(directory: os.PathLike[str]) -> bool:

@@ -27,10 +27,10 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     try:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
-        print(f"key          {entry.key}  ({info.tier})")
+        print(f"key          {entry.key}  ({info.level})")
         print(f"winner       unreadable: {exc} (run 'cachectl verify --repair')")
         return
-    print(f"key          {entry.key}  ({info.tier})")
+    print(f"key          {entry.key}  ({info.level})")
     print(f"winner of    {record.kernel} (autotuned, {len(record.configs)} configs)")
     print(f"gpu          {record.device}  arch {record.arch}")
     print(f"key values   {record.key_text}")

@@ -42,7 +42,7 @@ from compiler.toolchain import installed_tools, toolchain_summary
 from kernel_cache import Config, Session, Store, call_entry, lookup_log
 from kernel_cache.canonical import canonical, canonical_text
 from kernel_cache.digest import digest, digest_text
-from kernel_cache.tiers.memory import SizedLRU
+from kernel_cache.levels.memory import SizedLRU
 
 from ..payload import jaxlib_compat as compat
 from ..planning.plan import KernelPlan
@@ -150,29 +150,29 @@ def _serve(slot: Slot) -> None:
     found = _read(slot, slot.key)
     if found is None:
         return
-    record, tier = found
+    record, level = found
     if record.winner_key:
         chosen = winners.stored_winner(slot.session, record.winner_key)
         if chosen is not None and chosen in record.config_keys:
             found = _read(slot, _winner_slot(slot.key, chosen))
             if found is None:
                 return  # lowered below as the winner alone, which records it
-            record, tier = found
+            record, level = found
     if record.payload is None:
         return  # its winner is gone: lowered autotuned below, which records that
     store = slot.session.store
     for key in record.config_keys:  # counted as its kernels' hits: `cachectl stats` stays comparable
-        store.stats.hit(tier, key, record.compile_seconds / len(record.config_keys))
+        store.stats.hit(level, key, record.compile_seconds / len(record.config_keys))
     _touch_kernels(store, slot.memos.touched, record.config_keys)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel = slot.plan.fn.__name__
-        lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", tier, start)
+        lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
 
 
 def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None:
     """Tell the LRU order that a record's kernels are in use (once per session): they are never
-    read while their record serves, and a size-bounded tier must not evict them first (a new
+    read while their record serves, and a size-bounded level must not evict them first (a new
     kernel-cache version or toolchain fingerprints every call anew, and then needs them)."""
     new = [key for key in keys if key not in touched]
     if new:
@@ -188,9 +188,9 @@ def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
     found = slot.session.store.get(key)
     if found is None:
         return None
-    entry, tier = found
+    entry, level = found
     try:
-        return call_entry.CallRecord.from_entry(entry), tier
+        return call_entry.CallRecord.from_entry(entry), level
     except ValueError:
         return None  # another kind under this key (or a malformed record): lowered and recorded again
 
@@ -219,7 +219,7 @@ def _fingerprint(plan: KernelPlan, module: Any, device: str | None, memos: _Memo
 @dataclass
 class _Memos:
     """This module's session memos: the static part's text per kernel function and target, the
-    kernels whose use the tiers have been told of, and (records off) the records of this session."""
+    kernels whose use the levels have been told of, and (records off) the records of this session."""
 
     static: dict[tuple[Any, ...], tuple[Any, str]] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)

@@ -46,7 +46,7 @@ from .. import entry as entry_format
 from ..config import Config
 from ..display import escaped, redacted
 from ..entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
-from ..errors import RejectedEntry, TierUntrusted
+from ..errors import LevelUntrusted, RejectedEntry
 from ..safefs import Owners
 from ..signing import Signer
 from ..warnings_once import warn_once
@@ -122,7 +122,7 @@ def marker(found: Any) -> str:
     return "sha1:" + hashlib.sha1(data).hexdigest()  # Redis's own digest, an identity, not a MAC
 
 
-class RemoteTier:
+class RemoteLevel:
     name = "remote"
     directory: Path | None = None
 
@@ -288,7 +288,7 @@ class RemoteTier:
         self.flush_touches()
         self.link.close()
 
-    # Maintenance: a server fault raises TierUnavailable (cachectl says what failed) -----------
+    # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
         name = self._entry(key)
         return bool(self._call("delete", lambda: self.client.delete(name), 0, maintenance=True))
@@ -535,16 +535,16 @@ def _text(value: object) -> str | None:
     return None if value is None else escaped(str(value))
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> RemoteTier | None:
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> RemoteLevel | None:
     """The remote level KERNEL_CACHE_REMOTE names (None: not configured). Without a signing key it
     opens only when KERNEL_CACHE_REMOTE_UNSIGNED=1 says every client of the server is trusted."""
     if config.remote is None:
         return None
     if signer is None and not config.remote_unsigned:
-        raise TierUntrusted(f"remote cache {redacted(config.remote)}: a server has no file owners, so kernel-cache "
+        raise LevelUntrusted(f"remote cache {redacted(config.remote)}: a server has no file owners, so kernel-cache "
                             f"needs a signing key to trust what it serves (KERNEL_CACHE_SIGNING_KEY_FILE), or "
                             f"KERNEL_CACHE_REMOTE_UNSIGNED=1 if every client that can reach it is trusted")
-    return RemoteTier(config.remote, namespace=config.remote_namespace, ttl=config.remote_ttl,
+    return RemoteLevel(config.remote, namespace=config.remote_namespace, ttl=config.remote_ttl,
                       timeout=config.remote_timeout, signer=signer,
                       max_entry_bytes=config.max_entry_bytes, password=config.remote_password,
                       lease_max_seconds=config.lock_timeout)

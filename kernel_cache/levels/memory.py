@@ -1,5 +1,5 @@
 """The in-process level: an LRU bounded by total bytes and by item count, thread-safe. It keeps
-decoded entries (a hit costs a dict lookup) and answers the Tier protocol's maintenance calls with
+decoded entries (a hit costs a dict lookup) and answers the Level protocol's maintenance calls with
 nothing: no records, no lock, no debris, no quarantine.
 
 `SizedLRU` is its LRU, and the lowering's per-process memos' (compressed runs, whole call payloads):
@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from .. import entry as entry_format
 from ..entry import Entry
-from ..tier import no_lock
+from ..level import no_lock
 
 V = TypeVar("V")
 
@@ -88,7 +88,7 @@ class SizedLRU(Generic[V]):
         return self._bytes
 
 
-class MemoryTier:
+class MemoryLevel:
     name = "memory"
     directory = None
     writable = True
@@ -121,7 +121,7 @@ class MemoryTier:
     def bytes(self) -> int:
         return self._lru.bytes
 
-    # The rest of the Tier protocol ------------------------------------------------------------
+    # The rest of the Level protocol ------------------------------------------------------------
     def put_raw(self, key: str, data: builtins.bytes) -> None:
         self.put(entry_format.decode(data, expected_key=key))
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..display import escaped
-from ..errors import TierUnavailable
+from ..errors import LevelUnavailable
 from ..warnings_once import warn_once
 from . import redis_guard
 
@@ -40,7 +40,7 @@ def redis_module() -> Any:
         import redis.cluster
         import redis.retry
     except ImportError:
-        raise TierUnavailable("KERNEL_CACHE_REMOTE is set but the redis package is not installed "
+        raise LevelUnavailable("KERNEL_CACHE_REMOTE is set but the redis package is not installed "
                               "(pip install redis)") from None
     return redis
 
@@ -67,10 +67,10 @@ class RedisLink:
         try:  # parses the URL; connects nothing
             self._plain = redis.Redis.from_url(url, health_check_interval=0, **self._options)
         except ValueError:  # redis-py's words may quote a piece of the URL, password included
-            raise TierUnavailable(f"KERNEL_CACHE_REMOTE={endpoint}: redis-py cannot parse this URL (a password "
+            raise LevelUnavailable(f"KERNEL_CACHE_REMOTE={endpoint}: redis-py cannot parse this URL (a password "
                                   f"with '/', '?' or '#' must be percent-encoded)") from None
         except redis.RedisError as exc:
-            raise TierUnavailable(f"KERNEL_CACHE_REMOTE={endpoint}: {escaped(str(exc))}") from None
+            raise LevelUnavailable(f"KERNEL_CACHE_REMOTE={endpoint}: {escaped(str(exc))}") from None
         self._client: Any = None
 
     @property
@@ -111,10 +111,10 @@ class RedisLink:
         default. READONLY: read-only from now on, the default. Any other failure (not only RedisError:
         redis-py fails otherwise on some replies of a bad server) is a server fault: the breaker
         opens, one warning per cause, and the default on the data path (which never raises for the
-        server's sake), or TierUnavailable for maintenance (cachectl must say what failed)."""
+        server's sake), or LevelUnavailable for maintenance (cachectl must say what failed)."""
         if not self.available:
             if maintenance:
-                raise TierUnavailable(f"remote cache {self.endpoint}: being skipped after an error; try again in "
+                raise LevelUnavailable(f"remote cache {self.endpoint}: being skipped after an error; try again in "
                                       f"{self._open_until - time.monotonic():.0f} s")
             return default
         limit = self.timeout if seconds is None else seconds
@@ -133,12 +133,12 @@ class RedisLink:
             if message.startswith("WRONGTYPE"):
                 self._count("errors")  # one name holds another type: that key's miss, not the level's
                 if maintenance:
-                    raise TierUnavailable(f"remote cache {self.endpoint}: {escaped(message)} ({what})") from None
+                    raise LevelUnavailable(f"remote cache {self.endpoint}: {escaped(message)} ({what})") from None
                 return default
             if isinstance(exc, self.redis.exceptions.ReadOnlyError) or message.startswith("READONLY"):
                 self._become_read_only(what)
                 if maintenance:
-                    raise TierUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
+                    raise LevelUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
                                           f"its primary to change it") from None
                 return default
             self.failed(what, exc, budget.overflowed, limit, maintenance)
@@ -151,14 +151,14 @@ class RedisLink:
 
     def failed(self, what: str, exc: Exception | None, overflowed: bool, seconds: float, maintenance: bool) -> None:
         """A server fault (None: a reply of the wrong shape) during `what`: counted, the breaker
-        opened, one warning per cause; TierUnavailable for maintenance, which must say what failed."""
+        opened, one warning per cause; LevelUnavailable for maintenance, which must say what failed."""
         cause = self.fault(exc, overflowed, seconds)
         warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
                   f"remote cache {self.endpoint} {cause} ({what}); skipping it for {FIRST_BACKOFF:.0f} s, "
                   f"then longer while it keeps failing (at most {self.breaker_seconds:.0f} s at a time), "
                   f"compiling and caching locally meanwhile")
         if maintenance:
-            raise TierUnavailable(f"remote cache {self.endpoint}: {cause} ({what})") from None
+            raise LevelUnavailable(f"remote cache {self.endpoint}: {cause} ({what})") from None
 
     def fault(self, exc: Exception | None, overflowed: bool, seconds: float) -> str:
         """Count a server fault (None: a reply of the wrong shape) and skip the server 1 s, 2 s …

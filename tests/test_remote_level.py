@@ -15,15 +15,15 @@ import warnings
 
 import pytest
 from conftest import ROOT, child_env
-from test_shared_tier import KEY, KEY2, Builder, make_entry
+from test_shared_level import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, ConfigError, Store
 from kernel_cache import entry as entry_format
 from kernel_cache.display import redacted
 from kernel_cache.entry import CorruptEntry
-from kernel_cache.errors import RejectedEntry, TierUntrusted
+from kernel_cache.errors import LevelUntrusted, RejectedEntry
+from kernel_cache.levels.remote import RemoteLevel, open_from_config
 from kernel_cache.signing import Signer
-from kernel_cache.tiers.remote import RemoteTier, open_from_config
 from scripts.redis_server import RedisServer
 
 pytestmark = [pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -48,49 +48,49 @@ def signed(entry, key=SIGNING_KEY) -> bytes:
     return Signer(key).sign(entry_format.encode(entry))
 
 
-def remote(url, namespace="t", **kw) -> RemoteTier:
-    return RemoteTier(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
+def remote(url, namespace="t", **kw) -> RemoteLevel:
+    return RemoteLevel(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
 
 
 # The level itself -------------------------------------------------------------------------------
 def test_an_entry_round_trips_and_a_hit_restarts_its_ttl(server):
-    tier = remote(server.url, namespace="roundtrip", ttl=1000)
+    level = remote(server.url, namespace="roundtrip", ttl=1000)
     data = signed(make_entry(KEY))
-    tier.put_raw(KEY, data)
-    assert KEY in tier and KEY2 not in tier
-    tier.client.expire(tier._entry(KEY), 10)
-    assert tier.get(KEY).blobs == make_entry(KEY).blobs
-    assert tier.client.ttl(tier._entry(KEY)) <= 10  # a read stays a read: the refresh waits for a batch
-    tier.flush_touches()  # at the next write, TOUCH_BATCH hits, close or exit
-    assert tier.client.ttl(tier._entry(KEY)) > 900  # the hit restarted it
-    assert tier.get(KEY2) is None and tier.counters["hits"] == 1 and tier.counters["misses"] == 1
-    [record] = tier.listing()
+    level.put_raw(KEY, data)
+    assert KEY in level and KEY2 not in level
+    level.client.expire(level._entry(KEY), 10)
+    assert level.get(KEY).blobs == make_entry(KEY).blobs
+    assert level.client.ttl(level._entry(KEY)) <= 10  # a read stays a read: the refresh waits for a batch
+    level.flush_touches()  # at the next write, TOUCH_BATCH hits, close or exit
+    assert level.client.ttl(level._entry(KEY)) > 900  # the hit restarted it
+    assert level.get(KEY2) is None and level.counters["hits"] == 1 and level.counters["misses"] == 1
+    [record] = level.listing()
     assert record["key"] == KEY and record["size_bytes"] == len(data)
-    assert tier.delete(KEY) and KEY not in tier
+    assert level.delete(KEY) and KEY not in level
 
 
 def test_a_unix_socket_url_works_and_the_password_never_shows(server):
-    tier = remote(server.unix_url, namespace="unix")
-    tier.put_raw(KEY, signed(make_entry(KEY)))
-    assert tier.get(KEY) is not None
+    level = remote(server.unix_url, namespace="unix")
+    level.put_raw(KEY, signed(make_entry(KEY)))
+    assert level.get(KEY) is not None
     assert redacted("redis://kc:s3cret@host:6379/2") == "redis://kc:***@host:6379/2"
     with pytest.raises(ConfigError, match=r"redis://u:\*\*\*@h/0 is no Redis URL|is no Redis URL"):
         Config(remote="http://u:secret@h/0")
 
 
 def test_unsigned_forged_and_replayed_entries_are_refused(server):
-    tier = remote(server.url, namespace="forged")
-    tier.client.set(tier._entry(KEY), entry_format.encode(make_entry(KEY)))  # unsigned
+    level = remote(server.url, namespace="forged")
+    level.client.set(level._entry(KEY), entry_format.encode(make_entry(KEY)))  # unsigned
     with pytest.raises(RejectedEntry, match="remote entry"):
-        tier.get(KEY)
-    tier.client.set(tier._entry(KEY), signed(make_entry(KEY), b"another-key-0123456789abcdef"))  # forged
+        level.get(KEY)
+    level.client.set(level._entry(KEY), signed(make_entry(KEY), b"another-key-0123456789abcdef"))  # forged
     with pytest.raises(RejectedEntry):
-        tier.get(KEY)
-    assert tier.counters["rejected"] == 2
-    tier.client.set(tier._entry(KEY2), signed(make_entry(KEY)))  # a real entry replayed under another key
+        level.get(KEY)
+    assert level.counters["rejected"] == 2
+    level.client.set(level._entry(KEY2), signed(make_entry(KEY)))  # a real entry replayed under another key
     with pytest.raises(CorruptEntry):
-        tier.get(KEY2)
-    assert tier.client.exists(tier._entry(KEY2)) == 0  # a damaged entry is deleted where found
+        level.get(KEY2)
+    assert level.client.exists(level._entry(KEY2)) == 0  # a damaged entry is deleted where found
     store = Store(Config(dir=None, remote=server.url, remote_namespace="forged", signing_key=SIGNING_KEY))
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
@@ -100,49 +100,49 @@ def test_unsigned_forged_and_replayed_entries_are_refused(server):
 
 def test_without_a_signing_key_the_remote_needs_an_explicit_opt_in(server):
     from kernel_cache.safefs import Owners
-    with pytest.raises(TierUntrusted, match="KERNEL_CACHE_REMOTE_UNSIGNED=1"):
+    with pytest.raises(LevelUntrusted, match="KERNEL_CACHE_REMOTE_UNSIGNED=1"):
         open_from_config(Config(remote=server.url), Owners.current(), None, False)
-    tier = open_from_config(Config(remote=server.url, remote_unsigned=True), Owners.current(), None, False)
-    assert tier is not None and tier.authenticate is None
+    level = open_from_config(Config(remote=server.url, remote_unsigned=True), Owners.current(), None, False)
+    assert level is not None and level.authenticate is None
 
 
 def test_entries_over_the_size_cap_are_neither_written_nor_read(server):
-    tier = remote(server.url, namespace="cap", max_entry_bytes=1 << 16)
-    tier.put_raw(KEY, signed(make_entry(KEY, size=100_000)))
-    assert KEY not in tier and tier.counters["too_large"] == 1
+    level = remote(server.url, namespace="cap", max_entry_bytes=1 << 16)
+    level.put_raw(KEY, signed(make_entry(KEY, size=100_000)))
+    assert KEY not in level and level.counters["too_large"] == 1
 
 
 def test_a_tiny_maxmemory_evicts_and_evicted_entries_are_misses(fresh_server):
     fresh_server.kill()
     srv = RedisServer(fresh_server.workdir, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
     try:
-        tier = remote(srv.url, namespace="evict")
+        level = remote(srv.url, namespace="evict")
         for key in KEYS:
-            tier.put_raw(key, signed(make_entry(key, size=200_000)))
-        present = [k for k in KEYS if k in tier]
+            level.put_raw(key, signed(make_entry(key, size=200_000)))
+        present = [k for k in KEYS if k in level]
         assert 0 < len(present) < len(KEYS)  # the oldest went
         store = Store(Config(remote=srv.url, remote_namespace="evict", signing_key=SIGNING_KEY))
         missing = next(k for k in KEYS if k not in present)
         builder = Builder(missing)
         store.get_or_create(missing, builder)
         assert builder.calls == 1
-        assert tier.describe()["maxmemory_policy"] == "allkeys-lru"
+        assert level.describe()["maxmemory_policy"] == "allkeys-lru"
     finally:
         srv.stop()
 
 
 # Faults: the server dead, hung, back --------------------------------------------------------------
 def test_a_dead_server_costs_one_timeout_then_nothing(tmp_path):
-    tier = remote("redis://127.0.0.1:9/0", namespace="dead", timeout=0.2)  # discard port: refused at once
+    level = remote("redis://127.0.0.1:9/0", namespace="dead", timeout=0.2)  # discard port: refused at once
     start = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert tier.get(KEY) is None
+        assert level.get(KEY) is None
         for _ in range(50):
-            assert tier.get(KEY) is None and KEY not in tier
-            tier.put_raw(KEY, signed(make_entry(KEY)))
+            assert level.get(KEY) is None and KEY not in level
+            level.put_raw(KEY, signed(make_entry(KEY)))
     assert time.monotonic() - start < 1.0
-    assert tier.counters["breaker_openings"] == 1 and not tier.link.available  # skipped (1 s, then longer)
+    assert level.counters["breaker_openings"] == 1 and not level.link.available  # skipped (1 s, then longer)
     assert len([w for w in caught if "remote cache" in str(w.message)]) == 1
 
 
@@ -220,9 +220,9 @@ def test_a_holder_killed_mid_compile_frees_the_key_when_its_lease_lapses(server,
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
 from kernel_cache.signing import Signer
-from kernel_cache.tiers.remote import RemoteTier
-tier = RemoteTier({server.url!r}, namespace="lease", lease_ms=1500, signer=Signer({SIGNING_KEY!r}))
-with tier.lock({KEY!r}, 10) as held:
+from kernel_cache.levels.remote import RemoteLevel
+level = RemoteLevel({server.url!r}, namespace="lease", lease_ms=1500, signer=Signer({SIGNING_KEY!r}))
+with level.lock({KEY!r}, 10) as held:
     print(held, flush=True)
     time.sleep(60)
 """], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, text=True)

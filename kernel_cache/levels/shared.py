@@ -1,4 +1,4 @@
-"""Shared tier: a cache directory on a cluster filesystem (NFS, Lustre, GPFS, sshfs, local disk).
+"""Shared level: a cache directory on a cluster filesystem (NFS, Lustre, GPFS, sshfs, local disk).
 
 Plain content-addressed files, one file per entry in our entry format, no SQLite (its locking is
 unreliable on NFS) and no pickle. Layout under the shared directory:
@@ -12,14 +12,14 @@ Other users write here, so every access goes through `safefs.Tree` (no symlink f
 opened, reads capped at KERNEL_CACHE_MAX_ENTRY_BYTES, names other than content keys ignored).
 Who is believed (see README, "Trust model"):
 - without a signing key, the directory and every level below it must be owned by you, root or the
-  trusted group and writable by nobody else, or the tier is skipped with one warning;
+  trusted group and writable by nobody else, or the level is skipped with one warning;
 - with a signing key, ownership is not required: every entry read must carry a valid signature
   for that key (`authenticate`), or it is rejected (a miss, left in place, counted).
 Every entry is validated on read; a damaged one is moved to quarantine and reported as
-CorruptEntry, so the store rebuilds it and never copies it into a faster tier. The directory must
+CorruptEntry, so the store rebuilds it and never copies it into a faster level. The directory must
 exist (a missing mount must not silently become a node-local cache); a read-only one serves hits.
 
-This module is long because it is one tier's whole Tier protocol, maintenance included.
+This module is long because it is one level's whole Level protocol, maintenance included.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .. import entry as entry_format
 from ..config import Config
 from ..display import escaped
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from ..errors import RejectedEntry, TierUnavailable, TierUntrusted
+from ..errors import LevelUnavailable, LevelUntrusted, RejectedEntry
 from ..safefs import Owners, Tree, UnsafeFile
 from ..signing import Signer
 from ..warnings_once import info_once, warn_once
@@ -57,7 +57,7 @@ _FANOUT_CHARS = set("0123456789abcdef")
 Authenticate = Callable[[bytes], "str | None"]
 
 
-class SharedTier:
+class SharedLevel:
     name = "shared"
 
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
@@ -75,10 +75,10 @@ class SharedTier:
         self.authenticate = authenticate
         self.max_entry_bytes = max_entry_bytes
         if not self.directory.is_dir():
-            raise TierUnavailable(f"shared cache directory {self.directory} does not exist (or is not a "
+            raise LevelUnavailable(f"shared cache directory {self.directory} does not exist (or is not a "
                                   f"directory); create it once, e.g. mkdir -m 2775")
         if not os.access(self.directory, os.R_OK | os.X_OK):
-            raise TierUnavailable(f"shared cache directory {self.directory} is not readable")
+            raise LevelUnavailable(f"shared cache directory {self.directory} is not readable")
         trust = None if authenticate is not None else (owners or Owners.current())
         try:
             self.tree = Tree(self.directory, trust)
@@ -88,7 +88,7 @@ class SharedTier:
             may_write = not read_only and os.access(self.directory, os.W_OK)
             cache_marker.check(self.tree, cache_marker.SHARED, SHARED_NAMES, write=may_write)
         except UnsafeFile as exc:
-            raise TierUntrusted(
+            raise LevelUntrusted(
                 f"shared cache {exc.path} {exc.reason}: anyone who can write there could plant kernels "
                 f"you would run; fix the ownership (README: 'Trust model'), "
                 f"name the group with KERNEL_CACHE_TRUSTED_GROUP, or sign entries with "
@@ -157,7 +157,7 @@ class SharedTier:
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
         """Per-key lock across nodes. Yields True when held; False when the entry got published
-        while waiting (check `key in tier`) or the wait bound passed (then compile anyway)."""
+        while waiting (check `key in level`) or the wait bound passed (then compile anyway)."""
         if not self.writable:
             raise PermissionError(errno.EROFS, f"shared cache {self.directory} is read-only; no locks")
         check_key(key)
@@ -258,7 +258,7 @@ class SharedTier:
         except OSError as exc:
             if exc.errno in _READ_ONLY_ERRNOS + _DENIED_ERRNOS:
                 return False
-            raise TierUnavailable(f"cannot use shared cache directory {self.directory}: {exc}") from exc
+            raise LevelUnavailable(f"cannot use shared cache directory {self.directory}: {exc}") from exc
 
     def _note_read_only(self) -> None:
         self.writable = False
@@ -364,14 +364,14 @@ def _warn_if_world_writable(directory: Path) -> None:
                   f"(chgrp GROUP; chmod 2770)")
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedTier | None:
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedLevel | None:
     """The shared level KERNEL_CACHE_SHARED_DIR names (None: not configured)."""
     if config.shared_dir is None:
         return None
-    tier = SharedTier(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
+    level = SharedLevel(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
                       owners=owners, authenticate=signer.problem if signer is not None else None,
                       max_entry_bytes=config.max_entry_bytes, read_only=read_only)
     if signer is not None:
         info_once(f"shared-signed:{config.shared_dir}",
                   f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
-    return tier
+    return level

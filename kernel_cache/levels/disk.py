@@ -1,4 +1,4 @@
-"""Node-local persistent tier on diskcache (SQLite index + files), size-bounded with LRU eviction.
+"""Node-local persistent level on diskcache (SQLite index + files), size-bounded with LRU eviction.
 
 Values are our own encoded entries (bytes), stored raw, each in its own value file: the index holds
 keys, sizes and times only, so it is a cache of the files that `rebuild_index` can always rebuild
@@ -10,22 +10,22 @@ capped size). Writes go through diskcache's public API (set, delete, cull, clear
 touch is a `Cache.get`, deferred and batched in one transaction).
 
 Trust: the directory, its levels and the index files must be owned by you, root or the trusted
-group and writable by nobody else; otherwise the tier is refused (TierUntrusted) and the store
+group and writable by nobody else; otherwise the level is refused (LevelUntrusted) and the store
 runs from memory with one warning.
 
 Every wait is bounded. SQLite waits at most `index_timeout` for a neighbour's write transaction
-(a suspended job, an operator's sqlite3 shell); after one such timeout the tier stops writing for
+(a suspended job, an operator's sqlite3 shell); after one such timeout the level stops writing for
 `BUSY_COOLDOWN` seconds (hits are still served: WAL readers do not wait for writers). When the
-index cannot be written at all (read-only mount, full disk) or opened for writing, the tier opens
+index cannot be written at all (read-only mount, full disk) or opened for writing, the level opens
 it read-only and keeps serving hits. A damaged index (unreadable, cut to nothing, or gone while
-its value files are there) is IndexDamaged: the next process that opens the tier for writing
+its value files are there) is IndexDamaged: the next process that opens the level for writing
 rebuilds it from the value files, every entry carrying its own key (`disk_repair.open_healed`, under
 the index lock), as `cachectl verify --repair` does.
 
-diskcache's SQLite locking is unreliable on network filesystems, so this tier is for local disks
-only; the shared tier (plain files) serves multi-node clusters.
+diskcache's SQLite locking is unreliable on network filesystems, so this level is for local disks
+only; the shared level (plain files) serves multi-node clusters.
 
-This module is long because it is one tier's whole Tier protocol (lookups, bounded writes, lock,
+This module is long because it is one level's whole Level protocol (lookups, bounded writes, lock,
 debris); the index's safe opening lives in disk_index, its repair in disk_repair and what reads
 diskcache's tables in disk_sql.
 """
@@ -60,7 +60,7 @@ from ..disk_index import (
 )
 from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from ..errors import IndexDamaged, TierReadOnly, TierUnavailable
+from ..errors import IndexDamaged, LevelReadOnly, LevelUnavailable
 from ..safefs import Owners, UnsafeFile
 from ..signing import Signer
 from ..warnings_once import warn_once
@@ -69,7 +69,7 @@ BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of w
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
 
 
-class DiskTier:
+class DiskLevel:
     name = "disk"
 
     def __init__(self, directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
@@ -102,7 +102,7 @@ class DiskTier:
         if self._cache is None:
             try:
                 self._check_reader(confirm=not read_only)
-            except TierUnavailable as exc:
+            except LevelUnavailable as exc:
                 if not read_only and not isinstance(exc, IndexDamaged):
                     self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
                 if self._cache is None:
@@ -124,7 +124,7 @@ class DiskTier:
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
             return
         self.flush_touches()
-        with contextlib.suppress(TierReadOnly):
+        with contextlib.suppress(LevelReadOnly):
             self._write(self._move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
@@ -144,7 +144,7 @@ class DiskTier:
 
     def _check_reader(self, confirm: bool = False) -> None:
         """Raises IndexDamaged when the index is damaged, cut to nothing or gone while entry files are
-        there (rebuilt from them), TierUnavailable when it cannot be read otherwise. `confirm`: a
+        there (rebuilt from them), LevelUnavailable when it cannot be read otherwise. `confirm`: a
         damage the reader sees is one only if a writer's connection sees it too (see
         `damage_seen_by_writer`): a writing process must never rebuild a healthy index."""
         try:
@@ -162,7 +162,7 @@ class DiskTier:
             message = f"{problem}; 'cachectl verify --repair' rebuilds it from the entry files"
             if seen == "corrupt" or (seen == "empty" and has_value_files(self.tree)):
                 raise IndexDamaged(message, problem) from None
-            raise TierUnavailable(message) from None
+            raise LevelUnavailable(message) from None
 
     def _close_reader(self) -> None:
         con = getattr(self._readers, "con", None)
@@ -260,15 +260,15 @@ class DiskTier:
     # Writes (bounded waits) ---------------------------------------------------------------
     def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
         if not self._writer_due():
-            raise TierReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
+            raise LevelReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
         if time.monotonic() < self._busy_until:
-            raise TierReadOnly(f"local cache index {self.directory} is held by another process; "
+            raise LevelReadOnly(f"local cache index {self.directory} is held by another process; "
                                f"not writing for up to {BUSY_COOLDOWN:.0f}s")
         try:
             return action(self._cache)
         except (diskcache.Timeout, sqlite3.OperationalError) as exc:
             self._busy_until = time.monotonic() + BUSY_COOLDOWN
-            raise TierReadOnly(f"local cache index {self.directory} could not be written within "
+            raise LevelReadOnly(f"local cache index {self.directory} could not be written within "
                                f"{self.index_timeout:.0f}s ({describe_error(exc)}); skipping writes for "
                                f"{BUSY_COOLDOWN:.0f}s") from None
 
@@ -296,12 +296,12 @@ class DiskTier:
                 return False  # not removable here (not yours, a read-only mount): not counted as removed
         try:
             self._write(lambda cache: cache.delete(key, retry=False))
-        except TierReadOnly:
+        except LevelReadOnly:
             return file_removed  # its space is freed; the row goes once the index can be written
         return True
 
     def _drop(self, key: str) -> None:
-        with contextlib.suppress(TierReadOnly, OSError):
+        with contextlib.suppress(LevelReadOnly, OSError):
             self.delete(key)
 
     def _touch(self, key: str) -> None:
@@ -333,7 +333,7 @@ class DiskTier:
                     with contextlib.suppress(CorruptEntry):  # a pickled row: never loaded, not touched
                         cache.get(key, retry=False)
 
-        with contextlib.suppress(TierReadOnly):
+        with contextlib.suppress(LevelReadOnly):
             self._write(write)
 
     def set_max_bytes(self, max_bytes: int) -> None:
@@ -423,17 +423,17 @@ def _clear(cache: diskcache.Cache) -> None:
         cache.clear(retry=False)
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskTier | None:
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel | None:
     """The local level KERNEL_CACHE_DIR names (None: not configured)."""
     if config.dir is None:
         return None
-    tier = DiskTier(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
+    level = DiskLevel(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
                     index_timeout=config.index_timeout, read_only=read_only)
-    if tier.read_only_reason and not read_only:
+    if level.read_only_reason and not read_only:
         warn_once(f"disk-read-only:{config.dir}",
-                  f"local cache {config.dir} cannot be written ({tier.read_only_reason}): serving its "
+                  f"local cache {config.dir} cannot be written ({level.read_only_reason}): serving its "
                   f"entries, new kernels stay in memory")
-    return tier
+    return level
 
 
 def value_parts(filename: object) -> tuple[str, str, str]:

@@ -1,6 +1,6 @@
-"""Shared tier in one process: layout, validation + quarantine, degraded filesystems, maintenance.
+"""Shared level in one process: layout, validation + quarantine, degraded filesystems, maintenance.
 
-Entries are tiny synthetic ones: the tier stores bytes and does not care what they encode.
+Entries are tiny synthetic ones: the level stores bytes and does not care what they encode.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 
 from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store, locks, safefs, warnings_once
 from kernel_cache import entry as entry_format
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.safefs import Tree
-from kernel_cache.tiers.shared import SharedTier
 
 KEY = "0123456789abcdef0123456789abcdef"
 KEY2 = "fedcba9876543210fedcba9876543210"
@@ -88,17 +88,17 @@ def mounted(*args):
 
 # Basics ---------------------------------------------------------------------------------------
 def test_round_trip_layout_and_no_temp_files(shared):
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     entry = make_entry()
-    tier.put(entry)
+    level.put(entry)
     path = shared / "entries" / KEY[:2] / KEY
     assert path.is_file()
     assert sorted(os.listdir(path.parent)) == [KEY]  # the temp file was renamed, not left behind
-    got = tier.get(KEY)
+    got = level.get(KEY)
     assert got.blobs == entry.blobs and got.meta["kernel"] == "synthetic"
-    assert KEY in tier and KEY2 not in tier and tier.get(KEY2) is None
-    assert list(tier.keys()) == [KEY] and len(tier) == 1
-    assert tier.get_raw(KEY) == entry_format.encode(entry)
+    assert KEY in level and KEY2 not in level and level.get(KEY2) is None
+    assert list(level.keys()) == [KEY] and len(level) == 1
+    assert level.get_raw(KEY) == entry_format.encode(entry)
 
 
 def test_store_reads_through_shared_and_promotes_into_local(tmp_path, shared):
@@ -112,27 +112,27 @@ def test_store_reads_through_shared_and_promotes_into_local(tmp_path, shared):
     other = Builder(KEY)
     assert b.get_or_create(KEY, other)[1] == blobs and other.calls == 0
     assert b.stats.session()["hits"]["shared"] == 1
-    assert b.disk.get(KEY).blobs == blobs  # the shared hit was copied into b's local tier
+    assert b.disk.get(KEY).blobs == blobs  # the shared hit was copied into b's local level
     assert b.get(KEY)[1] == "memory"
 
 
 def test_keys_must_be_content_addresses(shared):
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     for bad in ("../../etc/passwd", "", "ab/cd", "x" * 32):
         with pytest.raises(ValueError):
-            tier.get(bad)
+            level.get(bad)
 
 
 def test_put_raw_refuses_bytes_that_are_not_a_valid_entry_for_the_key(shared):
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     data = entry_format.encode(make_entry())
     with pytest.raises(CorruptEntry):
-        tier.put_raw(KEY2, data)
+        level.put_raw(KEY2, data)
     with pytest.raises(CorruptEntry):
-        tier.put_raw(KEY, data[:-1])
-    assert len(tier) == 0
-    tier.put_raw(KEY, data)
-    assert tier.get(KEY) is not None
+        level.put_raw(KEY, data[:-1])
+    assert len(level) == 0
+    level.put_raw(KEY, data)
+    assert level.get(KEY) is not None
 
 
 # Corruption -----------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_corrupt_shared_entry_is_quarantined_rebuilt_and_never_kept_locally(tmp_
     with recorded_warnings() as caught:
         assert reader.get(KEY) is None  # detected: a miss, not a crash, not a bad kernel
     assert any("corrupt shared entry" in m for m in kernel_cache_warnings(caught))
-    assert KEY not in reader.disk  # the bad copy was not promoted into the local tier
+    assert KEY not in reader.disk  # the bad copy was not promoted into the local level
     quarantined = reader.shared.quarantined()
     assert [q["key"] for q in quarantined] == [KEY]
     assert Path(quarantined[0]["path"]).read_bytes() == bytes(data)  # kept for inspection
@@ -179,7 +179,7 @@ def test_missing_shared_dir_degrades_with_one_warning(tmp_path):
 
 
 def test_read_only_shared_dir_serves_hits_and_skips_writes_quietly(tmp_path, shared, caplog):
-    SharedTier(shared).put(make_entry())
+    SharedLevel(shared).put(make_entry())
     before = sorted(str(p) for p in shared.rglob("*"))
     with mounted("--bind", str(shared), str(tmp_path / "ro")) as ro:
         res = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
@@ -210,7 +210,7 @@ def test_enospc_on_a_tiny_tmpfs_leaves_results_and_directory_intact(tmp_path):
                 build = Builder(key, size=256 * 1024)
                 meta, blobs = store.get_or_create(key, build)
                 assert build.calls == 1 and blobs == make_entry(key, 256 * 1024).blobs
-                assert store.disk.get(key).blobs == blobs  # the local tier still got it
+                assert store.disk.get(key).blobs == blobs  # the local level still got it
         messages = kernel_cache_warnings(caught)
         assert len(messages) == 1 and "No space left" in messages[0]
         assert list(store.shared.keys()) == []
@@ -232,7 +232,7 @@ def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, sh
     assert len(kernel_cache_warnings(caught)) == 1
     assert [p for p in (shared / "entries").rglob("*") if p.is_file()] == []
     safefs.set_fault_hook(None)
-    store.put(make_entry(KEY))  # the tier keeps working once the fault clears
+    store.put(make_entry(KEY))  # the level keeps working once the fault clears
     assert store.shared.get(KEY) is not None
 
 
@@ -254,8 +254,8 @@ def test_different_causes_each_get_their_own_warning(tmp_path, shared):
 def test_stale_file_handle_on_read_is_retried(shared, monkeypatch):
     from kernel_cache import safefs
 
-    tier = SharedTier(shared)
-    tier.put(make_entry())
+    level = SharedLevel(shared)
+    level.put(make_entry())
     real_read, failures = safefs.read_at, []
 
     def flaky_read(dir_fd, name, *args, **kw):
@@ -265,17 +265,17 @@ def test_stale_file_handle_on_read_is_retried(shared, monkeypatch):
         return real_read(dir_fd, name, *args, **kw)
 
     monkeypatch.setattr(safefs, "read_at", flaky_read)
-    assert tier.get(KEY) is not None and len(failures) == 1
+    assert level.get(KEY) is not None and len(failures) == 1
 
 
 def test_read_errors_degrade_to_compiling(tmp_path, shared, monkeypatch):
     store = store_for(tmp_path, shared)
-    SharedTier(shared).put(make_entry())
+    SharedLevel(shared).put(make_entry())
 
     def broken(self, parts):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(SharedTier, "_read", broken)
+    monkeypatch.setattr(SharedLevel, "_read", broken)
     with recorded_warnings() as caught:
         build = Builder(KEY)
         assert store.get_or_create(KEY, build)[1] == make_entry().blobs and build.calls == 1
@@ -284,19 +284,19 @@ def test_read_errors_degrade_to_compiling(tmp_path, shared, monkeypatch):
 
 # Recency, permissions ---------------------------------------------------------------------------
 def test_hits_touch_an_entry_at_most_once_per_interval(shared):
-    tier = SharedTier(shared)
-    tier.put(make_entry())
+    level = SharedLevel(shared)
+    level.put(make_entry())
     path = shared / "entries" / KEY[:2] / KEY
     recent = time.time() - 60
     os.utime(path, (recent, recent))
-    tier.get(KEY)
+    level.get(KEY)
     assert os.stat(path).st_mtime == pytest.approx(recent)  # used within the hour: no write
 
     old = time.time() - 2 * 3600
     os.utime(path, (old, old))
-    tier.get(KEY)
+    level.get(KEY)
     assert os.stat(path).st_mtime > time.time() - 60  # due: refreshed for LRU pruning
-    (record,) = tier.listing()
+    (record,) = level.listing()
     assert record["last_used"] > time.time() - 60 and record["created"] <= record["last_used"]
 
 
@@ -304,9 +304,9 @@ def test_files_follow_umask_and_setgid_group_directory(shared):
     os.chmod(shared, 0o2775)
     old_umask = os.umask(0o002)
     try:
-        tier = SharedTier(shared)
-        tier.put(make_entry())
-        with tier.lock(KEY, 1):
+        level = SharedLevel(shared)
+        level.put(make_entry())
+        with level.lock(KEY, 1):
             pass
     finally:
         os.umask(old_umask)
@@ -331,41 +331,41 @@ def test_a_world_writable_dir_is_not_trusted_without_a_signing_key(tmp_path, sha
 def test_a_world_writable_dir_with_a_signing_key_is_used_with_a_warning(shared):
     os.chmod(shared, 0o777)
     with recorded_warnings() as caught:
-        tier = SharedTier(shared, authenticate=lambda data: None)
-    assert tier.writable
+        level = SharedLevel(shared, authenticate=lambda data: None)
+    assert level.writable
     (message,) = kernel_cache_warnings(caught)
     assert "writable by every user" in message and "signature" in message
 
 
 # Maintenance hooks for cachectl -----------------------------------------------------------------
 def test_records_prune_and_delete(shared):
-    tier = SharedTier(shared)
+    level = SharedLevel(shared)
     keys = [f"{i:02x}" * 16 for i in range(4)]
     now = time.time()
     for age, key in zip((40, 30, 20, 10), keys):
-        tier.put(make_entry(key, size=1000))
+        level.put(make_entry(key, size=1000))
         os.utime(shared / "entries" / key[:2] / key, (now - age * 86400, now - age * 86400))
-    records = {r["key"]: r for r in tier.listing()}
+    records = {r["key"]: r for r in level.listing()}
     assert set(records) == set(keys)
     sizes = [records[k]["size_bytes"] for k in keys]
-    assert sizes[0] == len(tier.get_raw(keys[0])) and tier.volume() == sum(sizes)
+    assert sizes[0] == len(level.get_raw(keys[0])) and level.volume() == sum(sizes)
     assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
 
     from kernel_cache.cachectl.inventory import EntryFilter, plan_prune, remove_entries, scan
 
-    infos = scan(tier)
+    infos = scan(level)
     old = plan_prune(infos, EntryFilter(older_than_seconds=35 * 86400), None)
     assert [i.key for i in old] == [keys[0]]
     lru = plan_prune(infos, EntryFilter(), sizes[2] + sizes[3])  # least recently used first
     assert [i.key for i in lru] == keys[:2]
-    assert remove_entries(tier, lru) == sizes[0] + sizes[1]
-    assert sorted(tier.keys()) == sorted(keys[2:])
-    assert tier.delete(keys[2]) and not tier.delete(keys[2])
+    assert remove_entries(level, lru) == sizes[0] + sizes[1]
+    assert sorted(level.keys()) == sorted(keys[2:])
+    assert level.delete(keys[2]) and not level.delete(keys[2])
 
 
 def test_remove_debris_takes_old_temp_files_and_unheld_locks_only(shared):
-    tier = SharedTier(shared)
-    tier.put(make_entry())
+    level = SharedLevel(shared)
+    level.put(make_entry())
     fanout = shared / "entries" / KEY[:2]
     old_tmp = fanout / f".{KEY}.deadhost.123.abcd.tmp"
     new_tmp = fanout / f".{KEY}.livehost.456.ef01.tmp"
@@ -373,17 +373,17 @@ def test_remove_debris_takes_old_temp_files_and_unheld_locks_only(shared):
         p.write_bytes(b"partial")
     old = time.time() - 7200
     os.utime(old_tmp, (old, old))
-    with tier.lock(KEY2, 1) as held:
+    with level.lock(KEY2, 1) as held:
         assert held
-    suffix = {"flock": ".lock", "soft": ".softlock"}[tier.lock_kind]
+    suffix = {"flock": ".lock", "soft": ".softlock"}[level.lock_kind]
     lock_file = shared / "locks" / KEY2[:2] / f"{KEY2}{suffix}"
-    with tier.lock(KEY, 1) as held:  # a held lock, even if old, stays
+    with level.lock(KEY, 1) as held:  # a held lock, even if old, stays
         held_file = shared / "locks" / KEY[:2] / f"{KEY}{suffix}"
         for p in (lock_file, held_file):
             os.utime(p, (old, old))
-        removed = [path for path, _ in tier.remove_debris(older_than_seconds=3600)]
+        removed = [path for path, _ in level.remove_debris(older_than_seconds=3600)]
     assert sorted(removed) == sorted([str(old_tmp), str(lock_file)])
-    assert new_tmp.exists() and held_file.exists() and tier.get(KEY) is not None
+    assert new_tmp.exists() and held_file.exists() and level.get(KEY) is not None
 
 
 # Lock selection -----------------------------------------------------------------------------------
@@ -407,10 +407,10 @@ def test_flock_only_where_it_excludes_other_nodes(fs, options, coherent):
 def test_auto_lock_on_a_local_disk_is_flock_and_modes_can_be_forced(shared):
     fs_type, _ = locks.filesystem_of(shared)
     assert fs_type != "unknown"
-    assert SharedTier(shared).lock_kind == ("flock" if locks.flock_is_coherent(*locks.filesystem_of(shared))
+    assert SharedLevel(shared).lock_kind == ("flock" if locks.flock_is_coherent(*locks.filesystem_of(shared))
                                             else "soft")
-    assert SharedTier(shared, lock_mode="soft").lock_kind == "soft"
-    assert SharedTier(shared, lock_mode="flock").lock_kind == "flock"
+    assert SharedLevel(shared, lock_mode="soft").lock_kind == "soft"
+    assert SharedLevel(shared, lock_mode="flock").lock_kind == "flock"
     with pytest.raises(ValueError):
         locks.choose_lock_kind(Tree(shared, None), (), "fcntl")
 
@@ -423,9 +423,9 @@ def test_auto_lock_on_tmpfs_mount_is_read_from_mountinfo(tmp_path):
 
 @pytest.mark.parametrize("kind", ["flock", "soft"])
 def test_lock_wait_ends_when_the_entry_is_published(shared, kind):
-    tier = SharedTier(shared, lock_mode=kind)
-    with tier.lock(KEY, 5) as first:
+    level = SharedLevel(shared, lock_mode=kind)
+    with level.lock(KEY, 5) as first:
         assert first
-        tier.put(make_entry())  # the holder publishes while still holding the lock
-        with tier.lock(KEY, 30) as second:  # a waiter (another thread would behave the same)
-            assert second is False and KEY in tier
+        level.put(make_entry())  # the holder publishes while still holding the lock
+        with level.lock(KEY, 30) as second:  # a waiter (another thread would behave the same)
+            assert second is False and KEY in level

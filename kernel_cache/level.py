@@ -1,6 +1,6 @@
-"""The interfaces of the store's levels (kernel_cache/tiers/), so the store walks them in order and
-cachectl asks a level for maintenance through a type, not by probing for methods: `Tier`, the data
-path every level has, and `MaintainedTier`, the maintenance an operator's tools use, which a level may
+"""The interfaces of the store's levels (kernel_cache/levels/), so the store walks them in order and
+cachectl asks a level for maintenance through a type, not by probing for methods: `Level`, the data
+path every level has, and `MaintainedLevel`, the maintenance an operator's tools use, which a level may
 lack (checked with isinstance). (cachectl still names two levels by class where they differ in
 kind: the remote's endpoint instead of a directory, the local index's own repair.)
 
@@ -20,7 +20,7 @@ from .entry import Entry
 
 
 @runtime_checkable
-class Tier(Protocol):
+class Level(Protocol):
     """The data path every level has: read, write, ask, and take the per-key lock."""
 
     @property
@@ -48,7 +48,7 @@ class Tier(Protocol):
 
 
 @runtime_checkable
-class MaintainedTier(Protocol):
+class MaintainedLevel(Protocol):
     """What operators' tools and the LRU order need of a level that keeps entries beyond this
     process; a level may lack it (asked with isinstance, never by probing for methods)."""
 
@@ -79,20 +79,20 @@ class MaintainedTier(Protocol):
 
 
 @runtime_checkable
-class KeptTier(Tier, MaintainedTier, Protocol):
+class KeptLevel(Level, MaintainedLevel, Protocol):
     """A level with both parts: what `cachectl` lists, verifies and prunes."""
 
 
-def holds(tier: Tier, key: str) -> bool:
-    """Whether `tier` holds `key`, without reading it (an index row, a stat, EXISTS); a tier that
+def holds(level: Level, key: str) -> bool:
+    """Whether `level` holds `key`, without reading it (an index row, a stat, EXISTS); a level that
     cannot say does not."""
     try:
-        return key in tier
+        return key in level
     except Exception:
         return False
 
 
 @contextlib.contextmanager
 def no_lock(key: str, timeout: float) -> Iterator[bool]:
-    """The lock of a tier that is private to this process: nothing to wait for."""
+    """The lock of a level that is private to this process: nothing to wait for."""
     yield True
