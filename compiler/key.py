@@ -17,8 +17,8 @@ from typing import Any
 
 from kernel_cache import Session
 from kernel_cache.canonical import canonical as core_canonical
-from kernel_cache.digest import digest
-from kernel_cache.digest import text as _text
+from kernel_cache.canonical import digest
+from kernel_cache.canonical import text as _text
 
 from . import triton_compat as tc
 from .portable import portable

@@ -30,8 +30,8 @@ from typing import Any
 
 import kernel_cache
 from kernel_cache import cache_marker, safefs
+from kernel_cache.canonical import digest
 from kernel_cache.config import TOOLCHAIN_MEMO
-from kernel_cache.digest import digest
 
 from . import triton_compat as tc
 from .target import Target

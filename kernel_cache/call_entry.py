@@ -11,7 +11,8 @@ the payload is built from (see `lowering.records.call_records`); this module kno
 JAX. It holds a second copy of its kernels' binaries, so it still serves when they are pruned.
 
 An autotuned call lowered where persisted winners apply also names its winner key: a reader
-that finds a winner stored since then lowers that winner instead (see `lowering.records.call_records`).
+that finds a winner stored since then goes to that winner's own record instead (`redirect`), and
+lowers the winner alone where it finds none (see `lowering.records.call_records`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from .canonical import digest
 from .entry import Entry, is_key
 from .summary import META_ARCH, META_COMPILE_SECONDS, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
 
 KIND = "lowered-call"
 FORMAT = 1
+WINNER_FORMAT = 2  # the call key's format (lowering.records.call_key.FORMAT) when winner records moved here
 PAYLOAD_BLOB = "payload"
 # A payload inflates to the proto jaxlib parses; verify inflates at most this much of it.
 _MAX_PROTO_BYTES = 1 << 30
@@ -51,6 +54,18 @@ class CallRecord:
     @property
     def autotuned(self) -> bool:
         return len(self.config_keys) > 1
+
+    def winner_record_key(self, chosen: str) -> str:
+        """Where the record of this call lowered as its persisted winner `chosen` alone lives."""
+        return winner_record_key(self.key, chosen)
+
+    def redirect(self, chosen: str | None) -> str | None:
+        """The key of the record a reader goes to instead of this one, given the winner stored now
+        under this record's winner key (`chosen`: that config's content key, None: no winner): the
+        winner's own record where the winner is one of this call's configs, else None (this one)."""
+        if not self.winner_key or chosen is None or chosen not in self.config_keys:
+            return None
+        return self.winner_record_key(chosen)
 
     def to_entry(self) -> Entry:
         meta = {META_KIND: KIND, "format": FORMAT, META_NAME: self.kernel, META_ARCH: self.arch,
@@ -83,6 +98,11 @@ class CallRecord:
         if record.payload is None and not record.winner_key:
             raise ValueError("lowered-call record holds neither a payload nor a winner key")
         return record
+
+
+def winner_record_key(call_key: str, chosen: str) -> str:
+    """Where the record of the call keyed `call_key`, lowered as its winner `chosen` alone, lives."""
+    return digest(["kernel-cache lowered call", WINNER_FORMAT, call_key, "winner", chosen])
 
 
 def problem(entry: Entry) -> str | None:

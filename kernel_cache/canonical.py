@@ -13,7 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .digest import text
+import xxhash
+
 from .display import echo
 
 Extension = Callable[[Any], Any]  # a value this floor knows -> its tagged form; TypeError otherwise
@@ -116,3 +117,29 @@ def _write(value: Any, extend: Extension | None, out: Callable[[str], object]) -
 
 def _by_key_repr(item: tuple[Any, Any]) -> str:
     return repr(item[0])
+
+
+# The one hash of a document ----------------------------------------------------------------------
+# Content keys (`compiler.key`), winner keys (`kernel_cache.winner_entry`), lowered-call keys
+# (`lowering.records.call_key`) and the toolchain summary all hash a document in this encoding
+# with xxh3-128, here: one digest in the core, so no floor keeps a copy of its own.
+
+
+def text(document: Any) -> str:
+    """The canonical text of a JSON document: what `digest` hashes."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def digest_text(document_text: str) -> str:
+    """The digest of a document given as its canonical text."""
+    return str(xxhash.xxh3_128_hexdigest(document_text.encode()))
+
+
+def digest(document: Any) -> str:
+    return digest_text(text(document))
+
+
+def spliced_digest(head_text: str, rest: Any, extend: Extension | None = None) -> str:
+    """`digest([head, *rest])` where `head_text` is the canonical text of `head`, memoized by the
+    caller for a part many documents share (JSON text is compositional), `rest` the document's own."""
+    return digest_text("[" + head_text + "," + canonical_text(rest, extend) + "]")

@@ -51,6 +51,11 @@ class ValueFilesLevel:
 
     name = "disk"
     writable = False
+    mode = "read-only (its index damaged)"
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
 
     def __init__(self, directory: Path, owners: Owners | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):
@@ -110,6 +115,9 @@ class ValueFilesLevel:
 
     def flush_touches(self) -> None:
         pass
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        self.put_raw(entry.key, data)
 
     def put_raw(self, key: str, data: bytes) -> None:
         raise LevelReadOnly(f"the index of {self.directory} is damaged: run 'cachectl verify --repair'")

@@ -89,6 +89,9 @@ class Entry:
     key: str
     meta: dict[str, Any]
     blobs: dict[str, bytes] = field(default_factory=dict)
+    # The bytes a persistent level read it from (signed where they were), so a hit is copied into the
+    # faster levels as it is stored, never encoded or signed again; None for an entry built here.
+    stored: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -201,7 +204,7 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
     key = meta.pop("key")
     if expected_key is not None and key != expected_key:
         raise CorruptEntry(f"entry holds key {key[:12]}…, expected {expected_key[:12]}…")
-    return Entry(key=key, meta=meta, blobs=blobs)
+    return Entry(key=key, meta=meta, blobs=blobs, stored=data if type(data) is bytes else None)
 
 
 def peek_meta(data: bytes) -> dict[str, Any]:

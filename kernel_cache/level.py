@@ -1,12 +1,16 @@
 """The interfaces of the store's levels (kernel_cache/levels/), so the store walks them in order and
 cachectl asks a level for maintenance through a type, not by probing for methods: `Level`, the data
 path every level has, and `MaintainedLevel`, the maintenance an operator's tools use, which a level may
-lack (checked with isinstance). (cachectl still names two levels by class where they differ in
-kind: the remote's endpoint instead of a directory, the local index's own repair.)
+lack (checked with isinstance). A level describes itself (`name`, `location`, `mode`, `writable`):
+nothing switches on a level's name to say where it is. (cachectl still names the local level by
+class for its index's own repair, and the remote's for its server description.)
 
-A level stores entries by content key. Persistent levels keep bytes in the entry format; the memory
-level keeps decoded entries and answers the maintenance calls with nothing (no records, no lock,
-no debris). Keys are validated at every persistent level's door (`entry.check_key`).
+A level stores entries by content key, and the store treats every level alike, memory first: it
+reads them in order (`get`) and keeps an entry in each (`keep`: the entry and its bytes as the store
+writes them; a hit from below is copied up as the bytes it was read from, `Entry.stored`). Persistent
+levels keep bytes in the entry format; the memory level keeps decoded entries and answers the
+maintenance calls with nothing (no records, no lock, no debris). Keys are validated at every
+persistent level's door (`entry.check_key`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,27 @@ class Level(Protocol):
         """False while writes are refused (read-only mount, full disk, busy index, a remote cooling
         down after an error): puts are skipped."""
 
+    @property
+    def location(self) -> str:
+        """Where it lives, for messages and listings: a directory, an endpoint (never a password),
+        or "this process"."""
+
+    @property
+    def mode(self) -> str:
+        """How it is used now, in a word or two: "read-write", "read-only", "read-only (replica)",
+        "skipped (server failing)"."""
+
     def get(self, key: str) -> Entry | None:
         """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
         RejectedEntry (not authenticated: left in place)."""
 
     def put_raw(self, key: str, data: bytes) -> None:
         """Store encoded (possibly signed) entry bytes."""
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        """Keep `entry`, whose bytes as the store writes them are `data`: a persistent level writes
+        `data` (`put_raw`), the memory level keeps the decoded entry. What the store's put and its
+        backfill call, level by level, the memory level among them."""
 
     def __contains__(self, key: object) -> bool: ...
 

@@ -33,13 +33,17 @@ STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
 LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
-COUNTERS = (*(f"hits.{level}" for level in LEVELS), "misses", "compiles", "errors", "rejected",
-            "compile_us", "saved_us")
+# Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline): a lookup the
+# level did not answer, an entry written to it, a write that failed, a hit copied into it from below.
+LEVEL_COUNTS = ("misses", "writes", "write_failures", "backfills")
+COUNTERS = (*(f"hits.{level}" for level in LEVELS), *(f"record_hits.{level}" for level in LEVELS),
+            *(f"{what}.{level}" for what in LEVEL_COUNTS for level in LEVELS),
+            "misses", "compiles", "errors", "rejected", "compile_us", "saved_us")
 
 
 # Event kinds, one per counter of kernel_cache.stats.
-HIT, MISS, COMPILE, REJECTED, ERROR = "hit", "miss", "compile", "rejected", "error"
-KINDS = (HIT, MISS, COMPILE, REJECTED, ERROR)
+HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR = "hit", "record_hit", "miss", "compile", "rejected", "error"
+KINDS = (HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR)
 
 
 class Event(NamedTuple):
@@ -73,9 +77,10 @@ def listeners() -> tuple[Listener, ...]:
 
 # What a recorder (jax.monitoring's `record_event`, `record_event_duration_secs`) is called with.
 PREFIX = "/kernel_cache/"
-EVENT_NAMES = {HIT: f"{PREFIX}hits", MISS: f"{PREFIX}misses", COMPILE: f"{PREFIX}compiles",
-               REJECTED: f"{PREFIX}rejected", ERROR: f"{PREFIX}errors"}
-DURATION_NAMES = {HIT: f"{PREFIX}compile_time_saved_sec", COMPILE: f"{PREFIX}compile_time_sec"}
+EVENT_NAMES = {HIT: f"{PREFIX}hits", RECORD_HIT: f"{PREFIX}record_hits", MISS: f"{PREFIX}misses",
+               COMPILE: f"{PREFIX}compiles", REJECTED: f"{PREFIX}rejected", ERROR: f"{PREFIX}errors"}
+DURATION_NAMES = {HIT: f"{PREFIX}compile_time_saved_sec", RECORD_HIT: f"{PREFIX}compile_time_saved_sec",
+                  COMPILE: f"{PREFIX}compile_time_sec"}
 Recorder = tuple[Callable[..., object], Callable[..., object]]  # (record_event, record_event_duration_secs)
 _recorders: tuple[Recorder, ...] = ()
 
@@ -113,7 +118,7 @@ def emit(kind: str, level: str = "", seconds: float = 0.0) -> None:
             _listener_failed(listener, exc)
     for record_event, record_duration in _recorders:
         try:
-            keywords = {"level": level or "unknown"} if kind in (HIT, REJECTED) else {}
+            keywords = {"level": level or "unknown"} if kind in (HIT, RECORD_HIT, REJECTED) else {}
             record_event(EVENT_NAMES[kind], **keywords)
             if kind in DURATION_NAMES:
                 record_duration(DURATION_NAMES[kind], seconds, **keywords)
@@ -138,6 +143,9 @@ class Stats:
         self._pending: Counter[str] = Counter()
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
+        # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock, as it walks
+        # the levels (best effort, like every counter here); taken into the others at each flush
+        self.levels: Counter[str] = Counter()
         self._last_flush = time.monotonic()
         self._db: Any = None
         self._directory = None if directory is None or read_only else Path(directory)
@@ -182,6 +190,16 @@ class Stats:
         emit(HIT, level, compile_seconds)
         self._maybe_flush()
 
+    def record_hit(self, level: str, key: str, compile_seconds: float) -> None:
+        """A lowered-call record (`key`) served a whole call from `level`: one record hit (its kernels
+        are not read, so they are not counted as hits); `compile_seconds`: what compiling them cost."""
+        with self._lock:
+            self._bump(f"record_hits.{level}", 1)
+            self._bump("saved_us", int(compile_seconds * _MICRO))
+            self._entry_hits[key] += 1
+        emit(RECORD_HIT, level, compile_seconds)
+        self._maybe_flush()
+
     def miss(self) -> None:
         with self._lock:
             self._bump("misses", 1)
@@ -213,7 +231,7 @@ class Stats:
     def session(self) -> dict[str, Any]:
         """This process's counters (not yet or already flushed)."""
         with self._lock:
-            return self._render(self._session)
+            return self._render(self._session + self.levels)
 
     def _maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush > 1.0:
@@ -221,6 +239,9 @@ class Stats:
 
     def flush(self) -> None:
         with self._lock:
+            walked, self.levels = self.levels, Counter()
+            self._pending.update(walked)
+            self._session.update(walked)
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
@@ -287,6 +308,9 @@ class Stats:
     def _render(raw: Counter[str]) -> dict[str, Any]:
         return {
             "hits": {t: int(raw.get(f"hits.{t}", 0)) for t in LEVELS},
+            "record_hits": {t: int(raw.get(f"record_hits.{t}", 0)) for t in LEVELS},
+            "level_counts": {t: {what: int(raw.get(f"{what}.{t}", 0))
+                                 for what in ("hits", "record_hits", *LEVEL_COUNTS)} for t in LEVELS},
             "misses": int(raw.get("misses", 0)),
             "compiles": int(raw.get("compiles", 0)),
             "errors": int(raw.get("errors", 0)),

@@ -47,8 +47,8 @@ class Store:
         self.healed_index: dict[str, Any] | None = None  # disk_repair's report when opening rebuilt the local index
         self.levels: list[Level] = [self.memory]  # fastest first: read in order, hits backfilled upwards
         if not self.config.disabled:
-            for name, opener in backends.BACKENDS:
-                level = self._open(opener, name, read_only)
+            for backend in backends.BACKENDS:
+                level = self._open(backend, read_only)
                 if level is not None:
                     self.levels.append(level)
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
@@ -67,7 +67,7 @@ class Store:
     def replace_level(self, name: str, level: Level | None) -> None:
         """Put `level` where the level called `name` is (or would be, in the backends' order); None
         removes it. cachectl uses it to inspect a damaged local cache through a read-only view."""
-        order = ["memory", *(n for n, _ in backends.BACKENDS)]
+        order = ["memory", *(backend.name for backend in backends.BACKENDS)]
         kept = [t for t in self.levels if t.name != name]
         if level is not None:
             kept.append(level)
@@ -84,37 +84,32 @@ class Store:
         return self.level("shared")
 
     def get(self, key: str) -> tuple[Entry, str] | None:
-        """(entry, level name) or None. Promotes hits into the faster levels."""
+        """(entry, level name) or None. The levels are read in order, memory first; a hit is copied
+        into every faster level (backfill) as the bytes it was stored as. Each persistent level
+        validates the key at its door (InvalidKey)."""
         if self.config.disabled:
             return None
-        entry = self.memory.get(key)
-        if entry is not None:
-            return entry, "memory"
-        # Walk the slower levels in order; a hit is copied into every faster one (backfill). Each
-        # persistent level validates the key at its door (InvalidKey).
-        faster: list[Level] = []
-        for level in self.persistent_levels:
+        counts = self.stats.levels
+        for depth, level in enumerate(self.levels):
             entry = self._level_get(level, key)
             if entry is not None:
-                if faster:
-                    data = self.encode(entry)
-                    for upper in faster:
-                        self._level_put(upper, key, data)
-                self.memory.put(entry)
+                if depth:
+                    data = entry.stored if entry.stored is not None else self.encode(entry)
+                    for upper in self.levels[:depth]:
+                        counts[f"backfills.{upper.name}"] += 1
+                        self._level_put(upper, entry, data)
                 return entry, level.name
-            faster.append(level)
+            counts[f"misses.{level.name}"] += 1
         return None
 
     def put(self, entry: Entry) -> None:
+        """Keep `entry` in every level, encoded (and signed) once for all of them."""
         if self.config.disabled:
             return
         check_key(entry.key)
-        self.memory.put(entry)
-        if not self.persistent_levels:
-            return
-        data = self.encode(entry)
-        for level in self.persistent_levels:
-            self._level_put(level, entry.key, data)
+        data = self.encode(entry) if len(self.levels) > 1 else b""
+        for level in self.levels:
+            self._level_put(level, entry, data)
 
     def encode(self, entry: Entry) -> bytes:
         """The entry's bytes as this store writes them: signed when a signing key is configured."""
@@ -175,10 +170,11 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _open(self, opener: backends.Opener, name: str, read_only: bool) -> Level | None:
+    def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
+        name = backend.name
         try:
             try:
-                level: Level | None = opener(self.config, self.owners, self.signer, read_only)
+                level: Level | None = backend.open(self.config, self.owners, self.signer, read_only)
             except IndexDamaged as damage:
                 if read_only:
                     raise
@@ -187,7 +183,7 @@ class Store:
         except Exception as exc:
             self.unavailable[name] = exc
             tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{backends.location(self.config, name)}", f"{exc}; {tail}")
+            warn_once(f"{name}-unavailable:{backend.location_in(self.config)}", f"{exc}; {tail}")
             return None
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
@@ -217,12 +213,14 @@ class Store:
                       f"reading the {level.name} level failed ({exc}); continuing without it")
         return None
 
-    def _level_put(self, level: Level, key: str, data: bytes) -> None:
+    def _level_put(self, level: Level, entry: Entry, data: bytes) -> None:
         if not level.writable:
             return  # read-only or cooling down after a busy timeout: said once already
         try:
-            level.put_raw(key, data)
+            level.keep(entry, data)
+            self.stats.levels[f"writes.{level.name}"] += 1
         except Exception as exc:
+            self.stats.levels[f"write_failures.{level.name}"] += 1
             self.stats.error()
             warn_once(f"write:{level.name}:{_cause(exc)}",
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")

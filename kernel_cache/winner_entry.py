@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical as core_canonical
-from .digest import digest
+from .canonical import digest
 from .entry import Entry, is_key
 from .summary import META_ARCH, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
 

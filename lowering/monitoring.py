@@ -7,6 +7,7 @@ event the store counts for `cachectl stats` (kernel_cache.events) is recorded, b
 own functions called straight from the counters, as:
 
     /kernel_cache/hits                     event,    level=memory|disk|shared|remote  (one per kernel served)
+    /kernel_cache/record_hits              event,    level=...  (a lowered-call record served a whole call)
     /kernel_cache/compile_time_saved_sec   duration, level=...  (the compile seconds that hit saved)
     /kernel_cache/misses                   event
     /kernel_cache/compiles                 event

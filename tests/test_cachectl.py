@@ -44,7 +44,7 @@ def ok(*args, **kw) -> subprocess.CompletedProcess:
 
 def as_json(*args, **kw):
     doc = json.loads(ok(*args, "--json", **kw).stdout)
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     return doc["entries"] if args and "list" in args else doc
 
 

@@ -13,9 +13,8 @@ import pytest
 import compiler
 from compiler.examples import add_kernel
 from compiler.key import triton_value
-from kernel_cache.canonical import canonical, canonical_text
-from kernel_cache.digest import digest, text
-from lowering.records.call_records import _lowering_value
+from kernel_cache.canonical import canonical, canonical_text, digest, text
+from lowering.records.call_key import lowering_value as _lowering_value
 
 
 class Color(enum.IntEnum):

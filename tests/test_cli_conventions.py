@@ -74,7 +74,7 @@ def test_version_suggestions_and_errors_as_json():
     assert typo.returncode == 2 and "did you mean 'list'" in typo.stderr
     err = cachectl("--dir", "/nonexistent/kc", "list", "--json")
     assert err.returncode == 2
-    assert json.loads(err.stdout) == {"schema": 1, "error": "no cache directory at /nonexistent/kc", "exit_code": 2}
+    assert json.loads(err.stdout) == {"schema": 2, "error": "no cache directory at /nonexistent/kc", "exit_code": 2}
 
 
 def test_quiet_list_prints_rows_only_and_json_is_versioned(cache):
@@ -83,7 +83,7 @@ def test_quiet_list_prints_rows_only_and_json_is_versioned(cache):
     assert "KEY" not in quiet.stdout and "entries" not in quiet.stdout
     for command in (["list"], ["stats"], ["verify"], ["config"], ["prune", "--dry-run"]):
         doc = json.loads(cachectl("--dir", cache, *command, "--json").stdout)
-        assert doc["schema"] == 1, command
+        assert doc["schema"] == 2, command
 
 
 def test_stats_flags_a_cache_over_its_bound(cache):

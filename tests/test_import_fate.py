@@ -123,7 +123,7 @@ def test_a_truncated_bundle_imports_nothing_and_says_where_it_broke(tmp_path, ca
 
     code, out, _ = cachectl(capsys, "--dir", target, "import", cut, "--json")
     doc = json.loads(out)
-    assert code == 1 and doc["exit_code"] == 1 and doc["schema"] == 1
+    assert code == 1 and doc["exit_code"] == 1 and doc["schema"] == 2
     assert (doc["imported"], doc["expected"], doc["at_entry"], doc["fates"]) == (0, len(KEYS), 4, [])
     assert "damaged at entry 4" in doc["error"]
 

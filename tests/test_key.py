@@ -13,7 +13,7 @@ from conftest import run_python
 import kernel_cache
 from compiler import content_key, key_document, make_spec, toolchain
 from compiler.examples import add_kernel, layernorm_kernel
-from kernel_cache.digest import digest
+from kernel_cache.canonical import digest
 
 _counter = itertools.count()
 

@@ -1,12 +1,10 @@
-"""State with an owner (issue 30), the compiler's floor: every per-process memo lives in the session
+"""State with an owner (issue 30): every per-process memo lives in the session
 (`kernel_cache.Session.memo`, dropped by `configure()`), unless it remembers a fact of the installed
-software or a pure function of its key (`kernel_cache/session.py`). This test reads every compiler
-module and finds its module-level mutable state (a dict, list or set bound at module level, a
-`functools.cache`/`lru_cache`d function, a `global` rebound in a function): each must be listed here
-with why it may stay module-level, so a new memo is a decision, not an accident.
-
-compiler/toolchain.py is not read: it is being rewritten (issue 30), and its memo is the toolchain
-fingerprint keyed by the identity of the files it hashes (a fact of the installed software).
+software or the devices, or a pure function of its key (`kernel_cache/session.py`). This test reads
+every module of the core, the compiler and the lowering (the operator's floor, `kernel_cache/cachectl/`,
+runs one command per process) and finds its module-level mutable state (a dict, list, set or LRU bound
+at module level, a `functools.cache`/`lru_cache`d function, a `global` rebound in a function): each
+must be listed here with why it may stay module-level, so a new memo is a decision, not an accident.
 """
 
 from __future__ import annotations
@@ -17,16 +15,64 @@ from pathlib import Path
 from conftest import ROOT
 
 # "module:name" -> why it is not the session's
+FACT = "a fact of the installed software or the devices, true under any configuration"
+PURE = "a pure function of its key"
+CONSTANT = "a constant"
+PROCESS = "the process's own (not a memo): the same whatever the configuration"
 MODULE_STATE = {
-    "compiler/triton_compat.py:make_backend": "a pure function of its key (the target) under the installed Triton",
-    "compiler/triton_compat.py:_flags": "a pure function of its key (a JITFunction's parameters)",
-    "compiler/triton_compat.py:_PARSED": "a pure function of its key (target and options) under the installed Triton",
-    "compiler/portable.py:_memo": "a fact of the installed files, keyed by their identity (path and stat)",
-    "compiler/examples.py:MATMUL_CONFIGS": "a constant (the example kernel's autotune configs)",
-    "compiler/artifact.py:LAUNCHED_FROM": "a constant (per backend, the blob a launcher is built from)",
+    "compiler/triton_compat.py:make_backend": f"{PURE} (the target) under the installed Triton",
+    "compiler/triton_compat.py:_flags": f"{PURE} (a JITFunction's parameters)",
+    "compiler/triton_compat.py:_PARSED": f"{PURE} (target and options) under the installed Triton",
+    "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
+    "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
+    "compiler/toolchain.py:_per_target": f"{FACT}: the fingerprint per target, keyed by those files' identity",
+    "compiler/toolchain.py:_primed": f"{PROCESS}: whether the fingerprint's head start began",
+    "compiler/examples.py:MATMUL_CONFIGS": f"{CONSTANT} (the example kernel's autotune configs)",
+    "compiler/artifact.py:LAUNCHED_FROM": f"{CONSTANT} (per backend, the blob a launcher is built from)",
+    "lowering/clients/primitive_client.py:_TARGETS": CONSTANT,
+    "lowering/clients/served.py:_tally": f"{PROCESS}: how many client calls were served or left to the client",
+    "lowering/clients/transformer_engine.py:_OPTIONAL": CONSTANT,
+    "lowering/clients/transformer_engine.py:_REQUIRED": CONSTANT,
+    "lowering/clients/transformer_engine.py:_TE_DEFAULTS": CONSTANT,
+    "lowering/compile_ahead/ahead.py:_noted": f"{PROCESS}: the calls it traced and has not lowered",
+    "lowering/compile_ahead/compile_pool.py:_closing": f"{PROCESS}: its compile workers, stopped at exit",
+    "lowering/compile_ahead/compile_pool.py:_threads": f"{PROCESS}: its compile workers",
+    "lowering/payload/custom_call.py:_JAXLIB_SCALAR_TYPES": CONSTANT,
+    "lowering/payload/custom_call.py:_warned_aliases": f"{PROCESS}: a warning said once per process",
+    "lowering/payload/deflate.py:_runs": f"{PURE} (a raw part's digest -> its compressed run)",
+    "lowering/payload/jaxlib_compat.py:_PLUGIN_PLATFORM": CONSTANT,
+    "lowering/payload/jaxlib_compat.py:_ctor_choice": f"{FACT}: jaxlib's TritonKernel constructor per class",
+    "lowering/payload/jaxlib_compat.py:_layout_in_plugin": f"{FACT}: the plugin's schema, read once per process",
+    "lowering/payload/jaxlib_compat.py:_owns_module": f"{FACT}: whether jaxlib's own plugin is installed",
+    "lowering/payload/jaxlib_compat.py:ffi_target_registered": f"{FACT}: jaxlib's registered FFI targets",
+    "lowering/payload/jaxlib_compat.py:triton_module": f"{FACT}: the plugin's extension module",
+    "lowering/payload/proto.py:_FILE_FIELDS": CONSTANT,
+    "lowering/planning/kernels.py:_POINTER_TYPES": f"{PURE} (a dtype -> its pointer type)",
+    "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
+    "lowering/planning/plan.py:_TARGETS": f"{FACT}: the target of (platform, call's arch, configured arch)",
+    "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",
+    "lowering/planning/target_arch.py:_device_arch": f"{FACT}: the visible device's architecture",
+    "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
+    "lowering/records/winners.py:_SHORT": CONSTANT,
+    "lowering/records/winners.py:_device_kind": f"{FACT}: the visible GPU's model",
+    "kernel_cache/__init__.py:_default": "the session itself: replaced whole by configure()",
+    "kernel_cache/config.py:_SECONDS": CONSTANT,
+    "kernel_cache/config.py:_UNITS": CONSTANT,
+    "kernel_cache/display.py:_NAMED": CONSTANT,
+    "kernel_cache/interception.py:CLIENT_MODULES": CONSTANT,
+    "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
+    "kernel_cache/levels/shared.py:LOCK_SUFFIXES": CONSTANT,
+    "kernel_cache/levels/shared.py:_FANOUT_CHARS": CONSTANT,
+    "kernel_cache/locks.py:_FLOCK_COHERENT": CONSTANT,
+    "kernel_cache/safefs.py:_fault_hook": f"{PROCESS}: the one fault-injection hook (tests)",
+    "kernel_cache/stats.py:DURATION_NAMES": CONSTANT,
+    "kernel_cache/stats.py:EVENT_NAMES": CONSTANT,
+    "kernel_cache/stats.py:_listeners": f"{PROCESS}: the telemetry listeners a program registered",
+    "kernel_cache/stats.py:_recorders": f"{PROCESS}: the telemetry recorders (jax.monitoring's)",
+    "kernel_cache/summary.py:USUAL_OPTIONS": CONSTANT,
+    "kernel_cache/warnings_once.py:_seen": f"{PROCESS}: each warning said once per process",
 }
-NOT_READ = {"compiler/toolchain.py"}
-_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque"}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "SizedLRU", "of_bytes"}
 _MEMO_DECORATORS = {"cache", "lru_cache", "cached_property"}
 
 
@@ -63,12 +109,13 @@ def module_state(path: Path) -> set[str]:
     return found
 
 
-def test_every_module_level_state_of_the_compiler_has_an_owner():
+def test_every_module_level_state_has_an_owner():
     found = set()
-    for path in sorted((ROOT / "compiler").glob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel not in NOT_READ:
-            found.update(f"{rel}:{name}" for name in module_state(path))
+    for floor in ("kernel_cache", "compiler", "lowering"):
+        for path in sorted((ROOT / floor).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if not rel.startswith("kernel_cache/cachectl/"):
+                found.update(f"{rel}:{name}" for name in module_state(path))
     assert found == set(MODULE_STATE)
 
 

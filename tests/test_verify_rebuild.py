@@ -72,7 +72,7 @@ def cachectl(capsys, *args) -> tuple[int, str, str]:
 def as_json(capsys, *args) -> tuple[int, dict]:
     code, out, err = cachectl(capsys, *args, "--json")
     doc = json.loads(out)
-    assert doc["schema"] == 1, err
+    assert doc["schema"] == 2, err
     return code, doc
 
 

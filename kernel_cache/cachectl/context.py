@@ -22,7 +22,7 @@ from ..store import Store
 from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
-JSON_SCHEMA = 1  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning
+JSON_SCHEMA = 2  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name (2: "tier" fields became "level")
 WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
 # where the local bound comes from: KERNEL_CACHE_MAX_BYTES, the cache directory (cachectl config max-size), 8G
 BOUND_ENVIRONMENT, BOUND_STORED, BOUND_DEFAULT = "environment", "cache directory", "default"

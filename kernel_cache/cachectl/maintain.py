@@ -9,7 +9,6 @@ from ..disk_repair import rebuild_index, wipe
 from ..display import escaped
 from ..level import KeptLevel
 from ..levels.disk import DiskLevel
-from ..levels.remote import RemoteLevel
 from ..store import Store
 from . import kinds
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
@@ -217,4 +216,4 @@ def cmd_clear(ctx: Context, args: Any) -> int:
 
 
 def _where(level: KeptLevel) -> str:
-    return level.endpoint if isinstance(level, RemoteLevel) else str(level.directory)
+    return level.location

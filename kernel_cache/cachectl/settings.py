@@ -11,7 +11,16 @@ from ..cache_marker import NotACacheDirectory
 from ..config import DEFAULT_MAX_BYTES, ConfigError, parse_size, sources, spelled
 from ..display import redacted
 from ..safefs import Owners, Tree, UnsafeFile
-from .context import BOUND_ENVIRONMENT, BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context, check_local_directory
+from .context import (
+    BOUND_ENVIRONMENT,
+    BOUND_STORED,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    JSON_SCHEMA,
+    CliError,
+    Context,
+    check_local_directory,
+)
 from .render import bound_source, human_size, table
 
 UNSET_WORDS = ("default", "none", "unset")  # `config max-size default`: remove the stored bound
@@ -50,7 +59,7 @@ def cmd_config(ctx: Context, args: Any) -> int:
             text = spelled(setting, value)
         rows.append({"variable": setting.env, "value": text, "source": source, "meaning": setting.help})
     if ctx.json:
-        ctx.emit_json({"schema": 1, "settings": rows, "stored": ctx.stored.to_json()})
+        ctx.emit_json({"schema": JSON_SCHEMA, "settings": rows, "stored": ctx.stored.to_json()})
         return EXIT_OK
     shown = [["VARIABLE", "VALUE", "SOURCE"]] + [[r["variable"], r["value"] or "-", r["source"]] for r in rows]
     print("\n".join(table(shown, right=set())))

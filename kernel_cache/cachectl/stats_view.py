@@ -81,7 +81,7 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
     store = ctx.store()
     levels: dict[str, _LevelStats] = {}
     for level in ctx.kept():
-        where = level.endpoint if isinstance(level, RemoteLevel) else str(level.directory)
+        where = level.location
         if level.name in unreachable:
             levels[level.name] = {"path": where, "entries": None, "bytes": None, "kinds": {}, "writable": False,
                                 "reachable": False, "error": unreachable[level.name], "over_max_bytes": False}
@@ -113,9 +113,10 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
 
 def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None:
     levels: dict[str, _LevelStats] = report["levels"]
-    hits = report["hits"]
-    lookups = sum(hits.values()) + report["misses"]
-    rate = f" ({100 * sum(hits.values()) / lookups:.1f}% hit rate)" if lookups else ""
+    hits, records = report["hits"], report["record_hits"]
+    served = sum(hits.values()) + sum(records.values())  # a record serves its whole call in one lookup
+    lookups = served + report["misses"]
+    rate = f" ({100 * served / lookups:.1f}% hit rate, call records included)" if lookups else ""
     print(f"cache directory      {report['dir']}")
     for name, t in levels.items():
         if t["entries"] is None or t["bytes"] is None:
@@ -130,6 +131,8 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
         print(f"entry kinds          {line}")
     print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}"
           + (f", remote {hits['remote']}" if hits.get("remote") or ctx.config.remote else "") + rate)
+    if any(records.values()):
+        print("call records served  " + ", ".join(f"{name} {n}" for name, n in records.items() if n))
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
     print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")

@@ -186,6 +186,14 @@ class DiskLevel:
     def writable(self) -> bool:
         return self._writer_due() and time.monotonic() >= self._busy_until
 
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self) -> str:
+        return "read-write" if self.writable else "read-only"
+
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """The valid entry for `key`, or None. A corrupt entry is deleted and reported."""
@@ -274,6 +282,9 @@ class DiskLevel:
 
     def put(self, entry: Entry) -> None:
         self.put_raw(entry.key, entry_format.encode(entry))
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        self.put_raw(entry.key, data)
 
     def put_raw(self, key: str, data: bytes) -> None:
         check_key(key)
@@ -442,3 +453,8 @@ def value_parts(filename: object) -> tuple[str, str, str]:
     if match is None:
         raise CorruptEntry(f"index names an implausible value file {str(filename)[:60]!r}")
     return match.group(1), match.group(2), match.group(3)
+
+
+def location_in(config: Config) -> str:
+    """Where the local level of `config` lives (for a message about a level that did not open)."""
+    return str(config.dir)

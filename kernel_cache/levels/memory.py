@@ -91,6 +91,8 @@ class SizedLRU(Generic[V]):
 class MemoryLevel:
     name = "memory"
     directory = None
+    location = "this process"
+    mode = "read-write"
     writable = True
 
     def __init__(self, max_bytes: int = 256 << 20, max_items: int = 4096):
@@ -106,7 +108,12 @@ class MemoryLevel:
         return self._lru.max_items
 
     def put(self, entry: Entry) -> None:
+        if entry.stored is not None:  # its blobs are what a hit needs: not the bytes they came from too
+            entry = Entry(entry.key, entry.meta, entry.blobs)
         self._lru.put(entry.key, entry, _entry_size(entry))
+
+    def keep(self, entry: Entry, data: builtins.bytes) -> None:
+        self.put(entry)
 
     def delete(self, key: str) -> bool:
         return self._lru.delete(key)

@@ -167,6 +167,16 @@ class RemoteLevel:
         back soon (then compiles still take its lock: they wait for it, see `lock`)."""
         return self.link.writable or self.link.recovering
 
+    @property
+    def location(self) -> str:
+        return self.endpoint
+
+    @property
+    def mode(self) -> str:
+        if not self.link.available:
+            return "skipped (server failing)"
+        return "read-only (replica)" if self.link.read_only else "read-write"
+
     def get(self, key: str) -> Entry | None:
         name = self._entry(key)
         found = self._peeked("read", name, self.max_entry_bytes, STREAM_BYTES if self.signer is not None else None)
@@ -207,6 +217,9 @@ class RemoteLevel:
         if due:
             self.flush_touches()
         return entry
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        self.put_raw(entry.key, data)
 
     def put_raw(self, key: str, data: bytes) -> None:
         entry_format.decode(data, expected_key=check_key(key))  # a bad entry must not reach the cluster
@@ -548,3 +561,8 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                       timeout=config.remote_timeout, signer=signer,
                       max_entry_bytes=config.max_entry_bytes, password=config.remote_password,
                       lease_max_seconds=config.lock_timeout)
+
+
+def location_in(config: Config) -> str:
+    """The remote of `config`, its password hidden (for a message about a level that did not open)."""
+    return redacted(config.remote) if config.remote is not None else "remote"

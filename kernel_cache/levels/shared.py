@@ -60,6 +60,14 @@ Authenticate = Callable[[bytes], "str | None"]
 class SharedLevel:
     name = "shared"
 
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self) -> str:
+        return "read-write" if self.writable else "read-only"
+
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
                  stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
                  owners: Owners | None = None, authenticate: Authenticate | None = None,
@@ -129,6 +137,9 @@ class SharedLevel:
 
     def put(self, entry: Entry) -> None:
         self._publish(entry.key, entry_format.encode(entry))
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        self.put_raw(entry.key, data)
 
     def put_raw(self, key: str, data: bytes) -> None:
         """Publish bytes from elsewhere (import, a signed copy); validated first, a bad entry must
@@ -375,3 +386,8 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
         info_once(f"shared-signed:{config.shared_dir}",
                   f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
     return level
+
+
+def location_in(config: Config) -> str:
+    """Where the shared level of `config` lives (for a message about a level that did not open)."""
+    return str(config.shared_dir)

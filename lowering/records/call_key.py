@@ -1,0 +1,131 @@
+"""A lowered call's key: a pure function of its plan (and facts of the installation), computed
+without building a kernel spec, a content key or a proto. The key covers everything the payload is
+built from:
+  - the kernel function: its name, Triton's own cache key (source, called @jit functions, globals)
+    and its parameters' flags (do_not_specialize, annotations);
+  - the runtime arguments (pointer types, scalar values), the launch options, and per config its
+    constexprs, warps, stages, CTAs, grid, zeroed outputs and description;
+  - the call's name, aliases, operand shapes and dtypes, serialized metadata and debug flag;
+  - the target, the toolchain fingerprint, jaxlib's version and module-image layout, the GPU model
+    winners are looked up for (where they apply), and the source of this project's compiler and
+    lowering packages (an edited module is a new key, never a stale payload).
+The document is in the core's one canonical encoding (`kernel_cache.canonical`, with the compiler's
+Triton values and this floor's `Scalar` and `TensorDesc`) and hashed by its digest: the int 1, the
+float 1.0, True and "1" differ; anything that has no canonical form (an object keyed by identity)
+makes the call keyless, and it is lowered kernel by kernel, unrecorded.
+
+What many calls share is passed in as text, memoized by the caller: the kernel function's part per
+target (`static_text`, in the record store's session memo) and the installation's part per JAX
+module (`module_part`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import xxhash
+
+import compiler
+from compiler import triton_compat as tc
+from compiler.key import triton_value
+from compiler.toolchain import installed_tools
+from kernel_cache import Config
+from kernel_cache.canonical import canonical, canonical_text, spliced_digest
+
+from ..payload import jaxlib_compat as compat
+from ..planning.plan import KernelPlan
+
+FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
+# A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
+StaticMemo = dict[tuple[Any, ...], tuple[Any, str]]
+
+
+def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
+    """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
+    model winners are looked up for (None: they do not apply to this call); `module`: the JAX module
+    being lowered (`module_part`); `static`: the memo of `static_text`."""
+    configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
+                sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound)]
+               for c, launch in zip(plan.configs, plan.launches, strict=True)]
+    try:
+        head = static_text(plan, static)
+        rest = [module_part(module, plan.platform, config), device, plan.args, plan.options, configs,
+                list(plan.info), plan.shapes]
+        return spliced_digest(head, rest, lowering_value)
+    except TypeError:
+        return None
+
+
+def static_text(plan: KernelPlan, memo: StaticMemo) -> str:
+    """The key's text for what one kernel function on one target shares across its calls: format,
+    code, installed toolchain, and the function itself (Triton's environment and jaxlib's
+    capabilities are read per module: `module_part`). The function is kept with the text, so the
+    memo never answers for another function that reuses its id."""
+    fn = plan.fn
+    fingerprint = tc.kernel_fingerprint(fn)
+    memo_key = (id(fn), fingerprint, plan.target, plan.platform)
+    found = memo.get(memo_key)
+    if found is None or found[0] is not fn:
+        found = (fn, canonical_text(["kernel-cache lowered call", FORMAT, code_identity(), plan.platform,
+                                      plan.target.to_json(), installed_tools(plan.target), fn.__name__, fingerprint,
+                                      [list(flags) for flags in tc.param_flags(fn)]], lowering_value))
+        if len(memo) < 4096:
+            memo[memo_key] = found
+    return found[1]
+
+
+_MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
+
+
+def module_part(module: Any, platform: str, config: Config) -> Any:
+    """Triton's cache-invalidating environment and jaxlib's capabilities, read once per JAX module
+    lowered (a jit of hundreds of Triton calls reads them once: Triton's read alone is ~12-50 us, a
+    getenv per variable over the whole environment). Nothing runs between the lowering rules of one
+    module that could change them, and the next module reads them again. Kept in the module's own
+    `lowering_cache` dict, so it lives and dies with the module: neither a strong reference to the
+    module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX 0.12 reuses one
+    context for up to 10 modules per thread)."""
+    cache = getattr(module, "lowering_cache", None)
+    memo_key = (_MODULE_MEMO_KEY, platform)
+    if isinstance(cache, dict) and memo_key in cache:
+        return cache[memo_key]
+    part = [sorted(tc.cache_invalidating_env().items()), *compat.capabilities(platform, config)]
+    if isinstance(cache, dict):
+        cache[memo_key] = part
+    return part
+
+
+@functools.cache
+def code_identity() -> str:
+    """xxh3 of the compiler and lowering packages' sources, every module of every subpackage by its
+    path: a payload is only reused by the code that would build it the same way (~1 ms once per
+    process; a fact of the installed files, so kept for the process). Raises TypeError (the call is
+    then not recorded) where the sources cannot be read, e.g. an install of compiled files only."""
+    hasher, read = xxhash.xxh3_128(), 0
+    for package in (compiler, __import__((__package__ or "lowering").partition(".")[0])):
+        root = os.path.dirname(package.__file__ or "")
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                hasher.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    hasher.update(f.read())
+                read += 1
+    if not read:
+        raise TypeError("the compiler and lowering sources are not readable: calls are not recorded")
+    return hasher.hexdigest()
+
+
+def lowering_value(value: Any) -> Any:
+    """The tagged form of the values only a lowering passes (a typed scalar, a TMA descriptor), then
+    Triton's (`compiler.key.triton_value`): the canonical encoder's extension for a call's key."""
+    kind = type(value)
+    if kind is compiler.Scalar:
+        return {"scalar": [value.type, canonical(value.value, lowering_value)]}
+    if kind is compiler.TensorDesc:
+        return {"tensordesc": canonical([value.type_name, list(value.shape), list(value.strides), value.padding,
+                                         value.round_f32_to_tf32], lowering_value)}
+    return triton_value(value)
