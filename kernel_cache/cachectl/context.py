@@ -22,7 +22,9 @@ from ..store import Store
 from ..warnings_once import KernelCacheWarning
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
-JSON_SCHEMA = 2  # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name (2: "tier" fields became "level")
+# every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name
+# (2: the "tier" fields became "level")
+JSON_SCHEMA = 2
 WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
 # where the local bound comes from: KERNEL_CACHE_MAX_BYTES, the cache directory (cachectl config max-size), 8G
 BOUND_ENVIRONMENT, BOUND_STORED, BOUND_DEFAULT = "environment", "cache directory", "default"
