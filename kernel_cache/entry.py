@@ -174,7 +174,8 @@ def json_depth(raw: bytes) -> int:
 def decode(data: bytes, expected_key: str | None = None) -> Entry:
     """Parse and validate `data` (a signature trailer, if any, is ignored here: the store checks
     it); with `expected_key`, also check it is the entry for that key."""
-    data, _ = split_signature(bytes(data))
+    raw = data if type(data) is bytes else bytes(data)
+    data, _ = split_signature(raw)
     meta_len, n_blobs, _, checksum = read_header(data)
     payload = memoryview(data)[_HEADER.size:]
     if _checksum(data[:_FIELDS.size], payload) != checksum:
@@ -204,7 +205,7 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
     key = meta.pop("key")
     if expected_key is not None and key != expected_key:
         raise CorruptEntry(f"entry holds key {key[:12]}…, expected {expected_key[:12]}…")
-    return Entry(key=key, meta=meta, blobs=blobs, stored=data if type(data) is bytes else None)
+    return Entry(key=key, meta=meta, blobs=blobs, stored=raw)
 
 
 def peek_meta(data: bytes) -> dict[str, Any]:

@@ -118,6 +118,33 @@ def test_round_trip_through_memory_and_disk_and_across_store_instances(tmp_path)
     assert calls == [1]
 
 
+def test_a_hit_from_a_slower_level_is_copied_up_as_stored_and_counted_per_level(tmp_path, monkeypatch):
+    """The chain as sccache's: memory is read first like any level; a shared hit is kept in the disk
+    and memory levels as the bytes it was stored as (never encoded or signed again), and the store
+    counts misses, backfills and writes per level."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o2775)
+    config = Config(dir=tmp_path / "a", shared_dir=shared, signing_key=b"k" * 32)
+    writer = Store(config)
+    writer.put(_entry(K))
+    stored = writer.level("shared").peek_raw(K)
+    writer.close()
+    reader = Store(Config(dir=tmp_path / "b", shared_dir=shared, signing_key=b"k" * 32))
+    monkeypatch.setattr(reader, "encode", lambda entry: pytest.fail("a backfill encoded the entry again"))
+    entry, level = reader.get(K)
+    assert level == "shared" and entry.stored == stored
+    assert reader.level("disk").peek_raw(K) == stored  # the same bytes, signature and all
+    counts = reader.stats.session()["level_counts"]
+    assert counts["memory"]["misses"] == 1 and counts["disk"]["misses"] == 1
+    assert counts["memory"]["backfills"] == 1 and counts["disk"]["backfills"] == 1 and counts["disk"]["writes"] == 1
+    again, level = reader.get(K)
+    assert level == "memory" and again.stored is None and again.blobs == entry.blobs  # memory keeps no bytes twice
+    assert [(lv.name, lv.location, lv.mode) for lv in reader.levels] == [
+        ("memory", "this process", "read-write"), ("disk", str(tmp_path / "b"), "read-write"),
+        ("shared", str(shared), "read-write")]
+    reader.close()
+
+
 def test_memory_only_store_without_a_dir():
     calls = []
     store = Store(Config())

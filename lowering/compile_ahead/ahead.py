@@ -80,8 +80,9 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     if compile_pool.workers(session.config) <= 1:
         return 0
     own = _identity(_operands(avals_in), params) if params is not None else None
-    if own is not None and any(n[3] == own for n in taken):
-        taken = taken[[n[3] for n in taken].index(own) + 1:]
+    idents = [n[3] for n in taken]
+    if own is not None and own in idents:  # its latest binding: what came before was lowered, or is this
+        taken = taken[len(idents) - idents[::-1].index(own):]
     seen: set[int] = set()
     started = 0
     for avals_in, params, translate, ident in taken:
