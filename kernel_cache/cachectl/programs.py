@@ -14,6 +14,7 @@ compute_capability is passed).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import multiprocessing
@@ -26,6 +27,7 @@ from typing import Any
 import kernel_cache
 from compiler import parse_target
 
+from .. import call_entry
 from ..config import Config
 from ..display import echo
 from ..entry import peek_meta
@@ -107,15 +109,25 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
 
 def _used_keys(store: Store) -> set[str]:
     """The keys of the entries `store` serves from now on (hits, not builds), filled as it serves
-    them: every hit, a call record's kernels included, is counted through `stats.hit`."""
+    them: every kernel hit (`stats.hit`), and the kernels of every call record served whole
+    (`stats.record_hit`: the record read again here for the kernels it names)."""
     used: set[str] = set()
-    count = store.stats.hit
+    count, count_record = store.stats.hit, store.stats.record_hit
 
     def hit(level: str, key: str, compile_seconds: float) -> None:
         used.add(key)
         count(level, key, compile_seconds)
 
-    store.stats.hit = hit  # type: ignore[method-assign]  # this process's own store, for this prewarm
+    def record_hit(level: str, key: str, compile_seconds: float) -> None:
+        found = store.get(key)
+        if found is not None:
+            with contextlib.suppress(ValueError):
+                used.update(call_entry.CallRecord.from_entry(found[0]).config_keys)
+        count_record(level, key, compile_seconds)
+
+    # this process's own store, for this prewarm
+    store.stats.hit = hit  # type: ignore[method-assign]
+    store.stats.record_hit = record_hit  # type: ignore[method-assign]
     return used
 
 
