@@ -56,6 +56,7 @@ MODULE_STATE = {
     "lowering/records/winners.py:_SHORT": CONSTANT,
     "lowering/records/winners.py:_device_kind": f"{FACT}: the visible GPU's model",
     "kernel_cache/__init__.py:_default": "the session itself: replaced whole by configure()",
+    "kernel_cache/canonical.py:_OPEN": CONSTANT,
     "kernel_cache/config.py:_SECONDS": CONSTANT,
     "kernel_cache/config.py:_UNITS": CONSTANT,
     "kernel_cache/display.py:_NAMED": CONSTANT,
