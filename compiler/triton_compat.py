@@ -223,13 +223,22 @@ def param_flags(fn: JITFunction) -> tuple[tuple[str, bool, bool, bool, str], ...
     return flags
 
 
+_defaults: dict[int, tuple[JITFunction, dict[str, Any]]] = {}
+
+
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
-    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`)."""
+    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`). Memoized per
+    function as `param_flags` is (its parameters are fixed at decoration); a copy each time."""
+    found = _defaults.get(id(fn))
+    if found is not None and found[0] is fn:
+        return dict(found[1])
     out = {}
     for p in fn.params:
         if p.is_constexpr and getattr(p, "has_default", False):
             default = p.default
             out[p.name] = getattr(default, "value", default) if type(default).__name__ == "constexpr" else default
+    if len(_defaults) < 8192:
+        _defaults[id(fn)] = (fn, dict(out))
     return out
 
 

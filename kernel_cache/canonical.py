@@ -85,31 +85,56 @@ def _leaf(value: Any) -> str | None:
     return None
 
 
+_OPEN = {list: '{"list":[', tuple: '{"tuple":['}  # a plain list's or tuple's opening, as _write writes it
+
+
 def _write(value: Any, extend: Extension | None, out: Callable[[str], object]) -> None:
+    """Append `value`'s text to `out`. Strings and ints, most of a key's leaves, are written inline
+    (in a list, a tuple and a dict's items) without a call per leaf: a lowered call's key is
+    encoded on every lowering."""
     leaf = _leaf(value)
     if leaf is not None:
         out(leaf)
     elif isinstance(value, (list, tuple)):
-        out("{" + _string(type(value).__name__) + ":[")
-        first = True
+        kind = type(value)
+        out(_OPEN.get(kind) or "{" + _string(kind.__name__) + ":[")
+        separator = ""
         for item in value:
-            if not first:
-                out(",")
-            first = False
-            leaf = _leaf(item)
-            if leaf is not None:
-                out(leaf)
+            item_kind = type(item)
+            if item_kind is str:
+                out(separator + _string(item))
+            elif item_kind is int:
+                out(separator + '{"int":"' + str(item) + '"}')
             else:
-                _write(item, extend, out)
+                leaf = _leaf(item)
+                if leaf is not None:
+                    out(separator + leaf)
+                else:
+                    if separator:
+                        out(separator)
+                    _write(item, extend, out)
+            separator = ","
         out("]}")
     elif isinstance(value, dict):
         out('{"dict":[')
-        for i, (k, v) in enumerate(sorted(value.items(), key=_by_key_repr)):
-            out(",[" if i else "[")
-            _write(k, extend, out)
-            out(",")
-            _write(v, extend, out)
-            out("]")
+        opening = "["
+        for k, v in sorted(value.items(), key=_by_key_repr):
+            key_text = _string(k) if type(k) is str else _leaf(k)
+            if key_text is None:
+                out(opening)
+                _write(k, extend, out)
+                out(",")
+            else:
+                out(opening + key_text + ",")
+            opening = ",["
+            value_kind = type(v)
+            value_text = _string(v) if value_kind is str else \
+                '{"int":"' + str(v) + '"}' if value_kind is int else _leaf(v)
+            if value_text is None:
+                _write(v, extend, out)
+                out("]")
+            else:
+                out(value_text + "]")
         out("]}")
     else:
         out(text(_scalar(value, extend)))

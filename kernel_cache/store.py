@@ -12,7 +12,7 @@ import contextlib
 import errno
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import cache_settings, disk_repair, lookup_log
 from . import entry as entry_format
@@ -53,6 +53,7 @@ class Store:
                     self.levels.append(level)
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
+        self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
 
     # Public API ---------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class Store:
     def touch(self, keys: Iterable[str]) -> None:
         """A use of these entries, unread (a lowered-call record served them), for the levels' LRU order."""
         for level in self.persistent_levels:
-            if isinstance(level, MaintainedLevel):
+            if self._maintained(level):
                 with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
                     level.touch(keys)
 
@@ -192,6 +193,15 @@ class Store:
         self.stats.hit(level, key, compile_seconds(entry.meta))
         lookup_log.lookup(key, label, level, start)
         return entry.meta, entry.blobs
+
+    def _maintained(self, level: Level) -> TypeGuard[MaintainedLevel]:
+        """isinstance(level, MaintainedLevel), asked once per level class: a runtime-checkable
+        protocol's isinstance looks up every one of its members (~20 us), and a record served asks."""
+        kind = type(level)
+        found = self._maintained_kinds.get(kind)
+        if found is None:
+            found = self._maintained_kinds[kind] = isinstance(level, MaintainedLevel)
+        return found
 
     def _level_get(self, level: Level, key: str) -> Entry | None:
         try:

@@ -22,6 +22,7 @@ PROCESS = "the process's own (not a memo): the same whatever the configuration"
 MODULE_STATE = {
     "compiler/triton_compat.py:make_backend": f"{PURE} (the target) under the installed Triton",
     "compiler/triton_compat.py:_flags": f"{PURE} (a JITFunction's parameters)",
+    "compiler/triton_compat.py:_defaults": f"{PURE} (a JITFunction's constexpr defaults)",
     "compiler/triton_compat.py:_PARSED": f"{PURE} (target and options) under the installed Triton",
     "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
     "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
@@ -49,6 +50,7 @@ MODULE_STATE = {
     "lowering/payload/proto.py:_FILE_FIELDS": CONSTANT,
     "lowering/planning/kernels.py:_POINTER_TYPES": f"{PURE} (a dtype -> its pointer type)",
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
+    "lowering/planning/plan.py:_DTYPES": f"{PURE} (a dtype -> its name and item size)",
     "lowering/planning/plan.py:_TARGETS": f"{FACT}: the target of (platform, call's arch, configured arch)",
     "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",
     "lowering/planning/target_arch.py:_device_arch": f"{FACT}: the visible device's architecture",
@@ -56,6 +58,7 @@ MODULE_STATE = {
     "lowering/records/winners.py:_SHORT": CONSTANT,
     "lowering/records/winners.py:_device_kind": f"{FACT}: the visible GPU's model",
     "kernel_cache/__init__.py:_default": "the session itself: replaced whole by configure()",
+    "kernel_cache/canonical.py:_OPEN": CONSTANT,
     "kernel_cache/config.py:_SECONDS": CONSTANT,
     "kernel_cache/config.py:_UNITS": CONSTANT,
     "kernel_cache/display.py:_NAMED": CONSTANT,

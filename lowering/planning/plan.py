@@ -104,7 +104,7 @@ class KernelPlan:
             compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
             aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(_nbytes(a) for a in avals_in),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
-        shapes = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype).name) for a in (*avals_in, *results)]
+        shapes = [(tuple(int(d) for d in a.shape), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
         return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
                    options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
                    avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
@@ -145,7 +145,19 @@ def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scal
 
 
 def _nbytes(aval: Any) -> int:
-    return math.prod(int(d) for d in aval.shape) * int(np.dtype(aval.dtype).itemsize)
+    return math.prod(int(d) for d in aval.shape) * _dtype(aval.dtype)[1]
+
+
+_DTYPES: dict[Any, tuple[str, int]] = {}  # a dtype -> (its name, its item size): every operand asks
+
+
+def _dtype(dtype: Any) -> tuple[str, int]:
+    found = _DTYPES.get(dtype)
+    if found is None:
+        found = (np.dtype(dtype).name, int(np.dtype(dtype).itemsize))
+        if len(_DTYPES) < 256:
+            _DTYPES[dtype] = found
+    return found
 
 
 def _runtime_values(in_avals: Sequence[Any], scalars: Sequence[tuple[int, Any]]) -> list[Any]:

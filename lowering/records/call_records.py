@@ -21,7 +21,7 @@ from typing import Any
 
 from compiler import Artifact
 from compiler.toolchain import toolchain_summary
-from kernel_cache import Session, Store, call_entry, lookup_log
+from kernel_cache import Entry, Session, Store, call_entry, lookup_log
 from kernel_cache.levels.memory import SizedLRU
 
 from ..planning.plan import KernelPlan
@@ -129,18 +129,27 @@ def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
     if found is None:
         return None
     entry, level = found
+    decoded = slot.memos.decoded.get(key)
+    if decoded is not None and decoded[0] is entry:  # the memory level's own entry, checked before
+        return decoded[1], level
     try:
-        return call_entry.CallRecord.from_entry(entry), level
+        record = call_entry.CallRecord.from_entry(entry)
     except ValueError:
         return None  # another kind under this key (or a malformed record): lowered and recorded again
+    if len(slot.memos.decoded) < 4096:
+        slot.memos.decoded[key] = (entry, record)
+    return record, level
 
 
 @dataclass
 class _Memos:
     """This module's session memos: the static part's text per kernel function and target, the
-    kernels whose use the levels have been told of, and (records off) the records of this session."""
+    kernels whose use the levels have been told of, each record decoded from the entry it was
+    read as (kept with it: the memory level answers with the same entry, which is then not checked
+    again), and (records off) the records of this session."""
 
     static: call_key.StaticMemo = field(default_factory=dict)
+    decoded: dict[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
