@@ -12,15 +12,16 @@ import contextlib
 import errno
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-from . import cache_settings, disk_repair, lookup_log
+from . import cache_settings, lookup_log
 from . import entry as entry_format
 from . import levels as backends
 from .config import Config
 from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import IndexDamaged, RejectedEntry
 from .key_locks import KeyLocks
+from .lazy import later
 from .level import Level, MaintainedLevel, holds
 from .levels.memory import MemoryLevel
 from .safefs import Owners
@@ -28,6 +29,11 @@ from .stats import Stats
 from .summary import compile_seconds
 from .wait_budget import WaitBudget
 from .warnings_once import warn_once
+
+if TYPE_CHECKING:
+    from . import disk_repair
+else:
+    disk_repair = later("kernel_cache.disk_repair")  # only when opening finds the local index damaged
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]

@@ -75,7 +75,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
 
         import compiler.cached
 
-        real = compiler.cached.compile_spec  # type: ignore[attr-defined]  # the name get_or_compile calls, patched below
+        real = compiler.cached.compile_spec  # the name get_or_compile calls, patched below
 
         def timed(spec: Any) -> Any:
             start = time.perf_counter()
@@ -85,7 +85,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
                 timeline.append((threading.current_thread().name, spec.name, start - origin,
                                  time.perf_counter() - origin))
 
-        compiler.cached.compile_spec = timed  # type: ignore[attr-defined]  # (as above)
+        compiler.cached.compile_spec = timed
     groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:

@@ -4,12 +4,16 @@
 
 Checked twice: by importing each floor in a fresh interpreter and looking at sys.modules, and by
 reading every import statement of every module (inside functions too), so a lazy import cannot
-hide an upward edge or a cycle.
+hide an upward edge or a cycle. The one sanctioned deferral of our own code, `kernel_cache.lazy.later("module")`
+(a module a warm process does not run: a backend not configured, the compiler's machinery on a miss),
+is read as an import of that module and must point down like any other; its argument must be a
+string literal naming the module absolutely, so that this test can read it.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 from pathlib import Path
 
@@ -40,8 +44,23 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+LATER = "later"  # kernel_cache.lazy.later: the sanctioned deferred import of our own code
+
+
+def _later_target(call: ast.Call) -> str | None:
+    """The module a `later(...)` call names; '<not a literal>' when it names none readably."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name != LATER:
+        return None
+    if len(call.args) == 1 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+        return call.args[0].value
+    return "<not a literal>"
+
+
 def imports_of(path: Path) -> list[tuple[str, bool]]:
-    """(absolute module imported, whether the import sits inside a function) for every import."""
+    """(absolute module imported, whether the import sits inside a function) for every import,
+    `later("module")` included (as an import at module level: the sanctioned deferral)."""
     tree = ast.parse(path.read_text())
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     found = []
@@ -59,10 +78,31 @@ def imports_of(path: Path) -> list[tuple[str, bool]]:
                     base = ".".join([*anchor, base] if base else anchor)
                 found.append((base, inside))
                 found.extend((f"{base}.{alias.name}", inside) for alias in child.names)
+            elif isinstance(child, ast.Call) and (target := _later_target(child)) is not None:
+                found.append((target, False))
             visit(child, inside)
 
     visit(tree, False)
     return found
+
+
+def test_later_names_a_module_by_a_literal():
+    """`later(...)` takes one string literal, an absolute module name that exists: the floor check
+    above reads it, and a typo would fail at the rare path's first use, not here."""
+    for path in project_modules():
+        for name, _ in imports_of(path):
+            if name == "<not a literal>":
+                raise AssertionError(f"{path.relative_to(ROOT)}: later() needs a string literal module name")
+    named = {name for path in project_modules() for name, _ in _later_calls(path)}
+    assert named, "no later() call found: the reader above would not see one"
+    for name in named:
+        assert importlib.util.find_spec(name) is not None, f"later({name!r}) names no module"
+
+
+def _later_calls(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    return [(target, node.lineno) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and (target := _later_target(node)) is not None]
 
 
 def project_modules() -> list[Path]:

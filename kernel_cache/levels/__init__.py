@@ -1,38 +1,54 @@
 """The store's levels, one module per backend: `memory` (this process), `disk` (a node-local
 directory indexed by diskcache), `shared` (plain files on a cluster filesystem) and `remote` (Redis).
 
-`BACKENDS` lists the persistent ones fastest first, each with the function that opens it from a
-Config (None when the Config names none) and where it would live; the store reads them in that
-order and backfills hits into the faster ones. Each level describes itself (`name`, `location`,
-`mode`, `writable`): nothing here switches on a level's name. A new backend is one module here and
-one row below.
+`BACKENDS` lists the persistent ones fastest first, each with whether a Config names it, the module
+that opens it (its `open_from_config`) and where it would live; the store reads them in that order
+and backfills hits into the faster ones. Each level describes itself (`name`, `location`, `mode`,
+`writable`): nothing here switches on a level's name. A new backend is one module here and one row
+below. The shared and remote modules (and the Redis client) are imported only when a Config names
+them (`kernel_cache.lazy`): a process with a local cache alone never loads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..config import Config
+from ..lazy import later
 from ..safefs import Owners
 from ..signing import Signer
-from . import disk, remote, shared
+from . import disk
 
-# (config, owners, signer, read_only) -> the opened level, or None when the config names none
-Opener = Callable[[Config, Owners, "Signer | None", bool], Any]
+if TYPE_CHECKING:
+    from . import remote, shared
+else:
+    remote = later("kernel_cache.levels.remote")
+    shared = later("kernel_cache.levels.shared")
 
 
 class Backend(NamedTuple):
-    """One persistent backend: its name, how it opens from a Config, and where it would live (for a
-    message about a level that did not open; an opened level says it itself: `Level.location`)."""
+    """One persistent backend: its name, whether a Config names it (read without importing its
+    module), its module, opened through its `open_from_config`, and `location_in` (where it would
+    live, for a message about a level that did not open; an opened level says it itself:
+    `Level.location`)."""
 
     name: str
-    open: Opener
-    location_in: Callable[[Config], str]
+    named_in: Callable[[Config], bool]
+    module: Any  # the backend's module: open_from_config(config, owners, signer, read_only), location_in(config)
+
+    def open(self, config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> Any:
+        """The opened level, or None when the config names none (its module then stays unimported)."""
+        if not self.named_in(config):
+            return None
+        return self.module.open_from_config(config, owners, signer, read_only)
+
+    def location_in(self, config: Config) -> str:
+        return str(self.module.location_in(config))
 
 
 BACKENDS: tuple[Backend, ...] = (
-    Backend("disk", disk.open_from_config, disk.location_in),
-    Backend("shared", shared.open_from_config, shared.location_in),
-    Backend("remote", remote.open_from_config, remote.location_in),
+    Backend("disk", lambda config: config.dir is not None, disk),
+    Backend("shared", lambda config: config.shared_dir is not None, shared),
+    Backend("remote", lambda config: config.remote is not None, remote),
 )

@@ -1,0 +1,38 @@
+"""The one way our own code defers importing our own code: `later("kernel_cache.levels.remote")`.
+
+A warm process should load only what it runs (issue 31): no Redis client without a remote, no
+shared-directory level without a shared directory, no index repair on an undamaged index, none of
+the compiler's machinery without a miss. A module that needs such a module on a rare path holds
+`later(name)`, a stand-in that imports `name` at its first attribute access and hands every
+attribute access on to the real module (so a test that patches the real module is seen).
+
+The floor test (`tests/test_floors.py`) reads every `later("...")` call as an import of that
+module: the name must be a string literal, absolute, and on the same floor or a lower one. An
+`import` statement inside a function stays refused; this is the only sanctioned deferral.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+
+class Later(ModuleType):
+    """A module named but not yet imported: the first attribute read imports it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:  # only for names the stand-in does not have itself
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self.__name__)
+        return getattr(module, attr)
+
+
+def later(name: str) -> Any:
+    """A stand-in for the module `name`, imported at its first use. Typed `Any`: declare the
+    real module under `TYPE_CHECKING` beside it, so that mypy checks every use."""
+    return Later(name)
