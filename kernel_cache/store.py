@@ -1,9 +1,12 @@
-"""The store: memory -> local disk (-> shared) levels behind one get-or-create, single-flight per key.
+"""The store: a chain of levels (memory, local disk, shared directory, remote), read in order, behind
+one get-or-create, single-flight per key across threads, processes and nodes.
 
 A cache failure never fails the caller: an unusable or untrusted level is dropped with one warning
 and the store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt; an entry
 rejected for who wrote it (unsigned, foreign key) is a miss, counted, and never copied into a
-faster level. With a signing key every entry written is signed (see kernel_cache.signing).
+faster level. With a signing key every entry written is signed (see kernel_cache.signing). It is
+long because the chain, its counters and the single-flight lock are one place: what a lookup costs
+and what a compile waits for read together here.
 """
 
 from __future__ import annotations
