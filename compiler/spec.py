@@ -211,7 +211,7 @@ def _leaf_type(tgt: Target, name: str, value: Any, no_spec: bool, no_align: bool
 
 
 def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int, ...], no_spec: bool,
-                 no_align: bool, attrs: dict[tuple[Any, ...], list[Any]]) -> tuple[Any, ...]:
+                 no_align: bool, attrs: dict[tuple[Any, ...], Any]) -> tuple[Any, ...]:
     """The nested signature of a tuple parameter; each leaf's attribute keyed by its path (param
     index, then the index in each tuple). An int equal to 1 inside a tuple stays a runtime value
     (jax-triton 0.4 specializes only top-level parameters on it)."""
@@ -226,7 +226,7 @@ def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int
             ty, spec_attr = tc.specialize(tgt.backend, item, specialize=False, align=not no_align)
         types.append(ty)
         if isinstance(spec_attr, str):
-            attrs[where] = tc.parse_attr(tgt.backend, spec_attr)
+            attrs[where] = spec_attr  # parsed with the others, in one call (`make_spec`)
     return tuple(types)
 
 
@@ -253,7 +253,7 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             f"{[f[0] for f in runtime_params]} besides constexprs {sorted(constexprs)}, got {len(args)}")
 
     signature: dict[str, Any] = {}
-    attrs: dict[tuple[Any, ...], list[Any]] = {}
+    attrs: dict[tuple[Any, ...], Any] = {}  # path -> its specialization text, parsed below
     all_constexprs: dict[str, Any] = {}
     arg_iter = iter(args)
     for index, (name, _is_constexpr, no_spec, no_align, ann) in enumerate(flags):
@@ -272,7 +272,8 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             continue
         signature[name] = ty
         if isinstance(spec_attr, str):
-            attrs[(index,)] = tc.parse_attr(tgt.backend, spec_attr)
+            attrs[(index,)] = spec_attr
+    attrs = tc.parse_attrs(tgt.backend, attrs)  # each specialization text as Triton's attributes
     merged = {**DEFAULT_OPTIONS, **options}
     return KernelSpec(kernel=fn, signature=signature, constexprs=all_constexprs, attrs=attrs, target=tgt,
                       num_warps=_positive_int("num_warps", num_warps),

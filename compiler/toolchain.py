@@ -158,6 +158,11 @@ def triton_build_key() -> str:
     return tc.triton_build_key(lambda paths: [hashes.sha256(path) for path in paths])
 
 
+# Memo directories this process has claimed as kernel-cache's (their marker checked or written):
+# a fact of the file system for the process, asked once per directory instead of once per memo.
+_claimed: set[str] = set()
+
+
 class _Memo:
     """A JSON dict on disk; unreadable or unwritable files just mean recomputing."""
 
@@ -178,8 +183,11 @@ class _Memo:
         if self.path is None:
             return
         try:
-            if not cache_marker.claim_directory(str(self.path.parent)):
-                return  # not a kernel-cache directory: never written into (recomputed next time)
+            directory = str(self.path.parent)
+            if directory not in _claimed:
+                if not cache_marker.claim_directory(directory):
+                    return  # not a kernel-cache directory: never written into (recomputed next time)
+                _claimed.add(directory)
             data = self.load()
             data[key] = value
             with safefs.atomic_file(self.path) as f:

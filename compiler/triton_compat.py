@@ -22,7 +22,7 @@ import sysconfig
 import threading
 import types
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import triton
 from triton.runtime.autotuner import Autotuner, Heuristics
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # annotations only: target.py imports nothing from here, but 
     from .target import Target
 
 TRITON_VERSION: str = triton.__version__
+K = TypeVar("K")
 
 # CPython 3.11's ast module is not safe to use from several threads at once ("AST constructor
 # recursion depth mismatch", fixed in 3.12): Triton's code generator parses the kernel's source, so
@@ -198,6 +199,12 @@ def tma_host_elem_type(device_elem_type: int, round_f32_to_tf32: bool = False) -
 
 def parse_attr(backend_name: str, desc: str) -> list[Any]:
     return list(backend_class(backend_name).parse_attr(desc))
+
+
+def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
+    """`parse_attr` of every value of `descs` (a spec's specialization texts by parameter path)."""
+    backend = backend_class(backend_name)
+    return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 
 
 # A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on purpose.

@@ -210,7 +210,7 @@ class Stats:
             self._bump("compiles", 1)
             self._bump("compile_us", int(seconds * _MICRO))
         emit(COMPILE, seconds=seconds)
-        self.flush()
+        self.flush(walked=False)  # a compile's counters persist at once; the levels' at the next flush
 
     def error(self) -> None:
         with self._lock:
@@ -237,11 +237,14 @@ class Stats:
         if time.monotonic() - self._last_flush > 1.0:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, walked: bool = True) -> None:
+        """Add this process's new counts to the persisted ones. `walked`: the levels' counts too
+        (every flush but a compile's, which keeps the index writes of a cold lowering few)."""
         with self._lock:
-            walked, self.levels = self.levels, Counter()
-            self._pending.update(walked)
-            self._session.update(walked)
+            if walked:
+                counts, self.levels = self.levels, Counter()
+                self._pending.update(counts)
+                self._session.update(counts)
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()

@@ -27,6 +27,7 @@ MODULE_STATE = {
     "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
     "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
     "compiler/toolchain.py:_per_target": f"{FACT}: the fingerprint per target, keyed by those files' identity",
+    "compiler/toolchain.py:_claimed": f"{FACT}: the memo directories claimed as kernel-cache's",
     "compiler/toolchain.py:_primed": f"{PROCESS}: whether the fingerprint's head start began",
     "compiler/__init__.py:_LATER": f"{CONSTANT} (the names imported at their first use, by module)",
     "compiler/examples.py:MATMUL_CONFIGS": f"{CONSTANT} (the example kernel's autotune configs)",

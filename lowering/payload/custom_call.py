@@ -135,22 +135,27 @@ def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], 
             [(k, c.launch.description) for k, c in zip(kernel_calls, calls)],
             _autotune_aliases(info.aliases, info.num_inputs, info.in_sizes))
     proto = launch.to_proto(info.name, info.serialized_metadata)
-    with_image = layout is not None and all(c.artifact.cubin for c in calls)
+    cubins = [c.artifact.blobs.get("cubin") for c in calls]  # the blobs themselves: asked once each
+    with_image = layout is not None and all(cubins)
     if with_image:
-        proto = inject(proto, [ModuleImage(cast(bytes, c.artifact.cubin), c.artifact.name, c.artifact.shared_mem)
-                               for c in calls], layout)
-    return deflate.compress(proto, _fixed_parts(platform, calls, with_image))
+        proto = inject(proto, [ModuleImage(cast(bytes, cubin), c.artifact.name, c.artifact.shared_mem)
+                               for c, cubin in zip(calls, cubins)], layout)
+    return deflate.compress(proto, _fixed_parts(platform, calls, cubins if with_image else None))
 
 
-def _fixed_parts(platform: str, calls: Sequence[ConfigCall], with_image: bool) -> list[tuple[bytes, bytes]]:
-    """(bytes, their deflate run) of each kernel's PTX and cubin, as the proto holds them."""
+def _fixed_parts(platform: str, calls: Sequence[ConfigCall], cubins: Sequence[bytes | None] | None
+                 ) -> list[tuple[bytes, bytes]]:
+    """(bytes, their deflate run) of each kernel's PTX and cubin (`cubins`: those in the module image,
+    None: none), as the proto holds them."""
     parts = []
-    for call in calls:
+    for index, call in enumerate(calls):
         art = call.artifact
-        if platform == "cuda" and art.ptx:
-            parts.append((art.blobs["ptx"], deflate.deflated(art.blobs["ptx"], art.deflated("ptx"))))
-        if with_image and art.cubin:
-            parts.append((art.cubin, deflate.deflated(art.cubin, art.deflated("cubin"))))
+        ptx = art.blobs.get("ptx")
+        if platform == "cuda" and ptx:
+            parts.append((ptx, deflate.deflated(ptx, art.deflated("ptx"))))
+        cubin = cubins[index] if cubins is not None else None
+        if cubin:
+            parts.append((cubin, deflate.deflated(cubin, art.deflated("cubin"))))
     return parts
 
 

@@ -234,16 +234,22 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
         return ModuleImageLayout(
             kernel_field=_required(call, "kernel"), image_field=image[0],
             object_file=_required(image_msg, "object_file"), kernel_name=_required(image_msg, "kernel_name"),
-            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=_required(tuned, "configs"),
+            shared_mem_bytes=_number(image_msg, "shared_mem_bytes"), config_field=_required(tuned, "configs"),
             config_call_field=_required(config, "kernel_call"), any_call_field=_required(any_call, "kernel_call"),
             any_autotuned_field=_required(any_call, "autotuned_kernel_call"))
     except KeyError:
         return None
 
 
+def _number(schema: proto.MessageSchema, field_name: str) -> int | None:
+    """`MessageSchema.number`, read here: a schema is read field by field on a cold first call."""
+    entry = schema.fields.get(field_name)
+    return entry[0] if entry else None
+
+
 def _required(schema: proto.MessageSchema, field_name: str) -> int:
     """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
-    number = schema.number(field_name)
+    number = _number(schema, field_name)
     if not number:
         raise KeyError(field_name)
     return number
