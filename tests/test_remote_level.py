@@ -168,7 +168,7 @@ CHILD = """
 import json, sys, time
 from kernel_cache import Config, Store
 url, namespace, local, keys, delay, log = sys.argv[1:7]
-store = Store(Config(dir=local, remote=url, remote_namespace=namespace, remote_timeout=0.5, lock_timeout=60,
+store = Store(Config(dir=local, remote=url, remote_namespace=namespace, remote_timeout=0.5, lock_timeout=120,
                      signing_key=SIGNING))
 def builder(key):
     def build():
