@@ -75,10 +75,11 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     so the notes up to the missing call's own are done with: older ones belong to modules lowered (or
     dropped) before, and its own is its rule's to compile. Nothing of this runs on a warm lowering."""
     with _lock:
-        taken = [(*n, _identity(n[0], n[1])) for n in _noted]
+        noted = list(_noted)
         _noted.clear()
     if compile_pool.workers(session.config) <= 1:
         return 0
+    taken = [(*n, _identity(n[0], n[1])) for n in noted]
     own = _identity(_operands(avals_in), params) if params is not None else None
     idents = [n[3] for n in taken]
     if own is not None and own in idents:  # its latest binding: what came before was lowered, or is this
