@@ -183,21 +183,19 @@ class Stats:
         return self._unavailable
 
     def hit(self, level: str, key: str, compile_seconds: float) -> None:
-        with self._lock:
-            self._bump(f"hits.{level}", 1)
-            self._bump("saved_us", int(compile_seconds * _MICRO))
-            self._entry_hits[key] += 1
-        emit(HIT, level, compile_seconds)
-        self._maybe_flush()
+        self._served(HIT, "hits", level, key, compile_seconds)
 
     def record_hit(self, level: str, key: str, compile_seconds: float) -> None:
         """A lowered-call record (`key`) served a whole call from `level`: one record hit (its kernels
         are not read, so they are not counted as hits); `compile_seconds`: what compiling them cost."""
+        self._served(RECORD_HIT, "record_hits", level, key, compile_seconds)
+
+    def _served(self, kind: str, counter: str, level: str, key: str, compile_seconds: float) -> None:
         with self._lock:
-            self._bump(f"record_hits.{level}", 1)
+            self._bump(f"{counter}.{level}", 1)
             self._bump("saved_us", int(compile_seconds * _MICRO))
             self._entry_hits[key] += 1
-        emit(RECORD_HIT, level, compile_seconds)
+        emit(kind, level, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
