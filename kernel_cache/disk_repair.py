@@ -37,14 +37,14 @@ from .disk_index import (
 )
 from .entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from .errors import IndexDamaged, LevelReadOnly, LevelUnavailable
-from .level import Level, no_lock
+from .level import InDirectory, Level, no_lock
 from .levels import disk
 from .levels.disk import DiskLevel
 from .safefs import Owners, Tree
 from .warnings_once import warn_once
 
 
-class ValueFilesLevel:
+class ValueFilesLevel(InDirectory):
     """The local level seen through its value files alone, for an operator when the index cannot
     be opened (damaged): list, show, export and prune still work (every value is a file; entries an
     older kernel-cache kept inside the index are not seen); `rebuild_index` restores the index itself."""
@@ -52,10 +52,6 @@ class ValueFilesLevel:
     name = "disk"
     writable = False
     mode = "read-only (its index damaged)"
-
-    @property
-    def location(self) -> str:
-        return str(self.directory)
 
     def __init__(self, directory: Path, owners: Owners | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES):

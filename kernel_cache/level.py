@@ -97,6 +97,27 @@ class MaintainedLevel(Protocol):
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
 
+class _Directoried(Protocol):
+    @property
+    def directory(self) -> Path | None: ...
+
+    @property
+    def writable(self) -> bool: ...
+
+
+class InDirectory:
+    """How a level kept in a directory describes itself (the local and shared levels, the local
+    level's value files seen alone): its directory, and whether it takes writes now."""
+
+    @property
+    def location(self: _Directoried) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self: _Directoried) -> str:
+        return "read-write" if self.writable else "read-only"
+
+
 @runtime_checkable
 class KeptLevel(Level, MaintainedLevel, Protocol):
     """A level with both parts: what `cachectl` lists, verifies and prunes."""

@@ -61,6 +61,7 @@ from ..disk_index import (
 from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from ..errors import IndexDamaged, LevelReadOnly, LevelUnavailable
+from ..level import InDirectory
 from ..safefs import Owners, UnsafeFile
 from ..signing import Signer
 from ..warnings_once import warn_once
@@ -69,7 +70,7 @@ BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of w
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
 
 
-class DiskLevel:
+class DiskLevel(InDirectory):
     name = "disk"
 
     def __init__(self, directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
@@ -185,14 +186,6 @@ class DiskLevel:
     @property
     def writable(self) -> bool:
         return self._writer_due() and time.monotonic() >= self._busy_until
-
-    @property
-    def location(self) -> str:
-        return str(self.directory)
-
-    @property
-    def mode(self) -> str:
-        return "read-write" if self.writable else "read-only"
 
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:

@@ -40,6 +40,7 @@ from ..config import Config
 from ..display import escaped
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from ..errors import LevelUnavailable, LevelUntrusted, RejectedEntry
+from ..level import InDirectory
 from ..safefs import Owners, Tree, UnsafeFile
 from ..signing import Signer
 from ..warnings_once import info_once, warn_once
@@ -57,16 +58,8 @@ _FANOUT_CHARS = set("0123456789abcdef")
 Authenticate = Callable[[bytes], "str | None"]
 
 
-class SharedLevel:
+class SharedLevel(InDirectory):
     name = "shared"
-
-    @property
-    def location(self) -> str:
-        return str(self.directory)
-
-    @property
-    def mode(self) -> str:
-        return "read-write" if self.writable else "read-only"
 
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
                  stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
