@@ -28,10 +28,19 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def front_end_weight(spec: KernelSpec) -> float:
+    """A guess, before compiling, of how long `spec` compiles: its kernel's source length times its
+    pipeline stages (a matmul's software pipelining multiplies the code LLVM and ptxas see). Orders
+    concurrent compiles' front ends (`front_end_turns`), nothing else."""
+    source = getattr(spec.kernel, "src", "")
+    return float(len(source if isinstance(source, str) else "") * max(1, spec.num_stages))
+
+
 def compile_spec(spec: KernelSpec) -> Artifact:
     """Compile `spec` through TTIR -> TTGIR -> LLIR -> PTX -> cubin (CUDA) or
     -> AMDGCN -> HSACO (ROCm). Raises CompileError naming the failing stage."""
     stage = "options"
+    keep = _ALWAYS_KEPT | (set(TEXT_BLOBS) if spec.keep_ir else set())
     start = time.perf_counter()
     try:
         parsed = tc.parse_options(spec.target, spec.triton_options())
@@ -42,14 +51,14 @@ def compile_spec(spec: KernelSpec) -> Artifact:
             nonlocal stage
             stage = ext
 
-        outputs, metadata = tc.run_stages(src, spec.target, parsed, on_stage)
+        outputs, metadata = tc.run_stages(src, spec.target, parsed, on_stage, keep=keep,
+                                          weight=front_end_weight(spec))
     except CompileError:
         raise
     except Exception as exc:
         raise CompileError(spec.name, stage, spec.summary(), exc) from exc
     seconds = time.perf_counter() - start
 
-    keep = _ALWAYS_KEPT | (set(TEXT_BLOBS) if spec.keep_ir else set())
     blobs = {}
     for ext, out in outputs.items():
         if ext in keep:

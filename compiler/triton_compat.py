@@ -19,26 +19,21 @@ import hashlib
 import inspect
 import os
 import sysconfig
-import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import triton
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
+from .front_end_turns import FRONT_END
+
 if TYPE_CHECKING:  # annotations only: target.py imports nothing from here, but keep the shim leaf-like
     from .target import Target
 
 TRITON_VERSION: str = triton.__version__
 K = TypeVar("K")
-
-# CPython 3.11's ast module is not safe to use from several threads at once ("AST constructor
-# recursion depth mismatch", fixed in 3.12): Triton's code generator parses the kernel's source, so
-# concurrent compiles take turns for that stage and overlap only in the MLIR/LLVM passes and ptxas.
-_AST_LOCK = threading.Lock()
-
 
 def is_jit_function(obj: Any) -> bool:
     return isinstance(obj, JITFunction)
@@ -381,11 +376,14 @@ def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str,
 
 
 def run_stages(src: Any, target: Target, parsed_options: Any,
-               on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+               on_stage: Callable[[str], None] | None = None, *, keep: Collection[str] | None = None,
+               weight: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run Triton's compile pipeline stage by stage, as triton.compile does, without its cache.
 
-    Returns (stage outputs by extension, metadata filled in by the stages).
-    `on_stage(ext)` is called before each stage so errors can name the stage.
+    Returns (stage outputs by extension, metadata filled in by the stages): every stage's, or only
+    those in `keep` (an MLIR module not kept is never printed). `on_stage(ext)` is called before
+    each stage so errors can name the stage. The front end waits for its turn (`front_end_turns`,
+    heaviest `weight` first) behind other threads' compiles.
     """
     from triton._C.libtriton import ir
 
@@ -406,12 +404,13 @@ def run_stages(src: Any, target: Target, parsed_options: Any,
     module_map = backend.get_module_map()
     if on_stage:
         on_stage("ast")
-    with _AST_LOCK:
+    with FRONT_END.turn(weight):
         module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
     outputs: dict[str, Any] = {}
     for ext, compile_ir in stages.items():
         if on_stage:
             on_stage(ext)
         module = compile_ir(module, metadata)
-        outputs[ext] = module if isinstance(module, (bytes, str)) else str(module)
+        if keep is None or ext in keep:
+            outputs[ext] = module if isinstance(module, (bytes, str)) else str(module)
     return outputs, metadata
