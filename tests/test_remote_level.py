@@ -251,3 +251,29 @@ def test_the_server_killed_and_restarted_mid_run_never_fails_a_call(fresh_server
     assert time.monotonic() - start < 60
     builds = log.read_text().split()
     assert set(builds) == set(KEYS) and len(builds) <= 3 * len(KEYS)
+
+
+LAZY_PROBE = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from kernel_cache import Config, Store
+directory, url, key, other = sys.argv[1:5]
+signing = b"remote-team-signing-key-0123456789"
+Store(Config(dir=directory, signing_key=signing)).get_or_create(key, lambda: ({"k": 1}, {"cubin": b"x"}, 0.01))
+store = Store(Config(dir=directory, remote=url, remote_timeout=0.2, signing_key=signing))
+hit = store.get(key)
+report = {"hit": hit is not None, "redis_after_hit": "redis" in sys.modules}
+store.get(other)  # a miss reaches the remote (refused here: nothing listens)
+report["redis_after_miss"] = "redis" in sys.modules
+print(json.dumps(report))
+"""
+
+
+def test_a_warm_node_whose_disk_serves_every_read_never_imports_redis(tmp_path):
+    """The remote level connects (and imports redis-py, ~0.15-0.2 s) at its first use, not when the
+    store opens: a warm node with a remote configured reads everything from its own disk."""
+    proc = subprocess.run([sys.executable, "-c", LAZY_PROBE, str(tmp_path / "cache"), "redis://127.0.0.1:9/0",
+                           KEY, KEY2], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"hit": True, "redis_after_hit": False, "redis_after_miss": True}

@@ -14,6 +14,7 @@ and read-only mode, so the level's protocol (remote.py) never asks how the serve
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,14 @@ FIRST_BACKOFF = 1.0  # seconds the breaker skips the server after its first faul
 # that need its lock while the breaker's next probe is at most this far away; beyond, they go on alone.
 RECOVERY_SECONDS = 5.0
 DISCOVERY_FACTOR = 4  # timeouts a cluster client may take, once per process, to learn the slot map
+
+
+def redis_installed(endpoint: str) -> None:
+    """Raise LevelUnavailable where redis-py is missing, without importing it (the level opens
+    before its first use; the import waits for that)."""
+    if importlib.util.find_spec("redis") is None:
+        raise LevelUnavailable(f"KERNEL_CACHE_REMOTE={endpoint} is set but the redis package is not installed "
+                              f"(pip install redis)")
 
 
 def redis_module() -> Any:

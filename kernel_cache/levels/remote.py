@@ -40,7 +40,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .. import entry as entry_format
 from ..config import Config
@@ -51,7 +51,7 @@ from ..safefs import Owners
 from ..signing import Signer
 from ..warnings_once import warn_once
 from . import redis_guard
-from .redis_link import RedisLink
+from .redis_link import RedisLink, redis_installed
 from .remote_lease import MAX_LEASE_BYTES, Lease, why_not_honoured
 
 BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
@@ -149,11 +149,38 @@ class RemoteLevel:
         self._lock = threading.Lock()
         self._pending_touches: set[str] = set()
         self._bad: OrderedDict[str, str] = OrderedDict()  # key -> marker of the value we rejected there
-        self.link = RedisLink(url, self.endpoint, timeout=timeout, max_reply_bytes=max_entry_bytes + REPLY_SLACK,
-                              breaker_seconds=breaker_seconds, counters=self.counters, password=password)
-        plain = self.link.client  # scripts are registered once, run on whichever client the link settles on
-        self._peek, self._replace, self._marker_of, self._release, self._refresh = (
-            plain.register_script(text) for text in (_PEEK, _REPLACE, _MARKER_OF, _RELEASE, _REFRESH))
+        redis_installed(self.endpoint)
+        self._password = password
+        self._connecting = threading.Lock()
+        self._link: RedisLink | None = None
+        self._scripts: _Scripts | None = None
+
+    @property
+    def link(self) -> RedisLink:
+        """The link to the server, made at the first use that needs it: a warm node whose reads all
+        hit its own disk never imports redis-py (~0.15-0.2 s) and never connects."""
+        link = self._link
+        if link is None:
+            with self._connecting:
+                if self._link is None:
+                    link = RedisLink(self.url, self.endpoint, timeout=self.timeout,
+                                     max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
+                                     breaker_seconds=self.breaker_seconds, counters=self.counters,
+                                     password=self._password)
+                    plain = link.client  # registered once, run on whichever client the link settles on
+                    self._scripts = _Scripts(*(plain.register_script(text) for text in _SCRIPT_TEXTS))
+                    self._link = link
+            link = self._link
+        assert link is not None
+        return link
+
+    @property
+    def scripts(self) -> _Scripts:
+        """The server-side scripts this level runs (registered with the link)."""
+        if self._scripts is None:
+            self.link  # noqa: B018  # makes the link and registers them
+        assert self._scripts is not None
+        return self._scripts
 
     @property
     def client(self) -> Any:
@@ -206,7 +233,8 @@ class RemoteLevel:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
             bad = marker(found)
-            self._call("delete", lambda: self._run(self._replace, keys=[name], args=[self.max_entry_bytes, bad, b"", 0]), None)
+            self._call("delete", lambda: self._run(self.scripts.replace, keys=[name],
+                                                   args=[self.max_entry_bytes, bad, b"", 0]), None)
             raise
         with self._lock:
             self._bad.pop(key, None)
@@ -235,7 +263,7 @@ class RemoteLevel:
                 self._count("writes")
             return
         # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._call("heal", lambda: self._run(self._replace, keys=[name], args=[self.max_entry_bytes, bad, data,
+        replaced = self._call("heal", lambda: self._run(self.scripts.replace, keys=[name], args=[self.max_entry_bytes, bad, data,
                                                                               self.ttl * 1000]), None)
         if replaced is not None:
             with self._lock:
@@ -254,7 +282,7 @@ class RemoteLevel:
         with self._lock:
             bad = self._bad.get(key)
         if bad is not None:
-            now = self._call("read", lambda: self._run(self._marker_of, keys=[name], args=[self.max_entry_bytes]), None)
+            now = self._call("read", lambda: self._run(self.scripts.marker_of, keys=[name], args=[self.max_entry_bytes]), None)
             return isinstance(now, bytes) and now.decode() != bad and now.startswith((b"sha1:", b"ends:"))
         return bool(self._call("read", lambda: self.client.type(name), b"none") == b"string")
 
@@ -295,11 +323,12 @@ class RemoteLevel:
         finally:
             stop.set()
             beat.join(timeout=self.timeout * 4 + 1)
-            self._call("unlock", lambda: self._run(self._release, keys=[name], args=[lease.value]), None)
+            self._call("unlock", lambda: self._run(self.scripts.release, keys=[name], args=[lease.value]), None)
 
     def close(self) -> None:
         self.flush_touches()
-        self.link.close()
+        if self._link is not None:
+            self._link.close()
 
     # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
@@ -480,7 +509,7 @@ class RemoteLevel:
             return None
         if problem is None:
             return self._peeked("read", name, self.max_entry_bytes)
-        now = self._call("read", lambda: self._run(self._marker_of, keys=[name], args=[self.max_entry_bytes]), None)
+        now = self._call("read", lambda: self._run(self.scripts.marker_of, keys=[name], args=[self.max_entry_bytes]), None)
         if isinstance(now, bytes):
             self._remember_bad(key, now.decode(errors="replace"))
         self._count("rejected")
@@ -495,7 +524,7 @@ class RemoteLevel:
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
             return False
-        taken = self._call("lock", lambda: self._run(self._replace, keys=[name], args=[MAX_LEASE_BYTES, marker(found),
+        taken = self._call("lock", lambda: self._run(self.scripts.replace, keys=[name], args=[MAX_LEASE_BYTES, marker(found),
                                                                            lease.value, self.lease_ms]), 0)
         if taken:
             self._count("leases_refused")
@@ -507,7 +536,7 @@ class RemoteLevel:
         while not stop.wait(self.lease_ms / 3000):
             if lease.expired(self.lease_max_seconds):
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            self._call("lease", lambda: self._run(self._refresh, keys=[name], args=[lease.value, self.lease_ms]), None)
+            self._call("lease", lambda: self._run(self.scripts.refresh, keys=[name], args=[lease.value, self.lease_ms]), None)
 
     def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
                 maintenance: bool = False) -> tuple[bytes, Any] | None:
@@ -515,7 +544,7 @@ class RemoteLevel:
         `stream_over` (b'large', int), or None (nothing there, or the server failed). A reply of
         another shape is the server's fault."""
         args = [cap] if stream_over is None else [cap, stream_over]
-        found = self._call(what, lambda: self._run(self._peek, keys=[name], args=args), None, maintenance=maintenance)
+        found = self._call(what, lambda: self._run(self.scripts.peek, keys=[name], args=args), None, maintenance=maintenance)
         if found is None:
             return None
         if isinstance(found, list) and len(found) == 2:
@@ -537,6 +566,19 @@ class RemoteLevel:
     def _run(self, script: Any, *, keys: list[str], args: list[Any]) -> Any:
         """A registered script on the client the link settled on (a cluster routes it by its key)."""
         return script(keys=keys, args=args, client=self.client)
+
+
+class _Scripts(NamedTuple):
+    """The level's Lua scripts, registered with the client once (see the texts above)."""
+
+    peek: Any
+    replace: Any
+    marker_of: Any
+    release: Any
+    refresh: Any
+
+
+_SCRIPT_TEXTS = (_PEEK, _REPLACE, _MARKER_OF, _RELEASE, _REFRESH)  # in _Scripts' order
 
 
 class _Changed(Exception):
