@@ -10,7 +10,8 @@ served; 0.76-0.82 s biggest first; README "Cold start"). The weight is a guess m
 compiling (`compile.front_end_weight`); a wrong guess costs order, never correctness.
 
 A turn is held by one of this process's threads for one front end and given back in `finally`, so
-a wait ends when the compiles ahead of it have left the front end.
+a wait ends when the compiles ahead of it have left the front end; a waiter interrupted (Ctrl-C)
+leaves the queue, so it never holds up the ones behind it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,14 @@ class Turns:
         ticket = (-weight, next(self._arrivals))
         with self._changed:
             heapq.heappush(self._waiting, ticket)
-            while self._held or self._waiting[0] != ticket:
-                self._changed.wait()
+            try:
+                while self._held or self._waiting[0] != ticket:
+                    self._changed.wait()
+            except BaseException:  # interrupted while waiting (KeyboardInterrupt): leave the queue
+                self._waiting.remove(ticket)
+                heapq.heapify(self._waiting)
+                self._changed.notify_all()
+                raise
             heapq.heappop(self._waiting)
             self._held = True
         try:

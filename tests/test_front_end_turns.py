@@ -113,3 +113,54 @@ def test_run_stages_returns_only_the_stages_kept(example_specs_sm90) -> None:
     assert set(outputs) == {"ttir", "cubin"}
     assert "tt.func" in outputs["ttir"] and outputs["cubin"][:4] == b"\x7fELF"
     assert metadata["name"] == spec.name
+
+
+def test_a_waiter_interrupted_leaves_the_queue_and_holds_up_nobody() -> None:
+    """A KeyboardInterrupt (or any exception) while waiting must not leave a ticket on top of the queue."""
+    turns = Turns()
+    release = threading.Event()
+    raised: list[BaseException] = []
+
+    def holder() -> None:
+        with turns.turn():
+            release.wait(10)
+
+    def interrupted() -> None:
+        original = turns._changed.wait
+        calls = 0
+
+        def wait_then_raise(timeout=None):
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # woken once, then interrupted
+                raise KeyboardInterrupt
+            return original(0.05)
+
+        turns._changed.wait = wait_then_raise  # type: ignore[method-assign]
+        try:
+            with turns.turn(100.0):
+                pass
+        except KeyboardInterrupt as exc:
+            raised.append(exc)
+        finally:
+            turns._changed.wait = original  # type: ignore[method-assign]
+
+    first = threading.Thread(target=holder)
+    first.start()
+    _wait_for(lambda: turns._held)
+    heavy = threading.Thread(target=interrupted)
+    heavy.start()
+    heavy.join(10)
+    assert raised and turns.waiting() == 0
+    release.set()
+    first.join(10)
+    done = threading.Event()
+
+    def light() -> None:
+        with turns.turn(1.0):
+            done.set()
+
+    later = threading.Thread(target=light)
+    later.start()
+    assert done.wait(10)
+    later.join(10)
