@@ -190,7 +190,7 @@ class _Memo:
                 _claimed.add(directory)
             data = self.load()
             data[key] = value
-            with safefs.atomic_file(self.path) as f:
+            with safefs.atomic_file(self.path, durable=False) as f:  # lost or torn after a crash: recomputed
                 f.write(json.dumps(data, sort_keys=True).encode())
         except OSError:
             pass  # unwritable: recomputed next time
