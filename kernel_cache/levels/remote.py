@@ -53,6 +53,7 @@ from ..warnings_once import warn_once
 from . import redis_guard
 from .redis_link import RedisLink, redis_installed
 from .remote_lease import MAX_LEASE_BYTES, Lease, why_not_honoured
+from .resp_reader import RespError, RespFault, RespReader, RespUnusable
 
 BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
 LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
@@ -154,6 +155,8 @@ class RemoteLevel:
         self._connecting = threading.Lock()
         self._link: RedisLink | None = None
         self._scripts: _Scripts | None = None
+        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made
+        self._reader_tried = False
 
     @property
     def link(self) -> RedisLink:
@@ -170,9 +173,55 @@ class RemoteLevel:
                     plain = link.client  # registered once, run on whichever client the link settles on
                     self._scripts = _Scripts(*(plain.register_script(text) for text in _SCRIPT_TEXTS))
                     self._link = link
+                    if self._reader is not None:  # one connection per server from now on
+                        self._reader.give_up()
             link = self._link
         assert link is not None
         return link
+
+    def _light(self) -> RespReader | None:
+        """The small reader (`resp_reader`) while no link is made and it has not failed; None: the
+        link serves."""
+        if self._link is not None:
+            return None
+        if not self._reader_tried:
+            with self._connecting:
+                if not self._reader_tried:
+                    try:
+                        self._reader = RespReader(self.url, password=self._password, timeout=self.timeout,
+                                                  max_reply_bytes=self.max_entry_bytes + REPLY_SLACK)
+                    except RespUnusable:
+                        self._reader = None
+                    self._reader_tried = True
+        reader = self._reader
+        return reader if reader is not None and reader.usable else None
+
+    def _light_peek(self, name: str, args: list[Any]) -> tuple[bool, Any]:
+        """(True, what _PEEK returned, None where the server failed) from the small reader, or
+        (False, None): the link serves this call (no reader for this URL, or the server answered
+        in a way the reader leaves to redis-py: MOVED from a cluster, an authentication error)."""
+        reader = self._light()
+        if reader is None:
+            return False, None
+        try:
+            try:
+                return True, reader.call("EVALSHA", _PEEK_SHA, 1, name, *args)
+            except RespError as exc:
+                if not str(exc).startswith("NOSCRIPT"):
+                    raise
+                return True, reader.call("EVAL", _PEEK, 1, name, *args)  # the server loads it for the next
+        except RespError:
+            reader.give_up()
+            return False, None
+        except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
+            self._fault_seen_by_reader("read", fault)
+            return True, None
+
+    def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
+        link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
+        cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
+        link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
+                    self.timeout, False)
 
     @property
     def scripts(self) -> _Scripts:
@@ -327,6 +376,8 @@ class RemoteLevel:
 
     def close(self) -> None:
         self.flush_touches()
+        if self._reader is not None:
+            self._reader.close()
         if self._link is not None:
             self._link.close()
 
@@ -417,7 +468,19 @@ class RemoteLevel:
         """Restart the TTL of entries a lowered-call record served without reading them."""
         with self._lock:
             keys, self._pending_touches = self._pending_touches, set()
-        if not keys or not self.writable:
+        if not keys:
+            return
+        reader = self._light()
+        if reader is not None:
+            try:
+                replies = reader.pipeline([("EXPIRE", self._entry(key), self.ttl) for key in sorted(keys)])
+            except RespFault as fault:
+                self._fault_seen_by_reader("touch", fault)
+                return
+            if not any(isinstance(reply, RespError) for reply in replies):
+                return
+            reader.give_up()  # a replica (READONLY) or a cluster (MOVED): the link sends them and judges
+        if not self.writable:
             return  # a replica takes no writes; a skipped server gets these uses no more
 
         def expire() -> None:
@@ -544,7 +607,10 @@ class RemoteLevel:
         `stream_over` (b'large', int), or None (nothing there, or the server failed). A reply of
         another shape is the server's fault."""
         args = [cap] if stream_over is None else [cap, stream_over]
-        found = self._call(what, lambda: self._run(self.scripts.peek, keys=[name], args=args), None, maintenance=maintenance)
+        served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
+        if not served:
+            found = self._call(what, lambda: self._run(self.scripts.peek, keys=[name], args=args), None,
+                               maintenance=maintenance)
         if found is None:
             return None
         if isinstance(found, list) and len(found) == 2:
@@ -579,6 +645,7 @@ class _Scripts(NamedTuple):
 
 
 _SCRIPT_TEXTS = (_PEEK, _REPLACE, _MARKER_OF, _RELEASE, _REFRESH)  # in _Scripts' order
+_PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows it by (redis-py's too)
 
 
 class _Changed(Exception):
