@@ -58,6 +58,7 @@ MODULE_STATE = {
     "lowering/planning/target_arch.py:_device_arch": f"{FACT}: the visible device's architecture",
     "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
     "lowering/records/call_key.py:_installations": f"{FACT}: the key's text of the code, target and toolchain",
+    "lowering/records/call_key.py:_functions": f"{PURE} (a JITFunction and its fingerprint -> its part of the key)",
     "lowering/records/winners.py:_SHORT": CONSTANT,
     "lowering/records/winners.py:_device_kind": f"{FACT}: the visible GPU's model",
     "kernel_cache/__init__.py:_default": "the session itself: replaced whole by configure()",

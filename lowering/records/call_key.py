@@ -15,9 +15,9 @@ float 1.0, True and "1" differ; anything that has no canonical form (an object k
 makes the call keyless, and it is lowered kernel by kernel, unrecorded.
 
 What many calls share is encoded once and spliced in as text (JSON text is compositional): the
-installation's part per target for the process (`installation_text`), the kernel function's part
-per target (`static_text`, in the record store's session memo) and Triton's environment with
-jaxlib's capabilities per JAX module (`module_text`).
+installation's part per target and the kernel function's own, for the process (`installation_text`,
+`function_text`), joined per function and target in the record store's session memo (`static_text`);
+Triton's environment with jaxlib's capabilities per JAX module (`module_text`).
 """
 
 from __future__ import annotations
@@ -69,11 +69,29 @@ def static_text(plan: KernelPlan, memo: StaticMemo) -> str:
     memo_key = (id(fn), fingerprint, plan.target, plan.platform)
     found = memo.get(memo_key)
     if found is None or found[0] is not fn:
-        own = items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
+        own = function_text(fn, fingerprint)
         found = (fn, '{"list":[' + installation_text(plan.platform, plan.target) + "," + own + "]}")
         if len(memo) < 4096:
             memo[memo_key] = found
     return found[1]
+
+
+# id(kernel function) -> (the function, its Triton fingerprint, the text of its part of the key)
+_functions: dict[int, tuple[Any, str, str]] = {}
+
+
+def function_text(fn: Any, fingerprint: str) -> str:
+    """The items' text of the kernel function's own part of the key: its name, Triton's fingerprint
+    and its parameters' flags (~35 us to encode for a dozen parameters). A pure function of the
+    function and its fingerprint (its parameters are fixed at decoration, as `param_flags` keeps
+    them), so kept for the process, the function with it (its id is not reused meanwhile)."""
+    found = _functions.get(id(fn))
+    if found is None or found[0] is not fn or found[1] != fingerprint:
+        found = (fn, fingerprint, items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]],
+                                             lowering_value))
+        if len(_functions) < 8192:
+            _functions[id(fn)] = found
+    return found[2]
 
 
 # (platform, target, code identity) -> (the installed tools, the text of the installation's part)
