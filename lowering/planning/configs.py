@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
 
@@ -165,10 +165,10 @@ def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[
                              c.description) for c in raw]
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """A call's kernel resolved: its runtime arguments by name, the JITFunction, and per config its
-    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted)."""
+    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted).
+    (A tuple: built on every call, without a frozen dataclass's setattr per field.)"""
 
     named: dict[str, Any]
     fn: Any

@@ -103,10 +103,13 @@ class KernelPlan:
             aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(_nbytes(a) for a in avals_in),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
         shapes = [(tuple(map(int, a.shape)), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
-        return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
-                   options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
-                   avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
-                   launches=launches, info=info, shapes=shapes)
+        plan = object.__new__(cls)  # the frozen dataclass's __init__ sets 19 fields one object.__setattr__ each (~8 us)
+        plan.__dict__.update(
+            call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
+            options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
+            avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
+            launches=launches, info=info, shapes=shapes)
+        return plan
 
     def specs(self) -> list[KernelSpec]:
         return kernels.specs_for(self.fn, self.args, self.configs, self.target, self.options)
