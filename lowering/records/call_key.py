@@ -128,11 +128,20 @@ def module_text(module: Any, platform: str, config: Config) -> str:
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
-    part = canonical_text([sorted(tc.cache_invalidating_env().items()), *compat.capabilities(platform, config)],
-                          lowering_value)
+    env, capabilities = tuple(sorted(tc.cache_invalidating_env().items())), compat.capabilities(platform, config)
+    part = _module_texts.get((env, *capabilities, *map(type, capabilities)))
+    if part is None:
+        part = canonical_text([list(env), *capabilities], lowering_value)
+        if len(_module_texts) < 256:
+            _module_texts[(env, *capabilities, *map(type, capabilities))] = part
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
+
+
+# (Triton's environment, jaxlib's capabilities and their types) -> their text: what a module reads
+# changes rarely, its encoding is kept (a pure function of the values)
+_module_texts: dict[tuple[Any, ...], str] = {}
 
 
 @functools.cache
