@@ -59,15 +59,16 @@ def is_heuristics(obj: Any) -> bool:
     return isinstance(obj, Heuristics)
 
 
-def wrapper_kind(obj: Any) -> str:
-    """"autotune", "heuristics", or "" for anything else (the JITFunction): one question where a
-    lowering walks a kernel's wrappers on every call."""
-    return "autotune" if isinstance(obj, Autotuner) else "heuristics" if isinstance(obj, Heuristics) else ""
-
-
-def kernel_param_flags(kernel: Any) -> tuple[tuple[str, bool, bool, bool, str], ...]:
-    """`param_flags` of the JITFunction under `kernel`'s wrappers."""
-    return param_flags(unwrap_jit(kernel))
+def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
+    """(the Autotuner and Heuristics wrappers around `kernel`, outermost first; the JITFunction under
+    them): one question where a lowering walks a kernel's wrappers on every call."""
+    if isinstance(kernel, JITFunction):
+        return (), kernel
+    wrappers = []
+    while isinstance(kernel, (Autotuner, Heuristics)):
+        wrappers.append(kernel)
+        kernel = kernel.fn
+    return tuple(wrappers), unwrap_jit(kernel)
 
 
 def wrapped(wrapper: Any) -> Any:

@@ -62,9 +62,7 @@ def canonical_text(value: Any, extend: Extension | None = None) -> str:
     """`digest.text(canonical(value, extend))`, written in one pass without building the tagged form
     (a lowered call's fingerprint is encoded on every lowering: this is ~3x faster). A test keeps
     the two equal for every kind of value."""
-    parts: list[str] = []
-    _write(value, extend, parts.append)
-    return "".join(parts)
+    return _text(value, extend)
 
 
 def _leaf(value: Any) -> str | None:
@@ -85,59 +83,34 @@ def _leaf(value: Any) -> str | None:
     return None
 
 
-_OPEN = {list: '{"list":[', tuple: '{"tuple":['}  # a plain list's or tuple's opening, as _write writes it
+_OPEN: dict[type, str] = {list: '{"list":[', tuple: '{"tuple":['}  # a plain list's or tuple's opening, as _text writes it
 
 
-def _write(value: Any, extend: Extension | None, out: Callable[[str], object]) -> None:
-    """Append `value`'s text to `out`. Strings and ints, most of a key's leaves, are written inline
-    (in a list, a tuple and a dict's items) without a call per leaf: a lowered call's key is
-    encoded on every lowering."""
+def _text(value: Any, extend: Extension | None) -> str:
+    """`value`'s text. A list's or tuple's strings and ints, most of a key's leaves, are written inline
+    (no call per leaf), and each container's items are joined once: a lowered call's key is encoded
+    on every lowering."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return _OPEN[kind] + ",".join([_string(item) if type(item) is str else
+                                       '{"int":"' + str(item) + '"}' if type(item) is int else
+                                       _text(item, extend) for item in value]) + "]}"
+    if kind is dict:
+        return _dict_text(value, extend)
     leaf = _leaf(value)
     if leaf is not None:
-        out(leaf)
-    elif isinstance(value, (list, tuple)):
-        kind = type(value)
-        out(_OPEN.get(kind) or "{" + _string(kind.__name__) + ":[")
-        separator = ""
-        for item in value:
-            item_kind = type(item)
-            if item_kind is str:
-                out(separator + _string(item))
-            elif item_kind is int:
-                out(separator + '{"int":"' + str(item) + '"}')
-            else:
-                leaf = _leaf(item)
-                if leaf is not None:
-                    out(separator + leaf)
-                else:
-                    if separator:
-                        out(separator)
-                    _write(item, extend, out)
-            separator = ","
-        out("]}")
-    elif isinstance(value, dict):
-        out('{"dict":[')
-        opening = "["
-        for k, v in sorted(value.items(), key=_by_key_repr):
-            key_text = _string(k) if type(k) is str else _leaf(k)
-            if key_text is None:
-                out(opening)
-                _write(k, extend, out)
-                out(",")
-            else:
-                out(opening + key_text + ",")
-            opening = ",["
-            value_kind = type(v)
-            value_text = _string(v) if value_kind is str else \
-                '{"int":"' + str(v) + '"}' if value_kind is int else _leaf(v)
-            if value_text is None:
-                _write(v, extend, out)
-                out("]")
-            else:
-                out(value_text + "]")
-        out("]}")
-    else:
-        out(text(_scalar(value, extend)))
+        return leaf
+    if isinstance(value, (list, tuple)):
+        return "{" + _string(kind.__name__) + ":[" + ",".join([_text(item, extend) for item in value]) + "]}"
+    if isinstance(value, dict):
+        return _dict_text(value, extend)
+    return text(_scalar(value, extend))
+
+
+def _dict_text(value: dict[Any, Any], extend: Extension | None) -> str:
+    return '{"dict":[' + ",".join(["[" + (_string(k) if type(k) is str else _text(k, extend)) + "," +
+                                   (_string(v) if type(v) is str else _text(v, extend)) + "]"
+                                   for k, v in sorted(value.items(), key=_by_key_repr)]) + "]}"
 
 
 def _by_key_repr(item: tuple[Any, Any]) -> str:
@@ -164,7 +137,18 @@ def digest(document: Any) -> str:
     return digest_text(text(document))
 
 
-def spliced_digest(head_text: str, rest: Any, extend: Extension | None = None) -> str:
-    """`digest([head, *rest])` where `head_text` is the canonical text of `head`, memoized by the
-    caller for a part many documents share (JSON text is compositional), `rest` the document's own."""
-    return digest_text("[" + head_text + "," + canonical_text(rest, extend) + "]")
+def spliced_digest(head_text: str, rest: Any, extend: Extension | None = None, rest_head: str = "") -> str:
+    """`digest([head, rest])` where `head_text` is the canonical text of `head`, memoized by the
+    caller for a part many documents share (JSON text is compositional), `rest` the document's own
+    list; `rest_head`, where given, is the text of that list's first item, memoized too (the list
+    is then that item and `rest`'s)."""
+    if not rest_head:
+        return digest_text("[" + head_text + "," + canonical_text(rest, extend) + "]")
+    return digest_text("[" + head_text + ',{"list":[' + rest_head + "," + items_text(rest, extend) + "]}]")
+
+
+def items_text(values: list[Any], extend: Extension | None = None) -> str:
+    """The texts of a list's items, comma-separated: `canonical_text(values)` without the list's own
+    brackets, for a caller joining a list's memoized items with the rest of them."""
+    whole = canonical_text(values, extend)
+    return whole[len(_OPEN[list]):-2]

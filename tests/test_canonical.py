@@ -13,7 +13,7 @@ import pytest
 import compiler
 from compiler.examples import add_kernel
 from compiler.key import triton_value
-from kernel_cache.canonical import canonical, canonical_text, digest, text
+from kernel_cache.canonical import canonical, canonical_text, digest, digest_text, items_text, spliced_digest, text
 from lowering.records.call_key import lowering_value as _lowering_value
 
 
@@ -62,3 +62,13 @@ def test_types_never_collide():
 def test_equal_documents_have_one_text():
     assert canonical_text({"a": 1, "b": 2}) == canonical_text({"b": 2, "a": 1})
     assert canonical(Color.RED) == canonical(1)  # an IntEnum is the int it stands for
+
+
+def test_a_spliced_document_has_the_whole_documents_digest():
+    """A record key is spliced from memoized texts (the installation's, the function's, the module's):
+    the digest is that of the whole document."""
+    head, first, rest = ["kernel", 1, {"a": 2.0}], [[["TRITON_X", "1"]], (0, 12)], [None, ["*fp32", 7], b"m"]
+    whole = digest_text("[" + canonical_text(head) + "," + canonical_text([first, *rest]) + "]")
+    assert spliced_digest(canonical_text(head), [first, *rest]) == whole
+    assert spliced_digest(canonical_text(head), rest, rest_head=canonical_text(first)) == whole
+    assert "{\"list\":[" + items_text(rest) + "]}" == canonical_text(rest)

@@ -124,7 +124,12 @@ def autotuned_aliases_supported() -> bool:
 def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
     """What a lowered call's payload depends on in jaxlib, as one value for its record's key: the
     version, the module-image layout (or None), and whether autotuned calls may alias."""
-    return [jaxlib_version(), repr(module_image_layout(platform, config)), autotuned_aliases_supported()]
+    return [jaxlib_version(), _layout_text(module_image_layout(platform, config)), autotuned_aliases_supported()]
+
+
+@functools.cache  # a pure function of the layout: its repr (~2 us) is asked once per JAX module lowered
+def _layout_text(layout: ModuleImageLayout | None) -> str:
+    return repr(layout)
 
 
 def plugin_installed(platform: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
 
@@ -79,8 +79,12 @@ def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any]
 
 def set_by_wrappers(kernel: Any) -> set[str]:
     """Names the kernel's Autotuner configs and Heuristics set: constexprs, whatever the annotation."""
+    return _set_by(triton_compat.unwrapped(kernel)[0])
+
+
+def _set_by(wrappers: tuple[Any, ...]) -> set[str]:
     names: set[str] = set()
-    for wrapper in triton_compat.wrapper_chain(kernel):
+    for wrapper in wrappers:
         if triton_compat.is_autotuner(wrapper):
             names.update(k for config in triton_compat.autotune_configs(wrapper) for k in config.kwargs)
         else:
@@ -88,21 +92,33 @@ def set_by_wrappers(kernel: Any) -> set[str]:
     return names
 
 
+Unwrapped = tuple[tuple[Any, ...], Any]  # a kernel's wrappers, outermost first, and its JITFunction
+
+
 def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]:
     """Where Triton binds the positional runtime arguments (inputs, scalars, outputs): the kernel's
     parameters, in its own order, that are not constexprs (annotated, or set by the caller, an
     autotune config or a heuristic). The one place that names arguments: heuristics, perf models,
     prune functions and descriptions all see these names."""
-    constexprs = set(metaparams) | set_by_wrappers(kernel)
-    return [name for name, is_constexpr, *_ in triton_compat.kernel_param_flags(kernel)
+    return _runtime_names(triton_compat.unwrapped(kernel), metaparams)
+
+
+def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str]:
+    wrappers, fn = kernel
+    constexprs = set(metaparams) | _set_by(wrappers) if wrappers else metaparams
+    return [name for name, is_constexpr, *_ in triton_compat.param_flags(fn)
             if not is_constexpr and name not in constexprs]
 
 
 def named_args(kernel: Any, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
     """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
-    names = runtime_param_names(kernel, metaparams)
+    return _named(triton_compat.unwrapped(kernel), runtime_values, metaparams)
+
+
+def _named(kernel: Unwrapped, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
+    names = _runtime_names(kernel, metaparams)
     if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{kernel_name(kernel)}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
                         f"got {len(runtime_values)} (inputs, scalars and outputs together)")
     return dict(zip(names, runtime_values))
 
@@ -115,37 +131,44 @@ def kernel_name(kernel: Any) -> str:
         return repr(kernel)
 
 
-def _resolve(kernel: Any, configs: list[_Raw], named_args: dict[str, Any],
-             metaparams: Mapping[str, Any]) -> tuple[Any, list[_Raw]]:
-    kind = triton_compat.wrapper_kind(kernel)
-    if kind == "autotune":
-        return _resolve(triton_compat.wrapped(kernel), _autotuner_configs(kernel, named_args, metaparams), named_args,
-                        metaparams)
-    if kind == "heuristics":
-        fn, configs = _resolve(triton_compat.wrapped(kernel), configs, named_args, metaparams)
-        for config in configs:
-            for name, heuristic in triton_compat.heuristic_values(kernel).items():
-                config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
-        return fn, configs
-    return triton_compat.unwrap_jit(kernel), configs
+def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[str, Any],
+             metaparams: Mapping[str, Any]) -> list[_Raw]:
+    """The configs once the wrappers (outermost first) have had their say: an Autotuner's replace
+    the ones given, a Heuristics sets its values in each of the configs below it."""
+    if not wrappers:
+        return configs
+    wrapper, inner = wrappers[0], wrappers[1:]
+    if triton_compat.is_autotuner(wrapper):
+        return _resolve(inner, _autotuner_configs(wrapper, named_args, metaparams), named_args, metaparams)
+    configs = _resolve(inner, configs, named_args, metaparams)
+    for config in configs:
+        for name, heuristic in triton_compat.heuristic_values(wrapper).items():
+            config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
+    return configs
 
 
 def resolve_configs(kernel: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any], *, num_warps: int | None,
                     num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
     """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
     launch parameters; an Autotuner gives its surviving configs."""
+    return _configs(triton_compat.unwrapped(kernel), named_args, metaparams, num_warps, num_stages, num_ctas)
+
+
+def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[str, Any], num_warps: int | None,
+             num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
+    wrappers, fn = kernel
     default = _Raw({}, 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages,
                    num_ctas, "default")
-    fn, raw = _resolve(kernel, [default], named_args, metaparams)
+    raw = _resolve(wrappers, [default], named_args, metaparams)
     defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
     return fn, [LaunchConfig({**defaults, **metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas,
                              c.description) for c in raw]
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """A call's kernel resolved: its runtime arguments by name, the JITFunction, and per config its
-    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted)."""
+    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted).
+    (A tuple: built on every call, without a frozen dataclass's setattr per field.)"""
 
     named: dict[str, Any]
     fn: Any
@@ -157,13 +180,17 @@ class Resolved:
 def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
     meta = dict(call.metaparams)
-    named = named_args(call.kernel, runtime_values, meta)
-    fn, configs = resolve_configs(call.kernel, named, meta, num_warps=call.num_warps, num_stages=call.num_stages,
-                                  num_ctas=call.num_ctas)
+    kernel = triton_compat.unwrapped(call.kernel)
+    named = _named(kernel, runtime_values, meta)
+    fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)
+    grid, zeroed_outputs = call.grid, call.zeroed_outputs
+    if not (callable(grid) or callable(zeroed_outputs)):  # the same for every config: evaluated once
+        return Resolved(named, fn, configs, [normalize_grid(grid, {})] * len(configs),
+                        [tuple(sorted(zeroed_outputs or ()))] * len(configs))
     scalars = _scalar_args(named)
-    grids = [normalize_grid(call.grid, {**scalars, **c.constexprs}) for c in configs]
-    zeroed = [tuple(sorted(per_config(call.zeroed_outputs, {**scalars, **c.constexprs}) or ())) for c in configs]
-    return Resolved(named, fn, configs, grids, zeroed)
+    metas = [{**scalars, **c.constexprs} for c in configs]
+    return Resolved(named, fn, configs, [normalize_grid(grid, m) for m in metas],
+                    [tuple(sorted(per_config(zeroed_outputs, m) or ())) for m in metas])
 
 
 def _scalar_args(named: Mapping[str, Any]) -> dict[str, Any]:

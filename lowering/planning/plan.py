@@ -92,23 +92,24 @@ class KernelPlan:
         args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
                                       call.arg_tree)
         options = {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options)}
-        positions = _zero_positions(order, call.input_output_aliases, call.scalars, len(avals_in))
-        out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
-        launches = [Launch(grid=grid, zeroed_bytes={positions[i]: out_sizes[i] for i in zeroed},
-                           description=c.description, bound=frozenset(c.constexprs))
-                    for c, grid, zeroed in zip(resolved.configs, resolved.grids, resolved.zeroed, strict=True)]
+        zeroed_bytes = _zeroed_bytes(resolved.zeroed, order, call, avals_in, avals_out)
+        launches = [Launch(grid=grid, zeroed_bytes=zeroed, description=c.description, bound=frozenset(c.constexprs))
+                    for c, grid, zeroed in zip(resolved.configs, resolved.grids, zeroed_bytes, strict=True)]
         leaf_names = _leaf_names(list(named), inputs)
         info = CallInfo(
             name=call.name, kernel_name=resolved.fn.__name__,
             scalar_desc=str({leaf_names[p]: v for p, v in call.scalars}),
             compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
-            aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(_nbytes(a) for a in avals_in),
+            aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(map(_nbytes, avals_in)),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
-        shapes = [(tuple(int(d) for d in a.shape), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
-        return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
-                   options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
-                   avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
-                   launches=launches, info=info, shapes=shapes)
+        shapes = [(tuple(map(int, a.shape)), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
+        plan = object.__new__(cls)  # the frozen dataclass's __init__ sets 19 fields one object.__setattr__ each (~8 us)
+        plan.__dict__.update(
+            call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
+            options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
+            avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
+            launches=launches, info=info, shapes=shapes)
+        return plan
 
     def specs(self) -> list[KernelSpec]:
         return kernels.specs_for(self.fn, self.args, self.configs, self.target, self.options)
@@ -131,6 +132,17 @@ def _resolved(asked: tuple[str, Any, Any], config: Config) -> Target:
     return target
 
 
+def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
+                  avals_out: Sequence[Any]) -> list[dict[int, int]]:
+    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes (the user's
+    indices); nothing to work out where no config zeroes any."""
+    if not any(zeroed):
+        return [{} for _ in zeroed]
+    positions = _zero_positions(order, call.input_output_aliases, call.scalars, len(avals_in))
+    out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
+    return [{positions[i]: out_sizes[i] for i in outputs} for outputs in zeroed]
+
+
 def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
                     num_inputs: int) -> dict[int, int]:
     """{the user's output index: the runtime argument jaxlib zeroes for it}: an output's own pointer
@@ -145,7 +157,7 @@ def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scal
 
 
 def _nbytes(aval: Any) -> int:
-    return math.prod(int(d) for d in aval.shape) * _dtype(aval.dtype)[1]
+    return math.prod(map(int, aval.shape)) * _dtype(aval.dtype)[1]
 
 
 _DTYPES: dict[Any, tuple[str, int]] = {}  # a dtype -> (its name, its item size): every operand asks
@@ -175,6 +187,8 @@ def _grouped(arg_tree: Any, flat: list[Any]) -> list[Any]:
 
 def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
     """A name per flat runtime value: the parameter's, with its path inside a tuple parameter."""
+    if not any(isinstance(value, tuple) for value in grouped):
+        return names[:len(grouped)]  # no tuple parameter: the names themselves
     out: list[str] = []
 
     def walk(name: str, value: Any) -> None:

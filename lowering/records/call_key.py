@@ -14,25 +14,27 @@ Triton values and this floor's `Scalar` and `TensorDesc`) and hashed by its dige
 float 1.0, True and "1" differ; anything that has no canonical form (an object keyed by identity)
 makes the call keyless, and it is lowered kernel by kernel, unrecorded.
 
-What many calls share is passed in as text, memoized by the caller: the kernel function's part per
-target (`static_text`, in the record store's session memo) and the installation's part per JAX
-module (`module_part`).
+What many calls share is encoded once and spliced in as text (JSON text is compositional): the
+installation's part per target and the kernel function's own, for the process (`installation_text`,
+`function_text`), joined per function and target in the record store's session memo (`static_text`);
+Triton's environment with jaxlib's capabilities per JAX module (`module_text`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
 import compiler
+from compiler import Target
 from compiler import triton_compat as tc
 from compiler.key import triton_value
 from compiler.toolchain import installed_tools
 from kernel_cache import Config
-from kernel_cache.canonical import canonical, canonical_text, spliced_digest
+from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest
 
 from ..payload import jaxlib_compat as compat
 from ..planning.plan import KernelPlan
@@ -45,56 +47,101 @@ StaticMemo = dict[tuple[Any, ...], tuple[Any, str]]
 def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
     """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
     model winners are looked up for (None: they do not apply to this call); `module`: the JAX module
-    being lowered (`module_part`); `static`: the memo of `static_text`."""
+    being lowered (`module_text`); `static`: the memo of `static_text`."""
     configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
                 sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound)]
                for c, launch in zip(plan.configs, plan.launches, strict=True)]
     try:
         head = static_text(plan, static)
-        rest = [module_part(module, plan.platform, config), device, plan.args, plan.options, configs,
-                list(plan.info), plan.shapes]
-        return spliced_digest(head, rest, lowering_value)
+        rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
+        return spliced_digest(head, rest, lowering_value, rest_head=module_text(module, plan.platform, config))
     except TypeError:
         return None
 
 
 def static_text(plan: KernelPlan, memo: StaticMemo) -> str:
-    """The key's text for what one kernel function on one target shares across its calls: format,
-    code, installed toolchain, and the function itself (Triton's environment and jaxlib's
-    capabilities are read per module: `module_part`). The function is kept with the text, so the
-    memo never answers for another function that reuses its id."""
+    """The key's text for what one kernel function on one target shares across its calls: the
+    installation's part (`installation_text`) and the function itself (Triton's environment and
+    jaxlib's capabilities are read per module: `module_text`). The function is kept with the text,
+    so the memo never answers for another function that reuses its id."""
     fn = plan.fn
     fingerprint = tc.kernel_fingerprint(fn)
     memo_key = (id(fn), fingerprint, plan.target, plan.platform)
     found = memo.get(memo_key)
     if found is None or found[0] is not fn:
-        found = (fn, canonical_text(["kernel-cache lowered call", FORMAT, code_identity(), plan.platform,
-                                      plan.target.to_json(), installed_tools(plan.target), fn.__name__, fingerprint,
-                                      [list(flags) for flags in tc.param_flags(fn)]], lowering_value))
+        own = function_text(fn, fingerprint)
+        found = (fn, '{"list":[' + installation_text(plan.platform, plan.target) + "," + own + "]}")
         if len(memo) < 4096:
             memo[memo_key] = found
+    return found[1]
+
+
+# id(kernel function) -> (the function, its Triton fingerprint, the text of its part of the key)
+_functions: dict[int, tuple[Any, str, str]] = {}
+
+
+def function_text(fn: Any, fingerprint: str) -> str:
+    """The items' text of the kernel function's own part of the key: its name, Triton's fingerprint
+    and its parameters' flags (~35 us to encode for a dozen parameters). A pure function of the
+    function and its fingerprint (its parameters are fixed at decoration, as `param_flags` keeps
+    them), so kept for the process, the function with it (its id is not reused meanwhile)."""
+    found = _functions.get(id(fn))
+    if found is None or found[0] is not fn or found[1] != fingerprint:
+        found = (fn, fingerprint, items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]],
+                                             lowering_value))
+        if len(_functions) < 8192:
+            _functions[id(fn)] = found
+    return found[2]
+
+
+# (platform, target, code identity) -> (the installed tools, the text of the installation's part)
+_installations: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}
+
+
+def installation_text(platform: str, target: Target) -> str:
+    """The items' text of what every call on `target` shares in this installation: format, code,
+    platform, target and installed toolchain. Kept for the process (a fact of the installed
+    software), checked against the toolchain's own memo (a test that clears it gets a new text)."""
+    code, tools = code_identity(), installed_tools(target)
+    memo_key = (platform, target, code)
+    found = _installations.get(memo_key)
+    if found is None or found[0] != tools:
+        found = (tools, items_text(["kernel-cache lowered call", FORMAT, code, platform, target.to_json(), tools],
+                                   lowering_value))
+        if len(_installations) < 256:
+            _installations[memo_key] = found
     return found[1]
 
 
 _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
 
 
-def module_part(module: Any, platform: str, config: Config) -> Any:
-    """Triton's cache-invalidating environment and jaxlib's capabilities, read once per JAX module
-    lowered (a jit of hundreds of Triton calls reads them once: Triton's read alone is ~12-50 us, a
-    getenv per variable over the whole environment). Nothing runs between the lowering rules of one
-    module that could change them, and the next module reads them again. Kept in the module's own
-    `lowering_cache` dict, so it lives and dies with the module: neither a strong reference to the
-    module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX 0.12 reuses one
-    context for up to 10 modules per thread)."""
+def module_text(module: Any, platform: str, config: Config) -> str:
+    """The text of Triton's cache-invalidating environment and jaxlib's capabilities, read and encoded
+    once per JAX module lowered (a jit of hundreds of Triton calls reads them once: Triton's read
+    alone is ~12-50 us, a getenv per variable over the whole environment). Nothing runs between the
+    lowering rules of one module that could change them, and the next module reads them again. Kept
+    in the module's own `lowering_cache` dict, so it lives and dies with the module: neither a strong
+    reference to the module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX
+    0.12 reuses one context for up to 10 modules per thread)."""
     cache = getattr(module, "lowering_cache", None)
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
-        return cache[memo_key]
-    part = [sorted(tc.cache_invalidating_env().items()), *compat.capabilities(platform, config)]
+        return cast(str, cache[memo_key])
+    env, capabilities = tuple(sorted(tc.cache_invalidating_env().items())), compat.capabilities(platform, config)
+    part = _module_texts.get((env, *capabilities, *map(type, capabilities)))
+    if part is None:
+        part = canonical_text([list(env), *capabilities], lowering_value)
+        if len(_module_texts) < 256:
+            _module_texts[(env, *capabilities, *map(type, capabilities))] = part
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
+
+
+# (Triton's environment, jaxlib's capabilities and their types) -> their text: what a module reads
+# changes rarely, its encoding is kept (a pure function of the values)
+_module_texts: dict[tuple[Any, ...], str] = {}
 
 
 @functools.cache
