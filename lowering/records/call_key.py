@@ -29,7 +29,7 @@ import xxhash
 
 import compiler
 from compiler import triton_compat as tc
-from compiler.key import triton_value
+from compiler.spec import triton_value
 from compiler.toolchain import installed_tools
 from kernel_cache import Config
 from kernel_cache.canonical import canonical, canonical_text, spliced_digest
