@@ -39,11 +39,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import diskcache
 
-from .. import cache_marker, disk_sql, locks
+from .. import cache_marker, disk_sql
 from .. import entry as entry_format
 from ..config import Config
 from ..disk_index import (
@@ -61,10 +61,16 @@ from ..disk_index import (
 from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from ..errors import IndexDamaged, LevelReadOnly, LevelUnavailable
+from ..lazy import later
 from ..level import InDirectory
 from ..safefs import Owners, UnsafeFile
-from ..signing import Signer
 from ..warnings_once import warn_once
+
+if TYPE_CHECKING:
+    from .. import locks
+    from ..signing import Signer
+else:
+    locks = later("kernel_cache.locks")  # the build lock of a miss (and cachectl's debris sweep): a hit takes none
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
