@@ -246,15 +246,18 @@ class Stats:
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
+        if not any(pending.values()) and not hits:
+            return  # nothing to add: the index is not opened (a process that looked nothing up, say)
         db = None if time.monotonic() < self._skip_until else self._index()
         if db is None:
             return
         try:
-            for name, amount in pending.items():
-                if amount:
-                    db.incr(name, amount, default=0, retry=False)
-            for key, amount in hits.items():
-                db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
+            with db.transact(retry=False):  # one write transaction, not one per counter
+                for name, amount in pending.items():
+                    if amount:
+                        db.incr(name, amount, default=0, retry=False)
+                for key, amount in hits.items():
+                    db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
         except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
 

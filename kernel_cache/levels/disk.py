@@ -331,9 +331,12 @@ class DiskLevel(InDirectory):
     def flush_touches(self) -> None:
         """Record the deferred uses, oldest first, in one transaction: each a `Cache.get`, which under
         the least-recently-used policy stamps the entry's access time (with the flush's time: a use
-        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`)."""
+        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`). A use
+        within TOUCH_INTERVAL of the one the index holds is dropped, as a hit's is (`get`): a warm
+        process whose kernels were used a moment ago (by a neighbour, say) opens no writer at exit."""
         with self._lock:
             touches, self._touches = self._touches, {}
+        touches = self._due(touches)
         if not touches:
             return
 
@@ -345,6 +348,18 @@ class DiskLevel(InDirectory):
 
         with contextlib.suppress(LevelReadOnly):
             self._write(write)
+
+    def _due(self, touches: dict[str, float]) -> dict[str, float]:
+        """The uses the index holds no use within TOUCH_INTERVAL of (all of them where it cannot say)."""
+        if not touches:
+            return touches
+        try:
+            con = self._reader()
+            recorded = {key: disk_sql.access_time(con, key) for key in touches}
+        except (sqlite3.Error, OSError):
+            return touches
+        return {key: when for key, when in touches.items()
+                if (at := recorded[key]) is not None and when - at > TOUCH_INTERVAL}
 
     def set_max_bytes(self, max_bytes: int) -> None:
         self._write(lambda cache: cache.reset("size_limit", max_bytes))
