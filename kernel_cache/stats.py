@@ -246,8 +246,6 @@ class Stats:
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
-        if not any(pending.values()) and not hits:
-            return  # nothing to add: the index is not opened (a process that looked nothing up, say)
         db = None if time.monotonic() < self._skip_until else self._index()
         if db is None:
             return
