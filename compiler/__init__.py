@@ -1,28 +1,33 @@
 """kernel-cache's compiler front end: Triton kernel spec -> content key -> compiled artifact.
 
 Knows Triton; knows nothing of JAX or of where artifacts are stored (see `kernel_cache`).
-`compile_spec` and the recipes (`compiler.compile`, `compiler.recipe`) are imported at their first
-use: a warm process, which compiles nothing, never loads them.
+What a warm process reads (the spec's values, the target, the toolchain fingerprint, Triton's
+differences) is imported with the package. What only a lookup by content key or a miss runs (the
+key, the store lookup and build, the artifact, `compile_spec` and the recipes) is imported at its
+first use: a warm process, which lowers from its call records, never loads it.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache.lazy import later
 
-from .artifact import Artifact
-from .cached import get_or_compile, lookup
 from .errors import CompileError
-from .key import KeyMemo, content_key, key_document, session_keys
 from .spec import SCALAR_TYPES, KernelSpec, Pointer, Scalar, TensorDesc, make_spec
 from .target import Target, parse_target
 from .toolchain import toolchain_fingerprint
 from .triton_compat import int_type as triton_int_type
 
 if TYPE_CHECKING:
+    from .artifact import Artifact
+    from .cached import get_or_compile, lookup
     from .compile import compile_spec
+    from .key import KeyMemo, content_key, key_document, session_keys
     from .recipe import RecipeError, from_recipe, to_recipe
 else:
+    _artifact = later("compiler.artifact")
+    _cached = later("compiler.cached")
     _compile = later("compiler.compile")
+    _key = later("compiler.key")
     _recipe = later("compiler.recipe")
 
 __all__ = [
@@ -32,12 +37,16 @@ __all__ = [
 ]
 
 
-_LATER = {"compile_spec": "_compile", "RecipeError": "_recipe", "from_recipe": "_recipe", "to_recipe": "_recipe"}
+_LATER = {"Artifact": "_artifact", "get_or_compile": "_cached", "lookup": "_cached", "compile_spec": "_compile",
+          "KeyMemo": "_key", "content_key": "_key", "key_document": "_key", "session_keys": "_key",
+          "RecipeError": "_recipe", "from_recipe": "_recipe", "to_recipe": "_recipe"}
 
 
 def __getattr__(name: str) -> Any:
-    """The names of the modules a warm process does not load, imported at their first use."""
+    """The names of the modules a warm process does not load, imported at their first use (and then
+    kept here, as an import at the top would have: the next read is a plain attribute read)."""
     holder = _LATER.get(name)
     if holder is None:
         raise AttributeError(f"module 'compiler' has no attribute {name!r}")
-    return getattr(globals()[holder], name)
+    value = globals()[name] = getattr(globals()[holder], name)
+    return value

@@ -15,14 +15,20 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .display import echo, escaped, redacted
 from .entry import DEFAULT_MAX_ENTRY_BYTES
 from .errors import KernelCacheError
 from .interception import InterceptError, parse_clients
+from .lazy import later
 from .safefs import resolve_group
-from .signing import Signer, SigningKeyError, load_key_file, read_private_file
+
+if TYPE_CHECKING:
+    from . import signing
+    from .signing import Signer
+else:
+    signing = later("kernel_cache.signing")  # read only where a signing key or a password file is set
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -222,8 +228,8 @@ def _password_file(text: str) -> str:
     read or change, no link, no FIFO."""
     path = _expanded(text.strip(), "KERNEL_CACHE_REMOTE_PASSWORD_FILE")
     try:
-        raw = read_private_file(path, "KERNEL_CACHE_REMOTE_PASSWORD_FILE", "password")
-    except SigningKeyError as exc:
+        raw = signing.read_private_file(path, "KERNEL_CACHE_REMOTE_PASSWORD_FILE", "password")
+    except signing.SigningKeyError as exc:
         raise ConfigError(str(exc)) from None
     if not raw:
         raise ConfigError(f"KERNEL_CACHE_REMOTE_PASSWORD_FILE={echo(str(path))} is empty")
@@ -236,8 +242,8 @@ def _password_file(text: str) -> str:
 
 def _key_file(text: str) -> bytes:
     try:
-        return load_key_file(_expanded(text.strip(), "KERNEL_CACHE_SIGNING_KEY_FILE"))
-    except SigningKeyError as exc:
+        return signing.load_key_file(_expanded(text.strip(), "KERNEL_CACHE_SIGNING_KEY_FILE"))
+    except signing.SigningKeyError as exc:
         raise ConfigError(str(exc)) from None
 
 
@@ -307,8 +313,8 @@ class Config:
                 raise ConfigError(f"KERNEL_CACHE_TRUSTED_GROUP={echo(self.trusted_group)}: no such group") from None
         if self.signing_key is not None:
             try:
-                Signer(self.signing_key)
-            except SigningKeyError as exc:
+                signing.Signer(self.signing_key)
+            except signing.SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
         if self.remote is not None and not re.match(r"^(redis|rediss|unix)://", self.remote):
             raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(redacted(self.remote))} is no Redis URL "
@@ -380,7 +386,7 @@ class Config:
         return self.dir if self.dir is not None else self.toolchain_memo_dir
 
     def signer(self) -> Signer | None:
-        return None if self.signing_key is None else Signer(self.signing_key)
+        return None if self.signing_key is None else signing.Signer(self.signing_key)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Config":

@@ -154,6 +154,12 @@ def lookup(con: sqlite3.Connection, key: str) -> Row | None:
     return None if found is None else Row(found[0], found[1], found[2], float(found[3] or 0.0))
 
 
+def access_time(con: sqlite3.Connection, key: str) -> float | None:
+    """When the index last recorded a use of `key` (None: no such row)."""
+    found = con.execute("SELECT access_time FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+    return None if found is None else float(found[0] or 0.0)
+
+
 def contains(con: sqlite3.Connection, key: str) -> bool:
     return con.execute("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone() is not None
 

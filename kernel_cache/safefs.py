@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import grp
 import os
-import pwd
 import secrets
 import stat
 import threading
@@ -69,6 +67,8 @@ class UnsafeFile(KernelCacheError, OSError):
 
 
 def _user(uid: int) -> str:
+    import pwd  # (the user and group databases only for a message or a named group: not at import)
+
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -76,6 +76,8 @@ def _user(uid: int) -> str:
 
 
 def _group(gid: int) -> str:
+    import grp
+
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
@@ -87,6 +89,8 @@ def resolve_group(name: str) -> int:
     text = str(name).strip()
     if text.isdigit():
         return int(text)
+    import grp
+
     return grp.getgrnam(text).gr_gid
 
 

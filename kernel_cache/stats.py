@@ -250,11 +250,12 @@ class Stats:
         if db is None:
             return
         try:
-            for name, amount in pending.items():
-                if amount:
-                    db.incr(name, amount, default=0, retry=False)
-            for key, amount in hits.items():
-                db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
+            with db.transact(retry=False):  # one write transaction, not one per counter
+                for name, amount in pending.items():
+                    if amount:
+                        db.incr(name, amount, default=0, retry=False)
+                for key, amount in hits.items():
+                    db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
         except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
 

@@ -14,7 +14,6 @@ import kernel_cache
 from compiler.toolchain import prime_in_background
 
 from . import xla_cache
-from .compile_ahead import compile_pool
 
 STARTED = "lowering.first_use"  # session memo: present once what first use does has been done
 
@@ -35,6 +34,6 @@ def start(current: kernel_cache.Session) -> None:
 
 def _start(current: kernel_cache.Session) -> bool:
     xla_cache.apply(current.store)
-    if compile_pool.workers(current.config) > 1:
+    if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
         prime_in_background()
     return True

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..config import Config
 from ..lazy import later
 from ..safefs import Owners
-from ..signing import Signer
 from . import disk
 
 if TYPE_CHECKING:
+    from ..signing import Signer
     from . import remote, shared
 else:
     remote = later("kernel_cache.levels.remote")

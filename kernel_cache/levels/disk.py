@@ -39,11 +39,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import diskcache
 
-from .. import cache_marker, disk_sql, locks
+from .. import cache_marker, disk_sql
 from .. import entry as entry_format
 from ..config import Config
 from ..disk_index import (
@@ -61,10 +61,16 @@ from ..disk_index import (
 from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from ..errors import IndexDamaged, LevelReadOnly, LevelUnavailable
+from ..lazy import later
 from ..level import InDirectory
 from ..safefs import Owners, UnsafeFile
-from ..signing import Signer
 from ..warnings_once import warn_once
+
+if TYPE_CHECKING:
+    from .. import locks
+    from ..signing import Signer
+else:
+    locks = later("kernel_cache.locks")  # the build lock of a miss (and cachectl's debris sweep): a hit takes none
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -325,9 +331,12 @@ class DiskLevel(InDirectory):
     def flush_touches(self) -> None:
         """Record the deferred uses, oldest first, in one transaction: each a `Cache.get`, which under
         the least-recently-used policy stamps the entry's access time (with the flush's time: a use
-        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`)."""
+        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`). A use
+        within TOUCH_INTERVAL of the one the index holds is dropped, as a hit's is (`get`): a warm
+        process whose kernels were used a moment ago (by a neighbour, say) opens no writer at exit."""
         with self._lock:
             touches, self._touches = self._touches, {}
+        touches = self._due(touches)
         if not touches:
             return
 
@@ -339,6 +348,18 @@ class DiskLevel(InDirectory):
 
         with contextlib.suppress(LevelReadOnly):
             self._write(write)
+
+    def _due(self, touches: dict[str, float]) -> dict[str, float]:
+        """The uses the index holds no use within TOUCH_INTERVAL of (all of them where it cannot say)."""
+        if not touches:
+            return touches
+        try:
+            con = self._reader()
+            recorded = {key: disk_sql.access_time(con, key) for key in touches}
+        except (sqlite3.Error, OSError):
+            return touches
+        return {key: when for key, when in touches.items()
+                if (at := recorded[key]) is not None and when - at > TOUCH_INTERVAL}
 
     def set_max_bytes(self, max_bytes: int) -> None:
         self._write(lambda cache: cache.reset("size_limit", max_bytes))

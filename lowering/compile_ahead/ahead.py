@@ -19,15 +19,20 @@ import collections
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import compiler
 import kernel_cache
+from kernel_cache.lazy import later
 
 from .. import first_use
 from ..planning.plan import plan_bound
 from ..records import winners
-from . import compile_pool
+
+if TYPE_CHECKING:
+    from . import compile_pool
+else:
+    compile_pool = later("lowering.compile_ahead.compile_pool")  # its threads (and `queue`) only on a miss
 
 log = logging.getLogger("kernel_cache.lowering")
 
@@ -77,7 +82,7 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     with _lock:
         noted = list(_noted)
         _noted.clear()
-    if compile_pool.workers(session.config) <= 1:
+    if session.config.compile_threads <= 1:  # compile_pool.workers(): one compile at a time, no pool to import
         return 0
     taken = [(*n, _identity(n[0], n[1])) for n in noted]
     own = _identity(_operands(avals_in), params) if params is not None else None

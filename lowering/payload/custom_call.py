@@ -14,19 +14,26 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from jax._src.interpreters import mlir
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
 
-from compiler import Artifact, KernelSpec, TensorDesc
+from compiler import KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
+from kernel_cache.lazy import later
 
 from ..planning.plan import CallInfo, KernelPlan, Launch
 from . import deflate
 from . import jaxlib_compat as compat
-from .module_image import ModuleImage, inject
+
+if TYPE_CHECKING:
+    from compiler import Artifact
+
+    from . import module_image
+else:  # the module image is built only for a call lowered kernel by kernel (a warm call's payload is its record's)
+    module_image = later("lowering.payload.module_image")
 
 _warned_aliases = False
 # Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
@@ -138,8 +145,9 @@ def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], 
     cubins = [c.artifact.blobs.get("cubin") for c in calls]  # the blobs themselves: asked once each
     with_image = layout is not None and all(cubins)
     if with_image:
-        proto = inject(proto, [ModuleImage(cast(bytes, cubin), c.artifact.name, c.artifact.shared_mem)
-                               for c, cubin in zip(calls, cubins)], layout)
+        proto = module_image.inject(proto, [module_image.ModuleImage(cast(bytes, cubin), c.artifact.name,
+                                                                      c.artifact.shared_mem)
+                                            for c, cubin in zip(calls, cubins)], layout)
     return deflate.compress(proto, _fixed_parts(platform, calls, cubins if with_image else None))
 
 

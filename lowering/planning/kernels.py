@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 import compiler
 import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering: ~10 ms)
-from compiler import Artifact, KernelSpec, Target
+from compiler import KernelSpec, Target
 from kernel_cache import Session
+from kernel_cache.lazy import later
 
-from ..compile_ahead import compile_pool
 from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
+
+if TYPE_CHECKING:
+    from compiler import Artifact, cached, key
+
+    from ..compile_ahead import compile_pool
+else:  # a warm call's kernels come from its record: the store lookup by content key runs on a new call only
+    cached = later("compiler.cached")
+    compile_pool = later("lowering.compile_ahead.compile_pool")
+    key = later("compiler.key")
 
 _TRITON_DTYPES = {
     "bfloat16": "bf16", "float64": "fp64", "float32": "fp32", "float16": "fp16",
@@ -108,8 +117,8 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     """(artifact, content key) for `specs`, in order. Hits are plain store reads of the session's
     store; misses compile on the compile workers (the first in this thread), after `on_miss()` (a
     cold process: `ahead.start`)."""
-    store, keys = session.store, compiler.session_keys(session)
-    found = [compiler.lookup(spec, store, keys=keys) for spec in specs]
+    store, keys = session.store, key.session_keys(session)
+    found = [cached.lookup(spec, store, keys=keys) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
     if missing and on_miss is not None:
         on_miss()
@@ -124,7 +133,7 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     return cast("list[tuple[Artifact, str]]", found)  # every None was filled by a compile
 
 
-def _build(spec: KernelSpec, store: Any, keys: compiler.KeyMemo) -> tuple[Artifact, str]:
+def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo) -> tuple[Artifact, str]:
     """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
     (the lookup was the miss's one read)."""
-    return compiler.get_or_compile(spec, store, keys=keys, known_missing=True)
+    return cached.get_or_compile(spec, store, keys=keys, known_missing=True)

@@ -31,7 +31,7 @@ import xxhash
 import compiler
 from compiler import Target
 from compiler import triton_compat as tc
-from compiler.key import triton_value
+from compiler.spec import triton_value
 from compiler.toolchain import installed_tools
 from kernel_cache import Config
 from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest

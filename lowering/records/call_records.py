@@ -17,15 +17,18 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compiler import Artifact
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store, call_entry, lookup_log
 from kernel_cache.levels.memory import SizedLRU
 
 from ..planning.plan import KernelPlan
 from . import call_key, winners
+
+if TYPE_CHECKING:
+    from compiler import Artifact
+
 
 FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
 @dataclass

@@ -17,16 +17,21 @@ import contextlib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import compiler
 import kernel_cache
 from compiler import KernelSpec, triton_compat
-from kernel_cache import winner_entry
+from kernel_cache.lazy import later
 
 from ..planning.plan import KernelPlan
+
+if TYPE_CHECKING:
+    from kernel_cache import winner_entry
+else:
+    winner_entry = later("kernel_cache.winner_entry")  # read only where a winner is stored, or on a miss
 
 
 @dataclass(frozen=True)
