@@ -118,9 +118,9 @@ def test_non_autotuned_call_runs_inside_an_xla_cuda_graph():
 
 GARBAGE_IMAGE_SCRIPT = """
 import jax, jax.numpy as jnp
-import lowering.payload.custom_call as cc
-from lowering.payload.module_image import ModuleImage
-cc.ModuleImage = lambda obj, name, smem: ModuleImage(b"not a cubin" * 8, name, smem)
+import lowering.payload.module_image as mi
+real = mi.ModuleImage
+mi.ModuleImage = lambda obj, name, smem: real(b"not a cubin" * 8, name, smem)
 from lowering import examples as ep
 x, y = ep.random_inputs([jax.ShapeDtypeStruct((4096,), jnp.float32)] * 2)
 jax.block_until_ready(jax.jit(lambda a, b: ep.add_program(a, b, block=256))(x, y))
