@@ -59,10 +59,7 @@ def compile_spec(spec: KernelSpec) -> Artifact:
         raise CompileError(spec.name, stage, spec.summary(), exc) from exc
     seconds = time.perf_counter() - start
 
-    blobs = {}
-    for ext, out in outputs.items():
-        if ext in keep:
-            blobs[ext] = out if isinstance(out, bytes) else str(out).encode()
+    blobs = {ext: out if isinstance(out, bytes) else str(out).encode() for ext, out in outputs.items()}  # the kept
     cluster = metadata.get("cluster_dims", (1, 1, 1))
     return Artifact(
         name=metadata["name"], target=spec.target, num_warps=int(metadata.get("num_warps", spec.num_warps)),

@@ -193,12 +193,9 @@ def tma_host_elem_type(device_elem_type: int, round_f32_to_tf32: bool = False) -
     return int(TMA_DTYPE_DEVICE_TO_HOST[TMA_TF32 if round_f32_to_tf32 else device_elem_type])
 
 
-def parse_attr(backend_name: str, desc: str) -> list[Any]:
-    return list(backend_class(backend_name).parse_attr(desc))
-
-
 def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
-    """`parse_attr` of every value of `descs` (a spec's specialization texts by parameter path)."""
+    """The backend's `parse_attr` of every value of `descs` (a spec's specialization texts by
+    parameter path), as Triton's attributes."""
     backend = backend_class(backend_name)
     return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 

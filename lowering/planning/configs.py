@@ -110,12 +110,8 @@ def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str
             if not is_constexpr and name not in constexprs]
 
 
-def named_args(kernel: Any, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
-    """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
-    return _named(triton_compat.unwrapped(kernel), runtime_values, metaparams)
-
-
 def _named(kernel: Unwrapped, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
+    """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
     names = _runtime_names(kernel, metaparams)
     if len(runtime_values) > len(names):
         raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
@@ -147,15 +143,10 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[st
     return configs
 
 
-def resolve_configs(kernel: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any], *, num_warps: int | None,
-                    num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
-    """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
-    launch parameters; an Autotuner gives its surviving configs."""
-    return _configs(triton_compat.unwrapped(kernel), named_args, metaparams, num_warps, num_stages, num_ctas)
-
-
 def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[str, Any], num_warps: int | None,
              num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
+    """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
+    launch parameters; an Autotuner gives its surviving configs."""
     wrappers, fn = kernel
     default = _Raw({}, 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages,
                    num_ctas, "default")
