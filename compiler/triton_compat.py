@@ -64,11 +64,8 @@ def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
     them): one question where a lowering walks a kernel's wrappers on every call."""
     if isinstance(kernel, JITFunction):
         return (), kernel
-    wrappers = []
-    while isinstance(kernel, (Autotuner, Heuristics)):
-        wrappers.append(kernel)
-        kernel = kernel.fn
-    return tuple(wrappers), unwrap_jit(kernel)
+    wrappers = tuple(wrapper_chain(kernel))
+    return wrappers, unwrap_jit(wrapped(wrappers[-1]) if wrappers else kernel)
 
 
 def wrapped(wrapper: Any) -> Any:

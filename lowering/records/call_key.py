@@ -129,11 +129,12 @@ def module_text(module: Any, platform: str, config: Config) -> str:
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
     env, capabilities = tuple(sorted(tc.cache_invalidating_env().items())), compat.capabilities(platform, config)
-    part = _module_texts.get((env, *capabilities, *map(type, capabilities)))
+    values = (env, *capabilities, *map(type, capabilities))
+    part = _module_texts.get(values)
     if part is None:
         part = canonical_text([list(env), *capabilities], lowering_value)
         if len(_module_texts) < 256:
-            _module_texts[(env, *capabilities, *map(type, capabilities))] = part
+            _module_texts[values] = part
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
