@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
     sys.path.insert(0, ROOT)
 
-from scripts.bench_child import has_gpu, run_json_child  # noqa: E402
+from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: E402
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 
@@ -88,19 +88,13 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
         compiler.cached.compile_spec = timed
     groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
-    for group in groups:
+    for group in groups:  # each group's module is built after the previous one lowered, as a program would
         module, flat = as_one_program(group)
-        t = time.perf_counter()
-        lowered = jax.jit(module).trace(*flat).lower(**lower_options)
-        times["lower"] += time.perf_counter() - t
-        if cross:
-            continue
-        t = time.perf_counter()
-        compiled = lowered.compile()
-        times["xla_compile"] += time.perf_counter() - t
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*flat))  # type: ignore[no-untyped-call]  # unannotated in jax
-        times["first_run"] += time.perf_counter() - t
+        for _, lower, xla_compile, first_run in time_programs([("", module, flat)], lambda values: values,
+                                                               run=not cross, **lower_options):
+            times["lower"] += lower
+            times["xla_compile"] += xla_compile
+            times["first_run"] += first_run
     report: dict[str, Any] = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
     if timeline:
         report["timeline"] = sorted(timeline, key=lambda t: t[2])

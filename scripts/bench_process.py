@@ -34,10 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
+    sys.path.insert(0, ROOT)
+
+from scripts.bench_child import time_programs  # noqa: E402
+
 SIDES = ("kernel-cache", "jax.numpy")
 PHASES = ("imports", "lower", "xla_compile", "first_run", "wall")
 EPS = 1e-5  # lowering.examples.EPS
@@ -91,20 +96,14 @@ def child(side: str, gpu: bool) -> dict[str, Any]:
     out["imports"] = time.perf_counter() - start
     lower_options: dict[str, Any] = {} if gpu else {"lowering_platforms": ("cuda",)}
     rng = np.random.default_rng(0)
-    for _, fn, shapes in progs:
-        t = time.perf_counter()
-        lowered = jax.jit(fn).trace(*shapes).lower(**lower_options)
-        out["lower"] += time.perf_counter() - t
-        if not gpu:
-            continue
-        t = time.perf_counter()
-        compiled = lowered.compile()
-        out["xla_compile"] += time.perf_counter() - t
-        inputs = [jax.device_put(rng.standard_normal(s.shape).astype(s.dtype)) for s in shapes]
-        jax.block_until_ready(inputs)  # type: ignore[no-untyped-call]  # unannotated in jax
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*inputs))  # type: ignore[no-untyped-call]  # (as above)
-        out["first_run"] += time.perf_counter() - t
+
+    def inputs_of(shapes: Sequence[Any]) -> list[Any]:  # numpy's, not lowering's: this side imports none of ours
+        return [jax.device_put(rng.standard_normal(s.shape).astype(s.dtype)) for s in shapes]
+
+    for _, lower, xla_compile, first_run in time_programs(progs, inputs_of, run=gpu, **lower_options):
+        out["lower"] += lower
+        out["xla_compile"] += xla_compile
+        out["first_run"] += first_run
     if side == "kernel-cache":
         from kernel_cache import default_store
 

@@ -34,6 +34,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
+    sys.path.insert(0, ROOT)
+
+from scripts.bench_child import time_programs  # noqa: E402
+
 PHASES = ("lower", "lowering_rule", "xla_compile", "first_run", "first_run_plain", "first_run_autotuned", "wall")
 
 
@@ -79,22 +84,12 @@ def _child(run_on_gpu: bool) -> dict[str, float]:
     import gc
 
     gc.collect()  # the imports' garbage: a full collection of it inside the first lowering is not ours
-    for label, fn, shapes in progs:
-        t = time.perf_counter()
-        lowered = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
-        totals["lower"] += time.perf_counter() - t
-        if not run_on_gpu:
-            continue
-        t = time.perf_counter()
-        compiled = lowered.compile()
-        totals["xla_compile"] += time.perf_counter() - t
-        inputs = ep.random_inputs(shapes)
-        jax.block_until_ready(inputs)  # type: ignore[no-untyped-call]  # unannotated in jax
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*inputs))  # type: ignore[no-untyped-call]  # (as above)
-        dt = time.perf_counter() - t
-        totals["first_run"] += dt
-        totals["first_run_autotuned" if "autotuned" in label else "first_run_plain"] += dt
+    for label, lower, xla_compile, first_run in time_programs(progs, ep.random_inputs, run=run_on_gpu,
+                                                               lowering_platforms=("cuda",)):
+        totals["lower"] += lower
+        totals["xla_compile"] += xla_compile
+        totals["first_run"] += first_run
+        totals["first_run_autotuned" if "autotuned" in label else "first_run_plain"] += first_run
     totals["lowering_rule"] = rule_seconds[0]
     from kernel_cache import default_store
 
