@@ -53,6 +53,7 @@ MODULE_STATE = {
     "lowering/payload/proto.py:_FILE_FIELDS": CONSTANT,
     "lowering/planning/kernels.py:_POINTER_TYPES": f"{PURE} (a dtype -> its pointer type)",
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
+    "lowering/records/call_memo.py:_LEAVES": f"{CONSTANT} (a scalar type -> its exact form)",
     "lowering/planning/plan.py:_DTYPES": f"{PURE} (a dtype -> its name and item size)",
     "lowering/planning/plan.py:_TARGETS": f"{FACT}: the target of (platform, call's arch, configured arch)",
     "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",

@@ -20,7 +20,7 @@ from ..compile_ahead import ahead
 from ..payload import custom_call
 from ..planning import kernels
 from ..planning.plan import KernelPlan
-from ..records import call_records, winners
+from ..records import call_memo, call_records, winners
 from .bound_call import BoundCall
 from .devices import HINT, MultiDeviceError
 from .primitive import triton_kernel_call_p
@@ -38,11 +38,19 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
     session = kernel_cache.current_session()
     if first_use.STARTED not in session.memos:
         first_use.start(session)
+    module = getattr(ctx, "module_context", None)
+    known, memo_key = (None, None) if winners.TUNING in session.memos else call_memo.lookup(
+        session, platform, ctx.avals_in, ctx.avals_out, params, module)
+    if known is not None:  # the same call served before in this session
+        call_memo.count_hit(session, known)
+        return custom_call.emit(ctx, operands, known.plan, known.payload, autotuned=known.kernels > 1)
     plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, BoundCall(**params), session.config)
-    slot = call_records.find(plan, session, module=getattr(ctx, "module_context", None))
+    slot = call_records.find(plan, session, module=module)
     if slot.payload is None:  # a call not seen before: kernel by kernel
         _lower_kernels(slot, ctx.avals_in, noted)
     assert slot.payload is not None
+    if slot.served is not None and memo_key is not None:
+        call_memo.put(session, memo_key, call_memo.Known(plan, slot.payload, slot.kernels, *slot.served))
     return custom_call.emit(ctx, operands, plan, slot.payload, autotuned=slot.kernels > 1)
 
 

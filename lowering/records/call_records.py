@@ -43,6 +43,7 @@ class Slot:
     memos: "_Memos"
     payload: bytes | None = None
     kernels: int = 0
+    served: tuple[str, float] | None = None  # (the record's key, its kernels' compile seconds) when one served
 
     def remember(self, payload: bytes, fetched: Sequence[tuple[Artifact, str]], family: Sequence[str],
                  winner_key: str | None, chosen: bool) -> None:
@@ -111,6 +112,7 @@ def _serve(slot: Slot) -> None:
         kernel = slot.plan.fn.__name__
         lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
+    slot.served = (record.key, record.compile_seconds)
 
 
 def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None:

@@ -1,0 +1,148 @@
+"""The same call lowered again in a session (`lowering.records.call_memo`): served without planning,
+keying or reading the store from its third lowering on, with the same custom call; keyed type-exactly
+(1, 1.0, True, numpy's 1.0, -0.0 and 0.0 are different calls), by identity for objects without a
+value form (kept alive by the key), by value for an Autotuner's editable configs; dropped with the
+session's other memos; the custom call op built as JAX's own builder builds it."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+from jax import core
+from test_call_records import PROGRAMS, forget, lower, use_store  # noqa: F401  (fixture)
+
+import lowering as jt
+from compiler import examples as kernels
+from lowering.planning import plan
+from lowering.records import call_memo
+
+VEC = jax.ShapeDtypeStruct((4096,), jnp.float32)
+AVAL = core.ShapedArray((4096,), jnp.float32)
+
+
+def key(**params):
+    return call_memo.key_of("cuda", [AVAL], [AVAL], params, "module")
+
+
+@pytest.mark.parametrize("a, b", [(1, 1.0), (1, True), (1.0, np.float32(1.0)), (0.0, -0.0), (2, np.int64(2)),
+                                  (np.float32(1.0), np.float64(1.0)), ((1, 2), [1, 2]), ("1", 1)])
+def test_values_that_python_calls_equal_are_different_calls(a, b):
+    assert key(metaparams=(("SCALE", a),)) != key(metaparams=(("SCALE", b),))
+    assert key(metaparams=(("SCALE", a),)) == key(metaparams=(("SCALE", copy.deepcopy(a)),))  # a value, not an object
+
+
+def test_objects_are_keyed_by_identity_and_kept_alive():
+    class Grid:
+        def __call__(self, meta):
+            return (1,)
+
+    grid = Grid()
+    found = key(grid=grid)
+    assert found == key(grid=grid) and found != key(grid=Grid())
+    alive = weakref.ref(grid)
+    del grid
+    gc.collect()
+    assert alive() is not None  # its id cannot be reused while the key exists
+    del found
+    gc.collect()
+    assert alive() is None
+
+
+def test_values_without_an_exact_form_are_not_memoized():
+    class Loose:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    assert key(grid=Loose()) is None
+    assert call_memo.key_of("cuda", [object()], [AVAL], {}, "module") is None
+
+
+def test_an_edited_autotuner_is_another_call():
+    tuner = triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2)], key=["n"])(kernels.add_kernel)
+    before = key(kernel=tuner)
+    tuner.configs[0].num_warps = 4
+    assert key(kernel=tuner) != before
+    tuner.configs.append(triton.Config({"BLOCK": 512}, num_warps=4))
+    assert len({before, key(kernel=tuner)}) == 2
+
+
+def test_the_third_lowering_is_served_from_the_memo(tmp_path, use_store, monkeypatch):  # noqa: F811
+    store = use_store(tmp_path / "memo")
+    _, fn, shapes = PROGRAMS[0]  # add: a grid of ints, so the call's parameters repeat exactly
+    planned = []
+    real_of = plan.KernelPlan.of.__func__
+    monkeypatch.setattr(plan.KernelPlan, "of", classmethod(lambda cls, *a: planned.append(1) or real_of(cls, *a)))
+    first = lower(fn, shapes)  # kernel by kernel: compiled and recorded
+    assert lower(fn, shapes) == first and len(planned) == 2  # served from its record, keyed exactly now
+    hits = sum(store.stats.session()["record_hits"].values())
+    for _ in range(3):
+        assert lower(fn, shapes) == first
+    assert len(planned) == 2  # neither planned nor keyed again
+    assert sum(store.stats.session()["record_hits"].values()) == hits + 3  # each counted as one record hit
+    forget()  # dropped with the session's memos
+    assert lower(fn, shapes) == first and len(planned) == 3
+
+
+def test_int_and_float_scalars_stay_apart_when_lowered_again(tmp_path, use_store):  # noqa: F811
+    use_store(tmp_path / "exact")
+
+    def program(n):
+        def f(x, y):
+            return jt.triton_call(x, y, n, kernel=kernels.add_kernel, out_shape=VEC, grid=(4,), BLOCK=1024,
+                                  compute_capability=90)
+        return f
+
+    firsts = {type(n): lower(program(n), (VEC, VEC)) for n in (4096, 4096.0)}
+    assert firsts[int] != firsts[float]  # another kernel: an i32 parameter against an f32 one
+    for _ in range(3):
+        for n in (4096, 4096.0):
+            assert lower(program(n), (VEC, VEC)) == firsts[type(n)]
+
+
+def test_the_op_is_the_one_jax_builds():
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir.dialects import func
+
+    from lowering.payload import custom_call_op
+
+    ir = mlir.ir
+    with mlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            f32 = ir.F32Type.get()
+            types = [ir.RankedTensorType.get(shape, f32) for shape in ([4, 8], [], [16])]
+            fn = func.FuncOp("f", (types, []))
+            with ir.InsertionPoint(fn.add_entry_block()):
+                operands = list(fn.arguments)
+                for config, aliases, side_effect, results in (
+                        (b"payload\x00\xff", {0: 0}, False, types[:1]),
+                        ({"name": ir.StringAttr.get("n"), "opaque": ir.StringAttr.get(b"x")}, {}, True, types),
+                        (b"", {0: 1, 2: 0}, False, types[::-1])):
+                    version = 2 if isinstance(config, bytes) else 4
+                    theirs = mlir.custom_call(
+                        "triton_kernel_call", result_types=results, operands=operands, backend_config=config,
+                        api_version=version, operand_layouts=[list(reversed(range(len(t.shape)))) for t in types],
+                        result_layouts=[list(reversed(range(len(t.shape)))) for t in results],
+                        operand_output_aliases=aliases, has_side_effect=side_effect)
+                    ours = custom_call_op.build(
+                        None, "triton_kernel_call", result_types=results, operands=operands, backend_config=config,
+                        api_version=version, operand_ranks=[len(t.shape) for t in types],
+                        result_ranks=[len(t.shape) for t in results], operand_output_aliases=aliases,
+                        has_side_effect=side_effect)
+                    assert _attributes(ours) == _attributes(theirs)
+                    assert [str(r.type) for r in ours.results] == [str(r.type) for r in theirs.results]
+                    assert list(ours.operands) == list(theirs.operands)
+
+
+def _attributes(op):
+    attributes = op.operation.attributes
+    return {attributes[i].name: str(attributes[i].attr) for i in range(len(attributes))}
