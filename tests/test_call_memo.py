@@ -133,11 +133,8 @@ def test_the_op_is_the_one_jax_builds():
                         api_version=version, operand_layouts=[list(reversed(range(len(t.shape)))) for t in types],
                         result_layouts=[list(reversed(range(len(t.shape)))) for t in results],
                         operand_output_aliases=aliases, has_side_effect=side_effect)
-                    ours = custom_call_op.build(
-                        None, "triton_kernel_call", result_types=results, operands=operands, backend_config=config,
-                        api_version=version, operand_ranks=[len(t.shape) for t in types],
-                        result_ranks=[len(t.shape) for t in results], operand_output_aliases=aliases,
-                        has_side_effect=side_effect)
+                    ours = custom_call_op.build(None, "triton_kernel_call", results, operands, config, version,
+                                                aliases, side_effect)
                     assert _attributes(ours) == _attributes(theirs)
                     assert [str(r.type) for r in ours.results] == [str(r.type) for r in theirs.results]
                     assert list(ours.operands) == list(theirs.operands)

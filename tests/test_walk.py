@@ -89,12 +89,14 @@ def switches(walk: list[list[str | None]]) -> int:
     return 2 * len(walk)
 
 
-def test_a_warm_call_stays_within_twenty_files_and_sixty_switches(walk):
+def test_a_warm_call_stays_within_twenty_two_files_and_sixty_switches(walk):
+    """(22 files since issue 31: the same-call memo and the custom call op's own builder are each a file.)"""
     files = {path for path, _, _ in walk}
-    assert len(files) <= 20, sorted(files)
+    assert len(files) <= 22, sorted(files)
     assert switches(walk) <= 60, walk
 
 
-def test_a_cold_call_stays_within_450_switches(walks):
+def test_a_cold_call_stays_within_470_switches(walks):
+    """(470 since issue 31: the same-call memo notes the call, and the op has its own builder.)"""
     cold = walks["cold"]
-    assert switches(cold) <= 450, Counter((path, caller) for path, _, caller in cold).most_common(10)
+    assert switches(cold) <= 470, Counter((path, caller) for path, _, caller in cold).most_common(10)

@@ -212,11 +212,8 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
-    op = custom_call_op.build(
-        ctx.module_context, target, result_types=result_types, operands=operands, backend_config=backend_config,
-        api_version=api_version, operand_ranks=[a.ndim for a in ctx.avals_in],
-        result_ranks=[a.ndim for a in avals_out], operand_output_aliases=dict(plan.aliases),
-        has_side_effect=has_side_effect)
+    op = custom_call_op.build(ctx.module_context, target, result_types, operands, backend_config, api_version,
+                              dict(plan.aliases), has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)

@@ -20,12 +20,13 @@ from jaxlib.mlir.dialects import stablehlo as hlo  # the dialect JAX builds its 
 _SHARED = "lowering.payload.custom_call_op"  # our entry in a JAX module's per-module cache
 
 
-def build(module: Any, target: str, *, result_types: Sequence[Any], operands: Sequence[Any],
-          backend_config: bytes | Mapping[str, Any], api_version: int, operand_ranks: Sequence[int],
-          result_ranks: Sequence[int], operand_output_aliases: Mapping[int, int], has_side_effect: bool) -> Any:
+def build(module: Any, target: str, result_types: Sequence[Any], operands: Sequence[Any],
+          backend_config: bytes | Mapping[str, Any], api_version: int, operand_output_aliases: Mapping[int, int],
+          has_side_effect: bool) -> Any:
     """The op `mlir.custom_call(target, ..., operand_layouts=row-major, result_layouts=row-major)`
-    would build. A dictionary backend config goes where JAX puts one: an empty `backend_config`, API
-    version 1 and the dictionary as `mhlo.backend_config` (XLA reads it as a typed-FFI call)."""
+    would build (the ranks read from the operands' and results' types). A dictionary backend config
+    goes where JAX puts one: an empty `backend_config`, API version 1 and the dictionary as
+    `mhlo.backend_config` (XLA reads it as a typed-FFI call)."""
     shared = _shared(module)
     if isinstance(backend_config, bytes):
         config, dictionary = ir.StringAttr.get(backend_config), None
@@ -41,8 +42,8 @@ def build(module: Any, target: str, *, result_types: Sequence[Any], operands: Se
             hlo.OutputOperandAlias.get(output_tuple_indices=[output] if len(result_types) > 1 else [],
                                        operand_index=operand, operand_tuple_indices=[])
             for operand, output in operand_output_aliases.items()]),
-        "operand_layouts": ir.ArrayAttr.get([_layout(shared, rank) for rank in operand_ranks]),
-        "result_layouts": ir.ArrayAttr.get([_layout(shared, rank) for rank in result_ranks]),
+        "operand_layouts": ir.ArrayAttr.get([_layout(shared, ir.RankedTensorType(v.type).rank) for v in operands]),
+        "result_layouts": ir.ArrayAttr.get([_layout(shared, ir.RankedTensorType(t).rank) for t in result_types]),
     }
     op = hlo.CustomCallOp.build_generic(results=list(result_types), operands=list(operands), attributes=attributes)
     if dictionary is not None:
