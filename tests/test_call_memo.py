@@ -2,7 +2,7 @@
 keying or reading the store from its third lowering on, with the same custom call; keyed type-exactly
 (1, 1.0, True, numpy's 1.0, -0.0 and 0.0 are different calls), by identity for objects without a
 value form (kept alive by the key), by value for an Autotuner's editable configs; dropped with the
-session's other memos; the custom call op built as JAX's own builder builds it."""
+session's other memos."""
 
 from __future__ import annotations
 
@@ -106,40 +106,3 @@ def test_int_and_float_scalars_stay_apart_when_lowered_again(tmp_path, use_store
     for _ in range(3):
         for n in (4096, 4096.0):
             assert lower(program(n), (VEC, VEC)) == firsts[type(n)]
-
-
-def test_the_op_is_the_one_jax_builds():
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir.dialects import func
-
-    from lowering.payload import custom_call_op
-
-    ir = mlir.ir
-    with mlir.make_ir_context(), ir.Location.unknown():
-        module = ir.Module.create()
-        with ir.InsertionPoint(module.body):
-            f32 = ir.F32Type.get()
-            types = [ir.RankedTensorType.get(shape, f32) for shape in ([4, 8], [], [16])]
-            fn = func.FuncOp("f", (types, []))
-            with ir.InsertionPoint(fn.add_entry_block()):
-                operands = list(fn.arguments)
-                for config, aliases, side_effect, results in (
-                        (b"payload\x00\xff", {0: 0}, False, types[:1]),
-                        ({"name": ir.StringAttr.get("n"), "opaque": ir.StringAttr.get(b"x")}, {}, True, types),
-                        (b"", {0: 1, 2: 0}, False, types[::-1])):
-                    version = 2 if isinstance(config, bytes) else 4
-                    theirs = mlir.custom_call(
-                        "triton_kernel_call", result_types=results, operands=operands, backend_config=config,
-                        api_version=version, operand_layouts=[list(reversed(range(len(t.shape)))) for t in types],
-                        result_layouts=[list(reversed(range(len(t.shape)))) for t in results],
-                        operand_output_aliases=aliases, has_side_effect=side_effect)
-                    ours = custom_call_op.build(None, "triton_kernel_call", results, operands, config, version,
-                                                aliases, side_effect)
-                    assert _attributes(ours) == _attributes(theirs)
-                    assert [str(r.type) for r in ours.results] == [str(r.type) for r in theirs.results]
-                    assert list(ours.operands) == list(theirs.operands)
-
-
-def _attributes(op):
-    attributes = op.operation.attributes
-    return {attributes[i].name: str(attributes[i].attr) for i in range(len(attributes))}

@@ -89,14 +89,14 @@ def switches(walk: list[list[str | None]]) -> int:
     return 2 * len(walk)
 
 
-def test_a_warm_call_stays_within_twenty_two_files_and_sixty_switches(walk):
-    """(22 files since issue 31: the same-call memo and the custom call op's own builder are each a file.)"""
+def test_a_warm_call_stays_within_twenty_one_files_and_sixty_switches(walk):
+    """(21 files since issue 31: the same-call memo is one.)"""
     files = {path for path, _, _ in walk}
-    assert len(files) <= 22, sorted(files)
+    assert len(files) <= 21, sorted(files)
     assert switches(walk) <= 60, walk
 
 
 def test_a_cold_call_stays_within_470_switches(walks):
-    """(470 since issue 31: the same-call memo notes the call, and the op has its own builder.)"""
+    """(470 since issue 31: the same-call memo notes the call.)"""
     cold = walks["cold"]
     assert switches(cold) <= 470, Counter((path, caller) for path, _, caller in cold).most_common(10)

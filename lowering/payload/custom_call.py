@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
+from jax._src.interpreters import mlir
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
 
 from compiler import KernelSpec, TensorDesc
@@ -24,7 +25,7 @@ from kernel_cache import Config
 from kernel_cache.lazy import later
 
 from ..planning.plan import CallInfo, KernelPlan, Launch
-from . import custom_call_op, deflate
+from . import deflate
 from . import jaxlib_compat as compat
 
 if TYPE_CHECKING:
@@ -196,6 +197,8 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
     cost_estimate = call.cost_estimate
     avals_out = plan.results  # the kernel's order: pointer outputs first
     result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
+    layouts_in = [list(reversed(range(a.ndim))) for a in ctx.avals_in]
+    layouts_out = [list(reversed(range(a.ndim))) for a in avals_out]
     use_ffi = not autotuned and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
@@ -212,8 +215,10 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
-    op = custom_call_op.build(ctx.module_context, target, result_types, operands, backend_config, api_version,
-                              dict(plan.aliases), has_side_effect)
+    op = mlir.custom_call(
+        target, result_types=result_types, operands=list(operands), backend_config=backend_config,
+        api_version=api_version, operand_layouts=layouts_in, result_layouts=layouts_out,
+        operand_output_aliases=dict(plan.aliases), has_side_effect=has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)
