@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
+from kernel_cache.value_class import Value
 
 from ..frontend.bound_call import BoundCall
 
@@ -27,13 +28,20 @@ class LaunchConfig:
     description: str
 
 
-@dataclass
-class _Raw:  # a config being resolved (mutable while heuristics are applied)
+class _Raw(Value):  # a config being resolved (mutable while heuristics are applied)
+    _fields = ("kwargs", "num_warps", "num_stages", "num_ctas", "description")
     kwargs: dict[str, Any]
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
+
+    def __init__(self, kwargs: dict[str, Any], num_warps: int, num_stages: int, num_ctas: int, description: str) -> None:
+        self.kwargs = kwargs
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.description = description
 
 
 def _from_triton(config: Any) -> _Raw:
