@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 else:
     signing = later("kernel_cache.signing")  # read only where a signing key or a password file is set
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+# (patterns, compiled by `re` at their first use: most processes never parse a size or a duration)
+_SIZE = r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$", re.IGNORECASE)
+_DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$"
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
@@ -49,7 +50,7 @@ class ConfigError(KernelCacheError, ValueError):
 
 def parse_size(text: str, what: str = "size") -> int:
     """'512M', '10G', '1.5GiB', '4096' -> bytes (binary units)."""
-    m = _SIZE.match(str(text))
+    m = re.match(_SIZE, str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a size (examples: 4096, 512M, 10G)")
     size = float(m.group(1)) * _UNITS[m.group(2).lower()]
@@ -61,7 +62,7 @@ def parse_size(text: str, what: str = "size") -> int:
 def parse_duration(text: str, what: str = "duration") -> float:
     """'30d', '12h', '90m', '45s', '250ms' -> seconds. A bare number other than 0 is refused: `prune
     --older-than 30` read as seconds selects every entry minutes old."""
-    m = _DURATION.match(str(text))
+    m = re.match(_DURATION, str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a duration (examples: 45s, 90m, 12h, 30d)")
     number, unit = float(m.group(1)), m.group(2).lower()
