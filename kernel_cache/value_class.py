@@ -13,8 +13,8 @@ all compiled once into the module's bytecode. The base gives what the dataclass 
 - `FrozenValue`: the same, hashed by the fields, and no attribute assigned or deleted after
   `__init__` (`dataclasses.FrozenInstanceError`, as a frozen dataclass raises).
 
-`dataclasses.fields`, `replace` and `asdict` do not apply to these: a class that tests or callers
-`replace` stays a dataclass (or is off the warm path).
+`dataclasses.fields`, `replace` and `asdict` do not apply to these: `replace(value, **changes)` here
+is `dataclasses.replace` for them (a new instance through `__init__`, checks included).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import FrozenInstanceError
 from operator import attrgetter
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 def _values_of(fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -73,3 +73,12 @@ class FrozenValue(Value):
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+V = TypeVar("V", bound=Value)
+
+
+def replace(value: V, **changes: Any) -> V:
+    """A copy of `value` with `changes`, made through its class's `__init__` (as `dataclasses.replace`
+    makes one); an unknown name is a TypeError."""
+    return type(value)(**{**{name: getattr(value, name) for name in value._fields}, **changes})
