@@ -10,13 +10,13 @@ become constexprs, `do_not_specialize` parameters are left alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from kernel_cache.canonical import canonical
 from kernel_cache.canonical import canonical_text as encode
 from kernel_cache.display import echo
+from kernel_cache.value_class import FrozenValue
 
 from . import triton_compat as tc
 from .target import Target, parse_target
@@ -31,50 +31,55 @@ _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 DEFAULT_OPTIONS: Mapping[str, Any] = MappingProxyType({"enable_fp_fusion": True, "debug": False})  # read-only
 
 
-@dataclass(frozen=True)
-class Pointer:
+class Pointer(FrozenValue):
     """A device buffer argument: element type and whether it is 16-byte aligned."""
 
+    _fields = ("dtype", "aligned")
     dtype: str
-    aligned: bool = True
+    aligned: bool
 
-    def __post_init__(self) -> None:
-        if self.dtype.lstrip("*") not in POINTER_DTYPES:
-            raise ValueError(f"unknown pointer element type {echo(self.dtype)}; "
-                             f"expected one of {sorted(POINTER_DTYPES)}")
-        object.__setattr__(self, "dtype", self.dtype.lstrip("*"))
+    def __init__(self, dtype: str, aligned: bool = True) -> None:
+        if dtype.lstrip("*") not in POINTER_DTYPES:
+            raise ValueError(f"unknown pointer element type {echo(dtype)}; expected one of {sorted(POINTER_DTYPES)}")
+        self.__dict__.update(dtype=dtype.lstrip("*"), aligned=aligned)
 
 
 SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
                           "fp32", "fp64"})
 
 
-@dataclass(frozen=True)
-class Scalar:
+class Scalar(FrozenValue):
     """A scalar argument with an explicit Triton type (e.g. a float beyond fp32's range as fp64);
     never specialized on its value."""
 
+    _fields = ("type", "value")
     type: str
     value: bool | int | float
 
-    def __post_init__(self) -> None:
-        if self.type not in SCALAR_TYPES:
-            raise ValueError(f"unknown scalar type {echo(self.type)}; expected one of {sorted(SCALAR_TYPES)}")
+    def __init__(self, type: str, value: bool | int | float) -> None:
+        if type not in SCALAR_TYPES:
+            raise ValueError(f"unknown scalar type {echo(type)}; expected one of {sorted(SCALAR_TYPES)}")
+        self.__dict__.update(type=type, value=value)
 
 
-@dataclass(frozen=True)
-class TensorDesc:
+class TensorDesc(FrozenValue):
     """A host-side TMA descriptor argument (jax-triton 0.4's TensorDescriptor, Triton >= 3.7): compiled
     as Triton's `tensordesc<dtype[block]>` type; `shape`, `strides`, `padding` and `round_f32_to_tf32`
     are launch values, the kernel does not depend on them."""
 
+    _fields = ("dtype", "block_shape", "layout", "shape", "strides", "padding", "round_f32_to_tf32")
     dtype: str
     block_shape: tuple[int, ...]
-    layout: str | None = None  # the layout's repr, as jax-triton 0.4 spells it in the type
-    shape: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
-    padding: str = "zero"
-    round_f32_to_tf32: bool = False
+    layout: str | None  # the layout's repr, as jax-triton 0.4 spells it in the type
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: str
+    round_f32_to_tf32: bool
+
+    def __init__(self, dtype: str, block_shape: tuple[int, ...], layout: str | None = None, shape: tuple[int, ...] = (),
+                 strides: tuple[int, ...] = (), padding: str = "zero", round_f32_to_tf32: bool = False) -> None:
+        self.__dict__.update(dtype=dtype, block_shape=block_shape, layout=layout, shape=shape, strides=strides,
+                             padding=padding, round_f32_to_tf32=round_f32_to_tf32)
 
     @property
     def type_name(self) -> str:
@@ -94,21 +99,29 @@ def triton_value(value: Any) -> Any:
     raise TypeError(f"cannot build a cache key from {type(value).__name__}: {echo(value)}")
 
 
-@dataclass(frozen=True, eq=False)
-class KernelSpec:
+class KernelSpec(FrozenValue):
     """The complete description of one compiled kernel, with one form: its canonical text
     (`canonical_text`), by which specs are equal and hashed."""
 
+    _fields = ("kernel", "signature", "constexprs", "attrs", "target", "num_warps", "num_stages", "num_ctas", "options",
+               "keep_ir")
     kernel: Any  # triton JITFunction
     signature: Mapping[str, Any]  # param -> triton type ("*fp32", "i32", "constexpr"; a tuple parameter: a tuple of them)
     constexprs: Mapping[str, Any]  # param -> value
     attrs: Mapping[tuple[Any, ...], list[Any]]  # (param index,) -> [["tt.divisibility", 16]]
     target: Target
-    num_warps: int = 4
-    num_stages: int = 3
-    num_ctas: int = 1
-    options: Mapping[str, Any] = field(default_factory=dict)  # other backend options
-    keep_ir: bool = False  # keep TTIR/TTGIR/LLIR text in the artifact (debugging)
+    num_warps: int
+    num_stages: int
+    num_ctas: int
+    options: Mapping[str, Any]  # other backend options
+    keep_ir: bool  # keep TTIR/TTGIR/LLIR text in the artifact (debugging)
+
+    def __init__(self, kernel: Any, signature: Mapping[str, Any], constexprs: Mapping[str, Any],
+                 attrs: Mapping[tuple[Any, ...], list[Any]], target: Target, num_warps: int = 4, num_stages: int = 3,
+                 num_ctas: int = 1, options: Mapping[str, Any] | None = None, keep_ir: bool = False) -> None:
+        self.__dict__.update(kernel=kernel, signature=signature, constexprs=constexprs, attrs=attrs, target=target,
+                             num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
+                             options={} if options is None else options, keep_ir=keep_ir)
 
     @property
     def name(self) -> str:

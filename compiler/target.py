@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from kernel_cache.display import echo
+from kernel_cache.value_class import FrozenValue
 
 _SM = re.compile(r"^(?:sm_?|cuda:?)(\d{2,3})a?$")
 _GFX = re.compile(r"^(?:hip:)?(gfx[0-9a-f]{3,4}[a-z0-9:+\-]*)$")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(FrozenValue):
     """Backend + arch + warp size: everything Triton's GPUTarget holds, hashable and printable."""
 
+    _fields = ("backend", "arch", "warp_size")
     backend: str  # "cuda" or "hip"
     arch: int | str  # 90 for cuda, "gfx942" for hip
     warp_size: int
+
+    def __init__(self, backend: str, arch: int | str, warp_size: int) -> None:
+        self.__dict__.update(backend=backend, arch=arch, warp_size=warp_size)
 
     @property
     def name(self) -> str:

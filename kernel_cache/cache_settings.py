@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from .config import Config, ConfigError
 from .display import echo
 from .publish import publish
 from .safefs import Owners, Tree, UnsafeFile
+from .value_class import FrozenValue
 from .warnings_once import warn_once
 
 SETTINGS_FILE = "settings.json"
@@ -37,12 +37,15 @@ class StoredSettingsError(ConfigError):
     """The settings file of a cache directory is refused (unsafe, or not what cachectl writes)."""
 
 
-@dataclass(frozen=True)
-class StoredSettings:
+class StoredSettings(FrozenValue):
     """What a cache directory's settings file says (None: not stored there)."""
 
-    max_bytes: int | None = None
-    path: Path | None = None  # the file, where there is a cache directory
+    _fields = ("max_bytes", "path")
+    max_bytes: int | None
+    path: Path | None  # the file, where there is a cache directory
+
+    def __init__(self, max_bytes: int | None = None, path: Path | None = None) -> None:
+        self.__dict__.update(max_bytes=max_bytes, path=path)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": None if self.path is None else str(self.path), "max_bytes": self.max_bytes}

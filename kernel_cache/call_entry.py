@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 from .canonical import digest
 from .entry import Entry, is_key
 from .summary import META_ARCH, META_COMPILE_SECONDS, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
+from .value_class import FrozenValue
 
 KIND = "lowered-call"
 FORMAT = 1
@@ -34,10 +34,11 @@ PAYLOAD_BLOB = "payload"
 _MAX_PROTO_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
-class CallRecord:
+class CallRecord(FrozenValue):
     """One lowered call: what it launches (its kernels' content keys) and the payload, if kept."""
 
+    _fields = ("key", "kernel", "call_name", "platform", "arch", "target", "toolchain", "config_keys", "compile_seconds",
+               "payload", "winner_key", "created")
     key: str  # the call's fingerprint
     kernel: str  # the kernel function's name
     call_name: str  # the call's own name (jax-triton's `name=`)
@@ -48,8 +49,15 @@ class CallRecord:
     config_keys: tuple[str, ...]  # content keys of the kernels the payload launches, in order
     compile_seconds: float  # what compiling those kernels cost (hits count it as saved)
     payload: bytes | None  # None: only the winner key is kept (the call lowers as its winner)
-    winner_key: str = ""  # set where persisted winners applied when it was lowered
-    created: float = 0.0
+    winner_key: str  # set where persisted winners applied when it was lowered
+    created: float
+
+    def __init__(self, key: str, kernel: str, call_name: str, platform: str, arch: str, target: dict[str, Any],
+                 toolchain: str, config_keys: tuple[str, ...], compile_seconds: float, payload: bytes | None,
+                 winner_key: str = "", created: float = 0.0) -> None:
+        self.__dict__.update(key=key, kernel=kernel, call_name=call_name, platform=platform, arch=arch, target=target,
+                             toolchain=toolchain, config_keys=config_keys, compile_seconds=compile_seconds,
+                             payload=payload, winner_key=winner_key, created=created)
 
     @property
     def autotuned(self) -> bool:

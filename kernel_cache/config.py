@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from .errors import KernelCacheError
 from .interception import InterceptError, parse_clients
 from .lazy import later
 from .safefs import resolve_group
+from .value_class import FrozenValue
 
 if TYPE_CHECKING:
     from . import signing
@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 else:
     signing = later("kernel_cache.signing")  # read only where a signing key or a password file is set
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+# (patterns, compiled by `re` at their first use: most processes never parse a size or a duration)
+_SIZE = r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$", re.IGNORECASE)
+_DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$"
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
@@ -49,7 +50,7 @@ class ConfigError(KernelCacheError, ValueError):
 
 def parse_size(text: str, what: str = "size") -> int:
     """'512M', '10G', '1.5GiB', '4096' -> bytes (binary units)."""
-    m = _SIZE.match(str(text))
+    m = re.match(_SIZE, str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a size (examples: 4096, 512M, 10G)")
     size = float(m.group(1)) * _UNITS[m.group(2).lower()]
@@ -61,7 +62,7 @@ def parse_size(text: str, what: str = "size") -> int:
 def parse_duration(text: str, what: str = "duration") -> float:
     """'30d', '12h', '90m', '45s', '250ms' -> seconds. A bare number other than 0 is refused: `prune
     --older-than 30` read as seconds selects every entry minutes old."""
-    m = _DURATION.match(str(text))
+    m = re.match(_DURATION, str(text))
     if not m:
         raise ConfigError(f"{what}: cannot read {echo(text)} as a duration (examples: 45s, 90m, 12h, 30d)")
     number, unit = float(m.group(1)), m.group(2).lower()
@@ -116,15 +117,18 @@ def _target_arch(text: str, what: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(FrozenValue):
     """One variable: where it lands in Config, how it is read, and what the README says of it."""
 
+    _fields = ("env", "field", "parse", "default", "help")
     env: str
     field: str
     parse: Callable[[str, str], Any]
     default: str
     help: str
+
+    def __init__(self, env: str, field: str, parse: Callable[[str, str], Any], default: str, help: str) -> None:
+        self.__dict__.update(env=env, field=field, parse=parse, default=default, help=help)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -260,40 +264,66 @@ class _DefaultBound(int):
 DEFAULT_MAX_BYTES: int = _DefaultBound(8 << 30)
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(FrozenValue):
     """Where and how much to cache. `dir=None` means memory only (no persistence across runs)."""
 
-    dir: Path | None = None
-    shared_dir: Path | None = None
-    disabled: bool = False
-    memory_bytes: int = 256 << 20
-    memory_items: int = 4096
-    max_bytes: int = DEFAULT_MAX_BYTES  # left so: the bound stored in the cache directory, if any
-    log: str = ""
-    lock: str = "auto"
-    lock_timeout: float = 600.0
-    soft_lock_stale: float = 120.0  # a soft lock not refreshed for this long belongs to a dead holder
-    target_arch: str | None = None  # None: the visible device's
-    module_image: bool = True
-    xla: bool = False  # also point JAX's persistent compilation cache at <dir>/xla
-    winners: bool = True  # lower autotuned calls as their persisted winner when one is stored
-    gpu_model: str | None = None  # None: the visible device's (for persisted autotune winners)
-    call_records: bool = True  # serve a call seen before from its recorded payload (one store read)
-    intercept: tuple[str, ...] = ()  # client libraries whose Triton calls the store serves
-    trusted_group: str | None = None  # besides yourself and root, whose cache files you accept
-    signing_key: bytes | None = field(default=None, repr=False)
-    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-    toolchain_memo_dir: Path | None = None  # where the toolchain memo lives when `dir` is unset
-    remote: str | None = field(default=None, repr=False)  # a Redis URL (may hold a password)
-    remote_password: str | None = field(default=None, repr=False)
-    remote_namespace: str = "default"
-    remote_ttl: float = 14 * 86400.0
-    remote_timeout: float = 0.25
-    remote_unsigned: bool = False
-    compile_workers: int = 0  # 0: usable cores, at most MAX_COMPILE_WORKERS
+    _fields = ("dir", "shared_dir", "disabled", "memory_bytes", "memory_items", "max_bytes", "log", "lock",
+               "lock_timeout", "soft_lock_stale", "target_arch", "module_image", "xla", "winners", "gpu_model",
+               "call_records", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
+               "remote", "remote_password", "remote_namespace", "remote_ttl", "remote_timeout", "remote_unsigned",
+               "compile_workers")
+    _hidden = frozenset({"signing_key", "remote", "remote_password"})  # secrets: never in repr
+    dir: Path | None
+    shared_dir: Path | None
+    disabled: bool
+    memory_bytes: int
+    memory_items: int
+    max_bytes: int  # left so: the bound stored in the cache directory, if any
+    log: str
+    lock: str
+    lock_timeout: float
+    soft_lock_stale: float  # a soft lock not refreshed for this long belongs to a dead holder
+    target_arch: str | None  # None: the visible device's
+    module_image: bool
+    xla: bool  # also point JAX's persistent compilation cache at <dir>/xla
+    winners: bool  # lower autotuned calls as their persisted winner when one is stored
+    gpu_model: str | None  # None: the visible device's (for persisted autotune winners)
+    call_records: bool  # serve a call seen before from its recorded payload (one store read)
+    intercept: tuple[str, ...]  # client libraries whose Triton calls the store serves
+    trusted_group: str | None  # besides yourself and root, whose cache files you accept
+    signing_key: bytes | None
+    max_entry_bytes: int
+    toolchain_memo_dir: Path | None  # where the toolchain memo lives when `dir` is unset
+    remote: str | None  # a Redis URL (may hold a password)
+    remote_password: str | None
+    remote_namespace: str
+    remote_ttl: float
+    remote_timeout: float
+    remote_unsigned: bool
+    compile_workers: int  # 0: usable cores, at most MAX_COMPILE_WORKERS
 
-    def __post_init__(self) -> None:
+    def __init__(self, dir: Path | None = None, shared_dir: Path | None = None, disabled: bool = False,
+                 memory_bytes: int = 256 << 20, memory_items: int = 4096, max_bytes: int = DEFAULT_MAX_BYTES,
+                 log: str = "", lock: str = "auto", lock_timeout: float = 600.0, soft_lock_stale: float = 120.0,
+                 target_arch: str | None = None, module_image: bool = True, xla: bool = False, winners: bool = True,
+                 gpu_model: str | None = None, call_records: bool = True, intercept: tuple[str, ...] = (),
+                 trusted_group: str | None = None, signing_key: bytes | None = None,
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, toolchain_memo_dir: Path | None = None,
+                 remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
+                 remote_ttl: float = 14 * 86400.0, remote_timeout: float = 0.25, remote_unsigned: bool = False,
+                 compile_workers: int = 0) -> None:
+        self.__dict__.update(dir=dir, shared_dir=shared_dir, disabled=disabled, memory_bytes=memory_bytes,
+                             memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
+                             lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
+                             module_image=module_image, xla=xla, winners=winners, gpu_model=gpu_model,
+                             call_records=call_records, intercept=intercept, trusted_group=trusted_group,
+                             signing_key=signing_key, max_entry_bytes=max_entry_bytes,
+                             toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
+                             remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
+                             remote_unsigned=remote_unsigned, compile_workers=compile_workers)
+        self._check()
+
+    def _check(self) -> None:
         self._coerce()
         if self.log not in LOG_LEVELS:
             raise ConfigError(f"KERNEL_CACHE_LOG={echo(self.log)}: expected one of info, debug, off")
@@ -328,22 +358,23 @@ class Config:
     def _coerce(self) -> None:
         """Sizes, durations and paths given as the environment spells them (`Config(max_bytes="1G")`)
         are read the same way; any other wrong type is a ConfigError naming the field."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _SIZE_FIELDS and isinstance(value, str):
-                value = parse_size(value, f.name)
-            elif f.name in _DURATION_FIELDS and isinstance(value, str):
-                value = parse_duration(value, f.name)
-            elif f.name in _PATH_FIELDS and isinstance(value, str):
-                value = _expanded(value, f.name)
-            if f.name in _SIZE_FIELDS and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ConfigError(f"{f.name}: expected a number of bytes or a size like '1G', got {echo(repr(value))}")
-            if f.name in _DURATION_FIELDS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-                raise ConfigError(f"{f.name}: expected seconds or a duration like '90s', got {echo(repr(value))}")
-            object.__setattr__(self, f.name, value)
+        for name in self._fields:
+            value = getattr(self, name)
+            if name in _SIZE_FIELDS and isinstance(value, str):
+                value = parse_size(value, name)
+            elif name in _DURATION_FIELDS and isinstance(value, str):
+                value = parse_duration(value, name)
+            elif name in _PATH_FIELDS and isinstance(value, str):
+                value = _expanded(value, name)
+            if name in _SIZE_FIELDS and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{name}: expected a number of bytes or a size like '1G', got {echo(repr(value))}")
+            if name in _DURATION_FIELDS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ConfigError(f"{name}: expected seconds or a duration like '90s', got {echo(repr(value))}")
+            object.__setattr__(self, name, value)
 
     def with_(self, **changes: Any) -> "Config":
-        return replace(self, **changes)
+        """This configuration with `changes` (checked as a new one is; an unknown name is a TypeError)."""
+        return Config(**{**{name: getattr(self, name) for name in self._fields}, **changes})
 
     @property
     def max_bytes_given(self) -> bool:

@@ -13,7 +13,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from .disk_sql import wait_for_writers
 from .entry import CorruptEntry
 from .errors import LevelUnavailable, LevelUntrusted
 from .safefs import Owners, Tree, UnsafeFile
+from .value_class import FrozenValue
 
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
@@ -35,12 +35,15 @@ VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
 _NOT_RAW_KEY = "<a key kernel-cache did not write>"
 
 
-@dataclass(frozen=True)
-class ValueFile:
+class ValueFile(FrozenValue):
     """What `RawOnlyDisk.fetch` answers for a value kept in a file: the file's name under entries/,
     never its bytes (DiskLevel reads those through safefs)."""
 
+    _fields = ("filename",)
     filename: str
+
+    def __init__(self, filename: str) -> None:
+        self.__dict__.update(filename=filename)
 
 
 class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types

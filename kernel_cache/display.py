@@ -11,7 +11,7 @@ from urllib.parse import unquote_plus
 ECHO_CHARS = 60  # how much of a value a message repeats
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 # a query parameter: its name, then (looked at, not consumed: `?db=0?password=x` is two) its value
-_QUERY_PARAM = re.compile(r"[?&;]([^?&;=]*)=(?=([^&;]*))")
+_QUERY_PARAM = r"[?&;]([^?&;=]*)=(?=([^&;]*))"  # compiled by `re` at its first use (a URL shown)
 
 
 def escaped(text: str | os.PathLike[str]) -> str:
@@ -57,7 +57,7 @@ def redacted(url: str) -> str:
     '/', '?' or '#' before that '@' does not parse as meant: its name is hidden too). Any text is
     accepted; nothing raises."""
     out, pos = [], 0
-    for m in _QUERY_PARAM.finditer(url):
+    for m in re.finditer(_QUERY_PARAM, url):
         if m.start() >= pos and unquote_plus(m.group(1)).strip().lower() in ("password", "username"):
             out += [url[pos:m.end()], "***"]
             pos = m.end() + len(m.group(2))

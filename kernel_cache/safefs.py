@@ -29,10 +29,10 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .errors import KernelCacheError
+from .value_class import FrozenValue
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -94,13 +94,18 @@ def resolve_group(name: str) -> int:
     return grp.getgrnam(text).gr_gid
 
 
-@dataclass(frozen=True)
-class Owners:
+class Owners(FrozenValue):
     """Whose files a reader accepts: this user, root, and optionally one named group."""
 
-    uids: frozenset[Any] = field(default_factory=lambda: frozenset({os.geteuid(), 0}))
-    gid: int | None = None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
-    writer_gids: frozenset[Any] = field(default_factory=lambda: frozenset({os.getegid(), 0}))
+    _fields = ("uids", "gid", "writer_gids")
+    uids: frozenset[Any]  # None given: this user and root
+    gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
+    writer_gids: frozenset[Any]  # None given: this user's group and root's
+
+    def __init__(self, uids: frozenset[Any] | None = None, gid: int | None = None,
+                 writer_gids: frozenset[Any] | None = None) -> None:
+        self.__dict__.update(uids=frozenset({os.geteuid(), 0}) if uids is None else uids, gid=gid,
+                             writer_gids=frozenset({os.getegid(), 0}) if writer_gids is None else writer_gids)
 
     @classmethod
     def current(cls, group: int | None = None) -> "Owners":

@@ -1,7 +1,9 @@
 """Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
 A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
-increments across processes) after a compile, at most once a second otherwise, and at exit. Each
+increments across processes) after a compile, at most once a second otherwise, and at exit; where an
+earlier process created that index, in one transaction of our own (`disk_sql.add_counts`), without
+opening diskcache. Each
 counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.events` is its
 public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
 jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
@@ -25,7 +27,7 @@ from typing import Any, NamedTuple
 from diskcache.core import MODE_RAW
 
 from .disk_index import INDEX, RawOnlyDisk, open_index
-from .disk_sql import open_read_only, raw_rows
+from .disk_sql import add_counts, open_read_only, raw_rows
 from .warnings_once import warn_once
 
 STATS_DIR = "stats"
@@ -246,18 +248,34 @@ class Stats:
             pending, hits = self._pending, self._entry_hits
             self._pending, self._entry_hits = Counter(), Counter()
             self._last_flush = time.monotonic()
-        db = None if time.monotonic() < self._skip_until else self._index()
-        if db is None:
+        if time.monotonic() < self._skip_until:
             return
+        amounts = {name: amount for name, amount in pending.items() if amount}
+        amounts.update((f"entry_hits.{key}", amount) for key, amount in hits.items())
         try:
+            existing = self._existing_index()
+            if existing is not None:  # diskcache not opened for the counters alone (a warm process's exit)
+                if amounts:
+                    add_counts(existing, amounts, STATS_TIMEOUT)
+                return
+            db = self._index()
+            if db is None:
+                return
             with db.transact(retry=False):  # one write transaction, not one per counter
-                for name, amount in pending.items():
-                    if amount:
-                        db.incr(name, amount, default=0, retry=False)
-                for key, amount in hits.items():
-                    db.incr(f"entry_hits.{key}", amount, default=0, retry=False)
+                for name, amount in amounts.items():
+                    db.incr(name, amount, default=0, retry=False)
         except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
+
+    def _existing_index(self) -> Path | None:
+        """The counters' index file while this process has not opened it through diskcache and
+        diskcache has created it (an earlier process did): flushes then add to it directly
+        (`disk_sql.add_counts`); None: open it through diskcache (`_index`), creating it if need be."""
+        directory = self._directory
+        if directory is None:
+            return None
+        db = directory / STATS_DIR / INDEX
+        return db if db.is_file() else None
 
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""

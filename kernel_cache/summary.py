@@ -8,8 +8,9 @@ tolerates anything (an entry from another version, or hostile content) and never
 from __future__ import annotations
 
 import reprlib
-from dataclasses import dataclass
 from typing import Any
+
+from .value_class import FrozenValue
 
 META_KIND = "kind"
 META_NAME = "name"
@@ -27,18 +28,26 @@ _SHORT = reprlib.Repr()  # (Python 3.11's Repr takes no arguments)
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring = 3, 8, 8, _VALUE_CHARS
 
 
-@dataclass(frozen=True)
-class EntrySummary:
-    kernel: str = "?"
-    arch: str = "?"
-    created: float | None = None
-    compile_seconds: float = 0.0
-    toolchain: str = ""  # the toolchain summary the entry was built with
-    target: dict[str, Any] | None = None  # {backend, arch, warp_size}
-    recipe: dict[str, Any] | None = None
-    module: str = ""  # the kernel's module, from its recipe ("compiler.examples")
-    config: str = ""  # what tells one kernel's entries apart: constexprs, warps, stages ("BM=64 BN=64 w4 s3")
-    signature: str = ""  # its argument types, constexprs left out ("*fp32,*fp32,i32")
+class EntrySummary(FrozenValue):
+    _fields = ("kernel", "arch", "created", "compile_seconds", "toolchain", "target", "recipe", "module", "config",
+               "signature")
+    kernel: str
+    arch: str
+    created: float | None
+    compile_seconds: float
+    toolchain: str  # the toolchain summary the entry was built with
+    target: dict[str, Any] | None  # {backend, arch, warp_size}
+    recipe: dict[str, Any] | None
+    module: str  # the kernel's module, from its recipe ("compiler.examples")
+    config: str  # what tells one kernel's entries apart: constexprs, warps, stages ("BM=64 BN=64 w4 s3")
+    signature: str  # its argument types, constexprs left out ("*fp32,*fp32,i32")
+
+    def __init__(self, kernel: str = "?", arch: str = "?", created: float | None = None, compile_seconds: float = 0.0,
+                 toolchain: str = "", target: dict[str, Any] | None = None, recipe: dict[str, Any] | None = None,
+                 module: str = "", config: str = "", signature: str = "") -> None:
+        self.__dict__.update(kernel=kernel, arch=arch, created=created, compile_seconds=compile_seconds,
+                             toolchain=toolchain, target=target, recipe=recipe, module=module, config=config,
+                             signature=signature)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> "EntrySummary":

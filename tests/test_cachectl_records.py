@@ -20,7 +20,7 @@ import pytest
 import xxhash
 from test_cachectl import as_json, cachectl, listed_keys, ok
 
-from kernel_cache import Config, Store, winner_entry
+from kernel_cache import Config, Store, value_class, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import kinds
 from kernel_cache.cachectl.inventory import EntryInfo
@@ -70,7 +70,7 @@ def record_cache(tmp_path_factory) -> Cache:
     call = CallRecord(key=key_of("call"), kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90",
                       target=target, toolchain=toolchain, config_keys=(artifact_key,), compile_seconds=0.05,
                       payload=zlib.compress(b"the proto jaxlib launches " * 64), created=time.time())
-    pointer = dataclasses.replace(call, key=key_of("pointer"), config_keys=(artifact_key, UNCACHED), payload=None,
+    pointer = value_class.replace(call, key=key_of("pointer"), config_keys=(artifact_key, UNCACHED), payload=None,
                                   winner_key=win.key, compile_seconds=0.0)
     for entry in (call.to_entry(), pointer.to_entry(), win.to_entry()):
         store.put(entry)
@@ -152,11 +152,11 @@ def _write_raw(directory, entry) -> None:
 def test_verify_reports_and_repairs_broken_records(record_copy):
     c = record_copy
     assert ok("--dir", c.directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
-    not_zlib = dataclasses.replace(c.call, key=key_of("not zlib")).to_entry()
+    not_zlib = value_class.replace(c.call, key=key_of("not zlib")).to_entry()
     not_zlib.blobs["payload"] = b"this is no zlib stream at all"
-    truncated = dataclasses.replace(c.call, key=key_of("truncated")).to_entry()
+    truncated = value_class.replace(c.call, key=key_of("truncated")).to_entry()
     truncated.blobs["payload"] = (c.call.payload or b"")[:-6]
-    no_keys = dataclasses.replace(c.call, key=key_of("no keys")).to_entry()
+    no_keys = value_class.replace(c.call, key=key_of("no keys")).to_entry()
     no_keys.meta["config_keys"] = ["not-a-content-key"]
     for entry in (not_zlib, truncated, no_keys):
         _write_raw(c.directory, entry)
@@ -178,7 +178,7 @@ def test_verify_reports_and_repairs_broken_records(record_copy):
 
 def test_prune_export_import_treat_records_as_entries(record_copy, tmp_path):
     c = record_copy
-    stale = dataclasses.replace(c.call, key=key_of("stale"), toolchain=OLD_TOOLCHAIN)
+    stale = value_class.replace(c.call, key=key_of("stale"), toolchain=OLD_TOOLCHAIN)
     store = Store(Config(dir=c.directory))
     store.put(stale.to_entry())
     store.close()

@@ -24,7 +24,7 @@ from test_winners import GPU, VEC, inplace, put_winner, record_for, site_of
 import kernel_cache
 from compiler import Target
 from compiler import examples as kernels
-from kernel_cache import Config, Entry, call_entry
+from kernel_cache import Config, Entry, call_entry, value_class
 from lowering import examples as ep
 from lowering.planning import plan
 from lowering.planning.configs import LaunchConfig
@@ -165,11 +165,11 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
         "args: scalar type": _key(args=["*fp32", "*fp32", 4096.0, "*fp32"]),
         "args: dtype": _key(args=["*fp16", "*fp16", 4096, "*fp16"]),
         "options": _key(options={"enable_fp_fusion": False, "debug": False}),
-        "constexpr": _key(configs=[dataclasses.replace(config, constexprs={"BLOCK": 512})]),
-        "constexpr type": _key(configs=[dataclasses.replace(config, constexprs={"BLOCK": True})]),
-        "warps": _key(configs=[dataclasses.replace(config, num_warps=8)]),
-        "stages": _key(configs=[dataclasses.replace(config, num_stages=0)]),
-        "description": _key(configs=[dataclasses.replace(config, description="BLOCK: 1024")]),
+        "constexpr": _key(configs=[value_class.replace(config, constexprs={"BLOCK": 512})]),
+        "constexpr type": _key(configs=[value_class.replace(config, constexprs={"BLOCK": True})]),
+        "warps": _key(configs=[value_class.replace(config, num_warps=8)]),
+        "stages": _key(configs=[value_class.replace(config, num_stages=0)]),
+        "description": _key(configs=[value_class.replace(config, description="BLOCK: 1024")]),
         "grid": _key(launches=[dataclasses.replace(launch, grid=(8, 1, 1))]),
         "zeroed": _key(launches=[dataclasses.replace(launch, zeroed_bytes={3: 16384})]),
         "name": _key(call=info._replace(name="other")),
@@ -189,7 +189,7 @@ def test_the_fingerprint_follows_every_input_of_the_payload(tmp_path, use_store,
     assert None not in keys and base not in keys and len(set(keys)) == len(keys), variants
     assert _key() == base  # the environment restored: the same record again
 
-    assert _key(configs=[dataclasses.replace(config, constexprs={"BLOCK": object()})]) is None  # not plain: unrecorded
+    assert _key(configs=[value_class.replace(config, constexprs={"BLOCK": object()})]) is None  # not plain: unrecorded
     use_store(tmp_path / "cache", call_records=False)
     assert _key() == base  # records kept in this session only: the call's one key all the same
     use_store(tmp_path / "cache")

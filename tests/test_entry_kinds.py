@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import Config, Store, call_entry, winner_entry
+from kernel_cache import Config, Store, call_entry, value_class, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import entry_kinds, show_views
 from kernel_cache.cachectl.bundle import export_bundle, import_bundle
@@ -42,7 +42,7 @@ def call_record(**changes) -> call_entry.CallRecord:
     record = call_entry.CallRecord(
         key=KEYS[1], kernel="add_kernel", call_name="add", platform="cuda", arch="sm_90", target=TARGET,
         toolchain="triton-x+abc", config_keys=(KEYS[0],), compile_seconds=0.1, payload=zlib.compress(b"proto"))
-    return dataclasses.replace(record, **changes)
+    return value_class.replace(record, **changes)
 
 
 def winner(**changes) -> winner_entry.Winner:

@@ -8,6 +8,9 @@ in any process after its first call), then follows the lowering of the second. `
 first lowering of a process whose store is empty (the kernel compiled). Both with sys.setprofile:
 each call into one of our files from another of our files (frames of JAX or the standard library
 in between do not count) is an entry. OUT gets the entries, in order: [file, function, caller file].
+A value class's `__init__` and the equality, hash and repr `kernel_cache/value_class.py` gives it
+are not entries (nor callers): they are what `@dataclass` generated (in "<string>") before the warm
+path's classes were written out (issue 31), and a reader following the call passes them by.
 """
 
 from __future__ import annotations
@@ -45,14 +48,21 @@ def main(out: str, mode: str) -> None:
     traced = jax.jit(program).trace(second, second)  # binding is the trace's; the walk is the lowering's
     entries: list[list[str | None]] = []
 
-    def ours(filename: str) -> bool:
-        return filename.startswith(PACKAGES)
+    from kernel_cache.value_class import Value
+
+    value_methods = str(ROOT / "kernel_cache" / "value_class.py")
+
+    def ours(frame) -> bool:
+        code = frame.f_code
+        if not code.co_filename.startswith(PACKAGES) or code.co_filename == value_methods:
+            return False
+        return not (code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), Value))
 
     def profile(frame, event, arg):
-        if event != "call" or not ours(frame.f_code.co_filename):
+        if event != "call" or not ours(frame):
             return
         caller = frame.f_back
-        while caller is not None and not ours(caller.f_code.co_filename):
+        while caller is not None and not ours(caller):
             caller = caller.f_back
         caller_file = caller.f_code.co_filename if caller is not None else None
         if caller_file != frame.f_code.co_filename:

@@ -3,23 +3,23 @@
 Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
 registers, the arity of `TritonKernel`'s constructor, and the Triton proto schema embedded in the
 plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
-leaves no trace but the version number.
+leaves no trace but the version number. It is long because it holds every generation's constructor
+and the module_image layout, their value classes written out (`kernel_cache.value_class`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import kernel_cache
 from compiler.toolchain import memoized_for_file
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.value_class import FrozenValue
 
 from . import proto
 
@@ -166,10 +166,11 @@ _CTORS = (_ctor_7_scratch, _ctor_7, _ctor_9, _ctor_6)
 _ctor_choice: dict[Any, Callable[[Any, KernelFields], Any]] = {}  # TritonKernel class -> its constructor
 
 
-@dataclass(frozen=True)
-class KernelFields:
+class KernelFields(FrozenValue):
     """What `TritonKernel` needs, whatever its constructor looks like."""
 
+    _fields = ("name", "num_warps", "num_ctas", "shared_mem", "binary", "ttir", "compute_capability", "cluster_dims",
+               "global_scratch_size", "global_scratch_align")
     name: str
     num_warps: int
     num_ctas: int
@@ -177,9 +178,16 @@ class KernelFields:
     binary: str  # PTX text (CUDA) or the path of an HSACO file (ROCm)
     ttir: str
     compute_capability: int
-    cluster_dims: tuple[int, ...] = (1, 1, 1)
-    global_scratch_size: int = 0
-    global_scratch_align: int = 1
+    cluster_dims: tuple[int, ...]
+    global_scratch_size: int
+    global_scratch_align: int
+
+    def __init__(self, name: str, num_warps: int, num_ctas: int, shared_mem: int, binary: str, ttir: str,
+                 compute_capability: int, cluster_dims: tuple[int, ...] = (1, 1, 1), global_scratch_size: int = 0,
+                 global_scratch_align: int = 1) -> None:
+        self.__dict__.update(name=name, num_warps=num_warps, num_ctas=num_ctas, shared_mem=shared_mem, binary=binary,
+                             ttir=ttir, compute_capability=compute_capability, cluster_dims=cluster_dims,
+                             global_scratch_size=global_scratch_size, global_scratch_align=global_scratch_align)
 
 
 def make_triton_kernel(module: ModuleType, fields: KernelFields) -> Any:
@@ -209,10 +217,11 @@ def _checked(ctor: Callable[[Any, KernelFields], Any], cls: Any, fields: KernelF
 
 
 # module_image: the precompiled cubin inside the proto --------------------------------------------
-@dataclass(frozen=True)
-class ModuleImageLayout:
+class ModuleImageLayout(FrozenValue):
     """Field numbers to write a cubin into `TritonKernel` (read from the plugin's own schema)."""
 
+    _fields = ("kernel_field", "image_field", "object_file", "kernel_name", "shared_mem_bytes", "config_field",
+               "config_call_field", "any_call_field", "any_autotuned_field")
     kernel_field: int  # TritonKernelCall.kernel
     image_field: int  # TritonKernel.module_image
     object_file: int
@@ -222,6 +231,14 @@ class ModuleImageLayout:
     config_call_field: int  # Config.kernel_call
     any_call_field: int  # TritonAnyKernelCall.kernel_call
     any_autotuned_field: int  # TritonAnyKernelCall.autotuned_kernel_call
+
+    def __init__(self, kernel_field: int, image_field: int, object_file: int, kernel_name: int,
+                 shared_mem_bytes: int | None, config_field: int, config_call_field: int, any_call_field: int,
+                 any_autotuned_field: int) -> None:
+        self.__dict__.update(kernel_field=kernel_field, image_field=image_field, object_file=object_file,
+                             kernel_name=kernel_name, shared_mem_bytes=shared_mem_bytes, config_field=config_field,
+                             config_call_field=config_call_field, any_call_field=any_call_field,
+                             any_autotuned_field=any_autotuned_field)
 
 
 def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageLayout | None:
@@ -288,4 +305,4 @@ def _scan_plugin(path: str) -> dict[str, Any] | None:
         log.debug("cannot read %s for its proto schema: %s", path, exc)
         return None
     layout = layout_from_schemas(proto.schemas_from_binary(data))
-    return None if layout is None else dataclasses.asdict(layout)
+    return None if layout is None else {name: getattr(layout, name) for name in layout._fields}

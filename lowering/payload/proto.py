@@ -15,10 +15,10 @@ share this file: reading a schema is thousands of small decodes, on a cold proce
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.value_class import FrozenValue
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -132,12 +132,15 @@ _MSG_NAME, _MSG_FIELD, _MSG_NESTED = 1, 2, 3
 _FIELD_NAME, _FIELD_NUMBER, _FIELD_TYPE, _FIELD_TYPE_NAME = 1, 3, 5, 6
 
 
-@dataclass(frozen=True)
-class MessageSchema:
+class MessageSchema(FrozenValue):
     """One message: field name -> (number, descriptor type, type name)."""
 
+    _fields = ("name", "fields")
     name: str
-    fields: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    fields: dict[str, tuple[int, int, str]]
+
+    def __init__(self, name: str, fields: dict[str, tuple[int, int, str]] | None = None) -> None:
+        self.__dict__.update(name=name, fields={} if fields is None else fields)
 
     def number(self, field_name: str) -> int | None:
         entry = self.fields.get(field_name)

@@ -15,8 +15,9 @@ put the pointer outputs first and the aliased ones last, and the lowering restor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from kernel_cache.value_class import FrozenValue
 
 
 def pointerless_aliases(kernel_name: str, param_names: Sequence[str], num_inputs: int, num_outputs: int,
@@ -51,13 +52,16 @@ def array_indices(aliases: Sequence[tuple[int, int]], scalar_positions: Sequence
     return tuple(sorted(out))
 
 
-@dataclass(frozen=True)
-class OutputOrder:
+class OutputOrder(FrozenValue):
     """The custom call's result order where aliased outputs have no pointer: pointer outputs first."""
 
+    _fields = ("order", "pointers", "identity")
     order: tuple[int, ...]  # order[k] = the user's output index of the call's result k
     pointers: int  # how many of them the kernel receives a pointer for (the first ones)
     identity: bool  # the call's results are already in the user's order
+
+    def __init__(self, order: tuple[int, ...], pointers: int, identity: bool) -> None:
+        self.__dict__.update(order=order, pointers=pointers, identity=identity)
 
     @classmethod
     def of(cls, num_outputs: int, aliases: Sequence[tuple[int, int]], pointerless: bool) -> "OutputOrder":

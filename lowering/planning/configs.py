@@ -8,32 +8,44 @@ evaluated with the same dictionary, so every config launches its own grid.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
+from kernel_cache.value_class import FrozenValue, Value
 
 from ..frontend.bound_call import BoundCall
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
+class LaunchConfig(FrozenValue):
     """One candidate launch: constexprs and launch parameters, plus how to describe it."""
 
+    _fields = ("constexprs", "num_warps", "num_stages", "num_ctas", "description")
     constexprs: Mapping[str, Any]  # {**metaparams, **config.kwargs, **heuristics}
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
 
+    def __init__(self, constexprs: Mapping[str, Any], num_warps: int, num_stages: int, num_ctas: int,
+                 description: str) -> None:
+        self.__dict__.update(constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
+                             description=description)
 
-@dataclass
-class _Raw:  # a config being resolved (mutable while heuristics are applied)
+
+class _Raw(Value):  # a config being resolved (mutable while heuristics are applied)
+    _fields = ("kwargs", "num_warps", "num_stages", "num_ctas", "description")
     kwargs: dict[str, Any]
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
+
+    def __init__(self, kwargs: dict[str, Any], num_warps: int, num_stages: int, num_ctas: int, description: str) -> None:
+        self.kwargs = kwargs
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.description = description
 
 
 def _from_triton(config: Any) -> _Raw:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +24,7 @@ import compiler
 import kernel_cache
 from compiler import KernelSpec, triton_compat
 from kernel_cache.lazy import later
+from kernel_cache.value_class import FrozenValue
 
 from ..planning.plan import KernelPlan
 
@@ -34,10 +34,10 @@ else:
     winner_entry = later("kernel_cache.winner_entry")  # read only where a winner is stored, or on a miss
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(FrozenValue):
     """One autotuned call site, as lowering saw it."""
 
+    _fields = ("key", "kernel", "config_keys", "descriptions", "key_values", "key_text", "spec", "device")
     key: str  # the winner key
     kernel: str
     config_keys: tuple[str, ...]
@@ -47,26 +47,37 @@ class Site:
     spec: KernelSpec  # the first config's (target, toolchain)
     device: str
 
+    def __init__(self, key: str, kernel: str, config_keys: tuple[str, ...], descriptions: tuple[str, ...],
+                 key_values: Any, key_text: str, spec: KernelSpec, device: str) -> None:
+        self.__dict__.update(key=key, kernel=kernel, config_keys=config_keys, descriptions=descriptions,
+                             key_values=key_values, key_text=key_text, spec=spec, device=device)
+
 
 _STORED = "lowering.records.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
 TUNING = "lowering.records.winners.tuning"  # session memo: the tuning under way (absent: none)
 
 
-@dataclass(frozen=True)
-class Tuning:
+class Tuning(FrozenValue):
     """A tuning under way in a session (`tuning()`): the configs it forces, the sites it records."""
 
+    _fields = ("forced", "recorder")
     forced: Mapping[str, str]  # winner key -> config key to lower
     recorder: list[Site] | None  # where the sites of a lowering go
 
+    def __init__(self, forced: Mapping[str, str], recorder: list[Site] | None) -> None:
+        self.__dict__.update(forced=forced, recorder=recorder)
 
-@dataclass(frozen=True)
-class Choice:
+
+class Choice(FrozenValue):
     """What persisted winners decide for one autotuned call."""
 
+    _fields = ("index", "key", "family")
     index: int | None  # the config to lower alone; None: lower the call autotuned
-    key: str | None = None  # the winner key looked up (None: winners do not apply to this call)
-    family: tuple[str, ...] = ()  # every config's content key (where a winner key was computed)
+    key: str | None  # the winner key looked up (None: winners do not apply to this call)
+    family: tuple[str, ...]  # every config's content key (where a winner key was computed)
+
+    def __init__(self, index: int | None, key: str | None = None, family: tuple[str, ...] = ()) -> None:
+        self.__dict__.update(index=index, key=key, family=family)
 
 
 def tuning_active(session: kernel_cache.Session) -> bool:
