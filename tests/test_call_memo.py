@@ -106,3 +106,11 @@ def test_int_and_float_scalars_stay_apart_when_lowered_again(tmp_path, use_store
     for _ in range(3):
         for n in (4096, 4096.0):
             assert lower(program(n), (VEC, VEC)) == firsts[type(n)]
+
+
+def test_typed_scalars_are_keyed_by_their_values():
+    from compiler import Scalar
+
+    assert key(scalars=((2, Scalar("fp32", 1.0)),)) == key(scalars=((2, Scalar("fp32", 1.0)),))
+    assert key(scalars=((2, Scalar("fp32", 1.0)),)) != key(scalars=((2, Scalar("fp64", 1.0)),))
+    assert key(scalars=((2, Scalar("fp64", 1)),)) != key(scalars=((2, Scalar("fp64", 1.0)),))

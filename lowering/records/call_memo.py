@@ -29,6 +29,7 @@ from jax import core, tree_util
 
 from compiler import triton_compat as tc
 from kernel_cache import Session, lookup_log
+from kernel_cache.value_class import FrozenValue
 
 from ..planning.plan import KernelPlan
 from . import call_key
@@ -156,8 +157,10 @@ def _exact(value: Any, by_identity: list[Any]) -> Any:
     if cast(Any, kind).__eq__ is object.__eq__:  # compared by identity anyway: the kernel, a grid function
         by_identity.append(value)
         return ("id", id(value))
+    if isinstance(value, FrozenValue):  # a typed scalar, a descriptor: equal by their fields' values
+        return (kind, tuple([_exact(field, by_identity) for field in value._values(value)]))
     value_form = getattr(kind, "__dataclass_fields__", None)
-    if value_form is not None and cast(Any, kind).__dataclass_params__.frozen:  # a typed scalar, a descriptor
+    if value_form is not None and cast(Any, kind).__dataclass_params__.frozen:  # a frozen dataclass, likewise
         return (kind, tuple([_exact(getattr(value, name), by_identity) for name in value_form]))
     if kind is _TREE:  # Triton tuple parameters' structure: equal only to the same structure
         return (kind, value)
