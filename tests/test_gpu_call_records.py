@@ -58,3 +58,26 @@ def test_programs_run_from_their_records_alone(tmp_path):
     again = _run(directory)
     assert again["compiles"] == 0 and again["worst"] < 2e-2
     assert again["record_hits"] == 9 and again["hits"] == 0  # one record hit per call; no kernel read
+
+
+JITS_CHILD = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from lowering import examples as ep
+from kernel_cache import default_store
+x, y = ep.random_inputs((jax.ShapeDtypeStruct((1 << 16,), jnp.float32),) * 2)
+worst = 0.0
+for _ in range(4):  # a new jit each time (a new function: JAX's caches cannot answer, the rule runs)
+    got = np.asarray(jax.jit(lambda x, y: ep.add_program(x, y, block=1024))(x, y))
+    worst = max(worst, float(np.max(np.abs(got - (np.asarray(x) + np.asarray(y))))))
+print(json.dumps({"error": worst, "record_hits": default_store().stats.session()["record_hits"]}))
+"""
+
+
+def test_a_call_lowered_again_from_the_session_memo_runs_correctly(tmp_path):
+    """The third and later lowerings of one call (here in new jits) are served from the session's
+    memo (no plan, key or store read); what they lower runs and gives the same sums."""
+    proc = run_python(JITS_CHILD, env={**GPU_CHILD_ENV, "KERNEL_CACHE_DIR": str(tmp_path / "cache")})
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["error"] < 1e-5
+    assert result["record_hits"].get("memory", 0) == 3  # the first compiles; the others are record hits
