@@ -178,7 +178,7 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
             again.append(one_pass(forget=True))
             by_kernel.append(kernel_by_kernel_pass())
             in_module.append(one_pass(forget=True, units=one_module)[0])
-        repeat = [one_pass(forget=False) for _ in range(SPLIT_PASSES)]  # every memo warm: a model's layers
+        repeat = [one_pass(forget=False) for _ in range(SPLIT_PASSES)]  # every memo warm: new jits of the same calls
     finally:
         mlir.custom_call = real_builder
     # the kernels: each one store hit where records are off (a record hit is one record hit, its kernels unread)
@@ -372,7 +372,7 @@ def print_phases(cold: list[dict[str, Any]], warm: list[dict[str, Any]], gpu: bo
           f"building the op, as in every Triton lowering rule)\n"
           f"  once per process    {_fmt([r['rule_once_ms'] for r in warm], '{:.1f}')} ms  (first pass minus that)\n"
           f"  per kernel, repeat  {_fmt([r['rule_repeat_ms'] for r in warm], '{:.3f}')} ms  (the same calls lowered "
-          f"once more: a model's layers calling the same kernel on the same shapes)")
+          f"once more in new jits: another step function, a re-trace; one jit's identical calls JAX lowers once)")
 
 
 def main() -> None:

@@ -1,15 +1,17 @@
 """The same call lowered again in this session: its plan and payload without planning or a key.
 
-A model's layers call one kernel on the same shapes many times, and JAX lowers each call site
-(and each re-trace) through the rule. Once a call has been served from its record, its plan and
-payload are kept under an exact key of what the rule is given: the platform, the operands' and
-results' avals, every primitive parameter and the module's Triton environment and jaxlib
-capabilities (`call_key.module_text`). Exact means type-exact: the int 1, the float 1.0, True and
-numpy's 1.0 are different keys, as they are different kernels; -0.0 and 0.0 differ too. An object
-without a value form (the kernel, a grid function) is keyed by identity and kept alive with the
-entry, so its id is never reused meanwhile; an Autotuner's configs (a list the user may edit) are
-keyed by their values. Like JAX's own lowering cache, it trusts that a function given as a
-parameter (a grid, a heuristic) answers the same for the same arguments.
+Within one jit JAX lowers identical calls once; across jits it does not: a training and an
+evaluation step, a function jitted anew (a new closure, a `partial`), a re-trace for new shapes of
+other arguments each run the rule again for calls it has seen. Once a call has been served from its
+record, its plan and payload are kept under an exact key of what the rule is given: the platform,
+the operands' and results' avals, every primitive parameter and the module's Triton environment and
+jaxlib capabilities (`call_key.module_text`). Exact means type-exact: the int 1, the float 1.0, True
+and numpy's 1.0 are different keys, as they are different kernels; -0.0 and 0.0 differ too. An
+object without a value form (the kernel, a grid function) is keyed by identity and held by the key,
+so its id is never reused meanwhile; an Autotuner's configs (a list the user may edit) are keyed by
+their values. Like JAX's own caches, it trusts that a function given as a parameter (a grid, a
+heuristic) answers the same for the same arguments. A grid written as a lambda over the operands is
+a new function at every trace, so such a call is planned again.
 
 Session-scoped: `configure()` and `Session.forget()` drop it with every other memo, and tuning
 (`winners.TUNING`) bypasses it (nothing lowered may be reused). A hit counts as one record hit
