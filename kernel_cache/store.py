@@ -121,6 +121,32 @@ class Store:
         for level in self.levels:
             self._level_put(level, entry, data)
 
+    @property
+    def cluster_levels(self) -> list[Level]:
+        """The levels shared across nodes (the shared directory, the remote), fastest first."""
+        return [t for t in self.persistent_levels if t is not self.disk]
+
+    def get_shared(self, key: str) -> Entry | None:
+        """The entry from the levels shared across nodes alone, verified as `get` verifies it and
+        copied nowhere: for what a node keeps in a memo of its own (the toolchain fingerprint) and
+        asks the cluster for only where that memo has nothing."""
+        if self.config.disabled:
+            return None
+        for level in self.cluster_levels:
+            entry = self._level_get(level, key)
+            if entry is not None:
+                return entry
+        return None
+
+    def put_shared(self, entry: Entry) -> None:
+        """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
+        levels = [] if self.config.disabled else self.cluster_levels
+        if levels:
+            check_key(entry.key)
+            data = self.encode(entry)
+            for level in levels:
+                self._level_put(level, entry, data)
+
     def encode(self, entry: Entry) -> bytes:
         """The entry's bytes as this store writes them: signed when a signing key is configured."""
         data = entry_format.encode(entry)
