@@ -15,10 +15,10 @@ it; another host's copy of an image has other ctimes and derives the text itself
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-import kernel_cache
-from kernel_cache import memo_entry
+from kernel_cache import Store, memo_entry
 
 
 def node_identity(identity: Any) -> Any:
@@ -36,18 +36,16 @@ def node_identity(identity: Any) -> Any:
     return [node_identity(part) for part in identity]
 
 
-def lookup(name: str, identity: Any) -> str | None:
-    """The text of memo `name` for files of `identity` (node_identity's) from the cluster's levels of
-    the process's store, verified; None where none holds it (or the process has no such level)."""
-    store = kernel_cache.default_store()
-    if not store.cluster_levels:
-        return None
-    entry = store.get_shared(memo_entry.memo_key(name, identity))
-    return None if entry is None else memo_entry.text_for(entry, name, identity)
-
-
-def publish(name: str, identity: Any, text: str) -> None:
-    """Keep memo `name`'s `text` for files of `identity` (node_identity's) in the cluster's levels."""
-    store = kernel_cache.default_store()
-    if store.cluster_levels and len(text.encode()) <= memo_entry.MAX_TEXT_BYTES:
-        store.put_shared(memo_entry.to_entry(name, identity, text))
+def memoized(store: Store, name: str, identity: list[Any], compute: Callable[[], str]) -> str:
+    """Memo `name` of files with `identity` (the node's memo's) from `store`'s cluster levels,
+    verified, where a node that sees these very files derived it; else `compute()`d here and
+    published there."""
+    node = node_identity(identity)
+    key = memo_entry.memo_key(name, node)
+    entry = store.get_shared(key)
+    text = None if entry is None else memo_entry.text_for(entry, name, node)
+    if text is None:
+        text = compute()
+        if len(text.encode()) <= memo_entry.MAX_TEXT_BYTES:
+            store.put_shared(memo_entry.to_entry(name, node, text))
+    return text

@@ -205,24 +205,18 @@ def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo_d
     with _lock:
         if ident in _process_memo:
             return _process_memo[ident]
-        memo = _Memo(memo_dir if memo_dir is not None else default_memo_dir())
+        store = None  # the process's store, whose cluster levels a node without the memo asks
+        if memo_dir is None:
+            session = kernel_cache.current_session()
+            memo_dir, store = session.config.memo_dir, session.store
+        memo = _Memo(memo_dir)
         value = memo.load().get(ident)
         if not isinstance(value, str):
-            value = _from_cluster(name, identity, compute) if memo_dir is None else compute()
+            value = shared_memo.memoized(store, name, identity, compute) if store and store.cluster_levels \
+                else compute()
             memo.store(ident, value)
         _process_memo[ident] = value
         return value
-
-
-def _from_cluster(name: str, identity: list[Any], compute: Callable[[], str]) -> str:
-    """A memo this node does not hold: from the cluster's levels where another node with these very
-    files derived it (`shared_memo`), else computed here and published there."""
-    node = shared_memo.node_identity(identity)
-    value = shared_memo.lookup(name, node)
-    if value is None:
-        value = compute()
-        shared_memo.publish(name, node, value)
-    return value
 
 
 def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:

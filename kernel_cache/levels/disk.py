@@ -74,6 +74,7 @@ else:
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
+MAX_DEFERRED_BYTES = 64 << 20  # hits' copies (`keep_later`) held before they are written at once
 
 
 class DiskLevel(InDirectory):
@@ -101,6 +102,8 @@ class DiskLevel(InDirectory):
         self.read_only_reason = "opened read-only" if read_only else ""
         self._touches: dict[str, float] = {}  # uses not yet recorded in the index (key -> when): hits, and
         # kernels a call record served (`touch`)
+        self._deferred: dict[str, bytes] = {}  # hits' copies not yet written (`keep_later`), served from here
+        self._deferred_bytes = 0
         # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
         # the first write, or here when there is no index yet to read (a new cache: no entry files
         # either; an index gone while its entry files are there is damage, never replaced by an empty one).
@@ -210,6 +213,9 @@ class DiskLevel(InDirectory):
         return entry
 
     def _fetch(self, key: str) -> tuple[bytes | None, float]:
+        deferred = self._deferred.get(key)
+        if deferred is not None:
+            return deferred, time.time()  # a copy not written yet: no use to record either
         row = disk_sql.lookup(self._reader(), key)
         if row is None:
             return None, 0.0
@@ -244,7 +250,8 @@ class DiskLevel(InDirectory):
 
     def __contains__(self, key: object) -> bool:
         try:
-            return disk_sql.contains(self._reader(), check_key(key))
+            key = check_key(key)
+            return key in self._deferred or disk_sql.contains(self._reader(), key)
         except (ValueError, sqlite3.Error):
             return False
 
@@ -288,11 +295,57 @@ class DiskLevel(InDirectory):
     def put_raw(self, key: str, data: bytes) -> None:
         check_key(key)
         self._write(lambda cache: cache.set(key, bytes(data), retry=False))
+        with self._lock:
+            self._forget_deferred(key)  # written now: an older copy must not overwrite it at the flush
+        self.flush_deferred()  # the writer is open: the hits' copies go with it
+
+    def keep_later(self, entry: Entry, data: bytes) -> None:
+        """A hit's copy, written with the others in one transaction at this level's next write, its
+        close or the process's exit (`flush_deferred`), or once they hold MAX_DEFERRED_BYTES: a fresh
+        node served by the cluster does not write its index and a value file per hit while it lowers.
+        Served from here meanwhile; a process killed before that loses only these copies (the level
+        it read them from still holds them)."""
+        key = check_key(entry.key)
+        with self._lock:
+            self._forget_deferred(key)
+            self._deferred[key] = data
+            self._deferred_bytes += len(data)
+            due = self._deferred_bytes >= MAX_DEFERRED_BYTES
+        if due:
+            self.flush_deferred()
+
+    def _forget_deferred(self, key: str) -> None:
+        """Drop a deferred copy (under `_lock`)."""
+        old = self._deferred.pop(key, None)
+        if old is not None:
+            self._deferred_bytes -= len(old)
+
+    def flush_deferred(self) -> None:
+        """Write the deferred copies in one transaction (opening the writer where it is not open).
+        Where the level cannot be written they are dropped, said once."""
+        with self._lock:
+            copies, self._deferred, self._deferred_bytes = self._deferred, {}, 0
+        if not copies:
+            return
+
+        def write(cache: diskcache.Cache) -> None:
+            with cache.transact(retry=False):
+                for key, data in copies.items():
+                    cache.set(key, bytes(data), retry=False)
+
+        try:
+            self._write(write)
+        except (LevelReadOnly, OSError) as exc:
+            warn_once(f"disk-deferred:{self.directory}:{type(exc).__name__}",
+                      f"copying {len(copies)} entries into the local cache failed ({exc}); they stay where they "
+                      f"were read from")
 
     def delete(self, key: str) -> bool:
         """Remove the entry. Its value file goes first: on a full disk that frees the space the
         index needs to record the deletion."""
         check_key(key)
+        with self._lock:
+            self._forget_deferred(key)
         row = disk_sql.lookup(self._reader(), key)
         if row is None:
             return False
@@ -329,11 +382,13 @@ class DiskLevel(InDirectory):
             self._touches.update(dict.fromkeys(valid, now))
 
     def flush_touches(self) -> None:
-        """Record the deferred uses, oldest first, in one transaction: each a `Cache.get`, which under
+        """Write the deferred copies (`flush_deferred`), then record the deferred uses, oldest first,
+        in one transaction: each a `Cache.get`, which under
         the least-recently-used policy stamps the entry's access time (with the flush's time: a use
         is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`). A use
         within TOUCH_INTERVAL of the one the index holds is dropped, as a hit's is (`get`): a warm
         process whose kernels were used a moment ago (by a neighbour, say) opens no writer at exit."""
+        self.flush_deferred()
         with self._lock:
             touches, self._touches = self._touches, {}
         touches = self._due(touches)
@@ -369,6 +424,8 @@ class DiskLevel(InDirectory):
 
     def clear(self) -> int:
         """Remove every entry; value files first (see `delete`)."""
+        with self._lock:
+            self._deferred, self._deferred_bytes = {}, 0
         count = len(self.listing())
         for name in value_files(self.tree):
             with contextlib.suppress(OSError):
