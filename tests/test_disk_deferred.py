@@ -1,5 +1,5 @@
 """A hit's copy into the local disk (a backfill) is deferred and written in one batch: a fresh node
-served by the cluster does not write its index and a value file per hit while it lowers. Nothing is lost:
+served by the cluster neither creates its index nor writes per hit while it lowers. Nothing is lost:
 the copies are served meanwhile and written at the level's next write, its close, the process's
 exit, or once they hold the bound; a delete or clear drops them."""
 
@@ -12,6 +12,7 @@ from conftest import run_python
 from test_shared_level import make_entry
 
 from kernel_cache import Config, Store
+from kernel_cache.disk_index import ENTRIES_DIR, INDEX
 from kernel_cache.levels import disk as disk_module
 
 KEYS = [f"{i:x}" * 32 for i in range(1, 6)]
@@ -52,7 +53,7 @@ def test_a_fresh_node_writes_its_copies_once_at_close_and_serves_them_meanwhile(
                         lambda self, *a, real=disk_module.diskcache.Cache.set, **k: (sets.append(a[0]), real(self, *a, **k))[1])
     for key in KEYS[:3]:
         assert store.get(key)[1] == "shared"
-    assert sets == [] and on_disk(node) == set()  # nothing written yet
+    assert sets == [] and not (node / ENTRIES_DIR / INDEX).exists()  # no index made, nothing written yet
     disk = store.disk
     assert disk is not None
     store.memory.delete(KEYS[0])
@@ -118,3 +119,13 @@ def test_a_delete_or_a_clear_drops_a_deferred_copy(tmp_path, shared):
     again.disk.clear()
     again.close()
     assert on_disk(tmp_path / "again") == set()
+
+
+def test_a_new_cache_that_only_missed_gets_its_empty_index_at_close(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    assert store.get("0" * 31 + "9") is None
+    assert store.disk is not None and "0" * 31 + "9" not in store.disk
+    assert not (node / ENTRIES_DIR / INDEX).exists()
+    store.close()
+    assert (node / ENTRIES_DIR / INDEX).exists() and on_disk(node) == set()

@@ -104,12 +104,17 @@ class DiskLevel(InDirectory):
         # kernels a call record served (`touch`)
         self._deferred: dict[str, bytes] = {}  # hits' copies not yet written (`keep_later`), served from here
         self._deferred_bytes = 0
-        # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
-        # the first write, or here when there is no index yet to read (a new cache: no entry files
-        # either; an index gone while its entry files are there is damage, never replaced by an empty one).
-        if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None and not has_value_files(self.tree):
-            self._try_writer()
-        if self._cache is None:
+        # A warm process only reads: the writer (diskcache's set-up, some 70 statements, ~7 ms) opens
+        # at the first write. So does a new cache's (no index, no entry files; an index gone while its
+        # entry files are there is damage, never replaced by an empty one): every read is a miss until
+        # then, and its flush (the deferred copies, at close or exit at the latest) creates it.
+        self._awaiting_index = (not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None
+                                and not has_value_files(self.tree))
+        self._index_path = str(self.directory / ENTRIES_DIR / INDEX)
+        if self._awaiting_index:
+            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                pass
+        elif self._cache is None:
             try:
                 self._check_reader(confirm=not read_only)
             except LevelUnavailable as exc:
@@ -123,26 +128,50 @@ class DiskLevel(InDirectory):
     def _try_writer(self) -> None:
         """Open the index for writing; on failure (a neighbour holds it, read-only mount, full
         disk) stay read-only and try again after BUSY_COOLDOWN."""
+        new = self._awaiting_index  # its directories made at opening, no values kept inline by anyone
         try:
-            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
-                pass
+            if not new:
+                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                    pass
             self._cache = self._open_writer()
             self._writer_opened += 1
             self.read_only_reason = ""
+            self._awaiting_index = False
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self.read_only_reason = describe_error(exc)
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
             return
         self.flush_touches()
-        with contextlib.suppress(LevelReadOnly):
-            self._write(self._move_inline_values)
+        if not new:
+            with contextlib.suppress(LevelReadOnly):
+                self._write(self._move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, **index_settings(self.max_bytes))
 
+    def _no_index_yet(self) -> bool:
+        """Whether this new cache still has no index to read (every key a miss). Asked per read while
+        it has none: a neighbour may create it meanwhile, and is read once it is readable."""
+        if not self._awaiting_index:
+            return False
+        if self._cache is None and not os.path.lexists(self._index_path):  # a probe: nothing is read
+            return True
+        if self._cache is None:
+            try:
+                self._check_reader()
+            except IndexDamaged:
+                pass  # read as it is: reads fail and say so, as on any damaged index
+            except LevelUnavailable:
+                return True  # being created right now: a miss, asked again next time
+        self._awaiting_index = False
+        return False
+
     def _reader(self) -> sqlite3.Connection:
         """This thread's connection for reading the index: read-only until the writer opens, then one
-        that sees the index (its journal included) as the writer does."""
+        that sees the index (its journal included) as the writer does. A new cache's index is made
+        here, by opening the writer, when something other than a lookup needs it (a listing)."""
+        if self._awaiting_index and self._no_index_yet():
+            self._try_writer()
         con = getattr(self._readers, "con", None)
         if con is None or self._readers.opened != self._writer_opened:
             self._close_reader()
@@ -216,6 +245,8 @@ class DiskLevel(InDirectory):
         deferred = self._deferred.get(key)
         if deferred is not None:
             return deferred, time.time()  # a copy not written yet: no use to record either
+        if self._no_index_yet():
+            return None, 0.0
         row = disk_sql.lookup(self._reader(), key)
         if row is None:
             return None, 0.0
@@ -251,7 +282,7 @@ class DiskLevel(InDirectory):
     def __contains__(self, key: object) -> bool:
         try:
             key = check_key(key)
-            return key in self._deferred or disk_sql.contains(self._reader(), key)
+            return key in self._deferred or (not self._no_index_yet() and disk_sql.contains(self._reader(), key))
         except (ValueError, sqlite3.Error):
             return False
 
@@ -302,7 +333,7 @@ class DiskLevel(InDirectory):
     def keep_later(self, entry: Entry, data: bytes) -> None:
         """A hit's copy, written with the others in one transaction at this level's next write, its
         close or the process's exit (`flush_deferred`), or once they hold MAX_DEFERRED_BYTES: a fresh
-        node served by the cluster does not write its index and a value file per hit while it lowers.
+        node served by the cluster neither creates its index nor writes per hit while it lowers.
         Served from here meanwhile; a process killed before that loses only these copies (the level
         it read them from still holds them)."""
         key = check_key(entry.key)
@@ -321,11 +352,14 @@ class DiskLevel(InDirectory):
             self._deferred_bytes -= len(old)
 
     def flush_deferred(self) -> None:
-        """Write the deferred copies in one transaction (opening the writer where it is not open).
-        Where the level cannot be written they are dropped, said once."""
+        """Write the deferred copies in one transaction (opening the writer where it is not open:
+        a new cache's index is created here, copies or not). Where the level cannot be written
+        they are dropped, said once."""
         with self._lock:
             copies, self._deferred, self._deferred_bytes = self._deferred, {}, 0
         if not copies:
+            if self._no_index_yet():
+                self._try_writer()  # a new cache gets its index by its close or exit at the latest
             return
 
         def write(cache: diskcache.Cache) -> None:
