@@ -75,6 +75,16 @@ def test_the_copies_are_written_at_exit_without_a_close(tmp_path, shared):
     assert on_disk(node) == set(KEYS[:2])
 
 
+def test_a_store_opened_directly_and_never_closed_writes_its_copies_at_exit(tmp_path, shared):
+    node = tmp_path / "node"
+    run_python(textwrap.dedent(f"""
+        from kernel_cache import Config, Store
+        store = Store(Config(dir={str(node)!r}, shared_dir={str(shared)!r}, signing_key={SIGNING_KEY!r}))
+        assert store.get({KEYS[3]!r})[1] == "shared"
+    """))
+    assert on_disk(node) == {KEYS[3]}
+
+
 def _key_file(tmp_path) -> str:
     path = tmp_path / "signing.key"
     path.write_bytes(SIGNING_KEY)

@@ -32,6 +32,7 @@ diskcache's tables in disk_sql.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
@@ -71,6 +72,12 @@ if TYPE_CHECKING:
     from ..signing import Signer
 else:
     locks = later("kernel_cache.locks")  # the build lock of a miss (and cachectl's debris sweep): a hit takes none
+
+# Levels holding deferred copies (`keep_later`), written at exit by `_flush_at_exit` where no close
+# wrote them first (a Store opened directly and never closed, as well as the process's session).
+_unflushed: set[DiskLevel] = set()
+_unflushed_lock = threading.Lock()
+_exit_hook = False
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -342,6 +349,7 @@ class DiskLevel(InDirectory):
             self._deferred[key] = data
             self._deferred_bytes += len(data)
             due = self._deferred_bytes >= MAX_DEFERRED_BYTES
+        _written_at_exit(self)
         if due:
             self.flush_deferred()
 
@@ -357,6 +365,8 @@ class DiskLevel(InDirectory):
         they are dropped, said once."""
         with self._lock:
             copies, self._deferred, self._deferred_bytes = self._deferred, {}, 0
+        with _unflushed_lock:
+            _unflushed.discard(self)
         if not copies:
             if self._no_index_yet():
                 self._try_writer()  # a new cache gets its index by its close or exit at the latest
@@ -525,6 +535,24 @@ class DiskLevel(InDirectory):
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def _written_at_exit(level: DiskLevel) -> None:
+    """Have `level`'s deferred copies written at exit unless a flush writes them first."""
+    global _exit_hook
+    with _unflushed_lock:
+        _unflushed.add(level)
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    with _unflushed_lock:
+        levels = list(_unflushed)
+    for level in levels:
+        with contextlib.suppress(Exception):
+            level.flush_deferred()
 
 
 def index_settings(max_bytes: int) -> dict[str, Any]:
