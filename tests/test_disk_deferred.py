@@ -139,3 +139,15 @@ def test_a_new_cache_that_only_missed_gets_its_empty_index_at_close(tmp_path, sh
     assert not (node / ENTRIES_DIR / INDEX).exists()
     store.close()
     assert (node / ENTRIES_DIR / INDEX).exists() and on_disk(node) == set()
+
+
+def test_a_new_cache_whose_index_a_neighbour_created_meanwhile_is_read(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    neighbour = fresh_node(node, shared)
+    neighbour.put(make_entry("e" * 32))  # creates the index and writes
+    assert store.get("e" * 32)[1] == "disk"
+    assert store.get(KEYS[0])[1] == "shared"
+    neighbour.close()
+    store.close()
+    assert on_disk(node) == {"e" * 32, KEYS[0]}

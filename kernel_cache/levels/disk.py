@@ -163,14 +163,15 @@ class DiskLevel(InDirectory):
             return False
         if self._cache is None and not os.path.lexists(self._index_path):  # a probe: nothing is read
             return True
+        self._awaiting_index = False  # there now (the reader opened below must not ask again)
         if self._cache is None:
             try:
                 self._check_reader()
             except IndexDamaged:
                 pass  # read as it is: reads fail and say so, as on any damaged index
             except LevelUnavailable:
+                self._awaiting_index = True
                 return True  # being created right now: a miss, asked again next time
-        self._awaiting_index = False
         return False
 
     def _reader(self) -> sqlite3.Connection:
