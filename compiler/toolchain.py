@@ -13,6 +13,9 @@ RECORD was written (mtime at most the RECORD's), and where no other distribution
 another hash; any other file (an editable or source install, a file not listed, a file edited
 since) is hashed as before. What this relies on is what the memo already relies on: an in-place
 edit that keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed.
+
+Before deriving anything, a node without the memo asks the cluster's levels (`shared_memo`): a node
+that sees the very same files (their inode and ctime too) may have derived it already.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from kernel_cache import cache_marker, safefs
 from kernel_cache.canonical import digest
 from kernel_cache.config import TOOLCHAIN_MEMO
 
+from . import shared_memo
 from . import triton_compat as tc
 from .target import Target
 
@@ -201,10 +205,15 @@ def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo_d
     with _lock:
         if ident in _process_memo:
             return _process_memo[ident]
-        memo = _Memo(memo_dir if memo_dir is not None else default_memo_dir())
+        store = None  # the process's store, whose cluster levels a node without the memo asks
+        if memo_dir is None:
+            session = kernel_cache.current_session()
+            memo_dir, store = session.config.memo_dir, session.store
+        memo = _Memo(memo_dir)
         value = memo.load().get(ident)
         if not isinstance(value, str):
-            value = compute()
+            value = shared_memo.memoized(store, name, identity, compute) if store and store.cluster_levels \
+                else compute()
             memo.store(ident, value)
         _process_memo[ident] = value
         return value

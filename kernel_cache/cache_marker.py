@@ -6,6 +6,10 @@ Without it, a mistyped `KERNEL_CACHE_DIR=$HOME` would fill a home directory with
 directory becomes a cache only when it is new, empty, or holds nothing but names kernel-cache
 itself makes (a cache written before the marker existed, which gains it on its first write); a
 local cache is never taken for a shared one or the other way round.
+
+The marker is written without fsync (two of them cost a fresh node ~7 ms on a slow disk): after a
+power cut it may be missing, empty or cut short, which reads as no marker (the start of ours, never
+another tool's), and the directory, holding nothing but kernel-cache's names, gains it again.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ def kind_of(tree: Tree) -> str | None:
         return ""
     if found is None:
         return None
+    if any(len(found[0]) < len(ours) and ours.startswith(found[0]) for ours in map(marker_text, KINDS)):
+        return None  # empty, or ours cut short by a power cut (it is written without fsync): no marker yet
     lines = found[0].decode("utf-8", "replace").splitlines()
     if len(lines) < 2 or lines[0].strip() != SIGNATURE or not lines[1].startswith(_OURS):
         return ""
@@ -82,7 +88,7 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> s
                                  f"{refusal}")
     if write:
         with contextlib.suppress(OSError):  # a read-only cache stays usable; the marker comes with a write
-            publish(tree, (MARKER,), marker_text(kind))
+            publish(tree, (MARKER,), marker_text(kind), durable=False)
     return None
 
 

@@ -97,6 +97,17 @@ class MaintainedLevel(Protocol):
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
 
+@runtime_checkable
+class DeferringLevel(Protocol):
+    """A level that takes a hit's copy (a backfill) in a batch, later, rather than at once: the
+    local disk, which a fresh node served by the cluster would otherwise write once per hit (an
+    index transaction and a value file) while it lowers. The level keeps what it deferred until
+    then, and serves it."""
+
+    def keep_later(self, entry: Entry, data: bytes) -> None:
+        """`keep`, deferred to the level's next write, its close or the process's exit."""
+
+
 class _Directoried(Protocol):
     @property
     def directory(self) -> Path | None: ...

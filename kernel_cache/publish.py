@@ -32,7 +32,8 @@ def is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
-def publish(tree: Tree, parts: tuple[str, ...], data: bytes) -> None:
-    """Write `data` to root/parts atomically (temp file, fsync, rename; see safefs.Tree.publish).
+def publish(tree: Tree, parts: tuple[str, ...], data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to root/parts atomically (temp file, fsync, rename; see safefs.Tree.publish;
+    `durable=False`: no fsync, for a file whose loss after a power cut costs nothing).
     File modes follow the umask (0666 & ~umask), so a group-shared directory stays shareable."""
-    tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]))
+    tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]), durable=durable)

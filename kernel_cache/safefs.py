@@ -369,11 +369,11 @@ class Tree:
             finally:
                 os.close(fd)
 
-    def publish(self, *parts: str, data: bytes, temp_name: str) -> None:
-        """Atomically make root/parts hold `data` (see `_replace_atomically`)."""
+    def publish(self, *parts: str, data: bytes, temp_name: str, durable: bool = True) -> None:
+        """Atomically make root/parts hold `data` (see `_replace_atomically`, `durable` too)."""
         with self.directory(*parts[:-1], create=True) as dfd:
             with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
-                                     self._where((*parts[:-1], temp_name))) as f:
+                                     self._where((*parts[:-1], temp_name)), durable) as f:
                 f.write(data)
 
     def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:

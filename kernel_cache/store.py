@@ -25,7 +25,7 @@ from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import IndexDamaged, RejectedEntry
 from .key_locks import KeyLocks
 from .lazy import later
-from .level import Level, MaintainedLevel, holds
+from .level import DeferringLevel, Level, MaintainedLevel, holds
 from .levels.memory import MemoryLevel
 from .safefs import Owners
 from .stats import Stats
@@ -60,9 +60,11 @@ class Store:
                 level = self._open(backend, read_only)
                 if level is not None:
                     self.levels.append(level)
+        self.cluster_levels = self._cluster_levels()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
+        self._deferring_kinds: dict[type, bool] = {}  # a level's class -> whether it is a DeferringLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
 
     # Public API ---------------------------------------------------------------------------
@@ -82,6 +84,7 @@ class Store:
         if level is not None:
             kept.append(level)
         self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
+        self.cluster_levels = self._cluster_levels()
 
     @property
     def disk(self) -> Level | None:
@@ -107,7 +110,7 @@ class Store:
                     data = entry.stored if entry.stored is not None else self.encode(entry)
                     for upper in self.levels[:depth]:
                         counts[f"backfills.{upper.name}"] += 1
-                        self._level_put(upper, entry, data)
+                        self._level_put(upper, entry, data, later=True)
                 return entry, level.name
             counts[f"misses.{level.name}"] += 1
         return None
@@ -120,6 +123,27 @@ class Store:
         data = self.encode(entry) if len(self.levels) > 1 else b""
         for level in self.levels:
             self._level_put(level, entry, data)
+
+    def get_shared(self, key: str) -> Entry | None:
+        """The entry from the levels shared across nodes alone, verified as `get` verifies it and
+        copied nowhere: for what a node keeps in a memo of its own (the toolchain fingerprint) and
+        asks the cluster for only where that memo has nothing."""
+        if self.config.disabled:
+            return None
+        for level in self.cluster_levels:
+            entry = self._level_get(level, key)
+            if entry is not None:
+                return entry
+        return None
+
+    def put_shared(self, entry: Entry) -> None:
+        """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
+        levels = [] if self.config.disabled else self.cluster_levels
+        if levels:
+            check_key(entry.key)
+            data = self.encode(entry)
+            for level in levels:
+                self._level_put(level, entry, data)
 
     def encode(self, entry: Entry) -> bytes:
         """The entry's bytes as this store writes them: signed when a signing key is configured."""
@@ -180,6 +204,11 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
+    def _cluster_levels(self) -> list[Level]:
+        """The levels shared across nodes (the shared directory, the remote), fastest first: kept
+        as `cluster_levels`, which a fresh node's toolchain memo asks before deriving anything."""
+        return [t for t in self.persistent_levels if t is not self.disk]
+
     def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
         name = backend.name
         try:
@@ -232,11 +261,23 @@ class Store:
                       f"reading the {level.name} level failed ({exc}); continuing without it")
         return None
 
-    def _level_put(self, level: Level, entry: Entry, data: bytes) -> None:
-        if not level.writable:
-            return  # read-only or cooling down after a busy timeout: said once already
+    def _defers(self, level: Level) -> TypeGuard[DeferringLevel]:
+        """isinstance(level, DeferringLevel), asked once per level class (see `_maintained`)."""
+        kind = type(level)
+        found = self._deferring_kinds.get(kind)
+        if found is None:
+            found = self._deferring_kinds[kind] = isinstance(level, DeferringLevel)
+        return found
+
+    def _level_put(self, level: Level, entry: Entry, data: bytes, *, later: bool = False) -> None:
+        """`later`: a hit's copy (backfill), which a DeferringLevel takes in a batch."""
         try:
-            level.keep(entry, data)
+            if later and self._defers(level):
+                level.keep_later(entry, data)  # it says itself, when it writes, if it cannot
+            elif level.writable:
+                level.keep(entry, data)
+            else:
+                return  # read-only or cooling down after a busy timeout: said once already
             self.stats.levels[f"writes.{level.name}"] += 1
         except Exception as exc:
             self.stats.levels[f"write_failures.{level.name}"] += 1

@@ -7,7 +7,8 @@ Prints:
   fresh reads), with each level's ratio to the disk;
 - a warm process lowering lowering.examples' 9 programs (cross-lowered for sm_90) served from the
   remote alone, or from a shared directory alone (a new, empty local dir each time: a fresh node,
-  without its toolchain memo) vs from its local disk: lowering seconds, ratios;
+  without a toolchain memo of its own; on this host the one the seeding node published to the
+  cluster's levels serves it) vs from its local disk: lowering seconds, ratios;
 - N processes x M keys (synthetic 10 ms builds) warming one namespace at once: time to warm and the
   number of builds, with the server healthy, and with it killed at a random moment within the
   healthy run's length (then started again): every process must finish, and builds stay close to M;
@@ -132,8 +133,9 @@ def hit_latency(server: RedisServer, tmp: Path, rounds: int) -> None:
 
 
 def warm_process(server: RedisServer, tmp: Path, rounds: int) -> None:
-    """A fresh node (a new, empty local dir each time: no toolchain memo either) served by the remote
-    alone or by a shared directory alone, beside a warm node served by its own local disk."""
+    """A fresh node (a new, empty local dir each time: no toolchain memo of its own; the seed's, which
+    sees the same files, is in the cluster's levels) served by the remote alone or by a shared
+    directory alone, beside a warm node served by its own local disk."""
     common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key")}
     remote = {"KERNEL_CACHE_REMOTE": server.url, "KERNEL_CACHE_REMOTE_NAMESPACE": "programs"}
     shared = {"KERNEL_CACHE_SHARED_DIR": str(tmp / "shared-programs")}

@@ -130,6 +130,28 @@ def test_a_new_cache_carries_the_marker_and_an_old_one_gains_it_on_its_first_wri
     reader.close()
 
 
+@pytest.mark.parametrize("torn", ["empty", "cut short"])
+def test_a_marker_torn_by_a_power_cut_reads_as_none_and_is_written_again(tmp_path, monkeypatch, torn):
+    """The marker is written without fsync: what a power cut leaves of it (nothing, or the start of
+    ours) is no marker, and the cache, holding only kernel-cache's names, gains it again."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    store, _ = opened(dir=tmp_path / "new")
+    store.close()
+    assert synced == []  # opening a new cache writes no file durably (its entries are written at their put)
+    cache = local_cache(tmp_path / "cache")
+    full = cache_marker.marker_text(cache_marker.LOCAL)
+    (cache / cache_marker.MARKER).write_bytes(b"" if torn == "empty" else full[:20])
+    reader, messages = opened(dir=cache)
+    assert reader.disk is not None and not messages and reader.get(KEYS[1]) is not None
+    assert (cache / cache_marker.MARKER).read_bytes() == full
+    reader.close()
+    (cache / cache_marker.MARKER).write_bytes(full[:20] + b"another tool")  # not a cut of ours: foreign
+    _, messages = opened(dir=cache)
+    assert any("not kernel-cache's" in m for m in messages)
+
+
 def test_a_local_and_a_shared_cache_are_never_taken_for_each_other(tmp_path, shared_cache, capsys):
     local = local_cache(tmp_path / "local")
     store, messages = opened(dir=tmp_path / "node", shared_dir=local)

@@ -1,7 +1,7 @@
 """The kinds of entry a store holds, each registered once with everything the tools need of it.
 
 Beside its compiled kernels a store keeps entries that are no kernels (lowered-call records,
-autotune winners), and a newer version may write kinds this one does not know. Every tool asks
+autotune winners, memos of installed files), and a newer version may write kinds this one does not know. Every tool asks
 here instead of comparing `kind` strings itself: `verify` and bundle import check an entry with its
 kind's `problem`, list and `--json` summarise it with its `summary`, list, stats and Prometheus name
 and count it by `tag` and nouns, and `cachectl show` renders it with its `show` view. A new kind is
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import call_entry, winner_entry
+from .. import call_entry, memo_entry, winner_entry
 from ..entry import Entry
 from ..summary import META_KIND
 
@@ -53,6 +53,8 @@ CALL = EntryKind(call_entry.KIND, "call", "lowered call", "lowered calls", call_
                  call_entry.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
 WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entry.damage, winner_entry.summary,
                    _VIEWS + "winners_view:show", legend="an autotune winner")
+MEMO = EntryKind(memo_entry.KIND, "memo", "installed memo", "installed memos", memo_entry.problem, memo_entry.summary,
+                 _VIEWS + "memos_view:show", legend="a memo of installed files (a toolchain fingerprint)")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.
 OTHER = EntryKind("other", "other", "other", "others", tagged=False)
@@ -97,5 +99,5 @@ def problem(entry: Entry) -> str | None:
     return kind_of(entry.meta).problem(entry)
 
 
-for _kind in (KERNEL, CALL, WINNER):
+for _kind in (KERNEL, CALL, WINNER, MEMO):
     register(_kind)

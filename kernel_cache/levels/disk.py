@@ -32,6 +32,7 @@ diskcache's tables in disk_sql.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
@@ -72,8 +73,15 @@ if TYPE_CHECKING:
 else:
     locks = later("kernel_cache.locks")  # the build lock of a miss (and cachectl's debris sweep): a hit takes none
 
+# Levels holding deferred copies (`keep_later`), written at exit by `_flush_at_exit` where no close
+# wrote them first (a Store opened directly and never closed, as well as the process's session).
+_unflushed: set[DiskLevel] = set()
+_unflushed_lock = threading.Lock()
+_exit_hook = False
+
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
+MAX_DEFERRED_BYTES = 64 << 20  # hits' copies (`keep_later`) held before they are written at once
 
 
 class DiskLevel(InDirectory):
@@ -101,12 +109,19 @@ class DiskLevel(InDirectory):
         self.read_only_reason = "opened read-only" if read_only else ""
         self._touches: dict[str, float] = {}  # uses not yet recorded in the index (key -> when): hits, and
         # kernels a call record served (`touch`)
-        # A warm process only reads: the writer (diskcache's set-up, a dozen statements) opens at
-        # the first write, or here when there is no index yet to read (a new cache: no entry files
-        # either; an index gone while its entry files are there is damage, never replaced by an empty one).
-        if not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None and not has_value_files(self.tree):
-            self._try_writer()
-        if self._cache is None:
+        self._deferred: dict[str, bytes] = {}  # hits' copies not yet written (`keep_later`), served from here
+        self._deferred_bytes = 0
+        # A warm process only reads: the writer (diskcache's set-up, some 70 statements, ~7 ms) opens
+        # at the first write. So does a new cache's (no index, no entry files; an index gone while its
+        # entry files are there is damage, never replaced by an empty one): every read is a miss until
+        # then, and its flush (the deferred copies, at close or exit at the latest) creates it.
+        self._awaiting_index = (not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None
+                                and not has_value_files(self.tree))
+        self._index_path = str(self.directory / ENTRIES_DIR / INDEX)
+        if self._awaiting_index:
+            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                pass
+        elif self._cache is None:
             try:
                 self._check_reader(confirm=not read_only)
             except LevelUnavailable as exc:
@@ -120,26 +135,51 @@ class DiskLevel(InDirectory):
     def _try_writer(self) -> None:
         """Open the index for writing; on failure (a neighbour holds it, read-only mount, full
         disk) stay read-only and try again after BUSY_COOLDOWN."""
+        new = self._awaiting_index  # its directories made at opening, no values kept inline by anyone
         try:
-            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
-                pass
+            if not new:
+                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                    pass
             self._cache = self._open_writer()
             self._writer_opened += 1
             self.read_only_reason = ""
+            self._awaiting_index = False
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self.read_only_reason = describe_error(exc)
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
             return
         self.flush_touches()
-        with contextlib.suppress(LevelReadOnly):
-            self._write(self._move_inline_values)
+        if not new:
+            with contextlib.suppress(LevelReadOnly):
+                self._write(self._move_inline_values)
 
     def _open_writer(self) -> diskcache.Cache:
         return open_index(self.directory / ENTRIES_DIR, self.index_timeout, **index_settings(self.max_bytes))
 
+    def _no_index_yet(self) -> bool:
+        """Whether this new cache still has no index to read (every key a miss). Asked per read while
+        it has none: a neighbour may create it meanwhile, and is read once it is readable."""
+        if not self._awaiting_index:
+            return False
+        if self._cache is None and not os.path.lexists(self._index_path):  # a probe: nothing is read
+            return True
+        self._awaiting_index = False  # there now (the reader opened below must not ask again)
+        if self._cache is None:
+            try:
+                self._check_reader()
+            except IndexDamaged:
+                pass  # read as it is: reads fail and say so, as on any damaged index
+            except LevelUnavailable:
+                self._awaiting_index = True
+                return True  # being created right now: a miss, asked again next time
+        return False
+
     def _reader(self) -> sqlite3.Connection:
         """This thread's connection for reading the index: read-only until the writer opens, then one
-        that sees the index (its journal included) as the writer does."""
+        that sees the index (its journal included) as the writer does. A new cache's index is made
+        here, by opening the writer, when something other than a lookup needs it (a listing)."""
+        if self._awaiting_index and self._no_index_yet():
+            self._try_writer()
         con = getattr(self._readers, "con", None)
         if con is None or self._readers.opened != self._writer_opened:
             self._close_reader()
@@ -210,6 +250,11 @@ class DiskLevel(InDirectory):
         return entry
 
     def _fetch(self, key: str) -> tuple[bytes | None, float]:
+        deferred = self._deferred.get(key)
+        if deferred is not None:
+            return deferred, time.time()  # a copy not written yet: no use to record either
+        if self._no_index_yet():
+            return None, 0.0
         row = disk_sql.lookup(self._reader(), key)
         if row is None:
             return None, 0.0
@@ -244,7 +289,8 @@ class DiskLevel(InDirectory):
 
     def __contains__(self, key: object) -> bool:
         try:
-            return disk_sql.contains(self._reader(), check_key(key))
+            key = check_key(key)
+            return key in self._deferred or (not self._no_index_yet() and disk_sql.contains(self._reader(), key))
         except (ValueError, sqlite3.Error):
             return False
 
@@ -288,11 +334,63 @@ class DiskLevel(InDirectory):
     def put_raw(self, key: str, data: bytes) -> None:
         check_key(key)
         self._write(lambda cache: cache.set(key, bytes(data), retry=False))
+        with self._lock:
+            self._forget_deferred(key)  # written now: an older copy must not overwrite it at the flush
+        self.flush_deferred()  # the writer is open: the hits' copies go with it
+
+    def keep_later(self, entry: Entry, data: bytes) -> None:
+        """A hit's copy, written with the others in one transaction at this level's next write, its
+        close or the process's exit (`flush_deferred`), or once they hold MAX_DEFERRED_BYTES: a fresh
+        node served by the cluster neither creates its index nor writes per hit while it lowers.
+        Served from here meanwhile; a process killed before that loses only these copies (the level
+        it read them from still holds them)."""
+        key = check_key(entry.key)
+        with self._lock:
+            self._forget_deferred(key)
+            self._deferred[key] = data
+            self._deferred_bytes += len(data)
+            due = self._deferred_bytes >= MAX_DEFERRED_BYTES
+        _written_at_exit(self)
+        if due:
+            self.flush_deferred()
+
+    def _forget_deferred(self, key: str) -> None:
+        """Drop a deferred copy (under `_lock`)."""
+        old = self._deferred.pop(key, None)
+        if old is not None:
+            self._deferred_bytes -= len(old)
+
+    def flush_deferred(self) -> None:
+        """Write the deferred copies in one transaction (opening the writer where it is not open:
+        a new cache's index is created here, copies or not). Where the level cannot be written
+        they are dropped, said once."""
+        with self._lock:
+            copies, self._deferred, self._deferred_bytes = self._deferred, {}, 0
+        with _unflushed_lock:
+            _unflushed.discard(self)
+        if not copies:
+            if self._no_index_yet():
+                self._try_writer()  # a new cache gets its index by its close or exit at the latest
+            return
+
+        def write(cache: diskcache.Cache) -> None:
+            with cache.transact(retry=False):
+                for key, data in copies.items():
+                    cache.set(key, bytes(data), retry=False)
+
+        try:
+            self._write(write)
+        except (LevelReadOnly, OSError) as exc:
+            warn_once(f"disk-deferred:{self.directory}:{type(exc).__name__}",
+                      f"copying {len(copies)} entries into the local cache failed ({exc}); they stay where they "
+                      f"were read from")
 
     def delete(self, key: str) -> bool:
         """Remove the entry. Its value file goes first: on a full disk that frees the space the
         index needs to record the deletion."""
         check_key(key)
+        with self._lock:
+            self._forget_deferred(key)
         row = disk_sql.lookup(self._reader(), key)
         if row is None:
             return False
@@ -329,11 +427,13 @@ class DiskLevel(InDirectory):
             self._touches.update(dict.fromkeys(valid, now))
 
     def flush_touches(self) -> None:
-        """Record the deferred uses, oldest first, in one transaction: each a `Cache.get`, which under
+        """Write the deferred copies (`flush_deferred`), then record the deferred uses, oldest first,
+        in one transaction: each a `Cache.get`, which under
         the least-recently-used policy stamps the entry's access time (with the flush's time: a use
         is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`). A use
         within TOUCH_INTERVAL of the one the index holds is dropped, as a hit's is (`get`): a warm
         process whose kernels were used a moment ago (by a neighbour, say) opens no writer at exit."""
+        self.flush_deferred()
         with self._lock:
             touches, self._touches = self._touches, {}
         touches = self._due(touches)
@@ -369,6 +469,8 @@ class DiskLevel(InDirectory):
 
     def clear(self) -> int:
         """Remove every entry; value files first (see `delete`)."""
+        with self._lock:
+            self._deferred, self._deferred_bytes = {}, 0
         count = len(self.listing())
         for name in value_files(self.tree):
             with contextlib.suppress(OSError):
@@ -434,6 +536,24 @@ class DiskLevel(InDirectory):
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def _written_at_exit(level: DiskLevel) -> None:
+    """Have `level`'s deferred copies written at exit unless a flush writes them first."""
+    global _exit_hook
+    with _unflushed_lock:
+        _unflushed.add(level)
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    with _unflushed_lock:
+        levels = list(_unflushed)
+    for level in levels:
+        with contextlib.suppress(Exception):
+            level.flush_deferred()
 
 
 def index_settings(max_bytes: int) -> dict[str, Any]:

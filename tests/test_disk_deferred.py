@@ -1,0 +1,153 @@
+"""A hit's copy into the local disk (a backfill) is deferred and written in one batch: a fresh node
+served by the cluster neither creates its index nor writes per hit while it lowers. Nothing is lost:
+the copies are served meanwhile and written at the level's next write, its close, the process's
+exit, or once they hold the bound; a delete or clear drops them."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from conftest import run_python
+from test_shared_level import make_entry
+
+from kernel_cache import Config, Store
+from kernel_cache.disk_index import ENTRIES_DIR, INDEX
+from kernel_cache.levels import disk as disk_module
+
+KEYS = [f"{i:x}" * 32 for i in range(1, 6)]
+SIGNING_KEY = b"deferred-copies-signing-key-012345"
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A shared directory holding KEYS, written by another node."""
+    directory = tmp_path / "shared"
+    directory.mkdir(mode=0o700)
+    writer = Store(Config(dir=tmp_path / "writer", shared_dir=directory, signing_key=SIGNING_KEY))
+    for key in KEYS:
+        writer.put(make_entry(key))
+    writer.close()
+    return directory
+
+
+def fresh_node(path, shared) -> Store:
+    return Store(Config(dir=path, shared_dir=shared, signing_key=SIGNING_KEY))
+
+
+def on_disk(path) -> set[str]:
+    """The keys a new process finds in the local cache at `path` (its index)."""
+    store = Store(Config(dir=path))
+    try:
+        assert store.disk is not None
+        return set(store.disk.keys())
+    finally:
+        store.close()
+
+
+def test_a_fresh_node_writes_its_copies_once_at_close_and_serves_them_meanwhile(tmp_path, shared, monkeypatch):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    sets = []
+    monkeypatch.setattr(disk_module.diskcache.Cache, "set",
+                        lambda self, *a, real=disk_module.diskcache.Cache.set, **k: (sets.append(a[0]), real(self, *a, **k))[1])
+    for key in KEYS[:3]:
+        assert store.get(key)[1] == "shared"
+    assert sets == [] and not (node / ENTRIES_DIR / INDEX).exists()  # no index made, nothing written yet
+    disk = store.disk
+    assert disk is not None
+    store.memory.delete(KEYS[0])
+    assert store.get(KEYS[0])[1] == "disk" and KEYS[1] in disk  # served from the deferred copies
+    assert store.stats.session()["level_counts"]["disk"]["backfills"] == 3
+    store.close()
+    assert sorted(sets) == sorted(KEYS[:3])  # one batch, each once
+    assert on_disk(node) == set(KEYS[:3])
+
+
+def test_the_copies_are_written_at_exit_without_a_close(tmp_path, shared):
+    node = tmp_path / "node"
+    run_python(textwrap.dedent(f"""
+        import kernel_cache
+        store = kernel_cache.default_store()
+        assert [store.get(k)[1] for k in {KEYS[:2]!r}] == ["shared", "shared"]
+    """), env={"KERNEL_CACHE_DIR": str(node), "KERNEL_CACHE_SHARED_DIR": str(shared),
+               "KERNEL_CACHE_SIGNING_KEY_FILE": _key_file(tmp_path)})
+    assert on_disk(node) == set(KEYS[:2])
+
+
+def test_a_store_opened_directly_and_never_closed_writes_its_copies_at_exit(tmp_path, shared):
+    node = tmp_path / "node"
+    run_python(textwrap.dedent(f"""
+        from kernel_cache import Config, Store
+        store = Store(Config(dir={str(node)!r}, shared_dir={str(shared)!r}, signing_key={SIGNING_KEY!r}))
+        assert store.get({KEYS[3]!r})[1] == "shared"
+    """))
+    assert on_disk(node) == {KEYS[3]}
+
+
+def _key_file(tmp_path) -> str:
+    path = tmp_path / "signing.key"
+    path.write_bytes(SIGNING_KEY)
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_a_write_takes_the_copies_with_it(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    store.get(KEYS[0])
+    store.put(make_entry("e" * 32))
+    reader = Store(Config(dir=node))
+    assert reader.disk is not None and set(reader.disk.keys()) == {KEYS[0], "e" * 32}  # before any close
+    reader.close()
+    store.close()
+
+
+def test_past_the_bound_the_copies_are_written_at_once(tmp_path, shared, monkeypatch):
+    monkeypatch.setattr(disk_module, "MAX_DEFERRED_BYTES", 1)
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    store.get(KEYS[0])
+    assert on_disk(node) == {KEYS[0]}
+    store.close()
+
+
+def test_a_delete_or_a_clear_drops_a_deferred_copy(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    store.get(KEYS[0])
+    store.get(KEYS[1])
+    assert store.disk is not None
+    store.disk.delete(KEYS[0])
+    assert KEYS[0] not in store.disk and KEYS[1] in store.disk
+    store.close()
+    assert on_disk(node) == {KEYS[1]}
+
+    again = fresh_node(tmp_path / "again", shared)
+    again.get(KEYS[2])
+    assert again.disk is not None
+    again.disk.clear()
+    again.close()
+    assert on_disk(tmp_path / "again") == set()
+
+
+def test_a_new_cache_that_only_missed_gets_its_empty_index_at_close(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    assert store.get("0" * 31 + "9") is None
+    assert store.disk is not None and "0" * 31 + "9" not in store.disk
+    assert not (node / ENTRIES_DIR / INDEX).exists()
+    store.close()
+    assert (node / ENTRIES_DIR / INDEX).exists() and on_disk(node) == set()
+
+
+def test_a_new_cache_whose_index_a_neighbour_created_meanwhile_is_read(tmp_path, shared):
+    node = tmp_path / "node"
+    store = fresh_node(node, shared)
+    neighbour = fresh_node(node, shared)
+    neighbour.put(make_entry("e" * 32))  # creates the index and writes
+    assert store.get("e" * 32)[1] == "disk"
+    assert store.get(KEYS[0])[1] == "shared"
+    neighbour.close()
+    store.close()
+    assert on_disk(node) == {"e" * 32, KEYS[0]}
