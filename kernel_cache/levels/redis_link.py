@@ -37,8 +37,11 @@ def redis_installed(endpoint: str) -> None:
     """Raise LevelUnavailable where redis-py is missing, without importing it (the level opens
     before its first use; the import waits for that)."""
     if importlib.util.find_spec("redis") is None:
-        raise LevelUnavailable(f"KERNEL_CACHE_REMOTE={endpoint} is set but the redis package is not installed "
-                              f"(pip install redis)")
+        raise _not_installed(f"KERNEL_CACHE_REMOTE={endpoint}")
+
+
+def _not_installed(setting: str) -> LevelUnavailable:
+    return LevelUnavailable(f"{setting} is set but the redis package is not installed (pip install redis)")
 
 
 def redis_module() -> Any:
@@ -49,8 +52,7 @@ def redis_module() -> Any:
         import redis.cluster
         import redis.retry
     except ImportError:
-        raise LevelUnavailable("KERNEL_CACHE_REMOTE is set but the redis package is not installed "
-                              "(pip install redis)") from None
+        raise _not_installed("KERNEL_CACHE_REMOTE") from None
     return redis
 
 

@@ -171,7 +171,7 @@ class RemoteLevel:
                                      breaker_seconds=self.breaker_seconds, counters=self.counters,
                                      password=self._password)
                     plain = link.client  # registered once, run on whichever client the link settles on
-                    self._scripts = _Scripts(*(plain.register_script(text) for text in _SCRIPT_TEXTS))
+                    self._scripts = _Scripts._make(plain.register_script(text) for text in _SCRIPT_TEXTS)
                     self._link = link
                     if self._reader is not None:  # one connection per server from now on
                         self._reader.give_up()
@@ -635,7 +635,7 @@ class RemoteLevel:
 
 
 class _Scripts(NamedTuple):
-    """The level's Lua scripts, registered with the client once (see the texts above)."""
+    """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
 
     peek: Any
     replace: Any
@@ -644,7 +644,7 @@ class _Scripts(NamedTuple):
     refresh: Any
 
 
-_SCRIPT_TEXTS = (_PEEK, _REPLACE, _MARKER_OF, _RELEASE, _REFRESH)  # in _Scripts' order
+_SCRIPT_TEXTS = _Scripts(peek=_PEEK, replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
 _PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows it by (redis-py's too)
 
 
