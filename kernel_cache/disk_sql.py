@@ -73,11 +73,14 @@ def open_read_write(db: Path, timeout: float) -> sqlite3.Connection:
 
 
 @contextlib.contextmanager
-def writing(db: Path, timeout: float) -> Iterator[sqlite3.Connection]:
+def writing(db: Path, timeout: float, synchronous: int | None = None) -> Iterator[sqlite3.Connection]:
     """One write transaction on a connection of our own (waiting at most `timeout` for a neighbour's):
-    committed on success, rolled back on an error; the connection is closed after."""
+    committed on success, rolled back on an error; the connection is closed after. `synchronous`:
+    the connection's SQLite synchronous level (None: SQLite's default, FULL)."""
     con = open_read_write(db, timeout)
     try:
+        if synchronous is not None:
+            con.execute(f"PRAGMA synchronous = {int(synchronous)}")
         con.execute("BEGIN IMMEDIATE")
         try:
             yield con
@@ -225,22 +228,12 @@ def add_counts(db: Path, counts: Mapping[str, int], timeout: float) -> None:
     included); a row under the key holding no integer fails the insert (sqlite3.IntegrityError), as
     `incr` would fail on it, and nothing is written."""
     now = time.time()
-    con = open_read_write(db, timeout)
-    try:
-        con.execute("PRAGMA synchronous = 1")
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            for key, amount in counts.items():
-                if not con.execute("UPDATE Cache SET store_time = ?, value = value + ? WHERE key = ? AND raw = 1"
-                                   " AND mode = ? AND typeof(value) = 'integer'",
-                                   (now, amount, key, MODE_RAW)).rowcount:
-                    con.execute(_INSERT, (key, now, now, 0, MODE_RAW, None, amount))
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    finally:
-        con.close()
+    with writing(db, timeout, synchronous=1) as con:
+        for key, amount in counts.items():
+            if not con.execute("UPDATE Cache SET store_time = ?, value = value + ? WHERE key = ? AND raw = 1"
+                               " AND mode = ? AND typeof(value) = 'integer'",
+                               (now, amount, key, MODE_RAW)).rowcount:
+                con.execute(_INSERT, (key, now, now, 0, MODE_RAW, None, amount))
 
 
 _INSERT = ("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
