@@ -18,6 +18,7 @@ import triton
 from jax import core
 from test_call_records import PROGRAMS, forget, lower, use_store  # noqa: F401  (fixture)
 
+import kernel_cache
 import lowering as jt
 from compiler import examples as kernels
 from lowering.planning import plan
@@ -39,13 +40,14 @@ def test_values_that_python_calls_equal_are_different_calls(a, b):
 
 
 def test_objects_are_keyed_by_identity_and_kept_alive():
-    class Grid:
-        def __call__(self, meta):
+    def make():
+        def grid(meta):
             return (1,)
+        return grid
 
-    grid = Grid()
+    grid = make()
     found = key(grid=grid)
-    assert found == key(grid=grid) and found != key(grid=Grid())
+    assert found == key(grid=grid) and found != key(grid=make())
     alive = weakref.ref(grid)
     del grid
     gc.collect()
@@ -53,6 +55,18 @@ def test_objects_are_keyed_by_identity_and_kept_alive():
     del found
     gc.collect()
     assert alive() is None
+
+
+def _module_grid(meta):
+    return (4,)
+
+
+def test_closures_are_not_held():
+    """A grid lambda over the operands is made anew at every trace: keying it would only keep what it
+    closes over (tracers) alive, so such a call is not memoized; a function closing over nothing is."""
+    n = 4096
+    assert key(grid=lambda meta: (n // meta["BLOCK"],)) is None
+    assert key(grid=_module_grid) == key(grid=_module_grid) is not None
 
 
 def test_values_without_an_exact_form_are_not_memoized():
@@ -90,6 +104,16 @@ def test_the_third_lowering_is_served_from_the_memo(tmp_path, use_store, monkeyp
     assert sum(store.stats.session()["record_hits"].values()) == hits + 3  # each counted as one record hit
     forget()  # dropped with the session's memos
     assert lower(fn, shapes) == first and len(planned) == 3
+
+
+def test_calls_with_grid_closures_are_lowered_as_before_and_not_kept(tmp_path, use_store):  # noqa: F811
+    use_store(tmp_path / "closures")
+    _, fn, shapes = PROGRAMS[1]  # scaled_add: its grid is a lambda over the operand, new at every trace
+    first = lower(fn, shapes)
+    for _ in range(3):
+        assert lower(fn, shapes) == first
+    memo = kernel_cache.current_session().memos.get("lowering.records.call_memo")
+    assert memo is not None and memo.calls == {}  # nothing held for them
 
 
 def test_int_and_float_scalars_stay_apart_when_lowered_again(tmp_path, use_store):  # noqa: F811

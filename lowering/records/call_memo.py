@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
+from types import FunctionType
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -156,7 +157,7 @@ def _exact(value: Any, by_identity: list[Any]) -> Any:
     if isinstance(value, type):  # a dtype given as its scalar type (jnp.float32), a class
         by_identity.append(value)
         return ("id", id(value))
-    if cast(Any, kind).__eq__ is object.__eq__:  # compared by identity anyway: the kernel, a grid function
+    if cast(Any, kind).__eq__ is object.__eq__ and _lasting(value):  # the kernel, a module-level grid function
         by_identity.append(value)
         return ("id", id(value))
     if isinstance(value, FrozenValue):  # a typed scalar, a descriptor: equal by their fields' values
@@ -167,6 +168,16 @@ def _exact(value: Any, by_identity: list[Any]) -> Any:
     if kind is _TREE:  # Triton tuple parameters' structure: equal only to the same structure
         return (kind, value)
     raise _NotExact
+
+
+def _lasting(value: Any) -> bool:
+    """Whether an object keyed by identity may be held by the memo: a Triton kernel (under its
+    wrappers) or a function that closes over nothing. A closure (a grid lambda over the operands,
+    made anew at every trace) would never be asked for again, and would keep what it closes over
+    (tracers, their trace) alive: such calls are not memoized."""
+    if isinstance(value, FunctionType):
+        return not value.__closure__
+    return tc.is_jit_function(value) or tc.is_autotuner(value) or tc.is_heuristics(value)
 
 
 def _tuner_state(kernel: Any, by_identity: list[Any]) -> Any:
