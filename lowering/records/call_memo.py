@@ -11,7 +11,8 @@ object without a value form (the kernel, a grid function) is keyed by identity a
 so its id is never reused meanwhile; an Autotuner's configs (a list the user may edit) are keyed by
 their values. Like JAX's own caches, it trusts that a function given as a parameter (a grid, a
 heuristic) answers the same for the same arguments. A grid written as a lambda over the operands is
-a new function at every trace, so such a call is planned again.
+a new closure at every trace: such a call is not memoized (`_lasting`), since holding the closure
+would keep its tracers alive for nothing.
 
 Session-scoped: `configure()` and `Session.forget()` drop it with every other memo, and tuning
 (`winners.TUNING`) bypasses it (nothing lowered may be reused). A hit counts as one record hit
