@@ -151,3 +151,40 @@ def test_a_new_cache_whose_index_a_neighbour_created_meanwhile_is_read(tmp_path,
     neighbour.close()
     store.close()
     assert on_disk(node) == {"e" * 32, KEYS[0]}
+
+
+def test_threads_reading_a_new_cache_while_another_creates_its_index_see_misses(tmp_path, monkeypatch):
+    """A new cache's index is created by its first write; a thread reading meanwhile (the index file
+    there, its tables not yet) gets a miss, never a read error, and reads the entry once written."""
+    import threading
+
+    store = Store(Config(dir=tmp_path / "new"))
+    level = store.disk
+    assert level is not None
+    real_open = disk_module.DiskLevel._open_writer
+    creating = threading.Event()
+
+    def opening(self):  # the readers start as diskcache's set-up begins (the file appears before its tables)
+        creating.set()
+        return real_open(self)
+
+    monkeypatch.setattr(disk_module.DiskLevel, "_open_writer", opening)
+    errors, found = [], []
+
+    def read() -> None:
+        creating.wait(5)
+        for _ in range(400):
+            try:
+                found.append(level.get(KEYS[0]) is not None)
+            except Exception as exc:  # what Store would warn about as a failing level
+                errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for thread in readers:
+        thread.start()
+    level.put(make_entry(KEYS[0]))
+    for thread in readers:
+        thread.join()
+    assert errors == []
+    assert level.get(KEYS[0]) is not None
+    store.close()

@@ -102,6 +102,7 @@ class DiskLevel(InDirectory):
             raise
         self._cache: diskcache.Cache | None = None
         self._lock = threading.Lock()
+        self._index_lock = threading.Lock()  # one thread at a time asks whether a new cache's index is there
         self._readers = threading.local()
         self._writer_opened = 0  # how many times the writer opened: a thread's reader from before reads anew
         self._busy_until = 0.0
@@ -158,27 +159,33 @@ class DiskLevel(InDirectory):
 
     def _no_index_yet(self) -> bool:
         """Whether this new cache still has no index to read (every key a miss). Asked per read while
-        it has none: a neighbour may create it meanwhile, and is read once it is readable."""
+        it has none: a neighbour (another process, or another thread's first write) may create it
+        meanwhile, and it is read once it is readable, tables and all. One thread asks at a time, and
+        the answer turns to "there" only once the index was read: a thread never reads an index
+        another thread is still creating."""
         if not self._awaiting_index:
             return False
-        if self._cache is None and not os.path.lexists(self._index_path):  # a probe: nothing is read
-            return True
-        self._awaiting_index = False  # there now (the reader opened below must not ask again)
-        if self._cache is None:
-            try:
-                self._check_reader()
-            except IndexDamaged:
-                pass  # read as it is: reads fail and say so, as on any damaged index
-            except LevelUnavailable:
-                self._awaiting_index = True
-                return True  # being created right now: a miss, asked again next time
-        return False
+        with self._index_lock:
+            if not self._awaiting_index:  # another thread found it meanwhile
+                return False
+            if self._cache is None:
+                if not os.path.lexists(self._index_path):  # a probe: nothing is read
+                    return True
+                try:
+                    self._check_reader(ask_index=False)
+                except IndexDamaged:
+                    pass  # read as it is: reads fail and say so, as on any damaged index
+                except LevelUnavailable:
+                    return True  # being created right now (no tables yet): a miss, asked again next time
+            self._awaiting_index = False
+            return False
 
-    def _reader(self) -> sqlite3.Connection:
+    def _reader(self, ask_index: bool = True) -> sqlite3.Connection:
         """This thread's connection for reading the index: read-only until the writer opens, then one
         that sees the index (its journal included) as the writer does. A new cache's index is made
-        here, by opening the writer, when something other than a lookup needs it (a listing)."""
-        if self._awaiting_index and self._no_index_yet():
+        here, by opening the writer, when something other than a lookup needs it (a listing).
+        `ask_index`: False where `_no_index_yet` itself checks the index."""
+        if ask_index and self._awaiting_index and self._no_index_yet():
             self._try_writer()
         con = getattr(self._readers, "con", None)
         if con is None or self._readers.opened != self._writer_opened:
@@ -189,13 +196,13 @@ class DiskLevel(InDirectory):
             self._readers.con, self._readers.opened = con, self._writer_opened
         return con
 
-    def _check_reader(self, confirm: bool = False) -> None:
+    def _check_reader(self, confirm: bool = False, ask_index: bool = True) -> None:
         """Raises IndexDamaged when the index is damaged, cut to nothing or gone while entry files are
         there (rebuilt from them), LevelUnavailable when it cannot be read otherwise. `confirm`: a
         damage the reader sees is one only if a writer's connection sees it too (see
         `damage_seen_by_writer`): a writing process must never rebuild a healthy index."""
         try:
-            disk_sql.probe(self._reader())
+            disk_sql.probe(self._reader(ask_index))
         except (sqlite3.Error, OSError) as exc:
             self._close_reader()
             seen: str | None = None  # "corrupt", "empty" (no table, or no index at all) or None: not damage
