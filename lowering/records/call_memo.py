@@ -36,7 +36,7 @@ from kernel_cache import Session, lookup_log
 from kernel_cache.value_class import FrozenValue
 
 from ..planning.plan import KernelPlan
-from . import call_key
+from . import call_key, call_records
 
 MAX_ENTRIES = 4096  # calls kept per session; later calls are lowered as before
 MAX_PAYLOAD_BYTES = 64 << 20  # payload bytes kept per session
@@ -110,8 +110,7 @@ def count_hit(session: Session, known: Known) -> None:
     session.store.stats.record_hit("memory", known.record_key, known.compile_seconds)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel, count = known.plan.fn.__name__, known.kernels
-        lookup_log.lookup(known.record_key, lambda: f"{kernel} call record ({count} kernel{'s' if count != 1 else ''})",
-                          "memory", start)
+        lookup_log.lookup(known.record_key, lambda: call_records.record_label(kernel, count), "memory", start)
 
 
 class _NotExact(Exception):

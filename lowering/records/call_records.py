@@ -110,7 +110,8 @@ def _serve(slot: Slot) -> None:
     _touch_kernels(store, slot.memos.touched, record.config_keys)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel = slot.plan.fn.__name__
-        lookup_log.lookup(record.key, lambda: f"{kernel} call record ({_kernels(len(record.config_keys))})", level, start)
+        count = len(record.config_keys)
+        lookup_log.lookup(record.key, lambda: record_label(kernel, count), level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
     slot.served = (record.key, record.compile_seconds)
 
@@ -161,5 +162,6 @@ class _Memos:
 
 
 _MEMOS = "lowering.records.call_records"  # this module's session memo (`_Memos`)
-def _kernels(n: int) -> str:
-    return f"{n} kernel" if n == 1 else f"{n} kernels"
+def record_label(kernel: str, kernels: int) -> str:
+    """How the lookup log names a call record served: 'matmul_kernel call record (6 kernels)'."""
+    return f"{kernel} call record ({kernels} kernel{'' if kernels == 1 else 's'})"
