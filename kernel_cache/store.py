@@ -117,12 +117,7 @@ class Store:
 
     def put(self, entry: Entry) -> None:
         """Keep `entry` in every level, encoded (and signed) once for all of them."""
-        if self.config.disabled:
-            return
-        check_key(entry.key)
-        data = self.encode(entry) if len(self.levels) > 1 else b""
-        for level in self.levels:
-            self._level_put(level, entry, data)
+        self._put_in(self.levels, entry)
 
     def get_shared(self, key: str) -> Entry | None:
         """The entry from the levels shared across nodes alone, verified as `get` verifies it and
@@ -138,12 +133,17 @@ class Store:
 
     def put_shared(self, entry: Entry) -> None:
         """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
-        levels = [] if self.config.disabled else self.cluster_levels
-        if levels:
-            check_key(entry.key)
-            data = self.encode(entry)
-            for level in levels:
-                self._level_put(level, entry, data)
+        self._put_in(self.cluster_levels, entry)
+
+    def _put_in(self, levels: list[Level], entry: Entry) -> None:
+        """`entry` written to `levels`, encoded (and signed) once for all the persistent ones among
+        them (the memory level keeps the entry itself)."""
+        if self.config.disabled or not levels:
+            return
+        check_key(entry.key)
+        data = self.encode(entry) if levels != [self.memory] else b""
+        for level in levels:
+            self._level_put(level, entry, data)
 
     def encode(self, entry: Entry) -> bytes:
         """The entry's bytes as this store writes them: signed when a signing key is configured."""
