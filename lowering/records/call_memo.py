@@ -181,9 +181,8 @@ def _lasting(value: Any) -> bool:
 
 
 def _tuner_state(kernel: Any, by_identity: list[Any]) -> Any:
-    """The values of an Autotuner's configs (the user may edit its list between calls)."""
-    if kernel is None or not tc.is_autotuner(kernel) and not tc.is_heuristics(kernel):
-        return None
+    """The values of an Autotuner's configs (the user may edit its list between calls); () for a kernel
+    under no Autotuner."""
     return tuple([tuple([_exact(_fields(config), by_identity) for config in tc.autotune_configs(wrapper)])
                   for wrapper in tc.wrapper_chain(kernel) if tc.is_autotuner(wrapper)])
 
