@@ -84,6 +84,7 @@ def test_config_accepts_sizes_and_durations_as_strings():
 
 
 def test_a_call_records_log_label_counts_kernels_in_english():
-    from lowering.records.call_records import _kernels
+    from lowering.records.call_records import record_label
 
-    assert (_kernels(1), _kernels(3)) == ("1 kernel", "3 kernels")
+    assert (record_label("add", 1), record_label("matmul", 3)) == ("add call record (1 kernel)",
+                                                                  "matmul call record (3 kernels)")
