@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -165,6 +165,16 @@ def access_time(con: sqlite3.Connection, key: str) -> float | None:
     """When the index last recorded a use of `key` (None: no such row)."""
     found = con.execute("SELECT access_time FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
     return None if found is None else float(found[0] or 0.0)
+
+
+def present(con: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` have a row under a raw key (in batches within SQLite's bound on parameters)."""
+    found: set[str] = set()
+    for start in range(0, len(keys), 500):
+        batch = keys[start:start + 500]
+        marks = ",".join("?" * len(batch))
+        found.update(k for (k,) in con.execute(f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({marks})", batch))
+    return found
 
 
 def contains(con: sqlite3.Connection, key: str) -> bool:

@@ -16,7 +16,7 @@ persistent level's door (`entry.check_key`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -106,6 +106,13 @@ class DeferringLevel(Protocol):
 
     def keep_later(self, entry: Entry, data: bytes) -> None:
         """`keep`, deferred to the level's next write, its close or the process's exit."""
+
+
+@runtime_checkable
+class IndexedLevel(Protocol):
+    """A level that can tell which of many keys it holds in one question (the local index)."""
+
+    def present(self, keys: Sequence[str]) -> set[str]: ...
 
 
 class _Directoried(Protocol):

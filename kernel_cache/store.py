@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import cache_settings, lookup_log
@@ -25,7 +25,7 @@ from .entry import CorruptEntry, Entry, InvalidKey, check_key
 from .errors import IndexDamaged, RejectedEntry
 from .key_locks import KeyLocks
 from .lazy import later
-from .level import DeferringLevel, Level, MaintainedLevel, holds
+from .level import DeferringLevel, IndexedLevel, Level, MaintainedLevel, holds
 from .levels.memory import MemoryLevel
 from .safefs import Owners
 from .stats import Stats
@@ -134,6 +134,30 @@ class Store:
     def put_shared(self, entry: Entry) -> None:
         """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
         self._put_in(self.cluster_levels, entry)
+
+    def get_local(self, key: str) -> Entry | None:
+        """The entry from the local level alone, verified as `get` verifies it and copied nowhere:
+        for what only this node's processes write and read (a warm set)."""
+        disk = self.disk
+        return None if disk is None or self.config.disabled else self._level_get(disk, key)
+
+    def put_local(self, entry: Entry) -> None:
+        """Keep `entry` in the local level alone (see `get_local`)."""
+        disk = self.disk
+        self._put_in([disk] if disk is not None else [], entry)
+
+    def held_locally(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` the local level holds, asked at once (its index, where it has one); an
+        empty set where it cannot tell."""
+        disk = self.disk
+        if disk is None:
+            return set()
+        try:
+            return disk.present(keys) if isinstance(disk, IndexedLevel) else {k for k in keys if k in disk}
+        except Exception as exc:
+            warn_once(f"read:{disk.name}:{_cause(exc)}", f"reading the {disk.name} level failed ({exc}); "
+                      f"continuing without it")
+            return set()
 
     def _put_in(self, levels: list[Level], entry: Entry) -> None:
         """`entry` written to `levels`, encoded (and signed) once for all the persistent ones among

@@ -585,12 +585,14 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     failed = next(o for o in report["outcomes"] if o["status"] == "failed")
     assert failed["label"] == "broken" and "undefined_name" in failed["error"]
     (built,) = [o for o in report["outcomes"] if o["status"] == "built"]
-    # the lowering also recorded the call: an entry, but no kernel, so not counted as built
+    # the lowering also recorded the call, and the worker's exit kept the program's warm set: entries,
+    # but no kernels, so not counted as built
     rows = {r["kind"]: r for r in as_json("--dir", directory, "list")}
     assert sorted((kind, r["kernel"], r["arch"]) for kind, r in rows.items()) == [
-        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80")]
+        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80"), ("warm-set", "1 entry", "?")]
     assert built["key"] == rows["triton-kernel"]["key"] and rows["lowered-call"]["call"]["kernels"] == [built["key"]]
-    assert ok("--dir", directory, "verify").stdout.strip() == "checked 2 entries: 0 bad"
+    assert rows["warm-set"]["warm"] == {"first": rows["lowered-call"]["key"], "members": 1}
+    assert ok("--dir", directory, "verify").stdout.strip() == "checked 3 entries: 0 bad"
     shown = ok("--dir", directory, "show", rows["lowered-call"]["key"]).stdout
     assert "lowered call add_kernel" in shown and f"kernels      1: {built['key'][:12]}\n" in shown
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache import Config, Store, call_entry, memo_entry, value_class, winner_entry
+from kernel_cache import Config, Store, call_entry, memo_entry, value_class, warm_set, winner_entry
 from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import entry_kinds, show_views
 from kernel_cache.cachectl.bundle import export_bundle, import_bundle
@@ -58,6 +58,11 @@ def memo() -> Entry:
     return memo_entry.to_entry("triton_key", ["3.9.0", ["/site/triton/_C/libtriton.so", 1, 2, 3, 4]], "3.9.0abc")
 
 
+def warm() -> Entry:
+    members = [entry_format.encode(kernel_entry()), entry_format.encode(call_record().to_entry())]
+    return warm_set.to_entry(KEYS[1], [(KEYS[0], members[0]), (KEYS[1], members[1])])
+
+
 def with_meta(entry: Entry, **meta: object) -> Entry:
     return Entry(key=entry.key, meta={**entry.meta, **meta}, blobs=entry.blobs)
 
@@ -81,6 +86,12 @@ def cases() -> dict[str, tuple[Entry, list[Entry]]]:
             Entry(key=memo().key, meta=memo().meta, blobs={"text": b"\xff"}),  # not UTF-8
             Entry(key=memo().key, meta=memo().meta, blobs={}),
         ]),
+        warm_set.KIND: (warm(), [
+            Entry(key=KEYS[6], meta=warm().meta, blobs=warm().blobs),  # filed under a key its first read does not give
+            # a member under another's key
+            with_meta(warm(), members=[[KEYS[1], warm().meta["members"][0][1]], warm().meta["members"][1]]),
+            Entry(key=warm().key, meta=warm().meta, blobs={"members": warm().blobs["members"][:-1]}),  # cut short
+        ]),
         winner_entry.KIND: (good_winner, [
             Entry(key=winner(device="another GPU").key, meta=good_winner.meta),  # filed under another key
             with_meta(good_winner, winner={"index": 7}),
@@ -92,11 +103,11 @@ def cases() -> dict[str, tuple[Entry, list[Entry]]]:
 def test_every_kind_a_writer_puts_in_a_store_is_registered():
     from compiler.artifact import KIND as ARTIFACT_KIND
 
-    written = {e.meta["kind"] for e in (kernel_entry(), call_record().to_entry(), winner().to_entry(), memo())}
-    assert written == {ARTIFACT_KIND, call_entry.KIND, winner_entry.KIND, memo_entry.KIND}
+    written = {e.meta["kind"] for e in (kernel_entry(), call_record().to_entry(), winner().to_entry(), memo(), warm())}
+    assert written == {ARTIFACT_KIND, call_entry.KIND, winner_entry.KIND, memo_entry.KIND, warm_set.KIND}
     assert {k.name for k in entry_kinds.registered()} == written
     assert entry_kinds.KERNEL.name == ARTIFACT_KIND  # spelled in the core, which may not import the compiler
-    for meta in (kernel_entry().meta, call_record().to_entry().meta, winner().to_entry().meta, memo().meta):
+    for meta in (kernel_entry().meta, call_record().to_entry().meta, winner().to_entry().meta, memo().meta, warm().meta):
         assert entry_kinds.kind_of(meta).name == meta["kind"]
     every = entry_kinds.every()
     assert every[-2:] == (entry_kinds.OTHER, entry_kinds.UNREADABLE)
@@ -195,8 +206,8 @@ def test_a_registered_kind_is_listed_counted_and_labelled(gadget_cache, capsys):
     assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="gadget"}} 2\n' in out
     assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="other"}} 1\n' in out
     assert ("# HELP kernel_cache_entries_by_kind Entries stored in this level by kind (kernel, call: a lowered-call "
-            "record, winner: an autotune winner, memo: a memo of installed files (a toolchain fingerprint), gadget: a "
-            "test's gadget, other, unreadable).\n") in out
+            "record, winner: an autotune winner, memo: a memo of installed files (a toolchain fingerprint), "
+            "warm: the records one program read, kept in one entry, gadget: a test's gadget, other, unreadable).\n") in out
 
 
 def test_a_registered_kind_is_shown_by_its_own_view(gadget_cache, capsys):

@@ -72,6 +72,7 @@ MODULE_STATE = {
     "kernel_cache/interception.py:CLIENT_MODULES": CONSTANT,
     "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
     "kernel_cache/levels/disk.py:_exit_hook": f"{PROCESS}: its exit hook, registered once",
+    "kernel_cache/warm_set.py:_hooked": f"{PROCESS}: its exit hook, registered once",
     "kernel_cache/levels/disk.py:_unflushed": f"{PROCESS}: the local levels whose deferred copies it writes at exit",
     "kernel_cache/levels/shared.py:LOCK_SUFFIXES": CONSTANT,
     "kernel_cache/levels/shared.py:_FANOUT_CHARS": CONSTANT,

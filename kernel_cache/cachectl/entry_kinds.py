@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import call_entry, memo_entry, winner_entry
+from .. import call_entry, memo_entry, warm_set, winner_entry
 from ..entry import Entry
 from ..summary import META_KIND
 
@@ -55,6 +55,8 @@ WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entr
                    _VIEWS + "winners_view:show", legend="an autotune winner")
 MEMO = EntryKind(memo_entry.KIND, "memo", "installed memo", "installed memos", memo_entry.problem, memo_entry.summary,
                  _VIEWS + "memos_view:show", legend="a memo of installed files (a toolchain fingerprint)")
+WARM_SET = EntryKind(warm_set.KIND, "warm", "warm set", "warm sets", warm_set.problem, warm_set.summary,
+                    _VIEWS + "warm_sets_view:show", legend="the records one program read, kept in one entry")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.
 OTHER = EntryKind("other", "other", "other", "others", tagged=False)
@@ -99,5 +101,5 @@ def problem(entry: Entry) -> str | None:
     return kind_of(entry.meta).problem(entry)
 
 
-for _kind in (KERNEL, CALL, WINNER, MEMO):
+for _kind in (KERNEL, CALL, WINNER, MEMO, WARM_SET):
     register(_kind)

@@ -38,7 +38,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -293,6 +293,14 @@ class DiskLevel(InDirectory):
         """The stored bytes for `key` without bumping its last-used time (listing must not
         reorder the LRU); a pickled or text row raises CorruptEntry, never loaded."""
         return self.get_raw(key)
+
+    def present(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` the index holds (or are deferred copies), asked in one query per 500 keys."""
+        valid = [check_key(key) for key in keys]
+        found = {key for key in valid if key in self._deferred}
+        if not self._no_index_yet():
+            found.update(disk_sql.present(self._reader(), [k for k in valid if k not in found]))
+        return found
 
     def __contains__(self, key: object) -> bool:
         try:

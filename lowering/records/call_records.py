@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store, call_entry, lookup_log
 from kernel_cache.levels.memory import SizedLRU
+from kernel_cache.warm_set import WarmSet
 
 from ..planning.plan import KernelPlan
 from . import call_key, winners
@@ -68,7 +69,9 @@ class Slot:
             arch=plan.target.name, target=plan.target.to_json(), toolchain=toolchain_summary(plan.target),
             config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
         if self.session.config.call_records:
-            self.session.store.put(record.to_entry())
+            entry = record.to_entry()
+            self.session.store.put(entry)
+            self.memos.warm_set(self.session.store).note(entry)
         else:  # records off: kept for this session only (a model's layers lowering the same call again)
             self.memos.records.put(key, record)
 
@@ -131,10 +134,16 @@ def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
     if not slot.session.config.call_records:
         kept = slot.memos.records.get(key)
         return None if kept is None else (kept, "memory")
-    found = slot.session.store.get(key)
-    if found is None:
-        return None
-    entry, level = found
+    warm = slot.memos.warm_set(slot.session.store)
+    entry = warm.get(key)  # the program's warm set first: noted there
+    if entry is not None:
+        level = warm.level
+    else:
+        found = slot.session.store.get(key)
+        if found is None:
+            return None
+        entry, level = found
+        warm.note(entry)
     decoded = slot.memos.decoded.get(key)
     if decoded is not None and decoded[0] is entry:  # the memory level's own entry, checked before
         return decoded[1], level
@@ -159,6 +168,13 @@ class _Memos:
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
+    warm: WarmSet | None = None  # the records read and written, for this program's next process
+
+    def warm_set(self, store: Store) -> WarmSet:
+        warm = self.warm
+        if warm is None:
+            warm = self.warm = WarmSet(store)
+        return warm
 
 
 _MEMOS = "lowering.records.call_records"  # this module's session memo (`_Memos`)

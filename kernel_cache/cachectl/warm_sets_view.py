@@ -1,0 +1,33 @@
+"""How `cachectl show` presents a warm set (kernel_cache.warm_set): the program's first read, and
+its members in the order the program read them, each said to be still held beside it or not (a
+member the local index no longer holds is never served from the set)."""
+
+from __future__ import annotations
+
+from ..entry import Entry
+from ..warm_set import members_of, problem
+from .inventory import EntryInfo
+from .render import human_size, human_time
+from .show_views import ShowArgs
+
+_SHOWN = 12  # members listed without -v
+
+
+def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
+    """`cachectl show KEY` of a warm set; `args.cached`: the keys the cache holds."""
+    print(f"key          {entry.key}  ({info.level})")
+    why = problem(entry)
+    if why is not None:
+        print(f"warm set     unreadable: {why} (run 'cachectl verify --repair')")
+        return
+    members = members_of(entry)
+    held = sum(1 for key in members if key in args.cached)
+    print(f"warm set     of the programs whose first read is {entry.meta['first'][:12]}: {len(members)} "
+          f"members, {held} still held")
+    shown = list(members.items()) if args.verbose else list(members.items())[:_SHOWN]
+    for key, data in shown:
+        print(f"member       {key[:12]}  {human_size(len(data))}{'' if key in args.cached else ' (not held: not served)'}")
+    if len(shown) < len(members):
+        print(f"             ... {len(members) - len(shown)} more (-v: all of them)")
+    print(f"recorded     {human_time(info.created)}   last used {human_time(info.last_used)}   "
+          f"size {human_size(info.size_bytes)}")

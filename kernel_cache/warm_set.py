@@ -1,0 +1,230 @@
+"""Warm sets: the entries one program read, kept together so its next process reads them in one go.
+
+A warm process lowering a model reads one record per Triton call: each read is an index query, a
+safe open of a value file and its read (~0.1 ms of a warm lowering's ~0.3 ms a kernel on the GPU
+host). A warm set is one ordinary entry (kind "warm-set") holding, back to back, the stored bytes of
+every entry a process read or wrote through it, in the order it did; the next process whose first
+read is the same key reads the set instead: one index query and one file, plus one query that
+keeps only the members the local index still holds (an entry pruned, deleted or evicted since is
+never served from a set). Each member is still decoded and checksummed, under its own key, when
+it is served.
+
+Its key is the digest of the first key read: the same program starts with the same call, and a
+program that reads other keys later is served those from the store as before. At exit a set is
+written to the local level alone (never the cluster's), and only where this process read or wrote
+keys it did not hold, or some of its members are gone: a warm process repeating its last run
+writes nothing. Members are this process's keys first, then the set's others still held, within
+MAX_MEMBERS and the store's entry size bound. This module knows nothing of Triton or JAX: what is
+noted is the caller's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from . import entry as entry_format
+from .canonical import digest
+from .entry import CorruptEntry, Entry, is_key
+from .summary import META_CREATED, META_KIND, META_NAME
+
+if TYPE_CHECKING:
+    from .store import Store
+
+KIND = "warm-set"
+FORMAT = 1
+MEMBERS_BLOB = "members"
+MAX_MEMBERS = 4096  # a model's Triton calls; more are served from the store, one by one
+
+
+def set_key(first_key: str) -> str:
+    """Where the warm set of the programs whose first read is `first_key` lives."""
+    return digest({"kind": KIND, "format": FORMAT, "first": first_key})
+
+
+def to_entry(first_key: str, members: list[tuple[str, bytes]]) -> Entry:
+    count = len(members)
+    meta = {META_KIND: KIND, "format": FORMAT, "first": first_key, META_NAME: f"{count} entr{'y' if count == 1 else 'ies'}",
+            "members": [[key, len(data)] for key, data in members], META_CREATED: time.time()}
+    return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: b"".join(data for _, data in members)})
+
+
+def members_of(entry: Entry) -> dict[str, bytes]:
+    """{key: stored bytes} of a well-formed set, in its order (members not decoded yet); ValueError
+    for anything else."""
+    why = _shape_problem(entry)
+    if why is not None:
+        raise ValueError(why)
+    blob, pos, out = entry.blobs[MEMBERS_BLOB], 0, {}
+    for key, size in entry.meta["members"]:
+        out[key] = blob[pos:pos + size]
+        pos += size
+    return out
+
+
+def _shape_problem(entry: Entry) -> str | None:
+    meta = entry.meta
+    if meta.get(META_KIND) != KIND or meta.get("format") != FORMAT:
+        return f"not a warm set (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})"
+    first, members = meta.get("first"), meta.get("members")
+    if not isinstance(first, str) or not is_key(first) or set_key(first) != entry.key:
+        return "warm set filed under a key its first member does not give"
+    if not isinstance(members, list) or len(members) > MAX_MEMBERS or set(entry.blobs) != {MEMBERS_BLOB}:
+        return f"warm set without a member list of at most {MAX_MEMBERS} and one members blob"
+    total = 0
+    for member in members:
+        if (not isinstance(member, list) or len(member) != 2 or not isinstance(member[0], str)
+                or not is_key(member[0]) or type(member[1]) is not int or member[1] < 0):
+            return "warm set member that is not [key, size]"
+        total += member[1]
+    if len({member[0] for member in members}) != len(members):
+        return "warm set naming one member twice"
+    if total != len(entry.blobs[MEMBERS_BLOB]):
+        return "warm set members' sizes do not add up to its members blob"
+    return None
+
+
+def problem(entry: Entry) -> str | None:
+    """Why `entry` is not a usable warm set, or None: its shape, and every member an entry under its
+    own key. The kind's check in `entry_kinds` (verify, bundle import)."""
+    try:
+        members = members_of(entry)
+    except ValueError as exc:
+        return str(exc)
+    for key, data in members.items():
+        try:
+            entry_format.decode(data, expected_key=key)
+        except CorruptEntry as exc:
+            return f"warm set member {key[:12]} is no entry of its key: {exc}"
+    return None
+
+
+def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """What list/show print for a warm set (None for other entries); tolerates anything."""
+    if meta.get(META_KIND) != KIND:
+        return None
+    members = meta.get("members")
+    return {"first": str(meta.get("first", "")), "members": len(members) if isinstance(members, list) else 0}
+
+
+class WarmSet:
+    """One session's warm set: what it loaded (at its first read) and what it read or wrote since.
+    Inactive where the store has no local level. Thread-safe."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.level = "disk"  # where its members are served from, as the stats name a level
+        self.active = store.disk is not None and not store.config.disabled
+        self._lock = threading.Lock()
+        self._first: str | None = None
+        self._loaded = 0  # members the loaded set listed
+        self._held: dict[str, bytes | Entry] = {}  # its members the local index still holds (Entry once decoded)
+        self._served: set[str] = set()
+        self._noted: dict[str, Entry] = {}  # read or written here, in order
+        self._noted_bytes = 0
+        if self.active:
+            _open_sets.add(self)
+            _exit_hook()
+
+    def get(self, key: str) -> Entry | None:
+        """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
+        if self._first is None:
+            self._load(key)
+        found = self._held.get(key)
+        if found is None or isinstance(found, Entry):
+            return found
+        try:
+            entry = entry_format.decode(found, expected_key=key)
+        except CorruptEntry:
+            self._held.pop(key, None)  # read from the store instead; the set is written anew at exit
+            return None
+        self._held[key] = entry
+        self._served.add(key)
+        self.note(entry)
+        return entry
+
+    def _load(self, first: str) -> None:
+        with self._lock:
+            if self._first is not None:
+                return
+            self._first = first
+            if not self.active:
+                return
+            found = self._store.get_local(set_key(first))
+            if found is None:
+                return
+            try:
+                members = members_of(found)
+            except ValueError:
+                return  # another kind under this key, or a malformed set: written anew at exit
+            held = self._store.held_locally(list(members))
+            self._loaded = len(members)
+            self._held = {key: data for key, data in members.items() if key in held}
+
+    def note(self, entry: Entry) -> None:
+        """`entry` was read or written by this session: a member of the set it writes at exit."""
+        if not self.active or entry.key in self._noted:
+            return
+        size = len(entry.stored) if entry.stored is not None else entry.size + 1024
+        with self._lock:
+            if self._first is None:
+                self._first = entry.key
+            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._store.config.max_entry_bytes:
+                self._noted[entry.key] = entry
+                self._noted_bytes += size
+
+    def save(self) -> bool:
+        """Write the set where it changed (see the module's docstring); whether it was written. The
+        members served from the set are told to the levels' LRU order (their own reads were not)."""
+        with self._lock:
+            first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
+            self._served.clear()
+        if not self.active or first is None or not noted:
+            return False
+        if served:
+            self._store.touch(sorted(served))
+        if all(key in held for key in noted) and len(held) == self._loaded:
+            return False
+        members: list[tuple[str, bytes]] = []
+        total, bound = 0, self._store.config.max_entry_bytes - (1 << 20)
+        candidates = [*noted.items(), *((k, v) for k, v in held.items() if k not in noted)]
+        for key, value in candidates:
+            data = _stored_bytes(self._store, value)
+            if len(members) >= MAX_MEMBERS or total + len(data) > bound:
+                break
+            members.append((key, data))
+            total += len(data)
+        self._store.put_local(to_entry(first, members))
+        with self._lock:  # what the set holds now: saving again writes nothing new
+            self._loaded, self._held = len(members), {key: data for key, data in members}
+        return True
+
+
+def _stored_bytes(store: Store, value: bytes | Entry) -> bytes:
+    if isinstance(value, Entry):
+        return value.stored if value.stored is not None else store.encode(value)
+    return value
+
+
+_open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()
+_hooked = False
+_hook_lock = threading.Lock()
+
+
+def _exit_hook() -> None:
+    global _hooked
+    with _hook_lock:
+        if not _hooked:
+            _hooked = True
+            atexit.register(save_all)  # runs before the store's own exit flush (registered earlier)
+
+
+def save_all() -> None:
+    """Save every open session's warm set (what exit does)."""
+    for warm in list(_open_sets):
+        with contextlib.suppress(Exception):  # a cache never fails the program's exit
+            warm.save()

@@ -1,0 +1,224 @@
+"""Warm sets (`kernel_cache.warm_set`, issue 31): the entries one program read, kept in one local entry
+so its next process reads them in one go. Served only for the members the local index still holds,
+each checked under its own key; written at exit only where it changed; refused when forged; end to
+end, a second process's records come from the set, never from the store one by one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from test_call_records import PROGRAMS, entries, lower, use_store  # noqa: F401  (fixture)
+
+import kernel_cache
+from kernel_cache import Config, Entry, Store, call_entry, warm_set
+from kernel_cache import entry as entry_format
+from kernel_cache.cachectl import entry_kinds
+from kernel_cache.canonical import digest
+
+
+def _entry(n: int, size: int = 300) -> Entry:
+    return Entry(key=digest(["warm set test", n]), meta={"kind": "test", "n": n}, blobs={"data": bytes([n]) * size})
+
+
+def _stored(store: Store, entries_: list[Entry]) -> list[Entry]:
+    """`entries_` written to the store, as a read would return them (with their stored bytes)."""
+    for entry in entries_:
+        store.put(entry)
+    store.memory.clear()
+    return [store.get(entry.key)[0] for entry in entries_]
+
+
+def _session(directory) -> tuple[Store, warm_set.WarmSet]:
+    store = Store(Config(dir=directory))
+    return store, warm_set.WarmSet(store)
+
+
+def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_path):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(5)])
+    assert warm.get(read[0].key) is None  # no set yet: read from the store, and noted
+    for entry in read:
+        warm.note(entry)
+    assert warm.save()
+    set_entry = store.get_local(warm_set.set_key(read[0].key))
+    assert set_entry is not None and warm_set.problem(set_entry) is None
+    assert list(warm_set.members_of(set_entry)) == [e.key for e in read]  # in the order they were read
+
+    store, warm = _session(tmp_path)
+    store.get = lambda key: pytest.fail(f"read {key[:12]} from the store")  # type: ignore[method-assign]
+    for entry in read:
+        served = warm.get(entry.key)
+        assert served is not None and (served.key, served.meta, served.blobs) == (entry.key, entry.meta, entry.blobs)
+    assert warm.get(_entry(99).key) is None  # not a member: the caller reads the store
+    assert not warm.save()  # nothing new, nothing gone: a warm process repeating its run writes nothing
+
+
+def test_a_member_the_index_no_longer_holds_is_not_served(tmp_path):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(3)])
+    warm.get(read[0].key)
+    for entry in read:
+        warm.note(entry)
+    warm.save()
+    store.delete(read[1].key)  # an operator's delete, a prune, an eviction
+
+    store, warm = _session(tmp_path)
+    assert warm.get(read[0].key) is not None
+    assert warm.get(read[1].key) is None
+    assert warm.get(read[2].key) is not None
+    assert warm.save()  # a member gone: the set is written without it
+    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [read[0].key, read[2].key]
+
+
+def test_new_reads_go_first_and_the_set_keeps_what_it_held(tmp_path):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(4)])
+    warm.get(read[0].key)
+    for entry in read[:3]:
+        warm.note(entry)
+    warm.save()
+
+    store, warm = _session(tmp_path)
+    warm.get(read[0].key)
+    warm.note(read[3])  # read from the store: a key the set did not hold
+    assert warm.save()
+    members = list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key))))
+    assert members == [read[0].key, read[3].key, read[1].key, read[2].key]
+
+
+def test_a_damaged_member_is_read_from_the_store_and_the_set_written_anew(tmp_path):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(2)])
+    damaged = bytearray(read[1].stored)
+    damaged[-1] ^= 1
+    store.put_local(warm_set.to_entry(read[0].key, [(read[0].key, read[0].stored), (read[1].key, bytes(damaged))]))
+
+    store, warm = _session(tmp_path)
+    assert warm.get(read[0].key) is not None
+    assert warm.get(read[1].key) is None  # its checksum fails: the caller reads the store
+    warm.note(store.get(read[1].key)[0])
+    assert warm.save()
+    rewritten = store.get_local(warm_set.set_key(read[0].key))
+    assert warm_set.problem(rewritten) is None
+
+
+def test_a_forged_set_is_refused_by_verify_and_serves_no_foreign_entry(tmp_path):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(2)])
+    forged = warm_set.to_entry(read[0].key, [(read[0].key, read[1].stored)])  # entry 1's bytes under key 0
+    assert "no entry of its key" in warm_set.problem(forged)
+    assert entry_kinds.problem(forged) == warm_set.problem(forged)  # what verify and bundle import ask
+    store.put_local(forged)
+
+    store, warm = _session(tmp_path)
+    assert warm.get(read[0].key) is None  # never entry 1 served as entry 0
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda m: m.update(first="0" * 32), "key its first member does not give"),
+    (lambda m: m["members"].append(m["members"][0]), "twice"),
+    (lambda m: m["members"][0].__setitem__(1, m["members"][0][1] + 1), "add up"),
+    (lambda m: m["members"][0].__setitem__(1, True), "[key, size]"),
+    (lambda m: m["members"].__setitem__(0, ["../x", 1]), "[key, size]"),
+])
+def test_malformed_sets_say_why(tmp_path, edit, why):
+    store = Store(Config(dir=tmp_path))
+    read = _stored(store, [_entry(n) for n in range(2)])
+    entry = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    edit(entry.meta)
+    assert why in warm_set.problem(entry)
+    with pytest.raises(ValueError):
+        warm_set.members_of(entry)
+
+
+def test_the_set_keeps_within_its_member_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm_set, "MAX_MEMBERS", 3)
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(5)])
+    warm.get(read[0].key)
+    for entry in read:
+        warm.note(entry)
+    warm.save()
+    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [e.key for e in read[:3]]
+
+
+def test_a_store_without_a_local_level_keeps_no_set():
+    warm = warm_set.WarmSet(Store(Config(dir=None)))
+    entry = _entry(1)
+    assert warm.get(entry.key) is None
+    warm.note(entry)
+    assert not warm.active and not warm.save()
+
+
+def test_a_new_process_reads_its_programs_records_from_the_warm_set(tmp_path, use_store):  # noqa: F811
+    """End to end: a session lowers two programs (their records written and noted), exit saves its set;
+    a new session (what a new process is) lowers them again: the same custom calls, each record a
+    record hit from the disk level, and not one record read from the store on its own."""
+    store = use_store(tmp_path / "cache")
+    programs = PROGRAMS[:2]
+    first = [lower(fn, shapes) for _, fn, shapes in programs]
+    warm_set.save_all()  # what exit does
+    records = set(entries(store, call_entry.KIND))
+    assert len(records) == 2
+    sets = entries(store, warm_set.KIND)
+    assert len(sets) == 1 and set(warm_set.members_of(next(iter(sets.values())))) == records
+
+    store = use_store(tmp_path / "cache")
+    asked: list[str] = []
+    real_get = Store.get
+
+    def spying_get(self, key):
+        asked.append(key)
+        return real_get(self, key)
+
+    Store.get = spying_get  # type: ignore[method-assign]
+    try:
+        again = [lower(fn, shapes) for _, fn, shapes in programs]
+    finally:
+        Store.get = real_get  # type: ignore[method-assign]
+    assert again == first
+    assert not records & set(asked)
+    assert store.stats.session()["record_hits"]["disk"] == 2
+    before = {k: e.meta["created"] for k, e in entries(store, warm_set.KIND).items()}
+    warm_set.save_all()
+    assert {k: e.meta["created"] for k, e in entries(store, warm_set.KIND).items()} == before  # nothing new: not written
+    kernel_cache.configure()
+
+
+def test_entry_kinds_name_and_summarise_warm_sets(tmp_path):
+    store = Store(Config(dir=tmp_path))
+    read = _stored(store, [_entry(n) for n in range(2)])
+    entry = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    decoded = entry_format.decode(entry_format.encode(entry))
+    kind = entry_kinds.kind_of(decoded.meta)
+    assert kind is entry_kinds.WARM_SET and (kind.one, kind.many) == ("warm set", "warm sets")
+    assert kind.summary(decoded.meta) == {"first": read[0].key, "members": 2}
+
+
+def test_cachectl_lists_shows_and_verifies_a_warm_set(tmp_path, capsys, monkeypatch):
+    from kernel_cache.cachectl.main import main
+
+    for name in [n for n in os.environ if n.startswith("KERNEL_CACHE_")]:
+        monkeypatch.delenv(name)
+    directory = str(tmp_path / "cache")
+    store = Store(Config(dir=tmp_path / "cache"))
+    read = _stored(store, [_entry(n) for n in range(3)])
+    good = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    store.put_local(good)
+    store.delete(read[2].key)
+    store.close()
+    assert main(["--dir", directory, "list"]) == 0
+    assert "[warm]" in (out := capsys.readouterr().out) and "1 warm set" in out
+    assert main(["--dir", directory, "show", good.key]) == 0
+    out = capsys.readouterr().out
+    assert "3 members, 2 still held" in out and f"member       {read[2].key[:12]}" in out
+    assert "(not held: not served)" in out
+    assert main(["--dir", directory, "verify"]) == 0
+    capsys.readouterr()
+
+    store = Store(Config(dir=tmp_path / "cache"))
+    store.put_local(warm_set.to_entry(read[1].key, [(read[1].key, read[0].stored)]))  # forged: entry 0 under key 1
+    store.close()
+    assert main(["--dir", directory, "verify"]) != 0
+    assert "no entry of its key" in capsys.readouterr().out
