@@ -53,13 +53,13 @@ def to_entry(first_key: str, members: list[tuple[str, bytes]]) -> Entry:
     return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: b"".join(data for _, data in members)})
 
 
-def members_of(entry: Entry) -> dict[str, bytes]:
-    """{key: stored bytes} of a well-formed set, in its order (members not decoded yet); ValueError
-    for anything else."""
+def members_of(entry: Entry) -> dict[str, memoryview]:
+    """{key: stored bytes} of a well-formed set, in its order (members not decoded yet; views into
+    its blob, copied only when one is decoded); ValueError for anything else."""
     why = _shape_problem(entry)
     if why is not None:
         raise ValueError(why)
-    blob, pos, out = entry.blobs[MEMBERS_BLOB], 0, {}
+    blob, pos, out = memoryview(entry.blobs[MEMBERS_BLOB]), 0, {}
     for key, size in entry.meta["members"]:
         out[key] = blob[pos:pos + size]
         pos += size
@@ -122,7 +122,7 @@ class WarmSet:
         self._lock = threading.Lock()
         self._first: str | None = None
         self._loaded = 0  # members the loaded set listed
-        self._held: dict[str, bytes | Entry] = {}  # its members the local index still holds (Entry once decoded)
+        self._held: dict[str, bytes | memoryview | Entry] = {}  # its members the local index holds (Entry once decoded)
         self._served: set[str] = set()
         self._noted: dict[str, Entry] = {}  # read or written here, in order
         self._noted_bytes = 0
@@ -204,10 +204,10 @@ class WarmSet:
         return True
 
 
-def _stored_bytes(store: Store, value: bytes | Entry) -> bytes:
+def _stored_bytes(store: Store, value: bytes | memoryview | Entry) -> bytes:
     if isinstance(value, Entry):
         return value.stored if value.stored is not None else store.encode(value)
-    return value
+    return bytes(value)
 
 
 _open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()
