@@ -188,3 +188,51 @@ def test_threads_reading_a_new_cache_while_another_creates_its_index_see_misses(
     assert errors == []
     assert level.get(KEYS[0]) is not None
     store.close()
+
+
+def test_a_process_opening_while_a_neighbour_creates_the_index_is_a_new_cache_not_memory_only(tmp_path, monkeypatch):
+    """Another process's first write is creating the index (the file there, no tables yet) and this
+    process's writer cannot wait it out: the level opens as a new cache (misses, not a level dropped
+    for memory only), reads the neighbour's entries once its index is readable, and writes after the
+    writer's cooldown (it says meanwhile that new kernels stay in memory)."""
+    import sqlite3
+
+    node = tmp_path / "node"
+    (node / ENTRIES_DIR).mkdir(parents=True)
+    sqlite3.connect(node / ENTRIES_DIR / INDEX).execute("PRAGMA user_version = 1").connection.close()  # no tables
+
+    def busy(self):
+        raise sqlite3.OperationalError("database is locked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(disk_module.DiskLevel, "_open_writer", busy)
+        store = Store(Config(dir=node))
+    assert store.disk is not None and "disk" not in store.unavailable
+    assert store.get(KEYS[0]) is None
+    neighbour = Store(Config(dir=node))  # its set-up makes the tables
+    neighbour.put(make_entry(KEYS[0]))
+    neighbour.close()
+    assert store.get(KEYS[0])[1] == "disk"
+    monkeypatch.setattr(disk_module, "BUSY_COOLDOWN", 0.0)
+    store.disk._reopen_at = 0.0  # the cooldown over
+    store.put(make_entry(KEYS[1]))
+    store.close()
+    assert on_disk(node) == {KEYS[0], KEYS[1]}
+
+
+def test_an_index_without_tables_beside_entry_files_is_still_damage(tmp_path):
+    """What a neighbour creating its index never leaves: entry files and an index without tables."""
+    import sqlite3
+
+    node = tmp_path / "node"
+    store = Store(Config(dir=node))
+    store.put(make_entry(KEYS[0]))
+    store.close()
+    (node / ENTRIES_DIR / INDEX).unlink()
+    sqlite3.connect(node / ENTRIES_DIR / INDEX).execute("PRAGMA user_version = 1").connection.close()
+    store = Store(Config(dir=node))
+    try:
+        assert store.get(KEYS[0]) is not None  # rebuilt from the entry files, as damage is
+        assert store.healed_index is not None
+    finally:
+        store.close()

@@ -128,7 +128,11 @@ class DiskLevel(InDirectory):
             except LevelUnavailable as exc:
                 if not read_only and not isinstance(exc, IndexDamaged):
                     self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
-                if self._cache is None:
+                if self._cache is None and not read_only and _being_created(exc) and not has_value_files(self.tree):
+                    # a neighbour's index without its tables yet, and this writer could not wait it out: a
+                    # new cache here too (every read a miss until it is readable), not one cached in memory only
+                    self._awaiting_index = True
+                elif self._cache is None:
                     self.close()
                     raise
 
@@ -551,6 +555,12 @@ class DiskLevel(InDirectory):
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
+
+
+def _being_created(exc: LevelUnavailable) -> bool:
+    """Whether opening failed on an index without its tables: one a neighbour is creating right now
+    (with entry files beside it, it would be damage: IndexDamaged)."""
+    return "no such table" in str(exc)
 
 
 def _written_at_exit(level: DiskLevel) -> None:
