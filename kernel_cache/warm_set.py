@@ -14,8 +14,8 @@ program that reads other keys later is served those from the store as before. At
 written to the local level alone (never the cluster's), and only where this process read or wrote
 keys it did not hold, or some of its members are gone: a warm process repeating its last run
 writes nothing. Members are this process's keys first, then the set's others still held, within
-MAX_MEMBERS and the store's entry size bound. This module knows nothing of Triton or JAX: what is
-noted is the caller's.
+MAX_MEMBERS and MAX_BYTES (and the store's entry size bound). This module knows nothing of Triton
+or JAX: what is noted is the caller's.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ KIND = "warm-set"
 FORMAT = 1
 MEMBERS_BLOB = "members"
 MAX_MEMBERS = 4096  # a model's Triton calls; more are served from the store, one by one
+MAX_BYTES = 64 << 20  # read whole at the first record read: past this, one by one is no slower
 
 
 def set_key(first_key: str) -> str:
@@ -173,9 +174,13 @@ class WarmSet:
         with self._lock:
             if self._first is None:
                 self._first = entry.key
-            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._store.config.max_entry_bytes:
+            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._bound():
                 self._noted[entry.key] = entry
                 self._noted_bytes += size
+
+    def _bound(self) -> int:
+        """The members' bytes a set holds: MAX_BYTES, within the store's entry bound (less its metadata)."""
+        return min(MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
 
     def save(self) -> bool:
         """Write the set where it changed (see the module's docstring); whether it was written. The
@@ -190,7 +195,7 @@ class WarmSet:
         if all(key in held for key in noted) and len(held) == self._loaded:
             return False
         members: list[tuple[str, bytes]] = []
-        total, bound = 0, self._store.config.max_entry_bytes - (1 << 20)
+        total, bound = 0, self._bound()
         candidates = [*noted.items(), *((k, v) for k, v in held.items() if k not in noted)]
         for key, value in candidates:
             data = _stored_bytes(self._store, value)

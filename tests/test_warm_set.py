@@ -143,6 +143,17 @@ def test_the_set_keeps_within_its_member_bound(tmp_path, monkeypatch):
     assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [e.key for e in read[:3]]
 
 
+def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n, size=1000) for n in range(5)])
+    monkeypatch.setattr(warm_set, "MAX_BYTES", 2 * len(read[0].stored) + 10)
+    warm.get(read[0].key)
+    for entry in read:
+        warm.note(entry)
+    warm.save()
+    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [e.key for e in read[:2]]
+
+
 def test_a_store_without_a_local_level_keeps_no_set():
     warm = warm_set.WarmSet(Store(Config(dir=None)))
     entry = _entry(1)
