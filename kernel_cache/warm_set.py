@@ -2,12 +2,14 @@
 
 A warm process lowering a model reads one record per Triton call: each read is an index query, a
 safe open of a value file and its read (~0.1 ms of a warm lowering's ~0.3 ms a kernel on the GPU
-host). A warm set is one ordinary entry (kind "warm-set") holding, back to back, the stored bytes of
-every entry a process read or wrote through it, in the order it did; the next process whose first
-read is the same key reads the set instead: one index query and one file, plus one query that
-keeps only the members the local index still holds (an entry pruned, deleted or evicted since is
-never served from a set). Each member is still decoded and checksummed, under its own key, when
-it is served.
+host). A warm set is one ordinary entry (kind "warm-set") holding every entry a process read or
+wrote through it, in the order it did: each one's key, metadata and blob sizes in the set's
+metadata, the blobs back to back in its one blob, so one checksum, one metadata parse and no
+per-member header cover them all. The next process whose first read is the same key reads the set
+instead: one index query and one file, plus one query that keeps only the members the local index
+still holds (an entry pruned, deleted or evicted since is never served from a set). The set is as
+trusted as the local level's own entries (same directory, same checks); `cachectl verify` checks
+each member as the kind it says it is.
 
 Its key is the digest of the first key read: the same program starts with the same call, and a
 program that reads other keys later is served those from the store as before. At exit a set is
@@ -27,9 +29,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import entry as entry_format
 from .canonical import digest
-from .entry import CorruptEntry, Entry, is_key
+from .entry import MAX_BLOBS, Entry, is_key
 from .summary import META_CREATED, META_KIND, META_NAME
 
 if TYPE_CHECKING:
@@ -47,23 +48,29 @@ def set_key(first_key: str) -> str:
     return digest({"kind": KIND, "format": FORMAT, "first": first_key})
 
 
-def to_entry(first_key: str, members: list[tuple[str, bytes]]) -> Entry:
+def to_entry(first_key: str, members: list[Entry]) -> Entry:
+    """The set of `members`, in this order: each one's key, metadata and blob sizes in the set's
+    metadata, their blobs back to back in its one blob (checksummed with it, as one entry)."""
     count = len(members)
+    listed = [[m.key, m.meta, [[name, len(data)] for name, data in sorted(m.blobs.items())]] for m in members]
     meta = {META_KIND: KIND, "format": FORMAT, "first": first_key, META_NAME: f"{count} entr{'y' if count == 1 else 'ies'}",
-            "members": [[key, len(data)] for key, data in members], META_CREATED: time.time()}
-    return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: b"".join(data for _, data in members)})
+            "members": listed, META_CREATED: time.time()}
+    blob = b"".join(data for m in members for _, data in sorted(m.blobs.items()))
+    return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: blob})
 
 
-def members_of(entry: Entry) -> dict[str, memoryview]:
-    """{key: stored bytes} of a well-formed set, in its order (members not decoded yet; views into
-    its blob, copied only when one is decoded); ValueError for anything else."""
+def members_of(entry: Entry) -> dict[str, Entry]:
+    """{key: entry} of a well-formed set, in its order; ValueError for anything else."""
     why = _shape_problem(entry)
     if why is not None:
         raise ValueError(why)
     blob, pos, out = memoryview(entry.blobs[MEMBERS_BLOB]), 0, {}
-    for key, size in entry.meta["members"]:
-        out[key] = blob[pos:pos + size]
-        pos += size
+    for key, meta, sizes in entry.meta["members"]:
+        blobs = {}
+        for name, size in sizes:
+            blobs[name] = bytes(blob[pos:pos + size])
+            pos += size
+        out[key] = Entry(key=key, meta=meta, blobs=blobs)
     return out
 
 
@@ -78,10 +85,10 @@ def _shape_problem(entry: Entry) -> str | None:
         return f"warm set without a member list of at most {MAX_MEMBERS} and one members blob"
     total = 0
     for member in members:
-        if (not isinstance(member, list) or len(member) != 2 or not isinstance(member[0], str)
-                or not is_key(member[0]) or type(member[1]) is not int or member[1] < 0):
-            return "warm set member that is not [key, size]"
-        total += member[1]
+        why = _member_problem(member)
+        if why is not None:
+            return why
+        total += sum(size for _, size in member[2])
     if len({member[0] for member in members}) != len(members):
         return "warm set naming one member twice"
     if total != len(entry.blobs[MEMBERS_BLOB]):
@@ -89,18 +96,26 @@ def _shape_problem(entry: Entry) -> str | None:
     return None
 
 
+def _member_problem(member: Any) -> str | None:
+    if (not isinstance(member, list) or len(member) != 3 or not isinstance(member[0], str) or not is_key(member[0])
+            or not isinstance(member[1], dict) or not isinstance(member[2], list) or len(member[2]) > MAX_BLOBS):
+        return "warm set member that is not [key, metadata, blob sizes]"
+    names = [blob[0] for blob in member[2] if isinstance(blob, list) and len(blob) == 2]
+    if (len(names) != len(member[2]) or len(set(names)) != len(names)
+            or not all(isinstance(name, str) for name in names)
+            or not all(type(size) is int and size >= 0 for _, size in member[2])):
+        return f"warm set member {member[0][:12]} with blob sizes that are not [name, size], names once"
+    return None
+
+
 def problem(entry: Entry) -> str | None:
-    """Why `entry` is not a usable warm set, or None: its shape, and every member an entry under its
-    own key. The kind's check in `entry_kinds` (verify, bundle import)."""
+    """Why `entry` is not a usable warm set, or None: its shape (each member a key, its metadata and
+    its blobs' sizes, adding up to the members blob). The kind's check in `entry_kinds`, which also
+    checks each member as the kind it says it is (verify, bundle import)."""
     try:
-        members = members_of(entry)
+        members_of(entry)
     except ValueError as exc:
         return str(exc)
-    for key, data in members.items():
-        try:
-            entry_format.decode(data, expected_key=key)
-        except CorruptEntry as exc:
-            return f"warm set member {key[:12]} is no entry of its key: {exc}"
     return None
 
 
@@ -123,7 +138,7 @@ class WarmSet:
         self._lock = threading.Lock()
         self._first: str | None = None
         self._loaded = 0  # members the loaded set listed
-        self._held: dict[str, bytes | memoryview | Entry] = {}  # its members the local index holds (Entry once decoded)
+        self._held: dict[str, Entry] = {}  # its members the local index still holds
         self._served: set[str] = set()
         self._noted: dict[str, Entry] = {}  # read or written here, in order
         self._noted_bytes = 0
@@ -135,17 +150,10 @@ class WarmSet:
         """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
         if self._first is None:
             self._load(key)
-        found = self._held.get(key)
-        if found is None or isinstance(found, Entry):
-            return found
-        try:
-            entry = entry_format.decode(found, expected_key=key)
-        except CorruptEntry:
-            self._held.pop(key, None)  # read from the store instead; the set is written anew at exit
-            return None
-        self._held[key] = entry
-        self._served.add(key)
-        self.note(entry)
+        entry = self._held.get(key)
+        if entry is not None and key not in self._noted:
+            self._served.add(key)
+            self.note(entry)
         return entry
 
     def _load(self, first: str) -> None:
@@ -170,7 +178,7 @@ class WarmSet:
         """`entry` was read or written by this session: a member of the set it writes at exit."""
         if not self.active or entry.key in self._noted:
             return
-        size = len(entry.stored) if entry.stored is not None else entry.size + 1024
+        size = entry.size + 1024
         with self._lock:
             if self._first is None:
                 self._first = entry.key
@@ -194,25 +202,17 @@ class WarmSet:
             self._store.touch(sorted(served))
         if all(key in held for key in noted) and len(held) == self._loaded:
             return False
-        members: list[tuple[str, bytes]] = []
+        members: list[Entry] = []
         total, bound = 0, self._bound()
-        candidates = [*noted.items(), *((k, v) for k, v in held.items() if k not in noted)]
-        for key, value in candidates:
-            data = _stored_bytes(self._store, value)
-            if len(members) >= MAX_MEMBERS or total + len(data) > bound:
+        for entry in [*noted.values(), *(e for k, e in held.items() if k not in noted)]:
+            if len(members) >= MAX_MEMBERS or total + entry.size + 1024 > bound:
                 break
-            members.append((key, data))
-            total += len(data)
+            members.append(entry)
+            total += entry.size + 1024
         self._store.put_local(to_entry(first, members))
         with self._lock:  # what the set holds now: saving again writes nothing new
-            self._loaded, self._held = len(members), {key: data for key, data in members}
+            self._loaded, self._held = len(members), {entry.key: entry for entry in members}
         return True
-
-
-def _stored_bytes(store: Store, value: bytes | memoryview | Entry) -> bytes:
-    if isinstance(value, Entry):
-        return value.stored if value.stored is not None else store.encode(value)
-    return bytes(value)
 
 
 _open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()

@@ -58,9 +58,9 @@ def memo() -> Entry:
     return memo_entry.to_entry("triton_key", ["3.9.0", ["/site/triton/_C/libtriton.so", 1, 2, 3, 4]], "3.9.0abc")
 
 
-def warm() -> Entry:
-    members = [entry_format.encode(kernel_entry()), entry_format.encode(call_record().to_entry())]
-    return warm_set.to_entry(KEYS[1], [(KEYS[0], members[0]), (KEYS[1], members[1])])
+def warm(*members: Entry) -> Entry:
+    members = members or (kernel_entry(), call_record().to_entry())
+    return warm_set.to_entry(members[0].key, list(members))
 
 
 def with_meta(entry: Entry, **meta: object) -> Entry:
@@ -88,9 +88,8 @@ def cases() -> dict[str, tuple[Entry, list[Entry]]]:
         ]),
         warm_set.KIND: (warm(), [
             Entry(key=KEYS[6], meta=warm().meta, blobs=warm().blobs),  # filed under a key its first read does not give
-            # a member under another's key
-            with_meta(warm(), members=[[KEYS[1], warm().meta["members"][0][1]], warm().meta["members"][1]]),
             Entry(key=warm().key, meta=warm().meta, blobs={"members": warm().blobs["members"][:-1]}),  # cut short
+            warm(kernel_entry(), call_record(payload=b"not a zlib stream").to_entry()),  # a member no usable record
         ]),
         winner_entry.KIND: (good_winner, [
             Entry(key=winner(device="another GPU").key, meta=good_winner.meta),  # filed under another key

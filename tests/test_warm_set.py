@@ -87,45 +87,47 @@ def test_new_reads_go_first_and_the_set_keeps_what_it_held(tmp_path):
     assert members == [read[0].key, read[3].key, read[1].key, read[2].key]
 
 
-def test_a_damaged_member_is_read_from_the_store_and_the_set_written_anew(tmp_path):
+def test_a_malformed_set_is_read_from_the_store_and_written_anew(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(2)])
-    damaged = bytearray(read[1].stored)
-    damaged[-1] ^= 1
-    store.put_local(warm_set.to_entry(read[0].key, [(read[0].key, read[0].stored), (read[1].key, bytes(damaged))]))
+    bad = warm_set.to_entry(read[0].key, read)
+    bad.meta["members"][1][2][0][1] += 1  # its sizes no longer add up to its blob
+    store.put_local(bad)
 
     store, warm = _session(tmp_path)
-    assert warm.get(read[0].key) is not None
-    assert warm.get(read[1].key) is None  # its checksum fails: the caller reads the store
-    warm.note(store.get(read[1].key)[0])
+    assert warm.get(read[0].key) is None  # not served: the caller reads the store
+    for key in (read[0].key, read[1].key):
+        warm.note(store.get(key)[0])
     assert warm.save()
     rewritten = store.get_local(warm_set.set_key(read[0].key))
-    assert warm_set.problem(rewritten) is None
+    assert warm_set.problem(rewritten) is None and list(warm_set.members_of(rewritten)) == [e.key for e in read]
 
 
-def test_a_forged_set_is_refused_by_verify_and_serves_no_foreign_entry(tmp_path):
-    store, warm = _session(tmp_path)
-    read = _stored(store, [_entry(n) for n in range(2)])
-    forged = warm_set.to_entry(read[0].key, [(read[0].key, read[1].stored)])  # entry 1's bytes under key 0
-    assert "no entry of its key" in warm_set.problem(forged)
-    assert entry_kinds.problem(forged) == warm_set.problem(forged)  # what verify and bundle import ask
-    store.put_local(forged)
-
-    store, warm = _session(tmp_path)
-    assert warm.get(read[0].key) is None  # never entry 1 served as entry 0
+def test_verify_checks_each_member_as_the_kind_it_says_it_is(tmp_path):
+    store = Store(Config(dir=tmp_path))
+    good = _stored(store, [_entry(0)])[0]
+    record = call_entry.CallRecord(key=digest("a call"), kernel="k", call_name="", platform="cuda", arch="sm_90",
+                                   target={}, toolchain="t", config_keys=(good.key,), compile_seconds=0.0,
+                                   payload=b"not a zlib stream").to_entry()
+    bad = warm_set.to_entry(good.key, [good, record])
+    assert warm_set.problem(bad) is None  # its shape is sound
+    assert "warm set member" in entry_kinds.problem(bad) and "zlib" in entry_kinds.problem(bad)  # verify, import
+    assert entry_kinds.problem(warm_set.to_entry(good.key, [good])) is None
 
 
 @pytest.mark.parametrize("edit, why", [
     (lambda m: m.update(first="0" * 32), "key its first member does not give"),
     (lambda m: m["members"].append(m["members"][0]), "twice"),
-    (lambda m: m["members"][0].__setitem__(1, m["members"][0][1] + 1), "add up"),
-    (lambda m: m["members"][0].__setitem__(1, True), "[key, size]"),
-    (lambda m: m["members"].__setitem__(0, ["../x", 1]), "[key, size]"),
+    (lambda m: m["members"][0][2][0].__setitem__(1, m["members"][0][2][0][1] + 1), "add up"),
+    (lambda m: m["members"][0][2][0].__setitem__(1, True), "[name, size]"),
+    (lambda m: m["members"][0][2].append(m["members"][0][2][0]), "names once"),
+    (lambda m: m["members"][0].__setitem__(0, "../x"), "[key, metadata, blob sizes]"),
+    (lambda m: m["members"][0].__setitem__(1, ["not", "a", "dict"]), "[key, metadata, blob sizes]"),
 ])
 def test_malformed_sets_say_why(tmp_path, edit, why):
     store = Store(Config(dir=tmp_path))
     read = _stored(store, [_entry(n) for n in range(2)])
-    entry = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    entry = warm_set.to_entry(read[0].key, read)
     edit(entry.meta)
     assert why in warm_set.problem(entry)
     with pytest.raises(ValueError):
@@ -146,7 +148,7 @@ def test_the_set_keeps_within_its_member_bound(tmp_path, monkeypatch):
 def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n, size=1000) for n in range(5)])
-    monkeypatch.setattr(warm_set, "MAX_BYTES", 2 * len(read[0].stored) + 10)
+    monkeypatch.setattr(warm_set, "MAX_BYTES", 2 * (read[0].size + 1024) + 10)
     warm.get(read[0].key)
     for entry in read:
         warm.note(entry)
@@ -200,7 +202,7 @@ def test_a_new_process_reads_its_programs_records_from_the_warm_set(tmp_path, us
 def test_entry_kinds_name_and_summarise_warm_sets(tmp_path):
     store = Store(Config(dir=tmp_path))
     read = _stored(store, [_entry(n) for n in range(2)])
-    entry = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    entry = warm_set.to_entry(read[0].key, read)
     decoded = entry_format.decode(entry_format.encode(entry))
     kind = entry_kinds.kind_of(decoded.meta)
     assert kind is entry_kinds.WARM_SET and (kind.one, kind.many) == ("warm set", "warm sets")
@@ -215,7 +217,7 @@ def test_cachectl_lists_shows_and_verifies_a_warm_set(tmp_path, capsys, monkeypa
     directory = str(tmp_path / "cache")
     store = Store(Config(dir=tmp_path / "cache"))
     read = _stored(store, [_entry(n) for n in range(3)])
-    good = warm_set.to_entry(read[0].key, [(e.key, e.stored) for e in read])
+    good = warm_set.to_entry(read[0].key, read)
     store.put_local(good)
     store.delete(read[2].key)
     store.close()
@@ -229,7 +231,10 @@ def test_cachectl_lists_shows_and_verifies_a_warm_set(tmp_path, capsys, monkeypa
     capsys.readouterr()
 
     store = Store(Config(dir=tmp_path / "cache"))
-    store.put_local(warm_set.to_entry(read[1].key, [(read[1].key, read[0].stored)]))  # forged: entry 0 under key 1
+    record = call_entry.CallRecord(key=digest("a call"), kernel="k", call_name="", platform="cuda", arch="sm_90",
+                                   target={}, toolchain="t", config_keys=(read[0].key,), compile_seconds=0.0,
+                                   payload=b"not a zlib stream").to_entry()
+    store.put_local(warm_set.to_entry(read[1].key, [read[1], record]))  # a member that is no usable record
     store.close()
     assert main(["--dir", directory, "verify"]) != 0
-    assert "no entry of its key" in capsys.readouterr().out
+    assert "zlib" in capsys.readouterr().out

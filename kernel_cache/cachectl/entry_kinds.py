@@ -55,7 +55,19 @@ WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entr
                    _VIEWS + "winners_view:show", legend="an autotune winner")
 MEMO = EntryKind(memo_entry.KIND, "memo", "installed memo", "installed memos", memo_entry.problem, memo_entry.summary,
                  _VIEWS + "memos_view:show", legend="a memo of installed files (a toolchain fingerprint)")
-WARM_SET = EntryKind(warm_set.KIND, "warm", "warm set", "warm sets", warm_set.problem, warm_set.summary,
+def _warm_set_problem(entry: Entry) -> str | None:
+    """A warm set's shape (`warm_set.problem`), then each member checked as the kind it says it is."""
+    why = warm_set.problem(entry)
+    if why is not None:
+        return why
+    for key, member in warm_set.members_of(entry).items():
+        why = problem(member)
+        if why is not None:
+            return f"warm set member {key[:12]}: {why}"
+    return None
+
+
+WARM_SET = EntryKind(warm_set.KIND, "warm", "warm set", "warm sets", _warm_set_problem, warm_set.summary,
                     _VIEWS + "warm_sets_view:show", legend="the records one program read, kept in one entry")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.

@@ -25,8 +25,10 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     print(f"warm set     of the programs whose first read is {entry.meta['first'][:12]}: {len(members)} "
           f"members, {held} still held")
     shown = list(members.items()) if args.verbose else list(members.items())[:_SHOWN]
-    for key, data in shown:
-        print(f"member       {key[:12]}  {human_size(len(data))}{'' if key in args.cached else ' (not held: not served)'}")
+    for key, member in shown:
+        kind = str(member.meta.get("kind", "?"))
+        print(f"member       {key[:12]}  {kind:<14} {human_size(member.size)}"
+              f"{'' if key in args.cached else ' (not held: not served)'}")
     if len(shown) < len(members):
         print(f"             ... {len(members) - len(shown)} more (-v: all of them)")
     print(f"recorded     {human_time(info.created)}   last used {human_time(info.last_used)}   "
