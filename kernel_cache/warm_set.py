@@ -139,7 +139,7 @@ class WarmSet:
         self._first: str | None = None
         self._loaded = 0  # members the loaded set listed
         self._held: dict[str, Entry] = {}  # its members the local index still holds
-        self._served: set[str] = set()
+        self._served: set[str] = set()  # served from the set, or otherwise used unread: told at save
         self._noted: dict[str, Entry] = {}  # read or written here, in order
         self._noted_bytes = 0
         if self.active:
@@ -155,6 +155,15 @@ class WarmSet:
             self._served.add(key)
             self.note(entry)
         return entry
+
+    def touch_later(self, keys: list[str]) -> None:
+        """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
+        where the set is inactive)."""
+        if not self.active:
+            self._store.touch(keys)
+            return
+        with self._lock:
+            self._served.update(keys)
 
     def _load(self, first: str) -> None:
         with self._lock:
@@ -196,10 +205,10 @@ class WarmSet:
         with self._lock:
             first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
             self._served.clear()
-        if not self.active or first is None or not noted:
-            return False
         if served:
             self._store.touch(sorted(served))
+        if not self.active or first is None or not noted:
+            return False
         if all(key in held for key in noted) and len(held) == self._loaded:
             return False
         members: list[Entry] = []

@@ -110,7 +110,7 @@ def _serve(slot: Slot) -> None:
         return  # its winner is gone: lowered autotuned below, which records that
     store = slot.session.store
     store.stats.record_hit(level, record.key, record.compile_seconds)  # one record hit: its kernels were not read
-    _touch_kernels(store, slot.memos.touched, record.config_keys)
+    _touch_kernels(slot.memos.warm_set(store), slot.memos.touched, record.config_keys)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel = slot.plan.fn.__name__
         count = len(record.config_keys)
@@ -119,15 +119,17 @@ def _serve(slot: Slot) -> None:
     slot.served = (record.key, record.compile_seconds)
 
 
-def _touch_kernels(store: Store, touched: set[str], keys: Sequence[str]) -> None:
+def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
     """Tell the LRU order that a record's kernels are in use (once per session): they are never
     read while their record serves, and a size-bounded level must not evict them first (a new
-    kernel-cache version or toolchain fingerprints every call anew, and then needs them)."""
+    kernel-cache version or toolchain fingerprints every call anew, and then needs them). Told at
+    exit with the warm set's own members (the levels record uses at exit anyway), so a call pays
+    nothing for it."""
     new = [key for key in keys if key not in touched]
     if new:
         if len(touched) < 1 << 16:
             touched.update(new)
-        store.touch(new)
+        warm.touch_later(new)
 
 
 def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
