@@ -1,8 +1,9 @@
 """On an NVIDIA GPU: programs served from their lowered-call records alone run correctly.
 
-A fresh process lowers and runs the example programs (writing kernels and records); then every
-kernel entry is deleted, and another fresh process runs them again from the records: results equal
-the jnp references, nothing compiles, and the custom calls carry the cached cubin.
+A fresh process lowers and runs the example programs (writing kernels and records, and at exit their
+warm set); then every kernel entry is deleted, and another fresh process runs them again from the
+records, read from the warm set: results equal the jnp references, nothing compiles, and the custom
+calls carry the cached cubin.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from conftest import run_python
 from test_gpu_lowering import GPU_CHILD_ENV
 
-from kernel_cache import Config, Store, call_entry
+from kernel_cache import Config, Store, call_entry, warm_set
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
 
@@ -22,7 +23,9 @@ import json, sys
 import jax, numpy as np
 sys.path.insert(0, 'tests')
 from lowering import examples as ep
-from kernel_cache import default_store
+from kernel_cache import Store, default_store
+asked, real_get = [], Store.get
+Store.get = lambda self, key: asked.append(key) or real_get(self, key)  # the keys read from the store
 worst = 0.0
 for label, fn, shapes in ep.programs():
     inputs = ep.random_inputs(shapes)
@@ -32,7 +35,7 @@ for label, fn, shapes in ep.programs():
     worst = max(worst, float(np.max(np.abs(got - want) / (1 + np.abs(want)))))
 session = default_store().stats.session()
 print(json.dumps({"worst": worst, "compiles": session["compiles"], "hits": sum(session["hits"].values()),
-                  "record_hits": sum(session["record_hits"].values())}))
+                  "record_hits": sum(session["record_hits"].values()), "asked": asked}))
 """
 
 
@@ -52,12 +55,15 @@ def test_programs_run_from_their_records_alone(tmp_path):
         if found is not None:
             kinds.setdefault(found[0].meta.get("kind", ""), []).append(key)
     assert len(kinds[call_entry.KIND]) == 9 and len(kinds["triton-kernel"]) == 14
+    (warm,) = kinds[warm_set.KIND]  # the program's warm set, written at the first process's exit
+    assert set(warm_set.members_of(store.get(warm)[0])) == set(kinds[call_entry.KIND])
     for key in kinds["triton-kernel"]:
         store.delete(key)
     store.close()
     again = _run(directory)
     assert again["compiles"] == 0 and again["worst"] < 2e-2
     assert again["record_hits"] == 9 and again["hits"] == 0  # one record hit per call; no kernel read
+    assert not set(again["asked"]) & set(kinds[call_entry.KIND])  # every record came from the warm set
 
 
 JITS_CHILD = """
