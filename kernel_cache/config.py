@@ -184,6 +184,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`0` (or `false`, `no`, `off`) keeps lowered-call records out of the store: a new process lowers every "
             "Triton call kernel by kernel (a call lowered again in the same process is still reused; see "
             "[Lowered-call records](#lowered-call-records))"),
+    Setting("KERNEL_CACHE_WARM_SETS", "warm_sets", parse_flag, "`1`",
+            "`0` (or `false`, `no`, `off`) neither reads nor writes warm sets: each record a new process needs is "
+            "read from the store on its own (see [Lowered-call records](#lowered-call-records))"),
     Setting("KERNEL_CACHE_GPU_MODEL", "gpu_model", _text, "the device's",
             "the GPU model (JAX's `device_kind`, e.g. `NVIDIA H100 80GB HBM3`) whose tuned winners lowering uses; "
             "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),
@@ -269,7 +272,7 @@ class Config(FrozenValue):
 
     _fields = ("dir", "shared_dir", "disabled", "memory_bytes", "memory_items", "max_bytes", "log", "lock",
                "lock_timeout", "soft_lock_stale", "target_arch", "module_image", "xla", "winners", "gpu_model",
-               "call_records", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
+               "call_records", "warm_sets", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
                "remote", "remote_password", "remote_namespace", "remote_ttl", "remote_timeout", "remote_unsigned",
                "compile_workers")
     _hidden = frozenset({"signing_key", "remote", "remote_password"})  # secrets: never in repr
@@ -289,6 +292,7 @@ class Config(FrozenValue):
     winners: bool  # lower autotuned calls as their persisted winner when one is stored
     gpu_model: str | None  # None: the visible device's (for persisted autotune winners)
     call_records: bool  # serve a call seen before from its recorded payload (one store read)
+    warm_sets: bool  # read a program's records in one go, as its last run kept them (kernel_cache.warm_set)
     intercept: tuple[str, ...]  # client libraries whose Triton calls the store serves
     trusted_group: str | None  # besides yourself and root, whose cache files you accept
     signing_key: bytes | None
@@ -306,7 +310,8 @@ class Config(FrozenValue):
                  memory_bytes: int = 256 << 20, memory_items: int = 4096, max_bytes: int = DEFAULT_MAX_BYTES,
                  log: str = "", lock: str = "auto", lock_timeout: float = 600.0, soft_lock_stale: float = 120.0,
                  target_arch: str | None = None, module_image: bool = True, xla: bool = False, winners: bool = True,
-                 gpu_model: str | None = None, call_records: bool = True, intercept: tuple[str, ...] = (),
+                 gpu_model: str | None = None, call_records: bool = True, warm_sets: bool = True,
+                 intercept: tuple[str, ...] = (),
                  trusted_group: str | None = None, signing_key: bytes | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, toolchain_memo_dir: Path | None = None,
                  remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
@@ -316,7 +321,7 @@ class Config(FrozenValue):
                              memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
                              lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
                              module_image=module_image, xla=xla, winners=winners, gpu_model=gpu_model,
-                             call_records=call_records, intercept=intercept, trusted_group=trusted_group,
+                             call_records=call_records, warm_sets=warm_sets, intercept=intercept, trusted_group=trusted_group,
                              signing_key=signing_key, max_entry_bytes=max_entry_bytes,
                              toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
                              remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,

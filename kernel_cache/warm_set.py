@@ -134,7 +134,7 @@ class WarmSet:
     def __init__(self, store: Store) -> None:
         self._store = store
         self.level = "disk"  # where its members are served from, as the stats name a level
-        self.active = store.disk is not None and not store.config.disabled
+        self.active = store.disk is not None and not store.config.disabled and store.config.warm_sets
         self._lock = threading.Lock()
         self._first: str | None = None
         self._loaded = 0  # members the loaded set listed

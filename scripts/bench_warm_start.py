@@ -170,14 +170,22 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
         finally:
             configure(base)
 
+    def without_sets_pass() -> float:  # the same, with warm sets off: each record read on its own
+        configure(base.with_(warm_sets=False))
+        try:
+            return one_pass(forget=True)[0]
+        finally:
+            configure(base)
+
     base = kernel_cache.current_config()
     mlir.custom_call = timed_builder
     try:
-        again, by_kernel, in_module = [], [], []
+        again, by_kernel, in_module, no_sets = [], [], [], []
         for _ in range(SPLIT_PASSES):  # interleaved: a machine getting busier or quieter biases neither
             again.append(one_pass(forget=True))
             by_kernel.append(kernel_by_kernel_pass())
             in_module.append(one_pass(forget=True, units=one_module)[0])
+            no_sets.append(without_sets_pass())
         repeat = [one_pass(forget=False) for _ in range(SPLIT_PASSES)]  # every memo warm: new jits of the same calls
     finally:
         mlir.custom_call = real_builder
@@ -188,6 +196,7 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
             "rule_per_kernel_ms": median_again / max(kernels, 1) * 1e3,
             "rule_per_kernel_unrecorded_ms": statistics.median(b[0] for b in by_kernel) / max(kernels, 1) * 1e3,
             "rule_per_kernel_one_module_ms": statistics.median(in_module) / max(kernels, 1) * 1e3,
+            "rule_per_kernel_no_sets_ms": statistics.median(no_sets) / max(kernels, 1) * 1e3,
             "rule_per_call_ms": median_again / max(calls, 1) * 1e3,
             "rule_builder_per_call_ms": statistics.median(a[1] for a in again) / max(calls, 1) * 1e3,
             "rule_once_ms": max(first - median_again, 0.0) * 1e3,
@@ -367,6 +376,9 @@ def print_phases(cold: list[dict[str, Any]], warm: list[dict[str, Any]], gpu: bo
           f"{_fmt([r['rule_per_kernel_ms'] / r['rule_per_kernel_unrecorded_ms'] for r in warm], '{:.2f}')}x)\n"
           f"  in one module       {_fmt([r['rule_per_kernel_one_module_ms'] for r in warm], '{:.3f}')} ms  (the same "
           f"calls in one jit, as a model's: what is read once per module is shared)\n"
+          f"  without warm sets   {_fmt([r['rule_per_kernel_no_sets_ms'] for r in warm], '{:.3f}')} ms  (the 9 jits "
+          f"with KERNEL_CACHE_WARM_SETS=0, each record read on its own, passes interleaved: sets "
+          f"{_fmt([r['rule_per_kernel_ms'] / r['rule_per_kernel_no_sets_ms'] for r in warm], '{:.2f}')}x)\n"
           f"  per call            {_fmt([r['rule_per_call_ms'] for r in warm], '{:.3f}')} ms  (the same, per Triton call)\n"
           f"    of which JAX's    {_fmt([r['rule_builder_per_call_ms'] for r in warm], '{:.3f}')} ms  (mlir.custom_call "
           f"building the op, as in every Triton lowering rule)\n"

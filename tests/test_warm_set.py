@@ -238,3 +238,20 @@ def test_cachectl_lists_shows_and_verifies_a_warm_set(tmp_path, capsys, monkeypa
     store.close()
     assert main(["--dir", directory, "verify"]) != 0
     assert "zlib" in capsys.readouterr().out
+
+
+def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(2)])
+    warm.get(read[0].key)
+    for entry in read:
+        warm.note(entry)
+    assert warm.save()
+    monkeypatch.setenv("KERNEL_CACHE_WARM_SETS", "off")
+    monkeypatch.setenv("KERNEL_CACHE_DIR", str(tmp_path))
+    config = Config.from_env()
+    assert config.warm_sets is False
+    off = warm_set.WarmSet(Store(config))
+    assert off.get(read[0].key) is None  # the set is there, and not read
+    off.note(_stored(store, [_entry(7)])[0])
+    assert not off.active and not off.save()
