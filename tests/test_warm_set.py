@@ -34,6 +34,18 @@ def _session(directory) -> tuple[Store, warm_set.WarmSet]:
     return store, warm_set.WarmSet(store)
 
 
+def _run(warm: warm_set.WarmSet, read: list[Entry]) -> bool:
+    """A session that reads `read` (the first through the set, all noted), then exits: whether it wrote."""
+    warm.get(read[0].key)
+    for entry in read:
+        warm.note(entry)
+    return warm.save()
+
+
+def _members(store: Store, first: Entry) -> list[str]:
+    return list(warm_set.members_of(store.get_local(warm_set.set_key(first.key))))
+
+
 def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(5)])
@@ -57,10 +69,7 @@ def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_
 def test_a_member_the_index_no_longer_holds_is_not_served(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(3)])
-    warm.get(read[0].key)
-    for entry in read:
-        warm.note(entry)
-    warm.save()
+    _run(warm, read)
     store.delete(read[1].key)  # an operator's delete, a prune, an eviction
 
     store, warm = _session(tmp_path)
@@ -68,22 +77,19 @@ def test_a_member_the_index_no_longer_holds_is_not_served(tmp_path):
     assert warm.get(read[1].key) is None
     assert warm.get(read[2].key) is not None
     assert warm.save()  # a member gone: the set is written without it
-    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [read[0].key, read[2].key]
+    assert _members(store, read[0]) == [read[0].key, read[2].key]
 
 
 def test_new_reads_go_first_and_the_set_keeps_what_it_held(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(4)])
-    warm.get(read[0].key)
-    for entry in read[:3]:
-        warm.note(entry)
-    warm.save()
+    _run(warm, read[:3])
 
     store, warm = _session(tmp_path)
     warm.get(read[0].key)
     warm.note(read[3])  # read from the store: a key the set did not hold
     assert warm.save()
-    members = list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key))))
+    members = _members(store, read[0])
     assert members == [read[0].key, read[3].key, read[1].key, read[2].key]
 
 
@@ -138,22 +144,16 @@ def test_the_set_keeps_within_its_member_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(warm_set, "MAX_MEMBERS", 3)
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(5)])
-    warm.get(read[0].key)
-    for entry in read:
-        warm.note(entry)
-    warm.save()
-    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [e.key for e in read[:3]]
+    _run(warm, read)
+    assert _members(store, read[0]) == [e.key for e in read[:3]]
 
 
 def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n, size=1000) for n in range(5)])
     monkeypatch.setattr(warm_set, "MAX_BYTES", 2 * (read[0].size + 1024) + 10)
-    warm.get(read[0].key)
-    for entry in read:
-        warm.note(entry)
-    warm.save()
-    assert list(warm_set.members_of(store.get_local(warm_set.set_key(read[0].key)))) == [e.key for e in read[:2]]
+    _run(warm, read)
+    assert _members(store, read[0]) == [e.key for e in read[:2]]
 
 
 def test_a_store_without_a_local_level_keeps_no_set():
@@ -243,10 +243,7 @@ def test_cachectl_lists_shows_and_verifies_a_warm_set(tmp_path, capsys, monkeypa
 def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(2)])
-    warm.get(read[0].key)
-    for entry in read:
-        warm.note(entry)
-    assert warm.save()
+    assert _run(warm, read)
     monkeypatch.setenv("KERNEL_CACHE_WARM_SETS", "off")
     monkeypatch.setenv("KERNEL_CACHE_DIR", str(tmp_path))
     config = Config.from_env()
