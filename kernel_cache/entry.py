@@ -171,7 +171,7 @@ def json_depth(raw: bytes) -> int:
     return max(accumulate(array("b", skeleton)), default=0)
 
 
-def decode(data: bytes | bytearray | memoryview, expected_key: str | None = None) -> Entry:
+def decode(data: bytes, expected_key: str | None = None) -> Entry:
     """Parse and validate `data` (a signature trailer, if any, is ignored here: the store checks
     it); with `expected_key`, also check it is the entry for that key."""
     raw = data if type(data) is bytes else bytes(data)
