@@ -16,6 +16,22 @@ from kernel_cache import entry as entry_format
 from kernel_cache.cachectl import entry_kinds
 from kernel_cache.canonical import digest
 
+_opened: list[Store] = []
+
+
+def _store(config: Config) -> Store:
+    """A store closed when the test ends (an unclosed index connection warns when collected, in a later
+    test's warning catcher)."""
+    _opened.append(Store(config))
+    return _opened[-1]
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    yield
+    while _opened:
+        _opened.pop().close()
+
 
 def _entry(n: int, size: int = 300) -> Entry:
     return Entry(key=digest(["warm set test", n]), meta={"kind": "test", "n": n}, blobs={"data": bytes([n]) * size})
@@ -30,7 +46,7 @@ def _stored(store: Store, entries_: list[Entry]) -> list[Entry]:
 
 
 def _session(directory) -> tuple[Store, warm_set.WarmSet]:
-    store = Store(Config(dir=directory))
+    store = _store(Config(dir=directory))
     return store, warm_set.WarmSet(store)
 
 
@@ -110,7 +126,7 @@ def test_a_malformed_set_is_read_from_the_store_and_written_anew(tmp_path):
 
 
 def test_verify_checks_each_member_as_the_kind_it_says_it_is(tmp_path):
-    store = Store(Config(dir=tmp_path))
+    store = _store(Config(dir=tmp_path))
     good = _stored(store, [_entry(0)])[0]
     record = call_entry.CallRecord(key=digest("a call"), kernel="k", call_name="", platform="cuda", arch="sm_90",
                                    target={}, toolchain="t", config_keys=(good.key,), compile_seconds=0.0,
@@ -131,7 +147,7 @@ def test_verify_checks_each_member_as_the_kind_it_says_it_is(tmp_path):
     (lambda m: m["members"][0].__setitem__(1, ["not", "a", "dict"]), "[key, metadata, blob sizes]"),
 ])
 def test_malformed_sets_say_why(tmp_path, edit, why):
-    store = Store(Config(dir=tmp_path))
+    store = _store(Config(dir=tmp_path))
     read = _stored(store, [_entry(n) for n in range(2)])
     entry = warm_set.to_entry(read[0].key, read)
     edit(entry.meta)
@@ -157,7 +173,7 @@ def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
 
 
 def test_a_store_without_a_local_level_keeps_no_set():
-    warm = warm_set.WarmSet(Store(Config(dir=None)))
+    warm = warm_set.WarmSet(_store(Config(dir=None)))
     entry = _entry(1)
     assert warm.get(entry.key) is None
     warm.note(entry)
@@ -200,7 +216,7 @@ def test_a_new_process_reads_its_programs_records_from_the_warm_set(tmp_path, us
 
 
 def test_entry_kinds_name_and_summarise_warm_sets(tmp_path):
-    store = Store(Config(dir=tmp_path))
+    store = _store(Config(dir=tmp_path))
     read = _stored(store, [_entry(n) for n in range(2)])
     entry = warm_set.to_entry(read[0].key, read)
     decoded = entry_format.decode(entry_format.encode(entry))
@@ -248,7 +264,7 @@ def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNEL_CACHE_DIR", str(tmp_path))
     config = Config.from_env()
     assert config.warm_sets is False
-    off = warm_set.WarmSet(Store(config))
+    off = warm_set.WarmSet(_store(config))
     assert off.get(read[0].key) is None  # the set is there, and not read
     off.note(_stored(store, [_entry(7)])[0])
     assert not off.active and not off.save()
