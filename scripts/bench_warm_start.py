@@ -105,7 +105,7 @@ def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: fn(*args)
 
 
-SPLIT_PASSES = 5  # each split figure is the median of this many passes (one pass is ~10 ms: noisy)
+SPLIT_PASSES = 15  # each split figure is the median of this many passes (one pass is ~10 ms: noisy)
 
 
 def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]],
