@@ -28,6 +28,11 @@ class LevelUntrusted(LevelUnavailable):
     """The level's directory could have been written by users you did not agree to trust."""
 
 
+class IndexNotReady(LevelUnavailable):
+    """The local level's index has no tables (yet): a neighbour may be creating it right now, or it
+    was cut to nothing (IndexDamaged instead, where entry files are beside it)."""
+
+
 class LevelReadOnly(KernelCacheError, OSError):
     """The level serves hits but cannot take writes (read-only mount, full disk, busy index)."""
 

@@ -61,7 +61,7 @@ from ..disk_index import (
 )
 from ..disk_sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from ..entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
-from ..errors import IndexDamaged, LevelReadOnly, LevelUnavailable
+from ..errors import IndexDamaged, IndexNotReady, LevelReadOnly, LevelUnavailable
 from ..lazy import later
 from ..level import InDirectory
 from ..safefs import Owners, UnsafeFile
@@ -128,7 +128,8 @@ class DiskLevel(InDirectory):
             except LevelUnavailable as exc:
                 if not read_only and not isinstance(exc, IndexDamaged):
                     self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
-                if self._cache is None and not read_only and _being_created(exc) and not has_value_files(self.tree):
+                if self._cache is None and not read_only and isinstance(exc, IndexNotReady) \
+                        and not has_value_files(self.tree):
                     # a neighbour's index without its tables yet, and this writer could not wait it out: a
                     # new cache here too (every read a miss until it is readable), not one cached in memory only
                     self._awaiting_index = True
@@ -202,7 +203,8 @@ class DiskLevel(InDirectory):
 
     def _check_reader(self, confirm: bool = False, ask_index: bool = True) -> None:
         """Raises IndexDamaged when the index is damaged, cut to nothing or gone while entry files are
-        there (rebuilt from them), LevelUnavailable when it cannot be read otherwise. `confirm`: a
+        there (rebuilt from them), IndexNotReady when the reader finds no tables in it (a neighbour
+        may be creating it), LevelUnavailable when it cannot be read otherwise. `confirm`: a
         damage the reader sees is one only if a writer's connection sees it too (see
         `damage_seen_by_writer`): a writing process must never rebuild a healthy index."""
         try:
@@ -210,17 +212,18 @@ class DiskLevel(InDirectory):
         except (sqlite3.Error, OSError) as exc:
             self._close_reader()
             seen: str | None = None  # "corrupt", "empty" (no table, or no index at all) or None: not damage
+            no_tables = "no such table" in str(exc)
             if isinstance(exc, FileNotFoundError):
                 seen = "empty"
-            elif (is_damage(exc) or "no such table" in str(exc)) and confirm:
+            elif (is_damage(exc) or no_tables) and confirm:
                 seen = damage_seen_by_writer(self.directory / ENTRIES_DIR / INDEX, self.index_timeout)
-            elif is_damage(exc) or "no such table" in str(exc):
+            elif is_damage(exc) or no_tables:
                 seen = "corrupt" if is_damage(exc) else "empty"
             problem = f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} ({describe_error(exc)})"
             message = f"{problem}; 'cachectl verify --repair' rebuilds it from the entry files"
             if seen == "corrupt" or (seen == "empty" and has_value_files(self.tree)):
                 raise IndexDamaged(message, problem) from None
-            raise LevelUnavailable(message) from None
+            raise (IndexNotReady if no_tables else LevelUnavailable)(message) from None
 
     def _close_reader(self) -> None:
         con = getattr(self._readers, "con", None)
@@ -555,12 +558,6 @@ class DiskLevel(InDirectory):
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
                 removed.append((os.path.join(self.directory, LOCKS_DIR, name), st.st_size))
         return removed
-
-
-def _being_created(exc: LevelUnavailable) -> bool:
-    """Whether opening failed on an index without its tables: one a neighbour is creating right now
-    (with entry files beside it, it would be damage: IndexDamaged)."""
-    return "no such table" in str(exc)
 
 
 def _written_at_exit(level: DiskLevel) -> None:
