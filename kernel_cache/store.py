@@ -155,8 +155,7 @@ class Store:
         try:
             return disk.present(keys) if isinstance(disk, IndexedLevel) else {k for k in keys if k in disk}
         except Exception as exc:
-            warn_once(f"read:{disk.name}:{_cause(exc)}", f"reading the {disk.name} level failed ({exc}); "
-                      f"continuing without it")
+            _read_failed(disk, exc)
             return set()
 
     def _put_in(self, levels: list[Level], entry: Entry) -> None:
@@ -281,8 +280,7 @@ class Store:
                       f"dropped a corrupt {level.name} entry {key[:12]} ({exc}); it will be rebuilt")
         except Exception as exc:
             self.stats.error()
-            warn_once(f"read:{level.name}:{_cause(exc)}",
-                      f"reading the {level.name} level failed ({exc}); continuing without it")
+            _read_failed(level, exc)
         return None
 
     def _defers(self, level: Level) -> TypeGuard[DeferringLevel]:
@@ -363,6 +361,11 @@ class Store:
         local = self.disk if self.disk is not None and self.disk.writable else None
         cluster = next((t for t in reversed(self.persistent_levels) if t is not self.disk and t.writable), None)
         return [t for t in (local, cluster) if t is not None]
+
+
+def _read_failed(level: Level, exc: Exception) -> None:
+    """Say once per level and cause that reading `level` failed (the caller goes on without it)."""
+    warn_once(f"read:{level.name}:{_cause(exc)}", f"reading the {level.name} level failed ({exc}); continuing without it")
 
 
 def _cause(exc: Exception) -> str:
