@@ -8,7 +8,7 @@ from ..call_entry import CallRecord
 from ..entry import Entry
 from .inventory import EntryInfo
 from .render import human_size, human_time
-from .show_views import ShowArgs
+from .show_views import ShowArgs, say_unreadable
 
 
 def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
@@ -17,7 +17,7 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     try:
         record = CallRecord.from_entry(entry)
     except ValueError as exc:
-        print(f"lowered call unreadable: {exc} (run 'cachectl verify --repair')")
+        say_unreadable("lowered call", exc)
         return
     n = len(record.config_keys)
     print(f"lowered call {record.kernel}" + (f", call name {record.call_name!r}" if record.call_name else ""))

@@ -7,7 +7,7 @@ from ..entry import Entry
 from ..memo_entry import TEXT_BLOB, problem
 from .inventory import EntryInfo
 from .render import human_size, human_time
-from .show_views import ShowArgs
+from .show_views import ShowArgs, say_unreadable
 
 _SHOWN_CHARS = 200  # of the text, without -v
 
@@ -17,7 +17,7 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     print(f"key          {entry.key}  ({info.level})")
     why = problem(entry)
     if why is not None:
-        print(f"memo         unreadable: {why} (run 'cachectl verify --repair')")
+        say_unreadable("memo", why)
         return
     identity = entry.meta["identity"]
     files = [part for part in identity if isinstance(part, list) and part and isinstance(part[0], str)] \

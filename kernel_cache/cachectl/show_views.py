@@ -27,6 +27,11 @@ class ShowArgs:
 View = Callable[[Entry, EntryInfo, ShowArgs], None]
 
 
+def say_unreadable(label: str, why: object) -> None:
+    """A view's line for an entry its kind cannot read, with the command that repairs the cache."""
+    print(f"{label:<12} unreadable: {why} (run 'cachectl verify --repair')")
+
+
 def view(kind: EntryKind) -> View:
     """The function that renders `show` of an entry of `kind`."""
     module, _, function = kind.show.partition(":")

@@ -5,10 +5,10 @@ member the local index no longer holds is never served from the set)."""
 from __future__ import annotations
 
 from ..entry import Entry
-from ..warm_set import members_of, problem
+from ..warm_set import members_of
 from .inventory import EntryInfo
 from .render import human_size, human_time
-from .show_views import ShowArgs
+from .show_views import ShowArgs, say_unreadable
 
 _SHOWN = 12  # members listed without -v
 
@@ -16,11 +16,11 @@ _SHOWN = 12  # members listed without -v
 def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """`cachectl show KEY` of a warm set; `args.cached`: the keys the cache holds."""
     print(f"key          {entry.key}  ({info.level})")
-    why = problem(entry)
-    if why is not None:
-        print(f"warm set     unreadable: {why} (run 'cachectl verify --repair')")
+    try:
+        members = members_of(entry)  # its shape checked, as `warm_set.problem` checks it
+    except ValueError as exc:
+        say_unreadable("warm set", exc)
         return
-    members = members_of(entry)
     held = sum(1 for key in members if key in args.cached)
     print(f"warm set     of the programs whose first read is {entry.meta['first'][:12]}: {len(members)} "
           f"members, {held} still held")

@@ -7,7 +7,7 @@ from ..winner_entry import Winner
 from . import entry_kinds
 from .inventory import EntryInfo
 from .render import human_size, human_time, table
-from .show_views import ShowArgs
+from .show_views import ShowArgs, say_unreadable
 
 
 def list_block(infos: list[EntryInfo], verbose: bool) -> list[str]:
@@ -28,7 +28,7 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
         print(f"key          {entry.key}  ({info.level})")
-        print(f"winner       unreadable: {exc} (run 'cachectl verify --repair')")
+        say_unreadable("winner", exc)
         return
     print(f"key          {entry.key}  ({info.level})")
     print(f"winner of    {record.kernel} (autotuned, {len(record.configs)} configs)")
