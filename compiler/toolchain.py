@@ -35,6 +35,7 @@ import kernel_cache
 from kernel_cache import cache_marker, safefs
 from kernel_cache.canonical import digest
 from kernel_cache.config import TOOLCHAIN_MEMO
+from kernel_cache.environ_watch import EnvironMemo
 
 from . import shared_memo
 from . import triton_compat as tc
@@ -45,6 +46,7 @@ MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
+_triton_env = EnvironMemo(tc.cache_invalidating_env)  # read again only where the C environment changed
 _primed = False
 
 
@@ -244,9 +246,10 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
     """What identifies the tools that turn a spec into a binary for `target`.
 
     The installed files are checked once per process and target (a Triton upgrade takes a new
-    process anyway); Triton's cache-invalidating environment variables are read on every call.
+    process anyway); Triton's cache-invalidating environment variables are read again on every call
+    where the C environment changed (`EnvironMemo`).
     """
-    return {**_installed_tools(target, memo_dir), "env": tc.cache_invalidating_env()}
+    return {**_installed_tools(target, memo_dir), "env": dict(_triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import textwrap
 
 import pytest
@@ -94,6 +95,22 @@ def test_key_changes_with_a_cache_invalidating_env_var(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
     assert key_document(spec)["toolchain"]["env"] == {"TRITON_DEFAULT_FP_FUSION": "false"}
     assert content_key(spec) != before
+
+
+def test_key_changes_with_a_variable_set_behind_os_environ(monkeypatch):
+    """Triton reads its variables with C getenv: a change os.environ does not see (os.putenv, a
+    native library's setenv) is a new key too, though the environment's read is memoized."""
+    spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    before = content_key(spec)
+    try:
+        os.putenv("TRITON_DEFAULT_FP_FUSION", "0")
+        assert "TRITON_DEFAULT_FP_FUSION" not in os.environ
+        assert key_document(spec)["toolchain"]["env"] == {"TRITON_DEFAULT_FP_FUSION": "false"}
+        assert content_key(spec) != before
+    finally:
+        os.unsetenv("TRITON_DEFAULT_FP_FUSION")
+    assert content_key(spec) == before
 
 
 def test_key_changes_with_the_toolchain():

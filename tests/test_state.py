@@ -24,6 +24,8 @@ MODULE_STATE = {
     "compiler/triton_compat.py:_flags": f"{PURE} (a JITFunction's parameters)",
     "compiler/triton_compat.py:_defaults": f"{PURE} (a JITFunction's constexpr defaults)",
     "compiler/triton_compat.py:_PARSED": f"{PURE} (target and options) under the installed Triton",
+    "compiler/toolchain.py:_triton_env": f"{PURE} (the C environment, as its array of strings)",
+    "lowering/records/call_key.py:_triton_env": f"{PURE} (the C environment, as its array of strings)",
     "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
     "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
     "compiler/toolchain.py:_per_target": f"{FACT}: the fingerprint per target, keyed by those files' identity",
@@ -85,7 +87,7 @@ MODULE_STATE = {
     "kernel_cache/summary.py:USUAL_OPTIONS": CONSTANT,
     "kernel_cache/warnings_once.py:_seen": f"{PROCESS}: each warning said once per process",
 }
-_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "SizedLRU", "of_bytes"}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "SizedLRU", "of_bytes", "EnvironMemo"}
 _MEMO_DECORATORS = {"cache", "lru_cache", "cached_property"}
 
 

@@ -89,10 +89,11 @@ def switches(walk: list[list[str | None]]) -> int:
     return 2 * len(walk)
 
 
-def test_a_warm_call_stays_within_seventeen_files_and_fifty_switches(walk):
-    """(17 files since issue 31's warm sets: the record comes from the program's set, not the store.)"""
+def test_a_warm_call_stays_within_eighteen_files_and_fifty_switches(walk):
+    """(17 files since issue 31's warm sets: the record comes from the program's set, not the store;
+    18 with the environment's watch, which spares Triton's read of its environment.)"""
     files = {path for path, _, _ in walk}
-    assert len(files) <= 17, sorted(files)
+    assert len(files) <= 18, sorted(files)
     assert switches(walk) <= 50, walk
 
 
