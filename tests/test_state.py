@@ -25,6 +25,7 @@ MODULE_STATE = {
     "compiler/triton_compat.py:_defaults": f"{PURE} (a JITFunction's constexpr defaults)",
     "compiler/triton_compat.py:_PARSED": f"{PURE} (target and options) under the installed Triton",
     "compiler/toolchain.py:_triton_env": f"{PURE} (the C environment, as its array of strings)",
+    "lowering/payload/custom_call.py:_LAYOUTS": f"{PURE} (a rank -> its row-major layout)",
     "lowering/records/call_key.py:_triton_env": f"{PURE} (the C environment, as its array of strings)",
     "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
     "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
