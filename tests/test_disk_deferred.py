@@ -236,3 +236,42 @@ def test_an_index_without_tables_beside_entry_files_is_still_damage(tmp_path):
         assert store.healed_index is not None
     finally:
         store.close()
+
+
+def test_close_closes_every_threads_reader(tmp_path):
+    """Each thread reads the index through its own connection; close() closes all of them, those of
+    threads that have ended and of one still running, not only the caller's (left to the collector,
+    Python 3.13 warns of each)."""
+    import sqlite3
+    import threading
+
+    level = disk_module.DiskLevel(tmp_path / "cache")
+    level.put(make_entry("a" * 32))
+
+    def read() -> None:
+        assert level.get("a" * 32) is not None
+
+    for _ in range(3):
+        thread = threading.Thread(target=read)
+        thread.start()
+        thread.join()
+    read_once, closed = threading.Event(), threading.Event()
+
+    def live() -> None:
+        read()
+        read_once.set()
+        closed.wait(10)
+
+    worker = threading.Thread(target=live)
+    worker.start()
+    assert read_once.wait(10)
+    read()
+    readers = list(level._reader_cons.values())
+    assert len(readers) == 5 and len(set(map(id, readers))) == 5  # 3 ended threads, the worker, this one
+    level.close()
+    closed.set()
+    worker.join(10)
+    for con in readers:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            con.execute("select 1")
+    assert level._reader_cons == {}

@@ -104,7 +104,10 @@ class DiskLevel(InDirectory):
         self._lock = threading.Lock()
         self._index_lock = threading.Lock()  # one thread at a time asks whether a new cache's index is there
         self._readers = threading.local()
-        self._writer_opened = 0  # how many times the writer opened: a thread's reader from before reads anew
+        # bumped when the writer opens or the level closes: a thread's reader from before reads anew
+        self._reader_epoch = 0
+        self._reader_cons: dict[threading.Thread, sqlite3.Connection] = {}  # each thread's open reader
+        self._readers_lock = threading.Lock()  # guards _reader_cons (a leaf: nothing is taken under it)
         self._busy_until = 0.0
         self._reopen_at = None if read_only else 0.0  # when to try opening for writing again
         self.read_only_reason = "opened read-only" if read_only else ""
@@ -147,7 +150,7 @@ class DiskLevel(InDirectory):
                 with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
                     pass
             self._cache = self._open_writer()
-            self._writer_opened += 1
+            self._reader_epoch += 1
             self.read_only_reason = ""
             self._awaiting_index = False
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
@@ -193,12 +196,14 @@ class DiskLevel(InDirectory):
         if ask_index and self._awaiting_index and self._no_index_yet():
             self._try_writer()
         con = getattr(self._readers, "con", None)
-        if con is None or self._readers.opened != self._writer_opened:
+        if con is None or self._readers.opened != self._reader_epoch:
             self._close_reader()
             db = self.directory / ENTRIES_DIR / INDEX
             con = open_read_only(db, self.index_timeout) if self._cache is None else \
                 open_read_write(db, self.index_timeout)
-            self._readers.con, self._readers.opened = con, self._writer_opened
+            self._readers.con, self._readers.opened = con, self._reader_epoch
+            with self._readers_lock:
+                self._reader_cons[threading.current_thread()] = con
         return con
 
     def _check_reader(self, confirm: bool = False, ask_index: bool = True) -> None:
@@ -228,8 +233,24 @@ class DiskLevel(InDirectory):
     def _close_reader(self) -> None:
         con = getattr(self._readers, "con", None)
         if con is not None:
+            with self._readers_lock:
+                if self._reader_cons.get(threading.current_thread()) is con:
+                    del self._reader_cons[threading.current_thread()]
             con.close()
             self._readers.con = None
+
+    def _close_readers(self) -> None:
+        """Every thread's reader (a compile worker's, a test thread's: theirs would otherwise wait for
+        the collector, which warns of each on Python 3.13). The level is closed: no thread reads
+        through it after (its directory handles close too), and SQLite's serialized mode
+        (`sqlite3.threadsafety` 3) lets one thread close what another opened."""
+        self._close_reader()
+        with self._readers_lock:
+            self._reader_epoch += 1
+            cons = list(self._reader_cons.values())
+            self._reader_cons.clear()
+        for con in cons:
+            con.close()
 
     def _writer_due(self) -> bool:
         """Open the writer if it is not open and may be tried now (lazily in a warm process, again after a
@@ -525,7 +546,7 @@ class DiskLevel(InDirectory):
         self.flush_touches()
         if self._cache is not None:
             self._cache.close()
-        self._close_reader()
+        self._close_readers()
         self.tree.close()
 
     # Maintenance helpers for cachectl -------------------------------------------------------
