@@ -32,7 +32,7 @@ def _both(ranks_in, ranks_out, backend_config, api_version, aliases, side_effect
             operands = list(block.arguments)
             config = backend_config() if callable(backend_config) else backend_config
             ours = custom_call._build_op("triton_kernel_call", results, operands, config, api_version,
-                                         list(ranks_in), list(ranks_out), dict(aliases), side_effect)
+                                         (list(ranks_in), list(ranks_out)), dict(aliases), side_effect)
             config = backend_config() if callable(backend_config) else backend_config
             jaxs = mlir.custom_call(
                 "triton_kernel_call", result_types=results, operands=operands, backend_config=config,

@@ -216,7 +216,7 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
-    op = _build_op(target, result_types, list(operands), backend_config, api_version, layouts_in, layouts_out,
+    op = _build_op(target, result_types, list(operands), backend_config, api_version, (layouts_in, layouts_out),
                    dict(plan.aliases), has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
@@ -224,17 +224,17 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
 
 
 def _build_op(target: str, result_types: list[Any], operands: list[Any], backend_config: bytes | dict[str, Any],
-              api_version: int, ranks_in: list[int], ranks_out: list[int], aliases: dict[int, int],
+              api_version: int, ranks: tuple[list[int], list[int]], aliases: dict[int, int],
               has_side_effect: bool) -> Any:
-    """The op `mlir.custom_call` builds for these arguments (row-major layouts of these ranks, no
-    called computations), attribute for attribute: a test holds the two equal. Built here because
+    """The op `mlir.custom_call` builds for these arguments (row-major layouts of the operands' and the
+    results' `ranks`, no called computations), attribute for attribute: a test holds the two equal. Built here because
     JAX's builder makes each layout through two numpy conversions and a type lookup: ~45% of its
     cost, and it runs once per Triton call lowered."""
     if isinstance(backend_config, dict):  # as JAX's builder: an empty string, the dict beside it, api_version 1
         config_attr, api_version = ir.StringAttr.get(""), 1
     else:
         config_attr = ir.StringAttr.get(backend_config)
-    index = ir.IndexType.get()
+    index, (ranks_in, ranks_out) = ir.IndexType.get(), ranks
     attributes = {
         "call_target_name": ir.StringAttr.get(target),
         "has_side_effect": ir.BoolAttr.get(has_side_effect),
