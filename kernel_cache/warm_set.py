@@ -5,7 +5,7 @@ safe open of a value file and its read (~0.1 ms of a warm lowering's ~0.3 ms a k
 host). A warm set is one ordinary entry (kind "warm-set") holding every entry a process read or
 wrote through it, in the order it did: each one's key, metadata and blob sizes in the set's
 metadata, the blobs back to back in its one blob, so one checksum, one metadata parse and no
-per-member header cover them all. The next process whose first read is the same key reads the set
+per-member header cover them all. The next process whose first ask is the same key reads the set
 instead: one index query and one file, plus one query that keeps only the members the local index
 still holds (an entry pruned, deleted or evicted since is never served from a set). The set is as
 trusted as the local level's own entries (same directory, same checks); `cachectl verify` checks
@@ -18,6 +18,11 @@ keys it did not hold, or some of its members are gone: a warm process repeating 
 writes nothing. Members are this process's keys first, then the set's others still held, within
 MAX_MEMBERS and MAX_BYTES (and the store's entry size bound). This module knows nothing of Triton
 or JAX: what is noted is the caller's.
+
+A set also keeps the caller's signatures: a signature (a digest the caller computes before it knows
+an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches that a signature names
+one key; the set keeps only the pairs whose member it holds, and serves a member only while the
+local index holds it. A set is then filed under the first key or signature asked of it.
 """
 
 from __future__ import annotations
@@ -37,26 +42,35 @@ if TYPE_CHECKING:
     from .store import Store
 
 KIND = "warm-set"
-FORMAT = 1
+FORMAT = 2  # 2: the signatures of its members ("signed")
 MEMBERS_BLOB = "members"
 MAX_MEMBERS = 4096  # a model's Triton calls; more are served from the store, one by one
 MAX_BYTES = 64 << 20  # read whole at the first record read: past this, one by one is no slower
 
 
 def set_key(first_key: str) -> str:
-    """Where the warm set of the programs whose first read is `first_key` lives."""
+    """Where the warm set of the programs whose first ask (a key or a signature) is `first_key` lives."""
     return digest({"kind": KIND, "format": FORMAT, "first": first_key})
 
 
-def to_entry(first_key: str, members: list[Entry]) -> Entry:
+def to_entry(first_key: str, members: list[Entry], signed: dict[str, str] | None = None) -> Entry:
     """The set of `members`, in this order: each one's key, metadata and blob sizes in the set's
-    metadata, their blobs back to back in its one blob (checksummed with it, as one entry)."""
+    metadata, their blobs back to back in its one blob (checksummed with it, as one entry); and the
+    `signed` signature -> key pairs whose key is a member."""
     count = len(members)
-    listed = [[m.key, m.meta, [[name, len(data)] for name, data in sorted(m.blobs.items())]] for m in members]
+    blobs = [sorted(m.blobs.items()) for m in members]
+    listed = [[m.key, m.meta, [[name, len(data)] for name, data in own]] for m, own in zip(members, blobs)]
+    keys = {m.key for m in members}
+    pairs = sorted([sig, key] for sig, key in (signed or {}).items() if key in keys)
     meta = {META_KIND: KIND, "format": FORMAT, "first": first_key, META_NAME: f"{count} entr{'y' if count == 1 else 'ies'}",
-            "members": listed, META_CREATED: time.time()}
-    blob = b"".join(data for m in members for _, data in sorted(m.blobs.items()))
+            "members": listed, "signed": pairs, META_CREATED: time.time()}
+    blob = b"".join(data for own in blobs for _, data in own)
     return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: blob})
+
+
+def signed_of(entry: Entry) -> dict[str, str]:
+    """{signature: member key} of a well-formed set (`members_of` checks them)."""
+    return {sig: key for sig, key in entry.meta["signed"]}
 
 
 def members_of(entry: Entry) -> dict[str, Entry]:
@@ -89,8 +103,15 @@ def _shape_problem(entry: Entry) -> str | None:
         if why is not None:
             return why
         total += sum(size for _, size in member[2])
-    if len({member[0] for member in members}) != len(members):
+    keys = {member[0] for member in members}
+    if len(keys) != len(members):
         return "warm set naming one member twice"
+    signed = meta.get("signed")
+    if (not isinstance(signed, list) or len(signed) > MAX_MEMBERS
+            or not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and is_key(pair[0])
+                       and isinstance(pair[1], str) and pair[1] in keys for pair in signed)
+            or len({pair[0] for pair in signed}) != len(signed)):
+        return "warm set whose signatures are not [signature, member key], each signature once"
     if total != len(entry.blobs[MEMBERS_BLOB]):
         return "warm set members' sizes do not add up to its members blob"
     return None
@@ -128,7 +149,7 @@ def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class WarmSet:
-    """One session's warm set: what it loaded (at its first read) and what it read or wrote since.
+    """One session's warm set: what it loaded (at its first ask) and what it read or wrote since.
     Inactive where the store has no local level. Thread-safe."""
 
     def __init__(self, store: Store) -> None:
@@ -139,6 +160,8 @@ class WarmSet:
         self._first: str | None = None
         self._loaded = 0  # members the loaded set listed
         self._held: dict[str, Entry] = {}  # its members the local index still holds
+        self._signed: dict[str, str] = {}  # its signatures (signature -> member key)
+        self._signing: dict[str, str] = {}  # signatures told by this session (`sign`)
         self._served: set[str] = set()  # served from the set, or otherwise used unread: told at save
         self._noted: dict[str, Entry] = {}  # read or written here, in order
         self._noted_bytes = 0
@@ -155,6 +178,20 @@ class WarmSet:
             self._served.add(key)
             self.note(entry)
         return entry
+
+    def signed(self, signature: str) -> Entry | None:
+        """The member the set names for `signature` (the first call loads the set of `signature`),
+        while the local index holds it, noted as `get` notes it; or None."""
+        if self._first is None:
+            self._load(signature)
+        key = self._signed.get(signature)
+        return None if key is None else self.get(key)
+
+    def sign(self, signature: str, key: str) -> None:
+        """`signature` names the entry `key` (read or written here): kept with the set if it is a member."""
+        if self.active and self._signed.get(signature) != key and len(self._signing) < MAX_MEMBERS:
+            with self._lock:
+                self._signing[signature] = key
 
     def touch_later(self, keys: list[str]) -> None:
         """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
@@ -182,6 +219,7 @@ class WarmSet:
             held = self._store.held_locally(list(members))
             self._loaded = len(members)
             self._held = {key: data for key, data in members.items() if key in held}
+            self._signed = {sig: key for sig, key in signed_of(found).items() if key in held}
 
     def note(self, entry: Entry) -> None:
         """`entry` was read or written by this session: a member of the set it writes at exit."""
@@ -204,12 +242,13 @@ class WarmSet:
         members served from the set are told to the levels' LRU order (their own reads were not)."""
         with self._lock:
             first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
+            signed, signing = dict(self._signed), dict(self._signing)
             self._served.clear()
         if served:
             self._store.touch(sorted(served))
         if not self.active or first is None or not noted:
             return False
-        if all(key in held for key in noted) and len(held) == self._loaded:
+        if all(key in held for key in noted) and len(held) == self._loaded and signing.items() <= signed.items():
             return False
         members: list[Entry] = []
         total, bound = 0, self._bound()
@@ -218,9 +257,11 @@ class WarmSet:
                 break
             members.append(entry)
             total += entry.size + 1024
-        self._store.put_local(to_entry(first, members))
+        kept = to_entry(first, members, {**signed, **signing})
+        self._store.put_local(kept)
         with self._lock:  # what the set holds now: saving again writes nothing new
             self._loaded, self._held = len(members), {entry.key: entry for entry in members}
+            self._signed = signed_of(kept)
         return True
 
 

@@ -145,6 +145,11 @@ def test_verify_checks_each_member_as_the_kind_it_says_it_is(tmp_path):
     (lambda m: m["members"][0][2].append(m["members"][0][2][0]), "names once"),
     (lambda m: m["members"][0].__setitem__(0, "../x"), "[key, metadata, blob sizes]"),
     (lambda m: m["members"][0].__setitem__(1, ["not", "a", "dict"]), "[key, metadata, blob sizes]"),
+    (lambda m: m.pop("signed"), "signatures"),
+    (lambda m: m.update(signed=[["a" * 32, "b" * 32]]), "signatures"),  # names no member
+    (lambda m: m.update(signed=[["a" * 32, m["members"][0][0]]] * 2), "signatures"),  # one signature twice
+    (lambda m: m.update(signed=[["../x", m["members"][0][0]]]), "signatures"),
+    (lambda m: m.update(signed=[["a" * 32]]), "signatures"),
 ])
 def test_malformed_sets_say_why(tmp_path, edit, why):
     store = _store(Config(dir=tmp_path))
@@ -268,3 +273,28 @@ def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
     assert off.get(read[0].key) is None  # the set is there, and not read
     off.note(_stored(store, [_entry(7)])[0])
     assert not off.active and not off.save()
+
+
+def test_signatures_of_held_members_are_kept_and_served(tmp_path):
+    """A session whose first ask is a signature files its set under it; the next serves the member
+    the signature names (and, repeating, writes nothing); a pair naming no member is not kept, and
+    a member the index no longer holds is not served by its signature."""
+    sig, other = digest("a signature"), digest("another")
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(3)])
+    assert warm.signed(sig) is None  # the first ask: the set of `sig`, none yet
+    for entry in read:
+        warm.note(entry)
+    warm.sign(sig, read[1].key)
+    warm.sign(other, digest("never read"))
+    assert warm.save()
+    saved = store.get_local(warm_set.set_key(sig))
+    assert warm_set.signed_of(saved) == {sig: read[1].key}
+
+    store, warm = _session(tmp_path)
+    assert warm.signed(sig) == read[1] and warm.signed(other) is None
+    assert not warm.save()  # nothing new
+
+    store, warm = _session(tmp_path)
+    store.delete(read[1].key)
+    assert warm.signed(sig) is None

@@ -1,11 +1,12 @@
-"""How `cachectl show` presents a warm set (kernel_cache.warm_set): the program's first read, and
-its members in the order the program read them, each said to be still held beside it or not (a
-member the local index no longer holds is never served from the set)."""
+"""How `cachectl show` presents a warm set (kernel_cache.warm_set): the program's first ask, how
+many members a call's signature names, and its members in the order the program read them, each
+said to be still held beside it or not (a member the local index no longer holds is never served
+from the set)."""
 
 from __future__ import annotations
 
 from ..entry import Entry
-from ..warm_set import members_of
+from ..warm_set import members_of, signed_of
 from .inventory import EntryInfo
 from .render import human_size, human_time
 from .show_views import ShowArgs, say_unreadable
@@ -22,8 +23,9 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
         say_unreadable("warm set", exc)
         return
     held = sum(1 for key in members if key in args.cached)
-    print(f"warm set     of the programs whose first read is {entry.meta['first'][:12]}: {len(members)} "
-          f"members, {held} still held")
+    signed = signed_of(entry)
+    print(f"warm set     of the programs whose first ask is {entry.meta['first'][:12]}: {len(members)} "
+          f"members, {held} still held; {len(signed)} served by their call's signature")
     shown = list(members.items()) if args.verbose else list(members.items())[:_SHOWN]
     for key, member in shown:
         kind = str(member.meta.get("kind", "?"))

@@ -25,6 +25,7 @@ from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
 from kernel_cache.lazy import later
 
+from ..planning.aliasing import CallShape
 from ..planning.plan import CallInfo, KernelPlan, Launch
 from . import deflate
 from . import jaxlib_compat as compat
@@ -186,7 +187,7 @@ def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
     return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
 
 
-def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan, payload: bytes, *,
+def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
     """The stablehlo custom call launching `payload` for `plan`, its results in the user's order:
     the call's custom_call_target ("" = choose) forces one target. Its cost_estimate is carried as

@@ -15,9 +15,12 @@ put the pointer outputs first and the aliased ones last, and the lowering restor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_cache.value_class import FrozenValue
+
+if TYPE_CHECKING:
+    from ..frontend.bound_call import BoundCall
 
 
 def pointerless_aliases(kernel_name: str, param_names: Sequence[str], num_inputs: int, num_outputs: int,
@@ -80,3 +83,28 @@ class OutputOrder(FrozenValue):
     def position(self, output: int) -> int:
         """Where the user's output index sits among the call's results."""
         return self.order.index(output)
+
+
+class CallShape(NamedTuple):
+    """What the custom call's emission reads of a plan (`custom_call.emit`), known from the call and
+    its output avals alone: a call served by its signature (`call_key.signature`) is emitted from this."""
+
+    call: BoundCall
+    platform: str
+    fn: Any  # the kernel (a plain @triton.jit function: the only kind served by signature)
+    results: list[Any]
+    aliases: tuple[tuple[int, int], ...]
+    order: OutputOrder
+
+    @classmethod
+    def of(cls, platform: str, avals_out: Sequence[Any], call: BoundCall) -> "CallShape":
+        order, results, aliases = outputs(call, avals_out)
+        return cls(call, platform, call.kernel, results, aliases, order)
+
+
+def outputs(call: BoundCall, avals_out: Sequence[Any]) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...]]:
+    """(the results' order, the output avals in the kernel's order, (input, result position) aliases):
+    in jax-triton 0.4's in-place reading aliased outputs get no pointer and go last among the results."""
+    order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
+    results = [avals_out[o] for o in order.order]
+    return order, results, tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases)

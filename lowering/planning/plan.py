@@ -24,7 +24,7 @@ from kernel_cache import Config
 
 from ..frontend.bound_call import BoundCall
 from . import kernels
-from .aliasing import OutputOrder
+from .aliasing import OutputOrder, outputs
 from .configs import LaunchConfig, resolve
 from .target_arch import resolve_target
 
@@ -78,14 +78,10 @@ class KernelPlan:
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
            config: Config) -> "KernelPlan":
         """The plan of `call` lowered for `platform`, its operands and results of these avals."""
-        asked = (platform, call.compute_capability, config.target_arch)
-        target = _TARGETS.get(asked) or _resolved(asked, config)
+        target = target_of(platform, call.compute_capability, config)
         meta = dict(call.metaparams)
-        # jax-triton 0.4's in-place reading: aliased outputs get no pointer and go last among the results
-        order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
-        results = [avals_out[o] for o in order.order]
+        order, results, aliases = outputs(call, avals_out)
         pointed = results[:order.pointers]
-        aliases = tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases)
         inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
         resolved = resolve(call, inputs + pointed)
         named = resolved.named
@@ -117,6 +113,12 @@ class KernelPlan:
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
         return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+
+
+def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
+    """The target a call is lowered for: its own compute capability, else the configured arch."""
+    asked = (platform, compute_capability, config.target_arch)
+    return _TARGETS.get(asked) or _resolved(asked, config)
 
 
 # (platform, the call's compute capability, the configured arch) -> its target: parsed and checked
@@ -161,6 +163,11 @@ def _nbytes(aval: Any) -> int:
 
 
 _DTYPES: dict[Any, tuple[str, int]] = {}  # a dtype -> (its name, its item size): every operand asks
+
+
+def dtype_name(dtype: Any) -> str:
+    """numpy's name of a dtype (memoized: numpy computes it anew each time, ~7 us)."""
+    return _dtype(dtype)[0]
 
 
 def _dtype(dtype: Any) -> tuple[str, int]:

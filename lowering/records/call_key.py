@@ -18,12 +18,24 @@ What many calls share is encoded once and spliced in as text (JSON text is compo
 installation's part per target and the kernel function's own, for the process (`installation_text`,
 `function_text`), joined per function and target in the record store's session memo (`static_text`);
 Triton's environment with jaxlib's capabilities per JAX module (`module_text`).
+
+A call's signature (`signature`) names its record as exactly, from what the rule is given, unplanned:
+the plan is a pure function of the platform, the operands' and results' avals, the primitive's
+parameters, the target, the installation and the kernel, so their digest, where each has a value
+form (`value_form`), names one plan and so one key; the program's warm set keeps signature -> key
+from the run before (`call_records.find_signed`). Planning is most of a warm lowering; the signature
+costs a third of planning and keying. Only calls whose every input has a value form have one: the
+kernel a plain @triton.jit function (by Triton's fingerprint, its parameters' flags and its constexpr
+defaults, which the plan reads and a global can set), a grid and zeroed outputs given as values, no
+tuple parameters. A grid or a heuristic written as a function (what it returns depends on code and
+state no digest sees), an Autotuner and a Heuristics wrapper leave the call to its plan.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import xxhash
@@ -38,7 +50,8 @@ from kernel_cache.canonical import canonical, canonical_text, items_text, splice
 from kernel_cache.environ_watch import EnvironMemo
 
 from ..payload import jaxlib_compat as compat
-from ..planning.plan import KernelPlan
+from ..planning.plan import KernelPlan, target_of
+from . import value_form
 
 FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
 # A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
@@ -53,25 +66,48 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
                 sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound)]
                for c, launch in zip(plan.configs, plan.launches, strict=True)]
     try:
-        head = static_text(plan, static)
+        head = static_text(plan.fn, plan.target, plan.platform, static)
         rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
         return spliced_digest(head, rest, lowering_value, rest_head=module_text(module, plan.platform, config))
     except TypeError:
         return None
 
 
-def static_text(plan: KernelPlan, memo: StaticMemo) -> str:
-    """The key's text for what one kernel function on one target shares across its calls: the
-    installation's part (`installation_text`) and the function itself (Triton's environment and
-    jaxlib's capabilities are read per module: `module_text`). The function is kept with the text,
-    so the memo never answers for another function that reuses its id."""
-    fn = plan.fn
+SIGNATURE_FORMAT = 1
+
+
+def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
+              module: Any, config: Config, static: StaticMemo) -> str | None:
+    """The call's signature (see the module's docstring), or None where some input has no value form.
+    Its document starts otherwise than every key's, so the two never name one another."""
+    kernel = params.get("kernel")
+    if (not tc.is_jit_function(kernel) or callable(params.get("grid")) or callable(params.get("zeroed_outputs"))
+            or params.get("arg_tree") is not None):
+        return None
+    try:
+        target = target_of(platform, params.get("compute_capability"), config)
+        head = static_text(kernel, target, platform, static)
+        modules = module_text(module, platform, config)
+        own = value_form.call_form(avals_in, avals_out, tc.constexpr_defaults(kernel), params)
+    except TypeError:  # some input has no value form
+        return None
+    hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, "")).encode())
+    hasher.update(own)
+    return str(hasher.hexdigest())
+
+
+def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:
+    """The key's text for what one kernel function (`fn`, the @jit function under any wrappers) on
+    one target shares across its calls: the installation's part (`installation_text`) and the
+    function itself (Triton's environment and jaxlib's capabilities are read per module:
+    `module_text`). The function is kept with the text, so the memo never answers for another
+    function that reuses its id."""
     fingerprint = tc.kernel_fingerprint(fn)
-    memo_key = (id(fn), fingerprint, plan.target, plan.platform)
+    memo_key = (id(fn), fingerprint, target, platform)
     found = memo.get(memo_key)
     if found is None or found[0] is not fn:
         own = function_text(fn, fingerprint)
-        found = (fn, '{"list":[' + installation_text(plan.platform, plan.target) + "," + own + "]}")
+        found = (fn, '{"list":[' + installation_text(platform, target) + "," + own + "]}")
         if len(memo) < 4096:
             memo[memo_key] = found
     return found[1]

@@ -35,6 +35,7 @@ from compiler import triton_compat as tc
 from kernel_cache import Session, lookup_log
 from kernel_cache.value_class import FrozenValue
 
+from ..planning.aliasing import CallShape
 from ..planning.plan import KernelPlan
 from . import call_key, call_records
 
@@ -46,7 +47,7 @@ _MEMO = "lowering.records.call_memo"  # this module's session memo (`_Memo`)
 class Known(NamedTuple):
     """A call served before: what the rule emits, and what serving it counts."""
 
-    plan: KernelPlan
+    plan: KernelPlan | CallShape  # (a call served by its signature: what emitting it reads)
     payload: bytes
     kernels: int
     record_key: str

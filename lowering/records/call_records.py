@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store, call_entry, lookup_log
@@ -92,6 +92,57 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     return slot
 
 
+class Signed(NamedTuple):
+    """A call served by its signature (`call_sig`): its record's payload, and what serving it counts."""
+
+    payload: bytes
+    kernels: int
+    record_key: str
+    compile_seconds: float
+
+
+def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
+                session: Session, module: Any = None) -> tuple[str | None, Signed | None]:
+    """(the call's signature, or None where it has none; the record the program's warm set names
+    for it, served (one record hit) where it holds a payload of its own, or None: the call is then
+    planned and found by its key, and `sign` tells the set of the pair)."""
+    if platform != "cuda" or not session.config.call_records or winners.TUNING in session.memos:
+        return None, None
+    start = time.perf_counter()
+    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static)
+    if signature is None:
+        return None, None
+    entry = memos.warm_set(session.store).signed(signature)
+    if entry is None:
+        return signature, None
+    try:
+        record = call_entry.CallRecord.from_entry(entry)
+    except ValueError:
+        return signature, None
+    if record.payload is None or record.winner_key:
+        return signature, None  # a redirect, or a record whose winner may be stored since: its key decides
+    _count(session, memos, record, memos.warm_set(session.store).level, start)
+    return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
+
+
+def sign(slot: Slot, signature: str) -> None:
+    """`signature` names this call's record (just served by its key, or written): the warm set keeps
+    the pair for the next process. Only a plain record (one payload, no winner) is signed."""
+    if slot.key is not None and slot.payload is not None and not slot.winners_apply and slot.session.config.call_records:
+        slot.memos.warm_set(slot.session.store).sign(signature, slot.key)
+
+
+def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str, start: float) -> None:
+    """One record hit (its kernels are not read: only told to the LRU order), logged."""
+    store = session.store
+    store.stats.record_hit(level, record.key, record.compile_seconds)
+    _touch_kernels(memos.warm_set(store), memos.touched, record.config_keys)
+    if lookup_log.log.isEnabledFor(logging.INFO):
+        kernel, count = record.kernel, len(record.config_keys)
+        lookup_log.lookup(record.key, lambda: record_label(kernel, count), level, start)
+
+
 def _serve(slot: Slot) -> None:
     """Fill `slot` from its record, counted as one record hit."""
     assert slot.key is not None
@@ -108,13 +159,7 @@ def _serve(slot: Slot) -> None:
         record, level = found
     if record.payload is None:
         return  # its winner is gone: lowered autotuned below, which records that
-    store = slot.session.store
-    store.stats.record_hit(level, record.key, record.compile_seconds)  # one record hit: its kernels were not read
-    _touch_kernels(slot.memos.warm_set(store), slot.memos.touched, record.config_keys)
-    if lookup_log.log.isEnabledFor(logging.INFO):
-        kernel = slot.plan.fn.__name__
-        count = len(record.config_keys)
-        lookup_log.lookup(record.key, lambda: record_label(kernel, count), level, start)
+    _count(slot.session, slot.memos, record, level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
     slot.served = (record.key, record.compile_seconds)
 

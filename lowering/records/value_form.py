@@ -1,0 +1,79 @@
+"""The value form of a call's inputs: what its signature (`call_key.signature`) hashes.
+
+Each input becomes plain values and string-tagged tuples, hashed as marshal writes them (each value
+with its type code; version 0 writes no back-references, so equal values give equal bytes whatever
+their identity). An int, a bool, None, a str and bytes are themselves (marshal tells their types
+apart: 1, True, None, '1', b'1'); everything else is a tuple tagged by a string: a float by its hex
+("F"), a tuple, list or dict by its items ("T", "L", "D"), numpy's values by their type and bytes, a
+class by its qualified name, a typed scalar or descriptor by its fields, a @jit function passed as a
+constexpr by Triton's fingerprint (as the key has it), so a user's tuple never reads as a tagged value
+and the int 1, the float 1.0, True and "1" differ. Anything known by identity alone (a function, an
+object without a value) has no form: a TypeError, as the key's encoder raises for what it cannot key.
+"""
+
+from __future__ import annotations
+
+import marshal
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import numpy as np
+from jax import core
+
+from compiler import triton_compat as tc
+from kernel_cache.value_class import FrozenValue
+
+from ..planning.plan import dtype_name
+
+
+def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], defaults: Mapping[str, Any],
+              params: Mapping[str, Any]) -> bytes:
+    """The bytes a call's own inputs are hashed as (all but the kernel, which the caller names by
+    its fingerprint): its avals, its kernel's constexpr defaults and its parameters; TypeError where one has no form."""
+    return marshal.dumps((avals(avals_in), avals(avals_out), form(defaults),
+                          tuple([(name, form(value)) for name, value in params.items() if name != "kernel"])), 0)
+
+
+def avals(values: Sequence[Any]) -> tuple[Any, ...]:
+    """What planning reads of each aval: its shape and dtype (and its weak type, to be exact)."""
+    out = []
+    for aval in values:
+        if type(aval) is not core.ShapedArray:
+            raise TypeError(f"no value form for an aval of {type(aval).__name__}")
+        out.append((tuple(map(int, aval.shape)), dtype_name(aval.dtype), bool(aval.weak_type)))
+    return tuple(out)
+
+
+_PLAIN = frozenset({int, bool, type(None), str, bytes})
+
+
+def form(value: Any) -> Any:
+    """`value` as plain values and tagged tuples, equal (and marshalled alike) only for type-exactly
+    equal values (see the module's docstring); TypeError for anything known by identity alone."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is tuple:
+        return ("T", tuple([form(item) for item in value]))
+    if kind is list:
+        return ("L", tuple([form(item) for item in value]))
+    if kind is dict:
+        return ("D", tuple([(form(k), form(v)) for k, v in value.items()]))
+    if kind is float:
+        return ("F", value.hex() if math.isfinite(value) else repr(value))
+    if isinstance(value, np.generic):
+        return ("N", kind.__module__, kind.__qualname__, value.tobytes())
+    if isinstance(value, np.dtype):
+        return ("ND", value.str, dtype_name(value))
+    if isinstance(value, type):  # a dtype given as its scalar type (jnp.float32): by its qualified name
+        return ("C", value.__module__, value.__qualname__)
+    if isinstance(value, FrozenValue):  # a typed scalar, a descriptor: by their fields' values
+        return ("V", kind.__module__, kind.__qualname__, tuple([form(field) for field in value._values(value)]))
+    if tc.is_jit_function(value):  # a @jit function passed as a constexpr: as the key has it
+        return ("J", tc.kernel_fingerprint(value))
+    if kind.__name__ == "dtype" and hasattr(value, "name"):  # triton.language's
+        return ("TD", str(value))
+    if kind.__name__ == "constexpr" and hasattr(value, "value"):
+        return ("TC", form(cast(Any, value).value))
+    raise TypeError(f"no value form for {kind.__name__}")

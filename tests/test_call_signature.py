@@ -1,0 +1,198 @@
+"""A lowered call's signature (`call_key.signature`): a new process serves a call its program's warm set
+signed with no plan and no key, emitting the same custom call; the signature is deterministic across
+processes and changes with every input the plan reads, type-exactly (1, 1.0, True and numpy's int32
+differ), with the kernel, its constexpr defaults, the target and Triton's environment; calls whose
+grid, heuristics or tuner are functions have none; tuning bypasses it; a signed record the index no
+longer holds is planned and lowered again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_python
+from test_call_records import PROGRAMS, entries, lower, use_store  # noqa: F401  (fixture)
+
+import kernel_cache
+from compiler import Scalar
+from compiler import triton_compat as tc
+from kernel_cache import call_entry, warm_set
+from lowering import examples as ep
+from lowering.planning import plan
+from lowering.records import call_key, call_records, winners
+
+
+class _Captured(Exception):
+    pass
+
+
+def _call_of(fn, shapes) -> tuple:
+    """(platform, avals_in, avals_out, params) the rule is given for the program's one call,
+    captured before anything is read or compiled."""
+    seen = []
+    real = call_records.find_signed
+
+    def capture(platform, avals_in, avals_out, params, session, module=None):
+        seen.append((platform, list(avals_in), list(avals_out), dict(params)))
+        raise _Captured
+
+    call_records.find_signed = capture
+    jax.clear_caches()  # jit would hand back an earlier lowering of the same function
+    try:
+        with pytest.raises(_Captured):
+            jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+    finally:
+        call_records.find_signed = real
+    return seen[0]
+
+
+@pytest.fixture(scope="module")
+def add_call():
+    _, fn, shapes = PROGRAMS[0]
+    return _call_of(fn, shapes)
+
+
+def _sig(call, **changes) -> str | None:
+    platform, avals_in, avals_out, params = call
+    return call_key.signature(platform, changes.pop("avals_in", avals_in), changes.pop("avals_out", avals_out),
+                              {**params, **changes}, None, kernel_cache.current_config(), {})
+
+
+def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  # noqa: F811
+    """End to end in two sessions (a session is what a new process is): the plain call (add) is
+    served by its signature, unplanned; the others (a grid written as a function) are planned and
+    served by their keys; every custom call is the same, every record one record hit from disk."""
+    store = use_store(tmp_path / "cache")
+    first = [lower(fn, shapes) for _, fn, shapes in PROGRAMS]
+    warm_set.save_all()  # what exit does
+    (saved,) = entries(store, warm_set.KIND).values()
+    records = entries(store, call_entry.KIND)
+    (add_record,) = [key for key, e in records.items() if e.meta["name"] == "add_kernel"]
+    assert list(warm_set.signed_of(saved).values()) == [add_record]  # the one call with a signature
+
+    store = use_store(tmp_path / "cache")
+    planned = []
+    real_of = plan.KernelPlan.of.__func__
+
+    def counting_of(cls, platform, avals_in, avals_out, call, config):
+        planned.append(call.kernel)
+        return real_of(cls, platform, avals_in, avals_out, call, config)
+
+    plan.KernelPlan.of = classmethod(counting_of)  # type: ignore[method-assign,assignment]
+    try:
+        again = [lower(fn, shapes) for _, fn, shapes in PROGRAMS]
+    finally:
+        plan.KernelPlan.of = classmethod(real_of)  # type: ignore[method-assign,assignment]
+    assert again == first
+    assert len(planned) == len(PROGRAMS) - 1 and ep.add not in planned
+    assert store.stats.session()["record_hits"]["disk"] == len(PROGRAMS)
+    kernel_cache.configure()
+
+
+def test_a_signed_record_no_longer_held_is_planned_and_lowered_again(tmp_path, use_store):  # noqa: F811
+    store = use_store(tmp_path / "cache")
+    _, fn, shapes = PROGRAMS[0]
+    first = lower(fn, shapes)
+    warm_set.save_all()
+    (record,) = entries(store, call_entry.KIND)
+    store.delete(record)
+    store = use_store(tmp_path / "cache")
+    assert lower(fn, shapes) == first
+    assert store.stats.session()["record_hits"]["disk"] == 0  # planned, its kernel read: the record written anew
+    assert record in entries(store, call_entry.KIND)
+    kernel_cache.configure()
+
+
+def test_the_signature_is_the_same_in_another_process(add_call):
+    code = """
+        import functools, json, sys
+        import jax, jax.numpy as jnp
+        sys.path.insert(0, "tests")
+        import test_call_signature as t
+        from lowering import examples as ep
+        small = jax.ShapeDtypeStruct((4096,), jnp.float32)
+        call = t._call_of(functools.partial(ep.add_program, block=1024, compute_capability=90), (small, small))
+        print(json.dumps(t._sig(call)))
+    """
+    out = run_python(textwrap.dedent(code), {"KERNEL_CACHE_TARGET_ARCH": "sm_90"})
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == _sig(add_call) is not None
+
+
+def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypatch):
+    platform, avals_in, avals_out, params = add_call
+    (position, n), = params["scalars"]
+    (block,), = [v for k, v in params["metaparams"] if k == "BLOCK"],
+    (out_shape, out_dtype), = params["out_avals"]
+    base = _sig(add_call)
+    assert base is not None and _sig(add_call) == base
+    variants = {
+        "BLOCK 1024.0": _sig(add_call, metaparams=(("BLOCK", float(block)),)),
+        "BLOCK True": _sig(add_call, metaparams=(("BLOCK", True),)),
+        "BLOCK '1024'": _sig(add_call, metaparams=(("BLOCK", str(block)),)),
+        "BLOCK 512": _sig(add_call, metaparams=(("BLOCK", 512),)),
+        "n float": _sig(add_call, scalars=((position, float(n)),)),
+        "n int32": _sig(add_call, scalars=((position, np.int32(n)),)),
+        "n Scalar": _sig(add_call, scalars=((position, Scalar("i64", n)),)),
+        "n+16": _sig(add_call, scalars=((position, n + 16),)),
+        "grid list": _sig(add_call, grid=list(params["grid"])),
+        "grid+1": _sig(add_call, grid=(params["grid"][0] + 1,)),
+        "num_warps 4": _sig(add_call, num_warps=4),
+        "name": _sig(add_call, name="x"),
+        "debug": _sig(add_call, debug=True),
+        "metadata": _sig(add_call, serialized_metadata=b"x"),
+        "fp fusion": _sig(add_call, enable_fp_fusion=False),
+        "out dtype": _sig(add_call, out_avals=((out_shape, np.dtype(np.float16)),)),
+        "cc 80": _sig(add_call, compute_capability=80),
+        "operand shape": _sig(add_call, avals_in=[a.update(shape=(8192,)) for a in avals_in]),
+        "weak type": _sig(add_call, avals_in=[a.update(weak_type=True) for a in avals_in]),
+        "result dtype": _sig(add_call, avals_out=[a.update(dtype=jnp.float16) for a in avals_out]),
+        "kernel": _sig(add_call, kernel=ep.scaled_add),
+        "record key": call_key.call_key(plan.KernelPlan.of(platform, avals_in, avals_out, plan.BoundCall(**params),
+                                                           kernel_cache.current_config()),
+                                        None, None, kernel_cache.current_config(), {}),
+    }
+    real_defaults = tc.constexpr_defaults
+    monkeypatch.setattr(tc, "constexpr_defaults", lambda fn: {**real_defaults(fn), "BLOCK": 64})
+    variants["constexpr default"] = _sig(add_call)  # what a global the default names sets
+    monkeypatch.setattr(tc, "constexpr_defaults", real_defaults)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    variants["Triton env"] = _sig(add_call)
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+    assert _sig(add_call) == base
+    assert None not in variants.values(), [k for k, v in variants.items() if v is None]
+    assert len({base, *variants.values()}) == len(variants) + 1, variants
+
+
+def test_calls_whose_inputs_have_no_value_form_have_no_signature(add_call):
+    assert _sig(add_call, grid=lambda meta: (1,)) is None
+    assert _sig(add_call, zeroed_outputs=lambda meta: ()) is None
+    assert _sig(add_call, metaparams=(("BLOCK", object()),)) is None
+    assert _sig(add_call, arg_tree=jax.tree_util.tree_structure((1, 2))) is None
+    _, fn, shapes = PROGRAMS[2]  # the autotuned matmul
+    assert _sig(_call_of(fn, shapes)) is None
+    session = kernel_cache.current_session()
+    assert call_records.find_signed("rocm", *add_call[1:], session) == (None, None)  # ROCm payloads are not recorded
+
+
+def test_tuning_bypasses_signatures(add_call):
+    session = kernel_cache.current_session()
+    session.memos[winners.TUNING] = object()
+    try:
+        assert call_records.find_signed(*add_call, session) == (None, None)
+    finally:
+        del session.memos[winners.TUNING]
+
+
+def test_a_frozen_value_is_signed_by_its_fields(add_call):
+    @dataclasses.dataclass(frozen=True)
+    class Opaque:  # a frozen dataclass is not a FrozenValue: no form
+        x: int
+
+    assert _sig(add_call, metaparams=(("BLOCK", Opaque(1)),)) is None
+    assert _sig(add_call, scalars=((0, Scalar("i32", 1)),)) != _sig(add_call, scalars=((0, Scalar("i64", 1)),))
