@@ -6,6 +6,10 @@ redirects the reader to the record of that winner alone (`CallRecord.redirect`).
 is one record hit (its kernels are not read: they are only told to the levels' LRU order).
 `Slot.remember` writes the record of a call just lowered kernel by kernel.
 
+Before a call is planned, `find_signed` asks the program's warm set for the record its signature
+names (`call_key.signature`: what the rule is given, hashed, where every input has a value form); a
+call served by its key, or just recorded, is signed for the next process (`sign`).
+
 KERNEL_CACHE_CALL_RECORDS=0 keeps records out of the store: they live in this session only (a
 model's layers lowering the same call again). The key is the call's one key: the store's record and
 this session's copy use it alike. ROCm payloads name a temporary file: never recorded.
@@ -93,7 +97,7 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
 
 
 class Signed(NamedTuple):
-    """A call served by its signature (`call_sig`): its record's payload, and what serving it counts."""
+    """A call served by its signature (`call_key.signature`): its record's payload, and what serving it counts."""
 
     payload: bytes
     kernels: int
