@@ -46,7 +46,9 @@ MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
-_triton_env = EnvironMemo(tc.cache_invalidating_env)  # read again only where the C environment changed
+# Triton's cache-invalidating environment, read again only where the C environment changed (the content
+# keys' and the lowered calls' keys share it: `lowering.records.call_key` asks it per JAX module)
+triton_env = EnvironMemo(tc.cache_invalidating_env)
 _primed = False
 
 
@@ -249,7 +251,7 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
     process anyway); Triton's cache-invalidating environment variables are read again on every call
     where the C environment changed (`EnvironMemo`).
     """
-    return {**_installed_tools(target, memo_dir), "env": dict(_triton_env.get())}
+    return {**_installed_tools(target, memo_dir), "env": dict(triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:

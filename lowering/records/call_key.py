@@ -44,10 +44,9 @@ import compiler
 from compiler import Target
 from compiler import triton_compat as tc
 from compiler.spec import triton_value
-from compiler.toolchain import installed_tools
+from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
 from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest
-from kernel_cache.environ_watch import EnvironMemo
 
 from ..payload import jaxlib_compat as compat
 from ..planning.plan import KernelPlan, target_of
@@ -156,7 +155,7 @@ _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's ow
 def module_text(module: Any, platform: str, config: Config) -> str:
     """The text of Triton's cache-invalidating environment and jaxlib's capabilities, read and encoded
     once per JAX module lowered (a jit of hundreds of Triton calls reads them once; Triton's read,
-    a getenv per variable over the whole environment, only where the environment changed). Nothing runs between the
+    a getenv per variable, only where the C environment changed: `toolchain.triton_env`). Nothing runs between the
     lowering rules of one module that could change them, and the next module reads them again. Kept
     in the module's own `lowering_cache` dict, so it lives and dies with the module: neither a strong
     reference to the module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX
@@ -165,7 +164,7 @@ def module_text(module: Any, platform: str, config: Config) -> str:
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
-    env, capabilities = tuple(sorted(_triton_env.get().items())), compat.capabilities(platform, config)
+    env, capabilities = tuple(sorted(triton_env.get().items())), compat.capabilities(platform, config)
     values = (env, *capabilities, *map(type, capabilities))
     part = _module_texts.get(values)
     if part is None:
@@ -176,10 +175,6 @@ def module_text(module: Any, platform: str, config: Config) -> str:
         cache[memo_key] = part
     return part
 
-
-# Triton's cache-invalidating environment: Triton's C getenv of each variable (~8-50 us), again only
-# once the C environment changed (`EnvironMemo`: os.putenv and a native setenv are seen too)
-_triton_env = EnvironMemo(tc.cache_invalidating_env)
 
 # (Triton's environment, jaxlib's capabilities and their types) -> their text: what a module reads
 # changes rarely, its encoding is kept (a pure function of the values)
