@@ -199,8 +199,7 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     cost_estimate = call.cost_estimate
     avals_out = plan.results  # the kernel's order: pointer outputs first
     result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
-    layouts_in = [a.ndim for a in ctx.avals_in]
-    layouts_out = [a.ndim for a in avals_out]
+    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in avals_out])  # laid out row-major
     use_ffi = not autotuned and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
@@ -217,8 +216,8 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
-    op = _build_op(target, result_types, list(operands), backend_config, api_version, (layouts_in, layouts_out),
-                   dict(plan.aliases), has_side_effect)
+    op = _build_op(target, result_types, list(operands), backend_config, api_version, ranks, dict(plan.aliases),
+                   has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)

@@ -91,7 +91,6 @@ class CallShape(NamedTuple):
 
     call: BoundCall
     platform: str
-    fn: Any  # the kernel (a plain @triton.jit function: the only kind served by signature)
     results: list[Any]
     aliases: tuple[tuple[int, int], ...]
     order: OutputOrder
@@ -99,7 +98,12 @@ class CallShape(NamedTuple):
     @classmethod
     def of(cls, platform: str, avals_out: Sequence[Any], call: BoundCall) -> "CallShape":
         order, results, aliases = outputs(call, avals_out)
-        return cls(call, platform, call.kernel, results, aliases, order)
+        return cls(call, platform, results, aliases, order)
+
+    @property
+    def fn(self) -> Any:
+        """The kernel, as a plan names it (a plain @triton.jit function: the only kind served by signature)."""
+        return self.call.kernel
 
 
 def outputs(call: BoundCall, avals_out: Sequence[Any]) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...]]:

@@ -117,7 +117,8 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static)
     if signature is None:
         return None, None
-    entry = memos.warm_set(session.store).signed(signature)
+    warm = memos.warm_set(session.store)
+    entry = warm.signed(signature)
     if entry is None:
         return signature, None
     try:
@@ -126,7 +127,7 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
         return signature, None
     if record.payload is None or record.winner_key:
         return signature, None  # a redirect, or a record whose winner may be stored since: its key decides
-    _count(session, memos, record, memos.warm_set(session.store).level, start)
+    _count(session, memos, record, warm.level, start)
     return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
 
 
