@@ -1,9 +1,12 @@
 """A lowered call's signature (`call_key.signature`): a new process serves a call its program's warm set
-signed with no plan and no key, emitting the same custom call; the signature is deterministic across
-processes and changes with every input the plan reads, type-exactly (1, 1.0, True and numpy's int32
-differ), with the kernel, its constexpr defaults, the target and Triton's environment; calls whose
-grid, heuristics or tuner are functions have none; tuning bypasses it; a signed record the index no
-longer holds is planned and lowered again.
+signed with no plan and no key, emitting the same custom call (a plain call, one whose grid is a
+function, an autotuned one); the signature is deterministic across processes and changes with every
+input the plan reads, type-exactly (1, 1.0, True and numpy's int32 differ), with the kernel, its
+constexpr defaults, the target and Triton's environment, a grid function's values, an Autotuner's
+configs and keys and the GPU model its winners are looked up for; calls whose heuristics, prune
+hooks or pre_hooks are functions, or whose grid function raises, have none; tuning bypasses it; a
+signed record the index no longer holds, or an autotuned one whose winner was stored since, is
+planned and lowered again.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
 from conftest import run_python
 from test_call_records import PROGRAMS, entries, lower, use_store  # noqa: F401  (fixture)
+from test_winners import GPU, inplace, put_winner, record_for, site_of
 
 import kernel_cache
 from compiler import Scalar
@@ -65,16 +70,15 @@ def _sig(call, **changes) -> str | None:
 
 
 def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  # noqa: F811
-    """End to end in two sessions (a session is what a new process is): the plain call (add) is
-    served by its signature, unplanned; the others (a grid written as a function) are planned and
-    served by their keys; every custom call is the same, every record one record hit from disk."""
+    """End to end in two sessions (a session is what a new process is): the plain call (add), the
+    one whose grid is a function (scaled add) and the autotuned matmul are served by their
+    signatures, unplanned; every custom call is the same, every record one record hit from disk."""
     store = use_store(tmp_path / "cache")
     first = [lower(fn, shapes) for _, fn, shapes in PROGRAMS]
     warm_set.save_all()  # what exit does
     (saved,) = entries(store, warm_set.KIND).values()
     records = entries(store, call_entry.KIND)
-    (add_record,) = [key for key, e in records.items() if e.meta["name"] == "add_kernel"]
-    assert list(warm_set.signed_of(saved).values()) == [add_record]  # the one call with a signature
+    assert sorted(warm_set.signed_of(saved).values()) == sorted(records) and len(records) == len(PROGRAMS)
 
     store = use_store(tmp_path / "cache")
     planned = []
@@ -90,7 +94,7 @@ def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  
     finally:
         plan.KernelPlan.of = classmethod(real_of)  # type: ignore[method-assign,assignment]
     assert again == first
-    assert len(planned) == len(PROGRAMS) - 1 and ep.add not in planned
+    assert planned == []
     assert store.stats.session()["record_hits"]["disk"] == len(PROGRAMS)
     kernel_cache.configure()
 
@@ -170,12 +174,21 @@ def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypat
 
 
 def test_calls_whose_inputs_have_no_value_form_have_no_signature(add_call):
-    assert _sig(add_call, grid=lambda meta: (1,)) is None
-    assert _sig(add_call, zeroed_outputs=lambda meta: ()) is None
     assert _sig(add_call, metaparams=(("BLOCK", object()),)) is None
     assert _sig(add_call, arg_tree=jax.tree_util.tree_structure((1, 2))) is None
-    _, fn, shapes = PROGRAMS[2]  # the autotuned matmul
-    assert _sig(_call_of(fn, shapes)) is None
+    assert _sig(add_call, grid=lambda meta: (1 // 0,)) is None  # a grid function that raises: its plan reports it
+    assert _sig(add_call, grid=lambda meta: meta["NO_SUCH"]) is None
+    assert _sig(add_call, kernel=object()) is None
+    configs = [triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 512})]
+    no_form = {
+        "heuristics": triton.heuristics({"EXTRA": lambda args: 1})(ep.add),
+        "autotune(heuristics)": triton.autotune(configs, key=["n"])(triton.heuristics({"EXTRA": lambda a: 1})(ep.add)),
+        "early prune": triton.autotune(configs, key=["n"], prune_configs_by={"early_config_prune": lambda c, a: c})(ep.add),
+        "perf model": triton.autotune(configs, key=["n"], prune_configs_by={"perf_model": lambda **k: 1.0,
+                                                                            "top_k": 1})(ep.add),
+        "pre_hook": triton.autotune([triton.Config({"BLOCK": 256}, pre_hook=lambda nargs: None)], key=["n"])(ep.add),
+    }
+    assert {name: _sig(add_call, kernel=kernel) for name, kernel in no_form.items()} == dict.fromkeys(no_form)
     session = kernel_cache.current_session()
     assert call_records.find_signed("rocm", *add_call[1:], session) == (None, None)  # ROCm payloads are not recorded
 
@@ -196,3 +209,76 @@ def test_a_frozen_value_is_signed_by_its_fields(add_call):
 
     assert _sig(add_call, metaparams=(("BLOCK", Opaque(1)),)) is None
     assert _sig(add_call, scalars=((0, Scalar("i32", 1)),)) != _sig(add_call, scalars=((0, Scalar("i64", 1)),))
+
+
+def test_a_grid_function_is_signed_by_what_it_evaluates_to(add_call):
+    """Its values per config stand in for the function: two closures returning the same grid sign alike
+    (a closure is new at every trace), another grid or the same grid given as a value does not."""
+    (position, n), = add_call[3]["scalars"]
+    grid = add_call[3]["grid"]
+    same = [_sig(add_call, grid=lambda meta: (n // meta["BLOCK"],)), _sig(add_call, grid=lambda meta: grid)]
+    assert same[0] is not None and same[0] == same[1]
+    others = [_sig(add_call, grid=lambda meta: (n // meta["BLOCK"] + 1,)),
+              _sig(add_call, grid=lambda meta: (n // meta["BLOCK"], 2)),
+              _sig(add_call, grid=lambda meta: (meta["n"] // meta["BLOCK"],),
+                   scalars=((position, n + 1024),)),  # a scalar the function reads: another grid
+              _sig(add_call)]  # the grid as a value
+    assert None not in others and len({same[0], *others}) == len(others) + 1
+    zeroed = [_sig(add_call, zeroed_outputs=lambda meta: ()), _sig(add_call, zeroed_outputs=lambda meta: (0,))]
+    assert None not in zeroed and len({*zeroed, same[0], *others}) == len(others) + 3
+
+
+def test_an_autotuned_call_is_signed_by_its_configs_keys_and_gpu_model(add_call):
+    def tuner(configs=((256, 2), (512, 4)), key=("n",), **config):
+        return triton.autotune([triton.Config({"BLOCK": block}, num_warps=warps, **config) for block, warps in configs],
+                               key=list(key))(ep.add)
+
+    call = _call_of(lambda x, y: ep.jt.triton_call(x, y, x.size, kernel=tuner(), out_shape=x,
+                                                   grid=lambda m: (x.size // m["BLOCK"],), compute_capability=90),
+                    add_call[1])
+    base = _sig(call)
+    assert base is not None and _sig(call, kernel=tuner()) == base  # another Autotuner object of equal value
+    variants = {
+        "a config's warps": _sig(call, kernel=tuner(configs=((256, 2), (512, 8)))),
+        "a config's constexpr": _sig(call, kernel=tuner(configs=((256, 2), (1024, 4)))),
+        "configs' order": _sig(call, kernel=tuner(configs=((512, 4), (256, 2)))),
+        "one config fewer": _sig(call, kernel=tuner(configs=((256, 2),))),
+        "stages": _sig(call, kernel=tuner(num_stages=2)),
+        "registers": _sig(call, kernel=tuner(maxnreg=128)),
+        "tuner keys": _sig(call, kernel=tuner(key=())),
+        "the plain kernel": _sig(call, kernel=ep.add, metaparams=(("BLOCK", 256),)),
+    }
+    config = kernel_cache.current_config()
+    for model in ("GPU A", "GPU B"):
+        variants[model] = call_key.signature(*call, None, config.with_(gpu_model=model), {})
+    variants["GPU A, winners off"] = call_key.signature(*call, None, config.with_(gpu_model="GPU A", winners=False), {})
+    assert variants["GPU A, winners off"] == base  # no GPU model on this host: winners off signs alike
+    del variants["GPU A, winners off"]
+    assert None not in variants.values(), [k for k, v in variants.items() if v is None]
+    assert len({base, *variants.values()}) == len(variants) + 1, variants
+
+
+def test_a_winner_stored_after_its_call_was_signed_narrows_the_next_process(tmp_path, use_store):  # noqa: F811
+    """A signed autotuned record is served while no winner is stored; once `cachectl tune` stores one,
+    the next process plans the call and lowers the winner alone, as its key would."""
+    from test_winners import lower_call
+
+    use_store(tmp_path / "cache", gpu_model=GPU)
+    autotuned = lower_call()[0]
+    assert "autotuned" in autotuned
+    warm_set.save_all()
+    store = use_store(tmp_path / "cache", gpu_model=GPU)
+    assert lower_call()[0] == autotuned
+    assert store.stats.session()["record_hits"]["disk"] == 1  # served by its signature
+    put_winner(store, record_for(site_of(inplace), winner=1))
+    warm_set.save_all()
+    store = use_store(tmp_path / "cache", gpu_model=GPU)
+    session = kernel_cache.current_session()
+    signature, signed = call_records.find_signed(*_call_of(inplace, (VEC_IN, VEC_IN)), session)
+    assert signature is not None and signed is None  # the winner decides: planned
+    narrowed = lower_call()[0]
+    assert "autotuned" not in narrowed and narrowed["kernel_call"]["grid"] == (8, 1, 1)  # BLOCK 512 alone
+    kernel_cache.configure()
+
+
+VEC_IN = jax.ShapeDtypeStruct((4096,), jnp.float32)

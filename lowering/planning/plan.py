@@ -25,7 +25,7 @@ from kernel_cache import Config
 from ..frontend.bound_call import BoundCall
 from . import kernels
 from .aliasing import OutputOrder, outputs
-from .configs import LaunchConfig, resolve
+from .configs import LaunchConfig, Resolved, resolve
 from .target_arch import resolve_target
 
 
@@ -80,10 +80,8 @@ class KernelPlan:
         """The plan of `call` lowered for `platform`, its operands and results of these avals."""
         target = target_of(platform, call.compute_capability, config)
         meta = dict(call.metaparams)
-        order, results, aliases = outputs(call, avals_out)
+        order, results, aliases, inputs, resolved = _resolved_call(avals_in, avals_out, call)
         pointed = results[:order.pointers]
-        inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
-        resolved = resolve(call, inputs + pointed)
         named = resolved.named
         args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
                                       call.arg_tree)
@@ -113,6 +111,23 @@ class KernelPlan:
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
         return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+
+
+def launches_of(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall
+                ) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
+    """(per config, its grid and the outputs it zeroes) as the call's plan resolves them: what a grid
+    or zeroed_outputs written as a function evaluates to (a call's signature holds these values in
+    place of the functions). Raises whatever the user's functions raise."""
+    resolved = _resolved_call(avals_in, avals_out, call)[4]
+    return resolved.grids, resolved.zeroed
+
+
+def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall
+                   ) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]:
+    """(output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)."""
+    order, results, aliases = outputs(call, avals_out)
+    inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
+    return order, results, aliases, inputs, resolve(call, inputs + results[:order.pointers])
 
 
 def target_of(platform: str, compute_capability: Any, config: Config) -> Target:

@@ -25,10 +25,12 @@ parameters, the target, the installation and the kernel, so their digest, where 
 form (`value_form`), names one plan and so one key; the program's warm set keeps signature -> key
 from the run before (`call_records.find_signed`). Planning is most of a warm lowering; the signature
 costs a third of planning and keying. Only calls whose every input has a value form have one: the
-kernel a plain @triton.jit function (by Triton's fingerprint, its parameters' flags and its constexpr
-defaults, which the plan reads and a global can set), a grid and zeroed outputs given as values, no
-tuple parameters. A grid or a heuristic written as a function (what it returns depends on code and
-state no digest sees), an Autotuner and a Heuristics wrapper leave the call to its plan.
+@triton.jit function by Triton's fingerprint, its parameters' flags and its constexpr defaults (which
+the plan reads and a global can set); an Autotuner around it by its keys, its configs' every field and
+the GPU model its winners are looked up for; a grid and zeroed outputs written as functions by what
+they evaluate to per config (all the plan keeps of them); no tuple parameters. A heuristic, a prune
+hook or perf model and a pre_hook (functions whose effect only the plan evaluates) leave the call to
+its plan.
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
 from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest
 
+from ..frontend.bound_call import BoundCall
 from ..payload import jaxlib_compat as compat
-from ..planning.plan import KernelPlan, target_of
+from ..planning.plan import KernelPlan, launches_of, target_of
 from . import value_form
+from .winners import gpu_model
 
 FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
 # A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
@@ -72,27 +76,49 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
         return None
 
 
-SIGNATURE_FORMAT = 1
+SIGNATURE_FORMAT = 2  # 2: grids and zeroed outputs written as functions by their values; Autotuners by their configs
 
 
 def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
               module: Any, config: Config, static: StaticMemo) -> str | None:
     """The call's signature (see the module's docstring), or None where some input has no value form.
     Its document starts otherwise than every key's, so the two never name one another."""
-    kernel = params.get("kernel")
-    if (not tc.is_jit_function(kernel) or callable(params.get("grid")) or callable(params.get("zeroed_outputs"))
-            or params.get("arg_tree") is not None):
+    if params.get("arg_tree") is not None:
+        return None
+    try:
+        wrappers, fn = tc.unwrapped(params.get("kernel"))
+    except TypeError:  # not a kernel: its plan says so
+        return None
+    evaluated = _evaluated(avals_in, avals_out, params)
+    if evaluated is None:
         return None
     try:
         target = target_of(platform, params.get("compute_capability"), config)
-        head = static_text(kernel, target, platform, static)
+        head = static_text(fn, target, platform, static)
         modules = module_text(module, platform, config)
-        own = value_form.call_form(avals_in, avals_out, tc.constexpr_defaults(kernel), params)
+        device = gpu_model(platform, config) if wrappers and config.winners else None  # as `call_records.find` keys it
+        own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluated)
     except TypeError:  # some input has no value form
         return None
     hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, "")).encode())
     hasher.update(own)
     return str(hasher.hexdigest())
+
+
+def _evaluated(avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any]
+               ) -> dict[str, Any] | None:
+    """A grid and zeroed outputs written as functions, by what they evaluate to per config (all the
+    plan keeps of them, in its launches): {parameter: its values}; {} where both are values; None
+    where a function raised (the call is planned, and its plan reports the error)."""
+    grid, zeroed = params.get("grid"), params.get("zeroed_outputs")
+    if not (callable(grid) or callable(zeroed)):
+        return {}
+    try:
+        grids, zeroes = launches_of(avals_in, avals_out, BoundCall(**params))
+    except Exception:  # the user's function, or parameters planning refuses: its plan says which
+        return None
+    return {name: values for name, value, values in (("grid", grid, grids), ("zeroed_outputs", zeroed, zeroes))
+            if callable(value)}
 
 
 def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:

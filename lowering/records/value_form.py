@@ -9,6 +9,8 @@ class by its qualified name, a typed scalar or descriptor by its fields, a @jit 
 constexpr by Triton's fingerprint (as the key has it), so a user's tuple never reads as a tagged value
 and the int 1, the float 1.0, True and "1" differ. Anything known by identity alone (a function, an
 object without a value) has no form: a TypeError, as the key's encoder raises for what it cannot key.
+A kernel's Autotuner is by its keys and its configs' fields (`kernel_form`); a grid function by the
+values its caller evaluated.
 """
 
 from __future__ import annotations
@@ -27,12 +29,37 @@ from kernel_cache.value_class import FrozenValue
 from ..planning.plan import dtype_name
 
 
-def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], defaults: Mapping[str, Any],
-              params: Mapping[str, Any]) -> bytes:
-    """The bytes a call's own inputs are hashed as (all but the kernel, which the caller names by
-    its fingerprint): its avals, its kernel's constexpr defaults and its parameters; TypeError where one has no form."""
-    return marshal.dumps((avals(avals_in), avals(avals_out), form(defaults),
-                          tuple([(name, form(value)) for name, value in params.items() if name != "kernel"])), 0)
+def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
+              params: Mapping[str, Any], evaluated: Mapping[str, Any]) -> bytes:
+    """The bytes a call's own inputs are hashed as: its avals, what the plan reads of its kernel beyond
+    its @jit function's fingerprint (`kernel_form`) and its parameters but the kernel, those given as
+    functions by what they `evaluated` to (tagged "E": never a value's form); TypeError where one has no form."""
+    return marshal.dumps((avals(avals_in), avals(avals_out), kernel_form(fn, wrappers, device),
+                          tuple([(name, form(value) if name not in evaluated else ("E", form(evaluated[name])))
+                                 for name, value in params.items() if name != "kernel"])), 0)
+
+
+def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
+    """What a plan reads of a kernel besides its @jit function's (`fn`) fingerprint: its constexpr
+    defaults (a global can set them), each Autotuner around it by its keys and its configs' every
+    field, and the GPU model its winners are looked up for (`device`). TypeError for a Heuristics
+    wrapper, a prune hook or perf model (functions), or a config field without a form (a pre_hook)."""
+    tuners = []
+    for wrapper in wrappers:
+        hooks = tc.prune_hooks(wrapper) if tc.is_autotuner(wrapper) else None
+        if hooks is None or hooks.early_config_prune is not None or hooks.perf_model is not None:
+            raise TypeError("no value form for a Heuristics wrapper or an Autotuner's prune hooks")
+        tuners.append((tuple(tc.autotune_keys(wrapper)),
+                       tuple([form(_fields(config)) for config in tc.autotune_configs(wrapper)])))
+    return form(tc.constexpr_defaults(fn)), tuple(tuners), device
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    """A triton.Config's every field (kwargs, warps, stages, CTAs, registers, its pre_hook...)."""
+    fields = getattr(config, "__dict__", None)
+    if type(fields) is not dict:
+        raise TypeError(f"no value form for a config of {type(config).__name__}")
+    return fields
 
 
 def avals(values: Sequence[Any]) -> tuple[Any, ...]:
