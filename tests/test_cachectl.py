@@ -594,7 +594,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     # filed under the call's signature, the first thing the lowering asked of it (the add call has one)
     assert rows["warm-set"]["warm"]["members"] == 1 and rows["warm-set"]["warm"]["first"] != rows["lowered-call"]["key"]
     shown_set = ok("--dir", directory, "show", rows["warm-set"]["key"]).stdout
-    assert "1 members, 1 still held; 1 served by their call's signature" in shown_set
+    assert "1 member, 1 still held; 1 served by their call's signature" in shown_set
     assert ok("--dir", directory, "verify").stdout.strip() == "checked 3 entries: 0 bad"
     shown = ok("--dir", directory, "show", rows["lowered-call"]["key"]).stdout
     assert "lowered call add_kernel" in shown and f"kernels      1: {built['key'][:12]}\n" in shown

@@ -24,8 +24,9 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
         return
     held = sum(1 for key in members if key in args.cached)
     signed = signed_of(entry)
-    print(f"warm set     of the programs whose first ask is {entry.meta['first'][:12]}: {len(members)} "
-          f"members, {held} still held; {len(signed)} served by their call's signature")
+    count = len(members)
+    print(f"warm set     of the programs whose first ask is {entry.meta['first'][:12]}: {count} "
+          f"member{'' if count == 1 else 's'}, {held} still held; {len(signed)} served by their call's signature")
     shown = list(members.items()) if args.verbose else list(members.items())[:_SHOWN]
     for key, member in shown:
         kind = str(member.meta.get("kind", "?"))
