@@ -67,6 +67,17 @@ class CallRecord(FrozenValue):
         """Where the record of this call lowered as its persisted winner `chosen` alone lives."""
         return winner_record_key(self.key, chosen)
 
+    def serves(self, chosen: str | None) -> bool:
+        """Whether this record's payload is what its call lowers to, given the winner stored now under
+        its winner key (`chosen`, as in `redirect`): a record without a winner key always; an
+        autotuned one while it does not redirect; a winner's own record (one config) while that
+        config is still the winner."""
+        if not self.winner_key:
+            return True
+        if self.autotuned:
+            return self.redirect(chosen) is None
+        return chosen is not None and chosen == self.config_keys[0]
+
     def redirect(self, chosen: str | None) -> str | None:
         """The key of the record a reader goes to instead of this one, given the winner stored now
         under this record's winner key (`chosen`: that config's content key, None: no winner): the

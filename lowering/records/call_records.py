@@ -49,7 +49,7 @@ class Slot:
     payload: bytes | None = None
     kernels: int = 0
     served: tuple[str, float] | None = None  # (the record's key, its kernels' compile seconds) when one served
-    own: bool = False  # the payload is the record's under `key` itself (not its persisted winner's alone)
+    signable: str | None = None  # the key of the record whose payload this call lowers to (its own, or its winner's)
 
     def remember(self, payload: bytes, fetched: Sequence[tuple[Artifact, str]], family: Sequence[str],
                  winner_key: str | None, chosen: bool) -> None:
@@ -62,9 +62,10 @@ class Slot:
         seconds = sum(art.compile_seconds for art, _ in fetched)
         if not chosen:
             self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
-            self.own = True
+            self.signable = self.key
             return
-        self._put(call_entry.winner_record_key(self.key, keys[0]), keys, seconds, payload, winner_key or "")
+        self.signable = call_entry.winner_record_key(self.key, keys[0])
+        self._put(self.signable, keys, seconds, payload, winner_key or "")
         if _read(self, self.key) is None:  # the call's own record points readers at its winner
             self._put(self.key, tuple(family), 0.0, None, winner_key or "")
 
@@ -127,18 +128,18 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
         record = call_entry.CallRecord.from_entry(entry)
     except ValueError:
         return signature, None
-    if record.payload is None or (record.winner_key and record.redirect(winners.stored_winner(session, record.winner_key))):
-        return signature, None  # a redirect, or an autotuned call whose winner was stored since: its key decides
+    if record.payload is None or (record.winner_key and not record.serves(winners.stored_winner(session, record.winner_key))):
+        return signature, None  # a pointer, or the winner stored now is another: its key decides
     _count(session, memos, record, warm.level, start)
     return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
 
 
 def sign(slot: Slot, signature: str) -> None:
     """`signature` names this call's record (just served by its key, or written): the warm set keeps
-    the pair for the next process. Only a record holding its own payload is signed (not a call narrowed
-    to its persisted winner: `find_signed` leaves those to their keys)."""
-    if slot.key is not None and slot.payload is not None and slot.own and slot.session.config.call_records:
-        slot.memos.warm_set(slot.session.store).sign(signature, slot.key)
+    the pair for the next process: the record whose payload it lowered to (the call's own, or its
+    persisted winner's own record, which `find_signed` serves while that winner is still stored)."""
+    if slot.signable is not None and slot.payload is not None and slot.session.config.call_records:
+        slot.memos.warm_set(slot.session.store).sign(signature, slot.signable)
 
 
 def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str, start: float) -> None:
@@ -170,7 +171,7 @@ def _serve(slot: Slot) -> None:
     _count(slot.session, slot.memos, record, level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
     slot.served = (record.key, record.compile_seconds)
-    slot.own = redirect is None
+    slot.signable = record.key
 
 
 def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
