@@ -258,38 +258,38 @@ def test_an_autotuned_call_is_signed_by_its_configs_keys_and_gpu_model(add_call)
 
 
 def test_a_winner_stored_after_its_call_was_signed_narrows_the_next_process(tmp_path, use_store):  # noqa: F811
-    """A signed autotuned record is served while no winner is stored; once `cachectl tune` stores one,
-    the next process plans the call and lowers the winner alone, as its key would, and signs the
-    winner's own record, which the process after serves unplanned; once the winner is removed, the
-    call is planned and autotuned again."""
+    """A signed autotuned record is served while no winner is stored. Once `cachectl tune` stores one,
+    the next process lowers the winner alone, as its key would, and signs the winner's own record,
+    which the processes after serve unplanned; once the winner is removed, the call is autotuned
+    again; stored again, the signature leads straight to the winner's record."""
     from test_winners import lower_call
 
-    def session(expect_signed: bool | None):
-        store = use_store(tmp_path / "cache", gpu_model=GPU)
+    def new_process(served_by_signature: bool) -> None:
+        warm_set.save_all()  # what exit does
+        use_store(tmp_path / "cache", gpu_model=GPU)
         signature, signed = call_records.find_signed(*_call_of(inplace, (VEC_IN, VEC_IN)), kernel_cache.current_session())
-        assert signature is not None and (signed is not None) == expect_signed
-        use_store(tmp_path / "cache", gpu_model=GPU)  # that look-up was outside the session's lowering
-        return store
+        assert signature is not None and (signed is not None) == served_by_signature
+        use_store(tmp_path / "cache", gpu_model=GPU)  # that look-up was outside the process's lowering
 
     use_store(tmp_path / "cache", gpu_model=GPU)
     autotuned = lower_call()[0]
     assert "autotuned" in autotuned
-    warm_set.save_all()
-    session(expect_signed=True)
+    new_process(served_by_signature=True)
     assert lower_call()[0] == autotuned
     site = site_of(inplace)
-    put_winner(kernel_cache.default_store(), record_for(site, winner=1))
-    warm_set.save_all()
-    session(expect_signed=False)  # the winner decides: planned
+    winner = record_for(site, winner=1)
+    put_winner(kernel_cache.default_store(), winner)
+    new_process(served_by_signature=False)  # the winner's own record is not written yet: planned
     narrowed = lower_call()[0]
     assert "autotuned" not in narrowed and narrowed["kernel_call"]["grid"] == (8, 1, 1)  # BLOCK 512 alone
-    warm_set.save_all()
-    session(expect_signed=True)  # the winner's own record, signed
+    new_process(served_by_signature=True)  # the winner's own record, signed
     assert lower_call()[0] == narrowed
     kernel_cache.default_store().delete(site.key)  # the winner removed (`cachectl prune`)
-    warm_set.save_all()
-    session(expect_signed=False)
+    new_process(served_by_signature=False)
     assert lower_call()[0] == autotuned
+    put_winner(kernel_cache.default_store(), winner)  # tuned again: the signed autotuned record leads to it
+    new_process(served_by_signature=True)
+    assert lower_call()[0] == narrowed
     kernel_cache.configure()
 
 

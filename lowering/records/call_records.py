@@ -66,7 +66,7 @@ class Slot:
             return
         self.signable = call_entry.winner_record_key(self.key, keys[0])
         self._put(self.signable, keys, seconds, payload, winner_key or "")
-        if _read(self, self.key) is None:  # the call's own record points readers at its winner
+        if _read(self.session, self.memos, self.key) is None:  # the call's own record points readers at its winner
             self._put(self.key, tuple(family), 0.0, None, winner_key or "")
 
     def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
@@ -124,13 +124,18 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     entry = warm.signed(signature)
     if entry is None:
         return signature, None
-    try:
-        record = call_entry.CallRecord.from_entry(entry)
-    except ValueError:
-        return signature, None
-    if record.payload is None or (record.winner_key and not record.serves(winners.stored_winner(session, record.winner_key))):
-        return signature, None  # a pointer, or the winner stored now is another: its key decides
-    _count(session, memos, record, warm.level, start)
+    record, level = _decoded(memos, entry), warm.level
+    if record is not None and record.winner_key:
+        chosen = winners.stored_winner(session, record.winner_key)
+        if not record.serves(chosen):  # a winner stored (or removed) since: the record its key leads to
+            redirect = record.redirect(chosen)
+            found = _read(session, memos, redirect) if redirect is not None else None
+            record, level = found if found is not None and found[0].serves(chosen) else (None, level)
+            if record is not None:
+                warm.sign(signature, record.key)
+    if record is None or record.payload is None:
+        return signature, None  # a pointer, or a record its key must decide: planned and found by its key
+    _count(session, memos, record, level, start)
     return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
 
 
@@ -156,13 +161,13 @@ def _serve(slot: Slot) -> None:
     """Fill `slot` from its record, counted as one record hit."""
     assert slot.key is not None
     start = time.perf_counter()
-    found = _read(slot, slot.key)
+    found = _read(slot.session, slot.memos, slot.key)
     if found is None:
         return
     record, level = found
     redirect = record.redirect(winners.stored_winner(slot.session, record.winner_key)) if record.winner_key else None
     if redirect is not None:
-        found = _read(slot, redirect)
+        found = _read(slot.session, slot.memos, redirect)
         if found is None:
             return  # lowered below as the winner alone, which records it
         record, level = found
@@ -187,30 +192,38 @@ def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> Non
         warm.touch_later(new)
 
 
-def _read(slot: Slot, key: str) -> tuple[call_entry.CallRecord, str] | None:
-    if not slot.session.config.call_records:
-        kept = slot.memos.records.get(key)
+def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallRecord, str] | None:
+    """The record under `key` and the level it came from: the program's warm set first, then the store."""
+    if not session.config.call_records:
+        kept = memos.records.get(key)
         return None if kept is None else (kept, "memory")
-    warm = slot.memos.warm_set(slot.session.store)
+    warm = memos.warm_set(session.store)
     entry = warm.get(key)  # the program's warm set first: noted there
     if entry is not None:
         level = warm.level
     else:
-        found = slot.session.store.get(key)
+        found = session.store.get(key)
         if found is None:
             return None
         entry, level = found
         warm.note(entry)
-    decoded = slot.memos.decoded.get(key)
-    if decoded is not None and decoded[0] is entry:  # the memory level's own entry, checked before
-        return decoded[1], level
+    record = _decoded(memos, entry)
+    return None if record is None else (record, level)
+
+
+def _decoded(memos: "_Memos", entry: Entry) -> call_entry.CallRecord | None:
+    """`entry` as a record, checked once per entry read (the memory level and the warm set answer
+    with the same entry again); None for another kind or a malformed record (lowered and recorded again)."""
+    decoded = memos.decoded.get(entry.key)
+    if decoded is not None and decoded[0] is entry:
+        return decoded[1]
     try:
         record = call_entry.CallRecord.from_entry(entry)
     except ValueError:
-        return None  # another kind under this key (or a malformed record): lowered and recorded again
-    if len(slot.memos.decoded) < 4096:
-        slot.memos.decoded[key] = (entry, record)
-    return record, level
+        return None
+    if len(memos.decoded) < 4096:
+        memos.decoded[entry.key] = (entry, record)
+    return record
 
 
 @dataclass
