@@ -19,6 +19,8 @@ from test_cachectl import cachectl
 from test_gpu_lowering import GPU_CHILD_ENV
 from test_lowering import subprocess_path
 
+import kernel_cache
+from kernel_cache import call_entry
 from lowering.payload import jaxlib_compat as compat
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
@@ -100,6 +102,20 @@ def test_tune_times_every_config_and_stores_one_winner_per_site(tuned, cuda_devi
     winners = {e["key"]: e["winner"] for e in listed if e["kind"] == "autotune-winner"}
     assert set(winners) == {s["key"] for s in sites.values()}
     assert {w["device"] for w in winners.values()} == {cuda_device.device_kind}
+
+
+def test_tune_records_each_call_narrowed_to_its_winner(tuned):
+    """After tuning, each program is lowered once as a run would: the winner's own lowered-call
+    record is stored (one config, filed for its site), so a fresh process reads it whole."""
+    directory, doc = tuned
+    store = kernel_cache.configure(kernel_cache.Config(dir=directory))
+    try:
+        records = [call_entry.CallRecord.from_entry(found[0]) for key in list(store.disk.keys())
+                   if (found := store.get(key)) is not None and found[0].meta.get("kind") == call_entry.KIND]
+    finally:
+        kernel_cache.configure()
+    narrowed = {r.winner_key for r in records if r.winner_key and len(r.config_keys) == 1 and r.payload is not None}
+    assert narrowed == {s["key"] for s in doc["sites"]}, records
 
 
 def test_a_fresh_process_lowers_the_winners_as_plain_ffi_calls(tuned, runs):

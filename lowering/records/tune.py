@@ -16,6 +16,7 @@ compile or run is recorded with its error and never wins.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from kernel_cache import winner_entry
 from kernel_cache.errors import KernelCacheError
 
 from . import winners
+
+log = logging.getLogger(__name__)
 
 
 class TuneError(KernelCacheError, RuntimeError):
@@ -97,8 +100,21 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
                     best[site.key] = result.record.best.key
             results.append(result)
             report("done", result)
+    for program in programs:
+        _record(program)
     store.stats.flush()
     return results
+
+
+def _record(program: Program) -> None:
+    """Lower `program` once as a run would, its winners applying: each call narrowed to its winner is
+    recorded (the winner's own lowered-call record, signed in this process's warm set), so the next
+    process reads it instead of building its payload. Nothing compiles: tuning stored every kernel.
+    Only a cost saved is lost where this fails (the next run records the calls itself)."""
+    try:
+        _lower(program)
+    except Exception as exc:  # it lowered while tuning: a failure now is logged, the winners stay stored
+        log.warning("kernel-cache: %s: recording the tuned calls failed: %s: %s", program.label, type(exc).__name__, exc)
 
 
 def discover(program: Program, session: kernel_cache.Session) -> list[winners.Site]:
