@@ -124,17 +124,15 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     entry = warm.signed(signature)
     if entry is None:
         return signature, None
-    record, level = _decoded(memos, entry), warm.level
-    if record is not None and record.winner_key:
-        chosen = winners.stored_winner(session, record.winner_key)
-        if not record.serves(chosen):  # a winner stored (or removed) since: the record its key leads to
-            redirect = record.redirect(chosen)
-            found = _read(session, memos, redirect) if redirect is not None else None
-            record, level = found if found is not None and found[0].serves(chosen) else (None, level)
-            if record is not None:
-                warm.sign(signature, record.key)
-    if record is None or record.payload is None:
-        return signature, None  # a pointer, or a record its key must decide: planned and found by its key
+    record = _decoded(memos, entry)
+    found = None if record is None else _winner_applied(session, memos, record, warm.level)
+    if found is None:
+        return signature, None  # a record its key must decide: planned and found by its key
+    record, level = found
+    if record.payload is None:
+        return signature, None  # a pointer: likewise
+    if record.key != entry.key:  # a winner stored since: its own record, signed for the next process
+        warm.sign(signature, record.key)
     _count(session, memos, record, level, start)
     return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
 
@@ -164,19 +162,31 @@ def _serve(slot: Slot) -> None:
     found = _read(slot.session, slot.memos, slot.key)
     if found is None:
         return
+    found = _winner_applied(slot.session, slot.memos, *found)
+    if found is None:
+        return  # lowered below as the winner alone, which records it
     record, level = found
-    redirect = record.redirect(winners.stored_winner(slot.session, record.winner_key)) if record.winner_key else None
-    if redirect is not None:
-        found = _read(slot.session, slot.memos, redirect)
-        if found is None:
-            return  # lowered below as the winner alone, which records it
-        record, level = found
     if record.payload is None:
         return  # its winner is gone: lowered autotuned below, which records that
     _count(slot.session, slot.memos, record, level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
     slot.served = (record.key, record.compile_seconds)
     slot.signable = record.key
+
+
+def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str
+                    ) -> tuple[call_entry.CallRecord, str] | None:
+    """The record a reader of `record` (read from `level`) is served, given the winner stored now
+    under its winner key: `record` itself where it serves, else the winner's own record, read; None
+    where that record is not stored (the call is lowered as the winner alone, which records it)."""
+    if not record.winner_key:
+        return record, level
+    chosen = winners.stored_winner(session, record.winner_key)
+    if record.serves(chosen):
+        return record, level
+    redirect = record.redirect(chosen)
+    found = _read(session, memos, redirect) if redirect is not None else None
+    return found if found is not None and found[0].serves(chosen) else None
 
 
 def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
