@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import run_python
 from test_cachectl import cachectl
+from test_call_records import entries
 from test_gpu_lowering import GPU_CHILD_ENV
 from test_lowering import subprocess_path
 
@@ -110,8 +111,7 @@ def test_tune_records_each_call_narrowed_to_its_winner(tuned):
     directory, doc = tuned
     store = kernel_cache.configure(kernel_cache.Config(dir=directory))
     try:
-        records = [call_entry.CallRecord.from_entry(found[0]) for key in list(store.disk.keys())
-                   if (found := store.get(key)) is not None and found[0].meta.get("kind") == call_entry.KIND]
+        records = [call_entry.CallRecord.from_entry(e) for e in entries(store, call_entry.KIND).values()]
     finally:
         kernel_cache.configure()
     narrowed = {r.winner_key for r in records if r.winner_key and len(r.config_keys) == 1 and r.payload is not None}
