@@ -20,8 +20,8 @@ from kernel_cache.canonical import canonical as core_canonical
 from kernel_cache.canonical import digest
 from kernel_cache.canonical import text as _text
 
+from . import inputs
 from . import triton_compat as tc
-from .portable import portable
 from .spec import KernelSpec
 from .spec import triton_value as triton_value  # the floor's extension of the canonical encoding
 from .toolchain import toolchain_fingerprint
@@ -36,18 +36,7 @@ def canonical(value: Any) -> Any:
 
 def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the key covers, in canonical form (useful for debugging a surprising miss)."""
-    parsed = tc.parse_options(spec.target, spec.triton_options())
-    return {
-        **_own_parts(spec),
-        "options": _options_part(parsed),
-        "target": spec.target.to_json(),
-        "toolchain": portable(toolchain if toolchain is not None else toolchain_fingerprint(spec.target)),
-    }
-
-
-def _options_part(parsed: Any) -> Any:
-    """Triton's parsed options, canonical, with every file they name by path standing for its content."""
-    return canonical(portable(tc.options_to_json(parsed)))
+    return {**_own_parts(spec), **inputs.compile_inputs(spec.target, spec.triton_options(), toolchain)}
 
 
 def _own_parts(spec: KernelSpec) -> dict[str, Any]:
@@ -101,14 +90,14 @@ def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys:
     fingerprint as it is now (Triton's environment included). Without `keys`, nothing is remembered."""
     tools = toolchain if toolchain is not None else toolchain_fingerprint(spec.target)
     if keys is None:
-        return digest(key_document(spec, tools))
+        return digest(key_document(spec, toolchain))
     try:
         slot = (spec, _text(tools))
         key = keys.get(slot)
     except TypeError:  # a value the canonical encoding does not know: the document says which, or keys it
-        return digest(key_document(spec, tools))
+        return digest(key_document(spec, toolchain))
     if key is None:
-        key = digest(key_document(spec, tools))
+        key = digest(key_document(spec, toolchain))
         if len(keys) < _KEYS_LIMIT:
             keys[slot] = key
     return key

@@ -158,8 +158,7 @@ class KernelSpec(FrozenValue):
         return hash(self.canonical_text)
 
     def triton_options(self) -> dict[str, Any]:
-        return {"num_warps": self.num_warps, "num_stages": self.num_stages, "num_ctas": self.num_ctas,
-                **self.options}
+        return compile_options(self.num_warps, self.num_stages, self.num_ctas, self.options)
 
     def describe(self) -> str:
         """The short form kernel-cache's log lines use: kernel, arch, launch config, constexprs and
@@ -241,6 +240,12 @@ def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int
         if isinstance(spec_attr, str):
             attrs[where] = spec_attr  # parsed with the others, in one call (`make_spec`)
     return tuple(types)
+
+
+def compile_options(num_warps: int, num_stages: int, num_ctas: int, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options Triton's compile is given for a kernel launched so (`options`: the backend's, over
+    our defaults): a spec's, and what a lowered call's key says of each config (`compiler.inputs`)."""
+    return {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas, **DEFAULT_OPTIONS, **options}
 
 
 def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | None = None, *,

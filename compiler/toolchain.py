@@ -50,6 +50,7 @@ _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
 # keys' and the lowered calls' keys share it: `lowering.records.call_key` asks it per JAX module)
 triton_env = EnvironMemo(tc.cache_invalidating_env)
 _primed = False
+generation = 0  # advanced whenever the installed tools are to be read anew (`clear_process_memo`)
 
 
 def default_memo_dir() -> Path | None:
@@ -285,6 +286,10 @@ def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
 
 
 def clear_process_memo() -> None:
+    """Read the installed tools anew (a test's simulated upgrade): memos derived from them elsewhere
+    compare `generation`, which this advances."""
+    global generation
     with _lock:
+        generation += 1
         _process_memo.clear()
         _per_target.clear()

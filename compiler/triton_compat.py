@@ -14,11 +14,13 @@ configuration, so they stay out of the session (see `kernel_cache.session`).
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
 import os
 import sysconfig
+import textwrap
 import types
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -26,6 +28,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import triton
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
+
+try:  # Triton 3.5+: @jit functions and constexpr functions share a base
+    from triton.runtime.jit import JITCallable as _JIT_CALLABLE
+except ImportError:  # pragma: no cover - older Triton
+    _JIT_CALLABLE = JITFunction  # type: ignore[misc, assignment, unused-ignore]
+
+from kernel_cache.environ_watch import EnvironMemo
 
 from .front_end_turns import FRONT_END
 
@@ -108,10 +117,147 @@ def heuristic_values(heuristics: Any) -> dict[str, Callable[[dict[str, Any]], An
     return dict(heuristics.values)
 
 
-def kernel_fingerprint(fn: JITFunction) -> str:
-    """Triton's own cache key for a kernel: its source, the @jit functions it calls and the globals
-    it reads. Computed once per JITFunction by Triton and memoized there."""
+def triton_cache_key(fn: JITFunction) -> str:
+    """Triton's own cache key for a kernel: its source, the @jit functions it calls and the constexpr
+    globals it names. Computed once per JITFunction by Triton and memoized there. Blind to values
+    read through a module attribute and to plain globals (`compiler.fingerprint` adds them)."""
     return str(fn.cache_key)
+
+
+# A read of a value the kernel's code depends on: (where it is read, the namespace or module, the path).
+Reader = tuple[str, Any, tuple[str, ...]]
+# id(JITFunction) -> (the function, its readers): a function's source is fixed at decoration.
+_readers: dict[int, tuple[Any, tuple[Reader, ...]]] = {}
+_MAX_FUNCTIONS = 8192
+_MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
+_PLAIN = (int, float, str, bool, bytes, type(None))
+
+
+def kernel_fingerprint(fn: Any) -> str:
+    """The kernel's fingerprint: Triton's cache key (source, called @jit functions, constexpr globals
+    by name) extended by the current values of the reads it is blind to. Two reads change the code
+    without changing Triton's key: a value read through a module attribute (`helpers.FACTOR`) and a
+    plain global (allowed under `TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1`). Each kernel's body, and each
+    @jit function it calls, is read once for them (`_readers_of`); every fingerprint reads their
+    values again, so a module edited between processes or a global set at run time is a new kernel.
+    A value is keyed by its `repr` where that is a value (numbers, strings, dtypes, tuples of them),
+    else by its type's name (a repr naming an address would make every process's key new)."""
+    own = triton_cache_key(fn)
+    readers = _readers_of(fn)
+    if not readers:
+        return own
+    values = [(where, ".".join(path), value_text(_read(namespace, path))) for where, namespace, path in readers]
+    return hashlib.sha256((own + repr(values)).encode()).hexdigest()
+
+
+def _read(namespace: Any, path: tuple[str, ...]) -> Any:
+    value = namespace.get(path[0]) if isinstance(namespace, dict) else getattr(namespace, path[0], None)
+    for name in path[1:]:
+        value = getattr(value, name, None)
+    return value
+
+
+def value_text(value: Any) -> str:
+    """A value as its key sees it: `repr` for values (a constexpr by its value), else its type's name."""
+    if is_constexpr_value(value):
+        value = value.value
+    if _is_value(value):
+        return repr(value)
+    kind = type(value)
+    return f"<{kind.__module__}.{kind.__qualname__}>"
+
+
+def _is_value(value: Any) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, tuple):
+        return all(_is_value(item) for item in value)
+    return type(value).__module__.startswith("triton.language")  # a dtype and its kin: repr is its name
+
+
+def _readers_of(fn: Any) -> tuple[Reader, ...]:
+    found = _readers.get(id(fn))
+    if found is None or found[0] is not fn:
+        collected: list[Reader] = []
+        _collect(fn, collected, set())
+        found = (fn, tuple(collected))
+        if len(_readers) < _MAX_FUNCTIONS:
+            _readers[id(fn)] = found
+    return found[1]
+
+
+def _collect(fn: Any, out: list[Reader], seen: set[int]) -> None:
+    """The reads Triton's key misses in `fn`'s body and in the @jit functions it calls."""
+    if id(fn) in seen or len(out) >= _MAX_READERS:
+        return
+    seen.add(id(fn))
+    try:
+        source, globals_, nonlocals = jit_source(fn)
+        tree = ast.parse(textwrap.dedent(source))
+    except (AttributeError, OSError, SyntaxError, TypeError, ValueError):
+        return  # nothing to read: Triton's key alone
+    local = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    local |= {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+              for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs)}
+    where = getattr(fn, "__name__", "?")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
+            scope = nonlocals if node.id in nonlocals else globals_ if node.id in globals_ else None
+            if scope is not None:
+                _consider(where, scope, (node.id,), _read(scope, (node.id,)), out, seen, named=True)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            path = _attribute_path(node)
+            if path is None or path[0] in local:
+                continue
+            scope = nonlocals if path[0] in nonlocals else globals_ if path[0] in globals_ else None
+            root = None if scope is None else _read(scope, path[:1])
+            if isinstance(root, types.ModuleType) and not root.__name__.startswith("triton"):
+                _consider(where, root, path[1:], _read(root, path[1:]), out, seen, named=False)
+
+
+def _attribute_path(node: ast.Attribute) -> tuple[str, ...] | None:
+    """`a.b.c` as ("a", "b", "c"); None where the chain does not start at a name."""
+    names: list[str] = []
+    current: ast.expr = node
+    while isinstance(current, ast.Attribute):
+        names.append(current.attr)
+        current = current.value
+    if not isinstance(current, ast.Name):
+        return None
+    return (current.id, *reversed(names))
+
+
+def _consider(where: str, namespace: Any, path: tuple[str, ...], value: Any, out: list[Reader], seen: set[int],
+              named: bool) -> None:
+    """Follow a @jit callee; keep a read of a value Triton's key does not cover."""
+    if is_jit_callable(value):
+        _collect(value, out, seen)
+        return
+    if is_constexpr_value(value):
+        if named:
+            return  # a constexpr global by name: in Triton's own key
+    elif value is None or isinstance(value, (types.ModuleType, type)) or callable(value):
+        return
+    if len(out) < _MAX_READERS and not any(n is namespace and p == path for _, n, p in out):
+        out.append(("global" if named else "attribute", namespace, path))
+
+
+def is_jit_callable(obj: Any) -> bool:
+    """A @jit function or anything Triton hashes by its own key when a kernel calls it."""
+    return isinstance(obj, _JIT_CALLABLE)
+
+
+def is_constexpr_value(obj: Any) -> bool:
+    """A `tl.constexpr(...)` instance (what Triton's key covers when a kernel names it as a global)."""
+    from triton.language.core import constexpr
+
+    return isinstance(obj, constexpr)
+
+
+def jit_source(fn: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(a @jit callable's source, its globals, its closure's nonlocals): what its body can name."""
+    python_fn = fn.fn
+    return str(fn.src), python_fn.__globals__, dict(inspect.getclosurevars(python_fn).nonlocals)
 
 
 def backend_class(backend_name: str) -> Any:
@@ -334,19 +480,28 @@ def ptxas_candidates(target: Target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
-# A pure function of its key (target and options) under the installed Triton: module-level on purpose.
+# A pure function of its key (target, options and the environment Triton's parse reads: libdevice's
+# path, ptxas options, fp-fusion default...) under the installed Triton: module-level on purpose, and
+# emptied when the C environment changed (`environment_now`).
 _PARSED: dict[tuple[Any, ...], Any] = {}
+_parsed_under: list[object] = []  # the environment `_PARSED` was filled under
+environment_now = EnvironMemo(object)  # a new object whenever the C environment may have changed
 
 
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
-    """Triton's backend-specific options object from a plain dict (pure Python, no driver).
-    Memoized per process for hashable options (the object is a frozen dataclass; a model's
-    kernels share a handful of option sets, and parsing costs ~0.3 ms)."""
+    """Triton's backend-specific options object from a plain dict (pure Python, no driver), as
+    Triton's compile parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`,
+    `PTXAS_OPTIONS`, ...). Memoized for hashable options while the environment is unchanged (the
+    object is a frozen dataclass; a model's kernels share a handful of option sets)."""
     try:
         ident = (target, tuple(sorted(options.items())))
         hash(ident)
     except TypeError:  # an unhashable option value: parse every time
         return make_backend(target).parse_options(dict(options))
+    now = environment_now.get()
+    if _parsed_under[:1] != [now]:
+        _PARSED.clear()
+        _parsed_under[:] = [now]
     parsed = _PARSED.get(ident)
     if parsed is None:
         parsed = make_backend(target).parse_options(dict(options))

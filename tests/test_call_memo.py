@@ -21,6 +21,7 @@ from test_call_records import PROGRAMS, forget, lower, use_store  # noqa: F401  
 import kernel_cache
 import lowering as jt
 from compiler import examples as kernels
+from lowering.frontend.frozen_items import FrozenItems
 from lowering.planning import plan
 from lowering.records import call_memo
 
@@ -35,8 +36,9 @@ def key(**params):
 @pytest.mark.parametrize("a, b", [(1, 1.0), (1, True), (1.0, np.float32(1.0)), (0.0, -0.0), (2, np.int64(2)),
                                   (np.float32(1.0), np.float64(1.0)), ((1, 2), [1, 2]), ("1", 1)])
 def test_values_that_python_calls_equal_are_different_calls(a, b):
-    assert key(metaparams=(("SCALE", a),)) != key(metaparams=(("SCALE", b),))
-    assert key(metaparams=(("SCALE", a),)) == key(metaparams=(("SCALE", copy.deepcopy(a)),))  # a value, not an object
+    assert key(metaparams=FrozenItems([("SCALE", a)])) != key(metaparams=FrozenItems([("SCALE", b)]))
+    copied = FrozenItems([("SCALE", copy.deepcopy(a))])
+    assert key(metaparams=FrozenItems([("SCALE", a)])) == key(metaparams=copied)  # a value, not an object
 
 
 def test_objects_are_keyed_by_identity_and_kept_alive():

@@ -29,6 +29,7 @@ from compiler import Scalar
 from compiler import triton_compat as tc
 from kernel_cache import call_entry, warm_set
 from lowering import examples as ep
+from lowering.frontend.frozen_items import FrozenItems
 from lowering.planning import plan
 from lowering.records import call_key, call_records, winners
 
@@ -43,7 +44,7 @@ def _call_of(fn, shapes) -> tuple:
     seen = []
     real = call_records.find_signed
 
-    def capture(platform, avals_in, avals_out, params, session, module=None):
+    def capture(platform, avals_in, avals_out, params, session, module=None, evaluation=None):
         seen.append((platform, list(avals_in), list(avals_out), dict(params)))
         raise _Captured
 
@@ -131,15 +132,15 @@ def test_the_signature_is_the_same_in_another_process(add_call):
 def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypatch):
     platform, avals_in, avals_out, params = add_call
     (position, n), = params["scalars"]
-    (block,), = [v for k, v in params["metaparams"] if k == "BLOCK"],
+    block = params["metaparams"]["BLOCK"]
     (out_shape, out_dtype), = params["out_avals"]
     base = _sig(add_call)
     assert base is not None and _sig(add_call) == base
     variants = {
-        "BLOCK 1024.0": _sig(add_call, metaparams=(("BLOCK", float(block)),)),
-        "BLOCK True": _sig(add_call, metaparams=(("BLOCK", True),)),
-        "BLOCK '1024'": _sig(add_call, metaparams=(("BLOCK", str(block)),)),
-        "BLOCK 512": _sig(add_call, metaparams=(("BLOCK", 512),)),
+        "BLOCK 1024.0": _sig(add_call, metaparams=FrozenItems([("BLOCK", float(block))])),
+        "BLOCK True": _sig(add_call, metaparams=FrozenItems([("BLOCK", True)])),
+        "BLOCK '1024'": _sig(add_call, metaparams=FrozenItems([("BLOCK", str(block))])),
+        "BLOCK 512": _sig(add_call, metaparams=FrozenItems([("BLOCK", 512)])),
         "n float": _sig(add_call, scalars=((position, float(n)),)),
         "n int32": _sig(add_call, scalars=((position, np.int32(n)),)),
         "n Scalar": _sig(add_call, scalars=((position, Scalar("i64", n)),)),
@@ -174,7 +175,7 @@ def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypat
 
 
 def test_calls_whose_inputs_have_no_value_form_have_no_signature(add_call):
-    assert _sig(add_call, metaparams=(("BLOCK", object()),)) is None
+    assert _sig(add_call, metaparams=FrozenItems([("BLOCK", object())])) is None
     assert _sig(add_call, arg_tree=jax.tree_util.tree_structure((1, 2))) is None
     assert _sig(add_call, grid=lambda meta: (1 // 0,)) is None  # a grid function that raises: its plan reports it
     assert _sig(add_call, grid=lambda meta: meta["NO_SUCH"]) is None
@@ -207,7 +208,7 @@ def test_a_frozen_value_is_signed_by_its_fields(add_call):
     class Opaque:  # a frozen dataclass is not a FrozenValue: no form
         x: int
 
-    assert _sig(add_call, metaparams=(("BLOCK", Opaque(1)),)) is None
+    assert _sig(add_call, metaparams=FrozenItems([("BLOCK", Opaque(1))])) is None
     assert _sig(add_call, scalars=((0, Scalar("i32", 1)),)) != _sig(add_call, scalars=((0, Scalar("i64", 1)),))
 
 
@@ -246,7 +247,7 @@ def test_an_autotuned_call_is_signed_by_its_configs_keys_and_gpu_model(add_call)
         "stages": _sig(call, kernel=tuner(num_stages=2)),
         "registers": _sig(call, kernel=tuner(maxnreg=128)),
         "tuner keys": _sig(call, kernel=tuner(key=())),
-        "the plain kernel": _sig(call, kernel=ep.add, metaparams=(("BLOCK", 256),)),
+        "the plain kernel": _sig(call, kernel=ep.add, metaparams=FrozenItems([("BLOCK", 256)])),
     }
     config = kernel_cache.current_config()
     for model in ("GPU A", "GPU B"):

@@ -174,3 +174,29 @@ def test_every_public_name_of_jax_triton_0_3_and_0_4():
     theirs = {n for n, p in inspect.signature(jax_triton.triton_call).parameters.items() if p.kind == p.KEYWORD_ONLY}
     assert theirs <= ours, theirs - ours
     assert {n for n in dir(jax_triton) if not n.startswith("_") and n != "triton_lib" and n != "version"} <= set(dir(jt))
+
+
+def test_mapping_parameters_read_as_jax_triton_0_4_keeps_them():
+    """metaparams, backend_options, input_output_aliases and cost_estimate are read-only mappings in
+    the jaxpr (`"BLOCK" in eqn.params["metaparams"]`), equal and hashed alike across traces, so JAX's
+    caches see the same call; they refuse assignment."""
+    from collections.abc import Mapping
+
+    def program(x, y):
+        return _add(x, y, backend_options={"num_warps": 8, "maxnreg": 128}, input_output_aliases={0: 0},
+                    cost_estimate={"flops": 4096})
+
+    (eqn,), (again,) = (jax.make_jaxpr(program)(jnp.ones(4096), jnp.ones(4096)).eqns for _ in range(2))
+    params = eqn.params
+    for name in ("metaparams", "backend_options", "input_output_aliases", "cost_estimate"):
+        assert isinstance(params[name], Mapping), name
+        assert params[name] == again.params[name] and hash(params[name]) == hash(again.params[name])
+    assert "BLOCK" in params["metaparams"] and params["metaparams"]["BLOCK"] == 256
+    assert dict(params["backend_options"]) == {"maxnreg": 128}  # the launch parameters are parameters of their own
+    assert dict(params["input_output_aliases"]) == {0: 0} and dict(params["cost_estimate"]) == {"flops": 4096}
+    assert params["metaparams"] != jax.make_jaxpr(lambda x, y: _add(x, y, BLOCK=512))(
+        jnp.ones(4096), jnp.ones(4096)).eqns[0].params["metaparams"]
+    with pytest.raises((AttributeError, TypeError)):
+        params["metaparams"]["BLOCK"] = 1  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        params["metaparams"]._items = ()

@@ -21,6 +21,7 @@ from jax import tree_util
 
 from .. import tensor_descriptor
 from ..frontend.api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
+from ..frontend.frozen_items import FrozenItems
 from ..planning import aliasing
 from ..tensor_descriptor import TensorDescriptor
 from . import primitive_client
@@ -54,11 +55,12 @@ def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, 
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in out_shapes),
         grid=grid_param(params["grid"]), name=params["name"], **launch,
         compute_capability=params["compute_capability"], enable_fp_fusion=enable_fp_fusion,
-        backend_options=tuple(sorted(options.items())),
-        input_output_aliases=aliasing.array_indices(sorted(aliases.items()), [p for p, _ in scalar_args], len(flat)),
+        backend_options=FrozenItems(sorted(options.items())),
+        input_output_aliases=FrozenItems(aliasing.array_indices(sorted(aliases.items()), [p for p, _ in scalar_args],
+                                                                len(flat))),
         zeroed_outputs=zeroed_param(params["zeroed_outputs"]), debug=debug,
         serialized_metadata=bytes(params["serialized_metadata"] or b""),
-        metaparams=tuple(sorted(metaparams.items())), has_side_effect=bool(params["has_side_effect"]),
+        metaparams=FrozenItems(sorted(metaparams.items())), has_side_effect=bool(params["has_side_effect"]),
         custom_call_target="", pointerless_aliases=True,
         cost_estimate=cost_estimate_param(params["cost_estimate"]),
         arg_tree=tree if any(isinstance(p, (tuple, TensorDescriptor)) for p in inputs) else None)

@@ -28,6 +28,7 @@ import compiler
 from .. import jax_compat
 from ..compile_ahead import ahead
 from ..frontend.api import grid_param, zeroed_param
+from ..frontend.frozen_items import FrozenItems
 from ..payload import jaxlib_compat as compat
 from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
 
@@ -113,10 +114,11 @@ def translate(client: PrimitiveClient, params: dict[str, Any]) -> dict[str, Any]
         grid=grid_param(known["grid"]), name=known["name"], num_warps=known["num_warps"],
         num_stages=known["num_stages"], num_ctas=known["num_ctas"] if known["num_ctas"] is not None else 1,
         compute_capability=known["compute_capability"], enable_fp_fusion=known["enable_fp_fusion"],
-        backend_options=(), input_output_aliases=tuple(sorted((int(i), int(o)) for i, o in known["input_output_aliases"])),
+        backend_options=FrozenItems(), input_output_aliases=FrozenItems(sorted((int(i), int(o))
+                                                                              for i, o in known["input_output_aliases"])),
         zeroed_outputs=zeroed_param(known["zeroed_outputs"]), debug=bool(known["debug"]),
         serialized_metadata=bytes(known["serialized_metadata"] or b""),
-        metaparams=tuple(sorted(metaparams.items())), has_side_effect=False,
+        metaparams=FrozenItems(sorted(metaparams.items())), has_side_effect=False,
         # Their default is the legacy target; ours picks the CUDA-graph-capturable one for plain calls.
         custom_call_target=_TARGETS[target])
 

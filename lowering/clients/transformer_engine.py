@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..frontend.api import grid_param
+from ..frontend.frozen_items import FrozenItems
 from ..planning.configs import kernel_name, set_by_wrappers
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
@@ -82,6 +83,7 @@ def _translate(ctx: Any, kernel_fn: Any, defaults: dict[str, Any], kwargs: dict[
         kernel=kernel_fn, scalars=(), out_avals=tuple((tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out),
         grid=grid_param(args["grid"]), name=name, num_warps=args["num_warps"], num_stages=args["num_stages"],
         num_ctas=args.get("num_ctas") or 1, compute_capability=None, enable_fp_fusion=bool(args["enable_fp_fusion"]),
-        backend_options=(), input_output_aliases=tuple(sorted((int(i), int(o)) for i, o in dict(aliases).items())),
-        zeroed_outputs=(), debug=False, serialized_metadata=b"", metaparams=tuple(sorted(constexprs.items())),
+        backend_options=FrozenItems(), input_output_aliases=FrozenItems(sorted((int(i), int(o))
+                                                                              for i, o in dict(aliases).items())),
+        zeroed_outputs=(), debug=False, serialized_metadata=b"", metaparams=FrozenItems(sorted(constexprs.items())),
         has_side_effect=False, custom_call_target="")

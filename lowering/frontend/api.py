@@ -27,6 +27,7 @@ from ..planning import aliasing
 from ..planning.configs import kernel_name, runtime_param_names
 from ..tensor_descriptor import TensorDescriptor
 from . import devices
+from .frozen_items import FrozenItems
 from .primitive import triton_kernel_call_p
 
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options
@@ -44,8 +45,8 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple[tuple[str, Any], ...]:
-    """The mapping as sorted items, each value hashable (they are part of the traced call); the
+def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> FrozenItems:
+    """The mapping, its items sorted, each value hashable (they are part of the traced call); the
     error names the key, in jax-triton's words for backend_options."""
     items = tuple(sorted((mapping or {}).items()))
     for key, value in items:
@@ -53,10 +54,10 @@ def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> tuple[tuple
             hash(value)
         except TypeError:
             raise TypeError(f"{what}[{key!r}] must be hashable, got {echo(value)}") from None
-    return items
+    return FrozenItems(items)
 
 
-def cost_estimate_param(estimate: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+def cost_estimate_param(estimate: Mapping[str, Any] | None) -> FrozenItems | None:
     """jax-triton 0.4's cost_estimate ({"flops": ..., "bytes_accessed": ..., "transcendentals": ...}),
     checked and made hashable; XLA's scheduler reads it from the custom call."""
     if not estimate:
@@ -72,7 +73,7 @@ def cost_estimate_param(estimate: Mapping[str, Any] | None) -> tuple[tuple[str, 
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or value < 0:
                 raise ValueError(f"cost_estimate[{key!r}] must be a number >= 0, got {value!r}")
             items.append((key, int(value) if float(value).is_integer() else float(value)))
-    return tuple(items)
+    return FrozenItems(items)
 
 
 def grid_param(grid: Any) -> Any:
@@ -270,7 +271,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         kernel=kernel, scalars=tuple(scalars),
         out_avals=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in flat_out), grid=grid_param(grid),
         name=name, **launch, compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
-        backend_options=_hashable_items(options, "backend_options"), input_output_aliases=aliases,
+        backend_options=_hashable_items(options, "backend_options"), input_output_aliases=FrozenItems(aliases),
         zeroed_outputs=zeroed_param(zeroed_outputs), debug=debug,
         serialized_metadata=bytes(serialized_metadata), metaparams=_hashable_items(metaparams, "metaparameters"),
         has_side_effect=bool(has_side_effect), custom_call_target=custom_call_target_name or "",

@@ -24,25 +24,25 @@ class BoundCall(FrozenValue):
     num_ctas: int
     compute_capability: int | str | None
     enable_fp_fusion: bool
-    backend_options: Sequence[tuple[str, Any]]
-    input_output_aliases: Sequence[tuple[int, int]]
+    backend_options: Mapping[str, Any]  # these four are mappings, as jax-triton 0.4 keeps them (`FrozenItems`)
+    input_output_aliases: Mapping[int, int]  # {input: output}
     zeroed_outputs: Any
     debug: bool
     serialized_metadata: bytes
-    metaparams: Sequence[tuple[str, Any]]
+    metaparams: Mapping[str, Any]
     has_side_effect: bool
     custom_call_target: str  # "" picks; jax-triton 0.3's custom_call_target_name forces one
     pointerless_aliases: bool  # jax-triton 0.4's in-place reading: aliased outputs get no pointer
-    cost_estimate: Sequence[tuple[str, Any]] | None
+    cost_estimate: Mapping[str, Any] | None
     arg_tree: Any  # the pytree of Triton tuple parameters (None: flat)
 
     def __init__(self, kernel: Any, scalars: Sequence[tuple[int, Any]], out_avals: Any, grid: Any, name: str,
                  num_warps: int | None, num_stages: int | None, num_ctas: int, compute_capability: int | str | None,
-                 enable_fp_fusion: bool, backend_options: Sequence[tuple[str, Any]],
-                 input_output_aliases: Sequence[tuple[int, int]], zeroed_outputs: Any, debug: bool,
-                 serialized_metadata: bytes, metaparams: Sequence[tuple[str, Any]], has_side_effect: bool,
+                 enable_fp_fusion: bool, backend_options: Mapping[str, Any],
+                 input_output_aliases: Mapping[int, int], zeroed_outputs: Any, debug: bool,
+                 serialized_metadata: bytes, metaparams: Mapping[str, Any], has_side_effect: bool,
                  custom_call_target: str = "", pointerless_aliases: bool = False,
-                 cost_estimate: Sequence[tuple[str, Any]] | None = None, arg_tree: Any = None) -> None:
+                 cost_estimate: Mapping[str, Any] | None = None, arg_tree: Any = None) -> None:
         self.__dict__.update(kernel=kernel, scalars=scalars, out_avals=out_avals, grid=grid, name=name,
                              num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
                              compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,

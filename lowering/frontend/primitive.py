@@ -20,6 +20,7 @@ from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's i
 from jax.interpreters import ad, batching
 
 from .. import jax_compat
+from .frozen_items import FrozenItems
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
@@ -45,7 +46,7 @@ def _discharge(in_avals: Sequence[Any], out_avals: Sequence[Any], operands: Sequ
     refs = [i for i, aval in enumerate(in_avals) if jax_compat.is_ref_aval(aval)]
     extra = tuple((tuple(in_avals[i].shape), np.dtype(in_avals[i].dtype)) for i in refs)
     first = len(params["out_avals"])
-    aliases = tuple(sorted((*params["input_output_aliases"], *((i, first + k) for k, i in enumerate(refs)))))
+    aliases = FrozenItems(sorted((*params["input_output_aliases"].items(), *((i, first + k) for k, i in enumerate(refs)))))
     outs = triton_kernel_call_p.bind(*operands, **{**params, "out_avals": params["out_avals"] + extra,  # type: ignore[no-untyped-call]  # (as def_impl)
                                                    "input_output_aliases": aliases, "pointerless_aliases": True})
     new_values: list[Any] = [None] * len(in_avals)

@@ -20,7 +20,7 @@ from ..compile_ahead import ahead
 from ..payload import custom_call
 from ..planning import kernels
 from ..planning.aliasing import CallShape
-from ..planning.plan import KernelPlan
+from ..planning.plan import Evaluation, KernelPlan
 from ..records import call_memo, call_records, winners
 from .bound_call import BoundCall
 from .devices import HINT, MultiDeviceError
@@ -45,14 +45,17 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
     if known is not None:  # the same call served before in this session
         call_memo.count_hit(session, known)
         return custom_call.emit(ctx, operands, known.plan, known.payload, autotuned=known.kernels > 1)
-    signature, signed = call_records.find_signed(platform, ctx.avals_in, ctx.avals_out, params, session, module)
+    call = BoundCall(**params)
+    evaluation = Evaluation(ctx.avals_in, ctx.avals_out, call)  # the user's functions, run once for this lowering
+    signature, signed = call_records.find_signed(platform, ctx.avals_in, ctx.avals_out, params, session, module,
+                                                 evaluation=evaluation)
     if signed is not None:  # the program's last run served this signature: no plan, no key
-        shape = CallShape.of(platform, ctx.avals_out, BoundCall(**params))
+        shape = CallShape.of(platform, ctx.avals_out, call)
         if memo_key is not None:
             call_memo.put(session, memo_key, call_memo.Known(shape, signed.payload, signed.kernels, signed.record_key,
                                                              signed.compile_seconds))
         return custom_call.emit(ctx, operands, shape, signed.payload, autotuned=signed.kernels > 1)
-    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, BoundCall(**params), session.config)
+    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, call, session.config, evaluation)
     slot = call_records.find(plan, session, module=module)
     if slot.payload is None:  # a call not seen before: kernel by kernel
         _lower_kernels(slot, ctx.avals_in, noted)

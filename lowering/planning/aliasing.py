@@ -14,7 +14,7 @@ put the pointer outputs first and the aliased ones last, and the lowering restor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_cache.value_class import FrozenValue
@@ -67,7 +67,7 @@ class OutputOrder(FrozenValue):
         self.__dict__.update(order=order, pointers=pointers, identity=identity)
 
     @classmethod
-    def of(cls, num_outputs: int, aliases: Sequence[tuple[int, int]], pointerless: bool) -> "OutputOrder":
+    def of(cls, num_outputs: int, aliases: Iterable[tuple[int, int]], pointerless: bool) -> "OutputOrder":
         aliased = {o for _, o in aliases} if pointerless else set()
         kept = [o for o in range(num_outputs) if o not in aliased]
         order = tuple(kept + sorted(aliased))
@@ -109,6 +109,6 @@ class CallShape(NamedTuple):
 def outputs(call: BoundCall, avals_out: Sequence[Any]) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...]]:
     """(the results' order, the output avals in the kernel's order, (input, result position) aliases):
     in jax-triton 0.4's in-place reading aliased outputs get no pointer and go last among the results."""
-    order = OutputOrder.of(len(avals_out), call.input_output_aliases, call.pointerless_aliases)
+    order = OutputOrder.of(len(avals_out), call.input_output_aliases.items(), call.pointerless_aliases)
     results = [avals_out[o] for o in order.order]
-    return order, results, tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases)
+    return order, results, tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases.items())

@@ -15,6 +15,8 @@ from kernel_cache.value_class import FrozenValue, Value
 
 from ..frontend.bound_call import BoundCall
 
+DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES = 4, 3  # Triton's, where neither the call nor a config says
+
 
 class LaunchConfig(FrozenValue):
     """One candidate launch: constexprs and launch parameters, plus how to describe it."""
@@ -49,8 +51,8 @@ class _Raw(Value):  # a config being resolved (mutable while heuristics are appl
 
 
 def _from_triton(config: Any) -> _Raw:
-    return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else 4,
-                config.num_stages if config.num_stages is not None else 3,
+    return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else DEFAULT_NUM_WARPS,
+                config.num_stages if config.num_stages is not None else DEFAULT_NUM_STAGES,
                 getattr(config, "num_ctas", 1) or 1, str(config))
 
 
@@ -160,7 +162,8 @@ def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[
     """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
     launch parameters; an Autotuner gives its surviving configs."""
     wrappers, fn = kernel
-    default = _Raw({}, 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages,
+    default = _Raw({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
+                   DEFAULT_NUM_STAGES if num_stages is None else num_stages,
                    num_ctas, "default")
     raw = _resolve(wrappers, [default], named_args, metaparams)
     defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
@@ -182,7 +185,7 @@ class Resolved(NamedTuple):
 
 def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
-    meta = dict(call.metaparams)
+    meta = dict(call.metaparams.items())
     kernel = triton_compat.unwrapped(call.kernel)
     named = _named(kernel, runtime_values, meta)
     fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)

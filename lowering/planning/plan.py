@@ -21,6 +21,7 @@ from jax import core
 
 from compiler import KernelSpec, Target
 from kernel_cache import Config
+from kernel_cache.value_class import Value
 
 from ..frontend.bound_call import BoundCall
 from . import kernels
@@ -76,16 +77,18 @@ class KernelPlan:
 
     @classmethod
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
-           config: Config) -> "KernelPlan":
-        """The plan of `call` lowered for `platform`, its operands and results of these avals."""
+           config: Config, evaluation: "Evaluation | None" = None) -> "KernelPlan":
+        """The plan of `call` lowered for `platform`, its operands and results of these avals.
+        `evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
         target = target_of(platform, call.compute_capability, config)
-        meta = dict(call.metaparams)
-        order, results, aliases, inputs, resolved = _resolved_call(avals_in, avals_out, call)
+        meta = dict(call.metaparams.items())
+        evaluation = evaluation if evaluation is not None else Evaluation(avals_in, avals_out, call)
+        order, results, aliases, inputs, resolved = evaluation.resolved()
         pointed = results[:order.pointers]
         named = resolved.named
         args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
                                       call.arg_tree)
-        options = {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options)}
+        options = call_options(call)
         zeroed_bytes = _zeroed_bytes(resolved.zeroed, order, call, avals_in, avals_out)
         launches = [Launch(grid=grid, zeroed_bytes=zeroed, description=c.description, bound=frozenset(c.constexprs))
                     for c, grid, zeroed in zip(resolved.configs, resolved.grids, zeroed_bytes, strict=True)]
@@ -113,17 +116,50 @@ class KernelPlan:
         return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
 
 
-def launches_of(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall
-                ) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
-    """(per config, its grid and the outputs it zeroes) as the call's plan resolves them: what a grid
-    or zeroed_outputs written as a function evaluates to (a call's signature holds these values in
-    place of the functions). Raises whatever the user's functions raise."""
-    resolved = _resolved_call(avals_in, avals_out, call)[4]
-    return resolved.grids, resolved.zeroed
+def call_options(call: BoundCall) -> dict[str, Any]:
+    """The backend options a call's kernels are compiled with (over the spec's defaults)."""
+    return {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options.items())}
 
 
-def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall
-                   ) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]:
+class Evaluation(Value):
+    """A call's user functions evaluated once per lowering: heuristics, the prune hook and perf
+    model, a grid and zeroed outputs written as functions (per config), as jax-triton evaluates
+    them. The signature reads what they evaluated to, the plan the rest of the resolution; neither
+    calls them again. What they raised is raised again to each reader, not re-evaluated."""
+
+    _fields = ("avals_in", "avals_out", "call", "done", "error")
+    avals_in: Sequence[Any]
+    avals_out: Sequence[Any]
+    call: BoundCall
+    done: "ResolvedCall | None"
+    error: Exception | None
+
+    def __init__(self, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> None:
+        self.__dict__.update(avals_in=avals_in, avals_out=avals_out, call=call, done=None, error=None)
+
+    def resolved(self) -> "ResolvedCall":
+        if self.done is None:
+            if self.error is not None:
+                raise self.error
+            try:
+                self.done = _resolved_call(self.avals_in, self.avals_out, self.call)
+            except Exception as error:
+                self.error = error
+                raise
+        return self.done
+
+    def launches(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
+        """(per config, its grid and the outputs it zeroes): what a grid or zeroed_outputs written as a
+        function evaluates to (a call's signature holds these values in place of the functions)."""
+        resolved = self.resolved()[4]
+        return resolved.grids, resolved.zeroed
+
+
+# (output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)
+ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]
+
+
+def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> ResolvedCall:
     """(output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)."""
     order, results, aliases = outputs(call, avals_out)
     inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
@@ -155,7 +191,7 @@ def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: B
     indices); nothing to work out where no config zeroes any."""
     if not any(zeroed):
         return [{} for _ in zeroed]
-    positions = _zero_positions(order, call.input_output_aliases, call.scalars, len(avals_in))
+    positions = _zero_positions(order, tuple(call.input_output_aliases.items()), call.scalars, len(avals_in))
     out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
     return [{positions[i]: out_sizes[i] for i in outputs} for outputs in zeroed]
 

@@ -37,26 +37,28 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import xxhash
 
 import compiler
-from compiler import Target
+from compiler import Target, toolchain
+from compiler import inputs as compile_inputs
 from compiler import triton_compat as tc
-from compiler.spec import triton_value
+from compiler.spec import compile_options, triton_value
 from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
 from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest
 
 from ..frontend.bound_call import BoundCall
 from ..payload import jaxlib_compat as compat
-from ..planning.plan import KernelPlan, launches_of, target_of
+from ..planning.configs import DEFAULT_NUM_STAGES, DEFAULT_NUM_WARPS
+from ..planning.plan import Evaluation, KernelPlan, call_options, target_of
 from . import value_form
 from .winners import gpu_model
 
-FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
+FORMAT = 3  # 3: each config's compile inputs as the content key states them (compiler.inputs)
 # A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
 StaticMemo = dict[tuple[Any, ...], tuple[Any, str]]
 
@@ -64,11 +66,14 @@ StaticMemo = dict[tuple[Any, ...], tuple[Any, str]]
 def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
     """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
     model winners are looked up for (None: they do not apply to this call); `module`: the JAX module
-    being lowered (`module_text`); `static`: the memo of `static_text`."""
-    configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
-                sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound)]
-               for c, launch in zip(plan.configs, plan.launches, strict=True)]
+    being lowered (`module_text`); `static`: the memo of `static_text`. Each config is keyed with its
+    compile inputs (`compiler.inputs.digest_of` the options its spec is given): what the
+    content keys of its kernels embed, so the two keys move together under any option or environment."""
     try:
+        configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
+                    sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound),
+                    config_inputs(plan.target, c.num_warps, c.num_stages, c.num_ctas, plan.options)]
+                   for c, launch in zip(plan.configs, plan.launches, strict=True)]
         head = static_text(plan.fn, plan.target, plan.platform, static)
         rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
         return spliced_digest(head, rest, lowering_value, rest_head=module_text(module, plan.platform, config))
@@ -76,49 +81,65 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
         return None
 
 
-SIGNATURE_FORMAT = 2  # 2: grids and zeroed outputs written as functions by their values; Autotuners by their configs
+def config_inputs(target: Target, num_warps: int, num_stages: int, num_ctas: int, options: Mapping[str, Any]) -> str:
+    """The compile inputs' digest of a config launched so (`compiler.inputs`): what its spec's content key embeds."""
+    return compile_inputs.digest_of(target, compile_options(num_warps, num_stages, num_ctas, options))
+
+
+def call_inputs(target: Target, call: BoundCall) -> str:
+    """The compile inputs' digest of a call at its own launch parameters and options, unplanned: what
+    its signature hashes (every config shares what the environment decides)."""
+    ident = (target, call.num_warps, call.num_stages, call.num_ctas, call.enable_fp_fusion, call.debug,
+             call.backend_options)
+    return _inputs_digest(ident, target, lambda: compile_options(
+        DEFAULT_NUM_WARPS if call.num_warps is None else call.num_warps,
+        DEFAULT_NUM_STAGES if call.num_stages is None else call.num_stages, call.num_ctas, call_options(call)))
+
+
+# A call's own launch parameters and options -> (the environment's state then, the installed tools'
+# generation then, the digest of its compile inputs): valid while both are unchanged (a fact of the
+# process's environment and installation, so module-level; see `kernel_cache.session`). A signed
+# call asks here without entering the compiler's modules.
+_inputs: dict[tuple[Any, ...], tuple[object, int, str]] = {}
+
+
+def _inputs_digest(ident: tuple[Any, ...], target: Target, options: Callable[[], dict[str, Any]]) -> str:
+    now = tc.environment_now.get()
+    found = _inputs.get(ident)  # TypeError for an unhashable option: the call is keyless
+    if found is None or found[0] is not now or found[1] != toolchain.generation:
+        found = (now, toolchain.generation, compile_inputs.digest_of(target, options()))
+        if len(_inputs) >= 1024:
+            _inputs.clear()
+        _inputs[ident] = found
+    return found[2]
+
+
+SIGNATURE_FORMAT = 3  # 3: the call's compile inputs (compiler.inputs) at its own options
 
 
 def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-              module: Any, config: Config, static: StaticMemo) -> str | None:
+              module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None) -> str | None:
     """The call's signature (see the module's docstring), or None where some input has no value form.
-    Its document starts otherwise than every key's, so the two never name one another."""
+    Its document starts otherwise than every key's, so the two never name one another. `evaluation`:
+    the call's user functions, evaluated once for this lowering (its plan reads the same values)."""
     if params.get("arg_tree") is not None:
         return None
     try:
-        wrappers, fn = tc.unwrapped(params.get("kernel"))
-    except TypeError:  # not a kernel: its plan says so
-        return None
-    evaluated = _evaluated(avals_in, avals_out, params)
-    if evaluated is None:
-        return None
-    try:
-        target = target_of(platform, params.get("compute_capability"), config)
+        call = evaluation.call if evaluation is not None else BoundCall(**params)
+        wrappers, fn = tc.unwrapped(call.kernel)
+        target = target_of(platform, call.compute_capability, config)
         head = static_text(fn, target, platform, static)
         modules = module_text(module, platform, config)
+        inputs = call_inputs(target, call)
         device = gpu_model(platform, config) if wrappers and config.winners else None  # as `call_records.find` keys it
-        own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluated)
-    except TypeError:  # some input has no value form
+        evaluation = evaluation or Evaluation(avals_in, avals_out, call)
+        own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluation)
+    except TypeError:  # not a kernel (its plan says so), or some input has no value form
         return None
-    hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, "")).encode())
+    hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs,
+                                        "")).encode())
     hasher.update(own)
     return str(hasher.hexdigest())
-
-
-def _evaluated(avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any]
-               ) -> dict[str, Any] | None:
-    """A grid and zeroed outputs written as functions, by what they evaluate to per config (all the
-    plan keeps of them, in its launches): {parameter: its values}; {} where both are values; None
-    where a function raised (the call is planned, and its plan reports the error)."""
-    grid, zeroed = params.get("grid"), params.get("zeroed_outputs")
-    if not (callable(grid) or callable(zeroed)):
-        return {}
-    try:
-        grids, zeroes = launches_of(avals_in, avals_out, BoundCall(**params))
-    except Exception:  # the user's function, or parameters planning refuses: its plan says which
-        return None
-    return {name: values for name, value, values in (("grid", grid, grids), ("zeroed_outputs", zeroed, zeroes))
-            if callable(value)}
 
 
 def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:

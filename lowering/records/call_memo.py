@@ -35,6 +35,7 @@ from compiler import triton_compat as tc
 from kernel_cache import Session, lookup_log
 from kernel_cache.value_class import FrozenValue
 
+from ..frontend.frozen_items import FrozenItems
 from ..planning.aliasing import CallShape
 from ..planning.plan import KernelPlan
 from . import call_key, call_records
@@ -151,6 +152,8 @@ def _exact(value: Any, by_identity: list[Any]) -> Any:
         return (kind, tuple([_exact(item, by_identity) for item in value]))
     if kind is dict:
         return (dict, tuple([(_exact(k, by_identity), _exact(v, by_identity)) for k, v in value.items()]))
+    if kind is FrozenItems:  # a mapping parameter (metaparams...): by its items, in order
+        return (kind, tuple([(_exact(k, by_identity), _exact(v, by_identity)) for k, v in value.items()]))
     if isinstance(value, np.generic):
         return (kind, value.tobytes())
     if isinstance(value, np.dtype):

@@ -28,7 +28,7 @@ from kernel_cache import Entry, Session, Store, call_entry, lookup_log
 from kernel_cache.levels.memory import SizedLRU
 from kernel_cache.warm_set import WarmSet
 
-from ..planning.plan import KernelPlan
+from ..planning.plan import Evaluation, KernelPlan
 from . import call_key, winners
 
 if TYPE_CHECKING:
@@ -109,15 +109,18 @@ class Signed(NamedTuple):
 
 
 def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-                session: Session, module: Any = None) -> tuple[str | None, Signed | None]:
+                session: Session, module: Any = None, evaluation: Evaluation | None = None
+                ) -> tuple[str | None, Signed | None]:
     """(the call's signature, or None where it has none; the record the program's warm set names
     for it, served (one record hit) where it holds a payload of its own, or None: the call is then
-    planned and found by its key, and `sign` tells the set of the pair)."""
+    planned and found by its key, and `sign` tells the set of the pair). `evaluation`: the call's
+    user functions, evaluated once for this lowering (its plan reads the same)."""
     if platform != "cuda" or not session.config.call_records or winners.TUNING in session.memos:
         return None, None
     start = time.perf_counter()
     memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
-    signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static)
+    signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static,
+                                   evaluation)
     if signature is None:
         return None, None
     warm = memos.warm_set(session.store)

@@ -26,17 +26,37 @@ from jax import core
 from compiler import triton_compat as tc
 from kernel_cache.value_class import FrozenValue
 
-from ..planning.plan import dtype_name
+from ..frontend.frozen_items import FrozenItems
+from ..planning.plan import Evaluation, dtype_name
 
 
 def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
-              params: Mapping[str, Any], evaluated: Mapping[str, Any]) -> bytes:
+              params: Mapping[str, Any], evaluation: Evaluation) -> bytes:
     """The bytes a call's own inputs are hashed as: its avals, what the plan reads of its kernel beyond
     its @jit function's fingerprint (`kernel_form`) and its parameters but the kernel, those given as
-    functions by what they `evaluated` to (tagged "E": never a value's form); TypeError where one has no form."""
-    return marshal.dumps((avals(avals_in), avals(avals_out), kernel_form(fn, wrappers, device),
+    functions by what they evaluated to in `evaluation` (tagged "E": never a value's form; asked only
+    once the kernel has a form, so a call that has none runs no user function here); TypeError where
+    one has no form, or a function raised."""
+    kernel = kernel_form(fn, wrappers, device)
+    evaluated = _evaluated(params, evaluation)
+    return marshal.dumps((avals(avals_in), avals(avals_out), kernel,
                           tuple([(name, form(value) if name not in evaluated else ("E", form(evaluated[name])))
                                  for name, value in params.items() if name != "kernel"])), 0)
+
+
+def _evaluated(params: Mapping[str, Any], evaluation: Evaluation) -> dict[str, Any]:
+    """A grid and zeroed outputs written as functions, by what they evaluate to per config (all the
+    plan keeps of them, in its launches): {parameter: its values}; {} where both are values. TypeError
+    where a function raised (the call is planned, and its plan reports the error)."""
+    grid, zeroed = params.get("grid"), params.get("zeroed_outputs")
+    if not (callable(grid) or callable(zeroed)):
+        return {}
+    try:
+        grids, zeroes = evaluation.launches()
+    except Exception as error:  # the user's function, or parameters planning refuses: its plan says which
+        raise TypeError("a function of the call raised: its plan reports it") from error
+    return {name: values for name, value, values in (("grid", grid, grids), ("zeroed_outputs", zeroed, zeroes))
+            if callable(value)}
 
 
 def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
@@ -87,6 +107,8 @@ def form(value: Any) -> Any:
         return ("L", tuple([form(item) for item in value]))
     if kind is dict:
         return ("D", tuple([(form(k), form(v)) for k, v in value.items()]))
+    if kind is FrozenItems:  # a mapping parameter (metaparams...): by its items, in order
+        return ("M", tuple([(form(k), form(v)) for k, v in value.items()]))
     if kind is float:
         return ("F", value.hex() if math.isfinite(value) else repr(value))
     if isinstance(value, np.generic):

@@ -1,0 +1,73 @@
+"""What a compile reads besides the kernel and its arguments: the one statement of it.
+
+Triton's compile parses its options with defaults read from the environment (libdevice's path,
+ptxas options, the fp-fusion default, and whatever a later Triton adds), for a target, with a
+toolchain. The content key embeds `compile_inputs` (`compiler.key`); a lowered call's key and its
+signature hash `digest_of` the same function (`lowering.records.call_key`). So no key can follow an
+option or the environment in a way another does not: a record or a signature never serves a
+payload built under other inputs than a fresh compile would use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernel_cache.canonical import canonical, digest
+
+from . import toolchain as toolchain_module
+from . import triton_compat as tc
+from .portable import portable
+from .spec import triton_value
+from .target import Target
+from .toolchain import toolchain_fingerprint
+
+
+def compile_inputs(target: Target, options: Mapping[str, Any], toolchain: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """The inputs in canonical form: Triton's options as its compile parses them (every file they
+    name standing for its content: `compiler.portable`), the target, and the toolchain (installed
+    tools and Triton's cache-invalidating environment). Memoized per environment and installation
+    for the process's own toolchain (a lowered call's key and its kernels' content keys ask alike)."""
+    if toolchain is not None:
+        return _document(target, options, toolchain)
+    return _known(target, options)[0]
+
+
+def digest_of(target: Target, options: Mapping[str, Any]) -> str:
+    """The digest of `compile_inputs(target, options)`: what a lowered call's key and signature hash.
+    TypeError for an option value without a canonical form (the call is then keyless)."""
+    return _known(target, options)[1]
+
+
+def _document(target: Target, options: Mapping[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    parsed = tc.parse_options(target, dict(options))
+    return {
+        "options": canonical(portable(tc.options_to_json(parsed)), triton_value),
+        "target": target.to_json(),
+        "toolchain": portable(toolchain),
+    }
+
+
+# (target, options) -> (the environment's state, the installed tools' generation, the document, its
+# digest): valid while both are unchanged (a fact of the process's environment and installation)
+_known_inputs: dict[tuple[Any, ...], tuple[object, int, dict[str, Any], str]] = {}
+_MAX_KNOWN = 1024
+
+
+def _known(target: Target, options: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    try:
+        ident: tuple[Any, ...] | None = (target, tuple(sorted(options.items())))
+        hash(ident)
+    except TypeError:  # an unhashable option value: derived every time
+        ident = None
+    now, generation = tc.environment_now.get(), toolchain_module.generation
+    found = _known_inputs.get(ident) if ident is not None else None
+    if found is None or found[0] is not now or found[1] != generation:
+        document = _document(target, options, toolchain_fingerprint(target))
+        found = (now, generation, document, digest(document))
+        if ident is not None:
+            if len(_known_inputs) >= _MAX_KNOWN:
+                _known_inputs.clear()
+            _known_inputs[ident] = found
+    return found[2], found[3]
