@@ -193,6 +193,8 @@ def _collect(fn: Any, out: list[Reader], seen: set[int]) -> None:
     seen.add(id(fn))
     try:
         source, globals_, nonlocals = jit_source(fn)
+        if not _may_read_blind(fn.fn.__code__, globals_, nonlocals, out, seen):
+            return  # every name it uses is Triton's, a constexpr or a @jit function (followed): no parse
         tree = ast.parse(textwrap.dedent(source))
     except (AttributeError, OSError, SyntaxError, TypeError, ValueError):
         return  # nothing to read: Triton's key alone
@@ -213,6 +215,28 @@ def _collect(fn: Any, out: list[Reader], seen: set[int]) -> None:
             root = None if scope is None else _read(scope, path[:1])
             if isinstance(root, types.ModuleType) and not root.__name__.startswith("triton"):
                 _consider(where, root, path[1:], _read(root, path[1:]), out, seen, named=False)
+
+
+def _may_read_blind(code: types.CodeType, globals_: dict[str, Any], nonlocals: dict[str, Any], out: list[Reader],
+                    seen: set[int]) -> bool:
+    """Whether a name the code uses (its bytecode's names, nested code's too) is a module outside
+    Triton or a plain value: only then is the body parsed for the exact reads. The @jit functions it
+    names are followed either way. Most kernels name only `tl`, constexprs and @jit helpers."""
+    names, pending = set(code.co_freevars), [code]
+    while pending:
+        current = pending.pop()
+        names.update(current.co_names)
+        pending.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    blind = False
+    for name in names:
+        value = nonlocals[name] if name in nonlocals else globals_.get(name)
+        if is_jit_callable(value):
+            _collect(value, out, seen)
+        elif isinstance(value, types.ModuleType):
+            blind = blind or not value.__name__.startswith("triton")
+        elif value is not None and not isinstance(value, type) and not callable(value) or is_constexpr_value(value):
+            blind = blind or not (name in globals_ and is_constexpr_value(value))
+    return blind
 
 
 def _attribute_path(node: ast.Attribute) -> tuple[str, ...] | None:
