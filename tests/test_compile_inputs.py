@@ -25,9 +25,11 @@ from triton.language.extra import libdevice
 import compiler
 import kernel_cache
 from compiler import triton_compat as tc
+from compiler.spec import compile_options
 from kernel_cache import Config
 from lowering import triton_call
 from lowering.frontend.bound_call import BoundCall
+from lowering.frontend.frozen_items import FrozenItems
 from lowering.planning.plan import KernelPlan
 from lowering.records import call_key
 
@@ -153,10 +155,45 @@ def test_every_option_and_variable_triton_parses_moves_the_three_keys_together(a
     for option, value in (("enable_fp_fusion", False), ("debug", True)):
         changed = {**params, option: value}
         assert _keys_with(changed)[0] != base[0] and _keys_with(changed)[1] != base[1]
+    options = 0
+    for option, value in _option_perturbations():
+        changed = {**params, "backend_options": FrozenItems([(option, value)])}
+        try:
+            content, key = _keys_with(changed)
+        except Exception:  # a value this Triton's parse refuses: nothing is compiled under it
+            continue
+        assert key is not None and (content == base[0] or key != base[1]), option  # never a record of another
+        options += content != base[0]
+    assert options >= 5
     copy = os.path.join(os.environ["XDG_CACHE_HOME"], "libdevice-copy.bc")
     shutil.copyfile(os.path.join(tc.triton_package_dir(), "backends", "nvidia", "lib", "libdevice.10.bc"), copy)
     monkeypatch.setenv("TRITON_LIBDEVICE_PATH", copy)
     assert _keys() == base  # the same bytes at another path: the same kernel
+
+
+def _option_perturbations() -> list[tuple[str, object]]:
+    """Each option the installed Triton's parse accepts that a call may pass in backend_options (the
+    launch parameters and flags of its own aside), with a value other than its default."""
+    import dataclasses
+
+    parsed = tc.parse_options(TARGET, compile_options(4, 3, 1, {}))
+    own = {"num_warps", "num_stages", "num_ctas", "debug", "enable_fp_fusion", "arch", "backend_name", "warp_size"}
+    out: list[tuple[str, object]] = []
+    for field in dataclasses.fields(parsed):
+        default = getattr(parsed, field.name)
+        if field.name in own:
+            continue
+        if isinstance(default, bool):
+            out.append((field.name, not default))
+        elif isinstance(default, int):
+            out.append((field.name, default // 2))
+        elif default is None:
+            out.extend([(field.name, 128), (field.name, "x")])
+        elif isinstance(default, str):
+            out.append((field.name, "ieee" if default != "ieee" else "tf32"))
+        elif isinstance(default, tuple) and default and all(isinstance(v, str) for v in default):
+            out.append((field.name, default[:-1]))
+    return out
 
 
 def _keys_with(params: dict) -> tuple[str, str | None]:
