@@ -61,7 +61,7 @@ def _known(target: Target, options: Mapping[str, Any]) -> tuple[dict[str, Any], 
         hash(ident)
     except TypeError:  # an unhashable option value: derived every time
         ident = None
-    now, generation = tc.environment_now.get(), toolchain_module.generation
+    now, generation = tc.triton_env.get(), toolchain_module.generation
     found = _known_inputs.get(ident) if ident is not None else None
     if found is None or found[0] is not now or found[1] != generation:
         document = _document(target, options, toolchain_fingerprint(target))

@@ -35,7 +35,6 @@ import kernel_cache
 from kernel_cache import cache_marker, safefs
 from kernel_cache.canonical import digest
 from kernel_cache.config import TOOLCHAIN_MEMO
-from kernel_cache.environ_watch import EnvironMemo
 
 from . import shared_memo
 from . import triton_compat as tc
@@ -48,7 +47,7 @@ _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
 # Triton's cache-invalidating environment, read again only where the C environment changed (the content
 # keys' and the lowered calls' keys share it: `lowering.records.call_key` asks it per JAX module)
-triton_env = EnvironMemo(tc.cache_invalidating_env)
+triton_env = tc.triton_env
 _primed = False
 generation = 0  # advanced whenever the installed tools are to be read anew (`clear_process_memo`)
 

@@ -416,6 +416,12 @@ def cache_invalidating_env() -> dict[str, str]:
     return dict(get_cache_invalidating_env_vars())
 
 
+# Triton's cache-invalidating environment, read again only where the C environment changed. Its value
+# is a new object whenever it was read anew, so its identity also tells the memos of what Triton reads
+# from the environment (parsed options, compile inputs) whether they still stand.
+triton_env = EnvironMemo(cache_invalidating_env)
+
+
 def libtriton_path() -> str:
     ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
     return os.path.join(os.path.dirname(triton.__file__), "_C", f"libtriton.{ext}")
@@ -506,10 +512,9 @@ def ptxas_candidates(target: Target) -> list[str]:
 
 # A pure function of its key (target, options and the environment Triton's parse reads: libdevice's
 # path, ptxas options, fp-fusion default...) under the installed Triton: module-level on purpose, and
-# emptied when the C environment changed (`environment_now`).
+# emptied when the C environment changed (`triton_env` read anew).
 _PARSED: dict[tuple[Any, ...], Any] = {}
 _parsed_under: list[object] = []  # the environment `_PARSED` was filled under
-environment_now = EnvironMemo(object)  # a new object whenever the C environment may have changed
 
 
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
@@ -522,8 +527,8 @@ def parse_options(target: Target, options: dict[str, Any]) -> Any:
         hash(ident)
     except TypeError:  # an unhashable option value: parse every time
         return make_backend(target).parse_options(dict(options))
-    now = environment_now.get()
-    if _parsed_under[:1] != [now]:
+    now = triton_env.get()
+    if not _parsed_under or _parsed_under[0] is not now:  # identity: a value read anew, equal or not
         _PARSED.clear()
         _parsed_under[:] = [now]
     parsed = _PARSED.get(ident)

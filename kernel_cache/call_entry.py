@@ -22,7 +22,7 @@ import zlib
 from typing import Any
 
 from .canonical import digest
-from .entry import Entry, is_key
+from .entry import KEY_PATTERN, Entry
 from .summary import META_ARCH, META_COMPILE_SECONDS, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
 from .value_class import FrozenValue
 
@@ -110,9 +110,9 @@ class CallRecord(FrozenValue):
                          winner_key=_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed lowered-call record: {type(exc).__name__}: {exc}") from None
-        if not config_keys or not all(is_key(k) for k in config_keys):
+        if not config_keys or not all(isinstance(k, str) and KEY_PATTERN.fullmatch(k) for k in config_keys):
             raise ValueError("lowered-call record lists no kernels, or a kernel key that is no content key")
-        if record.winner_key and not is_key(record.winner_key):
+        if record.winner_key and not KEY_PATTERN.fullmatch(record.winner_key):
             raise ValueError("lowered-call record names a winner key that is no key")
         if record.payload is None and not record.winner_key:
             raise ValueError("lowered-call record holds neither a payload nor a winner key")

@@ -49,7 +49,7 @@ MAX_BLOBS = 64
 DEFAULT_MAX_ENTRY_BYTES = 256 << 20
 MAX_META_DEPTH = 32  # our metadata nests 3 levels; deeper JSON is hostile (RecursionError bait)
 KEY_LENGTH = 32  # xxh3-128 as lower-case hex
-_KEY = re.compile(r"[0-9a-f]{32}")
+_KEY = KEY_PATTERN = re.compile(r"[0-9a-f]{32}")  # a key, whole: `KEY_PATTERN.fullmatch(name)`
 SIGNATURE_MAGIC = b"KCSIG\x00\x01\x00"
 SIGNATURE_SIZE = len(SIGNATURE_MAGIC) + 8 + 32
 

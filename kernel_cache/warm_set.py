@@ -225,7 +225,7 @@ class WarmSet:
         """`entry` was read or written by this session: a member of the set it writes at exit."""
         if not self.active or entry.key in self._noted:
             return
-        size = entry.size + 1024
+        size = sum(map(len, entry.blobs.values())) + 1024  # Entry.size, without a call into entry.py per member
         with self._lock:
             if self._first is None:
                 self._first = entry.key

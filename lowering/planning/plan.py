@@ -221,6 +221,11 @@ def dtype_name(dtype: Any) -> str:
     return _dtype(dtype)[0]
 
 
+def dtype_names(dtypes: Sequence[Any]) -> list[str]:
+    """`dtype_name` of each (a call's avals in one ask)."""
+    return [(_DTYPES.get(dtype) or _dtype(dtype))[0] for dtype in dtypes]
+
+
 def _dtype(dtype: Any) -> tuple[str, int]:
     found = _DTYPES.get(dtype)
     if found is None:

@@ -86,12 +86,13 @@ def config_inputs(target: Target, num_warps: int, num_stages: int, num_ctas: int
     return compile_inputs.digest_of(target, compile_options(num_warps, num_stages, num_ctas, options))
 
 
-def call_inputs(target: Target, call: BoundCall) -> str:
+def call_inputs(target: Target, call: BoundCall, env: object) -> str:
     """The compile inputs' digest of a call at its own launch parameters and options, unplanned: what
-    its signature hashes (every config shares what the environment decides)."""
+    its signature hashes (every config shares what the environment decides). `env`: Triton's
+    environment as just read (`triton_compat.triton_env`), whose identity says whether a digest stands."""
     ident = (target, call.num_warps, call.num_stages, call.num_ctas, call.enable_fp_fusion, call.debug,
              call.backend_options)
-    return _inputs_digest(ident, target, lambda: compile_options(
+    return _inputs_digest(ident, target, env, lambda: compile_options(
         DEFAULT_NUM_WARPS if call.num_warps is None else call.num_warps,
         DEFAULT_NUM_STAGES if call.num_stages is None else call.num_stages, call.num_ctas, call_options(call)))
 
@@ -103,11 +104,10 @@ def call_inputs(target: Target, call: BoundCall) -> str:
 _inputs: dict[tuple[Any, ...], tuple[object, int, str]] = {}
 
 
-def _inputs_digest(ident: tuple[Any, ...], target: Target, options: Callable[[], dict[str, Any]]) -> str:
-    now = tc.environment_now.get()
+def _inputs_digest(ident: tuple[Any, ...], target: Target, env: object, options: Callable[[], dict[str, Any]]) -> str:
     found = _inputs.get(ident)  # TypeError for an unhashable option: the call is keyless
-    if found is None or found[0] is not now or found[1] != toolchain.generation:
-        found = (now, toolchain.generation, compile_inputs.digest_of(target, options()))
+    if found is None or found[0] is not env or found[1] != toolchain.generation:
+        found = (env, toolchain.generation, compile_inputs.digest_of(target, options()))
         if len(_inputs) >= 1024:
             _inputs.clear()
         _inputs[ident] = found
@@ -129,8 +129,9 @@ def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], 
         wrappers, fn = tc.unwrapped(call.kernel)
         target = target_of(platform, call.compute_capability, config)
         head = static_text(fn, target, platform, static)
-        modules = module_text(module, platform, config)
-        inputs = call_inputs(target, call)
+        env = triton_env.get()  # one read of the environment for the whole signature
+        modules = module_text(module, platform, config, env)
+        inputs = call_inputs(target, call, env)
         device = gpu_model(platform, config) if wrappers and config.winners else None  # as `call_records.find` keys it
         evaluation = evaluation or Evaluation(avals_in, avals_out, call)
         own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluation)
@@ -199,10 +200,10 @@ def installation_text(platform: str, target: Target) -> str:
 _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
 
 
-def module_text(module: Any, platform: str, config: Config) -> str:
+def module_text(module: Any, platform: str, config: Config, env: dict[str, str] | None = None) -> str:
     """The text of Triton's cache-invalidating environment and jaxlib's capabilities, read and encoded
     once per JAX module lowered (a jit of hundreds of Triton calls reads them once; Triton's read,
-    a getenv per variable, only where the C environment changed: `toolchain.triton_env`). Nothing runs between the
+    a getenv per variable, only where the C environment changed: `triton_compat.triton_env`). Nothing runs between the
     lowering rules of one module that could change them, and the next module reads them again. Kept
     in the module's own `lowering_cache` dict, so it lives and dies with the module: neither a strong
     reference to the module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX
@@ -211,11 +212,12 @@ def module_text(module: Any, platform: str, config: Config) -> str:
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
-    env, capabilities = tuple(sorted(triton_env.get().items())), compat.capabilities(platform, config)
-    values = (env, *capabilities, *map(type, capabilities))
+    env_items = tuple(sorted((env if env is not None else triton_env.get()).items()))
+    capabilities = compat.capabilities(platform, config)
+    values = (env_items, *capabilities, *map(type, capabilities))
     part = _module_texts.get(values)
     if part is None:
-        part = canonical_text([list(env), *capabilities], lowering_value)
+        part = canonical_text([list(env_items), *capabilities], lowering_value)
         if len(_module_texts) < 256:
             _module_texts[values] = part
     if isinstance(cache, dict):

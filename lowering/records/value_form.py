@@ -27,7 +27,7 @@ from compiler import triton_compat as tc
 from kernel_cache.value_class import FrozenValue
 
 from ..frontend.frozen_items import FrozenItems
-from ..planning.plan import Evaluation, dtype_name
+from ..planning.plan import Evaluation, dtype_name, dtype_names
 
 
 def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
@@ -39,7 +39,7 @@ def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappe
     one has no form, or a function raised."""
     kernel = kernel_form(fn, wrappers, device)
     evaluated = _evaluated(params, evaluation)
-    return marshal.dumps((avals(avals_in), avals(avals_out), kernel,
+    return marshal.dumps((avals([*avals_in, *avals_out]), len(avals_in), kernel,
                           tuple([(name, form(value) if name not in evaluated else ("E", form(evaluated[name])))
                                  for name, value in params.items() if name != "kernel"])), 0)
 
@@ -84,12 +84,11 @@ def _fields(config: Any) -> dict[str, Any]:
 
 def avals(values: Sequence[Any]) -> tuple[Any, ...]:
     """What planning reads of each aval: its shape and dtype (and its weak type, to be exact)."""
-    out = []
     for aval in values:
         if type(aval) is not core.ShapedArray:
             raise TypeError(f"no value form for an aval of {type(aval).__name__}")
-        out.append((tuple(map(int, aval.shape)), dtype_name(aval.dtype), bool(aval.weak_type)))
-    return tuple(out)
+    names = dtype_names([aval.dtype for aval in values])
+    return tuple([(tuple(map(int, aval.shape)), name, bool(aval.weak_type)) for aval, name in zip(values, names)])
 
 
 _PLAIN = frozenset({int, bool, type(None), str, bytes})
