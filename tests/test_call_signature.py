@@ -42,19 +42,19 @@ def _call_of(fn, shapes) -> tuple:
     """(platform, avals_in, avals_out, params) the rule is given for the program's one call,
     captured before anything is read or compiled."""
     seen = []
-    real = call_records.find_signed
+    real = call_records.serve
 
-    def capture(platform, avals_in, avals_out, params, session, module=None, evaluation=None):
+    def capture(platform, avals_in, avals_out, params, session, module, build):
         seen.append((platform, list(avals_in), list(avals_out), dict(params)))
         raise _Captured
 
-    call_records.find_signed = capture
+    call_records.serve = capture
     jax.clear_caches()  # jit would hand back an earlier lowering of the same function
     try:
         with pytest.raises(_Captured):
             jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
     finally:
-        call_records.find_signed = real
+        call_records.serve = real
     return seen[0]
 
 

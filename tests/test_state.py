@@ -1,4 +1,4 @@
-"""State with an owner (issue 30): every per-process memo lives in the session
+"""State with an owner: every per-process memo lives in the session
 (`kernel_cache.Session.memo`, dropped by `configure()`), unless it remembers a fact of the installed
 software or the devices, or a pure function of its key (`kernel_cache/session.py`). This test reads
 every module of the core, the compiler and the lowering (the operator's floor, `kernel_cache/cachectl/`,
@@ -59,7 +59,6 @@ MODULE_STATE = {
     "lowering/payload/proto.py:_FILE_FIELDS": CONSTANT,
     "lowering/planning/kernels.py:_POINTER_TYPES": f"{PURE} (a dtype -> its pointer type)",
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
-    "lowering/records/call_memo.py:_LEAVES": f"{CONSTANT} (a scalar type -> its exact form)",
     "lowering/planning/plan.py:_DTYPES": f"{PURE} (a dtype -> its name and item size)",
     "lowering/planning/plan.py:_TARGETS": f"{FACT}: the target of (platform, call's arch, configured arch)",
     "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",

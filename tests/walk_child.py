@@ -10,7 +10,7 @@ each call into one of our files from another of our files (frames of JAX or the 
 in between do not count) is an entry. OUT gets the entries, in order: [file, function, caller file].
 A value class's `__init__` and the equality, hash and repr `kernel_cache/value_class.py` gives it
 are not entries (nor callers): they are what `@dataclass` generated (in "<string>") before the warm
-path's classes were written out (issue 31), and a reader following the call passes them by.
+path's classes were written out, and a reader following the call passes them by.
 """
 
 from __future__ import annotations

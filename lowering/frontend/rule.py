@@ -1,8 +1,9 @@
-"""The lowering rule: plan -> the call's record, or its kernels from the store -> one custom call.
+"""The lowering rule: the call served (`call_records.serve`: its record, or its kernels) -> one custom call.
 
 No Triton compile happens here when the store is warm: a call lowered before is one record read
 (`lowering.records.call_records`), a new call's kernels come from `kernel_cache` by content key
-(`lowering.planning.kernels`). The rule takes the session once and passes it down.
+(`lowering.planning.kernels`, the serving path's last tier, given from here). The rule takes the
+session once and passes it down.
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from .. import first_use
 from ..compile_ahead import ahead
 from ..payload import custom_call
 from ..planning import kernels
-from ..planning.aliasing import CallShape
-from ..planning.plan import Evaluation, KernelPlan
-from ..records import call_memo, call_records, winners
-from .bound_call import BoundCall
+from ..records import call_records, winners
 from .devices import HINT, MultiDeviceError
 from .primitive import triton_kernel_call_p
 
@@ -33,41 +31,20 @@ def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[A
 
 def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[str, Any],
                noted: Mapping[str, Any] | None = None) -> Sequence[Any]:
-    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them).
-    `noted`: the parameters its bind noted for compile-ahead (a client's own, before translation)."""
+    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them): served
+    by `call_records.serve` (the one serving path), emitted as one custom call. `noted`: the
+    parameters its bind noted for compile-ahead (a client's own, before translation)."""
     check_lowering_context(ctx)
     session = kernel_cache.current_session()
     if first_use.STARTED not in session.memos:
         first_use.start(session)
-    module = getattr(ctx, "module_context", None)
-    known, memo_key = (None, None) if winners.TUNING in session.memos else call_memo.lookup(
-        session, platform, ctx.avals_in, ctx.avals_out, params, module)
-    if known is not None:  # the same call served before in this session
-        call_memo.count_hit(session, known)
-        return custom_call.emit(ctx, operands, known.plan, known.payload, autotuned=known.kernels > 1)
-    call = BoundCall(**params)
-    evaluation = Evaluation(ctx.avals_in, ctx.avals_out, call)  # the user's functions, run once for this lowering
-    signature, signed = call_records.find_signed(platform, ctx.avals_in, ctx.avals_out, params, session, module,
-                                                 evaluation=evaluation)
-    if signed is not None:  # the program's last run served this signature: no plan, no key
-        shape = CallShape.of(platform, ctx.avals_out, call)
-        if memo_key is not None:
-            call_memo.put(session, memo_key, call_memo.Known(shape, signed.payload, signed.kernels, signed.record_key,
-                                                             signed.compile_seconds))
-        return custom_call.emit(ctx, operands, shape, signed.payload, autotuned=signed.kernels > 1)
-    plan = KernelPlan.of(platform, ctx.avals_in, ctx.avals_out, call, session.config, evaluation)
-    slot = call_records.find(plan, session, module=module)
-    if slot.payload is None:  # a call not seen before: kernel by kernel
-        _lower_kernels(slot, ctx.avals_in, noted)
-    assert slot.payload is not None
-    if signature is not None:
-        call_records.sign(slot, signature)
-    if slot.served is not None and memo_key is not None:
-        call_memo.put(session, memo_key, call_memo.Known(plan, slot.payload, slot.kernels, *slot.served))
-    return custom_call.emit(ctx, operands, plan, slot.payload, autotuned=slot.kernels > 1)
+    build = functools.partial(_lower_kernels, avals_in=ctx.avals_in, noted=noted)
+    served = call_records.serve(platform, ctx.avals_in, ctx.avals_out, params, session,
+                                getattr(ctx, "module_context", None), build)
+    return custom_call.emit(ctx, operands, served.shape, served.payload, autotuned=served.kernels > 1)
 
 
-def _lower_kernels(slot: call_records.Slot, avals_in: Sequence[Any], noted: Mapping[str, Any] | None) -> None:
+def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: Mapping[str, Any] | None) -> None:
     """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded
     in `slot`. The first miss starts the compiles of every other call traced so far (`ahead`), after
     this one's own."""

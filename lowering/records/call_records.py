@@ -1,25 +1,29 @@
-"""The record store at lowering time: a call seen before, in any process, is one store read.
+"""The one serving path of a lowered call, and the records it serves.
 
-`find` takes the call's key (`call_key`: a pure function of its plan) and reads its record; a
-record of an autotuned call names its winner key, and a winner stored since (by `cachectl tune`)
-redirects the reader to the record of that winner alone (`CallRecord.redirect`). A record served
-is one record hit (its kernels are not read: they are only told to the levels' LRU order).
-`Slot.remember` writes the record of a call just lowered kernel by kernel.
-
-Before a call is planned, `find_signed` asks the program's warm set for the record its signature
-names (`call_key.signature`: what the rule is given, hashed, where every input has a value form); a
-call served by its key, or just recorded, is signed for the next process (`sign`).
+`serve` takes a call from the lowering rule to its payload through these tiers, in this order:
+  1. this session: a call it served before, by signature (`_Memos.served`: another jit, a re-trace);
+  2. the program's warm set: the record its last run named for the signature (`kernel_cache.warm_set`);
+  3. the call planned and keyed (`call_key.call_key`): its record from the warm set, then the store's
+     levels; a record of an autotuned call follows a winner stored since (`CallRecord.redirect`);
+  4. kernel by kernel: the rule's `build` fetches or compiles each kernel by content key and
+     `Slot.remember` writes the record.
+A record served is one record hit (its kernels are not read: they are only told to the levels' LRU
+order). A call served by its key, or just recorded, is signed for the next process (`sign`). The
+signature (`call_key.signature`) is what the rule is given, hashed where every input has a value
+form; a call without one is planned on every lowering.
 
 KERNEL_CACHE_CALL_RECORDS=0 keeps records out of the store: they live in this session only (a
 model's layers lowering the same call again). The key is the call's one key: the store's record and
-this session's copy use it alike. ROCm payloads name a temporary file: never recorded.
+this session's copy use it alike. ROCm payloads name a temporary file: never recorded. Tuning
+(`winners.TUNING`) bypasses every tier but the last: nothing lowered may be reused.
+The module is long because it is the serving path whole: its tiers, and the record slot the last fills.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,6 +32,8 @@ from kernel_cache import Entry, Session, Store, call_entry, lookup_log
 from kernel_cache.levels.memory import SizedLRU
 from kernel_cache.warm_set import WarmSet
 
+from ..frontend.bound_call import BoundCall
+from ..planning.aliasing import CallShape
 from ..planning.plan import Evaluation, KernelPlan
 from . import call_key, winners
 
@@ -48,7 +54,7 @@ class Slot:
     memos: "_Memos"
     payload: bytes | None = None
     kernels: int = 0
-    served: tuple[str, float] | None = None  # (the record's key, its kernels' compile seconds) when one served
+    record: call_entry.CallRecord | None = None  # the record that served the call, where one did
     signable: str | None = None  # the key of the record whose payload this call lowers to (its own, or its winner's)
 
     def remember(self, payload: bytes, fetched: Sequence[tuple[Artifact, str]], family: Sequence[str],
@@ -83,6 +89,40 @@ class Slot:
             self.memos.records.put(key, record)
 
 
+class Served(NamedTuple):
+    """What the rule emits: the call's shape (its plan, where it was planned), payload and kernel count."""
+
+    shape: KernelPlan | CallShape
+    payload: bytes
+    kernels: int
+
+
+def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
+          session: Session, module: Any, build: Callable[[Slot], None]) -> Served:
+    """The call (`triton_kernel_call_p`'s parameters) through the tiers in the module's docstring.
+    `module`: the JAX module being lowered; `build(slot)`: the last tier, which fills `slot`'s payload."""
+    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    call = BoundCall(**params)
+    evaluation = Evaluation(avals_in, avals_out, call)  # the user's functions, run once for this lowering
+    start = time.perf_counter()
+    signature, found = find_signed(platform, avals_in, avals_out, params, session, module, evaluation)
+    if found is not None and signature is not None:  # tiers 1 and 2: no plan, no key
+        record, level = found
+        _count(session, memos, record, level, start)
+        memos.remember(signature, record)
+        return Served(CallShape.of(platform, avals_out, call), record.payload or b"", len(record.config_keys))
+    plan = KernelPlan.of(platform, avals_in, avals_out, call, session.config, evaluation)
+    slot = find(plan, session, module=module)
+    if slot.payload is None:
+        build(slot)
+    assert slot.payload is not None
+    if signature is not None:
+        sign(slot, signature)
+        if slot.record is not None:
+            memos.remember(signature, slot.record)
+    return Served(plan, slot.payload, slot.kernels)
+
+
 def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
     for a call seen before, its payload: one store read (records off: from this session's memo).
@@ -99,45 +139,40 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     return slot
 
 
-class Signed(NamedTuple):
-    """A call served by its signature (`call_key.signature`): its record's payload, and what serving it counts."""
-
-    payload: bytes
-    kernels: int
-    record_key: str
-    compile_seconds: float
-
-
 def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
                 session: Session, module: Any = None, evaluation: Evaluation | None = None
-                ) -> tuple[str | None, Signed | None]:
-    """(the call's signature, or None where it has none; the record the program's warm set names
-    for it, served (one record hit) where it holds a payload of its own, or None: the call is then
-    planned and found by its key, and `sign` tells the set of the pair). `evaluation`: the call's
-    user functions, evaluated once for this lowering (its plan reads the same)."""
-    if platform != "cuda" or not session.config.call_records or winners.TUNING in session.memos:
+                ) -> tuple[str | None, tuple[call_entry.CallRecord, str] | None]:
+    """(the call's signature, or None where it has none or none is asked (ROCm, tuning); the record
+    that serves it unplanned and the level it comes from: this session's (tiers 1), else the one the
+    program's warm set names for it (tier 2), where it holds a payload of its own; or None)."""
+    if platform != "cuda" or winners.TUNING in session.memos:
         return None, None
-    start = time.perf_counter()
     memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
     signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static,
                                    evaluation)
     if signature is None:
         return None, None
+    record = memos.served.get(signature)
+    if record is not None:
+        return signature, (record, "memory")
+    return signature, _signed(signature, session, memos) if session.config.call_records else None
+
+
+def _signed(signature: str, session: Session, memos: "_Memos") -> tuple[call_entry.CallRecord, str] | None:
+    """(the record the program's warm set names for `signature`, the level it was read from), where
+    it holds a payload of its own, a winner stored since followed (its own record, signed for the next
+    process); None: the call is planned and found by its key."""
     warm = memos.warm_set(session.store)
     entry = warm.signed(signature)
     if entry is None:
-        return signature, None
+        return None
     record = _decoded(memos, entry)
     found = None if record is None else _winner_applied(session, memos, record, warm.level)
-    if found is None:
-        return signature, None  # a record its key must decide: planned and found by its key
-    record, level = found
-    if record.payload is None:
-        return signature, None  # a pointer: likewise
-    if record.key != entry.key:  # a winner stored since: its own record, signed for the next process
-        warm.sign(signature, record.key)
-    _count(session, memos, record, level, start)
-    return signature, Signed(record.payload, len(record.config_keys), record.key, record.compile_seconds)
+    if found is None or found[0].payload is None:
+        return None  # a record its key must decide, or a pointer: planned and found by its key
+    if found[0].key != entry.key:  # a winner stored since: its own record, signed for the next process
+        warm.sign(signature, found[0].key)
+    return found
 
 
 def sign(slot: Slot, signature: str) -> None:
@@ -173,7 +208,7 @@ def _serve(slot: Slot) -> None:
         return  # its winner is gone: lowered autotuned below, which records that
     _count(slot.session, slot.memos, record, level, start)
     slot.payload, slot.kernels = record.payload, len(record.config_keys)
-    slot.served = (record.key, record.compile_seconds)
+    slot.record = record
     slot.signable = record.key
 
 
@@ -251,6 +286,17 @@ class _Memos:
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
+    served: dict[str, call_entry.CallRecord] = field(default_factory=dict)  # signature -> its record, served here
+    served_bytes: int = 0
+
+    def remember(self, signature: str, record: call_entry.CallRecord) -> None:
+        """`record` served the call signed `signature`: the session serves it again (tier 1), within
+        MAX_SERVED calls and MAX_SERVED_BYTES of payloads (later calls take the tiers after it)."""
+        size = len(record.payload or b"") + 512
+        if signature not in self.served and len(self.served) < MAX_SERVED and \
+                self.served_bytes + size <= MAX_SERVED_BYTES:
+            self.served[signature] = record
+            self.served_bytes += size
     warm: WarmSet | None = None  # the records read and written, for this program's next process
 
     def warm_set(self, store: Store) -> WarmSet:
@@ -261,6 +307,8 @@ class _Memos:
 
 
 _MEMOS = "lowering.records.call_records"  # this module's session memo (`_Memos`)
+MAX_SERVED = 4096  # calls the session serves again by signature
+MAX_SERVED_BYTES = 64 << 20  # their payloads' bytes
 def record_label(kernel: str, kernels: int) -> str:
     """How the lookup log names a call record served: 'matmul_kernel call record (6 kernels)'."""
     return f"{kernel} call record ({kernels} kernel{'' if kernels == 1 else 's'})"
