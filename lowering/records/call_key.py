@@ -87,14 +87,14 @@ def config_inputs(target: Target, num_warps: int, num_stages: int, num_ctas: int
 
 
 def call_inputs(target: Target, call: BoundCall, env: object) -> str:
-    """The compile inputs' digest of a call at its own launch parameters and options, unplanned: what
-    its signature hashes (every config shares what the environment decides). `env`: Triton's
-    environment as just read (`triton_compat.triton_env`), whose identity says whether a digest stands."""
-    ident = (target, call.num_warps, call.num_stages, call.num_ctas, call.enable_fp_fusion, call.debug,
-             call.backend_options)
+    """The compile inputs' digest of a call's options, unplanned: what its signature hashes. Its warps
+    and stages are taken at their defaults: the signature holds the call's own (and its configs'),
+    and what the environment decides is the same for every config, so the calls of a program share a
+    handful of digests. `env`: Triton's environment as just read (`triton_compat.triton_env`), whose
+    identity says whether a digest stands."""
+    ident = (target, call.num_ctas, call.enable_fp_fusion, call.debug, call.backend_options)
     return _inputs_digest(ident, target, env, lambda: compile_options(
-        DEFAULT_NUM_WARPS if call.num_warps is None else call.num_warps,
-        DEFAULT_NUM_STAGES if call.num_stages is None else call.num_stages, call.num_ctas, call_options(call)))
+        DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES, call.num_ctas, call_options(call)))
 
 
 # A call's own launch parameters and options -> (the environment's state then, the installed tools'
