@@ -35,6 +35,7 @@ from .warnings_once import warn_once
 
 if TYPE_CHECKING:
     from . import disk_repair
+    from .warm_set import WarmSet
 else:
     disk_repair = later("kernel_cache.disk_repair")  # only when opening finds the local index damaged
 
@@ -66,6 +67,7 @@ class Store:
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self._deferring_kinds: dict[type, bool] = {}  # a level's class -> whether it is a DeferringLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
+        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -102,6 +104,11 @@ class Store:
         validates the key at its door (InvalidKey)."""
         if self.config.disabled:
             return None
+        front = self.front
+        if front is not None:  # the program's warm set: members of its local level, held in memory
+            entry = front.front_get(key)
+            if entry is not None:
+                return entry, front.level
         counts = self.stats.levels
         for depth, level in enumerate(self.levels):
             entry = self._level_get(level, key)
@@ -114,6 +121,12 @@ class Store:
                 return entry, level.name
             counts[f"misses.{level.name}"] += 1
         return None
+
+    def front_level(self, warm: WarmSet) -> None:
+        """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
+        members before it reads memory. It holds only entries of the local level the index still
+        holds, verified as that level's own; a later session's set takes its place."""
+        self.front = warm
 
     def put(self, entry: Entry) -> None:
         """Keep `entry` in every level, encoded (and signed) once for all of them."""

@@ -179,6 +179,20 @@ class WarmSet:
             self.note(entry)
         return entry
 
+    def begin(self, first: str) -> None:
+        """The program's first ask (a key or a signature) names its set: loaded here, once."""
+        if self._first is None:
+            self._load(first)
+
+    def front_get(self, key: str) -> Entry | None:
+        """The store's front level (`Store.front_level`): a member of the loaded set, noted as `get`
+        notes it; None before the set is loaded (a program's first ask, not the store, names it)."""
+        entry = self._held.get(key)
+        if entry is not None and key not in self._noted:
+            self._served.add(key)
+            self.note(entry)
+        return entry
+
     def signed(self, signature: str) -> Entry | None:
         """The member the set names for `signature` (the first call loads the set of `signature`),
         while the local index holds it, noted as `get` notes it; or None."""

@@ -298,3 +298,25 @@ def test_signatures_of_held_members_are_kept_and_served(tmp_path):
     store, warm = _session(tmp_path)
     store.delete(read[1].key)
     assert warm.signed(sig) is None
+
+
+def test_a_loaded_set_is_the_stores_front_level(tmp_path, monkeypatch):
+    """Once a session's set is in front of the store (`Store.front_level`) and the program's first
+    ask has loaded it, `Store.get` answers its members from it, before memory and without the disk,
+    as the local level's own; keys it does not hold go down the levels as before. Before the first
+    ask loads it, the store's reads never name the set."""
+    store, warm = _session(tmp_path)
+    read = _stored(store, [_entry(n) for n in range(3)])
+    _run(warm, read)
+    store, warm = _session(tmp_path)
+    store.front_level(warm)
+    other = _stored(store, [_entry(9)])[0]
+    store.memory.clear()
+    assert warm.front_get(read[1].key) is None  # not loaded: a store read names no set
+    warm.begin(read[0].key)
+    monkeypatch.setattr(store.disk, "get", lambda *a, **k: pytest.fail("read from disk"))
+    for entry in read:
+        found = store.get(entry.key)
+        assert found is not None and found[0].blobs == entry.blobs and found[1] == warm.level
+    monkeypatch.undo()
+    assert store.get(other.key)[0].blobs == other.blobs  # not a member: from the levels

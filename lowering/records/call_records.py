@@ -3,8 +3,9 @@
 `serve` takes a call from the lowering rule to its payload through these tiers, in this order:
   1. this session: a call it served before, by signature (`_Memos.served`: another jit, a re-trace);
   2. the program's warm set: the record its last run named for the signature (`kernel_cache.warm_set`);
-  3. the call planned and keyed (`call_key.call_key`): its record from the warm set, then the store's
-     levels; a record of an autotuned call follows a winner stored since (`CallRecord.redirect`);
+  3. the call planned and keyed (`call_key.call_key`): its record from the store, whose front level
+     is the program's warm set (`Store.front_level`), then memory, disk, shared and remote; a record
+     of an autotuned call follows a winner stored since (`CallRecord.redirect`);
   4. kernel by kernel: the rule's `build` fetches or compiles each kernel by content key and
      `Slot.remember` writes the record.
 A record served is one record hit (its kernels are not read: they are only told to the levels' LRU
@@ -245,16 +246,12 @@ def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallR
     if not session.config.call_records:
         kept = memos.records.get(key)
         return None if kept is None else (kept, "memory")
-    warm = memos.warm_set(session.store)
-    entry = warm.get(key)  # the program's warm set first: noted there
-    if entry is not None:
-        level = warm.level
-    else:
-        found = session.store.get(key)
-        if found is None:
-            return None
-        entry, level = found
-        warm.note(entry)
+    memos.warm_set(session.store).begin(key)  # the program's first ask names its set
+    found = session.store.get(key)  # its warm set first, in front of the store's levels
+    if found is None:
+        return None
+    entry, level = found
+    memos.warm_set(session.store).note(entry)  # a member of the set this session writes
     record = _decoded(memos, entry)
     return None if record is None else (record, level)
 
@@ -300,9 +297,11 @@ class _Memos:
     warm: WarmSet | None = None  # the records read and written, for this program's next process
 
     def warm_set(self, store: Store) -> WarmSet:
+        """This session's warm set, in front of the store's levels from its creation on."""
         warm = self.warm
         if warm is None:
             warm = self.warm = WarmSet(store)
+            store.front_level(warm)
         return warm
 
 
