@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 from conftest import run_python
 from inspect_call import custom_calls
+from test_call_records import use_store  # noqa: F401  (fixture)
 from test_call_signature import _call_of
 from triton.language.extra import libdevice
 
@@ -26,7 +27,6 @@ import compiler
 import kernel_cache
 from compiler import triton_compat as tc
 from compiler.spec import compile_options
-from kernel_cache import Config
 from lowering import triton_call
 from lowering.frontend.bound_call import BoundCall
 from lowering.frontend.frozen_items import FrozenItems
@@ -45,14 +45,6 @@ def erf_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 def erf_program(x):
     return triton_call(x, kernel=erf_kernel, out_shape=x, grid=(1,), BLOCK=x.shape[0], compute_capability=90)
-
-
-@pytest.fixture
-def use_store():
-    def configure(directory, **settings):
-        return kernel_cache.configure(Config(dir=directory, **settings))
-    yield configure
-    kernel_cache.configure()
 
 
 def _compiles() -> int:
@@ -205,7 +197,7 @@ def _keys_with(params: dict) -> tuple[str, str | None]:
 
 # --- a served payload against a fresh compile ------------------------------------------------------
 
-def test_a_record_is_never_served_across_libdevices(tmp_path, use_store, monkeypatch):
+def test_a_record_is_never_served_across_libdevices(tmp_path, use_store, monkeypatch):  # noqa: F811
     """A kernel calling libdevice, lowered and recorded (signed in the program's warm set); a new
     process naming another libdevice is not served that record (it compiles against the library it
     names: one without `__nv_erff` fails in ptxas), and back on the first it is served, nothing compiled."""
