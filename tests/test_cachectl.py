@@ -437,6 +437,9 @@ def test_import_validates_format_checksum_and_toolchain(pristine, tmp_path):
     (["prune", "--max-size", "10X"], "argument --max-size: cannot read '10X' as a size"),
     (["list", "--older-than", "3 fortnights"], "argument --older-than: cannot read '3 fortnights' as a duration"),
     (["prewarm", "-j", "0"], "argument -j/--jobs: expected a positive number"),
+    (["verify", "--rebuild", "--sample", "0"], "argument --sample: expected a positive number, got '0'"),
+    (["verify", "--rebuild", "--sample", "-5"], "argument --sample: expected a positive number, got '-5'"),
+    (["tune", "prog.py", "--reps", "-1"], "argument --reps: expected a positive number, got '-1'"),
     (["frobnicate"], "unknown command 'frobnicate'; one of: list, show"),
 ])
 def test_bad_arguments_exit_2_with_one_line(pristine, args, message):

@@ -91,7 +91,11 @@ def _count(text: str) -> int:
 
 
 def _positive(text: str) -> int:
-    value = _count(text)
+    """A count of at least 1: every refusal says so, whatever was given (0, -5, 'x')."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {echo(text)}")
     return value
@@ -99,12 +103,9 @@ def _positive(text: str) -> int:
 
 def _jobs(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}")
-    return value
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
