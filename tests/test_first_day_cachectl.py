@@ -151,8 +151,12 @@ def test_config_max_size_stores_the_bound_and_config_says_where_it_came_from(tmp
     assert shown["max_bytes"] == 300 << 10 and shown["source"] == "cache directory"
     assert shown["stored"] == {"path": str(stored), "max_bytes": 300 << 10}
     assert "300.0 KiB (stored in the cache directory" in ok("--dir", directory, "config", "max-size").stdout
-    row = next(r for r in as_json("--dir", directory, "config")["settings"] if r["variable"] == "KERNEL_CACHE_MAX_BYTES")
+    rows = {r["variable"]: r for r in as_json("--dir", directory, "config")["settings"]}
+    row = rows["KERNEL_CACHE_MAX_BYTES"]
     assert row["value"] == "300K" and row["source"] == "cache directory"
+    assert rows["KERNEL_CACHE_DIR"]["value"] == str(directory) and rows["KERNEL_CACHE_DIR"]["source"] == "command line"
+    in_env = {r["variable"]: r for r in as_json("config", env={"KERNEL_CACHE_DIR": str(directory)})["settings"]}
+    assert in_env["KERNEL_CACHE_DIR"]["source"] == "environment"
     assert re.search(r"^KERNEL_CACHE_MAX_BYTES +300K +cache directory$", ok("--dir", directory, "config").stdout, re.M)
 
     env = {"KERNEL_CACHE_MAX_BYTES": "1M"}  # the environment overrides it, and says what it overrides

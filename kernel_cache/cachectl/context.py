@@ -52,6 +52,8 @@ class Context:
         directory = getattr(args, "dir", None) or config.dir
         shared = getattr(args, "shared_dir", None) or config.shared_dir
         remote = getattr(args, "remote", None) or config.remote
+        # the settings this command line gave (--dir, --shared-dir, --remote), over the environment's
+        self.from_command_line = {field for field in ("dir", "shared_dir", "remote") if getattr(args, field, None)}
         self.config = config.with_(dir=directory, shared_dir=shared, remote=remote, disabled=False)
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}

@@ -48,6 +48,8 @@ def cmd_config(ctx: Context, args: Any) -> int:
         value = getattr(ctx.config, setting.field)
         if setting.field == "max_bytes":
             source = ctx.bound_source
+        elif setting.field in ctx.from_command_line:
+            source = "command line"
         if source == "unused":
             text = None
         elif setting.field == "signing_key":
