@@ -120,7 +120,7 @@ def heuristic_values(heuristics: Any) -> dict[str, Callable[[dict[str, Any]], An
 def triton_cache_key(fn: JITFunction) -> str:
     """Triton's own cache key for a kernel: its source, the @jit functions it calls and the constexpr
     globals it names. Computed once per JITFunction by Triton and memoized there. Blind to values
-    read through a module attribute and to plain globals (`compiler.fingerprint` adds them)."""
+    read through a module attribute and to plain globals (`kernel_fingerprint` adds them)."""
     return str(fn.cache_key)
 
 
@@ -229,14 +229,29 @@ def _may_read_blind(code: types.CodeType, globals_: dict[str, Any], nonlocals: d
         pending.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
     blind = False
     for name in names:
-        value = nonlocals[name] if name in nonlocals else globals_.get(name)
-        if is_jit_callable(value):
+        value: Any = nonlocals[name] if name in nonlocals else globals_.get(name)
+        kind = _kind(value)
+        if kind == "jit":
             _collect(value, out, seen)
-        elif isinstance(value, types.ModuleType):
+        elif kind == "module":
             blind = blind or not value.__name__.startswith("triton")
-        elif value is not None and not isinstance(value, type) and not callable(value) or is_constexpr_value(value):
-            blind = blind or not (name in globals_ and is_constexpr_value(value))
+        elif kind == "value" or (kind == "constexpr" and name not in globals_):  # a nonlocal constexpr too
+            blind = True
     return blind
+
+
+def _kind(value: Any) -> str | None:
+    """How a value a kernel names bears on its key: "jit" (followed: Triton hashes its own key),
+    "module", "constexpr", "value" (data Triton's key may miss), or None (a function, a class, nothing)."""
+    if is_jit_callable(value):
+        return "jit"
+    if isinstance(value, types.ModuleType):
+        return "module"
+    if is_constexpr_value(value):  # callable, like a function: asked first
+        return "constexpr"
+    if value is None or isinstance(value, type) or callable(value):
+        return None
+    return "value"
 
 
 def _attribute_path(node: ast.Attribute) -> tuple[str, ...] | None:
@@ -253,14 +268,13 @@ def _attribute_path(node: ast.Attribute) -> tuple[str, ...] | None:
 
 def _consider(where: str, namespace: Any, path: tuple[str, ...], value: Any, out: list[Reader], seen: set[int],
               named: bool) -> None:
-    """Follow a @jit callee; keep a read of a value Triton's key does not cover."""
-    if is_jit_callable(value):
+    """Follow a @jit callee; keep a read of a value Triton's key does not cover (a constexpr global
+    read by name is in Triton's own key; one read through a module attribute is not)."""
+    kind = _kind(value)
+    if kind == "jit":
         _collect(value, out, seen)
         return
-    if is_constexpr_value(value):
-        if named:
-            return  # a constexpr global by name: in Triton's own key
-    elif value is None or isinstance(value, (types.ModuleType, type)) or callable(value):
+    if kind != "value" and not (kind == "constexpr" and not named):
         return
     if len(out) < _MAX_READERS and not any(n is namespace and p == path for _, n, p in out):
         out.append(("global" if named else "attribute", namespace, path))

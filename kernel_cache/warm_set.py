@@ -171,13 +171,8 @@ class WarmSet:
 
     def get(self, key: str) -> Entry | None:
         """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
-        if self._first is None:
-            self._load(key)
-        entry = self._held.get(key)
-        if entry is not None and key not in self._noted:
-            self._served.add(key)
-            self.note(entry)
-        return entry
+        self.begin(key)
+        return self.front_get(key)
 
     def begin(self, first: str) -> None:
         """The program's first ask (a key or a signature) names its set: loaded here, once."""
@@ -196,8 +191,7 @@ class WarmSet:
     def signed(self, signature: str) -> Entry | None:
         """The member the set names for `signature` (the first call loads the set of `signature`),
         while the local index holds it, noted as `get` notes it; or None."""
-        if self._first is None:
-            self._load(signature)
+        self.begin(signature)
         key = self._signed.get(signature)
         return None if key is None else self.get(key)
 

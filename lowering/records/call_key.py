@@ -97,8 +97,8 @@ def call_inputs(target: Target, call: BoundCall, env: object) -> str:
         DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES, call.num_ctas, call_options(call)))
 
 
-# A call's own launch parameters and options -> (the environment's state then, the installed tools'
-# generation then, the digest of its compile inputs): valid while both are unchanged (a fact of the
+# A call's options (and CTAs) -> (the environment's state then, the installed tools' generation
+# then, the digest of its compile inputs): valid while both are unchanged (a fact of the
 # process's environment and installation, so module-level; see `kernel_cache.session`). A signed
 # call asks here without entering the compiler's modules.
 _inputs: dict[tuple[Any, ...], tuple[object, int, str]] = {}

@@ -246,12 +246,13 @@ def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallR
     if not session.config.call_records:
         kept = memos.records.get(key)
         return None if kept is None else (kept, "memory")
-    memos.warm_set(session.store).begin(key)  # the program's first ask names its set
+    warm = memos.warm_set(session.store)
+    warm.begin(key)  # the program's first ask names its set
     found = session.store.get(key)  # its warm set first, in front of the store's levels
     if found is None:
         return None
     entry, level = found
-    memos.warm_set(session.store).note(entry)  # a member of the set this session writes
+    warm.note(entry)  # a member of the set this session writes
     record = _decoded(memos, entry)
     return None if record is None else (record, level)
 
