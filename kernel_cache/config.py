@@ -26,9 +26,11 @@ from .value_class import FrozenValue
 
 if TYPE_CHECKING:
     from . import signing
+    from .levels import redis_seeds
     from .signing import Signer
 else:
     signing = later("kernel_cache.signing")  # read only where a signing key or a password file is set
+    redis_seeds = later("kernel_cache.levels.redis_seeds")  # read only where a remote is set
 
 # (patterns, compiled by `re` at their first use: most processes never parse a size or a duration)
 _SIZE = r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
@@ -230,6 +232,20 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
         raise ConfigError(str(exc)) from None
 
 
+def _check_remote(text: str) -> None:
+    """KERNEL_CACHE_REMOTE: one or more Redis URLs, each one redis-py can use (ConfigError saying
+    which and what is wrong, its secrets hidden)."""
+    urls = redis_seeds.split_urls(text)
+    if not urls:
+        raise ConfigError("KERNEL_CACHE_REMOTE is set but names no server (redis://host:port/db, several "
+                          "separated by commas)")
+    for url in urls:
+        try:
+            redis_seeds.check_url(url)
+        except redis_seeds.BadRemoteUrl as exc:
+            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(redacted(url))}: {exc}") from None
+
+
 def _password_file(text: str) -> str:
     """The Redis password, read as the signing key is: a file of the user's that nobody else can
     read or change, no link, no FIFO."""
@@ -351,9 +367,8 @@ class Config(FrozenValue):
                 signing.Signer(self.signing_key)
             except signing.SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
-        if self.remote is not None and not re.match(r"^(redis|rediss|unix)://", self.remote):
-            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(redacted(self.remote))} is no Redis URL "
-                              f"(redis://host:port/db, rediss:// for TLS, unix:///path/redis.sock)")
+        if self.remote is not None:
+            _check_remote(self.remote)
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.remote_namespace):
             raise ConfigError(f"KERNEL_CACHE_REMOTE_NAMESPACE={echo(self.remote_namespace)}: letters, digits, "
                               f"'.', '_' and '-' only (at most 64)")

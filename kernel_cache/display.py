@@ -11,6 +11,7 @@ from urllib.parse import unquote_plus
 ECHO_CHARS = 60  # how much of a value a message repeats
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 # a query parameter: its name, then (looked at, not consumed: `?db=0?password=x` is two) its value
+_NEXT_URL = r"(?i),(?=\s*(?:redis|rediss|unix)://)"  # where a comma starts another URL
 _QUERY_PARAM = r"[?&;]([^?&;=]*)=(?=([^&;]*))"  # compiled by `re` at its first use (a URL shown)
 
 
@@ -49,16 +50,23 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
 
 
 def redacted(url: str) -> str:
-    """A server URL with its credentials shown as *** (`redis://kc:***@host:6379/2`), for messages,
-    `cachectl config`, `stats` and `doctor`. redis-py takes as credentials everything before the last
-    '@' of the network location (a password may hold '@' and ':'; a bare `name@host` is one too) and
-    `password=` and `username=` in the query: the query's are hidden first, since their values may
+    """Server URLs with their credentials shown as *** (`redis://kc:***@host:6379/2`), for messages,
+    `cachectl config`, `stats` and `doctor`; several URLs separated by commas are hidden one by one
+    (a comma starts a URL only where a scheme follows it). redis-py takes as credentials everything
+    before the last '@' of the network location (a password may hold '@' and ':'; a bare
+    `name@host` is one too) and query options: `username=` and any name holding `password`
+    (`ssl_password=`, `ssl_keyfile_password=`). The query's are hidden first, since their values may
     hold '@', then everything from `//` to the last '@' left but a user name before ':' (a URL with
     '/', '?' or '#' before that '@' does not parse as meant: its name is hidden too). Any text is
     accepted; nothing raises."""
+    return ",".join(_redacted_one(part) for part in re.split(_NEXT_URL, url))
+
+
+def _redacted_one(url: str) -> str:
     out, pos = [], 0
     for m in re.finditer(_QUERY_PARAM, url):
-        if m.start() >= pos and unquote_plus(m.group(1)).strip().lower() in ("password", "username"):
+        name = unquote_plus(m.group(1)).strip().lower()
+        if m.start() >= pos and ("password" in name or name == "username"):
             out += [url[pos:m.end()], "***"]
             pos = m.end() + len(m.group(2))
     text = "".join(out) + url[pos:]

@@ -46,12 +46,12 @@ from .. import entry as entry_format
 from ..config import Config
 from ..display import escaped, redacted
 from ..entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
-from ..errors import LevelUntrusted, RejectedEntry
+from ..errors import LevelUnavailable, LevelUntrusted, RejectedEntry
 from ..safefs import Owners
 from ..signing import Signer
 from ..warnings_once import warn_once
-from . import redis_guard
 from .redis_link import RedisLink, redis_installed
+from .redis_seeds import secrets_of, split_urls
 from .remote_lease import MAX_LEASE_BYTES, Lease, why_not_honoured
 from .resp_reader import RespError, RespFault, RespReader, RespUnusable
 
@@ -134,6 +134,7 @@ class RemoteLevel:
         """`signer`: entries and leases must carry its signature (None: every client of the server
         is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
         self.url, self.endpoint = url, redacted(url)
+        self.urls = split_urls(url)
         self.namespace = namespace
         self.prefix = f"kc:{namespace}:v2:"  # v2: keys in braces (v1 names expire by their TTL)
         self.ttl = max(1, int(ttl))
@@ -166,12 +167,12 @@ class RemoteLevel:
         if link is None:
             with self._connecting:
                 if self._link is None:
-                    link = RedisLink(self.url, self.endpoint, timeout=self.timeout,
+                    secrets = [s for url in self.urls for s in secrets_of(url, self._password)]
+                    link = RedisLink(self.urls, self.endpoint, timeout=self.timeout,
                                      max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
                                      breaker_seconds=self.breaker_seconds, counters=self.counters,
-                                     password=self._password)
-                    plain = link.client  # registered once, run on whichever client the link settles on
-                    self._scripts = _Scripts._make(plain.register_script(text) for text in _SCRIPT_TEXTS)
+                                     password=self._password, secrets=secrets)
+                    self._scripts = _Scripts._make(link.script(text) for text in _SCRIPT_TEXTS)
                     self._link = link
                     if self._reader is not None:  # one connection per server from now on
                         self._reader.give_up()
@@ -186,9 +187,9 @@ class RemoteLevel:
             return None
         if not self._reader_tried:
             with self._connecting:
-                if not self._reader_tried:
+                if not self._reader_tried and len(self.urls) == 1:
                     try:
-                        self._reader = RespReader(self.url, password=self._password, timeout=self.timeout,
+                        self._reader = RespReader(self.urls[0], password=self._password, timeout=self.timeout,
                                                   max_reply_bytes=self.max_entry_bytes + REPLY_SLACK)
                     except RespUnusable:
                         self._reader = None
@@ -220,7 +221,7 @@ class RemoteLevel:
     def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
         link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
         cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
-        link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
+        link.failed(what, cause(link.scrub(str(fault))) if cause is not None else None, fault.kind == "overflow",
                     self.timeout, False)
 
     @property
@@ -233,7 +234,7 @@ class RemoteLevel:
 
     @property
     def client(self) -> Any:
-        """redis-py's client for this deployment (a cluster's once the first call found one)."""
+        """redis-py's client for the one server (tests and tools; a cluster's calls go by key)."""
         return self.link.client
 
     # The data path ------------------------------------------------------------------------
@@ -241,7 +242,7 @@ class RemoteLevel:
     def writable(self) -> bool:
         """False on a read-only replica, and while the breaker skips the server, unless it is coming
         back soon (then compiles still take its lock: they wait for it, see `lock`)."""
-        return self.link.writable or self.link.recovering
+        return self.link.writable or self.link.recovering()
 
     @property
     def location(self) -> str:
@@ -282,8 +283,7 @@ class RemoteLevel:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
             bad = marker(found)
-            self._call("delete", lambda: self._run(self.scripts.replace, keys=[name],
-                                                   args=[self.max_entry_bytes, bad, b"", 0]), None)
+            self._script("delete", self.scripts.replace, name, [self.max_entry_bytes, bad, b"", 0], None)
             raise
         with self._lock:
             self._bad.pop(key, None)
@@ -308,12 +308,11 @@ class RemoteLevel:
         with self._lock:
             bad = self._bad.get(key)
         if bad is None:
-            if self._call("write", lambda: self.client.set(name, data, nx=True, ex=self.ttl), None):
+            if self._call("write", lambda c: c.set(name, data, nx=True, ex=self.ttl), None, name=name):
                 self._count("writes")
             return
         # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._call("heal", lambda: self._run(self.scripts.replace, keys=[name], args=[self.max_entry_bytes, bad, data,
-                                                                              self.ttl * 1000]), None)
+        replaced = self._script("heal", self.scripts.replace, name, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
         if replaced is not None:
             with self._lock:
                 self._bad.pop(key, None)
@@ -331,9 +330,9 @@ class RemoteLevel:
         with self._lock:
             bad = self._bad.get(key)
         if bad is not None:
-            now = self._call("read", lambda: self._run(self.scripts.marker_of, keys=[name], args=[self.max_entry_bytes]), None)
+            now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
             return isinstance(now, bytes) and now.decode() != bad and now.startswith((b"sha1:", b"ends:"))
-        return bool(self._call("read", lambda: self.client.type(name), b"none") == b"string")
+        return bool(self._call("read", lambda c: c.type(name), b"none", name=name) == b"string")
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
@@ -345,13 +344,14 @@ class RemoteLevel:
         lease = Lease.new(name, self.signer)
         deadline, pause, waited = time.monotonic() + timeout, 0.02, False
         while True:
-            if self.link.recovering and self.link.reopens_in() < deadline - time.monotonic():
-                time.sleep(self.link.reopens_in() + random.random() * 0.05)  # a failover or restart: wait it out
+            recovery = self.link.recovery_pause(name, deadline - time.monotonic())
+            if recovery is not None:
+                time.sleep(recovery)  # a failover or restart: wait it out
                 continue
-            if not self.link.writable:
+            if not self.link.writable_for(name):
                 yield False  # a replica, or a server being skipped: compile here, unlocked across nodes
                 return
-            if self._call("lock", lambda: self.client.set(name, lease.value, nx=True, px=self.lease_ms), None):
+            if self._call("lock", lambda c: c.set(name, lease.value, nx=True, px=self.lease_ms), None, name=name):
                 break
             if self._took_over(name, lease):
                 break
@@ -372,7 +372,7 @@ class RemoteLevel:
         finally:
             stop.set()
             beat.join(timeout=self.timeout * 4 + 1)
-            self._call("unlock", lambda: self._run(self.scripts.release, keys=[name], args=[lease.value]), None)
+            self._script("unlock", self.scripts.release, name, [lease.value], None)
 
     def close(self) -> None:
         self.flush_touches()
@@ -384,7 +384,7 @@ class RemoteLevel:
     # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
         name = self._entry(key)
-        return bool(self._call("delete", lambda: self.client.delete(name), 0, maintenance=True))
+        return bool(self._call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
@@ -404,60 +404,72 @@ class RemoteLevel:
         """Per entry: key, size_bytes, created (from its header), last_used (from its TTL: a hit
         restarts it), listed with SCAN and bounded by MAX_SCAN. Names of another Redis type are
         listed too (size 0): reading them says what they are."""
-        names = self._scan_names()
         out: list[dict[str, Any]] = []
         now = time.time()
-        for start in range(0, min(len(names), MAX_SCAN), 500):
-            chunk = names[start:start + 500]
-
-            def heads(chunk: list[bytes] = chunk) -> list[Any]:
-                pipe = self.client.pipeline(transaction=False)
-                for name in chunk:
-                    pipe.type(name)
-                    pipe.strlen(name)
-                    pipe.ttl(name)
-                    pipe.getrange(name, 0, entry_format.META_PEEK_BYTES - 1)
-                replies: list[Any] = pipe.execute(raise_on_error=False)
-                return replies
-            replies: list[Any] = self._call("scan", heads, [], maintenance=True)
-            for i, name in enumerate(chunk):
-                kind, size, ttl, head = replies[4 * i:4 * i + 4]
-                key = bytes(name).decode(errors="replace")[len(self.prefix) + 2:].removeprefix("{").removesuffix("}")
-                if not entry_format.is_key(key) or kind == b"none":
-                    continue
-                size = size if isinstance(size, int) else 0
-                ttl = ttl if isinstance(ttl, int) else -1
-                last_used = now - max(0, self.ttl - ttl) if ttl > 0 else now
-                try:
-                    created = float(entry_format.peek_meta_head(head, size).get("created", last_used))
-                except (CorruptEntry, TypeError, ValueError):
-                    created = last_used
-                out.append({"key": key, "size_bytes": int(size), "created": created, "last_used": last_used})
+        for node, names in self._scan_names().items():
+            for start in range(0, len(names), 500):
+                chunk = names[start:start + 500]
+                replies = self._heads(node, chunk)
+                for i, name in enumerate(chunk):
+                    entry = self._listed(name, replies[4 * i:4 * i + 4], now)
+                    if entry is not None:
+                        out.append(entry)
         return out
 
-    def _scan_names(self) -> list[bytes]:
-        """The entry names, one SCAN page per call (each within the maintenance deadline), on every
-        master of a cluster; at most MAX_SCAN."""
-        self.link.ensure()
+    def _heads(self, node: str, names: list[bytes]) -> list[Any]:
+        """Type, size, TTL and header of each name, in one pipeline on the node holding them."""
+        def heads(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.type(name)
+                pipe.strlen(name)
+                pipe.ttl(name)
+                pipe.getrange(name, 0, entry_format.META_PEEK_BYTES - 1)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+        found: list[Any] = self._call("scan", heads, [], node=node, maintenance=True)
+        return found
+
+    def _listed(self, name: bytes, replies: list[Any], now: float) -> dict[str, Any] | None:
+        if len(replies) != 4:
+            return None
+        kind, size, ttl, head = replies
+        key = bytes(name).decode(errors="replace")[len(self.prefix) + 2:].removeprefix("{").removesuffix("}")
+        if not entry_format.is_key(key) or kind == b"none":
+            return None
+        size = size if isinstance(size, int) else 0
+        ttl = ttl if isinstance(ttl, int) else -1
+        last_used = now - max(0, self.ttl - ttl) if ttl > 0 else now
+        try:
+            created = float(entry_format.peek_meta_head(head, size).get("created", last_used))
+        except (CorruptEntry, TypeError, ValueError):
+            created = last_used
+        return {"key": key, "size_bytes": int(size), "created": created, "last_used": last_used}
+
+    def _scan_names(self) -> dict[str, list[bytes]]:
+        """The entry names by the node holding them, one SCAN page per call (each within the
+        maintenance deadline), on every master of a cluster; at most MAX_SCAN in all."""
         pattern = self.prefix + "e:*"
-        nodes: list[Any] = self._call("scan", lambda: list(self.client.get_primaries()), [], maintenance=True) \
-            if self.link.cluster else [None]
-        names: list[bytes] = []
+        nodes = self.link.primaries()
+        if not nodes:
+            self._call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
+        out: dict[str, list[bytes]] = {}
+        total = 0
         for node in nodes:
             cursor: Any = 0
-            while len(names) < MAX_SCAN:
-                def page(at: Any = cursor, node: Any = node) -> tuple[Any, list[bytes]]:
-                    if node is None:
-                        found: tuple[Any, list[bytes]] = self.client.scan(at, match=pattern, count=1000)
-                        return found
-                    cursors, more = self.client.scan(cursor=at, match=pattern, count=1000, target_nodes=node)
-                    return cursors[node.name], more
+            names = out.setdefault(node, [])
+            while total < MAX_SCAN:
+                def page(client: Any, at: Any = cursor) -> tuple[Any, list[bytes]]:
+                    found: tuple[Any, list[bytes]] = client.scan(at, match=pattern, count=1000)
+                    return found
                 none: tuple[Any, list[bytes]] = (0, [])
-                cursor, more = self._call("scan", page, none, maintenance=True)
+                cursor, more = self._call("scan", page, none, node=node, maintenance=True)
+                more = more[:MAX_SCAN - total]
                 names += more
+                total += len(more)
                 if not cursor:
                     break
-        return names[:MAX_SCAN]
+        return out
 
     def touch(self, keys: Iterable[str]) -> None:
         valid = [check_key(key) for key in keys]
@@ -480,15 +492,18 @@ class RemoteLevel:
             if not any(isinstance(reply, RespError) for reply in replies):
                 return
             reader.give_up()  # a replica (READONLY) or a cluster (MOVED): the link sends them and judges
-        if not self.writable:
+        if not self.link.writable:
             return  # a replica takes no writes; a skipped server gets these uses no more
+        for node, names in self.link.group(self._entry(key) for key in sorted(keys)).items():
+            if node is None:
+                continue  # no node serves that slot now: these uses are lost, the TTL is long
 
-        def expire() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for key in sorted(keys):
-                pipe.expire(self._entry(key), self.ttl)
-            pipe.execute(raise_on_error=False)
-        self._call("touch", expire, None)
+            def expire(client: Any, names: list[str] = names) -> None:
+                pipe = client.pipeline(transaction=False)
+                for name in names:
+                    pipe.expire(name, self.ttl)
+                pipe.execute(raise_on_error=False)
+            self._call("touch", expire, None, node=node)
 
     def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         return []  # a dead holder's lease expires by itself; nothing else is left behind
@@ -503,22 +518,25 @@ class RemoteLevel:
         info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
                                 "counters": dict(self.counters), "reachable": False}
         try:
-            self.link.ensure()
-            with redis_guard.budget(self._maintenance_seconds(), self.max_entry_bytes + REPLY_SLACK):
+            def ask(client: Any) -> dict[str, Any]:
                 start = time.perf_counter()
-                self.link.client.ping()
-                info["round_trip_ms"] = round((time.perf_counter() - start) * 1000, 3)
-                node = self.link.client.get_primaries()[0].redis_connection if self.link.cluster else self.link.client
-                server = node.info("server")
-                memory = node.info("memory")
-                replication = node.info("replication")
-            info.update(reachable=True, server_version=_text(server.get("redis_version")),
-                        maxmemory=memory.get("maxmemory"), maxmemory_policy=_text(memory.get("maxmemory_policy")),
-                        role=_text(replication.get("role")), cluster=bool(self.link.cluster))
+                client.ping()
+                return {"round_trip_ms": round((time.perf_counter() - start) * 1000, 3),
+                        "server": client.info("server"), "memory": client.info("memory"),
+                        "replication": client.info("replication")}
+            nodes = self.link.primaries()
+            found = self._call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
+            assert found is not None
+            server, memory, replication = found["server"], found["memory"], found["replication"]
+            info.update(reachable=True, round_trip_ms=found["round_trip_ms"],
+                        server_version=self._text(server.get("redis_version")), maxmemory=memory.get("maxmemory"),
+                        maxmemory_policy=self._text(memory.get("maxmemory_policy")),
+                        role=self._text(replication.get("role")), cluster=bool(self.link.cluster))
             if self.link.cluster:
-                info["masters"] = len(self.link.client.get_primaries())
+                info["masters"] = len(nodes)
         except Exception as exc:
-            info["error"] = f"{type(exc).__name__}: {escaped(str(exc))}"
+            said = str(exc) if isinstance(exc, LevelUnavailable) else self.link.scrub(str(exc))  # ours: said safely
+            info["error"] = f"{type(exc).__name__}: {said}"
         return info
 
     # Internals ----------------------------------------------------------------------------
@@ -553,16 +571,16 @@ class RemoteLevel:
         server failed or the value changed meanwhile (a miss)."""
         assert self.signer is not None
         body = size - SIGNATURE_SIZE
-        tail = self._call("read", lambda: self.client.getrange(name, body, size - 1), None)
+        tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
         if not isinstance(tail, bytes) or len(tail) != SIGNATURE_SIZE or body < 0:
             return None
 
         def chunks() -> Iterator[bytes]:
             for start in range(0, body, STREAM_CHUNK):
                 end = min(start + STREAM_CHUNK, body) - 1
-                def read(first: int = start, last: int = end) -> Any:
-                    return self.client.getrange(name, first, last)
-                piece = self._call("read", read, None)
+                def read(client: Any, first: int = start, last: int = end) -> Any:
+                    return client.getrange(name, first, last)
+                piece = self._call("read", read, None, name=name)
                 if not isinstance(piece, bytes) or len(piece) != end - start + 1:
                     raise _Changed
                 yield piece
@@ -572,7 +590,7 @@ class RemoteLevel:
             return None
         if problem is None:
             return self._peeked("read", name, self.max_entry_bytes)
-        now = self._call("read", lambda: self._run(self.scripts.marker_of, keys=[name], args=[self.max_entry_bytes]), None)
+        now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
         if isinstance(now, bytes):
             self._remember_bad(key, now.decode(errors="replace"))
         self._count("rejected")
@@ -587,8 +605,7 @@ class RemoteLevel:
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
             return False
-        taken = self._call("lock", lambda: self._run(self.scripts.replace, keys=[name], args=[MAX_LEASE_BYTES, marker(found),
-                                                                           lease.value, self.lease_ms]), 0)
+        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms], 0)
         if taken:
             self._count("leases_refused")
             warn_once(f"remote-lease:{self.endpoint}:{why}",
@@ -599,7 +616,7 @@ class RemoteLevel:
         while not stop.wait(self.lease_ms / 3000):
             if lease.expired(self.lease_max_seconds):
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            self._call("lease", lambda: self._run(self.scripts.refresh, keys=[name], args=[lease.value, self.lease_ms]), None)
+            self._script("lease", self.scripts.refresh, name, [lease.value, self.lease_ms], None)
 
     def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
                 maintenance: bool = False) -> tuple[bytes, Any] | None:
@@ -609,8 +626,7 @@ class RemoteLevel:
         args = [cap] if stream_over is None else [cap, stream_over]
         served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
         if not served:
-            found = self._call(what, lambda: self._run(self.scripts.peek, keys=[name], args=args), None,
-                               maintenance=maintenance)
+            found = self._script(what, self.scripts.peek, name, args, None, maintenance=maintenance)
         if found is None:
             return None
         if isinstance(found, list) and len(found) == 2:
@@ -618,20 +634,29 @@ class RemoteLevel:
             if ((kind in (b"value", b"type") and isinstance(value, bytes))
                     or (kind in (b"size", b"large") and isinstance(value, int))):
                 return kind, value
-        self.link.failed(what, None, False, 0.0, maintenance)
+        self.link.failed(what, None, False, 0.0, maintenance, name=name)
         return None
+
+    def _text(self, value: object) -> str | None:
+        """A server-given string for a terminal (escaped, secrets hidden)."""
+        return None if value is None else self.link.scrub(str(value))
 
     def _maintenance_seconds(self) -> float:
         return max(self.timeout, MAINTENANCE_SECONDS)
 
-    def _call(self, what: str, op: Callable[[], T], default: T, *, maintenance: bool = False) -> T:
-        """`op` through the link: one deadline and byte budget, the breaker, read-only mode (redis_link)."""
-        return self.link.call(what, op, default, maintenance=maintenance,
+    def _call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
+              node: str | None = None, maintenance: bool = False) -> T:
+        """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
+        budget, that node's breaker, read-only mode (redis_link)."""
+        return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
                               seconds=self._maintenance_seconds() if maintenance else None)
 
-    def _run(self, script: Any, *, keys: list[str], args: list[Any]) -> Any:
-        """A registered script on the client the link settled on (a cluster routes it by its key)."""
-        return script(keys=keys, args=args, client=self.client)
+    def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
+                maintenance: bool = False) -> T:
+        """A registered script on the one name `name`, on the node serving it."""
+        found: T = self._call(what, lambda client: script(keys=[name], args=args, client=client), default, name=name,
+                              maintenance=maintenance)
+        return found
 
 
 class _Scripts(NamedTuple):
@@ -650,11 +675,6 @@ _PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows i
 
 class _Changed(Exception):
     """A value changed size while it was being checked in chunks: read it again next time."""
-
-
-def _text(value: object) -> str | None:
-    """A server-given string, escaped for a terminal."""
-    return None if value is None else escaped(str(value))
 
 
 def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> RemoteLevel | None:
