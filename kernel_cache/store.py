@@ -208,10 +208,11 @@ class Store:
         if found is not None:
             return self._hit(found, key, label, start)
         check_key(key)
-        with self._single_flight(key, label):
+        with self._single_flight(key, label) as wait:
             found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
             if found is not None:
                 return self._hit(found, key, label, start)
+            self.wait_budget.spend(wait.unserved)  # published, but nothing that could be served
             self.stats.miss()
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
@@ -321,13 +322,18 @@ class Store:
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
-    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
+    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[_Wait]:
+        """Hold `key` across threads and processes. Every wait for another process is taken from the
+        process's waiting budget unless it ends in an entry served: a lock gained by a takeover or
+        after a holder gave up is charged here, one that ends in a publication is charged by the
+        caller (`_Wait.unserved`) if what was published cannot be served."""
         start = time.perf_counter()
+        wait = _Wait()
         with self._key_locks.hold(key, label):
             levels = self._lock_levels()
             if not levels:
                 lookup_log.wait(key, label, start, None)
-                yield
+                yield wait
                 return
             threads_done = time.perf_counter()
             deadline = threads_done + self.wait_budget.left()  # one wait for this key, whatever the levels
@@ -341,17 +347,22 @@ class Store:
                         warn_once(f"lock:{level.name}:{_cause(exc)}",
                                   f"cannot lock in the {level.name} level ({exc}); compiling without its lock")
                         continue
-                    if not acquired:
-                        outcome = self._lock_lost(level, key, label, time.perf_counter() - began)
-                        break
+                    waited = time.perf_counter() - began
+                    if acquired:
+                        self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing
+                        continue
+                    outcome = self._lock_lost(level, key, label, waited)
+                    if outcome == PUBLISHED:
+                        wait.unserved = waited
+                    break
                 lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
-                yield
+                yield wait
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
         """Why a wait for `level`'s lock ended without it. A wait that did not end in the entry being
         published is taken from the process's waiting budget, and said once with what it really cost."""
         if holds(level, key):
-            return "the holder published it"
+            return PUBLISHED
         self.wait_budget.spend(waited)
         if not level.writable:
             return "the level is being skipped"  # its own warning said why
@@ -374,6 +385,19 @@ class Store:
         local = self.disk if self.disk is not None and self.disk.writable else None
         cluster = next((t for t in reversed(self.persistent_levels) if t is not self.disk and t.writable), None)
         return [t for t in (local, cluster) if t is not None]
+
+
+PUBLISHED = "the holder published it"
+
+
+class _Wait:
+    """A wait for another process's compile that ended in a publication: its seconds, charged to
+    the waiting budget only if the entry published cannot be served."""
+
+    __slots__ = ("unserved",)
+
+    def __init__(self) -> None:
+        self.unserved = 0.0
 
 
 def _read_failed(level: Level, exc: Exception) -> None:

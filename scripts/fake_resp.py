@@ -5,7 +5,11 @@ then every other command the way `behaviour` says (scaffolding: the product neve
 - "trickle": a valid bulk reply, one byte every `interval` seconds;
 - "huge": a bulk reply announcing `size` bytes, then that many bytes as fast as the client reads;
 - "error": an error reply of `text` (escape codes and a bare CR by default);
-- "hang": nothing at all.
+- "hang": nothing at all;
+- "reply": the raw reply `replies` holds for the command's first word (CLUSTER, EVALSHA…), an
+  unknown-command error for any other;
+- "echo": every command, the handshake's included (AUTH, HELLO), refused with an error that quotes
+  its arguments, as a server without that command does.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ ESCAPES = "ERR \x1b[31mred\x1b[0m\rforged line \x07"
 
 
 class FakeRedis:
-    def __init__(self, behaviour: str, *, interval: float = 0.1, size: int = 400_000_000, text: str = ESCAPES):
+    def __init__(self, behaviour: str, *, interval: float = 0.1, size: int = 400_000_000, text: str = ESCAPES,
+                 replies: dict[bytes, bytes] | None = None):
         self.behaviour, self.interval, self.size, self.text = behaviour, interval, size, text
+        self.replies = replies or {}
         self.commands: list[list[bytes]] = []
         self.bytes_sent = 0
         fake = self
@@ -59,7 +65,12 @@ class FakeRedis:
                     return
                 self.commands.append(command)
                 verb = command[0].upper() if command else b""
-                if verb in (b"CLIENT", b"SELECT", b"AUTH"):
+                if self.behaviour == "echo":
+                    quoted = b" ".join(b"'" + word + b"'" for word in command[1:])
+                    sock.sendall(b"-ERR unknown command '" + verb + b"', with args beginning with: " + quoted + b"\r\n")
+                elif self.behaviour == "reply":
+                    sock.sendall(self.replies.get(verb, b"-ERR unknown command\r\n"))
+                elif verb in (b"CLIENT", b"SELECT", b"AUTH"):
                     sock.sendall(b"+OK\r\n")
                 elif verb == b"PING":
                     sock.sendall(b"+PONG\r\n")
@@ -105,3 +116,17 @@ def _read_command(reader: object) -> list[bytes] | None:
         length = int(readline()[1:])
         args.append(read(length + 2)[:-2])
     return args
+
+
+def slot_map_reply(primaries: int, replicas: int = 0, port: int = 7000) -> bytes:
+    """A CLUSTER SLOTS reply of `primaries` ranges (one slot each, cycling over 16,384), each with
+    its own primary and `replicas` replicas, as a node of a huge or hostile cluster sends it."""
+    def node(n: int) -> bytes:
+        ident = b"%040x" % n
+        return b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (port + n % 50000, ident)
+    parts = [b"*%d\r\n" % primaries]
+    for i in range(primaries):
+        slot = i % 16384
+        parts.append(b"*%d\r\n:%d\r\n:%d\r\n" % (3 + replicas, slot, slot))
+        parts += [node(i * (replicas + 1) + r) for r in range(replicas + 1)]
+    return b"".join(parts)

@@ -254,6 +254,48 @@ def test_a_held_lease_costs_at_most_the_waiting_budget_per_process(server, tmp_p
 
 
 @needs_redis
+def test_replayed_leases_cost_at_most_the_waiting_budget_per_process(server, tmp_path):
+    """An honest holder's signed leases, replayed so that each turns too old just as the last
+    was taken over: every takeover's wait is charged, so the process waits one budget in all."""
+    budget = 1.0
+    store = _store(server.url, "replayed", tmp_path, lock_timeout=budget)
+    level = store.level("remote")
+    now_ms = int(time.time() * 1000)
+    for i, key in enumerate(KEYS[:4]):
+        name = level._lease_name(key)
+        lease = Lease.new(name, Signer(SIGNING_KEY), taken_ms=now_ms + int(i * 900 * budget))
+        level.client.set(name, lease.value, px=60_000)
+    builders = [Builder(key) for key in KEYS[:4]]
+    start = time.monotonic()
+    for key, builder in zip(KEYS[:4], builders, strict=True):
+        _quiet(store.get_or_create, key, builder)
+    elapsed = time.monotonic() - start
+    assert all(b.calls == 1 for b in builders)
+    assert elapsed < 1.6 * budget, elapsed  # not one budget per takeover (3.7x here)
+    assert budget * 0.9 <= store.wait_budget.spent <= budget * 1.3, store.wait_budget.spent
+
+
+@needs_redis
+def test_a_wait_that_ends_in_an_entry_that_fails_verification_is_charged(server, tmp_path):
+    holder = remote(server.url, namespace="unserved")
+    store = _store(server.url, "unserved", tmp_path, lock_timeout=30)
+    level = store.level("remote")
+
+    def hold_then_publish_a_forgery() -> None:
+        with holder.lock(KEY, 5):
+            time.sleep(0.6)
+            level.client.set(level._entry(KEY), signed(make_entry(KEY), b"not-our-key-0123456789abcdefgh"))
+    thread = threading.Thread(target=hold_then_publish_a_forgery)
+    thread.start()
+    time.sleep(0.1)
+    builder = Builder(KEY)
+    _quiet(store.get_or_create, KEY, builder)
+    thread.join()
+    assert builder.calls == 1  # the forgery was not served: compiled here
+    assert store.wait_budget.spent >= 0.4, store.wait_budget.spent  # and the wait for it was charged
+
+
+@needs_redis
 def test_a_stuck_holder_loses_its_lease_at_its_maximum_lifetime(server):
     holder = remote(server.url, namespace="stuck", lease_ms=600, lease_max_seconds=1.0)
     waiter = remote(server.url, namespace="stuck", lease_ms=600, lease_max_seconds=1.0)

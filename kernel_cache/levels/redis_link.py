@@ -124,7 +124,8 @@ class RedisLink:
         self._map: redis_slots.SlotMap | None = None
         self._clients: dict[str, Any] = {}
         self._health: dict[str, NodeHealth] = {}
-        self._settling_until = 0.0  # a cluster said CLUSTERDOWN or TRYAGAIN: a failover under way
+        self._settling_since: float | None = None  # a cluster said CLUSTERDOWN or TRYAGAIN: a failover
+        self._settling_last = 0.0
         self._next_refresh = 0.0
 
     # What the level asks -------------------------------------------------------------------
@@ -153,7 +154,7 @@ class RedisLink:
         if self.read_only:
             return False
         if self.cluster:
-            if time.monotonic() < self._settling_until:
+            if self._settling():
                 return True
             nodes = [self._owner(name)] if name is not None else self._map.primaries if self._map else []
             return any(node is not None and self._failing_over(node) for node in nodes)
@@ -318,7 +319,7 @@ class RedisLink:
                 return _Moved(self._owner_of_slot(exc.slot_id))
             if isinstance(exc, (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
                                 redis.exceptions.AskError)) or message.startswith(("CLUSTERDOWN", "TRYAGAIN", "ASK")):
-                self._settling(what, message, maintenance)
+                self._settle(what, message, maintenance)
                 return _SKIPPED
             if message.startswith("WRONGTYPE"):
                 self._count("errors")  # one name holds another type: that key's miss, not the level's
@@ -449,9 +450,19 @@ class RedisLink:
             self._map = self._map.moved(slot, node)
         self._next_refresh = 0.0  # a resharding or failover: the next fault or MOVED reads the whole map
 
-    def _settling(self, what: str, message: str, maintenance: bool) -> None:
+    def _settling(self) -> bool:
+        """The cluster said CLUSTERDOWN or TRYAGAIN within the last two refresh intervals, and first
+        less than RECOVERY_SECONDS ago: worth waiting for."""
+        since, now = self._settling_since, time.monotonic()
+        return since is not None and now - self._settling_last < 2 * REFRESH_SECONDS and now - since < RECOVERY_SECONDS
+
+    def _settle(self, what: str, message: str, maintenance: bool) -> None:
         """CLUSTERDOWN, TRYAGAIN, ASK: the cluster is moving slots or promoting a replica."""
-        self._settling_until = time.monotonic() + REFRESH_SECONDS * 2
+        now = time.monotonic()
+        with self._lock:
+            if self._settling_since is None or now - self._settling_last >= 2 * REFRESH_SECONDS:
+                self._settling_since = now
+            self._settling_last = now
         self._count("errors")
         self.refresh()
         if maintenance:

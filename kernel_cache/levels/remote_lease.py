@@ -30,8 +30,10 @@ class Lease:
     value: bytes
 
     @classmethod
-    def new(cls, name: str, signer: Signer | None) -> Lease:
-        token, taken = secrets.token_hex(16), int(time.time() * 1000)
+    def new(cls, name: str, signer: Signer | None, taken_ms: int | None = None) -> Lease:
+        """A lease on `name`, taken now (or at `taken_ms`, epoch ms)."""
+        token = secrets.token_hex(16)
+        taken = int(time.time() * 1000) if taken_ms is None else taken_ms
         body = f"kcl1:{token}:{taken}".encode()
         tag = signer.tag(_LABEL, name.encode() + b"\x00" + body).hex() if signer is not None else "-"
         return cls(token, taken, body + b":" + tag.encode())
