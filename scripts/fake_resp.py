@@ -6,8 +6,8 @@ then every other command the way `behaviour` says (scaffolding: the product neve
 - "huge": a bulk reply announcing `size` bytes, then that many bytes as fast as the client reads;
 - "error": an error reply of `text` (escape codes and a bare CR by default);
 - "hang": nothing at all;
-- "reply": the raw reply `replies` holds for the command's first word (CLUSTER, EVALSHA…), an
-  unknown-command error for any other;
+- "reply": the raw reply `replies` holds for the command's first word (CLUSTER, EVALSHA…), the
+  handshake answered as Redis does, an unknown-command error for any other;
 - "echo": every command, the handshake's included (AUTH, HELLO), refused with an error that quotes
   its arguments, as a server without that command does.
 """
@@ -19,6 +19,8 @@ import socketserver
 import threading
 import time
 
+HANDSHAKE = {b"HELLO": b"%1\r\n$5\r\nproto\r\n:3\r\n", b"CLIENT": b"+OK\r\n", b"SELECT": b"+OK\r\n",
+             b"AUTH": b"+OK\r\n"}  # what a connection's first commands get from Redis
 ESCAPES = "ERR \x1b[31mred\x1b[0m\rforged line \x07"
 
 
@@ -69,7 +71,7 @@ class FakeRedis:
                     quoted = b" ".join(b"'" + word + b"'" for word in command[1:])
                     sock.sendall(b"-ERR unknown command '" + verb + b"', with args beginning with: " + quoted + b"\r\n")
                 elif self.behaviour == "reply":
-                    sock.sendall(self.replies.get(verb, b"-ERR unknown command\r\n"))
+                    sock.sendall(self.replies.get(verb) or HANDSHAKE.get(verb, b"-ERR unknown command\r\n"))
                 elif verb in (b"CLIENT", b"SELECT", b"AUTH"):
                     sock.sendall(b"+OK\r\n")
                 elif verb == b"PING":

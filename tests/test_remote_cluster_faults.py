@@ -87,6 +87,7 @@ def test_a_master_killed_while_processes_write_costs_at_most_two_compiles_a_key(
     log = tmp_path / "builds.log"
     keys = KEYS[:40]
     procs = [_spawn(own_cluster.url, "kill", tmp_path / f"n{i}", keys, log, delay=0.1) for i in range(4)]
+    start = time.monotonic()
     deadline = time.monotonic() + 60
     while len(_builds(log)) < 5 and time.monotonic() < deadline:  # mid-run: the fleet is warming
         time.sleep(0.02)
@@ -94,6 +95,8 @@ def test_a_master_killed_while_processes_write_costs_at_most_two_compiles_a_key(
     victim.kill()  # its replica is promoted after the node timeout (1 s)
     results = [_result(p, timeout=180) for p in procs]
     assert all(r["served"] for r in results)
+    # nobody waited out a lease lost with the master (LEASE_MS, 30 s): the failover was followed
+    assert time.monotonic() - start < 25
     counts = _counts(log, keys)
     assert set(_builds(log)) == set(keys) and max(counts.values()) <= 2, counts
     own_cluster.wait_ok()
@@ -112,12 +115,12 @@ def test_processes_started_while_a_master_is_dead_wait_for_its_replica(own_clust
     keys = KEYS[:24]
     procs = [subprocess.Popen([sys.executable, "-c", WITH_WARNINGS, own_cluster.url, str(tmp_path / f"n{i}"),
                                ",".join(keys), str(log)], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+                              stderr=subprocess.PIPE, text=True) for i in range(6)]
     results = [_result(p, timeout=180) for p in procs]
     assert all(r["served"] for r in results)
     counts = _counts(log, keys)
     assert max(counts.values()) <= 2, counts
-    assert sum(counts.values()) <= len(keys) + len(keys) // 2, counts  # most keys compiled once
+    assert sum(counts.values()) <= len(keys) + len(keys) // 4, counts  # nearly every key compiled once
     said = [w for r in results for w in r["warnings"]]
     assert not any("cannot be connected" in w for w in said), said  # nobody gave up on the cluster
     assert all(r["stats"]["hits"].get("remote", 0) + r["stats"]["compiles"] == len(keys) for r in results)
@@ -150,7 +153,8 @@ SLOT_MAP_CHILD = """
 import json, resource, sys, time, warnings
 from kernel_cache.levels.remote import RemoteLevel
 from kernel_cache.signing import Signer
-warnings.simplefilter("ignore")
+caught = warnings.catch_warnings(record=True).__enter__()
+warnings.simplefilter("always")
 level = RemoteLevel(sys.argv[1], namespace="big", timeout=float(sys.argv[2]), signer=Signer(b"k" * 32))
 level.link  # noqa: redis-py imported, nothing asked yet: the baseline
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -161,16 +165,19 @@ start = time.monotonic()
 again = level.get("0" * 32)
 print(json.dumps({"got": got is not None, "first": first, "again": time.monotonic() - start,
                   "rss_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024,
-                  "counters": level.counters}))
+                  "counters": level.counters, "warnings": [str(w.message) for w in caught]}))
 """
 
 
-@pytest.mark.parametrize("primaries,replicas", [(16384, 0), (16384, 1), (65536, 1)],
+@pytest.mark.parametrize("primaries,replicas,refused", [(16384, 0, "names more than 1000 nodes"),
+                                                       (16384, 1, "names more than 1000 nodes"),
+                                                       (65536, 1, "sent a reply over 3145728 bytes")],
                          ids=["16384-primaries", "with-replicas", "11-MiB"])
-def test_a_hostile_slot_map_costs_one_timeout_and_little_memory(primaries, replicas):
+def test_a_hostile_slot_map_costs_one_timeout_and_little_memory(primaries, replicas, refused):
     timeout = 1.0
     reply = slot_map_reply(primaries, replicas)
-    with FakeRedis("reply", replies={b"CLUSTER": reply}) as fake:
+    says_cluster = b"$19\r\ncluster_enabled:1\r\n\r\n"  # INFO cluster, for a client that asks it first
+    with FakeRedis("reply", replies={b"CLUSTER": reply, b"INFO": says_cluster, b"COMMAND": b"*0\r\n"}) as fake:
         out = subprocess.run([sys.executable, "-c", SLOT_MAP_CHILD, fake.url, str(timeout)], cwd=ROOT,
                              env=child_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -178,3 +185,5 @@ def test_a_hostile_slot_map_costs_one_timeout_and_little_memory(primaries, repli
     assert not r["got"] and r["counters"]["breaker_openings"] == 1  # the node's fault, said once
     assert r["first"] < timeout + 0.5 and r["again"] < 0.05
     assert r["rss_mib"] < 100, r
+    [said] = r["warnings"]
+    assert refused in said, said

@@ -198,7 +198,7 @@ class RedisLink:
         """Find out, once, which deployment the seeds name (a server that cannot say now is asked
         again at the next call its breaker lets by)."""
         if self.cluster is None:
-            self._discover(False)
+            self._discover()
 
     def script(self, text: str) -> Any:
         """A Lua script registered once, run on whichever node a call goes to."""
@@ -228,7 +228,7 @@ class RedisLink:
         what failed)."""
         limit = self.timeout if seconds is None else seconds
         if self.cluster is None:
-            self._discover(maintenance)
+            self._discover()
         target = node if node is not None else self._owner(name) if name is not None else self._server
         if target is None and self.cluster and self._map is not None and name is None:
             target = next(iter(self._map.primaries), None)
@@ -341,8 +341,8 @@ class RedisLink:
         return result
 
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
-                     maintenance: bool) -> None:
-        cause = self._fault(node, exc, overflowed, seconds)
+                     maintenance: bool, max_bytes: int | None = None) -> None:
+        cause = self._fault(node, exc, overflowed, seconds, max_bytes)
         where = f"remote cache {self.endpoint}" + (f" node {node}" if self.cluster or len(self.seeds) > 1 else "")
         scope = "that node's slots" if self.cluster else "it"
         warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
@@ -354,7 +354,8 @@ class RedisLink:
         if maintenance:
             raise LevelUnavailable(f"{where}: {cause} ({what})") from None
 
-    def _fault(self, node: str, exc: Exception | None, overflowed: bool, seconds: float) -> str:
+    def _fault(self, node: str, exc: Exception | None, overflowed: bool, seconds: float,
+               max_bytes: int | None = None) -> str:
         """Count a node's fault (None: a reply of the wrong shape) and skip it 1 s, 2 s … up to
         breaker_seconds; the fault's cause, for messages."""
         timeout = isinstance(exc, self.redis.TimeoutError)
@@ -372,7 +373,7 @@ class RedisLink:
             if health.down_since is None:
                 health.down_since = now
         if overflowed:
-            return f"sent a reply over {self.max_reply_bytes} bytes"
+            return f"sent a reply over {max_bytes or self.max_reply_bytes} bytes"
         if timeout:
             return f"timed out (no whole reply within {seconds:g} s)"
         if exc is None or not isinstance(exc, self.redis.RedisError):
@@ -385,7 +386,7 @@ class RedisLink:
         return (not health.available and health.down_since is not None
                 and time.monotonic() - health.down_since < RECOVERY_SECONDS)
 
-    def _discover(self, maintenance: bool) -> None:
+    def _discover(self) -> None:
         """Ask the seeds in order, each whose breaker lets it, until one says what it is."""
         with self._discovering:
             if self.cluster is not None:
@@ -393,7 +394,7 @@ class RedisLink:
             for seed in self.seeds:
                 if not self.health(seed).available:
                     continue
-                found = self._read_slots(seed, quiet=False, maintenance=maintenance)
+                found = self._read_slots(seed, quiet=False)
                 if found is _STANDALONE:
                     self._server, self.cluster = seed, False
                     return
@@ -402,7 +403,7 @@ class RedisLink:
                     self._next_refresh = time.monotonic() + REFRESH_SECONDS
                     return
 
-    def _read_slots(self, node: str, *, quiet: bool, maintenance: bool = False) -> Any:
+    def _read_slots(self, node: str, *, quiet: bool) -> Any:
         """`node`'s slot map (within one timeout and TOPOLOGY_BYTES), _STANDALONE for a server
         without cluster support, or None (the node's fault: judged, said unless `quiet`)."""
         budget = None
@@ -414,25 +415,25 @@ class RedisLink:
             if "cluster support disabled" in str(exc).lower() or "unknown command" in str(exc).lower():
                 found = _STANDALONE
             else:
-                self._report(node, "topology", exc, False, quiet, maintenance)
+                self._report(node, "topology", exc, False, quiet)
                 return None
         except redis_slots.BadSlotMap as exc:
-            self._report(node, "topology", ValueError(str(exc)), False, quiet, maintenance)
+            self._report(node, "topology", ValueError(str(exc)), False, quiet)
             return None
         except Exception as exc:
-            self._report(node, "connect", exc, budget is not None and budget.overflowed, quiet, maintenance)
+            self._report(node, "connect", exc, budget is not None and budget.overflowed, quiet)
             return None
         health = self.health(node)
         with self._lock:
             health.faults_in_a_row, health.served, health.down_since = 0, True, None
         return found
 
-    def _report(self, node: str, what: str, exc: Exception, overflowed: bool, quiet: bool, maintenance: bool) -> None:
+    def _report(self, node: str, what: str, exc: Exception, overflowed: bool, quiet: bool) -> None:
         """A seed's or node's fault while reading the slot map: counted, said unless `quiet`."""
         if quiet:
-            self._fault(node, exc, overflowed, self.timeout)
+            self._fault(node, exc, overflowed, self.timeout, redis_slots.TOPOLOGY_BYTES)
         else:
-            self._node_failed(node, what, exc, overflowed, self.timeout, False)
+            self._node_failed(node, what, exc, overflowed, self.timeout, False, redis_slots.TOPOLOGY_BYTES)
 
     def _owner(self, name: str | None) -> str | None:
         if name is None:
