@@ -27,9 +27,11 @@ FORMS = [
     ("rediss://u:s3cret@{host}/0?password=s3cret2&username=admin", ["s3cret", "admin"]),
     ("unix://kc:s3cret@{sock}?db=0&password=s3cret2", ["s3cret"]),
     ("redis://{host}/0?password=s3cret", ["s3cret"]),
+    ("rediss://{host}/0?ssl_password=tlsS3cret", ["tlsS3cret"]),
+    ("redis://kc:firstS3cret@{host}/0,redis://kc:secondS3cret@{host}/0", ["firstS3cret", "secondS3cret"]),
 ]
 IDS = ["user-password", "password-with-at-and-colon", "password-only", "bare-name", "tls-query",
-       "unix-query", "query-only"]
+       "unix-query", "query-only", "tls-key-password", "several-urls"]
 
 SHOWN = {  # what operators see: the user name stays, every secret is ***
     "redis://kc:s3cret@h:6379/0": "redis://kc:***@h:6379/0",
@@ -46,6 +48,8 @@ SHOWN = {  # what operators see: the user name stays, every secret is ***
     "kc:s3cret@h": "kc:***@h",  # no '//' at all
     "redis://h:6379/0": "redis://h:6379/0",
     "unix:///run/redis.sock?db=2": "unix:///run/redis.sock?db=2",
+    "rediss://h/0?ssl_password=a@b&ssl_keyfile_password=c": "rediss://h/0?ssl_password=***&ssl_keyfile_password=***",
+    "redis://a:p1@h1/0,redis://b:p,2@h2/0": "redis://a:***@h1/0,redis://b:***@h2/0",  # a comma before a scheme
     "": "",
 }
 
@@ -144,3 +148,53 @@ def test_a_password_file_that_is_not_utf8_is_a_one_line_configuration_error(tmp_
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("cachectl: KERNEL_CACHE_REMOTE_PASSWORD_FILE=") and "redis\\npassword" in proc.stderr
     assert "s3cret" not in proc.stderr
+
+
+ECHO_CHILD = """
+import contextlib, io, json, os, sys, warnings
+from kernel_cache import Config, Store, warnings_once
+from kernel_cache.cachectl.main import main
+texts = []
+for command in (["stats"], ["stats", "--json"], ["doctor"]):
+    warnings_once.reset()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), warnings.catch_warnings():
+        warnings.simplefilter("always")
+        main(command)
+    texts.append(out.getvalue())
+warnings_once.reset()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    store = Store(Config.from_env())
+    store.get("0" * 32)
+texts += [str(w.message) for w in caught]
+print(json.dumps(texts))
+"""
+
+
+@pytest.mark.parametrize("url", ["redis://kcuser:EchoedS3cret@127.0.0.1:{port}/0",
+                                 "redis://kcuser:EchoedS3cret@127.0.0.1:{port}/0?protocol=2"],
+                         ids=["hello", "auth"])
+def test_a_server_that_echoes_the_handshake_never_prints_the_password(url, tmp_path):
+    from scripts.fake_resp import FakeRedis
+
+    with FakeRedis("echo") as fake:
+        proc = subprocess.run([sys.executable, "-c", ECHO_CHILD], cwd=ROOT, capture_output=True, text=True,
+                              env=child_env(KERNEL_CACHE_DIR=str(tmp_path / "c"), KERNEL_CACHE_REMOTE_UNSIGNED="1",
+                                            KERNEL_CACHE_REMOTE=url.format(port=fake.port)), timeout=300)
+        sent = [b" ".join(command) for command in fake.commands]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(b"EchoedS3cret" in words for words in sent)  # the client did send it, and the server echoed it
+    text = "\n".join(json.loads(proc.stdout)) + proc.stderr
+    assert "unknown command" in text, text  # the server's words are shown...
+    assert "EchoedS3cret" not in text and "kcuser" not in text.replace("kcuser:***", ""), text  # ...never its secrets
+
+
+@pytest.mark.parametrize("url, wrong", [("redis://:pw@127.0.0.1:99999/0", "port"), ("http://h/0", "no Redis URL"),
+                                        ("redis://kc:pw/x@h/0", "percent-encoded"), ("redis://h/abc", "database"),
+                                        ("redis://h/0?socket_timeout=x", "socket_timeout"),
+                                        ("redis://h/0,redis://:pw@h:0/0", "port")])
+def test_a_url_redis_py_cannot_use_is_a_configuration_error_naming_what(url, wrong):
+    with pytest.raises(ConfigError, match=wrong) as caught:
+        Config.from_env({"KERNEL_CACHE_REMOTE": url})
+    assert "pw" not in str(caught.value).replace("***", "")

@@ -17,6 +17,9 @@ node, and read-only mode, so the level's protocol (remote.py) never asks how the
 - **A replica is for reading.** A READONLY refusal ends this process's writes with one warning.
 - A name of another type (WRONGTYPE) is that key's fault, never the server's.
 - Server text reaches warnings and cachectl escaped, with every configured secret shown as ***.
+
+This module is long because finding the deployment, routing by slot and judging each node's faults
+are one decision per call, made in one place.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..display import escaped
+from ..display import escaped, redacted
 from ..errors import LevelUnavailable
 from ..warnings_once import warn_once
 from . import redis_guard, redis_seeds, redis_slots
@@ -109,14 +112,14 @@ class RedisLink:
         self.seeds: list[str] = []
         self._templates: dict[str, dict[str, Any]] = {}  # node -> redis-py's connection arguments
         for seed in redis_seeds.seeds(urls):
-            try:
+            try:  # checked with the configuration; this redis-py may still refuse an option's name or value
                 arguments = redis.connection.parse_url(seed)
-            except ValueError:  # checked with the configuration; redis-py may still disagree
-                warn_once(f"remote-url:{self.endpoint}", f"remote cache {self.endpoint}: redis-py cannot use one "
-                          f"of its URLs; trying the others")
+                arguments["connection_class"] = guarded = redis_guard.connection_class(seed)
+                guarded(**{k: v for k, v in {**arguments, **self._options}.items() if k != "connection_class"})
+            except (TypeError, ValueError) as exc:  # a connection object, made to check: no socket yet
+                warn_once(f"remote-url:{self.endpoint}:{seed}", f"remote cache {redacted(seed)}: this redis-py "
+                          f"cannot use the URL ({self.scrub(str(exc))}); it is left out")
                 continue
-            arguments.pop("connection_class", None)
-            arguments["connection_class"] = redis_guard.connection_class(seed)
             self.seeds.append(seed)
             self._templates[seed] = arguments
         self._template: dict[str, Any] = next(iter(self._templates.values()), {})
@@ -343,7 +346,7 @@ class RedisLink:
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None) -> None:
         cause = self._fault(node, exc, overflowed, seconds, max_bytes)
-        where = f"remote cache {self.endpoint}" + (f" node {node}" if self.cluster or len(self.seeds) > 1 else "")
+        where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
         scope = "that node's slots" if self.cluster else "it"
         warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
                   f"{where} {cause} ({what}); skipping {scope} for {FIRST_BACKOFF:.0f} s, then longer while it "
