@@ -194,8 +194,8 @@ SETTINGS: tuple[Setting, ...] = (
             "for cross-lowering where no GPU is visible, so leave it unset on GPU hosts"),
     Setting("KERNEL_CACHE_REMOTE", "remote", _text, "unset",
             "a Redis server every node shares (`redis://[user:pass@]host:port/db`, `rediss://` for TLS, "
-            "`unix:///path/redis.sock`): the remote level, for clusters without a shared filesystem (see "
-            "[Remote cache](#remote-cache-redis))"),
+            "`unix:///path/redis.sock`), or several nodes of one Redis Cluster separated by commas: the "
+            "remote level, for clusters without a shared filesystem (see [Remote cache](#remote-cache-redis))"),
     Setting("KERNEL_CACHE_REMOTE_PASSWORD_FILE", "remote_password", lambda t, w: _password_file(t), "unset",
             "a file (yours, readable by no one else) holding the Redis password, kept out of the URL"),
     Setting("KERNEL_CACHE_REMOTE_NAMESPACE", "remote_namespace", _text, "`default`",

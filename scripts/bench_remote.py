@@ -14,6 +14,10 @@ Prints:
   healthy run's length (then started again): every process must finish, and builds stay close to M;
   then on a 3-master + 3-replica Redis Cluster (hit p50 at 64 KiB beside one server's), healthy and
   with a master killed at a random moment (its replica promoted);
+- a fleet lowering the 9 programs: N processes (each its own new local dir) started at once on a new
+  3-master + 3-replica Redis Cluster, healthy, and with a master killed 0-1 s after the first of them
+  starts lowering (its replica promoted); then N more after the failover: compiles per kernel between them, warnings, the
+  slowest process (`--gpu`: on this host's GPUs, processes spread over them; else cross-lowered);
 - hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
   a new, empty local dir, under the default entry cap of 256 MiB, or --hostile-cap): a 200 MB value
   planted at the name of the lowered-call record it reads first (planted again before each round:
@@ -21,6 +25,7 @@ Prints:
   a fake server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
 
     python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile] [--hostile-cap 64M]
+                                   [--fleet 8] [--gpu]
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_")}
-    out.update(PYTHONPATH=str(ROOT) + os.pathsep + out.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu", **extra)
+    out.update(PYTHONPATH=str(ROOT) + os.pathsep + out.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    out.update(extra)
     return out
 
 
@@ -91,6 +97,22 @@ lowering = time.perf_counter() - start
 print(json.dumps({"lowering": lowering, "stats": kernel_cache.default_store().stats.session(),
                   "wall": time.perf_counter() - t0,
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+'''
+
+FLEET = r'''
+import json, os, time, warnings
+t0 = time.perf_counter()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import jax
+    from lowering import examples
+    import kernel_cache
+    open(os.environ["FLEET_STARTED"], "a").close()  # the bench injects its fault from the first of these
+    for _, fn, shapes in examples.programs(compute_capability=90):
+        jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+said = [str(w.message) for w in caught if "remote cache" in str(w.message)]
+print(json.dumps({"stats": kernel_cache.default_store().stats.session(), "wall": time.perf_counter() - t0,
+                  "warnings": said}))
 '''
 
 WARM = r'''
@@ -273,6 +295,68 @@ def _fleet(url: str, tmp: Path, processes: int, keys: int, label: str, reset: An
     return wall
 
 
+def fleet(tmp: Path, processes: int, gpu: bool) -> None:
+    """N processes lowering the 9 programs at once on a new cluster, healthy and with a master killed
+    0-1 s after the first starts lowering (imports done); N more after the failover."""
+    print(f"\nfleet: {processes} processes lowering the 9 programs at once (each its own new local dir), "
+          f"3-master + 3-replica cluster" + (" (GPUs of this host)" if gpu else " (cross-lowered for sm_90)"))
+    print(f"  {'row':<34} {'compiles':>8} {'per kernel':>10} {'slowest':>8} {'warnings':>8} {'gave up':>7}")
+    kernels = 0
+    for fault in (False, True):
+        cluster = RedisCluster(tmp / f"fleet-{fault}")
+        try:
+            at = random.uniform(0.0, 1.0)
+            results = _lowering_fleet(cluster, tmp / f"fleet-{fault}", "a", processes, gpu,
+                                      (at, next(m for m in cluster.masters() if m is not cluster.nodes[0]).kill)
+                                      if fault else None)
+            compiles = sum(r["stats"]["compiles"] for r in results)
+            kernels = kernels or compiles  # the healthy row compiles each kernel once
+            _fleet_row(f"master killed {at:.1f} s into lowering" if fault else "healthy", results, kernels)
+            if fault:
+                cluster.wait_ok()
+                _fleet_row("after the failover", _lowering_fleet(cluster, tmp / "fleet-after", "b", processes, gpu,
+                                                                 None), kernels)
+        finally:
+            cluster.stop()
+
+
+def _lowering_fleet(cluster: RedisCluster, tmp: Path, tag: str, processes: int, gpu: bool,
+                    fault: tuple[float, Any] | None) -> list[dict[str, Any]]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    started = tmp / f"{tag}-started"
+    common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp.parent / "key"), "KERNEL_CACHE_REMOTE": cluster.url,
+              "KERNEL_CACHE_REMOTE_NAMESPACE": "fleet", "FLEET_STARTED": str(started)}
+    procs = []
+    for i in range(processes):
+        extra = {"JAX_PLATFORMS": "", "CUDA_VISIBLE_DEVICES": str(i % _gpus())} if gpu else {}
+        procs.append(subprocess.Popen([sys.executable, "-c", FLEET], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      env=env(KERNEL_CACHE_DIR=str(tmp / f"{tag}{i}"), **common, **extra)))
+    if fault is not None:  # `fault[0]` seconds after the first process has imported jax and starts lowering
+        while not started.exists() and any(p.poll() is None for p in procs):
+            time.sleep(0.01)
+        time.sleep(fault[0])
+        fault[1]()
+    outs = [p.communicate(timeout=900) for p in procs]
+    failed = [err[-2000:] for p, (_, err) in zip(procs, outs, strict=True) if p.returncode != 0]
+    if failed:
+        raise SystemExit("a fleet process failed:\n" + failed[0])
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def _fleet_row(label: str, results: list[dict[str, Any]], kernels: int) -> None:
+    compiles = sum(r["stats"]["compiles"] for r in results)
+    said = [w for r in results for w in r["warnings"]]
+    gave_up = sum("cannot be connected" in w for w in said)
+    print(f"  {label:<34} {compiles:>8} {compiles / max(kernels, 1):>9.2f}x {max(r['wall'] for r in results):>7.1f}s "
+          f"{len(said):>8} {gave_up:>7}")
+
+
+def _gpus() -> int:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return max(1, out.stdout.count("GPU "))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=16)
@@ -280,7 +364,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--hostile-cap", metavar="SIZE", help="KERNEL_CACHE_MAX_ENTRY_BYTES for the hostile rows "
                         "(default: the default cap, 256M: the plant is checked in chunks; 64M: past the cap)")
-    parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes"),
+    parser.add_argument("--fleet", type=int, default=8, metavar="N", help="processes in the fleet rows")
+    parser.add_argument("--gpu", action="store_true", help="the fleet rows lower on this host's GPUs")
+    parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes", "fleet"),
                         help="run one section (default: all)")
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
@@ -298,6 +384,8 @@ def main() -> None:
             hostile(server, tmp, args.rounds, args.hostile_cap)
         if args.only in (None, "processes"):
             many_processes(server, tmp, args.processes, args.keys)
+        if args.only in (None, "fleet"):
+            fleet(tmp, args.fleet, args.gpu)
     finally:
         server.kill()
         shutil.rmtree(tmp, ignore_errors=True)
