@@ -187,3 +187,30 @@ def test_a_hostile_slot_map_costs_one_timeout_and_little_memory(primaries, repli
     assert r["rss_mib"] < 100, r
     [said] = r["warnings"]
     assert refused in said, said
+
+
+# Seeds and slot maps, without a server ----------------------------------------------------------------
+def test_a_host_name_is_a_seed_per_address_and_tls_keeps_its_name():
+    from kernel_cache.levels.redis_seeds import seeds, split_urls
+
+    urls = split_urls("redis://kc:pw@localhost:7001/0, rediss://kc:p,w@cache.example:7002/0,unix:///run/r.sock")
+    assert urls == ["redis://kc:pw@localhost:7001/0", "rediss://kc:p,w@cache.example:7002/0", "unix:///run/r.sock"]
+    found = seeds(urls)
+    assert "redis://kc:pw@127.0.0.1:7001/0" in found  # every address of the name, credentials kept
+    assert all("localhost" not in s for s in found)
+    assert found[-2:] == urls[1:]  # the certificate names the host; a socket is a path
+
+
+def test_a_slot_map_is_read_within_its_bounds():
+    from kernel_cache.levels.redis_slots import BadSlotMap, parse
+
+    reply = [[0, 8191, [b"", 7001, b"id1"], [b"10.0.0.2", 7002, b"id2"]], [8192, 16383, [b"10.0.0.3", 7003]]]
+    slot_map = parse(reply, "10.0.0.1")
+    assert slot_map.owners[0] == "10.0.0.1:7001" and slot_map.owners[16383] == "10.0.0.3:7003"
+    assert slot_map.primaries == ["10.0.0.1:7001", "10.0.0.3:7003"]
+    assert slot_map.replicas["10.0.0.1:7001"] == ["10.0.0.2:7002"]
+    assert slot_map.moved(5, "10.0.0.9:7009").owners[5] == "10.0.0.9:7009"
+    for bad in ([[0, 16384, [b"h", 1]]], [[5, 1, [b"h", 1]]], [[0, 1, [b"h", 0]]], [[0, 1, [b"h/x", 1]]],
+                [[0, 1, b"h"]], "not a list", [[i, i, [b"h", 1 + i]] for i in range(1001)]):
+        with pytest.raises(BadSlotMap):
+            parse(bad, "h")
