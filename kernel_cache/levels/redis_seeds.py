@@ -16,6 +16,8 @@ import socket
 import threading
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..errors import KernelCacheError
+
 SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_PORT = 6379
 RESOLVE_SECONDS = 2.0  # the longest a host name's lookup may take (the resolver has no deadline of its own)
@@ -27,7 +29,7 @@ _INT_OPTIONS = frozenset({"db", "max_connections", "protocol"})
 _FLOAT_OPTIONS = frozenset({"socket_timeout", "socket_connect_timeout", "health_check_interval", "timeout"})
 
 
-class BadRemoteUrl(ValueError):
+class BadRemoteUrl(KernelCacheError, ValueError):
     """A KERNEL_CACHE_REMOTE URL that cannot be used: the message says what, without its secrets."""
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import KernelCacheError
+
 SLOTS = 16384
 MAX_NODES = 1000  # Redis Cluster's own recommended ceiling for a cluster's size
 TOPOLOGY_BYTES = 3 << 20  # one CLUSTER SLOTS reply (a cluster of MAX_NODES in few ranges is ~0.2 MiB)
 
 
-class BadSlotMap(ValueError):
+class BadSlotMap(KernelCacheError, ValueError):
     """A CLUSTER SLOTS reply that is no sane slot map: the message says what."""
 
 
