@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from .canonical import digest
 from .entry import MAX_BLOBS, Entry, is_key
-from .summary import META_CREATED, META_KIND, META_NAME
+from .summary import META_ARCH, META_CREATED, META_KIND, META_NAME
 
 if TYPE_CHECKING:
     from .store import Store
@@ -64,6 +64,9 @@ def to_entry(first_key: str, members: list[Entry], signed: dict[str, str] | None
     pairs = sorted([sig, key] for sig, key in (signed or {}).items() if key in keys)
     meta = {META_KIND: KIND, "format": FORMAT, "first": first_key, META_NAME: f"{count} entr{'y' if count == 1 else 'ies'}",
             "members": listed, "signed": pairs, META_CREATED: time.time()}
+    arches = sorted({str(m.meta[META_ARCH]) for m in members if m.meta.get(META_ARCH)})
+    if arches:  # what `cachectl list` shows in ARCH: its members' targets
+        meta[META_ARCH] = ",".join(arches)
     blob = b"".join(data for own in blobs for _, data in own)
     return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: blob})
 

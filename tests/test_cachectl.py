@@ -592,7 +592,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     # but no kernels, so not counted as built
     rows = {r["kind"]: r for r in as_json("--dir", directory, "list")}
     assert sorted((kind, r["kernel"], r["arch"]) for kind, r in rows.items()) == [
-        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80"), ("warm-set", "1 entry", "?")]
+        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80"), ("warm-set", "1 entry", "sm_80")]
     assert built["key"] == rows["triton-kernel"]["key"] and rows["lowered-call"]["call"]["kernels"] == [built["key"]]
     # filed under the call's signature, the first thing the lowering asked of it (the add call has one)
     assert rows["warm-set"]["warm"]["members"] == 1 and rows["warm-set"]["warm"]["first"] != rows["lowered-call"]["key"]

@@ -33,6 +33,6 @@ def show(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
         print(f"payload      {human_size(len(record.payload))} (the compressed call jaxlib launches)")
     print(f"toolchain    {record.toolchain or '?'}")
     print(f"recorded     {human_time(record.created)}; compiling its kernels took {record.compile_seconds:.3f} s")
-    print(f"last used    {human_time(info.last_used)}   size {human_size(info.size_bytes)}"
-          "   (hits are counted on its kernels)")
+    print(f"last used    {human_time(info.last_used)}   size {human_size(info.size_bytes)}   hits {info.hits} "
+          f"(calls it served whole; its kernels count only reads of their own bytes)")
 

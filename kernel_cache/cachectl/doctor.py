@@ -35,7 +35,7 @@ from lowering.clients import jax_triton as jax_triton_client
 from lowering.clients.served import UnsupportedClient, check_version
 from lowering.payload import jaxlib_compat
 
-from .. import interception
+from .. import configure, interception
 from ..config import Config
 from ..disk_index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error
 from ..disk_sql import count_and_size, open_read_only
@@ -63,6 +63,9 @@ INSTALL_HINT = ("install kernel-cache with pip from a checkout or a built wheel 
 # SQLite's locking (the local index) is not to be trusted on these: the local level is for local disks.
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
                        "glusterfs", "afs", "orangefs"}
+# the kernel's views of its own state: a cache directory can never be made there
+PSEUDO_FILESYSTEMS = {"proc", "sysfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs", "tracefs", "pstore",
+                      "bpf", "configfs", "efivarfs", "mqueue", "binfmt_misc", "fusectl"}
 
 
 @dataclass
@@ -74,7 +77,10 @@ class Check:
 
 
 def cmd_doctor(ctx: Context, args: Any) -> int:
-    """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU."""
+    """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU, changing
+    nothing: what the checks derive (a plugin's schema, the toolchain's fingerprint) is memoized in
+    a session without levels, so no directory is created and nothing is written to a remote."""
+    configure(Config(disabled=True))
     config = ctx.config
     owners = Owners.current(config.trusted_gid)
     stored = [Check("cache-bound", PROBLEM, f"{ctx.stored_problem}: the local cache keeps its default bound",
@@ -123,6 +129,10 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
     except FileNotFoundError:
         parent = _existing_parent(directory)
         if parent is not None and os.access(parent, os.W_OK | os.X_OK):
+            why = _cannot_hold_directories(parent)
+            if why:
+                return Check("cache-dir", PROBLEM, f"{directory} does not exist and cannot be created: {parent} {why}",
+                             "point KERNEL_CACHE_DIR at a directory on a local disk")
             return Check("cache-dir", OK, f"{directory} does not exist yet: created on first use")
         return Check("cache-dir", PROBLEM, f"{directory} does not exist and cannot be created here "
                      f"({parent or '/'} is not writable)", f"mkdir -m 700 -p {directory} as a user who may")
@@ -242,6 +252,19 @@ def _lock_row(directory: Path, config: Config) -> Check:
                      "node only: two nodes can compile the same kernel at once (never a wrong kernel)",
                      "unset KERNEL_CACHE_LOCK (auto picks soft locks here)")
     return Check("shared-lock", OK, f"{config.lock} (KERNEL_CACHE_LOCK) on {fs_type}")
+
+
+def _cannot_hold_directories(parent: Path) -> str:
+    """Why nothing can be created under `parent` (a kernel's pseudo-filesystem, a read-only mount);
+    empty where it can, as far as can be told without creating anything."""
+    fs_type, options = filesystem_of(parent)
+    if fs_type in PSEUDO_FILESYSTEMS:
+        return f"is on {fs_type}, a view of the kernel's state that holds no files of ours"
+    try:
+        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "is on a read-only mount" if read_only or "ro" in options else ""
 
 
 def _filesystem_row(name: str, directory: Path, local: bool) -> Check:

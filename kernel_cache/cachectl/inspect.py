@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
+from ..errors import LevelUnavailable
 from ..level import KeptLevel
 from . import entry_kinds, kinds, show_views, winners_view
 from .context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
@@ -23,12 +24,20 @@ def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
                        older_than_seconds=getattr(args, "older_than", None), stale_only=check_stale)
 
 
-def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool) -> list[EntryInfo]:
-    """Every entry of `levels`, with hit counts and (if asked) whether it is stale."""
+def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool,
+             unreachable: list[tuple[KeptLevel, str]] | None = None) -> list[EntryInfo]:
+    """Every entry of `levels`, with hit counts and (if asked) whether it is stale. A level that
+    cannot be read (a remote server down) raises LevelUnavailable, or, given `unreachable`, is
+    added there with the cause and the other levels are still listed."""
     store = ctx.store()
     infos = []
     for level in levels:
-        infos += scan(level, store.stats.entry_hits)
+        try:
+            infos += scan(level, store.stats.entry_hits)
+        except LevelUnavailable as exc:
+            if unreachable is None:
+                raise
+            unreachable.append((level, str(exc)))
     if with_stale:
         mark_stale(infos, ctx.installed_toolchain)
     return infos
@@ -39,10 +48,18 @@ def cmd_list(ctx: Context, args: Any) -> int:
     check_stale = args.stale or ctx.json or ctx.verbose  # --json always says: true, false or null (unknown)
     selection = entry_filter(args, args.stale)
     now = time.time()
-    infos = sort_entries([i for i in scan_all(ctx, levels, check_stale) if selection.matches(i, now)], args.sort)
+    unreachable: list[tuple[KeptLevel, str]] = []
+    infos = sort_entries([i for i in scan_all(ctx, levels, check_stale, unreachable) if selection.matches(i, now)],
+                         args.sort)
+    status = EXIT_PROBLEMS if unreachable else EXIT_OK
+    for level, why in unreachable:  # the levels that answered are listed; this one is named, with its cause
+        print(f"cachectl: the {level.name} level was not listed: {why}", file=sys.stderr)
     if ctx.json:
-        ctx.emit_json({"entries": [i.to_json() for i in infos]})
-        return EXIT_OK
+        ctx.emit_json({"entries": [i.to_json() for i in infos],
+                       "unreachable": [{"level": level.name, "error": why} for level, why in unreachable]})
+        return status
+    if len(unreachable) == len(levels):
+        return status  # no level answered: no table, no "0 entries"
     show_level, verbose = len(levels) > 1, ctx.verbose  # -v: full keys, the kernel's module, times to the second
     header = ["KEY", "KERNEL", *(["MODULE"] if verbose else []), "CONFIG", "ARCH", "SIZE", "CREATED", "LAST USED", "HITS"]
     header += ["LEVEL"] if show_level else []
@@ -60,10 +77,11 @@ def cmd_list(ctx: Context, args: Any) -> int:
     if rows:
         print("\n".join(table(rows, right={header.index("SIZE"), header.index("HITS")})))
     if not ctx.quiet:
-        print(kinds.total_line(infos))
+        print(kinds.total_line(infos) + ("; not listed: the " + ", ".join(level.name for level, _ in unreachable)
+                                         + " level (unreachable)" if unreachable else ""))
         for line in winners_view.list_block(infos, ctx.verbose):
             print(line)
-    return EXIT_OK
+    return status
 
 
 def cmd_show(ctx: Context, args: Any) -> int:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import entry as entry_format
+from .. import warm_set
 from ..entry import CorruptEntry
 from ..errors import LevelUnavailable
 from ..level import KeptLevel
@@ -190,7 +191,22 @@ def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | 
                 break
             doomed.append(info)
             total -= info.size_bytes
-    return doomed
+    return doomed + _emptied_warm_sets(infos, doomed)
+
+
+def _emptied_warm_sets(infos: list[EntryInfo], doomed: list[EntryInfo]) -> list[EntryInfo]:
+    """The warm sets not yet doomed that hold a copy of a doomed entry, or of one no longer in the
+    level: keeping one would keep the bytes the prune frees (the next warm run writes a new one)."""
+    gone = {i.key for i in doomed}
+    present = {i.key for i in infos} - gone
+    out = []
+    for info in infos:
+        if info.key in gone or info.kind != warm_set.KIND or not isinstance(info.meta, dict):
+            continue
+        members = {m[0] for m in info.meta.get("members", ()) if isinstance(m, list) and m}
+        if members - present:
+            out.append(info)
+    return out
 
 
 def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None,

@@ -116,7 +116,7 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
     hits, records = report["hits"], report["record_hits"]
     served = sum(hits.values()) + sum(records.values())  # a record serves its whole call in one lookup
     lookups = served + report["misses"]
-    rate = f" ({100 * served / lookups:.1f}% hit rate, call records included)" if lookups else ""
+    rate = f" ({100 * served / lookups:.1f}% of lookups served)" if lookups else ""
     print(f"cache directory      {report['dir']}")
     for name, t in levels.items():
         if t["entries"] is None or t["bytes"] is None:
@@ -129,10 +129,10 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
         shown = [(name, text) for name, text in per_level if text]
         line = shown[0][1] if len(levels) == 1 else "; ".join(f"{name}: {text}" for name, text in shown)
         print(f"entry kinds          {line}")
-    print(f"hits                 memory {hits['memory']}, disk {hits['disk']}, shared {hits['shared']}"
-          + (f", remote {hits['remote']}" if hits.get("remote") or ctx.config.remote else "") + rate)
-    if any(records.values()):
-        print("call records served  " + ", ".join(f"{name} {n}" for name, n in records.items() if n))
+    served_by = [name for name in ("memory", "disk", "shared", "remote") if name != "remote" or ctx.config.remote
+                 or hits.get("remote") or records.get("remote")]
+    print("hits                 kernels: " + ", ".join(f"{name} {hits.get(name, 0)}" for name in served_by)
+          + "; call records: " + ", ".join(f"{name} {records.get(name, 0)}" for name in served_by) + rate)
     print(f"misses               {report['misses']}")
     print(f"compiles             {report['compiles']} ({report['compile_seconds']:.2f} s compiling)")
     print(f"compile time saved   {report['compile_seconds_saved']:.2f} s")

@@ -346,12 +346,20 @@ class DiskLevel(InDirectory):
     def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs.
         Rows under names that are not content keys are not ours and are left out."""
-        return [{"key": k, "size_bytes": s, "created": st, "last_used": at}
-                for k, s, st, at in disk_sql.listing(self._reader()) if isinstance(k, str) and is_key(k)]
+        reader = self._indexed_reader()
+        return [] if reader is None else [{"key": k, "size_bytes": s, "created": st, "last_used": at}
+                                          for k, s, st, at in disk_sql.listing(reader) if isinstance(k, str) and is_key(k)]
 
     def volume(self) -> int:
         st = self.tree.lstat(ENTRIES_DIR, INDEX)
-        return disk_sql.total_size(self._reader()) + (st.st_size if st is not None else 0)
+        reader = self._indexed_reader()
+        return (0 if reader is None else disk_sql.total_size(reader)) + (st.st_size if st is not None else 0)
+
+    def _indexed_reader(self) -> sqlite3.Connection | None:
+        """A reader of the index, made where it can be; None for a new cache whose index could not
+        be made (a full disk at first use): nothing is indexed, every key is a miss."""
+        reader = self._reader()
+        return None if self._no_index_yet() else reader
 
     # Writes (bounded waits) ---------------------------------------------------------------
     def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
@@ -434,7 +442,8 @@ class DiskLevel(InDirectory):
         check_key(key)
         with self._lock:
             self._forget_deferred(key)
-        row = disk_sql.lookup(self._reader(), key)
+        reader = self._indexed_reader()
+        row = disk_sql.lookup(reader, key) if reader is not None else None
         if row is None:
             return False
         file_removed = False
@@ -566,7 +575,10 @@ class DiskLevel(InDirectory):
         lock files, both only once older than `older_than_seconds` (a live writer's files are
         seconds old). Returns [(path, bytes)] removed."""
         cutoff = time.time() - older_than_seconds
-        referenced = {os.path.normpath(f) for f in disk_sql.value_filenames(self._reader())}
+        reader = self._indexed_reader()
+        if reader is None:
+            return []  # no index to tell what is referenced: nothing is debris yet
+        referenced = {os.path.normpath(f) for f in disk_sql.value_filenames(reader)}
         removed = []
         for parts in value_files(self.tree):
             if os.path.normpath("/".join(parts)) in referenced:

@@ -73,7 +73,7 @@ def redis_module() -> Any:
 class NodeHealth:
     """One node's circuit breaker."""
 
-    __slots__ = ("open_until", "faults_in_a_row", "refused", "served", "down_since")
+    __slots__ = ("open_until", "faults_in_a_row", "refused", "served", "down_since", "last_cause")
 
     def __init__(self) -> None:
         self.open_until = 0.0
@@ -81,6 +81,7 @@ class NodeHealth:
         self.refused = False  # the last fault was a refused connection (restarting, or gone)
         self.served = False  # some call succeeded: a fault then is worth waiting out briefly
         self.down_since: float | None = None  # the first fault of the current run of faults
+        self.last_cause = ""  # what the last fault was, for a message about a skipped node
 
     @property
     def available(self) -> bool:
@@ -346,6 +347,7 @@ class RedisLink:
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None) -> None:
         cause = self._fault(node, exc, overflowed, seconds, max_bytes)
+        self.health(node).last_cause = cause
         where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
         scope = "that node's slots" if self.cluster else "it"
         warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
@@ -482,9 +484,13 @@ class RedisLink:
 
     def _skipped_text(self, node: str | None) -> str:
         if node is None:
-            return f"remote cache {self.endpoint}: no node answered; try again in a few seconds"
-        return (f"remote cache {self.endpoint}: being skipped after an error; try again in "
-                f"{self.health(node).reopens_in():.0f} s")
+            causes = list(dict.fromkeys(c for c in (self.health(s).last_cause for s in self.seeds) if c))
+            return (f"remote cache {self.endpoint}: no node answered" + (f" ({'; '.join(causes)})" if causes else "")
+                    + "; try again in a few seconds")
+        health = self.health(node)
+        return (f"remote cache {self.endpoint}: being skipped after an error"
+                + (f" ({health.last_cause})" if health.last_cause else "")
+                + f"; try again in {max(1.0, health.reopens_in()):.0f} s")
 
     def _become_read_only(self, what: str) -> None:
         with self._lock:
