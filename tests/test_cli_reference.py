@@ -1,8 +1,8 @@
-"""cachectl's parser, the README's reference and the --json documents agree.
+"""cachectl's parser, its reference (docs/cachectl.md) and the --json documents agree.
 
-The parser is the source: every command and option it has is in the README's cachectl section,
-every `$ cachectl ...` line the README shows parses, and every field a --json document carries is
-named in the README's "JSON output" table.
+The parser is the source: every command and option it has is in docs/cachectl.md, every command is
+in the README's quick reference, every `$ cachectl ...` line the README or a page of docs/ shows
+parses, and every field a --json document carries is named in docs/cachectl.md's "JSON output" table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ from kernel_cache.cachectl.inventory import EntryInfo
 from kernel_cache.cachectl.main import build_parser
 
 README = (ROOT / "README.md").read_text()
-SECTION = README[README.index("## cachectl"):README.index("## Benchmarks")]
+REFERENCE = (ROOT / "docs" / "cachectl.md").read_text()
+SECTION = REFERENCE  # the whole page is cachectl's reference
+QUICK = README[README.index("## cachectl quick reference"):]
+QUICK = QUICK[:QUICK.index("\n## ")]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMON = {"--dir", "--shared-dir", "--remote", "--json", "--quiet", "--verbose", "--help", "--version"}
 
 
@@ -31,19 +35,27 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 @pytest.mark.parametrize("name", sorted(subcommands()))
 def test_every_command_and_option_is_in_the_reference(name):
     sub = subcommands()[name]
-    assert re.search(rf"cachectl[^\n]*\b{name}\b", SECTION), f"README's cachectl section never shows `cachectl {name}`"
+    assert re.search(rf"cachectl[^\n]*\b{name}\b", SECTION), f"docs/cachectl.md never shows `cachectl {name}`"
+    assert re.search(rf"cachectl[^\n]*\b{name}\b", QUICK), f"README's cachectl quick reference never names `cachectl {name}`"
     options = {o for a in sub._actions for o in a.option_strings if o.startswith("--")} - COMMON
     missing = sorted(o for o in options if o not in SECTION)
-    assert not missing, f"cachectl {name}: README's reference does not mention {missing}"
+    assert not missing, f"cachectl {name}: docs/cachectl.md does not mention {missing}"
 
 
 def readme_command_lines() -> list[str]:
+    """Every `$ cachectl ...` line in a text or bash block of the README or a page of docs/."""
     lines = []
-    for block in re.findall(r"```(?:text|bash)\n(.*?)```", README, re.S):
-        for line in block.splitlines():
-            if line.startswith("$ cachectl "):
-                lines.append(line[2:].split("  #")[0].strip())
+    for path in DOCUMENTS:
+        for block in re.findall(r"```(?:text|bash)\n(.*?)```", path.read_text(), re.S):
+            for line in block.splitlines():
+                if line.startswith("$ cachectl "):
+                    lines.append(line[2:].split("  #")[0].strip())
     return lines
+
+
+def test_the_reference_shows_commands():
+    shown = readme_command_lines()
+    assert len(shown) >= 20 and {shlex.split(line)[1] for line in shown} >= {"list", "prewarm", "tune", "export"}, shown
 
 
 @pytest.mark.parametrize("line", readme_command_lines())
@@ -53,9 +65,9 @@ def test_every_command_the_readme_shows_parses(line):
 
 
 def documented_fields(command: str) -> set[str]:
-    table = README[README.index("### JSON output"):]
+    table = REFERENCE[REFERENCE.index("\n## JSON output\n"):]
     row = re.search(rf"^\| `{command}[^`]*` \| (.*?) \|$", table, re.M)
-    assert row, f"README's JSON output table has no row for {command}"
+    assert row, f"docs/cachectl.md's JSON output table has no row for {command}"
     return set(re.findall(r"`([a-z_]+)`", row.group(1)))
 
 

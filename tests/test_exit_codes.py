@@ -1,6 +1,6 @@
-"""The README's "Exit codes" table is what cachectl does: every example it shows is run here.
+"""The "Exit codes" table of cachectl's reference is what cachectl does: every example it shows is run here.
 
-The table is parsed from README.md; each row's examples (`cachectl ...` in its last column, with
+The table is parsed from docs/cachectl.md; each row's examples (`cachectl ...` in its last column, with
 optional VAR=value settings before) run through cachectl's main() in a fresh copy of a small
 workspace: a cache of three synthetic entries (KERNEL_CACHE_DIR), a cache with a corrupt entry
 (`damaged`), good, truncated and mixed bundles, files that are no bundle, a directory that is no
@@ -25,7 +25,7 @@ from kernel_cache import Config, Entry, Store
 from kernel_cache.cachectl.bundle import export_bundle
 from kernel_cache.cachectl.main import main
 
-README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs" / "cachectl.md").read_text()
 
 # (command, code) of rows that name no example, and why they cannot be reproduced here
 NOT_REPRODUCED = {
@@ -38,8 +38,8 @@ NOT_REPRODUCED = {
 
 
 def exit_code_rows() -> list[tuple[str, int, str, list[str]]]:
-    """(command, code, when, [example command lines]) per row of the README's Exit codes table."""
-    section = README[README.index("\n### Exit codes\n"):]
+    """(command, code, when, [example command lines]) per row of docs/cachectl.md's Exit codes table."""
+    section = REFERENCE[REFERENCE.index("\n## Exit codes\n"):]
     section = section[:section.index("\n#", 2)]
     rows = []
     for line in section.splitlines():
@@ -49,7 +49,7 @@ def exit_code_rows() -> list[tuple[str, int, str, list[str]]]:
         command, code, when, examples = cells
         rows.append((command.strip("`"), int(code), when,
                      re.findall(r"`((?:[A-Z_]+=\S+ )*cachectl [^`]*)`", examples)))
-    assert rows, "README has no Exit codes table"
+    assert rows, "docs/cachectl.md has no Exit codes table"
     return rows
 
 
@@ -62,7 +62,7 @@ def test_the_table_covers_every_command_and_every_row_is_checked():
     commands = set(subcommands())
     named = {command for command, *_ in ROWS}
     assert named - {"any"} <= commands, f"rows for commands cachectl does not have: {sorted(named - commands)}"
-    assert commands <= named, f"commands without a row in README's Exit codes table: {sorted(commands - named)}"
+    assert commands <= named, f"commands without a row in docs/cachectl.md's Exit codes table: {sorted(commands - named)}"
     bare = {(command, code) for command, code, _, examples in ROWS if not examples}
     assert bare == set(NOT_REPRODUCED), (
         "every row needs an example this test runs, or an entry in NOT_REPRODUCED saying why it cannot run here")
@@ -110,7 +110,7 @@ def workspace(tmp_path_factory) -> Path:
 def test_the_example_exits_with_the_code_the_readme_gives(workspace, tmp_path, monkeypatch, capsys,
                                                           command, code, example):
     if command == "tune" and GPUS:
-        pytest.skip("on a GPU host `tune` runs instead of refusing")
+        pytest.skip("needs a host without a GPU: on this GPU host `tune` runs instead of refusing")
     here = tmp_path / "ws"
     shutil.copytree(workspace, here)
     monkeypatch.chdir(here)
@@ -126,6 +126,6 @@ def test_the_example_exits_with_the_code_the_readme_gives(workspace, tmp_path, m
         if kernel_cache._default is not None:
             kernel_cache._default.close()
     out = capsys.readouterr()
-    assert got == code, f"`{example}` ({command}) exited {got}, README says {code}\n{out.out}\n{out.err}"
+    assert got == code, f"`{example}` ({command}) exited {got}, docs/cachectl.md says {code}\n{out.out}\n{out.err}"
     if code == 2 or (code == 1 and command != "doctor"):  # doctor names its problems in its report
         assert out.err.strip(), f"`{example}` exited {got} without a reason on stderr"

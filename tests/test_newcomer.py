@@ -1,7 +1,8 @@
-"""A newcomer follows the README top to bottom, from a fresh copy of the tree, in a clean
-environment (no KERNEL_CACHE_*, an empty HOME, another working directory), and nothing fails or
-surprises: each command runs as written, outputs look as the README shows them, and the demo run
-twice with KERNEL_CACHE_DIR pointing at someone's files loses none of them.
+"""A newcomer follows the README top to bottom, then the pages it links to (docs/clients.md's Python
+example, docs/cachectl.md's commands), from a fresh copy of the tree, in a clean environment (no
+KERNEL_CACHE_*, an empty HOME, another working directory), and nothing fails or surprises: each
+command runs as written, outputs look as the documents show them, and the demo run twice with
+KERNEL_CACHE_DIR pointing at someone's files loses none of them.
 
 `scripts/test.sh` itself is the one README command not run here: this test is part of it.
 What is substituted, and why: `/shared` and `mygroup` in the shared-cache recipe (a temporary
@@ -27,11 +28,13 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.slow
 README = (ROOT / "README.md").read_text()
+CLIENTS = (ROOT / "docs" / "clients.md").read_text()
+CACHECTL = (ROOT / "docs" / "cachectl.md").read_text()
 
 
-def blocks(language: str, after: str) -> list[str]:
-    start = README.index(after)
-    return re.findall(rf"```{language}\n(.*?)```", README[start:], re.S)
+def blocks(language: str, after: str, text: str = README) -> list[str]:
+    start = text.index(after)
+    return re.findall(rf"```{language}\n(.*?)```", text[start:], re.S)
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +97,12 @@ def test_the_readme_top_to_bottom(newcomer):
     # the demo's 14 kernels, one lowered-call record per distinct call of its 9 programs, their warm set
     assert listed.stdout.startswith("KEY") and "\n24 entries (14 kernels, 9 lowered calls, 1 warm set), " in listed.stdout
 
-    # "Using it from JAX" and "Using the compiler and store from Python": verbatim, from elsewhere.
-    for n, code in enumerate(blocks("python", "## Using it from JAX")[:2]):
+    # The README's "Using it from JAX" and docs/clients.md's "The compiler and store from Python":
+    # verbatim, from elsewhere.
+    examples = [blocks("python", "## Using it from JAX")[0],
+                blocks("python", "## The compiler and store from Python", CLIENTS)[0]]
+    assert "compiler.get_or_compile" in examples[1]
+    for n, code in enumerate(examples):
         script = work / f"readme_{n}.py"
         script.write_text(code)
         result = sh(newcomer, f"python {script}", env={"KERNEL_CACHE_DIR": str(work / "cache")})
@@ -118,8 +125,8 @@ def test_the_readme_top_to_bottom(newcomer):
     shown = sh(newcomer, key_recipe + f"\n{cachectl} config")
     assert re.search(r"KERNEL_CACHE_SIGNING_KEY_FILE\s+set \(key id [0-9a-f]{16}\)\s+environment", shown.stdout)
 
-    # Every `$ cachectl ...` line, against the demo's cache, checked against what the README shows.
-    section = README[README.index("## cachectl"):README.index("## Benchmarks")]
+    # Every `$ cachectl ...` line of docs/cachectl.md, against the demo's cache, checked against what it shows.
+    section = CACHECTL
     executed = []
     rows = json.loads(sh(newcomer, f"{cachectl} --dir {demo_dir} list --json").stdout)["entries"]
     keys = [r["key"] for r in rows if r["kind"] == "triton-kernel"]  # `show --ptx` needs a kernel
@@ -152,7 +159,7 @@ def test_the_readme_top_to_bottom(newcomer):
 
 
 def _same_shape(command: str, shown: list[str], real: list[str]) -> None:
-    """The README's sample output against the real one: numbers, keys and times differ, the words
+    """The documented sample output against the real one: numbers, keys and times differ, the words
     and the layout do not."""
     if not shown:
         return
@@ -167,4 +174,5 @@ def _same_shape(command: str, shown: list[str], real: list[str]) -> None:
     real_shapes = [shape(line).split(" ")[0] for line in real]
     for line in shown:
         first = shape(line).split(" ")[0]
-        assert first in real_shapes, f"`{command}`: README shows '{line}', real output has no such line:\n" + "\n".join(real)
+        assert first in real_shapes, (f"`{command}`: docs/cachectl.md shows '{line}', real output has no such line:\n"
+                                      + "\n".join(real))

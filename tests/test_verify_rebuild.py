@@ -28,7 +28,7 @@ KERNELS = ("add", "scaled_add")
 ALLOW = ("--allow-module", "compiler.examples")
 STALE_KEY, MARKER_KEY, OTHER_KEY = "b1" * 16, "b2" * 16, "b3" * 16
 MARKER_MODULE = "verify_rebuild_marker_never_imported"
-README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs" / "cachectl.md").read_text()  # its JSON output table
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +109,8 @@ def test_every_entry_equals_its_rebuild(cache, capsys):
     assert skipped[STALE_KEY].startswith("built by another toolchain (triton-0.0.0+")
     assert skipped[MARKER_KEY].startswith(f"module '{MARKER_MODULE}' is not allowed")
     assert doc["not_rebuilt"] == {"other": 1} and doc["remaining_bad"] == 0 and doc["sample"] is None
-    documented = set(re.findall(r"`([a-z_]+)`", re.search(r"^\| `verify --rebuild` \| (.*) \|$", README, re.M)[1]))
-    assert {*doc, *doc["entries"][0]} - {"schema"} <= documented, "fields README's JSON output table lacks"
+    documented = set(re.findall(r"`([a-z_]+)`", re.search(r"^\| `verify --rebuild` \| (.*) \|$", REFERENCE, re.M)[1]))
+    assert {*doc, *doc["entries"][0]} - {"schema"} <= documented, "fields docs/cachectl.md's JSON output table lacks"
 
     code, out, err = cachectl(capsys, *where, "verify", "--rebuild", "--all", *ALLOW)
     assert code == 0 and out.count("equal    sm_90") == 4, out + err
@@ -202,7 +202,9 @@ def test_rebuild_options_need_rebuild_and_the_default_sample_is_documented(cache
     assert f"N={rebuild_check.DEFAULT_SAMPLE}" in sample.help
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+@pytest.mark.skipif(shutil.which("redis-server") is None,
+                    reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh does it "
+                           "where it runs as root)")
 def test_repair_replaces_a_remote_entry(cache, capsys, tmp_path):
     """The remote writes with SET NX (a put keeps what is there), so there --repair removes the wrong entry first."""
     from scripts.redis_server import RedisServer

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from .. import entry as entry_format
+from .. import warm_set
 from ..config import sources
 from .bundle import (
     EVICTED,
@@ -79,8 +80,8 @@ def _exportable(ctx: Context, args: Any) -> tuple[list[tuple[str, bytes, dict[st
     seen: set[str] = set()
     skipped: list[tuple[str, str]] = []
     for info in scan_all(ctx, levels, with_stale=args.stale):
-        if info.key in seen or not selection.matches(info, now):
-            continue
+        if info.key in seen or not selection.matches(info, now) or info.kind == warm_set.KIND:
+            continue  # a warm set copies its members: the node that imports them writes its own
         level = next(t for t in levels if t.name == info.level)
         try:
             raw = read_raw(level, info.key)

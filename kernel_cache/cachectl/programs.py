@@ -2,7 +2,7 @@
 it is lowered for `cuda` on this host (cross-platform lowering), which compiles every Triton kernel
 the GPU job will need into the cache.
 
-The program contract (documented for users in the README):
+The program contract (documented for users in docs/cachectl.md, "prewarm"):
     def my_programs(arch: str):           # `arch` is optional; cachectl passes it if accepted
         return [(fn, (jax.ShapeDtypeStruct((4096,), jnp.float32), ...)), ...]
 Each item is `(fn, args)`, `(fn, args, kwargs)` or `(label, fn, args)` and is lowered with

@@ -2,8 +2,8 @@
 JAX goes on lowering (`ahead`) or while one autotuned call's configs build (`kernels.fetch`).
 
 Threads, not processes: Triton's MLIR/LLVM passes release the GIL and ptxas is a subprocess, so
-threads overlap most of a compile, need no importable kernel and no second `import triton` (see the
-README's "Cold start"; `scripts/measure_compile_parallelism.py` measures it). When the process exits,
+threads overlap most of a compile, need no importable kernel and no second `import triton` (see
+docs/design.md, "Cold start"; `scripts/measure_compile_parallelism.py` measures it). When the process exits,
 work still queued is cancelled and the compiles under way finish (at most one per worker): an exiting
 program never waits for kernels nobody will lower. (They are not abandoned as daemon threads would be:
 a thread inside Triton's C++ when the interpreter finalizes aborts the process.)
