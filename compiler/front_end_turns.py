@@ -5,8 +5,7 @@ once ("AST constructor recursion depth mismatch", fixed in 3.12), and the front 
 Python that holds the GIL, so interleaving K front ends only makes all K finish late. The order is
 what matters on a cold module: a big kernel's front end done first starts its long MLIR/LLVM stages
 and ptxas (which release the GIL) while the small ones take their turns, instead of after them
-(measured on an H200 host, the 9-program module on 16 threads: 0.83-1.09 s first come, first
-served; 0.76-0.82 s biggest first; README "Cold start"). The weight is a guess made before
+(docs/design.md, "Cold start"). The weight is a guess made before
 compiling (`compile.front_end_weight`); a wrong guess costs order, never correctness.
 
 A turn is held by one of this process's threads for one front end and given back in `finally`, so

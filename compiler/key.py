@@ -85,8 +85,8 @@ def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys:
     """The 32-hex-digit content address of `spec`'s compiled artifact: the digest of its key document.
 
     `keys` (a session's, `session_keys`) memoizes it: a warm lowering of a model asks for the same
-    specs on every trace, and the document (parsed options, canonical constexprs) costs ~0.1 ms to
-    build. The memo is keyed by the spec (its canonical text, built once per spec) and the toolchain
+    specs on every trace, and the document (parsed options, canonical constexprs) is the costly part
+    of a key. The memo is keyed by the spec (its canonical text, built once per spec) and the toolchain
     fingerprint as it is now (Triton's environment included). Without `keys`, nothing is remembered."""
     tools = toolchain if toolchain is not None else toolchain_fingerprint(spec.target)
     if keys is None:

@@ -1,6 +1,6 @@
 """The toolchain memo shared through the cluster's levels (the shared directory, the remote): what a
 fresh node (an empty cache directory, no memo of its own) reads instead of deriving Triton's build
-key, `ptxas --version`'s hash and jaxlib's plugin layout again (~50 ms of its first lowering).
+key, `ptxas --version`'s hash and jaxlib's plugin layout again (a large part of its first lowering).
 
 Never weaker than the node's own memo: a record is found by the memo's name and the identity of its
 files as the node's memo has it (path, size, mtime) plus each file's inode and ctime here, which no

@@ -1,7 +1,7 @@
 """The toolchain fingerprint: which Triton build and which ptxas produced a binary.
 
-Triton's own `triton_key()` hashes libtriton (~0.4 s) and `backend.hash()` runs `ptxas --version`
-(~20 ms). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
+Triton's own `triton_key()` hashes all of libtriton and `backend.hash()` runs `ptxas --version` (a
+subprocess). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
 identity (path, size, mtime_ns) of the files they depend on. Reinstalling Triton or swapping ptxas
 changes the identity, which forces a recompute.
 
@@ -231,7 +231,7 @@ def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
 
 def prime_in_background() -> None:
     """Start Triton's build key (the bulk of the fingerprint where Triton has no RECORD to trust:
-    hashing libtriton, 0.3-0.5 s where the memo is missing or stale) on a daemon thread, so that a
+    hashing libtriton, where the memo is missing or stale) on a daemon thread, so that a
     cold process pays for it while it imports and builds its model, not at its first lowering; where
     the memo is fresh this reads one small file, where the RECORD serves it a few ms of reading.
     (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""

@@ -476,7 +476,7 @@ def triton_build_key(sha256_of: Callable[[list[str]], list[str]] | None = None) 
 
     With `sha256_of` (paths -> the hex sha256 of each file's bytes, found more cheaply than reading
     them; asked once for every file) and a triton_key this shim knows, the same text composed here from the same files in the
-    same order; otherwise Triton's own function, which hashes libtriton (~0.4 s): call only on a memo
+    same order; otherwise Triton's own function, which hashes all of libtriton: call only on a memo
     miss."""
     if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
         return _triton_key_from(sha256_of)

@@ -7,7 +7,7 @@ directory becomes a cache only when it is new, empty, or holds nothing but names
 itself makes (a cache written before the marker existed, which gains it on its first write); a
 local cache is never taken for a shared one or the other way round.
 
-The marker is written without fsync (two of them cost a fresh node ~7 ms on a slow disk): after a
+The marker is written without fsync (two fsyncs would slow a fresh node on a slow disk): after a
 power cut it may be missing, empty or cut short, which reads as no marker (the start of ours, never
 another tool's), and the directory, holding nothing but kernel-cache's names, gains it again.
 """

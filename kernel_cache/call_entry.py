@@ -1,9 +1,9 @@
 """Lowered-call records: a whole Triton call's launch payload, kept under a fingerprint of the call.
 
 A model lowers hundreds of Triton calls in a fresh process. Serving each of them kernel by kernel
-costs a content key, a store read and a proto per config (~0.7 ms a kernel on a 2-core box); a
-record turns a call seen before (in any process) into one store read: the zlib-compressed proto
-jaxlib launches, exactly as the lowering rule built it from its kernels.
+costs a content key, a store read and a proto per config; a record turns a call seen before (in
+any process) into one store read: the zlib-compressed proto jaxlib launches, exactly as the lowering
+rule built it from its kernels.
 
 The record is an ordinary entry (kind "lowered-call"), so every level, listing, prune, verify and
 bundle handles it like any other. Its key is a fingerprint the lowering computes from everything

@@ -24,8 +24,8 @@ the statements below against the new schema before changing the pin:
 - SQLite's own: the wait for a neighbour's write transaction before diskcache's set-up (which retries
   each statement for 60 s), damage detection, `PRAGMA quick_check`, the checkpoint of a rebuilt index.
 - The stats counters' increments (`add_counts`), as `Cache.incr` makes them, in one transaction:
-  opening diskcache runs some 75 statements (its settings written again, its schema re-created) and
-  took 3-5 ms of a warm process's exit, more than the counters themselves.
+  opening diskcache runs some 75 statements (its settings written again, its schema re-created),
+  more work at a warm process's exit than the counters themselves.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Whether the process's C environment may have changed since a value was read from it, in ~1 us.
+"""Whether the process's C environment may have changed since a value was read from it, without
+reading the values again.
 
-Triton reads its cache-invalidating variables with C `getenv` (~8-50 us for its list), and the
+Triton reads its cache-invalidating variables with C `getenv`, one call per variable, and the
 lowering asks once per JAX module. `os.environ` cannot stand in for that read: `os.putenv`, C
 `setenv` and native libraries change the C environment without it. What every such change does
 change is the C `environ` array of "NAME=value" pointers: `setenv`/`putenv` put a new pointer in a

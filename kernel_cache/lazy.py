@@ -1,6 +1,6 @@
 """The one way our own code defers importing our own code: `later("kernel_cache.levels.remote")`.
 
-A warm process should load only what it runs (issue 31): no Redis client without a remote, no
+A warm process should load only what it runs: no Redis client without a remote, no
 shared-directory level without a shared directory, no index repair on an undamaged index, none of
 the compiler's machinery without a miss. A module that needs such a module on a rare path holds
 `later(name)`, a stand-in that imports `name` at its first attribute access. The stand-in then puts

@@ -3,7 +3,7 @@ layout), kept in the levels shared across nodes so a fresh node need not derive 
 
 A node without its own memo (a new, empty cache directory) would otherwise rehash, rerun or rescan
 what every other node with the same installation already derived (Triton's build key, `ptxas
---version`, jaxlib's plugin layout: ~50 ms of a fresh node's first lowering). A record is an ordinary
+--version`, jaxlib's plugin layout: a large part of a fresh node's first lowering). A record is an ordinary
 entry (kind "installed-memo"): signed and verified like a kernel, listed, pruned and bundled like one.
 
 Its key is the digest of the memo's name and the identity of the files the text is derived from, as

@@ -432,7 +432,7 @@ def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str,
     clean exit it is fsynced and renamed over `final`, then the directory is fsynced. On any
     failure the temp file is removed and `final` is untouched, so a reader sees the old file or
     the whole new one, even if the writer is killed or the disk fills up. `durable=False` skips
-    the fsyncs (~2 ms each): for a file whose loss or emptiness after a power cut only means
+    the fsyncs: for a file whose loss or emptiness after a power cut only means
     recomputing it (a memo), never for an entry."""
     fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dir_fd)  # 0666 & ~umask: group-shared dirs stay shared
     try:

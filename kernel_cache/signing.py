@@ -8,7 +8,7 @@ shared level or a bundle must carry a valid one for the same key, or they are re
 
 The MAC covers the whole entry, not only its checksum: xxh3 is not collision-resistant, so a MAC
 over the checksum alone would let a forger swap in a colliding payload. Cost: one SHA-256 pass
-over the entry per shared hit (~80 µs for 100 KB here), measured by scripts/bench_store.py.
+over the entry per shared hit (scripts/bench_store.py measures it).
 The key id (first 8 bytes of a SHA-256 of the key under a fixed label) tells readers which key an
 entry was signed with without revealing it.
 """

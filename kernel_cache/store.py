@@ -271,7 +271,7 @@ class Store:
 
     def _maintained(self, level: Level) -> TypeGuard[MaintainedLevel]:
         """isinstance(level, MaintainedLevel), asked once per level class: a runtime-checkable
-        protocol's isinstance looks up every one of its members (~20 us), and a record served asks."""
+        protocol's isinstance looks up every one of its members, and a record served asks."""
         kind = type(level)
         found = self._maintained_kinds.get(kind)
         if found is None:

@@ -1,13 +1,13 @@
 """Value classes written out instead of made by `dataclasses` at import.
 
-`@dataclass` compiles every method it adds from generated source when the class is created: 1-3 ms
-a class on Python 3.12, and a warm process imports some thirty of them, more than it spends on its
-lookups. A class of a module every warm process imports subclasses `Value` or `FrozenValue`
-instead, names its fields in `_fields` (their order: equality, hashing and repr follow it) and writes
-its own `__init__`, compiled once into the module's bytecode: `self.__dict__.update(field=value,
-...)`, which a frozen class's `__setattr__` does not see (about twice as fast as a frozen dataclass's
-`object.__setattr__` per field; copies and pickles restore `__dict__` the same way). The base gives
-what the dataclass would have:
+`@dataclass` compiles every method it adds from generated source when the class is created, and a
+warm process imports some thirty of them: together, more than it spends on its lookups. A class of a
+module every warm process imports subclasses `Value` or `FrozenValue` instead, names its fields in
+`_fields` (their order: equality, hashing and repr follow it) and writes its own `__init__`,
+compiled once into the module's bytecode: `self.__dict__.update(field=value, ...)`, which a frozen
+class's `__setattr__` does not see (one call where a frozen dataclass makes an `object.__setattr__`
+per field; copies and pickles restore `__dict__` the same way). The base gives what the dataclass
+would have:
 
 - `Value`: equality by the fields in order with an instance of the same class only (`NotImplemented`
   otherwise), unhashable (a mutable dataclass's `__hash__ = None`), `Name(field=value, ...)` as

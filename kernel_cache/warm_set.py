@@ -1,15 +1,15 @@
 """Warm sets: the entries one program read, kept together so its next process reads them in one go.
 
 A warm process lowering a model reads one record per Triton call: each read is an index query, a
-safe open of a value file and its read (~0.1 ms of a warm lowering's ~0.3 ms a kernel on the GPU
-host). A warm set is one ordinary entry (kind "warm-set") holding every entry a process read or
-wrote through it, in the order it did: each one's key, metadata and blob sizes in the set's
-metadata, the blobs back to back in its one blob, so one checksum, one metadata parse and no
-per-member header cover them all. The next process whose first ask is the same key reads the set
-instead: one index query and one file, plus one query that keeps only the members the local index
-still holds (an entry pruned, deleted or evicted since is never served from a set). The set is as
-trusted as the local level's own entries (same directory, same checks); `cachectl verify` checks
-each member as the kind it says it is.
+safe open of a value file and its read, about a third of a warm lowering's time per kernel. A warm
+set is one ordinary entry (kind "warm-set") holding every entry a process read or wrote through it,
+in the order it did: each one's key, metadata and blob sizes in the set's metadata, the blobs back
+to back in its one blob, so one checksum, one metadata parse and no per-member header cover them
+all. The next process whose first ask is the same key reads the set instead: one index query and one
+file, plus one query that keeps only the members the local index still holds (an entry pruned,
+deleted or evicted since is never served from a set). The set is as trusted as the local level's own
+entries (same directory, same checks); `cachectl verify` checks each member as the kind it says it
+is.
 
 Its key is the digest of the first key read: the same program starts with the same call, and a
 program that reads other keys later is served those from the store as before. At exit a set is

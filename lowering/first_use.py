@@ -28,7 +28,7 @@ def session() -> kernel_cache.Session:
 
 
 def start(current: kernel_cache.Session) -> None:
-    """What importing no longer does, once per session."""
+    """The set-up importing leaves to the first call, once per session."""
     current.memo(STARTED, lambda: _start(current))
 
 

@@ -1,4 +1,4 @@
-"""The whole warm process, side by side (issue 31): the example programs through kernel-cache
+"""The whole warm process, side by side: the example programs through kernel-cache
 against the same computations in jax.numpy, each run in a fresh process, JAX's cache warm on both
 sides.
 

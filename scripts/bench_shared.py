@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python scripts/bench_shared.py [--shared-root DIR] [--procs 1 4 16] [--lock auto]
 
-Targets (issue 5): shared hit <= 1 ms on a local filesystem; compiles across N cold processes ==
+Targets: shared hit <= 1 ms on a local filesystem; compiles across N cold processes ==
 distinct keys; total compile seconds of 16 cold processes <= 1.1x one process's. Wall time of N
 processes is dominated by N interpreters starting on few cores: reported, not targeted.
 """

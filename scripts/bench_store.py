@@ -90,7 +90,7 @@ def checkout(rev: str, into: Path) -> Path:
 
 # glibc returns the top of the heap to the OS once more than 128 KiB is free there; with 100 KB
 # entries whether a loop of hits pays page faults on every read then depends on the order of
-# allocations, not on the work done (measured here: the same code 27 us or 70 us per shared hit).
+# allocations, not on the work done (the same code can take twice as long per shared hit).
 # The "stable heap" rows fix the threshold for both sides so the code paths are what differs.
 STABLE_HEAP = {"MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 

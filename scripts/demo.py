@@ -6,6 +6,12 @@ lowering is where jax-triton runs Triton and where kernel-cache serves kernels f
 With a GPU they are also compiled by XLA, run, and checked against jax.numpy references.
 Usage: demo.py [--dir DIR] [--arch sm_90] [--keep]
 
+Per program and phase the table says where its kernels came from: compiled, read from a level
+(memory, disk, shared, remote), or served whole by the call's lowered-call record on a level (what a
+warm phase shows). What a phase writes to stderr (the store's warnings: a remote that cannot be
+reached, an unsigned remote) is passed on as it comes, marked with the phase, and a level that did
+not serve as configured is named after the table.
+
 The demo never deletes what it did not make: it writes to its own directory (.kernel-cache/demo in
 the repo, whatever KERNEL_CACHE_DIR says), marks a directory it creates with a `.kernel-cache-demo`
 file, and only ever empties a directory that carries that mark. `--dir` naming a directory that is
@@ -21,9 +27,10 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / ".kernel-cache" / "demo"
@@ -86,6 +93,23 @@ def prepare_demo_dir(path: Path, keep: bool = False) -> Path:
     return path
 
 
+def _levels(store: Any) -> dict[str, Any]:
+    """The store's levels at the end of a phase: each in use with where it is and how it was used
+    then, each configured but unusable with why, and the remote's counters (errors, timeouts...)."""
+    remote = store.level("remote")
+    return {"used": [{"name": t.name, "location": t.location, "mode": t.mode} for t in store.levels],
+            "unusable": {name: str(exc) for name, exc in store.unavailable.items()},
+            "remote": dict(remote.counters) if remote is not None else None}
+
+
+def _served(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What served one lowering, from the store's session counters around it."""
+    return {"compiles": after["compiles"] - before["compiles"],
+            "hits": {t: after["hits"][t] - before["hits"][t] for t in after["hits"]},
+            "record_hits": {t: after["record_hits"][t] - before["record_hits"][t] for t in after["record_hits"]},
+            "rejected": after["rejected"] - before["rejected"], "errors": after["errors"] - before["errors"]}
+
+
 def phase() -> None:
     """In a child process: lower (and on a GPU, run) every program; print one JSON line."""
     t0 = time.perf_counter()
@@ -104,23 +128,43 @@ def phase() -> None:
         start = time.perf_counter()
         lowered = jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
         seconds = time.perf_counter() - start
-        after = store.stats.session()
-        row = {"program": label, "lower": seconds, "compiles": after["compiles"] - before["compiles"],
-               "hits": {t: after["hits"][t] - before["hits"][t] for t in after["hits"]}}
+        row = {"program": label, "lower": seconds, **_served(before, store.stats.session())}
         if gpu:
             inputs = ep.random_inputs(shapes)
             out = lowered.compile()(*inputs)
             want = refs[label](*inputs)
             row["max_err"] = float(np.max(np.abs(np.asarray(out, np.float32) - np.asarray(want, np.float32))))
         rows.append(row)
-    print(json.dumps({"rows": rows, "wall": time.perf_counter() - t0, "gpu": gpu}))
+    print(json.dumps({"rows": rows, "wall": time.perf_counter() - t0, "gpu": gpu, "levels": _levels(store)}))
 
 
-def run_phase(env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--phase"], env=env, cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"demo phase failed:\n{out.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+class DemoPhaseError(Exception):
+    """A phase's process failed; what it wrote to stderr has been shown."""
+
+
+def _pass_on(stream: IO[str], name: str) -> None:
+    """Write each line of a phase's stderr to ours as it comes, marked with the phase."""
+    for line in stream:
+        sys.stderr.write(f"[{name} phase] {line}")
+        sys.stderr.flush()
+
+
+def run_phase(name: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run one phase in a fresh process and return its result. Its stderr is passed on as it comes
+    (a remote that cannot be reached, an unsigned remote: the store's warnings are said there)."""
+    sys.stdout.flush()  # what was printed comes before what the phase says
+    proc = subprocess.Popen([sys.executable, __file__, "--phase"], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    pump = threading.Thread(target=_pass_on, args=(proc.stderr, name), daemon=True)
+    pump.start()
+    out = proc.stdout.read()
+    returncode = proc.wait()
+    pump.join()
+    lines = out.strip().splitlines()
+    if returncode != 0 or not lines:
+        raise DemoPhaseError(f"the {name} phase failed (exit {returncode}); its stderr is above")
+    result: dict[str, Any] = json.loads(lines[-1])
     return result
 
 
@@ -132,11 +176,46 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _served_by(row: dict[str, Any]) -> str:
-    if row["compiles"]:
-        return f"compiled {row['compiles']}"
-    levels = [f"{t} {n}" for t, n in row["hits"].items() if n]
-    return ", ".join(levels) or "-"
+def served_by(row: dict[str, Any]) -> str:
+    """Where one program's kernels came from in a phase (LEGEND says how to read it)."""
+    parts = [f"compiled {row['compiles']}"] if row["compiles"] else []
+    parts += [f"{level} {n}" for level, n in row["hits"].items() if n]
+    parts += [f"{level} record" if n == 1 else f"{level} {n} records" for level, n in row["record_hits"].items() if n]
+    parts += [f"{what} {row[what]}" for what in ("rejected", "errors") if row.get(what)]
+    return ", ".join(parts) or "no lookup"
+
+
+LEGEND = ("cold, warm: where each program's kernels came from in that phase. compiled N: Triton compiled N\n"
+          "kernels; <level> N: N kernels read from that level (memory, disk, shared, remote); <level> record:\n"
+          "the call's lowered-call record there served the whole call, its kernels unread; rejected N: entries\n"
+          "refused for who wrote them; errors N: lookups that failed; no lookup: kernel-cache was not asked.")
+
+
+def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows' counts added up (the table's total row)."""
+    summed: dict[str, Any] = {"compiles": 0, "rejected": 0, "errors": 0, "hits": {}, "record_hits": {}}
+    for row in rows:
+        for what in ("compiles", "rejected", "errors"):
+            summed[what] += row.get(what, 0)
+        for counts in ("hits", "record_hits"):
+            for level, n in row[counts].items():
+                summed[counts][level] = summed[counts].get(level, 0) + n
+    return summed
+
+
+def level_notes(name: str, levels: dict[str, Any]) -> list[str]:
+    """What went wrong with the cache levels in one phase, a line each: a level configured but not
+    used, a level skipped, a remote's errors and timeouts. Empty when all was well."""
+    notes = [f"{name} phase: {level} not used: {why}" for level, why in levels["unusable"].items()]
+    notes += [f"{name} phase: {t['name']} {t['location']} ended {t['mode']}" for t in levels["used"]
+              if t["mode"].startswith("skipped")]
+    remote = levels.get("remote") or {}
+    trouble = [f"{remote[what]} {what.replace('_', ' ')}" for what in ("errors", "timeouts", "rejected", "breaker_openings")
+               if remote.get(what)]
+    if trouble:
+        notes.append(f"{name} phase: remote {', '.join(trouble)} (hits {remote.get('hits', 0)}, misses "
+                     f"{remote.get('misses', 0)}): its lookups fell back to the local levels and compiling")
+    return notes
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -162,6 +241,43 @@ def phase_env(cache: Path, arch: str, environ: dict[str, str]) -> dict[str, str]
     return env
 
 
+def print_table(cold: list[dict[str, Any]], warm: list[dict[str, Any]], gpu: bool) -> None:
+    """Per program: lowering seconds cold and warm, and where its kernels came from in each phase."""
+    cells = [(served_by(c), served_by(w)) for c, w in zip(cold, warm)]
+    sums = (served_by(total(cold)), served_by(total(warm)))
+    wide = [max(len(row[i]) for row in [*cells, sums, ("cold", "warm")]) + 2 for i in (0, 1)]
+    print(f"{'program':<22}{'cold lower s':>13}{'warm lower s':>13}{'speed-up':>10}  {'cold':<{wide[0]}}{'warm':<{wide[1]}}"
+          f"{'max |err|' if gpu else ''}".rstrip())
+    for c, w, (c_by, w_by) in zip(cold, warm, cells):
+        ratio = c["lower"] / w["lower"] if w["lower"] else float("inf")
+        err = f"{w['max_err']:.2e}" if "max_err" in w else ""
+        print(f"{c['program']:<22}{c['lower']:>13.4f}{w['lower']:>13.4f}{ratio:>9.1f}x  {c_by:<{wide[0]}}{w_by:<{wide[1]}}{err}"
+              .rstrip())
+    cold_sum = sum(r["lower"] for r in cold)
+    warm_sum = sum(r["lower"] for r in warm)
+    print(f"{'total':<22}{cold_sum:>13.4f}{warm_sum:>13.4f}{cold_sum / warm_sum:>9.1f}x  {sums[0]:<{wide[0]}}{sums[1]}")
+
+
+def _shown_location(location: str) -> str:
+    """A level's location as the user would type it: a directory below the working directory relative to it."""
+    return _shown(Path(location)) if location.startswith("/") else location
+
+
+def report(cold: dict[str, Any], warm: dict[str, Any], arch: str) -> None:
+    """The cache's levels, the table, how to read it, and what went wrong with a level."""
+    print("levels: " + ", ".join(f"{t['name']} {_shown_location(t['location'])}" if t["name"] != "memory" else "memory"
+                                 for t in cold["levels"]["used"]))
+    where = "on the GPU" if cold["gpu"] else f"cross-lowered for {arch} (no GPU here)"
+    print(f"lowering {where}; each phase is a fresh process\n")
+    print_table(cold["rows"], warm["rows"], cold["gpu"])
+    print(f"\n{LEGEND}")
+    notes = level_notes("cold", cold["levels"]) + level_notes("warm", warm["levels"])
+    if notes:
+        print("\ncache levels that did not serve as configured:")
+        for note in notes:
+            print(f"  {note}")
+
+
 def main() -> None:
     args = parse_args()
     if args.phase:
@@ -178,22 +294,13 @@ def main() -> None:
     ignored = [k for k in USERS_CACHES if os.environ.get(k)]
     if ignored:
         print(f"  ({' and '.join(ignored)} not used: the demo writes only to its own directory; --dir picks another)")
-    cold = run_phase(env)
-    warm = run_phase(env)
-    where = "on the GPU" if cold["gpu"] else f"cross-lowered for {args.arch} (no GPU here)"
-    print(f"lowering {where}; each phase is a fresh process\n")
-    print(f"{'program':<22}{'cold lower s':>13}{'warm lower s':>13}{'speed-up':>10}  {'cold':<13}{'warm':<14}"
-          + ("max |err|" if cold["gpu"] else ""))
-    for c, w in zip(cold["rows"], warm["rows"]):
-        ratio = c["lower"] / w["lower"] if w["lower"] else float("inf")
-        err = f"{w['max_err']:.2e}" if "max_err" in w else ""
-        print(f"{c['program']:<22}{c['lower']:>13.4f}{w['lower']:>13.4f}{ratio:>9.1f}x  {_served_by(c):<13}"
-              f"{_served_by(w):<14}{err}")
-    cold_sum = sum(r["lower"] for r in cold["rows"])
-    warm_sum = sum(r["lower"] for r in warm["rows"])
-    print(f"{'total':<22}{cold_sum:>13.4f}{warm_sum:>13.4f}{cold_sum / warm_sum:>9.1f}x  "
-          f"{'compiled ' + str(sum(r['compiles'] for r in cold['rows'])):<13}"
-          f"{'compiled ' + str(sum(r['compiles'] for r in warm['rows'])):<14}")
+    try:
+        cold = run_phase("cold", env)
+        warm = run_phase("warm", env)
+    except DemoPhaseError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        sys.exit(1)
+    report(cold, warm, args.arch)
     print(f"\nprocess wall (imports included): cold {cold['wall']:.2f} s, warm {warm['wall']:.2f} s")
     cachectl = Path(sys.executable).parent / "cachectl"
     print(f"inspect the cache: {_shown(cachectl) if cachectl.exists() else 'python -m kernel_cache'} --dir {_shown(cache)} list")

@@ -8,8 +8,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/stacks/python.sh"
-STACK="$(choose_stack "demo: ")" || exit 2
-echo "kernel-cache demo on $(describe_stack "$STACK" "$ROOT")"
+choose_stack "demo: " || exit 2
+STACK="$CHOSEN_STACK"
+echo "kernel-cache demo on $(describe_stack "$STACK" "$ROOT" "$CHOSEN_WHY")"
 if [ "${1:-}" = "--which-stack" ]; then exit 0; fi
 export KERNEL_CACHE_STACK="$STACK"
 source "$ROOT/scripts/setup_env.sh"

@@ -1,6 +1,6 @@
 """Which parts of a Triton compile hold the GIL, and do threads or processes overlap K cold compiles?
 
-The measurement phase of issue 22 ("Cold start in parallel"), for sm_90 on any host (no GPU needed):
+Two measurements that decide how cold compiles run in parallel, for sm_90 on any host (no GPU needed):
 
 1. Per stage of one compile (setup, the AST->TTIR front end, then each stage of the backend's
    `add_stages`, discovered from its stages dict, ptxas last; `to-text` is our driver printing each
@@ -49,7 +49,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 TARGET = "sm_90"
-# per round, the value of the one constexpr varied in each example kernel (round 0: the examples as written)
+# per round, the value of the one constexpr varied in each example kernel (the first: the examples as written)
 _VARIED = {"BLOCK": (1024, 512, 2048, 256), "BLOCK_K": (32, 64, 16, 128), "BLOCK_N": (64, 32, 128, 16)}
 _LABELS = {"setup": "setup (context, dialects)", "ast": "AST->TTIR front end", "ttir": "TTIR passes",
            "ttgir": "TTIR->TTGIR", "llir": "TTGIR->LLIR", "ptx": "LLIR->PTX (LLVM)",

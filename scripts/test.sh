@@ -3,8 +3,8 @@
 # Python 3.12 + jax 0.12.0.1 + jax-triton 0.4.1, current-py313 = the same on Python 3.13), in its own
 # venv built from nothing if needed (scripts/setup_env.sh): lint (ruff) and types (mypy, against that
 # stack's packages and Python version; both configured in pyproject.toml), then pytest with any arguments.
-# The stack is the demo's (scripts/stacks/python.sh): the current one where Python 3.12 is found
-# (PYTHON= or KERNEL_CACHE_STACK= pick another).
+# The stack is the demo's (scripts/stacks/python.sh): the active Python's where it is 3.11-3.13, else
+# the current one where Python 3.12 is found (PYTHON= or KERNEL_CACHE_STACK= pick another).
 # KERNEL_CACHE_STACKS=all runs every stack in turn (what CI runs: .ci/run); KERNEL_CACHE_STACKS="oldest
 # current" (space-separated) runs those; KERNEL_CACHE_SKIP_LINT=1 skips the checks (a quick `-k` loop).
 # `scripts/test.sh --which-stacks` prints the stacks it would test, and installs and runs nothing.
@@ -18,8 +18,9 @@ source "$ROOT/scripts/stacks/python.sh"
 STACKS="${KERNEL_CACHE_STACKS:-}"
 if [ "$STACKS" = all ]; then STACKS="$ALL_STACKS"; fi
 if [ -z "$STACKS" ]; then
-  STACKS="$(choose_stack "test.sh: ")" || exit 2
-  echo "test.sh: the $STACKS stack (KERNEL_CACHE_STACKS=all tests every stack, as CI does)" >&2
+  choose_stack "test.sh: " || exit 2
+  STACKS="$CHOSEN_STACK"
+  echo "test.sh: the $STACKS stack, because $CHOSEN_WHY (KERNEL_CACHE_STACKS=all tests every stack, as CI does)" >&2
 fi
 # The all-stacks run also installs the README's CPU-host lines into a fresh venv (tests/test_install.py,
 # on the current stack: two minutes and 1.5 GB of downloads); KC_TEST_FRESH_INSTALL=1 asks for it in any run.

@@ -9,6 +9,7 @@ The run ends with one line saying whether the GPU tests ran, on what, or why the
 from __future__ import annotations
 
 import grp
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -83,6 +84,22 @@ def jax_cuda_problem() -> str | None:
         return ("an NVIDIA GPU is visible but this JAX has no CUDA runtime plugin: install "
                 f"'jax[cuda13]=={jax.__version__}' (or jax-cuda13-pjrt) into this environment")
     return "an NVIDIA GPU is visible but JAX sees no CUDA device (see JAX's warning above)"
+
+
+def installed(dist: str) -> str | None:
+    """The version of distribution `dist` installed in this environment, or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+JAX_TRITON = installed("jax-triton")
+# jax-triton 0.4's own programs and semantics: the current stacks install it, the oldest has 0.3.1
+needs_jax_triton_04 = pytest.mark.skipif(
+    JAX_TRITON is None or tuple(int(p) for p in JAX_TRITON.split(".")[:2]) < (0, 4),
+    reason=f"needs jax-triton 0.4, and this environment has {f'jax-triton {JAX_TRITON}' if JAX_TRITON else 'none'}: "
+           "runs on the current stacks (KERNEL_CACHE_STACKS=current scripts/test.sh)")
 
 
 @pytest.fixture(scope="module")

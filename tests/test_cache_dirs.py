@@ -1,9 +1,9 @@
 """Which directories become caches (the CACHEDIR.TAG marker) and inspecting a shared directory alone.
 
-Issue 20, items 4 and 9: `KERNEL_CACHE_DIR=$HOME` filled a home directory with entries/, locks/,
-stats/ and the toolchain memo; cachectl imported entries next to a user's thesis.txt; a shared directory
-could not be looked at without a local one, and `--dir SHARED verify --repair` wrote a local index
-into the shared layout.
+`KERNEL_CACHE_DIR=$HOME` never fills a home directory with entries/, locks/, stats/ and the
+toolchain memo; cachectl never imports entries next to a user's thesis.txt; a shared directory can be
+looked at without a local one, and `--dir SHARED verify --repair` never writes a local index into
+the shared layout.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_the_toolchain_memo_is_never_written_into_a_directory_that_is_not_a_cach
 
 def test_the_toolchain_memo_is_written_without_fsync_and_a_torn_one_is_recomputed(tmp_path, monkeypatch):
     """The memo is a cache of derived facts: a power cut that leaves it empty or torn costs a
-    recomputation, so its writes skip the fsyncs (~2 ms each on a fresh node) that entries keep."""
+    recomputation, so its writes skip the fsyncs that entries keep."""
     from compiler import toolchain
     from kernel_cache import safefs
 

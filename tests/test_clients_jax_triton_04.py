@@ -6,22 +6,12 @@ intercepted cold, intercepted warm (compiles nothing), and on jax-triton's own p
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT, json_child
+from conftest import ROOT, json_child, needs_jax_triton_04
 
-
-def _jax_triton_04() -> bool:
-    if importlib.util.find_spec("jax_triton") is None:
-        return False
-    return tuple(int(p) for p in importlib.metadata.version("jax-triton").split(".")[:2]) >= (0, 4)
-
-
-pytestmark = pytest.mark.skipif(not _jax_triton_04(), reason="jax-triton 0.4 is not installed here (the current "
-                                                             "stack installs it: KERNEL_CACHE_STACKS=current)")
+pytestmark = needs_jax_triton_04
 CHILD = ROOT / "tests" / "jax_triton_04_child.py"
 
 

@@ -180,7 +180,8 @@ print(json.dumps({{"calls": out, "tally": tally(), "intercept": kernel_cache.int
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is None,
-                    reason="transformer-engine (TE's pure-Python wheel) is not installed; scripts/test.sh installs it")
+                    reason="needs transformer-engine's pure-Python wheel, not installed here: every stack's venv "
+                           "has it (scripts/test.sh)")
 def test_tes_own_utils_module_is_served_with_tes_launch_semantics(tmp_path):
     """TE 2.x's real triton_call_lowering: served here, the same kernels, configs, warps and grids as
     TE's own path (config values win over the caller's fallback BLOCK_SIZE; 4 warps by default)."""

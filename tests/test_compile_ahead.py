@@ -1,4 +1,4 @@
-"""Compile ahead (issue 22): the first miss of a module starts the compiles of every call traced with
+"""Compile ahead: the first miss of a module starts the compiles of every call traced with
 it on KERNEL_CACHE_COMPILE_WORKERS threads; the lowered module and the entries are those of serial
 compiles; a warm process starts nothing; an exiting process leaves queued compiles undone."""
 

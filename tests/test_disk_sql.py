@@ -1,5 +1,5 @@
 """kernel_cache/disk_sql.py is the one module that reads and writes diskcache's tables itself, written
-against one diskcache version (issue 30): a different version fails here until someone checks its
+against one diskcache version: a different version fails here until someone checks its
 statements against that version's schema and moves the pin."""
 
 from __future__ import annotations

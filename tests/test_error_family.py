@@ -1,6 +1,6 @@
-"""One error family (issue 21): every exception class kernel-cache defines derives from
+"""One error family: every exception class kernel-cache defines derives from
 KernelCacheError, keeping its builtin base, so `except KernelCacheError` catches what we raise and an
-`except OSError` / `except ValueError` written before still matches."""
+`except OSError` / `except ValueError` still matches."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""A cachectl that tells the truth (issue 28, items 6, 8 and 9).
+"""A cachectl that tells the truth.
 
-6. What the user can do and what cachectl could not reach: a shared directory the user can write is
+1. What the user can do and what cachectl could not reach: a shared directory the user can write is
    writable (text, JSON, the Prometheus gauge), an unreachable remote is a row saying so (exit 1), and
    doctor and stats say one size.
-8. A bound stored with the cache (`cachectl config max-size SIZE`, as `ccache -M`): shown with where it
+2. A bound stored with the cache (`cachectl config max-size SIZE`, as `ccache -M`): shown with where it
    came from, honoured by every store on that directory unless KERNEL_CACHE_MAX_BYTES is set, enforced by
    a plain `cachectl prune`; a refused file is one warning for a program and exit 2 for cachectl.
-9. `cachectl list` tells entries apart: the six configs of one autotuned kernel are six different
+3. `cachectl list` tells entries apart: the six configs of one autotuned kernel are six different
    CONFIG cells; LAST USED to the second in -v and JSON.
 
 Caches here hold synthetic entries (their metadata as the compiler writes it; the matmul's recipes are
@@ -74,7 +74,7 @@ def prometheus_value(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-# 6. What the user can do, what cachectl could not reach, one size -------------------------------------
+# 1. What the user can do, what cachectl could not reach, one size -------------------------------------
 def test_a_shared_directory_the_user_can_write_is_writable_in_text_json_and_prometheus(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -137,7 +137,7 @@ def test_doctor_stats_and_list_say_one_size(tmp_path):
     assert index["detail"].startswith(f"3 entries, {human_size(size)} of "), index  # the index is no entry
 
 
-# 8. The bound stored with the cache -----------------------------------------------------------------------
+# 2. The bound stored with the cache -----------------------------------------------------------------------
 def test_config_max_size_stores_the_bound_and_config_says_where_it_came_from(tmp_path):
     directory = tmp_path / "cache"
     fill(directory, 1, size=1000)
@@ -248,7 +248,7 @@ def test_a_refused_settings_file_is_one_warning_for_a_program_and_a_config_error
     store.close()
 
 
-# 9. Rows that tell entries apart ---------------------------------------------------------------------------
+# 3. Rows that tell entries apart ---------------------------------------------------------------------------
 def test_list_tells_the_six_configs_of_an_autotuned_kernel_apart(tmp_path):
     from compiler.examples import example_specs
     from compiler.recipe import to_recipe

@@ -1,4 +1,4 @@
-"""A typo in a setting never breaks a program that ran without kernel-cache (issue 28, item 1).
+"""A typo in a setting never breaks a program that ran without kernel-cache.
 
 On the current stack (JAX 0.12, jax-triton 0.4.1) jax-triton's own path fails at trace time unless
 the interception adapter mends its DCE rule, so the adapter mends it before anything can decline:
@@ -10,28 +10,15 @@ ConfigError, and cachectl's exit 2.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, child_env
+from conftest import ROOT, child_env, needs_jax_triton_04
 
 from kernel_cache import Config, ConfigError
 from kernel_cache.config import SETTINGS
-
-
-def _jax_triton_04() -> bool:
-    if importlib.util.find_spec("jax_triton") is None:
-        return False
-    return tuple(int(p) for p in importlib.metadata.version("jax-triton").split(".")[:2]) >= (0, 4)
-
-
-needs_jax_triton_04 = pytest.mark.skipif(
-    not _jax_triton_04(), reason="jax-triton 0.4 is not installed here (the current stack installs it: "
-                                 "KERNEL_CACHE_STACKS=current)")
 
 # A jax-triton 0.4 program as its user runs it (the environment alone asks for interception), plus a
 # report of what kernel-cache did: the calls' targets per program, or the error a program raised.

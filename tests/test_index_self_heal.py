@@ -1,4 +1,4 @@
-"""A damaged local index heals itself (issue 28, item 7): the next process that opens the cache for
+"""A damaged local index heals itself: the next process that opens the cache for
 writing rebuilds the index from the entry files under the index lock, says so in one warning and
 compiles nothing that is stored. Several processes starting at once on the damaged directory rebuild
 it once: the others wait for the lock (a bounded wait), then use the rebuilt index, or read the entry

@@ -1,5 +1,5 @@
 """jax-triton 0.4's call semantics, as its own `triton_lib.py` defines them, through `lowering.triton_call`
-and through interception of `jax_triton.triton_call` (issue 28, Build 5), jax-triton 0.3's readings kept
+and through interception of `jax_triton.triton_call`, jax-triton 0.3's readings kept
 where 0.3 differs (decided per call):
 
 (a) keyword operands with `input_output_aliases` counted over the kernel's runtime parameters in
@@ -40,14 +40,14 @@ N = 1000  # not divisible by 16: Triton specializes neither 1000 nor 1001, so on
 COST = {"flops": 2 * N, "bytes_accessed": 12 * N}
 
 
-def _jax_triton_04() -> bool:
-    if importlib.util.find_spec("jax_triton") is None:
-        return False
-    return tuple(int(p) for p in importlib.metadata.version("jax-triton").split(".")[:2]) >= (0, 4)
+_JAX_TRITON = importlib.metadata.version("jax-triton") if importlib.util.find_spec("jax_triton") else None
 
-
-needs_04 = pytest.mark.skipif(not _jax_triton_04(), reason="jax-triton 0.4 is not installed here (the current stack "
-                                                           "installs it: KERNEL_CACHE_STACKS=current)")
+# conftest's needs_jax_triton_04, made here: a child process imports this module, and conftest must not
+# run there (it clears KERNEL_CACHE_* and points the caches elsewhere)
+needs_04 = pytest.mark.skipif(
+    _JAX_TRITON is None or tuple(int(p) for p in _JAX_TRITON.split(".")[:2]) < (0, 4),
+    reason=f"needs jax-triton 0.4, and this environment has {f'jax-triton {_JAX_TRITON}' if _JAX_TRITON else 'none'}: "
+           "runs on the current stacks (KERNEL_CACHE_STACKS=current scripts/test.sh)")
 pytestmark = pytest.mark.filterwarnings("ignore:input_output_aliases is deprecated:DeprecationWarning")
 
 

@@ -1,11 +1,11 @@
-"""Today's keys, pinned (issue 21): a redesign of the keying scheme (one canonical encoder, one digest)
-must leave every persisted key as it is, or change it on purpose (a format version bump, with a note).
+"""The keys, pinned: a change to the keying scheme (one canonical encoder, one digest) must leave
+every persisted key as it is, or change it on purpose (a format version bump, with a note).
 
 Pinned: the content keys of the example specs for sm_90 and sm_80 under a fixed toolchain fingerprint
 (Triton's own parts of a key, its kernel fingerprint and its parsed options, differ between Triton
 versions, so the pins are per Triton version; an unpinned version skips), and winner keys for fixed
-autotune-key values (independent of Triton; winner format 2 since issue 21 put the key values in the
-core's one canonical encoding). Lowered-call record fingerprints cover this project's own source, so
+autotune-key values (independent of Triton; winner format 2 puts the key values in the core's one
+canonical encoding). Lowered-call record fingerprints cover this project's own source, so
 they change with every edit by design and are not pinned.
 
     python tests/test_key_pins.py     # print the pins for the installed Triton (to add a version)

@@ -287,7 +287,7 @@ def _sees_gpu() -> bool:
         return False
 
 
-@pytest.mark.skipif(_sees_gpu(), reason="a GPU is visible: the device gives the architecture")
+@pytest.mark.skipif(_sees_gpu(), reason="needs a host without a GPU: here the visible GPU gives the architecture")
 def test_no_gpu_and_no_arch_is_a_clear_error(monkeypatch):
     import kernel_cache
 

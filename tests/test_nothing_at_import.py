@@ -1,7 +1,7 @@
-"""Importing does nothing (issue 30): `import lowering` (and `kernel_cache`, `compiler`) opens no store,
+"""Importing does nothing: `import lowering` (and `kernel_cache`, `compiler`) opens no store,
 creates no directory, starts no thread and leaves JAX's settings as they were, even with every
 setting that would do something at first use (a cache directory, JAX's cache beside it, compile
-workers). The first Triton call then does what importing no longer does."""
+workers). The first Triton call does that work instead."""
 
 from __future__ import annotations
 

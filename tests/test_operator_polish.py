@@ -1,4 +1,4 @@
-"""Issue 20's polish list, each as it was seen: the parser's suggestions, `cachectl config`'s values and
+"""What an operator meets first: the parser's suggestions, `cachectl config`'s values and
 sources, Config given strings, the call-record log label."""
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def test_interrupt_stops_recipe_builds(recipe_store, tmp_path, how, sig, jobs, o
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how, sig, arches, jobs", [
-    ("main", signal.SIGINT, "sm_90,sm_80", "2"),  # one spawned worker per arch: the reported hang
+    ("main", signal.SIGINT, "sm_90,sm_80", "2"),  # one spawned worker per arch: where an interrupt could hang
     ("group", signal.SIGTERM, "sm_90", "1"),  # lowered in the main process
 ])
 def test_interrupt_stops_program_lowering(program_dir, tmp_path, how, sig, arches, jobs):
@@ -285,8 +285,8 @@ def test_interrupt_during_an_entry_write_waits_for_it(tmp_path, monkeypatch):
 
 
 def test_an_interrupt_landing_in_a_gc_callback_is_not_lost():
-    """Python drops an exception raised inside a garbage-collector callback (JAX registers one): a
-    SIGTERM landing there let a prewarm run to its end and exit 0. The interrupt now waits for the
+    """Python drops an exception raised inside a garbage-collector callback (JAX registers one), so a
+    SIGTERM landing there would let a prewarm run to its end and exit 0: the interrupt waits for the
     collection to end, then stops the work. (In a fresh process: no other thread may take the signal.)"""
     code = textwrap.dedent("""
         import gc, os, signal, time

@@ -1,7 +1,7 @@
-"""prewarm and signals (issue 28, item 10): a prewarm stops on SIGINT however it was started (a script's
+"""prewarm and signals: a prewarm stops on SIGINT however it was started (a script's
 `cachectl prewarm &` starts it ignoring SIGINT) with exit 130; an interrupt that lands while JAX or
 the program is imported waits for the import's end (one raised inside jaxlib's extension set-up
-aborted the process: nanobind, exit 134), then stops it (130, 143 for SIGTERM); the interrupted
+aborts the process: nanobind, exit 134), then stops it (130, 143 for SIGTERM); the interrupted
 counts add up to what was planned; a kernel module beside the user that the `cachectl` command cannot
 import is named with its fix, `PYTHONPATH=.`.
 

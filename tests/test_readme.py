@@ -66,14 +66,6 @@ def test_the_readme_keeps_the_two_commands_near_the_top():
     assert text[:two].count("\n## ") == 0 and len(text[:two].splitlines()) <= 40
 
 
-def test_no_history_in_the_readme_or_docs():
-    """The README and docs/ describe what is, with current figures: no issue numbers, rounds of work or
-    comparisons with earlier code (git keeps the history)."""
-    history = re.compile(r"\bissue #?\d+|\bround \d+\b|\bbefore this change\b|\bearlier code\b|\(was [^)]*\)", re.I)
-    found = [(path.name, m.group(0)) for path in DOCUMENTS for m in history.finditer(path.read_text())]
-    assert not found, found
-
-
 def github_anchor(heading: str) -> str:
     """The id GitHub gives a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text

@@ -13,7 +13,9 @@ from test_inplace_readings import VEC, N, kinds
 import lowering as jt
 from scripts.jax_triton_04_programs import add_inplace_kernel, double_and_copy_kernel
 
-pytestmark = pytest.mark.skipif(not hasattr(jax, "new_ref"), reason="this JAX has no jax.Ref")
+pytestmark = pytest.mark.skipif(not hasattr(jax, "new_ref"),
+                                reason=f"needs jax.new_ref (jax.Ref), which jax {jax.__version__} lacks: every stack's "
+                                       "JAX has it (scripts/test.sh)")
 
 
 def add_into_ref(x, y):

@@ -1,4 +1,4 @@
-"""The remote level under a hostile or faulty server or peer (issue 27): against a real redis-server a
+"""The remote level under a hostile or faulty server or peer: against a real redis-server a
 peer without the signing key plants values, wrong-typed names and leases; a fake RESP server of our
 own (scripts/fake_resp.py) trickles, announces a 400 MB reply and sends escape codes. Each promise is
 checked by what it costs the victim: peak memory, time, compiles, cachectl's exit codes and words."""

@@ -1,4 +1,4 @@
-"""The remote level scaled out (issue 29), against real servers started here (scripts/redis_cluster.py):
+"""The remote level scaled out, against real servers started here (scripts/redis_cluster.py):
 a 3-master + 3-replica Redis Cluster named by any node, a master killed mid-run, a read-only replica of
 a filled primary, and a server that comes back after an outage."""
 

@@ -1,4 +1,4 @@
-"""No secret in any output (issue 27): every credential form redis-py reads from a Redis URL (user and
+"""No secret in any output: every credential form redis-py reads from a Redis URL (user and
 password, a password holding '@' and ':', a password alone, a bare name, `password=` and `username=`
 in the query, on TCP, TLS and unix sockets) is hidden by `display.redacted` and never reaches what
 `cachectl config`, `doctor` and `stats` print, as text or JSON, in warnings or errors. The remote is
@@ -15,7 +15,7 @@ import sys
 import pytest
 from conftest import ROOT, child_env
 
-from kernel_cache import Config, ConfigError
+from kernel_cache import Config, ConfigError, Store
 from kernel_cache.display import redacted
 
 # (URL with {host} and {sock} to fill in, the secrets it holds)
@@ -106,7 +106,7 @@ def cachectl_runs(tmp_path_factory) -> list[dict]:
     """Every command of COMMANDS on every form of FORMS, against an unreachable remote."""
     work = tmp_path_factory.mktemp("secrets")
     cache = work / "cache"
-    cache.mkdir(mode=0o700)
+    Store(Config(dir=cache)).close()  # a cache of its own: `doctor` makes none (a diagnosis changes nothing)
     urls = [_filled(template, "127.0.0.1:9", str(work / "no.sock")) for template, _ in FORMS]
     out = work / "runs.json"
     env = child_env(KERNEL_CACHE_DIR=str(cache), KERNEL_CACHE_REMOTE_UNSIGNED="1", KERNEL_CACHE_REMOTE_TIMEOUT="50ms")

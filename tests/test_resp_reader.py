@@ -2,7 +2,7 @@
 reads entries and restarts their TTL without importing redis-py, over TCP and a Unix socket, with a
 password and a database number; what it does not serve (TLS, URL options, a cluster's MOVED, a wrong
 password) goes to redis-py. Its hostile-server promises (one deadline, the byte cap) are the level's,
-tested in test_remote_hostile.py, whose reads now go through it first."""
+tested in test_remote_hostile.py, whose reads go through it first."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from kernel_cache.signing import Signer
 from scripts.redis_server import RedisServer
 
 SIGNING_KEY = b"remote-team-signing-key-0123456789"
-needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server is not installed (apt-get install redis-server; scripts/test.sh "
+                                        "does it where it runs as root)")
 
 
 @pytest.mark.parametrize(("url", "password", "expected"), [

@@ -1,4 +1,4 @@
-"""A store safe among strangers: each attack of the issue is tried for real and must fail, with the
+"""A store safe among strangers: each attack on a shared store is tried for real and must fail, with the
 victim still getting the right kernel; each wait must end by itself.
 
 Runs as root where it can (CI does): then real users and groups are created for the attacker and

@@ -1,4 +1,4 @@
-"""Telemetry (issue 20): `cachectl stats --format prometheus`, the store's counters as
+"""Telemetry: `cachectl stats --format prometheus`, the store's counters as
 kernel_cache.events and jax.monitoring events, and stats' polish (who may write, kinds per level).
 
 Caches here hold synthetic entries (their metadata names a kind, as real kernels, lowered-call

@@ -8,10 +8,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+import triton
 from inspect_call import custom_calls
 
 import lowering as jt
 from lowering import tensor_descriptor
+from lowering.payload import jaxlib_compat as compat
 from scripts.jax_triton_04_programs import double_tile_kernel
 
 MAT = jax.ShapeDtypeStruct((64, 128), jnp.float32)
@@ -24,9 +26,11 @@ def double(x, padding="zero"):
                           BLOCK_N=32, compute_capability=90)
 
 
-needs_tma = pytest.mark.skipif(not tensor_descriptor.supported(),
-                               reason="needs jaxlib's create_tma_descriptor_parameter and Triton >= 3.7 (the current "
-                                      "stack has both)")
+_LACKING = [what for what, there in (("jaxlib's create_tma_descriptor_parameter", compat.tma_descriptors_in_jaxlib()),
+                                     (f"Triton >= 3.7 (this is {triton.__version__})", compat.tma_descriptors_in_triton()))
+            if not there]
+needs_tma = pytest.mark.skipif(bool(_LACKING), reason=f"needs {' and '.join(_LACKING)}, absent here: runs on the current "
+                                                      "stacks (KERNEL_CACHE_STACKS=current scripts/test.sh)")
 
 
 @needs_tma
@@ -54,7 +58,9 @@ def test_tf32_rounding_needs_float32():
 
 def test_without_support_the_error_says_what_is_missing():
     if tensor_descriptor.supported():
-        pytest.skip("this jaxlib and Triton lower TMA descriptors")
+        pytest.skip("needs a jaxlib without create_tma_descriptor_parameter or a Triton older than 3.7, to see "
+                    "the error; this environment has both: runs on the oldest stack (jaxlib 0.10.2: "
+                    "KERNEL_CACHE_STACKS=oldest scripts/test.sh)")
     with pytest.raises(jt.JaxlibSupportError, match="argument 0 is a TensorDescriptor .*"
                        "(create_tma_descriptor_parameter|older than 3.7)"):
         jax.jit(double).trace(MAT)

@@ -1,4 +1,4 @@
-"""The house stays walkable (issue 21): no function in lowering/ takes more than 8 parameters (a call is
+"""The house stays walkable: no function in lowering/ takes more than 8 parameters (a call is
 one object, `BoundCall`, planned once, `KernelPlan`), except the public `triton_call`, whose keywords
 are jax-triton's API, and a value class's `__init__`, which takes its fields (as a dataclass's would)."""
 

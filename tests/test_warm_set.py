@@ -1,4 +1,4 @@
-"""Warm sets (`kernel_cache.warm_set`, issue 31): the entries one program read, kept in one local entry
+"""Warm sets (`kernel_cache.warm_set`): the entries one program read, kept in one local entry
 so its next process reads them in one go. Served only for the members the local index still holds,
 each checked under its own key; written at exit only where it changed; refused when forged; end to
 end, a second process's records come from the set, never from the store one by one."""

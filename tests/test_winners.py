@@ -109,8 +109,8 @@ def test_record_round_trips_through_the_entry_format_and_keys_its_content():
 
 
 def test_a_record_of_the_retired_format_is_never_used_and_is_no_damage():
-    """Winner format 2 (issue 21: key values in the one canonical encoding) retired format 1: its
-    records are never looked up again (no key of this version reaches them), are not reported as
+    """Winner format 2 (key values in the one canonical encoding) replaces format 1: its records
+    are never looked up (no key of this version reaches them), are not reported as
     damaged by verify or import, and say why when read."""
     entry = fake_record().to_entry()
     entry.meta["format"] = 1

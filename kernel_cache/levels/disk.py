@@ -115,7 +115,7 @@ class DiskLevel(InDirectory):
         # kernels a call record served (`touch`)
         self._deferred: dict[str, bytes] = {}  # hits' copies not yet written (`keep_later`), served from here
         self._deferred_bytes = 0
-        # A warm process only reads: the writer (diskcache's set-up, some 70 statements, ~7 ms) opens
+        # A warm process only reads: the writer (diskcache's set-up, some 70 statements) opens
         # at the first write. So does a new cache's (no index, no entry files; an index gone while its
         # entry files are there is damage, never replaced by an empty one): every read is a miss until
         # then, and its flush (the deferred copies, at close or exit at the latest) creates it.

@@ -58,7 +58,7 @@ def _not_installed(setting: str) -> LevelUnavailable:
 
 
 def redis_module() -> Any:
-    """redis-py, imported on first use: it costs ~0.1-0.3 s, which no process without a remote pays."""
+    """redis-py, imported on first use: a slow import, which no process without a remote pays."""
     try:
         import redis
         import redis.backoff

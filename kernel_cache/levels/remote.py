@@ -162,7 +162,7 @@ class RemoteLevel:
     @property
     def link(self) -> RedisLink:
         """The link to the server, made at the first use that needs it: a warm node whose reads all
-        hit its own disk never imports redis-py (~0.15-0.2 s) and never connects."""
+        hit its own disk never imports redis-py (a slow import) and never connects."""
         link = self._link
         if link is None:
             with self._connecting:

@@ -1,7 +1,7 @@
 """The remote level's reads before redis-py is needed: a small RESP2 client for the two calls a
 warm node sends (the peek script that reads an entry, and its TTL refreshes), so a fresh node
-served from Redis does not import redis-py (0.14-0.22 s on the 2-core box: its package imports
-`redis.asyncio` and asyncio) before its first kernel.
+served from Redis does not import redis-py (its package imports `redis.asyncio` and asyncio, a
+large part of a warm start) before its first kernel.
 
 Everything else (writes, leases, a Redis Cluster, TLS, cachectl's maintenance) goes through redis-py
 (`redis_link`), and so does a read once anything made the full link. The guarantees are

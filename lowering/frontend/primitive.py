@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 from jax._src import core, dispatch
-from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's import of Pallas (~0.15 s)
+from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's slow import of Pallas
 from jax.interpreters import ad, batching
 
 from .. import jax_compat

@@ -228,7 +228,7 @@ def _build_op(target: str, result_types: list[Any], operands: list[Any], backend
               has_side_effect: bool) -> Any:
     """The op `mlir.custom_call` builds for these arguments (row-major layouts of the operands' and the
     results' `ranks`, no called computations), attribute for attribute: a test holds the two equal. Built here because
-    JAX's builder makes each layout through two numpy conversions and a type lookup: ~45% of its
+    JAX's builder makes each layout through two numpy conversions and a type lookup: nearly half its
     cost, and it runs once per Triton call lowered."""
     if isinstance(backend_config, dict):  # as JAX's builder: an empty string, the dict beside it, api_version 1
         config_attr, api_version = ir.StringAttr.get(""), 1

@@ -127,7 +127,7 @@ def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
     return [jaxlib_version(), _layout_text(module_image_layout(platform, config)), autotuned_aliases_supported()]
 
 
-@functools.cache  # a pure function of the layout: its repr (~2 us) is asked once per JAX module lowered
+@functools.cache  # a pure function of the layout: its repr is asked once per JAX module lowered
 def _layout_text(layout: ModuleImageLayout | None) -> str:
     return repr(layout)
 
@@ -289,7 +289,7 @@ def module_image_layout(platform: str, config: kernel_cache.Config) -> ModuleIma
 
 @functools.cache
 def _layout_in_plugin(platform: str) -> ModuleImageLayout | None:
-    """Read from the plugin binary once per plugin build (~3 ms of scanning), then from the memo."""
+    """Read from the plugin binary once per plugin build (a scan of the binary), then from the memo."""
     path = getattr(triton_module(platform), "__file__", None)
     if not path:
         return None

@@ -1,9 +1,9 @@
 """Kernel specs for a call's configs, and their artifacts from the store (compiling only what is missing).
 
 The missing configs of one autotuned call compile at once on the compile workers (`compile_pool`):
-Triton releases the GIL in its MLIR/LLVM passes and ptxas is a subprocess, so two threads took an
-autotuned 6-config matmul from 1.8-1.95 s to 1.14 s on a 2-core box, ahead of process pools (1.2-2.0
-s, which also need importable kernels and must not fork a JAX process).
+Triton releases the GIL in its MLIR/LLVM passes and ptxas is a subprocess, so threads overlap an
+autotuned call's compiles as well as process pools do, without their needs (importable kernels, no
+fork of a JAX process; docs/benchmarks.md, "Cold start").
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 import compiler
-import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering: ~10 ms)
+import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering, which it would slow)
 from compiler import KernelSpec, Target
 from kernel_cache import Session
 from kernel_cache.lazy import later
@@ -63,7 +63,7 @@ _FP32_MAX = float(np.finfo(np.float32).max)
 def _typed_scalar(value: Any) -> Any:
     """Python floats beyond fp32's range travel as fp64, as jax-triton passes them; the rest keep
     Triton's own typing (fp32 floats, i32/i64/u64 ints, booleans)."""
-    if isinstance(value, float) and math.isfinite(value) and abs(value) > _FP32_MAX:  # (numpy's isfinite: ~1 us)
+    if isinstance(value, float) and math.isfinite(value) and abs(value) > _FP32_MAX:  # math's, not numpy's: no array
         return compiler.Scalar("fp64", value)
     return value
 

@@ -166,7 +166,7 @@ _functions: dict[int, tuple[Any, str, str]] = {}
 
 def function_text(fn: Any, fingerprint: str) -> str:
     """The items' text of the kernel function's own part of the key: its name, Triton's fingerprint
-    and its parameters' flags (~35 us to encode for a dozen parameters). A pure function of the
+    and its parameters' flags (encoded once: every lowering of the function asks). A pure function of the
     function and its fingerprint (its parameters are fixed at decoration, as `param_flags` keeps
     them), so kept for the process, the function with it (its id is not reused meanwhile)."""
     found = _functions.get(id(fn))
@@ -206,7 +206,7 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
     a getenv per variable, only where the C environment changed: `triton_compat.triton_env`). Nothing runs between the
     lowering rules of one module that could change them, and the next module reads them again. Kept
     in the module's own `lowering_cache` dict, so it lives and dies with the module: neither a strong
-    reference to the module (it slowed every later lowering by ~0.8 ms) nor its MLIR context (JAX
+    reference to the module (which would keep it alive and slow every later lowering) nor its MLIR context (JAX
     0.12 reuses one context for up to 10 modules per thread)."""
     cache = getattr(module, "lowering_cache", None)
     memo_key = (_MODULE_MEMO_KEY, platform)
@@ -233,8 +233,8 @@ _module_texts: dict[tuple[Any, ...], str] = {}
 @functools.cache
 def code_identity() -> str:
     """xxh3 of the compiler and lowering packages' sources, every module of every subpackage by its
-    path: a payload is only reused by the code that would build it the same way (~1 ms once per
-    process; a fact of the installed files, so kept for the process). Raises TypeError (the call is
+    path: a payload is only reused by the code that would build it the same way (computed once per
+    process: a fact of the installed files). Raises TypeError (the call is
     then not recorded) where the sources cannot be read, e.g. an install of compiled files only."""
     hasher, read = xxhash.xxh3_128(), 0
     for package in (compiler, __import__((__package__ or "lowering").partition(".")[0])):
