@@ -10,9 +10,11 @@ other parameters in order, TE's defaults (read from the installed function's sig
 Gated on that signature, not on a version. transformer-engine-jax (TE's CUDA extension) cannot be
 built on a CPU host; the tests run TE 2.20.2's own utils.py (from the pure-Python `transformer-engine`
 wheel, TE's package __init__ bypassed) and a stand-in of the same signature. As in TE, an autotune
-config's values win over the caller's constexprs and every config is compiled; unlike TE's own
-path, pointers are specialized as Triton specializes them (16-byte divisibility hints), so the PTX
-can differ from TE's while the results are the same.
+config's values win over the caller's constexprs and every config is compiled. TE's in-place kernels
+(its row-id-map passes) have pointers for their inputs only, TE passing the aliased outputs' buffers
+as arguments they never read: lowered as jax-triton 0.4 reads aliases, without those. As TE compiles,
+pointers carry no 16-byte alignment hint (`aligned_pointers=False`): the same PTX, so the same loads
+and the same order of every reduction, bit for bit with TE's own path.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import numpy as np
 
 from ..frontend.api import grid_param
 from ..frontend.frozen_items import FrozenItems
-from ..planning.configs import kernel_name, set_by_wrappers
+from ..planning.aliasing import pointerless_aliases
+from ..planning.configs import kernel_name, runtime_param_names, set_by_wrappers
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
 CLIENT = "transformer_engine"
@@ -77,13 +80,20 @@ def _translate(ctx: Any, kernel_fn: Any, defaults: dict[str, Any], kwargs: dict[
     # BLOCK_SIZE for the grid); jax-triton would instead prune the configs that disagree
     for name in set_by_wrappers(kernel_fn):
         constexprs.pop(name, None)
-    aliases = args.get("input_output_aliases") or {}
+    aliases = sorted((int(i), int(o)) for i, o in dict(args.get("input_output_aliases") or {}).items())
     name = kernel_name(kernel_fn)
+    # TE binds the kernel's pointer parameters to the inputs then the outputs, as many as the kernel
+    # has: its in-place kernels (the row-id-map passes) take none for their aliased outputs, which is
+    # jax-triton 0.4's reading of input_output_aliases (no scalars among TE's arrays: same indices)
+    try:
+        pointerless = pointerless_aliases(name, runtime_param_names(kernel_fn, constexprs), len(ctx.avals_in),
+                                          len(ctx.avals_out), aliases)
+    except TypeError as exc:
+        raise UnsupportedCall(str(exc)) from None
     return dict(
         kernel=kernel_fn, scalars=(), out_avals=tuple((tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out),
         grid=grid_param(args["grid"]), name=name, num_warps=args["num_warps"], num_stages=args["num_stages"],
         num_ctas=args.get("num_ctas") or 1, compute_capability=None, enable_fp_fusion=bool(args["enable_fp_fusion"]),
-        backend_options=FrozenItems(), input_output_aliases=FrozenItems(sorted((int(i), int(o))
-                                                                              for i, o in dict(aliases).items())),
-        zeroed_outputs=(), debug=False, serialized_metadata=b"", metaparams=FrozenItems(sorted(constexprs.items())),
-        has_side_effect=False, custom_call_target="")
+        backend_options=FrozenItems(), input_output_aliases=FrozenItems(aliases), zeroed_outputs=(), debug=False,
+        serialized_metadata=b"", metaparams=FrozenItems(sorted(constexprs.items())), has_side_effect=False,
+        custom_call_target="", pointerless_aliases=pointerless, aligned_pointers=False)

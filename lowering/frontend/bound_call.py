@@ -13,7 +13,7 @@ class BoundCall(FrozenValue):
     _fields = ("kernel", "scalars", "out_avals", "grid", "name", "num_warps", "num_stages", "num_ctas",
                "compute_capability", "enable_fp_fusion", "backend_options", "input_output_aliases", "zeroed_outputs",
                "debug", "serialized_metadata", "metaparams", "has_side_effect", "custom_call_target",
-               "pointerless_aliases", "cost_estimate", "arg_tree")
+               "pointerless_aliases", "cost_estimate", "arg_tree", "aligned_pointers")
     kernel: Any  # a @triton.jit function, possibly under autotune / heuristics wrappers
     scalars: Sequence[tuple[int, Any]]  # (runtime position, value)
     out_avals: Any  # ((shape, dtype), ...) of the outputs
@@ -35,6 +35,7 @@ class BoundCall(FrozenValue):
     pointerless_aliases: bool  # jax-triton 0.4's in-place reading: aliased outputs get no pointer
     cost_estimate: Mapping[str, Any] | None
     arg_tree: Any  # the pytree of Triton tuple parameters (None: flat)
+    aligned_pointers: bool  # pointers hinted 16-byte aligned, as Triton's launcher does (TE compiles without)
 
     def __init__(self, kernel: Any, scalars: Sequence[tuple[int, Any]], out_avals: Any, grid: Any, name: str,
                  num_warps: int | None, num_stages: int | None, num_ctas: int, compute_capability: int | str | None,
@@ -42,7 +43,8 @@ class BoundCall(FrozenValue):
                  input_output_aliases: Mapping[int, int], zeroed_outputs: Any, debug: bool,
                  serialized_metadata: bytes, metaparams: Mapping[str, Any], has_side_effect: bool,
                  custom_call_target: str = "", pointerless_aliases: bool = False,
-                 cost_estimate: Mapping[str, Any] | None = None, arg_tree: Any = None) -> None:
+                 cost_estimate: Mapping[str, Any] | None = None, arg_tree: Any = None,
+                 aligned_pointers: bool = True) -> None:
         self.__dict__.update(kernel=kernel, scalars=scalars, out_avals=out_avals, grid=grid, name=name,
                              num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
                              compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
@@ -50,7 +52,7 @@ class BoundCall(FrozenValue):
                              zeroed_outputs=zeroed_outputs, debug=debug, serialized_metadata=serialized_metadata,
                              metaparams=metaparams, has_side_effect=has_side_effect,
                              custom_call_target=custom_call_target, pointerless_aliases=pointerless_aliases,
-                             cost_estimate=cost_estimate, arg_tree=arg_tree)
+                             cost_estimate=cost_estimate, arg_tree=arg_tree, aligned_pointers=aligned_pointers)
 
     @classmethod
     def of(cls, params: Mapping[str, Any]) -> "BoundCall":

@@ -69,20 +69,23 @@ def _typed_scalar(value: Any) -> Any:
 
 
 def runtime_args(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]],
-                 out_dtypes: Sequence[Any]) -> list[Any]:
-    """The kernel's runtime arguments in order: inputs with scalars at their positions, then outputs."""
-    args: list[Any] = [pointer_type(d) for d in in_dtypes]
+                 out_dtypes: Sequence[Any], aligned: bool = True) -> list[Any]:
+    """The kernel's runtime arguments in order: inputs with scalars at their positions, then outputs.
+    `aligned`: pointers carry Triton's 16-byte alignment hint (False: as a caller compiling without
+    specialization attributes has them, TransformerEngine's own path)."""
+    pointer: Any = pointer_type if aligned else (lambda d: compiler.Pointer(pointer_type(d), aligned=False))
+    args: list[Any] = [pointer(d) for d in in_dtypes]
     for position, value in scalars:  # positions are ascending, counted over arrays and scalars
         args.insert(position, _typed_scalar(value))
-    return args + [pointer_type(d) for d in out_dtypes]
+    return args + [pointer(d) for d in out_dtypes]
 
 
 def argument_types(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]], out_dtypes: Sequence[Any],
-                   arg_tree: Any) -> list[Any]:
+                   arg_tree: Any, aligned: bool = True) -> list[Any]:
     """The kernel's runtime argument types in order (`runtime_args`), its inputs grouped as its
     parameters take them (`arg_tree`: a tuple parameter as one tuple) with TensorDescriptors as the
     compiler's TensorDesc (`descriptors`); the outputs' pointer types after them."""
-    flat = runtime_args(in_dtypes, scalars, out_dtypes)
+    flat = runtime_args(in_dtypes, scalars, out_dtypes, aligned)
     inputs = flat[:len(in_dtypes) + len(scalars)]
     grouped = inputs if arg_tree is None else list(arg_tree.unflatten(inputs))
     return descriptors(grouped) + flat[len(inputs):]

@@ -87,7 +87,7 @@ class KernelPlan:
         pointed = results[:order.pointers]
         named = resolved.named
         args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
-                                      call.arg_tree)
+                                      call.arg_tree, aligned=call.aligned_pointers)
         options = call_options(call)
         zeroed_bytes = _zeroed_bytes(resolved.zeroed, order, call, avals_in, avals_out)
         launches = [Launch(grid=grid, zeroed_bytes=zeroed, description=c.description, bound=frozenset(c.constexprs))
