@@ -16,12 +16,12 @@ Warnings (`KernelCacheWarning`) go through the `warnings` module.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import sys
 import threading
 
-from . import exit_sequence
 from .config import Config, ConfigError, parse_duration, parse_size
 from .entry import CorruptEntry, Entry
 from .errors import KernelCacheError
@@ -106,8 +106,8 @@ def default_store() -> Store:
     return current_session().store
 
 
+@atexit.register
 def _flush_at_exit() -> None:
-    """The counters and the uses kept for the levels' LRU order, last of the exit sequence."""
     if _default is not None:
         try:
             store = _default.store
@@ -119,6 +119,3 @@ def _flush_at_exit() -> None:
                         level.flush_touches()
         except Exception:
             pass
-
-
-exit_sequence.at_exit("counters", _flush_at_exit)

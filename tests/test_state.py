@@ -77,7 +77,8 @@ MODULE_STATE = {
     "kernel_cache/display.py:_NAMED": CONSTANT,
     "kernel_cache/interception.py:CLIENT_MODULES": CONSTANT,
     "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
-    "kernel_cache/exit_sequence.py:_steps": f"{PROCESS}: the package's one exit sequence, a function per step",
+    "kernel_cache/levels/disk.py:_exit_hook": f"{PROCESS}: its exit hook, registered once",
+    "kernel_cache/warm_set.py:_hooked": f"{PROCESS}: its exit hook, registered once",
     "kernel_cache/levels/disk.py:_unflushed": f"{PROCESS}: the local levels whose deferred copies it writes at exit",
     "kernel_cache/levels/shared.py:LOCK_SUFFIXES": CONSTANT,
     "kernel_cache/levels/shared.py:_FANOUT_CHARS": CONSTANT,
@@ -143,17 +144,3 @@ def test_the_content_key_takes_its_memo():
     source = (ROOT / "compiler" / "key.py").read_text()
     assert "current_session" not in source and "current_config" not in source
     assert module_state(ROOT / "compiler" / "key.py") == set()
-
-
-def test_the_package_has_one_exit_sequence():
-    """One atexit registration in the product (kernel_cache.exit_sequence), its steps in order and
-    every one registered once the modules that own them are imported."""
-    registrations = [str(p.relative_to(ROOT)) for d in ("kernel_cache", "compiler", "lowering")
-                     for p in sorted((ROOT / d).rglob("*.py")) if "atexit.register(" in p.read_text()]
-    assert registrations == ["kernel_cache/exit_sequence.py"], registrations
-    import kernel_cache.levels.disk
-    import kernel_cache.warm_set  # noqa: F401
-    from kernel_cache import exit_sequence
-
-    assert exit_sequence.STEPS == ("warm sets", "deferred copies", "counters")
-    assert set(exit_sequence._steps) == set(exit_sequence.STEPS)

@@ -32,6 +32,7 @@ diskcache's tables in disk_sql.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import diskcache
 
-from .. import cache_marker, disk_sql, exit_sequence
+from .. import cache_marker, disk_sql
 from .. import entry as entry_format
 from ..config import Config
 from ..disk_index import (
@@ -76,6 +77,7 @@ else:
 # wrote them first (a Store opened directly and never closed, as well as the process's session).
 _unflushed: set[DiskLevel] = set()
 _unflushed_lock = threading.Lock()
+_exit_hook = False
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -593,8 +595,12 @@ class DiskLevel(InDirectory):
 
 def _written_at_exit(level: DiskLevel) -> None:
     """Have `level`'s deferred copies written at exit unless a flush writes them first."""
+    global _exit_hook
     with _unflushed_lock:
         _unflushed.add(level)
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_flush_at_exit)
 
 
 def _flush_at_exit() -> None:
@@ -603,9 +609,6 @@ def _flush_at_exit() -> None:
     for level in levels:
         with contextlib.suppress(Exception):
             level.flush_deferred()
-
-
-exit_sequence.at_exit("deferred copies", _flush_at_exit)
 
 
 def index_settings(max_bytes: int) -> dict[str, Any]:
