@@ -95,8 +95,10 @@ def test_a_master_killed_while_processes_write_costs_at_most_two_compiles_a_key(
     victim.kill()  # its replica is promoted after the node timeout (1 s)
     results = [_result(p, timeout=180) for p in procs]
     assert all(r["served"] for r in results)
-    # nobody waited out a lease lost with the master (LEASE_MS, 30 s): the failover was followed
-    assert time.monotonic() - start < 25
+    # nobody waited out the children's lock timeout (120 s): the failover was followed. A lease that
+    # reached the replica while its holder's publication went to the dead master is still honoured
+    # until its TTL (LEASE_MS, 30 s) lapses, so a run takes ~5 s or, then, ~35 s
+    assert time.monotonic() - start < 100
     counts = _counts(log, keys)
     assert set(_builds(log)) == set(keys) and max(counts.values()) <= 2, counts
     own_cluster.wait_ok()
