@@ -338,11 +338,15 @@ class RedisLink:
                 return _SKIPPED
             self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance)
             return _SKIPPED
+        self._served_by(node)
+        return result
+
+    def _served_by(self, node: str) -> None:
+        """`node` answered: its breaker closes and its next fault backs off from 1 s again."""
         health = self.health(node)
         if health.faults_in_a_row or not health.served:
             with self._lock:
                 health.faults_in_a_row, health.served, health.down_since = 0, True, None
-        return result
 
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None) -> None:
@@ -428,9 +432,7 @@ class RedisLink:
         except Exception as exc:
             self._report(node, "connect", exc, budget is not None and budget.overflowed, quiet)
             return None
-        health = self.health(node)
-        with self._lock:
-            health.faults_in_a_row, health.served, health.down_since = 0, True, None
+        self._served_by(node)
         return found
 
     def _report(self, node: str, what: str, exc: Exception, overflowed: bool, quiet: bool) -> None:
@@ -441,9 +443,8 @@ class RedisLink:
             self._node_failed(node, what, exc, overflowed, self.timeout, False, redis_slots.TOPOLOGY_BYTES)
 
     def _owner(self, name: str | None) -> str | None:
-        if name is None:
-            return self._server
-        if not self.cluster:
+        """The node serving `name`: its slot's in a cluster, else the one server (None: not known)."""
+        if name is None or not self.cluster:
             return self._server
         return self._owner_of_slot(self.redis.crc.key_slot(name.encode()))
 

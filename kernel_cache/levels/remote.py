@@ -221,7 +221,7 @@ class RemoteLevel:
     def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
         link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
         cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
-        link.failed(what, cause(link.scrub(str(fault))) if cause is not None else None, fault.kind == "overflow",
+        link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
                     self.timeout, False)
 
     @property
