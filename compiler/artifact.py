@@ -5,7 +5,15 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from kernel_cache.summary import META_ARCH, META_COMPILE_SECONDS, META_KIND, META_NAME, META_RECIPE, META_TARGET, META_TOOLCHAIN
+from kernel_cache.entries.summary import (
+    META_ARCH,
+    META_COMPILE_SECONDS,
+    META_KIND,
+    META_NAME,
+    META_RECIPE,
+    META_TARGET,
+    META_TOOLCHAIN,
+)
 from kernel_cache.value_class import Value
 
 from .target import Target
@@ -108,7 +116,7 @@ class Artifact(Value):
 
     # Store form ----------------------------------------------------------------------------
     def to_entry(self) -> tuple[dict[str, Any], dict[str, bytes]]:
-        meta = {  # the fields cachectl reads back are named in kernel_cache.summary
+        meta = {  # the fields cachectl reads back are named in kernel_cache.entries.summary
             META_KIND: KIND,
             META_NAME: self.name,
             META_TARGET: self.target.to_json(),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_cache import Store, current_session
 from kernel_cache.lazy import later
-from kernel_cache.warnings_once import warn_once
+from kernel_cache.telemetry.warnings_once import warn_once
 
 from .artifact import Artifact
 from .key import KeyMemo, content_key, document_summary, key_document, session_keys

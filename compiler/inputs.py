@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel_cache.canonical import canonical, digest
+from kernel_cache.entries.canonical import canonical, digest
 
 from . import toolchain as toolchain_module
 from . import triton_compat as tc

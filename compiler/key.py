@@ -1,6 +1,6 @@
 """The content key: the core's digest of a spec and its toolchain in the core's canonical encoding.
 
-The encoding (`kernel_cache.canonical`) tags every value with its type, so the int 1, the float 1.0,
+The encoding (`kernel_cache.entries.canonical`) tags every value with its type, so the int 1, the float 1.0,
 the bool True and the string "1" never collide; this module adds Triton's own values to it and the
 document carries our own format version: bumping it invalidates every key at once.
 
@@ -16,9 +16,9 @@ import json
 from typing import Any
 
 from kernel_cache import Session
-from kernel_cache.canonical import canonical as core_canonical
-from kernel_cache.canonical import digest
-from kernel_cache.canonical import text as _text
+from kernel_cache.entries.canonical import canonical as core_canonical
+from kernel_cache.entries.canonical import digest
+from kernel_cache.entries.canonical import text as _text
 
 from . import inputs
 from . import triton_compat as tc
@@ -30,7 +30,7 @@ KEY_FORMAT_VERSION = 2  # 2: paths in options and Triton's environment stand for
 
 
 def canonical(value: Any) -> Any:
-    """`kernel_cache.canonical` with Triton's values: what a content key encodes."""
+    """`kernel_cache.entries.canonical` with Triton's values: what a content key encodes."""
     return core_canonical(value, triton_value)
 
 

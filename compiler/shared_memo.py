@@ -18,7 +18,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kernel_cache import Store, memo_entry
+from kernel_cache import Store
+from kernel_cache.entries import memo_entry
 
 
 def node_identity(identity: Any) -> Any:

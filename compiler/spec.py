@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from kernel_cache.canonical import canonical
-from kernel_cache.canonical import canonical_text as encode
 from kernel_cache.display import echo
+from kernel_cache.entries.canonical import canonical
+from kernel_cache.entries.canonical import canonical_text as encode
 from kernel_cache.value_class import FrozenValue
 
 from . import triton_compat as tc
@@ -129,7 +129,7 @@ class KernelSpec(FrozenValue):
 
     @property
     def canonical_text(self) -> str:
-        """This spec in the one canonical encoding (`kernel_cache.canonical`, Triton's values through
+        """This spec in the one canonical encoding (`kernel_cache.entries.canonical`, Triton's values through
         `triton_value`): every field, the kernel by name and Triton's fingerprint, the signature in
         parameter order. Built on first use and kept (the spec is frozen). Raises TypeError for a
         value nothing can key, as the content key would."""

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import kernel_cache
-from kernel_cache import cache_marker, safefs
-from kernel_cache.canonical import digest
-from kernel_cache.config import TOOLCHAIN_MEMO
+from kernel_cache.entries.canonical import digest
+from kernel_cache.settings.config import TOOLCHAIN_MEMO
+from kernel_cache.trust import cache_marker, safefs
 
 from . import shared_memo
 from . import triton_compat as tc

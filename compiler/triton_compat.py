@@ -34,7 +34,7 @@ try:  # Triton 3.5+: @jit functions and constexpr functions share a base
 except ImportError:  # pragma: no cover - older Triton
     _JIT_CALLABLE = JITFunction  # type: ignore[misc, assignment, unused-ignore]
 
-from kernel_cache.environ_watch import EnvironMemo
+from kernel_cache.settings.environ_watch import EnvironMemo
 
 from .front_end_turns import FRONT_END
 
@@ -349,7 +349,7 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
     These are the rules of Triton's native `specialize_impl` (3.5 - 3.9) for the argument kinds a
     lowering passes; they are re-implemented because the native call imports torch and Triton's
     gluon package on first use (seconds on a host with torch), and a warm lowering must not pay
-    that. tests/test_compiler.py checks them against the native function on every run.
+    that. tests/compiler/test_compiler.py checks them against the native function on every run.
     """
     if isinstance(value, str):
         dtype = value.lstrip("*")

@@ -22,14 +22,14 @@ import logging
 import sys
 import threading
 
-from .config import Config, ConfigError, parse_duration, parse_size
-from .entry import CorruptEntry, Entry
-from .errors import KernelCacheError
-from .interception import InterceptError, intercept
-from .level import MaintainedLevel
-from .session import Session
-from .store import Store
-from .warnings_once import KernelCacheWarning, info_once
+from kernel_cache.entries.entry import CorruptEntry, Entry
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.interception import InterceptError, intercept
+from kernel_cache.level import MaintainedLevel
+from kernel_cache.session import Session
+from kernel_cache.settings.config import Config, ConfigError, parse_duration, parse_size
+from kernel_cache.store import Store
+from kernel_cache.telemetry.warnings_once import KernelCacheWarning, info_once
 
 __all__ = ["Config", "ConfigError", "CorruptEntry", "Entry", "InterceptError", "KernelCacheError", "KernelCacheWarning",
            "Session", "Store",

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cachectl import main
+from cachectl import main
 
 sys.exit(main())

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from .display import echo
-from .errors import KernelCacheError
-from .warnings_once import warn_once
+from kernel_cache.display import echo
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.telemetry.warnings_once import warn_once
 
 ENV = "KERNEL_CACHE_INTERCEPT"
 ENTRY_POINT_GROUP = "kernel_cache.clients"

@@ -1,4 +1,4 @@
-"""The one way our own code defers importing our own code: `later("kernel_cache.levels.remote")`.
+"""The one way our own code defers importing our own code: `later("kernel_cache.levels.remote.level")`.
 
 A warm process should load only what it runs: no Redis client without a remote, no
 shared-directory level without a shared directory, no index repair on an undamaged index, none of
@@ -8,7 +8,7 @@ the real module where it stood (each global of the module that called `later` st
 so every later use is a plain attribute read of the real module (a test that patches the real
 module is seen); a reference kept elsewhere (a table row) hands each access on to the real module.
 
-The floor test (`tests/test_floors.py`) reads every `later("...")` call as an import of that
+The floor test (`tests/architecture/test_floors.py`) reads every `later("...")` call as an import of that
 module: the name must be a string literal, absolute, and on the same floor or a lower one. An
 `import` statement inside a function stays refused; this is the only sanctioned deferral.
 """

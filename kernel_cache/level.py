@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .entry import Entry
+from kernel_cache.entries.entry import Entry
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .config import Config
-from .store import Store
+from kernel_cache.settings.config import Config
+from kernel_cache.store import Store
 
 M = TypeVar("M")
 

@@ -4,7 +4,7 @@ one get-or-create, single-flight per key across threads, processes and nodes.
 A cache failure never fails the caller: an unusable or untrusted level is dropped with one warning
 and the store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt; an entry
 rejected for who wrote it (unsigned, foreign key) is a miss, counted, and never copied into a
-faster level. With a signing key every entry written is signed (see kernel_cache.signing). It is
+faster level. With a signing key every entry written is signed (see kernel_cache.trust.signing). It is
 long because the chain, its counters and the single-flight lock are one place: what a lookup costs
 and what a compile waits for read together here.
 """
@@ -17,27 +17,28 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from . import cache_settings, lookup_log
-from . import entry as entry_format
-from . import levels as backends
-from .config import Config
-from .entry import CorruptEntry, Entry, InvalidKey, check_key
-from .errors import IndexDamaged, RejectedEntry
-from .key_locks import KeyLocks
-from .lazy import later
-from .level import DeferringLevel, IndexedLevel, Level, MaintainedLevel, holds
-from .levels.memory import MemoryLevel
-from .safefs import Owners
-from .stats import Stats
-from .summary import compile_seconds
-from .wait_budget import WaitBudget
-from .warnings_once import warn_once
+from kernel_cache import levels as backends
+from kernel_cache.coordination.key_locks import KeyLocks
+from kernel_cache.coordination.wait_budget import WaitBudget
+from kernel_cache.entries import entry as entry_format
+from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key
+from kernel_cache.entries.summary import compile_seconds
+from kernel_cache.errors import IndexDamaged, RejectedEntry
+from kernel_cache.lazy import later
+from kernel_cache.level import DeferringLevel, IndexedLevel, Level, MaintainedLevel, holds
+from kernel_cache.levels.memory import MemoryLevel
+from kernel_cache.settings import cache_settings
+from kernel_cache.settings.config import Config
+from kernel_cache.telemetry import lookup_log
+from kernel_cache.telemetry.stats import Stats
+from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
-    from . import disk_repair
-    from .warm_set import WarmSet
+    from kernel_cache.entries.warm_set import WarmSet
+    from kernel_cache.levels.disk import repair as disk_repair
 else:
-    disk_repair = later("kernel_cache.disk_repair")  # only when opening finds the local index damaged
+    disk_repair = later("kernel_cache.levels.disk.repair")  # only when opening finds the local index damaged
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]

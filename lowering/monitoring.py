@@ -3,7 +3,7 @@
 cache as they see JAX's own compilation cache ('/jax/compilation_cache/cache_hits', ...).
 
 Installed when `lowering` is imported (registering a recorder: nothing runs until an event). Every
-event the store counts for `cachectl stats` (kernel_cache.events) is recorded, by jax.monitoring's
+event the store counts for `cachectl stats` (kernel_cache.telemetry.events) is recorded, by jax.monitoring's
 own functions called straight from the counters, as:
 
     /kernel_cache/hits                     event,    level=memory|disk|shared|remote  (one per kernel served)
@@ -17,14 +17,14 @@ own functions called straight from the counters, as:
 
 `level` is a keyword argument of the listener call (jax.monitoring passes `**kwargs` to listeners on
 every supported JAX); each event always passes the same keywords. A JAX listener that raises is
-caught by kernel_cache.events: it never fails a lowering.
+caught by kernel_cache.telemetry.events: it never fails a lowering.
 """
 
 from __future__ import annotations
 
 from jax import monitoring
 
-from kernel_cache import events
+from kernel_cache.telemetry import events
 
 HITS, MISSES, COMPILES = (events.EVENT_NAMES[k] for k in (events.HIT, events.MISS, events.COMPILE))
 REJECTED, ERRORS = events.EVENT_NAMES[events.REJECTED], events.EVENT_NAMES[events.ERROR]

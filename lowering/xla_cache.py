@@ -3,7 +3,7 @@ persistent compilation cache is pointed at `<KERNEL_CACHE_DIR>/xla` with thresho
 small programs too, so a warm process skips XLA compilation as well as Triton's.
 
 JAX runs what it finds there as code, unchecked, so the directory is handed over only when it
-passes `kernel_cache.xla_trust` (the store accepted the cache directory; it and `xla/` are yours
+passes `kernel_cache.trust.xla_trust` (the store accepted the cache directory; it and `xla/` are yours
 alone; nobody else can swap them); otherwise JAX's cache stays off for kernel-cache's part, with one
 warning naming why. A directory the user gave JAX (`jax_compilation_cache_dir`) is the user's
 choice and left alone.
@@ -24,8 +24,8 @@ from pathlib import Path
 import jax
 
 import kernel_cache
-from kernel_cache.warnings_once import warn_once
-from kernel_cache.xla_trust import XlaDirRefused, private_xla_dir
+from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.trust.xla_trust import XlaDirRefused, private_xla_dir
 
 from . import jax_compat
 

@@ -22,7 +22,7 @@ Prints:
   a new, empty local dir, under the default entry cap of 256 MiB, or --hostile-cap): a 200 MB value
   planted at the name of the lowered-call record it reads first (planted again before each round:
   the round lowers kernel by kernel from the remote and its verified record replaces the plant), and
-  a fake server trickling one byte every 50 ms (scripts/fake_resp.py) beside no remote at all.
+  a fake server trickling one byte every 50 ms (tests/support/fake_resp.py) beside no remote at all.
 
     python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile] [--hostile-cap 64M]
                                    [--fleet 8] [--gpu]
@@ -44,12 +44,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+SUPPORT = ROOT / "tests" / "support"  # the servers the tests start, and the fake one
+for _path in (SUPPORT, ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from scripts.fake_resp import FakeRedis  # noqa: E402
-from scripts.redis_cluster import RedisCluster  # noqa: E402
-from scripts.redis_server import RedisServer  # noqa: E402
+from fake_resp import FakeRedis  # noqa: E402
+from redis_cluster import RedisCluster  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
 
 SIGNING_KEY = "bench-remote-signing-key-0123456789"
 SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -66,7 +68,7 @@ HITS = r'''
 import json, os, statistics, sys, time
 from pathlib import Path
 from kernel_cache import Config, Entry, Store
-from kernel_cache.signing import Signer
+from kernel_cache.trust.signing import Signer
 url, tmp, size, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 key = bytes(sys.argv[5], "ascii")
 (tmp / "shared").mkdir(parents=True, exist_ok=True)
@@ -184,8 +186,8 @@ PLANTED_BYTES = 200 << 20
 
 def _first_read(plain: Any, namespace: str) -> bytes:
     """The entry name a warm process reads first: a lowered-call record's (the largest one)."""
-    from kernel_cache import entry as entry_format
-    from kernel_cache.call_entry import KIND
+    from kernel_cache.entries import entry as entry_format
+    from kernel_cache.entries.call_entry import KIND
 
     records = []
     for name in plain.scan_iter(match=f"kc:{namespace}:v2:e:*"):

@@ -75,7 +75,7 @@ print(json.dumps(out))
 
 
 def baseline_revision() -> str:
-    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "kernel_cache/safefs.py"],
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "kernel_cache/trust/safefs.py"],
                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     return f"{added[-1]}^" if added else "HEAD"
 
@@ -115,8 +115,8 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
 def signing_costs() -> tuple[float, float]:
     sys.path.insert(0, str(ROOT))
     from kernel_cache import Entry
-    from kernel_cache import entry as entry_format
-    from kernel_cache.signing import Signer
+    from kernel_cache.entries import entry as entry_format
+    from kernel_cache.trust.signing import Signer
 
     signer = Signer(os.urandom(32))
     data = entry_format.encode(Entry(key="0" * 32, meta={"name": "bench"},

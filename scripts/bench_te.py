@@ -17,7 +17,7 @@ is compared bit for bit with own cold's (sha256 of its bytes); where one differs
   python scripts/bench_te.py [--json out.json] [--programs dispatch,combine_grad]
 
 Needs an NVIDIA GPU, TE's pure-Python wheel (scripts/te_programs.py says how) and kernel-cache
-pip-installed (its .pth hook and entry points). Without a GPU, tests/test_clients_te_real.py
+pip-installed (its .pth hook and entry points). Without a GPU, tests/clients/test_clients_te_real.py
 cross-lowers the same programs.
 """
 
@@ -185,7 +185,7 @@ def main() -> None:
     if problem:
         raise SystemExit(f"bench_te: {problem}")
     if not has_gpu():
-        raise SystemExit("bench_te: no CUDA GPU visible to JAX; tests/test_clients_te_real.py cross-lowers the "
+        raise SystemExit("bench_te: no CUDA GPU visible to JAX; tests/clients/test_clients_te_real.py cross-lowers the "
                          "same programs without one")
     work = tempfile.mkdtemp(prefix="kc-bench-te-")
     runs: dict[str, dict[str, Any]] = {}

@@ -208,13 +208,13 @@ CHAIN_PHASES = ("lower", "xla_compile", "first_run", "step")
 def chain_child() -> dict[str, Any]:
     """One fresh process running the launch-bound chain: phase seconds, plus its custom calls."""
     sys.path.insert(0, ROOT)
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
     import statistics
 
     import jax
 
     jax.devices()
-    from inspect_call import custom_calls  # type: ignore[import-not-found]  # tests/ helper (on sys.path above): decodes the custom calls of a lowering
+    from inspect_call import custom_calls  # tests/support/ helper (on sys.path above): decodes the custom calls of a lowering
 
     from lowering import examples as ep
 

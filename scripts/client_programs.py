@@ -2,8 +2,8 @@
 # (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself; and
 # jax leaves ShapeDtypeStruct's constructor unannotated.)
 """Programs written against the client libraries' own APIs (jax-triton 0.3, ejKernel 0.0.80), unchanged:
-what KERNEL_CACHE_INTERCEPT must serve. Shared by tests/test_clients.py (cross-lowered on CPU),
-tests/test_gpu_clients.py and scripts/bench_clients.py (run on a GPU).
+what KERNEL_CACHE_INTERCEPT must serve. Shared by tests/clients/test_clients.py (cross-lowered on CPU),
+tests/gpu/test_gpu_clients.py and scripts/bench_clients.py (run on a GPU).
 
 Each program is (client, label, function, arguments); arguments are real arrays from a fixed seed.
 Importing this module imports the clients: set KERNEL_CACHE_INTERCEPT before Python starts (or call

@@ -1,5 +1,5 @@
 """Programs as one module: the shape a model has, where one jit traces every Triton call before any is
-lowered (what compile-ahead needs). Shared by scripts/bench_cold.py and tests/compile_ahead_child.py;
+lowered (what compile-ahead needs). Shared by scripts/bench_cold.py and tests/support/compile_ahead_child.py;
 imports nothing, so a benchmark's own-path child stays free of kernel-cache."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 """TransformerEngine's own Triton path, run for real: TE's `triton_call_lowering` (its
 jax/triton_extensions/utils.py) and its MoE permutation kernels (common/triton/permutation.py),
 from TE's pure-Python wheel, driven by small primitives that lower as TE's permutation primitives
-do. Shared by tests/te_child.py (cross-lowered on CPU) and scripts/bench_te.py (run on a GPU).
+do. Shared by tests/support/te_child.py (cross-lowered on CPU) and scripts/bench_te.py (run on a GPU).
 
 TE's package __init__ files load its C++ core (transformer_engine_jax), which only a CUDA build of TE
 has: `load()` puts empty packages in their place and serves the four modules this needs from the

@@ -46,7 +46,7 @@ for stack in $STACKS; do
     if [ "${KERNEL_CACHE_SKIP_LINT:-0}" != "1" ]; then
       echo "test.sh: ruff check" >&2
       python -m ruff check . --output-format concise
-      echo "test.sh: mypy (strict: kernel_cache, compiler, lowering, scripts; the $stack stack)" >&2
+      echo "test.sh: mypy (strict: kernel_cache, cachectl, compiler, lowering, scripts; the $stack stack)" >&2
       # a cache per stack: one shared by venvs of other packages is invalidated at every switch
       python -m mypy --no-error-summary --cache-dir "$ROOT/.mypy_cache/$stack" \
         --python-version "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"

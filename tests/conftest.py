@@ -25,8 +25,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+TESTS = ROOT / "tests"
+# Test modules import the scaffolding in tests/support/ (fake servers, child programs, the custom-call
+# decoder) and a few helpers of other test modules by plain name: each folder of tests/ is on the path,
+# here and in every child interpreter (`python_path`). File names are unique across the folders.
+TEST_PATHS = [TESTS / "support", *sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name not in ("support", "__pycache__"))]
+for _path in [ROOT, *TEST_PATHS][::-1]:
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 # Tests never touch the user's cache: drop KERNEL_CACHE_* and point the toolchain memo (and any
 # default cache location) at a per-session directory that subprocesses inherit.
@@ -104,8 +110,8 @@ needs_jax_triton_04 = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A real redis-server for the remote-level tests of one module (scripts/redis_server.py)."""
-    from scripts.redis_server import RedisServer
+    """A real redis-server for the remote-level tests of one module (tests/support/redis_server.py)."""
+    from redis_server import RedisServer
 
     srv = RedisServer(tmp_path_factory.mktemp("redis"))
     yield srv
@@ -115,7 +121,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def fresh_warnings():
     """Once-per-process warnings said afresh in this test (the remote tests count what was said)."""
-    from kernel_cache import warnings_once
+    from kernel_cache.telemetry import warnings_once
 
     warnings_once.reset()
     yield
@@ -211,8 +217,8 @@ def compiled_sm90(example_specs_sm90):
 
 
 def python_path(*extra) -> str:
-    """The repo first, then whatever PYTHONPATH this run has (e.g. a --target install of a dependency)."""
-    return os.pathsep.join(str(p) for p in (ROOT, *extra, os.environ.get("PYTHONPATH", "")) if p)
+    """The repo and the test folders first, then whatever PYTHONPATH this run has (e.g. a --target install of a dependency)."""
+    return os.pathsep.join(str(p) for p in (ROOT, *TEST_PATHS, *extra, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def child_env(**overrides) -> dict:

@@ -20,7 +20,7 @@ def test_readme_jax_example_runs(tmp_path):
 
 
 def test_readme_configuration_table_is_the_settings_table():
-    from kernel_cache.config import render_table
+    from kernel_cache.settings.config import render_table
 
     assert render_table() in (ROOT / "README.md").read_text()
 
@@ -45,9 +45,9 @@ def test_every_warning_the_trust_model_explains_is_one_the_code_can_give():
 
 def test_the_readme_is_a_ten_minute_read():
     """At most 500 lines and 45 KB, no line over 200 characters. The one exception is the settings table,
-    generated from kernel_cache/config.py and kept verbatim (the test above): its rows are as long as
+    generated from kernel_cache/settings/config.py and kept verbatim (the test above): its rows are as long as
     their meanings."""
-    from kernel_cache.config import render_table
+    from kernel_cache.settings.config import render_table
 
     path = ROOT / "README.md"
     text = path.read_text()

@@ -14,17 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..config import Config
-from ..lazy import later
-from ..safefs import Owners
-from . import disk
+from kernel_cache.lazy import later
+from kernel_cache.levels.disk import level as disk
+from kernel_cache.settings.config import Config
+from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
-    from ..signing import Signer
-    from . import remote, shared
+    from kernel_cache.levels.remote import level as remote
+    from kernel_cache.levels.shared import level as shared
+    from kernel_cache.trust.signing import Signer
 else:
-    remote = later("kernel_cache.levels.remote")
-    shared = later("kernel_cache.levels.shared")
+    remote = later("kernel_cache.levels.remote.level")
+    shared = later("kernel_cache.levels.shared.level")
 
 
 class Backend(NamedTuple):

@@ -15,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from .. import entry as entry_format
-from ..entry import Entry
-from ..level import no_lock
+from kernel_cache.entries import entry as entry_format
+from kernel_cache.entries.entry import Entry
+from kernel_cache.level import no_lock
 
 V = TypeVar("V")
 

@@ -17,7 +17,7 @@ from typing import Any
 import kernel_cache
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import UnsupportedClient
-from kernel_cache.warnings_once import warn_once
+from kernel_cache.telemetry.warnings_once import warn_once
 
 from ..frontend import rule
 from ..planning.configs import kernel_name

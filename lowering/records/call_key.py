@@ -9,7 +9,7 @@ built from:
   - the target, the toolchain fingerprint, jaxlib's version and module-image layout, the GPU model
     winners are looked up for (where they apply), and the source of this project's compiler and
     lowering packages (an edited module is a new key, never a stale payload).
-The document is in the core's one canonical encoding (`kernel_cache.canonical`, with the compiler's
+The document is in the core's one canonical encoding (`kernel_cache.entries.canonical`, with the compiler's
 Triton values and this floor's `Scalar` and `TensorDesc`) and hashed by its digest: the int 1, the
 float 1.0, True and "1" differ; anything that has no canonical form (an object keyed by identity)
 makes the call keyless, and it is lowered kernel by kernel, unrecorded.
@@ -49,7 +49,7 @@ from compiler import triton_compat as tc
 from compiler.spec import compile_options, triton_value
 from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
-from kernel_cache.canonical import canonical, canonical_text, items_text, spliced_digest
+from kernel_cache.entries.canonical import canonical, canonical_text, items_text, spliced_digest
 
 from ..frontend.bound_call import BoundCall
 from ..payload import jaxlib_compat as compat

@@ -2,7 +2,7 @@
 
 `serve` takes a call from the lowering rule to its payload through these tiers, in this order:
   1. this session: a call it served before, by signature (`_Memos.served`: another jit, a re-trace);
-  2. the program's warm set: the record its last run named for the signature (`kernel_cache.warm_set`);
+  2. the program's warm set: the record its last run named for the signature (`kernel_cache.entries.warm_set`);
   3. the call planned and keyed (`call_key.call_key`): its record from the store, whose front level
      is the program's warm set (`Store.front_level`), then memory, disk, shared and remote; a record
      of an autotuned call follows a winner stored since (`CallRecord.redirect`);
@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compiler.toolchain import toolchain_summary
-from kernel_cache import Entry, Session, Store, call_entry, lookup_log
+from kernel_cache import Entry, Session, Store
+from kernel_cache.entries import call_entry
+from kernel_cache.entries.warm_set import WarmSet
 from kernel_cache.levels.memory import SizedLRU
-from kernel_cache.warm_set import WarmSet
+from kernel_cache.telemetry import lookup_log
 
 from ..frontend.bound_call import BoundCall
 from ..planning.aliasing import CallShape
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from compiler import Artifact
 
 
-FORMAT = 2  # 2: one canonical encoder (kernel_cache.canonical) instead of this module's tagged tuples
+FORMAT = 2  # 2: one canonical encoder (kernel_cache.entries.canonical) instead of this module's tagged tuples
 @dataclass
 class Slot:
     """Where one call's record lives (`key` None: this call is not recorded), and what it held:

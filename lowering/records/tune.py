@@ -27,7 +27,7 @@ import jax
 
 import kernel_cache
 from compiler.toolchain import toolchain_summary
-from kernel_cache import winner_entry
+from kernel_cache.entries import winner_entry
 from kernel_cache.errors import KernelCacheError
 
 from . import winners

@@ -3,7 +3,7 @@ lowered as one plain call of the winning config (the FFI target where registered
 capturable, no autotuning at first launch). No winner, or one naming none of the current configs:
 the call stays autotuned, as before.
 
-The winner key (see `kernel_cache.winner_entry`) is computed from the content keys of the configs'
+The winner key (see `kernel_cache.entries.winner_entry`) is computed from the content keys of the configs'
 kernels, the autotune-key values and the GPU model; store lookups are memoized per session, so a
 warm process pays one dictionary lookup per call after the first.
 
@@ -29,9 +29,9 @@ from kernel_cache.value_class import FrozenValue
 from ..planning.plan import KernelPlan
 
 if TYPE_CHECKING:
-    from kernel_cache import winner_entry
+    from kernel_cache.entries import winner_entry
 else:
-    winner_entry = later("kernel_cache.winner_entry")  # read only where a winner is stored, or on a miss
+    winner_entry = later("kernel_cache.entries.winner_entry")  # read only where a winner is stored, or on a miss
 
 
 class Site(FrozenValue):

@@ -1,0 +1,204 @@
+"""What every cachectl command shares: the configuration, the store (opened read-only unless the
+command writes), the chosen levels, and output helpers honouring --json / -q / -v."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from kernel_cache.errors import KernelCacheError, LevelUntrusted
+from kernel_cache.level import KeptLevel
+from kernel_cache.levels.disk.index import ENTRIES_DIR
+from kernel_cache.levels.disk.repair import ValueFilesLevel
+from kernel_cache.settings import cache_settings
+from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
+from kernel_cache.settings.config import Config, ConfigError
+from kernel_cache.store import Store
+from kernel_cache.telemetry.warnings_once import KernelCacheWarning
+from kernel_cache.trust import cache_marker
+from kernel_cache.trust.cache_marker import NotACacheDirectory
+from kernel_cache.trust.safefs import Owners, Tree
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+# every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name
+# (2: the "tier" fields became "level")
+JSON_SCHEMA = 2
+WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
+# where the local bound comes from: KERNEL_CACHE_MAX_BYTES, the cache directory (cachectl config max-size), 8G
+BOUND_ENVIRONMENT, BOUND_STORED, BOUND_DEFAULT = "environment", "cache directory", "default"
+
+
+class CliError(KernelCacheError):
+    """A one-line reason to stop, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+class Context:
+    """One cachectl run: its options, configuration and (lazily) its store."""
+
+    def __init__(self, args: Any):
+        self.args = args
+        self.json = getattr(args, "json", False)
+        self.quiet = getattr(args, "quiet", False)
+        self.verbose = getattr(args, "verbose", False)
+        try:
+            config = Config.from_env()
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+        directory = getattr(args, "dir", None) or config.dir
+        shared = getattr(args, "shared_dir", None) or config.shared_dir
+        remote = getattr(args, "remote", None) or config.remote
+        # the settings this command line gave (--dir, --shared-dir, --remote), over the environment's
+        self.from_command_line = {field for field in ("dir", "shared_dir", "remote") if getattr(args, field, None)}
+        self.config = config.with_(dir=directory, shared_dir=shared, remote=remote, disabled=False)
+        self._store: Store | None = None
+        self._toolchains: dict[str, str | None] = {}
+        command = getattr(args, "command", "")
+        self._command = command
+        self.stored, self.stored_problem = self._stored_settings(command)
+        self.bound_source = BOUND_ENVIRONMENT if config.max_bytes_given else BOUND_DEFAULT
+        if not config.max_bytes_given and self.stored.max_bytes is not None:  # as every process on the directory
+            self.config = self.config.with_(max_bytes=self.stored.max_bytes)
+            self.bound_source = BOUND_STORED
+        self.writes = command in WRITING_COMMANDS or bool(
+            getattr(args, "repair", False) or getattr(args, "zero", False))
+
+    def _stored_settings(self, command: str) -> tuple[StoredSettings, str | None]:
+        """What the cache directory stores (`cachectl config max-size`), and why its file is refused:
+        a ConfigError (exit 2) but for `config`, which rewrites it, and `doctor`, which reports it."""
+        directory = self.config.dir
+        if directory is None:
+            return StoredSettings(), None
+        try:
+            return cache_settings.load(Path(directory), Owners.current(self.config.trusted_gid)), None
+        except StoredSettingsError as exc:
+            if command not in ("config", "doctor"):
+                raise CliError(f"{exc} (rewrite it with 'cachectl config max-size SIZE', or remove it)") from None
+            return StoredSettings(path=Path(directory) / cache_settings.SETTINGS_FILE), str(exc)
+
+    def store(self, create: bool = False, write: bool = False) -> Store:
+        """The store on --dir (and the shared directory and remote when configured; with no --dir, those
+        alone). Opened read-only unless the command writes, so an operator can look at a cache that is
+        full, on a read-only mount or busy; a cache whose index is damaged is read from its entry files.
+        A missing directory is an error unless the command fills it; a directory that is not a
+        kernel-cache one (no marker, other files in it, or the shared kind) is never turned into one."""
+        if self._store is None:
+            directory = self.config.dir
+            if directory is None and self.config.shared_dir is None and self.config.remote is None:
+                raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (a shared directory or "
+                               "remote alone: --shared-dir DIR, --remote URL)")
+            if directory is not None:
+                check_local_directory(Path(directory), create)
+            if self.config.shared_dir is not None and not Path(self.config.shared_dir).is_dir():
+                raise CliError(f"no shared cache directory at {self.config.shared_dir}")
+            with warnings.catch_warnings():  # the reasons are reported here, once, as errors
+                warnings.simplefilter("ignore", KernelCacheWarning)
+                self._store = Store(self.config, read_only=not (create or write or self.writes))
+            if directory is not None and self._store.disk is None:
+                self._store.replace_level("disk", self._disk_fallback(self._store))
+            healed = self._store.healed_index
+            if healed is not None and self._command != "verify":  # verify reports it in full
+                print(f"cachectl: the local index was damaged ({healed['problem']}): rebuilt it from its "
+                      f"{healed['value_files']} entry files ({healed['recovered']} re-indexed, "
+                      f"{len(healed['lost'])} lost)"
+                      + (f"; the damaged index is kept as entries/{healed['moved_aside']}" if healed["moved_aside"]
+                         else ""), file=sys.stderr)
+            if self.config.remote is not None and self._store.level("remote") is None:
+                raise CliError(f"cannot use the remote cache: {self._store.unavailable.get('remote', 'unknown reason')}")
+            if self.config.shared_dir is not None and self._store.shared is None:
+                raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
+                               f"{self._store.unavailable.get('shared', 'unknown reason')}")
+        return self._store
+
+    def _disk_fallback(self, store: Store) -> ValueFilesLevel:
+        """When the local index cannot be opened: its entry files, read-only, with a note."""
+        reason = store.unavailable.get("disk")
+        if isinstance(reason, (LevelUntrusted, NotACacheDirectory)) or reason is None:
+            raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
+        try:
+            level = ValueFilesLevel(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
+        except Exception as exc:
+            raise CliError(f"cannot open the cache directory {self.config.dir}: {reason}; {exc}") from None
+        print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
+        return level
+
+    def kept(self) -> list[KeptLevel]:
+        """Every persistent level that keeps entries an operator can list (possibly none)."""
+        return [t for t in self.store().persistent_levels if isinstance(t, KeptLevel)]
+
+    def levels(self, which: str | None = "all") -> list[KeptLevel]:
+        """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
+        operator can list, verify and prune. None, a destructive command's default: the local disk, or
+        where there is none, the one shared directory or remote named on this command line."""
+        store = self.store()
+        if which is None:
+            which = self._default_level(store)
+        chosen = [t for t in store.persistent_levels if which in ("all", t.name) and isinstance(t, KeptLevel)]
+        if not chosen:
+            if which == "disk":
+                raise CliError("no local cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (or name "
+                               "another level with --level shared|remote)")
+            raise CliError(f"no {which} level configured (pass --shared-dir or --remote, or set "
+                           f"KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE)")
+        return chosen
+
+    def _default_level(self, store: Store) -> str:
+        if store.disk is not None or self.config.dir is not None:
+            return "disk"
+        named = [name for name, flag in (("shared", "shared_dir"), ("remote", "remote"))
+                 if getattr(self.args, flag, None) is not None]
+        if len(named) == 1:
+            return named[0]
+        raise CliError("no local cache directory: name the level to change with --level shared|remote or "
+                       "--all-levels")
+
+    def installed_toolchain(self, target: dict[str, Any]) -> str | None:
+        """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded
+        on first use: commands that never ask (plain `list`, `stats`) start without it."""
+        ident = json.dumps(target, sort_keys=True)
+        if ident not in self._toolchains:
+            from cachectl import toolchains
+
+            self._toolchains[ident] = toolchains.installed_summary(target, self.config.memo_dir)
+        return self._toolchains[ident]
+
+    def say(self, text: str = "") -> None:
+        """Human progress and summaries; silent with --json or -q."""
+        if not self.json and not self.quiet:
+            print(text)
+
+    def emit_json(self, obj: Any) -> None:
+        if isinstance(obj, dict):
+            obj = {"schema": JSON_SCHEMA, **obj}
+        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+
+def check_local_directory(directory: Path, create: bool) -> None:
+    """CliError unless `directory` is a local kernel-cache directory, or (`create`) may become one."""
+    if not directory.is_dir():
+        if create and not directory.exists():
+            return
+        raise CliError(f"no cache directory at {directory}")
+    try:
+        tree = Tree(directory, None)
+    except OSError as exc:
+        raise CliError(f"cannot open the cache directory {directory}: {exc}") from None
+    try:
+        found = cache_marker.check(tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=False)
+        if not create and found is None and tree.lstat(ENTRIES_DIR) is None:
+            raise CliError(f"{directory} is not a kernel-cache directory (no {cache_marker.MARKER}, no "
+                           f"{ENTRIES_DIR}/): nothing cached there yet")
+    except NotACacheDirectory as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        tree.close()

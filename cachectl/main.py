@@ -1,0 +1,293 @@
+"""cachectl's entry point: the argument parser and the dispatch to one command module.
+
+Exit codes: 0 success; 1 the command ran but found or left problems (bad entries, failed builds,
+rejected bundle entries); 2 it could not run (bad argument, missing directory, unknown key).
+Command modules are imported when their command runs: `cachectl list` must not pay for importing
+Triton and JAX, which only prewarm and the stale checks need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cachectl.context import EXIT_OK, EXIT_PROBLEMS, JSON_SCHEMA, CliError, Context
+from cachectl.inventory import SORT_KEYS
+from kernel_cache.display import echo
+from kernel_cache.errors import LevelUnavailable
+from kernel_cache.settings.config import ConfigError, parse_duration, parse_size
+
+
+class _Parser(argparse.ArgumentParser):
+    """One-line errors, not a usage dump, with a suggestion and the help page of the command at fault."""
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"^(?:argument (\S+): )?invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            option, value, listed = match.groups()
+            choices = re.findall(r"'([^']*)'", listed) or [c.strip() for c in listed.split(",")]
+            close = difflib.get_close_matches(value, choices, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; one of: {', '.join(choices)}"
+            what = "command" if option in (None, "COMMAND") else f"value for {option.split('/')[-1]}"
+            raise CliError(f"unknown {what} '{value}'{hint} (see '{self.prog} --help')")
+        raise CliError(f"{message} (see '{self.prog} --help')")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extra and command and self.prog == "cachectl":  # name the subcommand whose options were wrong
+            raise CliError(f"unrecognized arguments: {' '.join(echo(a) for a in extra)} "
+                           f"(see 'cachectl {command} --help')")
+        return parsed, extra
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kernel-cache")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, "size")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("size: ")) from None
+
+
+def _duration(text: str) -> float:
+    """An age with its unit: a bare `30` is refused (read as seconds it selects every entry minutes old)."""
+    try:
+        return parse_duration(text, "age")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("age: ")) from None
+
+
+def _arch_list(text: str) -> list[str]:
+    arches = [a.strip() for a in text.split(",") if a.strip()]
+    if not arches:
+        raise argparse.ArgumentTypeError("expected a comma-separated list like sm_80,sm_90")
+    return arches
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {echo(text)}")
+    return value
+
+
+def _positive(text: str) -> int:
+    """A count of at least 1: every refusal says so, whatever was given (0, -5, 'x')."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {echo(text)}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
+                        help="cache directory (default: $KERNEL_CACHE_DIR)")
+    common.add_argument("--shared-dir", type=Path, default=argparse.SUPPRESS,
+                        help="shared multi-node cache directory (default: $KERNEL_CACHE_SHARED_DIR)")
+    common.add_argument("--remote", default=argparse.SUPPRESS, metavar="URL",
+                        help="Redis remote cache (default: $KERNEL_CACHE_REMOTE)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print machine-readable JSON")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="print only data and errors")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="print more detail (full keys, skipped kernels)")
+
+    parser = _Parser(prog="cachectl", parents=[common],
+                     description="Inspect, bound, verify and prewarm a kernel-cache directory. Sizes are "
+                                 "binary (1 KiB = 1024 bytes).",
+                     epilog="exit codes: 0 ok, 1 problems found or left, 2 cannot run")
+    parser.add_argument("--version", action="version", version=f"cachectl (kernel-cache) {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def command(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    def filters(p: argparse.ArgumentParser, level: bool = True, destructive: bool = False) -> None:
+        p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
+        p.add_argument("--arch", type=_arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
+        p.add_argument("--older-than", type=_duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
+        p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
+        if level:
+            _level_option(p, destructive)
+
+    p = command("list", "inspect.cmd_list", "list cached kernels")
+    filters(p)
+    p.add_argument("--sort", choices=SORT_KEYS, default="last_used", help="sort column (default: last_used)")
+
+    p = command("show", "inspect.cmd_show", "show one entry's metadata and recipe")
+    p.add_argument("key", help="key or unique key prefix")
+    for blob in ("ptx", "ttir", "ttgir", "llir", "amdgcn"):
+        p.add_argument(f"--{blob}", action="append_const", const=blob, dest="blobs",
+                       help=f"print the stored {blob.upper()} text")
+
+    p = command("stats", "stats_view.cmd_stats", "entries, bytes, hits, misses, compile time saved")
+    p.add_argument("--zero", action="store_true", help="reset the counters")
+    p.add_argument("--format", choices=("text", "json", "prometheus"), default=None,
+                   help="text (default), json (as --json) or prometheus: node-exporter's textfile format, "
+                        "written whole or not at all")
+
+    p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
+    p.add_argument("--max-size", type=_size, metavar="SIZE",
+                   help="evict least recently used entries until the level fits SIZE (e.g. 10G)")
+    filters(p, destructive=True)
+    p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+
+    p = command("verify", "maintain.cmd_verify_or_rebuild",
+                "check every entry's format and checksum (--rebuild: recompile kernels and compare the bytes)")
+    p.add_argument("--repair", action="store_true",
+                   help="remove bad entries (with --rebuild: replace those that differ with the rebuild, signed)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="recompile kernel entries of the installed toolchain from their recipes, without "
+                        "touching the cache, and compare the bytes with the stored ones")
+    chosen = p.add_mutually_exclusive_group()
+    chosen.add_argument("--sample", type=_positive, metavar="N",
+                        help="with --rebuild: check N kernel entries chosen at random (the default, with N=20)")
+    chosen.add_argument("--all", action="store_true", help="with --rebuild: check every kernel entry")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
+                   help="with --rebuild: rebuild recipes whose kernel module matches this glob, as prewarm "
+                        "(repeatable); rebuilding imports the module, so entries of other modules are skipped")
+    _level_option(p)
+
+    p = command("clear", "maintain.cmd_clear", "remove every entry")
+    p.add_argument("--yes", action="store_true", help="really remove everything")
+    _level_option(p, destructive=True)
+
+    p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
+    p.add_argument("program", nargs="?", metavar="MODULE:FUNCTION",
+                   help="lower this JAX program for cuda instead of rebuilding recipes")
+    p.add_argument("--arch", type=_arch_list, metavar="ARCHES",
+                   help="build for these targets (default: each recipe's own; programs: sm_90)")
+    p.add_argument("--kernel", metavar="GLOB", help="only recipes of these kernels")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
+                   help="rebuild recipes whose kernel module matches this glob, e.g. 'mylib.*' (repeatable); "
+                        "rebuilding imports the module, so recipes of other modules are skipped, and "
+                        "with none given no recipe is rebuilt")
+    p.add_argument("-j", "--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                   help="worker processes (default: CPU count)")
+
+    p = command("tune", "tune.cmd_tune",
+                "on this GPU, time every config of each autotuned call of a program and keep the fastest")
+    p.add_argument("program", metavar="MODULE:FUNCTION",
+                   help="a function returning programs with real arguments: [(fn, args), ...]")
+    p.add_argument("--reps", type=_positive, default=20, metavar="N", help="timed runs per config (default 20)")
+    p.add_argument("--warmup", type=_count, default=3, metavar="N", help="untimed runs first (default 3)")
+
+    p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
+    p.add_argument("file", type=Path)
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    filters(p)
+
+    p = command("config", "settings.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from; "
+                "'config max-size SIZE' stores the local bound in the cache directory")
+    p.add_argument("setting", nargs="?", choices=("max-size",),
+                   help="max-size: the local cache's bound, stored in the cache directory for every process there "
+                        "(KERNEL_CACHE_MAX_BYTES overrides it)")
+    p.add_argument("value", nargs="?", metavar="SIZE",
+                   help="with max-size: store SIZE (e.g. 10G); 'default' removes the stored bound")
+    command("doctor", "doctor.cmd_doctor",
+            "check directories, ownership, locks, signing key, toolchain, jaxlib and GPU; exit 1 with a fix per problem")
+
+    p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
+    p.add_argument("file", type=Path)
+    p.add_argument("--allow-stale", action="store_true", help="also import entries of other toolchains")
+    p.add_argument("--level", "--tier", choices=("disk", "shared", "remote"), default="disk",
+                   help="where to put them (default: disk)")
+    return parser
+
+
+def _level_option(p: argparse.ArgumentParser, destructive: bool = False) -> None:
+    """--level (--tier and --all-tiers: the former names, still accepted); for a command that removes
+    entries the local disk alone by default: the team's shared directory and the remote change only
+    when named (--level shared|remote, or --all-levels)."""
+    if not destructive:
+        p.add_argument("--level", "--tier", choices=("disk", "shared", "remote", "all"), default="all",
+                       help="which persistent level (default: all configured)")
+        return
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--level", "--tier", choices=("disk", "shared", "remote"), default=None,
+                       help="which level to change (default: the local disk; with no --dir, the one "
+                            "--shared-dir or --remote given)")
+    group.add_argument("--all-levels", "--all-tiers", dest="level", action="store_const", const="all",
+                       default=argparse.SUPPRESS, help="change every configured level: local, shared and remote")
+
+
+def _stop_on_sigint() -> None:
+    """prewarm stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _handler(dotted: str) -> Any:
+    """The command's function, its module imported with SIGINT and SIGTERM held until the import ends:
+    one landing inside a C extension's set-up (Triton's, JAX's) can abort the process instead of stopping it."""
+    module_name, _, function = dotted.partition(".")
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    try:
+        module = importlib.import_module(f"{__package__}.{module_name}")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return getattr(module, function)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ctx = None
+    try:
+        args = build_parser().parse_args(argv)
+        if getattr(args, "command", "") == "prewarm":
+            _stop_on_sigint()
+        ctx = Context(args)
+        return int(_handler(args.handler)(ctx, args))
+    except CliError as exc:
+        print(f"cachectl: {exc}", file=sys.stderr)
+        if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
+            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
+        return exc.code
+    except LevelUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
+        print(f"cachectl: {exc}", file=sys.stderr)
+        if "--json" in (argv if argv is not None else sys.argv[1:]):
+            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": EXIT_PROBLEMS}))
+        return EXIT_PROBLEMS
+    except BrokenPipeError:  # `cachectl list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (outcomes.Terminated: 143)
+        print("cachectl: interrupted", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
+    finally:
+        if ctx is not None:
+            ctx.close()
+

@@ -1,0 +1,1 @@
+"""What processes and threads agree on: file locks, per-key locks, atomic publication, wait budgets."""

@@ -1,0 +1,296 @@
+"""Cross-node per-key locks for the shared level: which kind to use, and soft-lock expiry.
+
+flock is only a cross-node lock where the filesystem forwards it to a lock manager (local disks,
+NFS with NLM/v4 locking, Lustre mounted with -o flock, GPFS, CephFS). FUSE filesystems such as
+sshfs and NFS mounted with local_lock= accept flock() but lock only on the calling node, so two
+nodes would both "hold" it: `auto` reads the filesystem type from /proc/self/mountinfo and uses a
+soft lock (an O_EXCL marker file) there. A soft lock cannot be released by the kernel when its
+holder dies, so its holder refreshes the marker's mtime (heartbeat) and waiters take over a
+marker that has not been refreshed for `stale_after` seconds; one left by a dead process on this
+host is taken over at once.
+
+Locks only prevent duplicate compiles; correctness comes from the atomic publish, so a rare
+double holder after an expiry costs a compile, never a wrong kernel.
+
+Lock files live in directories other users may write, so they are opened through `safefs.Tree`
+(no symlink followed, no FIFO opened for blocking reads, markers created with O_EXCL) and every
+wait is polled against a deadline: nothing here blocks in the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from kernel_cache.display import echo
+from kernel_cache.settings.config import LOCK_MODES
+from kernel_cache.trust.safefs import Tree, UnsafeFile
+
+DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
+POLL_INTERVAL = 0.05  # first re-check of a busy lock; grows to MAX_POLL_INTERVAL
+MAX_POLL_INTERVAL = 0.5  # a waiter notices a published entry within this
+STALE_CHECK_INTERVAL = 1.0
+_BUSY_ERRNOS = (errno.EEXIST, errno.EAGAIN, errno.EACCES, errno.EPERM)
+
+# Filesystems on which flock() is coherent across every process that can see the directory.
+_FLOCK_COHERENT = {
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "overlay", "bcachefs",
+    "jfs", "reiserfs", "nilfs2", "gpfs", "ceph", "ocfs2", "gfs2",
+}
+
+
+def filesystem_of(path: Path) -> tuple[str, set[str]]:
+    """(fs type, mount + super options) of the mount holding `path`, from /proc/self/mountinfo."""
+    target = os.path.realpath(path)
+    best: tuple[str, set[str]] = ("unknown", set())
+    best_len = -1
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return best
+    for line in lines:
+        pre, _, post = line.partition(" - ")
+        fields, tail = pre.split(), post.split()
+        if len(fields) < 6 or len(tail) < 3:
+            continue
+        mount_point = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= best_len:  # later lines win: they are mounted on top
+            options = set(fields[5].split(",")) | set(tail[2].split(","))
+            best, best_len = (tail[0], options), len(mount_point)
+    return best
+
+
+def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
+    """Whether flock() on this filesystem excludes processes on other nodes too."""
+    if fs_type in ("nfs", "nfs4"):
+        return not ({"local_lock=flock", "local_lock=all", "nolock"} & options)
+    if fs_type == "lustre":
+        return "flock" in options
+    return fs_type in _FLOCK_COHERENT
+
+
+def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
+    """Probe: can we flock a file here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)?"""
+    probe = (*parts, f".flock-probe.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        with tree.open_lock_file(*probe) as fd:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            tree.unlink(*probe)
+
+
+def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
+    """'flock' or 'soft' for the lock directory root/parts, honouring KERNEL_CACHE_LOCK."""
+    if mode not in LOCK_MODES:
+        raise ValueError(f"lock mode {echo(mode)}: expected one of {', '.join(LOCK_MODES)}")
+    if mode != "auto":
+        return mode
+    fs_type, options = filesystem_of(Path(tree.path, *parts))
+    if flock_is_coherent(fs_type, options) and _flock_works(tree, parts):
+        return "flock"
+    return "soft"
+
+
+class _Heartbeat:
+    """Refreshes a held soft lock's mtime so waiters can tell a live holder from a dead one."""
+
+    def __init__(self, tree: Tree, parts: tuple[str, ...], interval: float):
+        self._tree, self._parts, self._interval = tree, parts, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kernel-cache-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with contextlib.suppress(OSError):
+                self._tree.touch(*self._parts)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _this_host() -> str:
+    return socket.gethostname()
+
+
+def _marker() -> bytes:
+    return f"{os.getpid()}\n{_this_host()}\n".encode()
+
+
+def _holder_is_dead(content: str) -> bool:
+    """A marker ('pid\nhost\n...') written on this host by a process that no longer exists."""
+    lines = content.splitlines()
+    if len(lines) < 2 or not lines[0].isdigit() or lines[1] != _this_host():
+        return False
+    try:
+        os.kill(int(lines[0]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return False
+
+
+def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bool:
+    """Remove a soft marker whose holder is gone: not refreshed for `stale_after` seconds (any
+    host), or written by a dead pid on this host. Something that is not a regular file at a lock
+    path (a planted FIFO or link) is debris once it is as old. Uses a plain rename, which NFS and
+    sshfs support; if a peer replaced the marker in between, it is put back with link(), which
+    never overwrites."""
+    seen = tree.lstat(*parts)
+    if seen is None:
+        return False
+    content = ""
+    if stat.S_ISREG(seen.st_mode):
+        try:
+            found = tree.read(*parts, max_bytes=4096)
+            content = found[0].decode("utf-8", "replace") if found else ""
+        except (UnsafeFile, OSError):
+            content = ""
+    if time.time() - seen.st_mtime <= stale_after and not _holder_is_dead(content):
+        return False
+    name = parts[-1]
+    aside = f"{name}.stale.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        with tree.directory(*parts[:-1]) as dfd:
+            try:
+                os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError:
+                return False
+            try:
+                moved = os.stat(aside, dir_fd=dfd, follow_symlinks=False)
+                if (moved.st_ino, moved.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+                    with contextlib.suppress(OSError):  # a live peer's fresh marker: restore it
+                        os.link(aside, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                    return False
+                return True
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(aside, dir_fd=dfd)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
+         stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False,
+         poll: float = POLL_INTERVAL) -> Iterator[bool]:
+    """Hold the lock at root/parts; yields True if acquired, False if `done()` became true while
+    waiting (the result was published by the holder) or `timeout` seconds passed."""
+    if kind == "flock":
+        with _hold_flock(tree, parts, timeout, done, poll) as held:
+            yield held
+    else:
+        with _hold_soft(tree, parts, timeout, stale_after, done, poll) as held:
+            yield held
+
+
+def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | None:
+    """Sleep before the next try; None when waiting is over (published, or out of time)."""
+    if done() or time.monotonic() >= deadline:
+        return None
+    time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+    return min(poll * 1.5, MAX_POLL_INTERVAL)  # fewer stats on the file server as a wait drags on
+
+
+@contextlib.contextmanager
+def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callable[[], bool],
+                poll: float) -> Iterator[bool]:
+    deadline = time.monotonic() + max(0.0, timeout)
+    with tree.open_lock_file(*parts) as fd:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            next_poll = _wait(deadline, done, poll)
+            if next_poll is None:
+                yield False
+                return
+            poll = next_poll
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: float, done: Callable[[], bool],
+               poll: float) -> Iterator[bool]:
+    deadline = time.monotonic() + max(0.0, timeout)
+    unexplained, next_stale_check, mine = 0, 0.0, None
+    while True:
+        if time.monotonic() >= next_stale_check:
+            break_if_stale(tree, parts, stale_after)
+            next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
+        try:
+            mine = tree.write_new(*parts, data=_marker())
+            break
+        except FileExistsError:
+            pass
+        except UnsafeFile:
+            raise
+        except OSError as exc:
+            # sshfs reports a failed O_EXCL create as EPERM (SFTP v3 has no EEXIST): busy if the
+            # marker is there; a real permission problem keeps failing and is raised.
+            if exc.errno not in _BUSY_ERRNOS:
+                raise
+            if tree.lstat(*parts) is None:
+                unexplained += 1
+                if unexplained >= 3:
+                    raise
+        next_poll = _wait(deadline, done, poll)
+        if next_poll is None:
+            yield False
+            return
+        poll = next_poll
+    heartbeat = _Heartbeat(tree, parts, max(0.05, stale_after / 6))
+    try:
+        yield True
+    finally:
+        heartbeat.stop()
+        with contextlib.suppress(OSError):
+            tree.unlink(*parts, expect_ino=mine.st_ino)
+
+
+def remove_if_free(tree: Tree, parts: tuple[str, ...], kind: str, stale_after: float) -> bool:
+    """Debris removal: delete the lock file if nobody holds it (flock: a non-blocking flock
+    succeeds, and the file is unlinked while we hold it; soft: the marker has not been refreshed
+    for `stale_after` seconds). Returns whether it was removed."""
+    if kind == "soft":
+        return break_if_stale(tree, parts, stale_after)
+    st = tree.lstat(*parts)
+    if st is None:
+        return False
+    if not stat.S_ISREG(st.st_mode):  # a planted link or FIFO: remove the name itself
+        return tree.unlink(*parts)
+    try:
+        with tree.directory(*parts[:-1]) as dfd:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(parts[-1], dir_fd=dfd)
+                return True
+            finally:
+                os.close(fd)
+    except OSError:
+        return False

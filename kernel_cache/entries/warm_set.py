@@ -1,0 +1,296 @@
+"""Warm sets: the entries one program read, kept together so its next process reads them in one go.
+
+A warm process lowering a model reads one record per Triton call: each read is an index query, a
+safe open of a value file and its read, about a third of a warm lowering's time per kernel. A warm
+set is one ordinary entry (kind "warm-set") holding every entry a process read or wrote through it,
+in the order it did: each one's key, metadata and blob sizes in the set's metadata, the blobs back
+to back in its one blob, so one checksum, one metadata parse and no per-member header cover them
+all. The next process whose first ask is the same key reads the set instead: one index query and one
+file, plus one query that keeps only the members the local index still holds (an entry pruned,
+deleted or evicted since is never served from a set). The set is as trusted as the local level's own
+entries (same directory, same checks); `cachectl verify` checks each member as the kind it says it
+is.
+
+Its key is the digest of the first key read: the same program starts with the same call, and a
+program that reads other keys later is served those from the store as before. At exit a set is
+written to the local level alone (never the cluster's), and only where this process read or wrote
+keys it did not hold, or some of its members are gone: a warm process repeating its last run
+writes nothing. Members are this process's keys first, then the set's others still held, within
+MAX_MEMBERS and MAX_BYTES (and the store's entry size bound). This module knows nothing of Triton
+or JAX: what is noted is the caller's.
+
+A set also keeps the caller's signatures: a signature (a digest the caller computes before it knows
+an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches that a signature names
+one key; the set keeps only the pairs whose member it holds, and serves a member only while the
+local index holds it. A set is then filed under the first key or signature asked of it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from kernel_cache.entries.canonical import digest
+from kernel_cache.entries.entry import MAX_BLOBS, Entry, is_key
+from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME
+
+if TYPE_CHECKING:
+    from kernel_cache.store import Store
+
+KIND = "warm-set"
+FORMAT = 2  # 2: the signatures of its members ("signed")
+MEMBERS_BLOB = "members"
+MAX_MEMBERS = 4096  # a model's Triton calls; more are served from the store, one by one
+MAX_BYTES = 64 << 20  # read whole at the first record read: past this, one by one is no slower
+
+
+def set_key(first_key: str) -> str:
+    """Where the warm set of the programs whose first ask (a key or a signature) is `first_key` lives."""
+    return digest({"kind": KIND, "format": FORMAT, "first": first_key})
+
+
+def to_entry(first_key: str, members: list[Entry], signed: dict[str, str] | None = None) -> Entry:
+    """The set of `members`, in this order: each one's key, metadata and blob sizes in the set's
+    metadata, their blobs back to back in its one blob (checksummed with it, as one entry); and the
+    `signed` signature -> key pairs whose key is a member."""
+    count = len(members)
+    blobs = [sorted(m.blobs.items()) for m in members]
+    listed = [[m.key, m.meta, [[name, len(data)] for name, data in own]] for m, own in zip(members, blobs)]
+    keys = {m.key for m in members}
+    pairs = sorted([sig, key] for sig, key in (signed or {}).items() if key in keys)
+    meta = {META_KIND: KIND, "format": FORMAT, "first": first_key, META_NAME: f"{count} entr{'y' if count == 1 else 'ies'}",
+            "members": listed, "signed": pairs, META_CREATED: time.time()}
+    arches = sorted({str(m.meta[META_ARCH]) for m in members if m.meta.get(META_ARCH)})
+    if arches:  # what `cachectl list` shows in ARCH: its members' targets
+        meta[META_ARCH] = ",".join(arches)
+    blob = b"".join(data for own in blobs for _, data in own)
+    return Entry(key=set_key(first_key), meta=meta, blobs={MEMBERS_BLOB: blob})
+
+
+def signed_of(entry: Entry) -> dict[str, str]:
+    """{signature: member key} of a well-formed set (`members_of` checks them)."""
+    return {sig: key for sig, key in entry.meta["signed"]}
+
+
+def members_of(entry: Entry) -> dict[str, Entry]:
+    """{key: entry} of a well-formed set, in its order; ValueError for anything else."""
+    why = _shape_problem(entry)
+    if why is not None:
+        raise ValueError(why)
+    blob, pos, out = memoryview(entry.blobs[MEMBERS_BLOB]), 0, {}
+    for key, meta, sizes in entry.meta["members"]:
+        blobs = {}
+        for name, size in sizes:
+            blobs[name] = bytes(blob[pos:pos + size])
+            pos += size
+        out[key] = Entry(key=key, meta=meta, blobs=blobs)
+    return out
+
+
+def _shape_problem(entry: Entry) -> str | None:
+    meta = entry.meta
+    if meta.get(META_KIND) != KIND or meta.get("format") != FORMAT:
+        return f"not a warm set (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})"
+    first, members = meta.get("first"), meta.get("members")
+    if not isinstance(first, str) or not is_key(first) or set_key(first) != entry.key:
+        return "warm set filed under a key its first member does not give"
+    if not isinstance(members, list) or len(members) > MAX_MEMBERS or set(entry.blobs) != {MEMBERS_BLOB}:
+        return f"warm set without a member list of at most {MAX_MEMBERS} and one members blob"
+    total = 0
+    for member in members:
+        why = _member_problem(member)
+        if why is not None:
+            return why
+        total += sum(size for _, size in member[2])
+    keys = {member[0] for member in members}
+    if len(keys) != len(members):
+        return "warm set naming one member twice"
+    signed = meta.get("signed")
+    if (not isinstance(signed, list) or len(signed) > MAX_MEMBERS
+            or not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and is_key(pair[0])
+                       and isinstance(pair[1], str) and pair[1] in keys for pair in signed)
+            or len({pair[0] for pair in signed}) != len(signed)):
+        return "warm set whose signatures are not [signature, member key], each signature once"
+    if total != len(entry.blobs[MEMBERS_BLOB]):
+        return "warm set members' sizes do not add up to its members blob"
+    return None
+
+
+def _member_problem(member: Any) -> str | None:
+    if (not isinstance(member, list) or len(member) != 3 or not isinstance(member[0], str) or not is_key(member[0])
+            or not isinstance(member[1], dict) or not isinstance(member[2], list) or len(member[2]) > MAX_BLOBS):
+        return "warm set member that is not [key, metadata, blob sizes]"
+    names = [blob[0] for blob in member[2] if isinstance(blob, list) and len(blob) == 2]
+    if (len(names) != len(member[2]) or len(set(names)) != len(names)
+            or not all(isinstance(name, str) for name in names)
+            or not all(type(size) is int and size >= 0 for _, size in member[2])):
+        return f"warm set member {member[0][:12]} with blob sizes that are not [name, size], names once"
+    return None
+
+
+def problem(entry: Entry) -> str | None:
+    """Why `entry` is not a usable warm set, or None: its shape (each member a key, its metadata and
+    its blobs' sizes, adding up to the members blob). The kind's check in `entry_kinds`, which also
+    checks each member as the kind it says it is (verify, bundle import)."""
+    try:
+        members_of(entry)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """What list/show print for a warm set (None for other entries); tolerates anything."""
+    if meta.get(META_KIND) != KIND:
+        return None
+    members = meta.get("members")
+    return {"first": str(meta.get("first", "")), "members": len(members) if isinstance(members, list) else 0}
+
+
+class WarmSet:
+    """One session's warm set: what it loaded (at its first ask) and what it read or wrote since.
+    Inactive where the store has no local level. Thread-safe."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.level = "disk"  # where its members are served from, as the stats name a level
+        self.active = store.disk is not None and not store.config.disabled and store.config.warm_sets
+        self._lock = threading.Lock()
+        self._first: str | None = None
+        self._loaded = 0  # members the loaded set listed
+        self._held: dict[str, Entry] = {}  # its members the local index still holds
+        self._signed: dict[str, str] = {}  # its signatures (signature -> member key)
+        self._signing: dict[str, str] = {}  # signatures told by this session (`sign`)
+        self._served: set[str] = set()  # served from the set, or otherwise used unread: told at save
+        self._noted: dict[str, Entry] = {}  # read or written here, in order
+        self._noted_bytes = 0
+        if self.active:
+            _open_sets.add(self)
+            _exit_hook()
+
+    def get(self, key: str) -> Entry | None:
+        """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
+        self.begin(key)
+        return self.front_get(key)
+
+    def begin(self, first: str) -> None:
+        """The program's first ask (a key or a signature) names its set: loaded here, once."""
+        if self._first is None:
+            self._load(first)
+
+    def front_get(self, key: str) -> Entry | None:
+        """The store's front level (`Store.front_level`): a member of the loaded set, noted as `get`
+        notes it; None before the set is loaded (a program's first ask, not the store, names it)."""
+        entry = self._held.get(key)
+        if entry is not None and key not in self._noted:
+            self._served.add(key)
+            self.note(entry)
+        return entry
+
+    def signed(self, signature: str) -> Entry | None:
+        """The member the set names for `signature` (the first call loads the set of `signature`),
+        while the local index holds it, noted as `get` notes it; or None."""
+        self.begin(signature)
+        key = self._signed.get(signature)
+        return None if key is None else self.get(key)
+
+    def sign(self, signature: str, key: str) -> None:
+        """`signature` names the entry `key` (read or written here): kept with the set if it is a member."""
+        if self.active and self._signed.get(signature) != key and len(self._signing) < MAX_MEMBERS:
+            with self._lock:
+                self._signing[signature] = key
+
+    def touch_later(self, keys: list[str]) -> None:
+        """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
+        where the set is inactive)."""
+        if not self.active:
+            self._store.touch(keys)
+            return
+        with self._lock:
+            self._served.update(keys)
+
+    def _load(self, first: str) -> None:
+        with self._lock:
+            if self._first is not None:
+                return
+            self._first = first
+            if not self.active:
+                return
+            found = self._store.get_local(set_key(first))
+            if found is None:
+                return
+            try:
+                members = members_of(found)
+            except ValueError:
+                return  # another kind under this key, or a malformed set: written anew at exit
+            held = self._store.held_locally(list(members))
+            self._loaded = len(members)
+            self._held = {key: data for key, data in members.items() if key in held}
+            self._signed = {sig: key for sig, key in signed_of(found).items() if key in held}
+
+    def note(self, entry: Entry) -> None:
+        """`entry` was read or written by this session: a member of the set it writes at exit."""
+        if not self.active or entry.key in self._noted:
+            return
+        size = sum(map(len, entry.blobs.values())) + 1024  # Entry.size, without a call into entry.py per member
+        with self._lock:
+            if self._first is None:
+                self._first = entry.key
+            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._bound():
+                self._noted[entry.key] = entry
+                self._noted_bytes += size
+
+    def _bound(self) -> int:
+        """The members' bytes a set holds: MAX_BYTES, within the store's entry bound (less its metadata)."""
+        return min(MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
+
+    def save(self) -> bool:
+        """Write the set where it changed (see the module's docstring); whether it was written. The
+        members served from the set are told to the levels' LRU order (their own reads were not)."""
+        with self._lock:
+            first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
+            signed, signing = dict(self._signed), dict(self._signing)
+            self._served.clear()
+        if served:
+            self._store.touch(sorted(served))
+        if not self.active or first is None or not noted:
+            return False
+        if all(key in held for key in noted) and len(held) == self._loaded and signing.items() <= signed.items():
+            return False
+        members: list[Entry] = []
+        total, bound = 0, self._bound()
+        for entry in [*noted.values(), *(e for k, e in held.items() if k not in noted)]:
+            if len(members) >= MAX_MEMBERS or total + entry.size + 1024 > bound:
+                break
+            members.append(entry)
+            total += entry.size + 1024
+        kept = to_entry(first, members, {**signed, **signing})
+        self._store.put_local(kept)
+        with self._lock:  # what the set holds now: saving again writes nothing new
+            self._loaded, self._held = len(members), {entry.key: entry for entry in members}
+            self._signed = signed_of(kept)
+        return True
+
+
+_open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()
+_hooked = False
+_hook_lock = threading.Lock()
+
+
+def _exit_hook() -> None:
+    global _hooked
+    with _hook_lock:
+        if not _hooked:
+            _hooked = True
+            atexit.register(save_all)  # runs before the store's own exit flush (registered earlier)
+
+
+def save_all() -> None:
+    """Save every open session's warm set (what exit does)."""
+    for warm in list(_open_sets):
+        with contextlib.suppress(Exception):  # a cache never fails the program's exit
+            warm.save()

@@ -1,0 +1,64 @@
+"""The remote level's compile leases, made so that nobody can hold a key hostage.
+
+A lease is the value `kcl1:<token>:<taken at, epoch ms>:<tag>` at the key's lease name. With a signing
+key the tag is an HMAC over the name, token and time (Signer.tag), so a peer that can reach the
+server but lacks the key cannot make other nodes wait: a lease without a valid tag is not honoured,
+and the waiter takes the key over. Whatever its heartbeat says, a lease is honoured only until
+`max_seconds` after it was taken (a holder stuck in a compile stops refreshing it then), and
+waiters spend one waiting budget per process (kernel_cache.coordination.wait_budget), never one per key.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass
+
+from kernel_cache.trust.signing import Signer
+
+_LABEL = b"remote lease v1"
+_FORM = re.compile(rb"kcl1:([0-9a-f]{32}):([0-9]{1,15}):([0-9a-f]{64}|-)")
+CLOCK_SKEW_MS = 5_000  # nodes' clocks may disagree this much on when a lease was taken
+MAX_LEASE_BYTES = 128  # a lease value is ~120 bytes; anything longer is not ours
+
+
+@dataclass(frozen=True)
+class Lease:
+    token: str
+    taken_ms: int
+    value: bytes
+
+    @classmethod
+    def new(cls, name: str, signer: Signer | None, taken_ms: int | None = None) -> Lease:
+        """A lease on `name`, taken now (or at `taken_ms`, epoch ms)."""
+        token = secrets.token_hex(16)
+        taken = int(time.time() * 1000) if taken_ms is None else taken_ms
+        body = f"kcl1:{token}:{taken}".encode()
+        tag = signer.tag(_LABEL, name.encode() + b"\x00" + body).hex() if signer is not None else "-"
+        return cls(token, taken, body + b":" + tag.encode())
+
+    def expired(self, max_seconds: float, now_ms: int | None = None) -> bool:
+        """Past its maximum lifetime: the holder stops refreshing it, waiters stop honouring it."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return now - self.taken_ms > max_seconds * 1000
+
+
+def why_not_honoured(value: bytes | None, name: str, signer: Signer | None, max_seconds: float) -> str | None:
+    """None when the lease `value` found at `name` makes a waiter wait; else why it does not."""
+    if value is None:
+        return "gone"
+    match = _FORM.fullmatch(value)
+    if match is None:
+        return "not a lease of ours"
+    token, taken, tag = match.group(1).decode(), int(match.group(2)), match.group(3)
+    if signer is not None:
+        body = value[:match.start(3) - 1]
+        if tag == b"-" or not signer.tag_matches(_LABEL, name.encode() + b"\x00" + body, bytes.fromhex(tag.decode())):
+            return "not signed with our key"
+    now = int(time.time() * 1000)
+    if taken > now + CLOCK_SKEW_MS:
+        return "taken in the future"
+    if Lease(token, taken, value).expired(max_seconds, now):
+        return f"older than its maximum lifetime ({max_seconds:.0f} s)"
+    return None

@@ -1,0 +1,697 @@
+"""Remote level: a Redis server shared by every node of a cluster (KERNEL_CACHE_REMOTE), for sites
+with no shared filesystem (cloud pods, Kubernetes jobs, Slurm sites whose NFS is slow or off-limits).
+
+Layout: `kc:<namespace>:v2:e:{<key>}` holds an entry's bytes exactly as the other levels store them
+(signed); `kc:<namespace>:v2:l:{<key>}` is the lease of the node compiling that key (the key is a
+hash tag: in a Redis Cluster both share a slot). Writes are `SET NX` with a TTL
+(KERNEL_CACHE_REMOTE_TTL) that verified hits restart in batches, so what nobody uses expires and a
+read stays a read (a replica serves it); entries over KERNEL_CACHE_MAX_ENTRY_BYTES are neither
+written nor read. Which server or cluster, the breaker and read-only mode: redis_link.
+
+Never slower than no cache, whatever the server does: every call (connect, send, the whole reply)
+has one deadline (KERNEL_CACHE_REMOTE_TIMEOUT) and receives at most the entry cap plus a little
+(redis_guard); a read asks the server for a value's type and size before its bytes (one script, one
+round trip). After a server fault (connection, timeout, auth, out of memory, a reply past the cap) a
+circuit breaker skips the server 1 s, then longer while it keeps failing; a name of the wrong type
+is a miss for that key alone. No call on the data path raises for the server's sake.
+
+Trust: a server has no file owners, so every entry read must carry our signature
+(KERNEL_CACHE_SIGNING_KEY_FILE) unless KERNEL_CACHE_REMOTE_UNSIGNED=1 says the operator trusts every
+client that can reach it. A rejected value (unsigned, forged, damaged, replayed, oversized, of the
+wrong type) is never refreshed by the read that rejects it, and the next verified build of that key
+replaces it, only if those same bad bytes are still there (a compare-and-set on the server), so a
+neighbour's valid write is never clobbered.
+
+Single-flight across nodes: a lease (remote_lease: signed, with a maximum lifetime) refreshed by a
+heartbeat while the holder compiles and released by compare-and-delete; waiters poll with jitter
+until the entry is published, the lease lapses or proves unworthy (they take it over), or their wait
+bound passes.
+
+This module is long because it is one level's whole protocol, maintenance included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from kernel_cache.display import escaped, redacted
+from kernel_cache.entries import entry as entry_format
+from kernel_cache.entries.entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
+from kernel_cache.errors import LevelUnavailable, LevelUntrusted, RejectedEntry
+from kernel_cache.levels.remote.lease import MAX_LEASE_BYTES, Lease, why_not_honoured
+from kernel_cache.levels.remote.redis_link import RedisLink, redis_installed
+from kernel_cache.levels.remote.redis_seeds import secrets_of, split_urls
+from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
+from kernel_cache.settings.config import Config
+from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.trust.safefs import Owners
+from kernel_cache.trust.signing import Signer
+
+BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
+LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
+MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
+REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
+MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
+TOUCH_BATCH = 64  # verified hits whose TTL refresh is sent together (else at the next write, close or exit)
+MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest are forgotten
+STREAM_BYTES = 8 << 20  # a signed value larger than this is checked chunk by chunk before it is read whole
+STREAM_CHUNK = 4 << 20  # one call's worth of a value being checked (its own deadline)
+ENDS_BYTES = 1 << 16  # a value past STREAM_BYTES is named by its size and both ends (a whole SHA-1 is too slow)
+# What a name holds, told without sending its bytes where it could not be an entry: the server-side
+# `marker` names a value for compare-and-set (its type; its size past the cap; past STREAM_BYTES its size
+# and the SHA-1 of both ends; else its SHA-1).
+_MARKER = f"""
+local function marker(k, cap)
+  local t = redis.call('type', k)['ok']
+  if t == 'none' then return 'none' end
+  if t ~= 'string' then return 'type:' .. t end
+  local n = redis.call('strlen', k)
+  if n > cap then return 'size:' .. n end
+  if n > {STREAM_BYTES} then
+    return 'ends:' .. n .. ':' .. redis.sha1hex(redis.call('getrange', k, 0, {ENDS_BYTES - 1}) ..
+                                               redis.call('getrange', k, -{ENDS_BYTES}, -1))
+  end
+  return 'sha1:' .. redis.sha1hex(redis.call('get', k))
+end
+"""
+# -> nil | {'type', T} | {'size', N} past the cap ARGV[1] | {'large', N} past ARGV[2] (if given) |
+# {'value', bytes}; reads nothing past the cap, refreshes no TTL
+_PEEK = """
+local t = redis.call('type', KEYS[1])['ok']
+if t == 'none' then return nil end
+if t ~= 'string' then return {'type', t} end
+local n = redis.call('strlen', KEYS[1])
+if n > tonumber(ARGV[1]) then return {'size', n} end
+if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
+return {'value', redis.call('get', KEYS[1])}
+"""
+# replace (ARGV[3] non-empty, with a PX of ARGV[4]) or delete what `marker` says is still ARGV[2]
+_REPLACE = _MARKER + """
+local m = marker(KEYS[1], tonumber(ARGV[1]))
+if m ~= 'none' and m ~= ARGV[2] then return 0 end
+redis.call('del', KEYS[1])
+if ARGV[3] ~= '' then redis.call('set', KEYS[1], ARGV[3], 'PX', ARGV[4]) end
+return 1
+"""
+_MARKER_OF = _MARKER + "return marker(KEYS[1], tonumber(ARGV[1]))"
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_REFRESH = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
+            "else return 0 end")
+T = TypeVar("T")
+
+
+def marker(found: Any) -> str:
+    """The server-side `marker` of what _PEEK returned, computed here (for compare-and-set)."""
+    if not found:
+        return "none"
+    kind, value = bytes(found[0]), found[1]
+    if kind == b"type":
+        return "type:" + bytes(value).decode(errors="replace")
+    if kind == b"size":
+        return f"size:{int(value)}"
+    data = bytes(value)
+    if len(data) > STREAM_BYTES:  # as the server names it: size and both ends
+        return f"ends:{len(data)}:" + hashlib.sha1(data[:ENDS_BYTES] + data[-ENDS_BYTES:]).hexdigest()
+    return "sha1:" + hashlib.sha1(data).hexdigest()  # Redis's own digest, an identity, not a MAC
+
+
+class RemoteLevel:
+    name = "remote"
+    directory: Path | None = None
+
+    def __init__(self, url: str, *, namespace: str = "default", ttl: float = 14 * 86400, timeout: float = 0.25,
+                 signer: Signer | None = None, max_entry_bytes: int = 1 << 28,
+                 password: str | None = None, breaker_seconds: float = BREAKER_SECONDS,
+                 lease_ms: int = LEASE_MS, lease_max_seconds: float = 600.0):
+        """`signer`: entries and leases must carry its signature (None: every client of the server
+        is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
+        self.url, self.endpoint = url, redacted(url)
+        self.urls = split_urls(url)
+        self.namespace = namespace
+        self.prefix = f"kc:{namespace}:v2:"  # v2: keys in braces (v1 names expire by their TTL)
+        self.ttl = max(1, int(ttl))
+        self.timeout = timeout
+        self.signer = signer
+        self.authenticate: Callable[[bytes], str | None] | None = signer.problem if signer is not None else None
+        self.max_entry_bytes = max_entry_bytes
+        self.breaker_seconds = breaker_seconds
+        self.lease_ms = lease_ms
+        self.lease_max_seconds = lease_max_seconds
+        self.counters = {"hits": 0, "misses": 0, "errors": 0, "timeouts": 0, "breaker_openings": 0,
+                         "lock_waits": 0, "rejected": 0, "too_large": 0, "writes": 0, "healed": 0,
+                         "leases_refused": 0}
+        self._lock = threading.Lock()
+        self._pending_touches: set[str] = set()
+        self._bad: OrderedDict[str, str] = OrderedDict()  # key -> marker of the value we rejected there
+        redis_installed(self.endpoint)
+        self._password = password
+        self._connecting = threading.Lock()
+        self._link: RedisLink | None = None
+        self._scripts: _Scripts | None = None
+        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made
+        self._reader_tried = False
+
+    @property
+    def link(self) -> RedisLink:
+        """The link to the server, made at the first use that needs it: a warm node whose reads all
+        hit its own disk never imports redis-py (a slow import) and never connects."""
+        link = self._link
+        if link is None:
+            with self._connecting:
+                if self._link is None:
+                    secrets = [s for url in self.urls for s in secrets_of(url, self._password)]
+                    link = RedisLink(self.urls, self.endpoint, timeout=self.timeout,
+                                     max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
+                                     breaker_seconds=self.breaker_seconds, counters=self.counters,
+                                     password=self._password, secrets=secrets)
+                    self._scripts = _Scripts._make(link.script(text) for text in _SCRIPT_TEXTS)
+                    self._link = link
+                    if self._reader is not None:  # one connection per server from now on
+                        self._reader.give_up()
+            link = self._link
+        assert link is not None
+        return link
+
+    def _light(self) -> RespReader | None:
+        """The small reader (`resp_reader`) while no link is made and it has not failed; None: the
+        link serves."""
+        if self._link is not None:
+            return None
+        if not self._reader_tried:
+            with self._connecting:
+                if not self._reader_tried and len(self.urls) == 1:
+                    try:
+                        self._reader = RespReader(self.urls[0], password=self._password, timeout=self.timeout,
+                                                  max_reply_bytes=self.max_entry_bytes + REPLY_SLACK)
+                    except RespUnusable:
+                        self._reader = None
+                    self._reader_tried = True
+        reader = self._reader
+        return reader if reader is not None and reader.usable else None
+
+    def _light_peek(self, name: str, args: list[Any]) -> tuple[bool, Any]:
+        """(True, what _PEEK returned, None where the server failed) from the small reader, or
+        (False, None): the link serves this call (no reader for this URL, or the server answered
+        in a way the reader leaves to redis-py: MOVED from a cluster, an authentication error)."""
+        reader = self._light()
+        if reader is None:
+            return False, None
+        try:
+            try:
+                return True, reader.call("EVALSHA", _PEEK_SHA, 1, name, *args)
+            except RespError as exc:
+                if not str(exc).startswith("NOSCRIPT"):
+                    raise
+                return True, reader.call("EVAL", _PEEK, 1, name, *args)  # the server loads it for the next
+        except RespError:
+            reader.give_up()
+            return False, None
+        except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
+            self._fault_seen_by_reader("read", fault)
+            return True, None
+
+    def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
+        link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
+        cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
+        link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
+                    self.timeout, False)
+
+    @property
+    def scripts(self) -> _Scripts:
+        """The server-side scripts this level runs (registered with the link)."""
+        if self._scripts is None:
+            self.link  # noqa: B018  # makes the link and registers them
+        assert self._scripts is not None
+        return self._scripts
+
+    @property
+    def client(self) -> Any:
+        """redis-py's client for the one server (tests and tools; a cluster's calls go by key)."""
+        return self.link.client
+
+    # The data path ------------------------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        """False on a read-only replica, and while the breaker skips the server, unless it is coming
+        back soon (then compiles still take its lock: they wait for it, see `lock`)."""
+        return self.link.writable or self.link.recovering()
+
+    @property
+    def location(self) -> str:
+        return self.endpoint
+
+    @property
+    def mode(self) -> str:
+        if not self.link.available:
+            return "skipped (server failing)"
+        return "read-only (replica)" if self.link.read_only else "read-write"
+
+    def get(self, key: str) -> Entry | None:
+        name = self._entry(key)
+        found = self._peeked("read", name, self.max_entry_bytes, STREAM_BYTES if self.signer is not None else None)
+        if found is not None and found[0] == b"large":
+            found = self._checked_large(key, name, int(found[1]))
+        if found is None:
+            self._count("misses")
+            return None
+        kind, value = found
+        if kind == b"size":
+            self._remember_bad(key, found)
+            self._count("too_large")
+            return None
+        if kind == b"type":
+            self._remember_bad(key, found)
+            self._count("rejected")
+            raise RejectedEntry(f"remote name for {key[:12]} holds a Redis {escaped(bytes(value).decode(errors='replace'))}, "
+                                f"not an entry")
+        data = bytes(value)
+        if self.authenticate is not None:
+            problem = self.authenticate(data)
+            if problem is not None:
+                self._remember_bad(key, found)
+                self._count("rejected")
+                raise RejectedEntry(f"remote entry {key[:12]} is {problem}")
+        try:
+            entry = entry_format.decode(data, expected_key=key)
+        except CorruptEntry:
+            bad = marker(found)
+            self._script("delete", self.scripts.replace, name, [self.max_entry_bytes, bad, b"", 0], None)
+            raise
+        with self._lock:
+            self._bad.pop(key, None)
+        self._count("hits")
+        with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
+            self._pending_touches.add(key)
+            due = len(self._pending_touches) >= TOUCH_BATCH
+        if due:
+            self.flush_touches()
+        return entry
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        self.put_raw(entry.key, data)
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        entry_format.decode(data, expected_key=check_key(key))  # a bad entry must not reach the cluster
+        if len(data) > self.max_entry_bytes:
+            self._count("too_large")
+            return
+        name = self._entry(key)
+        self.flush_touches()
+        with self._lock:
+            bad = self._bad.get(key)
+        if bad is None:
+            if self._call("write", lambda c: c.set(name, data, nx=True, ex=self.ttl), None, name=name):
+                self._count("writes")
+            return
+        # a value we rejected sits there: replace it, but only if it is still those bytes
+        replaced = self._script("heal", self.scripts.replace, name, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
+        if replaced is not None:
+            with self._lock:
+                self._bad.pop(key, None)
+        if replaced:
+            self._count("writes")
+            self._count("healed")
+
+    def __contains__(self, key: object) -> bool:
+        """Whether an entry may be there: a string at the name, and not the value we rejected."""
+        try:
+            name = self._entry(key)
+        except (TypeError, ValueError):
+            return False
+        assert isinstance(key, str)
+        with self._lock:
+            bad = self._bad.get(key)
+        if bad is not None:
+            now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
+            return isinstance(now, bytes) and now.decode() != bad and now.startswith((b"sha1:", b"ends:"))
+        return bool(self._call("read", lambda c: c.type(name), b"none", name=name) == b"string")
+
+    @contextlib.contextmanager
+    def lock(self, key: str, timeout: float) -> Iterator[bool]:
+        """A lease on `key` across nodes: True when held (refreshed until released or its maximum
+        lifetime), False when the entry got published meanwhile, `timeout` passed or the server is
+        being skipped (the caller then compiles anyway). A lease that is not ours to honour (no
+        valid signature, too old, not a lease) is taken over with a compare-and-set."""
+        name = self._lease_name(key)
+        lease = Lease.new(name, self.signer)
+        deadline, pause, waited = time.monotonic() + timeout, 0.02, False
+        while True:
+            recovery = self.link.recovery_pause(name, deadline - time.monotonic())
+            if recovery is not None:
+                time.sleep(recovery)  # a failover or restart: wait it out
+                continue
+            if not self.link.writable_for(name):
+                yield False  # a replica, or a server being skipped: compile here, unlocked across nodes
+                return
+            if self._call("lock", lambda c: c.set(name, lease.value, nx=True, px=self.lease_ms), None, name=name):
+                break
+            if self._took_over(name, lease):
+                break
+            if key in self or time.monotonic() >= deadline:
+                yield False
+                return
+            if not waited:
+                waited = True
+                self._count("lock_waits")
+            time.sleep(min(pause * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(name, lease, stop), daemon=True,
+                                name="kernel-cache-remote-lease")
+        beat.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            beat.join(timeout=self.timeout * 4 + 1)
+            self._script("unlock", self.scripts.release, name, [lease.value], None)
+
+    def close(self) -> None:
+        self.flush_touches()
+        if self._reader is not None:
+            self._reader.close()
+        if self._link is not None:
+            self._link.close()
+
+    # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
+    def delete(self, key: str) -> bool:
+        name = self._entry(key)
+        return bool(self._call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
+
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
+        for a name that holds no entry (another Redis type, a value past the cap)."""
+        name = self._entry(key)
+        found = self._peeked("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
+        if found is None:
+            return None
+        kind, value = found
+        if kind == b"type":
+            raise CorruptEntry(f"the name holds a Redis {escaped(bytes(value).decode(errors='replace'))}, not an entry")
+        if kind == b"size":
+            raise CorruptEntry(f"{int(value)} bytes, over KERNEL_CACHE_MAX_ENTRY_BYTES ({self.max_entry_bytes})")
+        return bytes(value)
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Per entry: key, size_bytes, created (from its header), last_used (from its TTL: a hit
+        restarts it), listed with SCAN and bounded by MAX_SCAN. Names of another Redis type are
+        listed too (size 0): reading them says what they are."""
+        out: list[dict[str, Any]] = []
+        now = time.time()
+        for node, names in self._scan_names().items():
+            for start in range(0, len(names), 500):
+                chunk = names[start:start + 500]
+                replies = self._heads(node, chunk)
+                for i, name in enumerate(chunk):
+                    entry = self._listed(name, replies[4 * i:4 * i + 4], now)
+                    if entry is not None:
+                        out.append(entry)
+        return out
+
+    def _heads(self, node: str, names: list[bytes]) -> list[Any]:
+        """Type, size, TTL and header of each name, in one pipeline on the node holding them."""
+        def heads(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.type(name)
+                pipe.strlen(name)
+                pipe.ttl(name)
+                pipe.getrange(name, 0, entry_format.META_PEEK_BYTES - 1)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+        found: list[Any] = self._call("scan", heads, [], node=node, maintenance=True)
+        return found
+
+    def _listed(self, name: bytes, replies: list[Any], now: float) -> dict[str, Any] | None:
+        if len(replies) != 4:
+            return None
+        kind, size, ttl, head = replies
+        key = bytes(name).decode(errors="replace")[len(self.prefix) + 2:].removeprefix("{").removesuffix("}")
+        if not entry_format.is_key(key) or kind == b"none":
+            return None
+        size = size if isinstance(size, int) else 0
+        ttl = ttl if isinstance(ttl, int) else -1
+        last_used = now - max(0, self.ttl - ttl) if ttl > 0 else now
+        try:
+            created = float(entry_format.peek_meta_head(head, size).get("created", last_used))
+        except (CorruptEntry, TypeError, ValueError):
+            created = last_used
+        return {"key": key, "size_bytes": int(size), "created": created, "last_used": last_used}
+
+    def _scan_names(self) -> dict[str, list[bytes]]:
+        """The entry names by the node holding them, one SCAN page per call (each within the
+        maintenance deadline), on every master of a cluster; at most MAX_SCAN in all."""
+        pattern = self.prefix + "e:*"
+        nodes = self.link.primaries()
+        if not nodes:
+            self._call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
+        out: dict[str, list[bytes]] = {}
+        total = 0
+        for node in nodes:
+            cursor: Any = 0
+            names = out.setdefault(node, [])
+            while total < MAX_SCAN:
+                def page(client: Any, at: Any = cursor) -> tuple[Any, list[bytes]]:
+                    found: tuple[Any, list[bytes]] = client.scan(at, match=pattern, count=1000)
+                    return found
+                none: tuple[Any, list[bytes]] = (0, [])
+                cursor, more = self._call("scan", page, none, node=node, maintenance=True)
+                more = more[:MAX_SCAN - total]
+                names += more
+                total += len(more)
+                if not cursor:
+                    break
+        return out
+
+    def touch(self, keys: Iterable[str]) -> None:
+        valid = [check_key(key) for key in keys]
+        with self._lock:
+            self._pending_touches.update(valid)
+
+    def flush_touches(self) -> None:
+        """Restart the TTL of entries a lowered-call record served without reading them."""
+        with self._lock:
+            keys, self._pending_touches = self._pending_touches, set()
+        if not keys:
+            return
+        reader = self._light()
+        if reader is not None:
+            try:
+                replies = reader.pipeline([("EXPIRE", self._entry(key), self.ttl) for key in sorted(keys)])
+            except RespFault as fault:
+                self._fault_seen_by_reader("touch", fault)
+                return
+            if not any(isinstance(reply, RespError) for reply in replies):
+                return
+            reader.give_up()  # a replica (READONLY) or a cluster (MOVED): the link sends them and judges
+        if not self.link.writable:
+            return  # a replica takes no writes; a skipped server gets these uses no more
+        for node, names in self.link.group(self._entry(key) for key in sorted(keys)).items():
+            if node is None:
+                continue  # no node serves that slot now: these uses are lost, the TTL is long
+
+            def expire(client: Any, names: list[str] = names) -> None:
+                pipe = client.pipeline(transaction=False)
+                for name in names:
+                    pipe.expire(name, self.ttl)
+                pipe.execute(raise_on_error=False)
+            self._call("touch", expire, None, node=node)
+
+    def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
+        return []  # a dead holder's lease expires by itself; nothing else is left behind
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        return []  # a damaged entry is deleted where found: the server keeps nothing for inspection
+
+    def describe(self) -> dict[str, Any]:
+        """What `cachectl stats` and `doctor` show: the endpoint (password hidden), namespace,
+        round trip, server version, eviction policy and this process's counters. Server text is
+        escaped: it reaches terminals."""
+        info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
+                                "counters": dict(self.counters), "reachable": False}
+        try:
+            def ask(client: Any) -> dict[str, Any]:
+                start = time.perf_counter()
+                client.ping()
+                return {"round_trip_ms": round((time.perf_counter() - start) * 1000, 3),
+                        "server": client.info("server"), "memory": client.info("memory"),
+                        "replication": client.info("replication")}
+            nodes = self.link.primaries()
+            found = self._call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
+            assert found is not None
+            server, memory, replication = found["server"], found["memory"], found["replication"]
+            info.update(reachable=True, round_trip_ms=found["round_trip_ms"],
+                        server_version=self._text(server.get("redis_version")), maxmemory=memory.get("maxmemory"),
+                        maxmemory_policy=self._text(memory.get("maxmemory_policy")),
+                        role=self._text(replication.get("role")), cluster=bool(self.link.cluster))
+            if self.link.cluster:
+                info["masters"] = len(nodes)
+        except Exception as exc:
+            said = str(exc) if isinstance(exc, LevelUnavailable) else self.link.scrub(str(exc))  # ours: said safely
+            info["error"] = f"{type(exc).__name__}: {said}"
+        return info
+
+    # Internals ----------------------------------------------------------------------------
+    def _entry(self, key: object) -> str:
+        return self._name("e:", check_key(key))
+
+    def _lease_name(self, key: str) -> str:
+        return self._name("l:", check_key(key))
+
+    def _name(self, kind: str, key: str) -> str:
+        """The key is a hash tag, so in a cluster an entry and its lease share a slot (and a node);
+        the same names on one server, so nothing depends on finding out which it is first."""
+        return f"{self.prefix}{kind}{{{key}}}"
+
+    def _count(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self.counters[name] += by
+
+    def _remember_bad(self, key: str, found: Any) -> None:
+        """What we rejected at `key`'s name, for the compare-and-set that replaces it: a peek's
+        reply, or the server-side marker's text itself."""
+        with self._lock:
+            self._bad[key] = found if isinstance(found, str) else marker(found)
+            self._bad.move_to_end(key)
+            while len(self._bad) > MAX_BAD_KEYS:
+                self._bad.popitem(last=False)
+
+    def _checked_large(self, key: str, name: str, size: int) -> tuple[bytes, Any] | None:
+        """A signed value over STREAM_BYTES: its trailer, then its body chunk by chunk through the
+        MAC, none kept, and only then the whole value (checked again as it is decoded): a planted
+        value of any size under the cap costs a chunk of memory, never its size. None when the
+        server failed or the value changed meanwhile (a miss)."""
+        assert self.signer is not None
+        body = size - SIGNATURE_SIZE
+        tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
+        if not isinstance(tail, bytes) or len(tail) != SIGNATURE_SIZE or body < 0:
+            return None
+
+        def chunks() -> Iterator[bytes]:
+            for start in range(0, body, STREAM_CHUNK):
+                end = min(start + STREAM_CHUNK, body) - 1
+                def read(client: Any, first: int = start, last: int = end) -> Any:
+                    return client.getrange(name, first, last)
+                piece = self._call("read", read, None, name=name)
+                if not isinstance(piece, bytes) or len(piece) != end - start + 1:
+                    raise _Changed
+                yield piece
+        try:
+            problem = self.signer.trailer_problem(tail) or self.signer.streamed_problem(chunks(), tail)
+        except _Changed:
+            return None
+        if problem is None:
+            return self._peeked("read", name, self.max_entry_bytes)
+        now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
+        if isinstance(now, bytes):
+            self._remember_bad(key, now.decode(errors="replace"))
+        self._count("rejected")
+        raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
+
+    def _took_over(self, name: str, lease: Lease) -> bool:
+        """Take the lease at `name` over when what is there is not to be honoured; True when ours."""
+        found = self._peeked("lock", name, MAX_LEASE_BYTES)
+        if found is None:
+            return False  # gone meanwhile (or the server failed): try SET NX again
+        value = found[1] if found[0] == b"value" else b"(not a lease)"
+        why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
+        if why is None:
+            return False
+        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms], 0)
+        if taken:
+            self._count("leases_refused")
+            warn_once(f"remote-lease:{self.endpoint}:{why}",
+                      f"remote cache {self.endpoint}: ignored a compile lease {why}; compiling here")
+        return bool(taken)
+
+    def _heartbeat(self, name: str, lease: Lease, stop: threading.Event) -> None:
+        while not stop.wait(self.lease_ms / 3000):
+            if lease.expired(self.lease_max_seconds):
+                return  # past its maximum lifetime: let it lapse, whatever the compile is doing
+            self._script("lease", self.scripts.refresh, name, [lease.value, self.lease_ms], None)
+
+    def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
+                maintenance: bool = False) -> tuple[bytes, Any] | None:
+        """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), with
+        `stream_over` (b'large', int), or None (nothing there, or the server failed). A reply of
+        another shape is the server's fault."""
+        args = [cap] if stream_over is None else [cap, stream_over]
+        served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
+        if not served:
+            found = self._script(what, self.scripts.peek, name, args, None, maintenance=maintenance)
+        if found is None:
+            return None
+        if isinstance(found, list) and len(found) == 2:
+            kind, value = found
+            if ((kind in (b"value", b"type") and isinstance(value, bytes))
+                    or (kind in (b"size", b"large") and isinstance(value, int))):
+                return kind, value
+        self.link.failed(what, None, False, 0.0, maintenance, name=name)
+        return None
+
+    def _text(self, value: object) -> str | None:
+        """A server-given string for a terminal (escaped, secrets hidden)."""
+        return None if value is None else self.link.scrub(str(value))
+
+    def _maintenance_seconds(self) -> float:
+        return max(self.timeout, MAINTENANCE_SECONDS)
+
+    def _call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
+              node: str | None = None, maintenance: bool = False) -> T:
+        """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
+        budget, that node's breaker, read-only mode (redis_link)."""
+        return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
+                              seconds=self._maintenance_seconds() if maintenance else None)
+
+    def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
+                maintenance: bool = False) -> T:
+        """A registered script on the one name `name`, on the node serving it."""
+        found: T = self._call(what, lambda client: script(keys=[name], args=args, client=client), default, name=name,
+                              maintenance=maintenance)
+        return found
+
+
+class _Scripts(NamedTuple):
+    """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
+
+    peek: Any
+    replace: Any
+    marker_of: Any
+    release: Any
+    refresh: Any
+
+
+_SCRIPT_TEXTS = _Scripts(peek=_PEEK, replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
+_PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows it by (redis-py's too)
+
+
+class _Changed(Exception):
+    """A value changed size while it was being checked in chunks: read it again next time."""
+
+
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> RemoteLevel | None:
+    """The remote level KERNEL_CACHE_REMOTE names (None: not configured). Without a signing key it
+    opens only when KERNEL_CACHE_REMOTE_UNSIGNED=1 says every client of the server is trusted."""
+    if config.remote is None:
+        return None
+    if signer is None and not config.remote_unsigned:
+        raise LevelUntrusted(f"remote cache {redacted(config.remote)}: a server has no file owners, so kernel-cache "
+                            f"needs a signing key to trust what it serves (KERNEL_CACHE_SIGNING_KEY_FILE), or "
+                            f"KERNEL_CACHE_REMOTE_UNSIGNED=1 if every client that can reach it is trusted")
+    return RemoteLevel(config.remote, namespace=config.remote_namespace, ttl=config.remote_ttl,
+                      timeout=config.remote_timeout, signer=signer,
+                      max_entry_bytes=config.max_entry_bytes, password=config.remote_password,
+                      lease_max_seconds=config.lock_timeout)
+
+
+def location_in(config: Config) -> str:
+    """The remote of `config`, its password hidden (for a message about a level that did not open)."""
+    return redacted(config.remote) if config.remote is not None else "remote"

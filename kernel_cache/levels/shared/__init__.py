@@ -1,0 +1,1 @@
+"""The shared level: plain files in a directory many hosts mount."""

@@ -1,0 +1,1 @@
+"""Settings: the environment's Config, a cache directory's settings file, Triton's watched environment."""

@@ -1,0 +1,128 @@
+"""Settings stored with a local cache directory (`cachectl config max-size SIZE`), as ccache keeps
+`ccache -M` in the cache: every process on that directory honours them, not only the one shell
+whose environment held a variable.
+
+One setting today: the local level's bound. It applies where the process's own configuration leaves
+the bound at its default; `KERNEL_CACHE_MAX_BYTES` (or `Config(max_bytes=...)` in code) overrides it.
+
+The file lies in a directory other users may be able to write, so it is read as every cache file
+is: through `safefs` (no link, no FIFO), at most `MAX_BYTES`, and only when you, root or the trusted
+group own it and nobody else can write it. A file that fails any of this, or holds anything but the
+JSON this module writes, is a `StoredSettingsError` (a `ConfigError`): cachectl stops on it, a
+program warns once and keeps the default. Read once per store (a process, or a `configure()`), never
+on a lookup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from kernel_cache.coordination.publish import publish
+from kernel_cache.display import echo
+from kernel_cache.settings.config import Config, ConfigError
+from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
+from kernel_cache.value_class import FrozenValue
+
+SETTINGS_FILE = "settings.json"
+MAX_BYTES = 4096  # the file holds one small JSON object
+
+
+class StoredSettingsError(ConfigError):
+    """The settings file of a cache directory is refused (unsafe, or not what cachectl writes)."""
+
+
+class StoredSettings(FrozenValue):
+    """What a cache directory's settings file says (None: not stored there)."""
+
+    _fields = ("max_bytes", "path")
+    max_bytes: int | None
+    path: Path | None  # the file, where there is a cache directory
+
+    def __init__(self, max_bytes: int | None = None, path: Path | None = None) -> None:
+        self.__dict__.update(max_bytes=max_bytes, path=path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": None if self.path is None else str(self.path), "max_bytes": self.max_bytes}
+
+
+def parse(data: bytes, where: str) -> int | None:
+    """The bound in a settings file's bytes; StoredSettingsError for anything cachectl did not write.
+    Names a newer version may add are ignored."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise StoredSettingsError(f"{where} is not a JSON object of kernel-cache's settings") from None
+    if not isinstance(doc, dict):
+        raise StoredSettingsError(f"{where} is not a JSON object of kernel-cache's settings")
+    value = doc.get("max_bytes")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise StoredSettingsError(f"{where}: max_bytes is {echo(str(value)[:40])}, not a positive number of bytes")
+    return value
+
+
+def read(tree: Tree) -> StoredSettings:
+    """The settings stored in `tree` (a local cache directory opened with its owners' check)."""
+    path = Path(tree.path) / SETTINGS_FILE
+    try:
+        found = tree.read(SETTINGS_FILE, max_bytes=MAX_BYTES)
+    except UnsafeFile as exc:
+        reason = re.sub(r" \(KERNEL_CACHE_MAX_ENTRY_BYTES\)$", "", exc.reason)
+        raise StoredSettingsError(f"{path} is refused: it {reason}") from None
+    except OSError as exc:
+        raise StoredSettingsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if found is None:
+        return StoredSettings(path=path)
+    return StoredSettings(max_bytes=parse(found[0], str(path)), path=path)
+
+
+def load(directory: Path, owners: Owners) -> StoredSettings:
+    """The settings stored in the cache directory `directory`. Nothing (no error) where there is no
+    such directory or it is refused as a whole (not yours: the level itself says so, and reads
+    nothing from it)."""
+    try:
+        tree = Tree(directory, owners)
+    except OSError:
+        return StoredSettings(path=Path(directory) / SETTINGS_FILE)
+    try:
+        return read(tree)
+    finally:
+        tree.close()
+
+
+def write(tree: Tree, max_bytes: int | None) -> Path:
+    """Store the bound in `tree` (None: remove it), atomically, writable by nobody but you
+    (mode 0644 whatever the umask: a file others may change is refused on read)."""
+    path = Path(tree.path) / SETTINGS_FILE
+    if max_bytes is None:
+        with contextlib.suppress(FileNotFoundError):
+            tree.unlink(SETTINGS_FILE)
+        return path
+    data = (json.dumps({"max_bytes": int(max_bytes)}, sort_keys=True) + "\n").encode()
+    old = os.umask(0o022)
+    try:
+        publish(tree, (SETTINGS_FILE,), data)
+    finally:
+        os.umask(old)
+    return path
+
+
+def with_stored_bound(config: Config, owners: Owners) -> Config:
+    """`config` with the bound stored in its cache directory, where its own bound is the default;
+    a refused file is one warning, and the default stays."""
+    if config.disabled or config.dir is None or config.max_bytes_given:
+        return config
+    try:
+        stored = load(Path(config.dir), owners)
+    except StoredSettingsError as exc:
+        warn_once(f"cache-settings:{config.dir}", f"{exc}: ignoring it, the local cache keeps its default bound "
+                  f"(rewrite it with 'cachectl config max-size SIZE', or remove it)")
+        return config
+    return config if stored.max_bytes is None else config.with_(max_bytes=stored.max_bytes)

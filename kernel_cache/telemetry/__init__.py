@@ -1,0 +1,1 @@
+"""What the store tells: counters, listeners, lookup lines, once-per-process warnings."""

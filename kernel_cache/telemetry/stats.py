@@ -1,0 +1,346 @@
+"""Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
+
+A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
+increments across processes) after a compile, at most once a second otherwise, and at exit; where an
+earlier process created that index, in one transaction of our own (`disk_sql.add_counts`), without
+opening diskcache. Each
+counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.telemetry.events` is its
+public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
+jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
+on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
+about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
+Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
+bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts. It is
+long because the counters and their events are one place: a hit is counted and sent without leaving it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from diskcache.core import MODE_RAW
+
+from kernel_cache.levels.disk.index import INDEX, RawOnlyDisk, open_index
+from kernel_cache.levels.disk.sql import add_counts, open_read_only, raw_rows
+from kernel_cache.telemetry.warnings_once import warn_once
+
+STATS_DIR = "stats"
+STATS_TIMEOUT = 1.0
+SKIP_AFTER_FAILURE = 60.0
+_MICRO = 1_000_000
+LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
+# Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline): a lookup the
+# level did not answer, an entry written to it, a write that failed, a hit copied into it from below.
+LEVEL_COUNTS = ("misses", "writes", "write_failures", "backfills")
+COUNTERS = (*(f"hits.{level}" for level in LEVELS), *(f"record_hits.{level}" for level in LEVELS),
+            *(f"{what}.{level}" for what in LEVEL_COUNTS for level in LEVELS),
+            "misses", "compiles", "errors", "rejected", "compile_us", "saved_us")
+
+
+# Event kinds, one per counter of kernel_cache.telemetry.stats.
+HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR = "hit", "record_hit", "miss", "compile", "rejected", "error"
+KINDS = (HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR)
+
+
+class Event(NamedTuple):
+    kind: str  # HIT, MISS, COMPILE, REJECTED or ERROR
+    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
+    seconds: float = 0.0  # HIT: compile seconds saved; COMPILE: seconds spent compiling; else 0
+
+
+Listener = Callable[[Event], None]
+_listeners: tuple[Listener, ...] = ()  # replaced whole (copy on write): emit reads it without a lock
+_listeners_lock = threading.Lock()
+
+
+def add_listener(listener: Listener) -> None:
+    """Call `listener(event)` for every event from now on (once, however often it is added)."""
+    global _listeners
+    with _listeners_lock:
+        if listener not in _listeners:
+            _listeners = (*_listeners, listener)
+
+
+def remove_listener(listener: Listener) -> None:
+    global _listeners
+    with _listeners_lock:
+        _listeners = tuple(x for x in _listeners if x != listener)
+
+
+def listeners() -> tuple[Listener, ...]:
+    return _listeners
+
+
+# What a recorder (jax.monitoring's `record_event`, `record_event_duration_secs`) is called with.
+PREFIX = "/kernel_cache/"
+EVENT_NAMES = {HIT: f"{PREFIX}hits", RECORD_HIT: f"{PREFIX}record_hits", MISS: f"{PREFIX}misses",
+               COMPILE: f"{PREFIX}compiles", REJECTED: f"{PREFIX}rejected", ERROR: f"{PREFIX}errors"}
+DURATION_NAMES = {HIT: f"{PREFIX}compile_time_saved_sec", RECORD_HIT: f"{PREFIX}compile_time_saved_sec",
+                  COMPILE: f"{PREFIX}compile_time_sec"}
+Recorder = tuple[Callable[..., object], Callable[..., object]]  # (record_event, record_event_duration_secs)
+_recorders: tuple[Recorder, ...] = ()
+
+
+def add_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
+    """Call `record_event(name, **kw)` and `record_duration(name, seconds, **kw)` for every event from
+    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `level=` for hits and
+    rejections): a telemetry library is called directly, with no function of ours between."""
+    global _recorders
+    with _listeners_lock:
+        if (record_event, record_duration) not in _recorders:
+            _recorders = (*_recorders, (record_event, record_duration))
+
+
+def remove_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
+    global _recorders
+    with _listeners_lock:
+        _recorders = tuple(r for r in _recorders if r != (record_event, record_duration))
+
+
+def recorders() -> tuple[Recorder, ...]:
+    return _recorders
+
+
+def emit(kind: str, level: str = "", seconds: float = 0.0) -> None:
+    """Hand one event to every listener and recorder; an exception one raises is warned about once
+    and dropped (even with warnings turned into errors: it stays out of the lookup)."""
+    if not (_listeners or _recorders):
+        return
+    event = Event(kind, level, seconds)
+    for listener in _listeners:
+        try:
+            listener(event)
+        except Exception as exc:
+            _listener_failed(listener, exc)
+    for record_event, record_duration in _recorders:
+        try:
+            keywords = {"level": level or "unknown"} if kind in (HIT, RECORD_HIT, REJECTED) else {}
+            record_event(EVENT_NAMES[kind], **keywords)
+            if kind in DURATION_NAMES:
+                record_duration(DURATION_NAMES[kind], seconds, **keywords)
+        except Exception as exc:
+            _listener_failed(record_event, exc)
+
+
+def _listener_failed(listener: object, exc: Exception) -> None:
+    name = getattr(listener, "__qualname__", None) or type(listener).__qualname__
+    with contextlib.suppress(Exception):
+        warn_once(f"event-listener:{getattr(listener, '__module__', '')}.{name}",
+                  f"a kernel-cache event listener ({name}) raised {type(exc).__name__}: {exc}; "
+                  f"ignored (further failures of it are not reported)")
+
+
+class Stats:
+    def __init__(self, directory: Path | None = None, read_only: bool = False):
+        """`read_only`: read persisted counters without opening the index for writing (an
+        operator's look at a full, read-only or busy cache); nothing is flushed."""
+        self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self._pending: Counter[str] = Counter()
+        self._entry_hits: Counter[str] = Counter()
+        self._session: Counter[str] = Counter()
+        # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock, as it walks
+        # the levels (best effort, like every counter here); taken into the others at each flush
+        self.levels: Counter[str] = Counter()
+        self._last_flush = time.monotonic()
+        self._db: Any = None
+        self._directory = None if directory is None or read_only else Path(directory)
+        self._skip_until = 0.0
+        self._unavailable = ""  # why persistent counters cannot be read or written, if so
+        self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
+        if directory is not None and read_only:
+            try:
+                with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
+                    rows = list(raw_rows(con))
+                self._persisted = {k: v for k, mode, v in rows
+                                   if mode == MODE_RAW and isinstance(k, str) and isinstance(v, int)}
+            except Exception as exc:
+                self._unavailable = f"{type(exc).__name__}: {exc}"
+
+    def _index(self) -> Any:
+        """The counters' index, opened at its first use (the first flush: after a compile, a second
+        into a run of hits, or at exit), not when the store is created; None if it cannot be."""
+        if self._directory is None:
+            return self._db
+        with self._open_lock:
+            if self._directory is None:
+                return self._db
+            directory = self._directory
+            try:
+                self._db = open_index(directory / STATS_DIR, STATS_TIMEOUT, disk=RawOnlyDisk, eviction_policy="none")
+            except Exception as exc:
+                self._db, self._unavailable = None, f"{type(exc).__name__}: {exc}"
+            self._directory = None
+        return self._db
+
+    @property
+    def unavailable(self) -> str:
+        self._index()
+        return self._unavailable
+
+    def hit(self, level: str, key: str, compile_seconds: float) -> None:
+        self._served(HIT, "hits", level, key, compile_seconds)
+
+    def record_hit(self, level: str, key: str, compile_seconds: float) -> None:
+        """A lowered-call record (`key`) served a whole call from `level`: one record hit (its kernels
+        are not read, so they are not counted as hits); `compile_seconds`: what compiling them cost."""
+        self._served(RECORD_HIT, "record_hits", level, key, compile_seconds)
+
+    def _served(self, kind: str, counter: str, level: str, key: str, compile_seconds: float) -> None:
+        with self._lock:
+            self._bump(f"{counter}.{level}", 1)
+            self._bump("saved_us", int(compile_seconds * _MICRO))
+            self._entry_hits[key] += 1
+        emit(kind, level, compile_seconds)
+        self._maybe_flush()
+
+    def miss(self) -> None:
+        with self._lock:
+            self._bump("misses", 1)
+        emit(MISS)
+
+    def compiled(self, seconds: float) -> None:
+        with self._lock:
+            self._bump("compiles", 1)
+            self._bump("compile_us", int(seconds * _MICRO))
+        emit(COMPILE, seconds=seconds)
+        self.flush(walked=False)  # a compile's counters persist at once; the levels' at the next flush
+
+    def error(self) -> None:
+        with self._lock:
+            self._bump("errors", 1)
+        emit(ERROR)
+
+    def rejected(self, level: str = "") -> None:
+        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `level`
+        (the counter is one total; the level reaches event listeners)."""
+        with self._lock:
+            self._bump("rejected", 1)
+        emit(REJECTED, level)
+
+    def _bump(self, name: str, amount: int) -> None:
+        self._pending[name] += amount
+        self._session[name] += amount
+
+    def session(self) -> dict[str, Any]:
+        """This process's counters (not yet or already flushed)."""
+        with self._lock:
+            return self._render(self._session + self.levels)
+
+    def _maybe_flush(self) -> None:
+        if time.monotonic() - self._last_flush > 1.0:
+            self.flush()
+
+    def flush(self, walked: bool = True) -> None:
+        """Add this process's new counts to the persisted ones. `walked`: the levels' counts too
+        (every flush but a compile's, which keeps the index writes of a cold lowering few)."""
+        with self._lock:
+            if walked:
+                counts, self.levels = self.levels, Counter()
+                self._pending.update(counts)
+                self._session.update(counts)
+            pending, hits = self._pending, self._entry_hits
+            self._pending, self._entry_hits = Counter(), Counter()
+            self._last_flush = time.monotonic()
+        if time.monotonic() < self._skip_until:
+            return
+        amounts = {name: amount for name, amount in pending.items() if amount}
+        amounts.update((f"entry_hits.{key}", amount) for key, amount in hits.items())
+        try:
+            existing = self._existing_index()
+            if existing is not None:  # diskcache not opened for the counters alone (a warm process's exit)
+                if amounts:
+                    add_counts(existing, amounts, STATS_TIMEOUT)
+                return
+            db = self._index()
+            if db is None:
+                return
+            with db.transact(retry=False):  # one write transaction, not one per counter
+                for name, amount in amounts.items():
+                    db.incr(name, amount, default=0, retry=False)
+        except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
+            self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
+
+    def _existing_index(self) -> Path | None:
+        """The counters' index file while this process has not opened it through diskcache and
+        diskcache has created it (an earlier process did): flushes then add to it directly
+        (`disk_sql.add_counts`); None: open it through diskcache (`_index`), creating it if need be."""
+        directory = self._directory
+        if directory is None:
+            return None
+        db = directory / STATS_DIR / INDEX
+        return db if db.is_file() else None
+
+    def totals(self) -> dict[str, Any]:
+        """Counters over all processes that used this directory (including unflushed ones here)."""
+        self.flush()
+        raw: Counter[str] = Counter()
+        if self._persisted is not None:
+            return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
+        try:
+            db = self._index()
+            if db is None:
+                raise LookupError
+            for name in COUNTERS:
+                value = db.get(name, 0, retry=False)
+                raw[name] = value if isinstance(value, int) else 0
+        except Exception:
+            raw = Counter(self._session)
+        return self._render(raw)
+
+    def entry_hits(self, key: str) -> int:
+        if self._persisted is not None:
+            return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
+        try:
+            db = self._index()
+            value = db.get(f"entry_hits.{key}", 0, retry=False) if db is not None else 0
+        except Exception:
+            value = 0
+        return (value if isinstance(value, int) else 0) + self._session_entry(key)
+
+    def _session_entry(self, key: str) -> int:
+        with self._lock:
+            return self._entry_hits.get(key, 0)
+
+    def forget_entry(self, key: str) -> None:
+        db = self._index()
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.delete(f"entry_hits.{key}", retry=False)
+
+    def zero(self) -> None:
+        with self._lock:
+            self._pending.clear()
+            self._entry_hits.clear()
+            self._session.clear()
+        db = self._index()
+        if db is not None:
+            for name in COUNTERS:
+                db.delete(name, retry=False)
+
+    @staticmethod
+    def _render(raw: Counter[str]) -> dict[str, Any]:
+        return {
+            "hits": {t: int(raw.get(f"hits.{t}", 0)) for t in LEVELS},
+            "record_hits": {t: int(raw.get(f"record_hits.{t}", 0)) for t in LEVELS},
+            "level_counts": {t: {what: int(raw.get(f"{what}.{t}", 0))
+                                 for what in ("hits", "record_hits", *LEVEL_COUNTS)} for t in LEVELS},
+            "misses": int(raw.get("misses", 0)),
+            "compiles": int(raw.get("compiles", 0)),
+            "errors": int(raw.get("errors", 0)),
+            "rejected": int(raw.get("rejected", 0)),
+            "compile_seconds": raw.get("compile_us", 0) / _MICRO,
+            "compile_seconds_saved": raw.get("saved_us", 0) / _MICRO,
+        }
+
+    def close(self) -> None:
+        self.flush()
+        if self._db is not None:
+            with contextlib.suppress(Exception):
+                self._db.close()

@@ -1,0 +1,531 @@
+"""The one way kernel-cache touches files under a cache directory that other users may write.
+
+A cache directory is hostile ground: any name in it may be a symlink (to a victim's file, to
+/dev/zero), a FIFO (a reader that opens it blocks forever), a multi-GiB sparse file, or a file
+planted by a user we never agreed to trust. Every level, lock, probe, quarantine and debris sweep
+goes through a `Tree`, which:
+- walks below its root with `openat(O_DIRECTORY|O_NOFOLLOW)` one level at a time, so a symlinked
+  directory is refused (ELOOP) instead of followed, and checks each level's owner and mode;
+- opens files with O_NOFOLLOW|O_NONBLOCK (FIFOs never block), fstat()s the open descriptor and
+  accepts only regular files of a trusted owner, read up to their size and never past a hard cap;
+- creates files only with O_CREAT|O_EXCL|O_NOFOLLOW (no writing through a planted name);
+- deletes only non-directories inside the tree, by name relative to a checked directory
+  descriptor (unlink never follows the last component).
+
+Trust (`Owners`): a file or directory is trusted when nobody but trusted users can have written
+it: not world-writable, group-writable only by a trusted group, owned by this user or root or,
+when one is named, by the trusted group.
+
+This module is long because every filesystem operation the store performs on ground other users
+can write is here, on purpose in one place to review.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.value_class import FrozenValue
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+READ_CHUNK = 1 << 20
+WALK_MAX_DEPTH = 32  # levels a walk under a cache directory descends (our layouts use 3)
+WALK_MAX_NAMES = 200_000  # names a walk lists before it stops and says so
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
+_fault_hook: Callable[[str, str], None] | None = None
+
+
+def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
+    """Install `hook(point, path)`, called at each of FAULT_POINTS; returns the previous one.
+
+    The one way to inject a fault into the store (tests pause a writer there and kill it, or raise
+    ENOSPC; an operator can reproduce a field failure the same way). None removes it."""
+    global _fault_hook
+    previous, _fault_hook = _fault_hook, hook
+    return previous
+
+
+class UnsafeFile(KernelCacheError, OSError):
+    """A path refused because of what it is (symlink, FIFO, device, too large) or who owns it."""
+
+    def __init__(self, path: str, reason: str, owner: bool = False):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+        self.owner = owner  # refused for who may have written it, not for what it is
+
+
+def _user(uid: int) -> str:
+    import pwd  # (the user and group databases only for a message or a named group: not at import)
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
+
+
+def resolve_group(name: str) -> int:
+    """A group name or number -> gid; KeyError naming it if there is no such group."""
+    text = str(name).strip()
+    if text.isdigit():
+        return int(text)
+    import grp
+
+    return grp.getgrnam(text).gr_gid
+
+
+class Owners(FrozenValue):
+    """Whose files a reader accepts: this user, root, and optionally one named group."""
+
+    _fields = ("uids", "gid", "writer_gids")
+    uids: frozenset[Any]  # None given: this user and root
+    gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
+    writer_gids: frozenset[Any]  # None given: this user's group and root's
+
+    def __init__(self, uids: frozenset[Any] | None = None, gid: int | None = None,
+                 writer_gids: frozenset[Any] | None = None) -> None:
+        self.__dict__.update(uids=frozenset({os.geteuid(), 0}) if uids is None else uids, gid=gid,
+                             writer_gids=frozenset({os.getegid(), 0}) if writer_gids is None else writer_gids)
+
+    @classmethod
+    def current(cls, group: int | None = None) -> "Owners":
+        gids = {os.getegid(), 0} | ({group} if group is not None else set())
+        return cls(uids=frozenset({os.geteuid(), 0}), gid=group, writer_gids=frozenset(gids))
+
+    def problem(self, st: os.stat_result) -> str | None:
+        """Why a file or directory with this stat may have been written by an untrusted user, or None."""
+        mode = st.st_mode
+        if not mode & _WRITABLE_BY_OTHERS and st.st_uid in self.uids:
+            return None  # the common case, first
+        if mode & stat.S_IWOTH:
+            return "is writable by every user"
+        if mode & stat.S_IWGRP and st.st_gid not in self.writer_gids:
+            return (f"is writable by group {_group(st.st_gid)}, which is not trusted "
+                    f"(set KERNEL_CACHE_TRUSTED_GROUP={_group(st.st_gid)} to trust it)")
+        if st.st_uid in self.uids or (self.gid is not None and st.st_gid == self.gid):
+            return None
+        trusted = f" or group {_group(self.gid)}" if self.gid is not None else ""
+        return f"is owned by {_user(st.st_uid)}:{_group(st.st_gid)}, not by you{trusted}"
+
+    def describe(self) -> str:
+        me = _user(os.geteuid())
+        return me + (f" and group {_group(self.gid)}" if self.gid is not None else "")
+
+
+def check_name(name: str) -> str:
+    """One path component we created or listed: no separators, no '.'/'..', no NUL."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UnsafeFile(repr(name), "is not a plain file name")
+    return name
+
+
+class Tree:
+    """A directory opened once (its path as the user gave it, symlinks in it allowed: the user
+    chose it) and everything below it reached without following symlinks.
+
+    `owners=None` checks only the kind of each file (regular, not a link); used where content is
+    authenticated by signature instead of by who wrote it.
+    """
+
+    _fd = -1
+    _top: dict[str, int] = {}
+
+    def __init__(self, path: str | os.PathLike[str], owners: Owners | None, *, create: bool = False):
+        self.path = os.fspath(path)
+        self.owners = owners
+        if create:
+            os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        try:
+            self._check(os.fstat(fd))
+        except BaseException:
+            os.close(fd)  # never stored: __del__ must not close this number again later
+            raise
+        self._fd = fd
+        self._top = {}  # first-level name -> kept descriptor (dup'd, checked when first opened)
+        self._top_lock = threading.Lock()  # no thread dups a kept descriptor another is closing
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        kept, self._top = self._top, {}
+        for f in [fd, *kept.values()]:
+            if f >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(f)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def reopen(self) -> None:
+        """After ESTALE on a network filesystem: the directory was replaced under us."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        try:
+            self._check(os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._top_lock:
+            old, self._fd = self._fd, fd
+            kept, self._top = self._top, {}
+        for f in [old, *kept.values()]:
+            with contextlib.suppress(OSError):
+                os.close(f)
+
+    def _check(self, st: os.stat_result, parts: tuple[Any, ...] = ()) -> None:
+        if self.owners is not None:
+            problem = self.owners.problem(st)
+            if problem:
+                raise UnsafeFile(self._where(parts), problem, owner=True)
+
+    def _where(self, parts: tuple[str, ...]) -> str:
+        return str(os.path.join(self.path, *parts))
+
+    # Directories --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def directory(self, *parts: str, create: bool = False) -> Iterator[int]:
+        """A checked descriptor of root/parts..., each level opened without following symlinks;
+        with `create`, missing levels are made (mode 0777 & ~umask; setgid is inherited)."""
+        fd = self._open_dir(parts, create)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_dir(self, parts: tuple[str, ...], create: bool = False) -> int:
+        """An fd the caller closes. Reads start from a kept descriptor of the first level (checked
+        once: `entries/` is opened on every hit); creation always walks from the root, so writes
+        land in the live tree even if a level was replaced meanwhile."""
+        start = 0
+        with self._top_lock:
+            top = self._top.get(parts[0]) if parts and not create else None
+            if top is not None:
+                fd, start = os.dup(top), 1
+            else:
+                fd = os.dup(self._fd)
+        try:
+            for i in range(start, len(parts)):
+                name = check_name(parts[i])
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise self._refusal(exc, parts[:i + 1], "a directory") from None
+                os.close(fd)
+                fd = child
+                self._check(os.fstat(fd), parts[:i + 1])
+                if i == 0 and not create:
+                    with self._top_lock:
+                        if parts[0] not in self._top:
+                            self._top[parts[0]] = os.dup(fd)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _forget_if_gone(self, first: str) -> bool:
+        """After a miss through a kept first-level descriptor: drop it if that directory was
+        deleted (an operator's rm -rf); True when the caller should look again."""
+        with self._top_lock:
+            top = self._top.get(first)
+            if top is None:
+                return False
+            try:
+                gone = os.fstat(top).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                del self._top[first]
+                with contextlib.suppress(OSError):
+                    os.close(top)
+        return gone
+
+    def _refusal(self, exc: OSError, parts: tuple[str, ...], expected: str) -> OSError:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            return UnsafeFile(self._where(parts), f"is not {expected} (a symbolic link or another kind of file)")
+        return exc
+
+    def listdir(self, *parts: str) -> list[tuple[str, os.stat_result]]:
+        """(name, lstat) of every entry in root/parts (symlinks reported as links, not followed);
+        [] when the directory is missing."""
+        try:
+            with self.directory(*parts) as fd:
+                out = []
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        with contextlib.suppress(OSError):
+                            out.append((entry.name, entry.stat(follow_symlinks=False)))
+                return out
+        except FileNotFoundError:
+            return []
+
+    def subdirs(self, *parts: str) -> list[str]:
+        return [name for name, st in self.listdir(*parts) if stat.S_ISDIR(st.st_mode)]
+
+    def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
+             max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
+        """Everything below root/parts as ([(parts, lstat)], truncated), parents before children:
+        iterative (a planted 10,000-level tree is no recursion), no link followed, and bounded: at
+        most `max_depth` levels and `max_names` names, `truncated` saying the bound was hit."""
+        found: list[tuple[tuple[str, ...], os.stat_result]] = []
+        pending, truncated = [(tuple(parts), 0)], False
+        while pending:
+            where, depth = pending.pop()
+            try:
+                listed = self.listdir(*where)
+            except OSError:
+                continue  # replaced or refused meanwhile: what it held is not ours to count
+            for name, st in listed:
+                if len(found) >= max_names:
+                    return found, True
+                found.append(((*where, name), st))
+                if stat.S_ISDIR(st.st_mode):
+                    if depth + 1 < max_depth:
+                        pending.append(((*where, name), depth + 1))
+                    else:
+                        truncated = True
+        return found, truncated
+
+    def remove_tree(self, *parts: str, max_names: int = WALK_MAX_NAMES) -> bool:
+        """Remove the directory root/parts and what it holds (a directory planted at an entry path,
+        quarantined debris), bottom-up, never following a link; bounded like `walk`. True when it
+        is gone; False when something in it could not be removed (another user's, too deep)."""
+        found, truncated = self.walk(*parts, max_names=max_names)
+        for sub, st in reversed(found):  # children before their parents
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(st.st_mode):
+                    self.rmdir(*sub)
+                else:
+                    self.unlink(*sub)
+        try:
+            self.rmdir(*parts)
+        except OSError:
+            return False
+        return not truncated
+
+    def rmdir(self, *parts: str) -> None:
+        """Remove the empty directory root/parts (rmdir never follows a link: a symlink there fails)."""
+        with self.directory(*parts[:-1]) as dfd:
+            os.rmdir(check_name(parts[-1]), dir_fd=dfd)
+
+    # Files --------------------------------------------------------------------------------
+    def lstat(self, *parts: str) -> os.stat_result | None:
+        try:
+            with self.directory(*parts[:-1]) as fd:
+                return os.stat(check_name(parts[-1]), dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def read(self, *parts: str, max_bytes: int, head: int | None = None) -> tuple[bytes, os.stat_result] | None:
+        """(content, fstat) of the regular file root/parts, or None if absent; only its first
+        `head` bytes when given. Raises UnsafeFile for a symlink, FIFO, device, untrusted owner or
+        a file over `max_bytes`."""
+        for attempt in (1, 2):
+            try:
+                dfd = self._open_dir(parts[:-1])
+                try:
+                    return read_at(dfd, parts[-1], max_bytes, self.owners, "", head)
+                except UnsafeFile as exc:  # read_at names only the file: name the whole path
+                    raise UnsafeFile(self._where(parts), exc.reason, exc.owner) from None
+                finally:
+                    os.close(dfd)
+            except FileNotFoundError:
+                if attempt == 2 or len(parts) < 2 or not self._forget_if_gone(parts[0]):
+                    return None
+        return None
+
+    def write_new(self, *parts: str, data: bytes) -> os.stat_result:
+        """Create root/parts with `data` and return its stat; fails (FileExistsError) if the name
+        exists in any form (file, link, FIFO)."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            fd = os.open(check_name(parts[-1]), _NEW_FLAGS, 0o666, dir_fd=dfd)
+            try:
+                _write_all(fd, data)
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+
+    def publish(self, *parts: str, data: bytes, temp_name: str, durable: bool = True) -> None:
+        """Atomically make root/parts hold `data` (see `_replace_atomically`, `durable` too)."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
+                                     self._where((*parts[:-1], temp_name)), durable) as f:
+                f.write(data)
+
+    def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
+        """Remove root/parts if it is not a directory (a symlink is removed itself, never its
+        target); with `expect_ino`, only if it is still that file. Returns whether it was removed."""
+        try:
+            with self.directory(*parts[:-1]) as dfd:
+                name = check_name(parts[-1])
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode) or (expect_ino is not None and st.st_ino != expect_ino):
+                    return False
+                os.unlink(name, dir_fd=dfd)
+                return True
+        except FileNotFoundError:
+            return False
+
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
+               directories: bool = False) -> bool:
+        """Move a non-directory (with `directories`, anything) within the tree (quarantine); False
+        if it is gone, was replaced, or is a directory not asked for."""
+        try:
+            with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
+                name = check_name(src[-1])
+                st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
+                if (stat.S_ISDIR(st.st_mode) and not directories) or (expect_ino is not None and st.st_ino != expect_ino):
+                    return False
+                os.rename(name, check_name(dst[-1]), src_dir_fd=sfd, dst_dir_fd=dfd)
+                return True
+        except FileNotFoundError:
+            return False
+
+    def touch(self, *parts: str) -> None:
+        """Set mtime to now without following a link (needs only write access, like `touch`)."""
+        with self.directory(*parts[:-1]) as dfd:
+            os.utime(check_name(parts[-1]), dir_fd=dfd, follow_symlinks=False)
+
+    @contextlib.contextmanager
+    def open_lock_file(self, *parts: str) -> Iterator[int]:
+        """An fd of the regular lock file root/parts, created if missing, never through a link."""
+        with self.directory(*parts[:-1], create=True) as dfd:
+            fd = os.open(check_name(parts[-1]), _LOCK_FLAGS, 0o666, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise UnsafeFile(self._where(parts), "is not a regular file")
+                self._check(st, parts)
+                yield fd
+            finally:
+                os.close(fd)
+
+
+@contextlib.contextmanager
+def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str,
+                        durable: bool = True) -> Iterator[BinaryIO]:
+    """The one atomic write: a file object on `tmp` (created O_EXCL, never through a link); on a
+    clean exit it is fsynced and renamed over `final`, then the directory is fsynced. On any
+    failure the temp file is removed and `final` is untouched, so a reader sees the old file or
+    the whole new one, even if the writer is killed or the disk fills up. `durable=False` skips
+    the fsyncs: for a file whose loss or emptiness after a power cut only means
+    recomputing it (a memo), never for an entry."""
+    fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dir_fd)  # 0666 & ~umask: group-shared dirs stay shared
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        if _fault_hook is not None:
+            _fault_hook("before_rename", tmp_path)
+        os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    if durable:
+        with contextlib.suppress(OSError):  # durability of the rename; some NFS servers refuse
+            os.fsync(dir_fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], durable: bool = True) -> Iterator[BinaryIO]:
+    """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way
+    (`durable`: see `_replace_atomically`)."""
+    path = os.fspath(path)
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        with _replace_atomically(dfd, name, tmp, os.path.join(parent, tmp), durable) as f:
+            yield f
+    finally:
+        os.close(dfd)
+
+
+def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
+    """A small file outside any cache tree (the toolchain memo) read under the same rules: no
+    link, no FIFO, at most `max_bytes`; None when it is missing."""
+    parent, name = os.path.split(os.path.abspath(os.fspath(path)))
+    try:
+        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_at(dfd, name, max_bytes, None, os.fspath(path))[0]
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(dfd)
+
+
+def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
+            where: str = "", head: int | None = None) -> tuple[bytes, os.stat_result]:
+    """Read the regular file `name` in `dir_fd` under the rules above (FileNotFoundError if absent);
+    `where` names it in errors."""
+    try:
+        fd = os.open(check_name(name), _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(where or name, "is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(where or name, "is not a regular file (a FIFO, device or directory)")
+        if owners is not None:
+            problem = owners.problem(st)
+            if problem:
+                raise UnsafeFile(where or name, problem, owner=True)
+        if st.st_size > max_bytes:
+            raise UnsafeFile(where or name, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
+                                    f"(KERNEL_CACHE_MAX_ENTRY_BYTES)")
+        return _read_exactly(fd, st.st_size if head is None else min(head, st.st_size)), st
+    finally:
+        os.close(fd)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """At most `size` bytes (a file that grows while read is cut at the size fstat gave)."""
+    first = os.read(fd, min(size, READ_CHUNK)) if size else b""
+    if len(first) == size or not first:
+        return first  # one read, no copy
+    chunks, left = [first], size - len(first)
+    while left > 0:
+        chunk = os.read(fd, min(left, READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
