@@ -19,6 +19,8 @@ from kernel_cache import Session
 from kernel_cache.entries.canonical import canonical as core_canonical
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.canonical import text as _text
+from kernel_cache.levels.memory import BoundedMemo
+from kernel_cache.session import SessionMemo
 
 from . import inputs
 from . import triton_compat as tc
@@ -72,13 +74,14 @@ def document_summary(document: dict[str, Any]) -> str:
 
 _KEYS_LIMIT = 8192  # per memo: a session's keys (a model asks for the same ones on every trace)
 
-KeyMemo = dict[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
+KeyMemo = BoundedMemo[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
+_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: BoundedMemo(_KEYS_LIMIT))
 
 
 def session_keys(session: Session) -> KeyMemo:
     """`session`'s memo of content keys, dropped with it by `configure()`: what a caller holding the
     session passes to `content_key` (and `compiler.lookup` / `get_or_compile`)."""
-    return session.memo("compiler.key.keys", KeyMemo)
+    return _KEYS.of(session)
 
 
 def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys: KeyMemo | None = None) -> str:
@@ -98,6 +101,5 @@ def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys:
         return digest(key_document(spec, toolchain))
     if key is None:
         key = digest(key_document(spec, toolchain))
-        if len(keys) < _KEYS_LIMIT:
-            keys[slot] = key
+        keys.remember(slot, key)
     return key

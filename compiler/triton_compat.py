@@ -34,6 +34,7 @@ try:  # Triton 3.5+: @jit functions and constexpr functions share a base
 except ImportError:  # pragma: no cover - older Triton
     _JIT_CALLABLE = JITFunction  # type: ignore[misc, assignment, unused-ignore]
 
+from kernel_cache.levels.memory import BoundedMemo
 from kernel_cache.settings.environ_watch import EnvironMemo
 
 from .front_end_turns import FRONT_END
@@ -127,8 +128,8 @@ def triton_cache_key(fn: JITFunction) -> str:
 # A read of a value the kernel's code depends on: (where it is read, the namespace or module, the path).
 Reader = tuple[str, Any, tuple[str, ...]]
 # id(JITFunction) -> (the function, its readers): a function's source is fixed at decoration.
-_readers: dict[int, tuple[Any, tuple[Reader, ...]]] = {}
 _MAX_FUNCTIONS = 8192
+_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo(_MAX_FUNCTIONS)
 _MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
 _PLAIN = (int, float, str, bool, bytes, type(None))
 
@@ -181,8 +182,7 @@ def _readers_of(fn: Any) -> tuple[Reader, ...]:
         collected: list[Reader] = []
         _collect(fn, collected, set())
         found = (fn, tuple(collected))
-        if len(_readers) < _MAX_FUNCTIONS:
-            _readers[id(fn)] = found
+        _readers.remember(id(fn), found)
     return found[1]
 
 
@@ -382,7 +382,7 @@ def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
 
 
 # A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on purpose.
-_flags: dict[int, tuple[JITFunction, tuple[tuple[str, bool, bool, bool, str], ...]]] = {}
+_flags: BoundedMemo[int, tuple[JITFunction, tuple[tuple[str, bool, bool, bool, str], ...]]] = BoundedMemo(8192)
 
 
 def param_flags(fn: JITFunction) -> tuple[tuple[str, bool, bool, bool, str], ...]:
@@ -399,12 +399,11 @@ def param_flags(fn: JITFunction) -> tuple[tuple[str, bool, bool, bool, str], ...
                     bool(getattr(p, "do_not_specialize_on_alignment", False)),
                     ann if isinstance(ann, str) else ""))
     flags = tuple(out)
-    if len(_flags) < 8192:
-        _flags[id(fn)] = (fn, flags)
+    _flags.remember(id(fn), (fn, flags))
     return flags
 
 
-_defaults: dict[int, tuple[JITFunction, dict[str, Any]]] = {}
+_defaults: BoundedMemo[int, tuple[JITFunction, dict[str, Any]]] = BoundedMemo(8192)
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
@@ -418,8 +417,7 @@ def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
         if p.is_constexpr and getattr(p, "has_default", False):
             default = p.default
             out[p.name] = getattr(default, "value", default) if type(default).__name__ == "constexpr" else default
-    if len(_defaults) < 8192:
-        _defaults[id(fn)] = (fn, dict(out))
+    _defaults.remember(id(fn), (fn, dict(out)))
     return out
 
 
@@ -527,7 +525,7 @@ def ptxas_candidates(target: Target) -> list[str]:
 # A pure function of its key (target, options and the environment Triton's parse reads: libdevice's
 # path, ptxas options, fp-fusion default...) under the installed Triton: module-level on purpose, and
 # emptied when the C environment changed (`triton_env` read anew).
-_PARSED: dict[tuple[Any, ...], Any] = {}
+_PARSED: BoundedMemo[tuple[Any, ...], Any] = BoundedMemo(1024)
 _parsed_under: list[object] = []  # the environment `_PARSED` was filled under
 
 
@@ -548,8 +546,7 @@ def parse_options(target: Target, options: dict[str, Any]) -> Any:
     parsed = _PARSED.get(ident)
     if parsed is None:
         parsed = make_backend(target).parse_options(dict(options))
-        if len(_PARSED) < 1024:
-            _PARSED[ident] = parsed
+        _PARSED.remember(ident, parsed)
     return parsed
 
 

@@ -16,12 +16,12 @@ Warnings (`KernelCacheWarning`) go through the `warnings` module.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import sys
 import threading
 
+from kernel_cache import at_exit
 from kernel_cache.entries.entry import CorruptEntry, Entry
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, intercept
@@ -76,6 +76,7 @@ def configure(config: Config | None = None) -> Store:
         old, _default = _default, session
     if old is not None:
         old.close()
+    at_exit.add("counters", _flush_at_exit)
     store = session.store
     if config.dir is None and not config.disabled and not store.persistent_levels:
         info_once("memory-only", MEMORY_ONLY)
@@ -106,8 +107,8 @@ def default_store() -> Store:
     return current_session().store
 
 
-@atexit.register
 def _flush_at_exit() -> None:
+    """The counters and the uses kept for the levels' LRU order: the exit sequence's last step."""
     if _default is not None:
         try:
             store = _default.store

@@ -3,7 +3,12 @@
 `configure()` replaces the session, so nothing remembered under one configuration (content keys,
 record texts, winners read from the old store, kernels touched in it, lowered payloads) survives
 into the next; the lowering takes the session once per call and passes it (or its store and
-config) down, and the floors keep their memos here by name instead of in module globals.
+config) down, and the floors keep their memos in it instead of in module globals.
+
+A floor declares each memo once, as a typed `SessionMemo` of its own module (`SessionMemo("what",
+factory)`, the factory given the session); `memo.of(session)` is that session's, made at its first
+use. The one mode a session is in, `tuning` (set while `cachectl tune` forces or records autotuned
+configs: nothing lowered is reused), is an attribute.
 
 What stays module-level is a fact about this process's installed software or devices (the
 toolchain fingerprint, keyed by the identity of the files it hashes; jaxlib's capabilities; a
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kernel_cache.settings.config import Config
 from kernel_cache.store import Store
@@ -23,23 +28,39 @@ from kernel_cache.store import Store
 M = TypeVar("M")
 
 
+class SessionMemo(Generic[M]):
+    """One floor's per-session memo, declared at module level by the module that owns it: a typed
+    key into every session (never a string), made by `factory` at a session's first use."""
+
+    __slots__ = ("factory", "name")
+
+    def __init__(self, name: str, factory: Callable[[Session], M]) -> None:
+        self.name = name  # the owner's name for it, for a reader of `Session.memos`
+        self.factory = factory
+
+    def of(self, session: Session) -> M:
+        """`session`'s memo (a dictionary hit once made)."""
+        found: M | None = session.memos.get(self)
+        return found if found is not None else session.made(self)
+
+    def __repr__(self) -> str:
+        return f"SessionMemo({self.name!r})"
+
+
 class Session:
     def __init__(self, config: Config) -> None:
         self.store = Store(config)
         self.config = self.store.config  # with the bound stored in the cache directory, where that applies
-        # name -> memo; read directly on a hot path (`session.memos.get(name)`), made through `memo()`
-        self.memos: dict[str, Any] = {}
+        self.memos: dict[SessionMemo[Any], Any] = {}  # each floor's memos, by their declaration
+        self.tuning: Any = None  # the tuning under way (the lowering's `Tuning`), or None
         self._lock = threading.Lock()
 
-    def memo(self, name: str, factory: Callable[[], M]) -> M:
-        """The memo called `name` (made by `factory` on first use): a per-process cache that lives as
-        long as this configuration. Names are the owning module's, e.g. "compiler.key.keys"."""
-        found = self.memos.get(name)
-        if found is None:
-            with self._lock:
-                found = self.memos.get(name)
-                if found is None:
-                    found = self.memos[name] = factory()
+    def made(self, memo: SessionMemo[M]) -> M:
+        """`memo`, made now unless another thread just did."""
+        with self._lock:
+            found: M | None = self.memos.get(memo)
+            if found is None:
+                found = self.memos[memo] = memo.factory(self)
         return found
 
     def forget(self) -> None:

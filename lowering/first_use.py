@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import kernel_cache
 from compiler.toolchain import prime_in_background
+from kernel_cache.session import SessionMemo
 
 from . import xla_cache
-
-STARTED = "lowering.first_use"  # session memo: present once what first use does has been done
 
 
 def session() -> kernel_cache.Session:
@@ -23,17 +22,17 @@ def session() -> kernel_cache.Session:
     the lowering rule makes the same check inline)."""
     current = kernel_cache.current_session()
     if STARTED not in current.memos:
-        start(current)
+        STARTED.of(current)
     return current
 
 
-def start(current: kernel_cache.Session) -> None:
-    """The set-up importing leaves to the first call, once per session."""
-    current.memo(STARTED, lambda: _start(current))
+class _Started:
+    """The set-up importing leaves to the first call, done once per session as its memo is made."""
+
+    def __init__(self, current: kernel_cache.Session) -> None:
+        xla_cache.apply(current.store)
+        if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
+            prime_in_background()
 
 
-def _start(current: kernel_cache.Session) -> bool:
-    xla_cache.apply(current.store)
-    if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
-        prime_in_background()
-    return True
+STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first use does has been done

@@ -27,13 +27,13 @@ local index holds it. A set is then filed under the first key or signature asked
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from kernel_cache import at_exit
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import MAX_BLOBS, Entry, is_key
 from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME
@@ -170,7 +170,7 @@ class WarmSet:
         self._noted_bytes = 0
         if self.active:
             _open_sets.add(self)
-            _exit_hook()
+            at_exit.add("warm sets", save_all)
 
     def get(self, key: str) -> Entry | None:
         """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
@@ -277,20 +277,10 @@ class WarmSet:
 
 
 _open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()
-_hooked = False
-_hook_lock = threading.Lock()
-
-
-def _exit_hook() -> None:
-    global _hooked
-    with _hook_lock:
-        if not _hooked:
-            _hooked = True
-            atexit.register(save_all)  # runs before the store's own exit flush (registered earlier)
 
 
 def save_all() -> None:
-    """Save every open session's warm set (what exit does)."""
+    """Save every open session's warm set (the exit sequence's first step)."""
     for warm in list(_open_sets):
         with contextlib.suppress(Exception):  # a cache never fails the program's exit
             warm.save()

@@ -3,7 +3,8 @@ decoded entries (a hit costs a dict lookup) and answers the Level protocol's mai
 nothing: no records, no lock, no debris, no quarantine.
 
 `SizedLRU` is its LRU, and the lowering's per-process memos' (compressed runs, whole call payloads):
-a hit never leaves this file.
+a hit never leaves this file. `BoundedMemo` is every other memo of the floors: a dict that stops
+growing at its bound.
 """
 
 from __future__ import annotations
@@ -19,7 +20,27 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import Entry
 from kernel_cache.level import no_lock
 
+K = TypeVar("K")
 V = TypeVar("V")
+
+
+class BoundedMemo(dict[K, V]):
+    """A memo of values that are pure functions of their keys, which stops growing at `bound`
+    entries: what it holds stays (never stale), what comes later is computed again at each ask, so a
+    process that asks for ever new keys (a long-running server tracing new programs) holds a bounded
+    amount. Reads are a plain dict's (`memo.get(key)`, one lookup on a hot path)."""
+
+    __slots__ = ("bound",)
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = bound
+
+    def remember(self, key: K, value: V) -> V:
+        """Keep `value` under `key` while below the bound; `value` either way."""
+        if len(self) < self.bound:
+            self[key] = value
+        return value
 
 
 class SizedLRU(Generic[V]):

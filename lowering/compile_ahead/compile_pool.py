@@ -11,7 +11,6 @@ a thread inside Triton's C++ when the interpreter finalizes aborts the process.)
 
 from __future__ import annotations
 
-import atexit
 import queue
 import threading
 from collections.abc import Callable
@@ -84,9 +83,8 @@ def _cancel_queued() -> None:
 
 
 # threading's own exit hook runs before Python joins non-daemon threads (atexit's only after, too late:
-# the workers would wait for work forever). Where a Python lacks it, the workers are daemon threads.
+# the workers would wait for work forever). Where a Python lacks it, the workers are daemon threads,
+# left behind at exit with whatever was queued.
 _register_exit = getattr(threading, "_register_atexit", None)
 if _register_exit is not None:
     _register_exit(_cancel_queued)
-else:
-    atexit.register(_cancel_queued)

@@ -37,7 +37,7 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
     check_lowering_context(ctx)
     session = kernel_cache.current_session()
     if first_use.STARTED not in session.memos:
-        first_use.start(session)
+        first_use.STARTED.of(session)
     build = functools.partial(_lower_kernels, avals_in=ctx.avals_in, noted=noted)
     served = call_records.serve(platform, ctx.avals_in, ctx.avals_out, params, session,
                                 getattr(ctx, "module_context", None), build)

@@ -24,6 +24,7 @@ from compiler import KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
 from kernel_cache.lazy import later
+from kernel_cache.levels.memory import BoundedMemo
 
 from ..planning.aliasing import CallShape
 from ..planning.plan import CallInfo, KernelPlan, Launch
@@ -262,9 +263,8 @@ def _row_major(rank: int) -> Any:  # an int64 ndarray (MLIR's stubs type the att
     if found is None:
         found = np.arange(rank - 1, -1, -1, dtype=np.int64)
         found.flags.writeable = False
-        if len(_LAYOUTS) < 64:
-            _LAYOUTS[rank] = found
+        _LAYOUTS.remember(rank, found)
     return found
 
 
-_LAYOUTS: dict[int, Any] = {}  # rank -> its row-major layout (a constant per rank)
+_LAYOUTS: BoundedMemo[int, Any] = BoundedMemo(64)  # rank -> its row-major layout (a constant per rank)

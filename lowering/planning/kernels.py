@@ -19,6 +19,7 @@ import kernel_cache  # noqa: F401  (imported with lowering, not inside the first
 from compiler import KernelSpec, Target
 from kernel_cache import Session
 from kernel_cache.lazy import later
+from kernel_cache.levels.memory import BoundedMemo
 
 from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
@@ -40,7 +41,7 @@ _TRITON_DTYPES = {
 }
 
 
-_POINTER_TYPES: dict[Any, str] = {}  # dtype -> its pointer type (the lowering asks per operand)
+_POINTER_TYPES: BoundedMemo[Any, str] = BoundedMemo(256)  # dtype -> its pointer type (the lowering asks per operand)
 
 
 def pointer_type(dtype: Any) -> str:
@@ -52,8 +53,7 @@ def pointer_type(dtype: Any) -> str:
         found = "*" + _TRITON_DTYPES[name]
     except KeyError:
         raise TypeError(f"arrays of dtype {name} cannot be passed to a Triton kernel") from None
-    if len(_POINTER_TYPES) < 256:
-        _POINTER_TYPES[dtype] = found
+    _POINTER_TYPES.remember(dtype, found)
     return found
 
 

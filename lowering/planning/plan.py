@@ -21,6 +21,7 @@ from jax import core
 
 from compiler import KernelSpec, Target
 from kernel_cache import Config
+from kernel_cache.levels.memory import BoundedMemo
 from kernel_cache.value_class import Value
 
 from ..frontend.bound_call import BoundCall
@@ -175,13 +176,12 @@ def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
 # (platform, the call's compute capability, the configured arch) -> its target: parsed and checked
 # once per process (a fact of the installation and its devices, like `target_arch`'s own memos),
 # so a warm call's plan does not ask `target_arch` again.
-_TARGETS: dict[tuple[str, Any, Any], Target] = {}
+_TARGETS: BoundedMemo[tuple[str, Any, Any], Target] = BoundedMemo(256)
 
 
 def _resolved(asked: tuple[str, Any, Any], config: Config) -> Target:
     target = resolve_target(asked[0], asked[1], config)
-    if len(_TARGETS) < 256:
-        _TARGETS[asked] = target
+    _TARGETS.remember(asked, target)
     return target
 
 
@@ -213,7 +213,7 @@ def _nbytes(aval: Any) -> int:
     return math.prod(map(int, aval.shape)) * _dtype(aval.dtype)[1]
 
 
-_DTYPES: dict[Any, tuple[str, int]] = {}  # a dtype -> (its name, its item size): every operand asks
+_DTYPES: BoundedMemo[Any, tuple[str, int]] = BoundedMemo(256)  # a dtype -> (its name, its item size): every operand asks
 
 
 def dtype_name(dtype: Any) -> str:
@@ -230,8 +230,7 @@ def _dtype(dtype: Any) -> tuple[str, int]:
     found = _DTYPES.get(dtype)
     if found is None:
         found = (np.dtype(dtype).name, int(np.dtype(dtype).itemsize))
-        if len(_DTYPES) < 256:
-            _DTYPES[dtype] = found
+        _DTYPES.remember(dtype, found)
     return found
 
 

@@ -50,6 +50,7 @@ from compiler.spec import compile_options, triton_value
 from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
 from kernel_cache.entries.canonical import canonical, canonical_text, items_text, spliced_digest
+from kernel_cache.levels.memory import BoundedMemo
 
 from ..frontend.bound_call import BoundCall
 from ..payload import jaxlib_compat as compat
@@ -60,7 +61,7 @@ from .winners import gpu_model
 
 FORMAT = 3  # 3: each config's compile inputs as the content key states them (compiler.inputs)
 # A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
-StaticMemo = dict[tuple[Any, ...], tuple[Any, str]]
+StaticMemo = BoundedMemo[tuple[Any, ...], tuple[Any, str]]
 
 
 def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
@@ -155,13 +156,12 @@ def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str
     if found is None or found[0] is not fn:
         own = function_text(fn, fingerprint)
         found = (fn, '{"list":[' + installation_text(platform, target) + "," + own + "]}")
-        if len(memo) < 4096:
-            memo[memo_key] = found
+        memo.remember(memo_key, found)
     return found[1]
 
 
 # id(kernel function) -> (the function, its Triton fingerprint, the text of its part of the key)
-_functions: dict[int, tuple[Any, str, str]] = {}
+_functions: BoundedMemo[int, tuple[Any, str, str]] = BoundedMemo(8192)
 
 
 def function_text(fn: Any, fingerprint: str) -> str:
@@ -173,13 +173,12 @@ def function_text(fn: Any, fingerprint: str) -> str:
     if found is None or found[0] is not fn or found[1] != fingerprint:
         found = (fn, fingerprint, items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]],
                                              lowering_value))
-        if len(_functions) < 8192:
-            _functions[id(fn)] = found
+        _functions.remember(id(fn), found)
     return found[2]
 
 
 # (platform, target, code identity) -> (the installed tools, the text of the installation's part)
-_installations: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}
+_installations: BoundedMemo[tuple[Any, ...], tuple[dict[str, Any], str]] = BoundedMemo(256)
 
 
 def installation_text(platform: str, target: Target) -> str:
@@ -192,8 +191,7 @@ def installation_text(platform: str, target: Target) -> str:
     if found is None or found[0] != tools:
         found = (tools, items_text(["kernel-cache lowered call", FORMAT, code, platform, target.to_json(), tools],
                                    lowering_value))
-        if len(_installations) < 256:
-            _installations[memo_key] = found
+        _installations.remember(memo_key, found)
     return found[1]
 
 
@@ -218,8 +216,7 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
     part = _module_texts.get(values)
     if part is None:
         part = canonical_text([list(env_items), *capabilities], lowering_value)
-        if len(_module_texts) < 256:
-            _module_texts[values] = part
+        _module_texts.remember(values, part)
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
@@ -227,7 +224,7 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
 
 # (Triton's environment, jaxlib's capabilities and their types) -> their text: what a module reads
 # changes rarely, its encoding is kept (a pure function of the values)
-_module_texts: dict[tuple[Any, ...], str] = {}
+_module_texts: BoundedMemo[tuple[Any, ...], str] = BoundedMemo(256)
 
 
 @functools.cache

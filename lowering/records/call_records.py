@@ -16,7 +16,7 @@ form; a call without one is planned on every lowering.
 KERNEL_CACHE_CALL_RECORDS=0 keeps records out of the store: they live in this session only (a
 model's layers lowering the same call again). The key is the call's one key: the store's record and
 this session's copy use it alike. ROCm payloads name a temporary file: never recorded. Tuning
-(`winners.TUNING`) bypasses every tier but the last: nothing lowered may be reused.
+(`session.tuning`, `winners.tuning`) bypasses every tier but the last: nothing lowered may be reused.
 The module is long because it is the serving path whole: its tiers, and the record slot the last fills.
 """
 
@@ -32,7 +32,8 @@ from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store
 from kernel_cache.entries import call_entry
 from kernel_cache.entries.warm_set import WarmSet
-from kernel_cache.levels.memory import SizedLRU
+from kernel_cache.levels.memory import BoundedMemo, SizedLRU
+from kernel_cache.session import SessionMemo
 from kernel_cache.telemetry import lookup_log
 
 from ..frontend.bound_call import BoundCall
@@ -104,7 +105,7 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
           session: Session, module: Any, build: Callable[[Slot], None]) -> Served:
     """The call (`triton_kernel_call_p`'s parameters) through the tiers in the module's docstring.
     `module`: the JAX module being lowered; `build(slot)`: the last tier, which fills `slot`'s payload."""
-    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     call = BoundCall(**params)
     evaluation = Evaluation(avals_in, avals_out, call)  # the user's functions, run once for this lowering
     start = time.perf_counter()
@@ -132,9 +133,9 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
     config = session.config
     device = winners.gpu_model(plan.platform, config) if len(plan.configs) > 1 and config.winners else None
-    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     slot = Slot(None, plan, device is not None, session, memos)
-    if plan.platform != "cuda" or winners.TUNING in session.memos:  # tuning: nothing lowered may be reused
+    if plan.platform != "cuda" or session.tuning is not None:  # tuning: nothing lowered may be reused
         return slot
     slot.key = call_key.call_key(plan, device, module, config, memos.static)
     if slot.key is not None:
@@ -148,9 +149,9 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     """(the call's signature, or None where it has none or none is asked (ROCm, tuning); the record
     that serves it unplanned and the level it comes from: this session's (tiers 1), else the one the
     program's warm set names for it (tier 2), where it holds a payload of its own; or None)."""
-    if platform != "cuda" or winners.TUNING in session.memos:
+    if platform != "cuda" or session.tuning is not None:
         return None, None
-    memos = session.memos.get(_MEMOS) or session.memo(_MEMOS, _Memos)
+    memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static,
                                    evaluation)
     if signature is None:
@@ -269,8 +270,7 @@ def _decoded(memos: "_Memos", entry: Entry) -> call_entry.CallRecord | None:
         record = call_entry.CallRecord.from_entry(entry)
     except ValueError:
         return None
-    if len(memos.decoded) < 4096:
-        memos.decoded[entry.key] = (entry, record)
+    memos.decoded.remember(entry.key, (entry, record))
     return record
 
 
@@ -281,8 +281,8 @@ class _Memos:
     read as (kept with it: the memory level answers with the same entry, which is then not checked
     again), and (records off) the records of this session."""
 
-    static: call_key.StaticMemo = field(default_factory=dict)
-    decoded: dict[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=dict)
+    static: call_key.StaticMemo = field(default_factory=lambda: BoundedMemo(4096))
+    decoded: BoundedMemo[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=lambda: BoundedMemo(4096))
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
@@ -308,7 +308,7 @@ class _Memos:
         return warm
 
 
-_MEMOS = "lowering.records.call_records"  # this module's session memo (`_Memos`)
+_MEMOS = SessionMemo("lowering.records.call_records", lambda _: _Memos())  # this module's session memo
 MAX_SERVED = 4096  # calls the session serves again by signature
 MAX_SERVED_BYTES = 64 << 20  # their payloads' bytes
 def record_label(kernel: str, kernels: int) -> str:

@@ -24,6 +24,7 @@ import compiler
 import kernel_cache
 from compiler import KernelSpec, triton_compat
 from kernel_cache.lazy import later
+from kernel_cache.session import SessionMemo
 from kernel_cache.value_class import FrozenValue
 
 from ..planning.plan import KernelPlan
@@ -53,8 +54,8 @@ class Site(FrozenValue):
                              key_values=key_values, key_text=key_text, spec=spec, device=device)
 
 
-_STORED = "lowering.records.winners.stored"  # session memo: winner key -> its config's content key (None: no winner)
-TUNING = "lowering.records.winners.tuning"  # session memo: the tuning under way (absent: none)
+# session memo: winner key -> its config's content key (None: no winner)
+_STORED: SessionMemo[dict[str, str | None]] = SessionMemo("lowering.records.winners.stored", lambda _: {})
 
 
 class Tuning(FrozenValue):
@@ -82,12 +83,12 @@ class Choice(FrozenValue):
 
 def tuning_active(session: kernel_cache.Session) -> bool:
     """Inside `tuning()`: configs are forced or recorded, so nothing lowered may be reused."""
-    return session.memos.get(TUNING) is not None
+    return session.tuning is not None
 
 
 def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
     """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
-    under_way: Tuning | None = session.memos.get(TUNING)
+    under_way: Tuning | None = session.tuning
     if len(specs) < 2 or not (under_way is not None or session.config.winners):
         return Choice(None)
     forced, recorder = (under_way.forced, under_way.recorder) if under_way is not None else (None, None)
@@ -117,7 +118,7 @@ def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPla
 
 def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
     """The winning config's content key stored under winner `key` (memoized per session)."""
-    memo = session.memo(_STORED, dict[str, "str | None"])
+    memo = _STORED.of(session)
     if key in memo:
         return memo[key]
     found = session.store.get(key)
@@ -130,7 +131,7 @@ def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
 
 def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None:
     """After storing a winner in this session: later lowerings use it without a store read."""
-    session.memo(_STORED, dict[str, "str | None"])[record.key] = record.best.key
+    _STORED.of(session)[record.key] = record.best.key
 
 
 @contextlib.contextmanager
@@ -139,15 +140,12 @@ def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = Non
     """While inside: lower each autotuned site whose winner key `forced` names as that config alone
     (every other site autotuned, stored winners ignored), and append every site seen to `record`.
     The tuning belongs to `session`: a `configure()` meanwhile starts a session that is not tuning."""
-    saved = session.memos.get(TUNING)
-    session.memos[TUNING] = Tuning(dict(forced or {}), record)
+    saved = session.tuning
+    session.tuning = Tuning(dict(forced or {}), record)
     try:
         yield
     finally:
-        if saved is None:
-            session.memos.pop(TUNING, None)
-        else:
-            session.memos[TUNING] = saved
+        session.tuning = saved
 
 
 def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:

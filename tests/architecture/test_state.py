@@ -3,7 +3,8 @@
 software or the devices, or a pure function of its key (`kernel_cache/session.py`). This test reads
 every module of the core, the compiler and the lowering (the operator's floor, `cachectl/`,
 runs one command per process) and finds its module-level mutable state (a dict, list, set or LRU bound
-at module level, a `functools.cache`/`lru_cache`d function, a `global` rebound in a function): each
+at module level, a weak set or dictionary, a `threading.local`, a `BoundedMemo`, a
+`functools.cache`/`lru_cache`d function, a `global` rebound in a function): each
 must be listed here with why it may stay module-level, so a new memo is a decision, not an accident.
 """
 
@@ -77,8 +78,9 @@ MODULE_STATE = {
     "kernel_cache/display.py:_NAMED": CONSTANT,
     "kernel_cache/interception.py:CLIENT_MODULES": CONSTANT,
     "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
-    "kernel_cache/levels/disk/level.py:_exit_hook": f"{PROCESS}: its exit hook, registered once",
-    "kernel_cache/entries/warm_set.py:_hooked": f"{PROCESS}: its exit hook, registered once",
+    "kernel_cache/entries/warm_set.py:_open_sets": f"{PROCESS}: the sessions' warm sets still to save at exit (weakly held)",
+    "kernel_cache/levels/remote/redis_guard.py:_current": f"{PROCESS}: each thread's budget for the call under way",
+    "kernel_cache/at_exit.py:_steps": f"{PROCESS}: the package's one exit sequence, a function per step",
     "kernel_cache/levels/disk/level.py:_unflushed": f"{PROCESS}: the local levels whose deferred copies it writes at exit",
     "kernel_cache/levels/shared/level.py:LOCK_SUFFIXES": CONSTANT,
     "kernel_cache/levels/shared/level.py:_FANOUT_CHARS": CONSTANT,
@@ -91,7 +93,8 @@ MODULE_STATE = {
     "kernel_cache/entries/summary.py:USUAL_OPTIONS": CONSTANT,
     "kernel_cache/telemetry/warnings_once.py:_seen": f"{PROCESS}: each warning said once per process",
 }
-_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "SizedLRU", "of_bytes", "EnvironMemo"}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "SizedLRU", "of_bytes", "EnvironMemo",
+                  "WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "local", "BoundedMemo"}
 _MEMO_DECORATORS = {"cache", "lru_cache", "cached_property"}
 
 
@@ -144,3 +147,12 @@ def test_the_content_key_takes_its_memo():
     source = (ROOT / "compiler" / "key.py").read_text()
     assert "current_session" not in source and "current_config" not in source
     assert module_state(ROOT / "compiler" / "key.py") == set()
+
+
+def test_one_exit_sequence():
+    """Exit has one order, the package's (`kernel_cache/at_exit.py`): one `atexit.register` in the
+    product, none elsewhere."""
+    found = [path.relative_to(ROOT).as_posix() for floor in ("kernel_cache", "compiler", "lowering", "cachectl")
+             for path in sorted((ROOT / floor).rglob("*.py"))
+             for line in path.read_text().splitlines() if "atexit.register" in line]
+    assert found == ["kernel_cache/at_exit.py"], found

@@ -89,10 +89,10 @@ def switches(walk: list[list[str | None]]) -> int:
     return 2 * len(walk)
 
 
-def test_a_warm_call_stays_within_fourteen_files_and_forty_switches(walk):
+def test_a_warm_call_stays_within_fifteen_files_and_forty_switches(walk):
     """The record comes from the program's warm set, named by the call's signature, unplanned."""
     files = {path for path, _, _ in walk}
-    assert len(files) <= 14, sorted(files)
+    assert len(files) <= 15, sorted(files)
     assert switches(walk) <= 40, walk
 
 

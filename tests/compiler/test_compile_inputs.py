@@ -27,6 +27,7 @@ import compiler
 import kernel_cache
 from compiler import triton_compat as tc
 from compiler.spec import compile_options
+from kernel_cache.levels.memory import BoundedMemo
 from lowering import triton_call
 from lowering.frontend.bound_call import BoundCall
 from lowering.frontend.frozen_items import FrozenItems
@@ -75,8 +76,8 @@ def _keys() -> tuple[str, str | None, str | None]:
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
     (spec,) = plan.specs()
-    key = call_key.call_key(plan, None, None, config, {})
-    signature = call_key.signature(platform, avals_in, avals_out, params, None, config, {})
+    key = call_key.call_key(plan, None, None, config, BoundedMemo(64))
+    signature = call_key.signature(platform, avals_in, avals_out, params, None, config, BoundedMemo(64))
     return compiler.content_key(spec), key, signature
 
 
@@ -192,7 +193,7 @@ def _keys_with(params: dict) -> tuple[str, str | None]:
     platform, avals_in, avals_out, _ = _ADD_CALL
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
-    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config, {})
+    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config, BoundedMemo(64))
 
 
 # --- a served payload against a fresh compile ------------------------------------------------------

@@ -62,7 +62,7 @@ def test_nothing_of_the_call_is_held(tmp_path, use_store):  # noqa: F811
 
     for _ in range(3):
         lower(program, (VEC, VEC))
-    memos = kernel_cache.current_session().memos["lowering.records.call_records"]
+    memos = call_records._MEMOS.of(kernel_cache.current_session())
     held = list(memos.served.values())
     assert held and all(type(record) is CallRecord for record in held)
     reached, pending = set(), list(held)
@@ -102,17 +102,16 @@ def test_records_off_the_session_still_serves_a_call_again(tmp_path, use_store, 
 
 
 def test_tuning_bypasses_the_session(tmp_path, use_store, planned):  # noqa: F811
-    from lowering.records import winners
 
     use_store(tmp_path / "tuning")
     _, fn, shapes = PROGRAMS[0]
     lower(fn, shapes)
     lower(fn, shapes)
     session = kernel_cache.current_session()
-    session.memos[winners.TUNING] = object()
+    session.tuning = object()
     try:
         lower(fn, shapes)
         assert len(planned) == 3  # planned again: nothing lowered may be reused while tuning
         assert call_records.find_signed("cuda", *([],) * 2, {}, session) == (None, None)
     finally:
-        del session.memos[winners.TUNING]
+        session.tuning = None

@@ -32,7 +32,6 @@ diskcache's tables in disk_sql.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import sqlite3
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import diskcache
 
+from kernel_cache import at_exit
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from kernel_cache.errors import IndexDamaged, IndexNotReady, LevelReadOnly, LevelUnavailable
@@ -78,7 +78,6 @@ else:
 # wrote them first (a Store opened directly and never closed, as well as the process's session).
 _unflushed: set[DiskLevel] = set()
 _unflushed_lock = threading.Lock()
-_exit_hook = False
 
 BUSY_COOLDOWN = 60.0  # after a busy timeout, skip writes this long instead of waiting per kernel
 TOUCH_INTERVAL = 60.0  # record a hit in the index at most this often per entry (LRU granularity)
@@ -596,12 +595,9 @@ class DiskLevel(InDirectory):
 
 def _written_at_exit(level: DiskLevel) -> None:
     """Have `level`'s deferred copies written at exit unless a flush writes them first."""
-    global _exit_hook
     with _unflushed_lock:
         _unflushed.add(level)
-        if not _exit_hook:
-            _exit_hook = True
-            atexit.register(_flush_at_exit)
+    at_exit.add("deferred copies", _flush_at_exit)
 
 
 def _flush_at_exit() -> None:

@@ -1,0 +1,40 @@
+"""The package's one exit sequence: what must reach the cache when the interpreter exits, in the
+order it must. A program's warm sets are saved first (saving reads and writes the store), then the
+disk level's deferred copies are written, then the counters and the uses kept for the levels' LRU
+order. Modules name their step (`add`); the one atexit registration is made when the first step is
+added, at first use as the separate hooks were (a process that never opened a store registers
+nothing), so the sequence runs before the exit hooks of libraries imported earlier (JAX's). A step
+that fails never fails the program's exit, nor stops the steps after it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+from collections.abc import Callable
+
+STEPS = ("warm sets", "deferred copies", "counters")
+_steps: dict[str, Callable[[], None]] = {}
+_lock = threading.Lock()
+
+
+def add(step: str, run: Callable[[], None]) -> None:
+    """Have `run` called at exit as `step` of the sequence (one function per step: the first kept)."""
+    if step not in STEPS:
+        raise ValueError(f"no exit step {step!r}; the steps are {', '.join(STEPS)}")
+    if step in _steps:
+        return
+    with _lock:
+        if not _steps:
+            atexit.register(run_steps)
+        _steps.setdefault(step, run)
+
+
+def run_steps() -> None:
+    """Every step added, in the sequence's order (what exit does)."""
+    for step in STEPS:
+        found = _steps.get(step)
+        if found is not None:
+            with contextlib.suppress(Exception):
+                found()
