@@ -35,7 +35,7 @@ from compiler import triton_compat as tc
 from kernel_cache import configure, interception
 from kernel_cache.coordination.locks import filesystem_of, flock_is_coherent
 from kernel_cache.display import redacted
-from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, describe_error
+from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, STATS_FILES, describe_error
 from kernel_cache.levels.disk.sql import count_and_size, open_read_only
 from kernel_cache.levels.remote import level as remote_level
 from kernel_cache.levels.shared.level import QUARANTINE_DIR
@@ -142,8 +142,8 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
     found = _untrusted(directory, st, owners)
     for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
         found += _level(directory / sub, owners)
-    for sub in (ENTRIES_DIR, STATS_DIR):
-        for name in INDEX_FILES:
+    for sub, names in ((ENTRIES_DIR, INDEX_FILES), (STATS_DIR, STATS_FILES)):
+        for name in names:
             found += _level(directory / sub / name, owners, kind="file")
     if found:
         return _ownership_problem("cache-dir", found, "another user could plant kernels there, so kernel-cache "

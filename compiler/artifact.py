@@ -119,7 +119,7 @@ class Artifact(Value):
         meta = {  # the fields cachectl reads back are named in kernel_cache.entries.summary
             META_KIND: KIND,
             META_NAME: self.name,
-            META_TARGET: self.target.to_json(),
+            META_TARGET: self.target.json,
             META_ARCH: self.target.name,
             "num_warps": self.num_warps,
             "num_ctas": self.num_ctas,

@@ -39,24 +39,19 @@ def front_end_weight(spec: KernelSpec) -> float:
 def compile_spec(spec: KernelSpec) -> Artifact:
     """Compile `spec` through TTIR -> TTGIR -> LLIR -> PTX -> cubin (CUDA) or
     -> AMDGCN -> HSACO (ROCm). Raises CompileError naming the failing stage."""
-    stage = "options"
+    stages = ["options"]  # the stages entered, the last one failing where one fails
     keep = _ALWAYS_KEPT | (set(TEXT_BLOBS) if spec.keep_ir else set())
     start = time.perf_counter()
     try:
         parsed = tc.parse_options(spec.target, spec.triton_options())
-        stage = "ast"
+        stages.append("ast")
         src = tc.ast_source(spec.kernel, dict(spec.signature), dict(spec.constexprs), dict(spec.attrs))
-
-        def on_stage(ext: str) -> None:
-            nonlocal stage
-            stage = ext
-
-        outputs, metadata = tc.run_stages(src, spec.target, parsed, on_stage, keep=keep,
+        outputs, metadata = tc.run_stages(src, spec.target, parsed, stages.append, keep=keep,
                                           weight=front_end_weight(spec))
     except CompileError:
         raise
     except Exception as exc:
-        raise CompileError(spec.name, stage, spec.summary(), exc) from exc
+        raise CompileError(spec.name, stages[-1], spec.summary(), exc) from exc
     seconds = time.perf_counter() - start
 
     blobs = {ext: out if isinstance(out, bytes) else str(out).encode() for ext, out in outputs.items()}  # the kept

@@ -44,7 +44,7 @@ def _document(target: Target, options: Mapping[str, Any], toolchain: dict[str, A
     parsed = tc.parse_options(target, dict(options))
     return {
         "options": canonical(portable(tc.options_to_json(parsed)), triton_value),
-        "target": target.to_json(),
+        "target": target.json,
         "toolchain": portable(toolchain),
     }
 

@@ -43,12 +43,13 @@ def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> d
 
 def _own_parts(spec: KernelSpec) -> dict[str, Any]:
     """The parts of the key document that are the spec's own (the rest: options, target, toolchain)."""
+    constexprs, attrs = canonical([dict(spec.constexprs), {repr(k): v for k, v in spec.attrs.items()}])["list"]
     return {
         "format": KEY_FORMAT_VERSION,
         "kernel": {"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)},
         "signature": [[k, v] for k, v in spec.signature.items()],
-        "constexprs": canonical(dict(spec.constexprs)),
-        "attrs": canonical({repr(k): v for k, v in spec.attrs.items()}),
+        "constexprs": constexprs,
+        "attrs": attrs,
         "keep_ir": spec.keep_ir,
     }
 
@@ -75,7 +76,14 @@ def document_summary(document: dict[str, Any]) -> str:
 _KEYS_LIMIT = 8192  # per memo: a session's keys (a model asks for the same ones on every trace)
 
 KeyMemo = BoundedMemo[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
-_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: BoundedMemo(_KEYS_LIMIT))
+
+
+class _Keys(KeyMemo):
+    __slots__ = ()
+    bound = _KEYS_LIMIT
+
+
+_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: _Keys())
 
 
 def session_keys(session: Session) -> KeyMemo:

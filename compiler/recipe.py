@@ -81,7 +81,7 @@ def to_recipe(spec: KernelSpec) -> dict[str, Any]:
         "signature": [[k, v] for k, v in spec.signature.items()],
         "constexprs": {k: _encode_value(v) for k, v in spec.constexprs.items()},
         "attrs": [[list(k), v] for k, v in spec.attrs.items()],
-        "target": spec.target.to_json(),
+        "target": spec.target.json,
         "num_warps": spec.num_warps,
         "num_stages": spec.num_stages,
         "num_ctas": spec.num_ctas,

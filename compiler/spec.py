@@ -140,7 +140,7 @@ class KernelSpec(FrozenValue):
                 "signature": [list(self.signature), list(self.signature.values())],  # in parameter order
                 "constexprs": dict(self.constexprs),
                 "attrs": dict(self.attrs),
-                "target": self.target.to_json(),
+                "target": self.target.json,
                 "launch": [self.num_warps, self.num_stages, self.num_ctas],
                 "options": dict(self.options),
                 "keep_ir": self.keep_ir,

@@ -20,19 +20,19 @@ class Target(FrozenValue):
     arch: int | str  # 90 for cuda, "gfx942" for hip
     warp_size: int
 
-    def __init__(self, backend: str, arch: int | str, warp_size: int) -> None:
-        self.__dict__.update(backend=backend, arch=arch, warp_size=warp_size)
+    name: str  # the user-facing spelling, sm_90 or gfx942 (derived: not a field)
+    json: dict[str, Any]  # the JSON form, made once and shared: read it, never change it (`to_json` copies)
 
-    @property
-    def name(self) -> str:
-        """The user-facing spelling: sm_90 or gfx942."""
-        return f"sm_{self.arch}" if self.backend == "cuda" else str(self.arch)
+    def __init__(self, backend: str, arch: int | str, warp_size: int) -> None:
+        name = f"sm_{arch}" if backend == "cuda" else str(arch)
+        json = {"backend": backend, "arch": arch, "warp_size": warp_size}
+        self.__dict__.update(backend=backend, arch=arch, warp_size=warp_size, name=name, json=json)
 
     def __str__(self) -> str:
         return self.name
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
+        return dict(self.json)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Target":

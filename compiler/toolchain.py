@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -69,14 +70,14 @@ def _identity(path: str | None) -> list[Any]:
 
 
 def _triton_identity() -> list[Any]:
-    pkg = tc.triton_package_dir()
-    files = [tc.libtriton_path(), os.path.join(pkg, "__init__.py"),
+    pkg = tc.TRITON_DIR
+    files = [tc.LIBTRITON, os.path.join(pkg, "__init__.py"),
              os.path.join(pkg, "compiler", "compiler.py"), os.path.join(pkg, "runtime", "cache.py")]
     return [tc.TRITON_VERSION] + [_identity(f) for f in files]
 
 
 def _backend_identity(target: Target) -> list[Any]:
-    pkg = tc.triton_package_dir()
+    pkg = tc.TRITON_DIR
     backend_dir = "nvidia" if target.backend == "cuda" else "amd"
     return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
         + [_identity(p) for p in tc.ptxas_candidates(target)]
@@ -162,7 +163,7 @@ class InstalledHashes:
 
 def triton_build_key() -> str:
     """Triton's build key, each file's hash taken from Triton's RECORD where it can be trusted."""
-    hashes = InstalledHashes(tc.triton_package_dir())
+    hashes = InstalledHashes(tc.TRITON_DIR)
     return tc.triton_build_key(lambda paths: [hashes.sha256(path) for path in paths])
 
 
@@ -172,12 +173,23 @@ _claimed: set[str] = set()
 
 
 class _Memo:
-    """A JSON dict on disk; unreadable or unwritable files just mean recomputing."""
+    """A JSON dict on disk, read at most once and written at most once per use (`save`): unreadable
+    or unwritable files just mean recomputing."""
 
     def __init__(self, directory: Path | None):
         self.path = Path(directory) / MEMO_FILE if directory is not None else None
+        self._data: dict[str, Any] | None = None
+        self._new: dict[str, str] = {}
 
-    def load(self) -> dict[str, Any]:
+    def get(self, key: str) -> Any:
+        if self._data is None:
+            self._data = self._read()
+        return self._data.get(key)
+
+    def put(self, key: str, value: str) -> None:
+        self._new[key] = value
+
+    def _read(self) -> dict[str, Any]:
         if self.path is None:
             return {}
         try:
@@ -187,8 +199,10 @@ class _Memo:
         except (OSError, ValueError):
             return {}
 
-    def store(self, key: str, value: str) -> None:
-        if self.path is None:
+    def save(self) -> None:
+        """Write what `put` added over what the file held when read (a value another process wrote
+        meanwhile is lost to this write: it is recomputed once)."""
+        if self.path is None or not self._new:
             return
         try:
             directory = str(self.path.parent)
@@ -196,37 +210,51 @@ class _Memo:
                 if not cache_marker.claim_directory(directory):
                     return  # not a kernel-cache directory: never written into (recomputed next time)
                 _claimed.add(directory)
-            data = self.load()
-            data[key] = value
+            data = {**(self._data if self._data is not None else self._read()), **self._new}
             with safefs.atomic_file(self.path, durable=False) as f:  # lost or torn after a crash: recomputed
                 f.write(json.dumps(data, sort_keys=True).encode())
         except OSError:
             pass  # unwritable: recomputed next time
+        self._new = {}
 
 
-def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo_dir: Path | None) -> str:
+def _memo_of(memo_dir: Path | None) -> tuple[_Memo, kernel_cache.Store | None]:
+    """The memo file to use, and the process's store, whose cluster levels a node without the memo
+    asks, where no directory was named (the session's memo directory)."""
+    if memo_dir is not None:
+        return _Memo(memo_dir), None
+    session = kernel_cache.current_session()
+    return _Memo(session.config.memo_dir), session.store
+
+
+def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo: _Memo, store: kernel_cache.Store | None) -> str:
+    """`compute()`'s text for (`name`, `identity`): from this process, else the memo file, else the
+    cluster's levels, else computed (and put in `memo`, saved by the caller)."""
     ident = json.dumps([name, identity], sort_keys=True)
     with _lock:
         if ident in _process_memo:
             return _process_memo[ident]
-        store = None  # the process's store, whose cluster levels a node without the memo asks
-        if memo_dir is None:
-            session = kernel_cache.current_session()
-            memo_dir, store = session.config.memo_dir, session.store
-        memo = _Memo(memo_dir)
-        value = memo.load().get(ident)
+        value = memo.get(ident)
         if not isinstance(value, str):
             value = shared_memo.memoized(store, name, identity, compute) if store and store.cluster_levels \
                 else compute()
-            memo.store(ident, value)
+            memo.put(ident, value)
         _process_memo[ident] = value
         return value
+
+
+def _memoized_alone(name: str, identity: list[Any], compute: Callable[[], str]) -> str:
+    memo, store = _memo_of(None)
+    try:
+        return _memoized(name, identity, compute, memo, store)
+    finally:
+        memo.save()
 
 
 def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
     """A text derived from one file (a schema read out of a plugin binary, ...), kept in the same
     memo as the toolchain fingerprint and recomputed when the file's size or mtime changes."""
-    return _memoized(name, _identity(path), compute, None)
+    return _memoized_alone(name, _identity(path), compute)
 
 
 def prime_in_background() -> None:
@@ -240,7 +268,7 @@ def prime_in_background() -> None:
         if _primed:
             return
         _primed = True
-    threading.Thread(target=lambda: _memoized("triton_key", _triton_identity(), triton_build_key, None),
+    threading.Thread(target=lambda: _memoized_alone("triton_key", _triton_identity(), triton_build_key),
                      name="kernel-cache-toolchain", daemon=True).start()
 
 
@@ -264,17 +292,22 @@ def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
     with _lock:
         cached = _per_target.get(slot)
     if cached is None:
-        cached = {
-            "triton_version": tc.TRITON_VERSION,
-            "triton_build": _memoized("triton_key", _triton_identity(), triton_build_key, memo_dir),
-            "backend": _memoized("backend_hash", _backend_identity(target),
-                                 lambda: tc.backend_toolchain_hash(target), memo_dir),
-        }
+        memo, store = _memo_of(memo_dir)
+        try:
+            cached = {
+                "triton_version": tc.TRITON_VERSION,
+                "triton_build": _memoized("triton_key", _triton_identity(), triton_build_key, memo, store),
+                "backend": _memoized("backend_hash", _backend_identity(target),
+                                     lambda: tc.backend_toolchain_hash(target), memo, store),
+            }
+        finally:
+            memo.save()  # one write for both
         with _lock:
             _per_target[slot] = cached
     return cached
 
 
+@functools.lru_cache(maxsize=64)
 def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
     """A short identity of the installed tools (not the environment), stored in entries so
     `cachectl --stale` can tell entries built by another Triton/ptxas. Triton's cache-invalidating
@@ -292,3 +325,4 @@ def clear_process_memo() -> None:
         generation += 1
         _process_memo.clear()
         _per_target.clear()
+        toolchain_summary.cache_clear()

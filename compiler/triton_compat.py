@@ -129,7 +129,7 @@ def triton_cache_key(fn: JITFunction) -> str:
 Reader = tuple[str, Any, tuple[str, ...]]
 # id(JITFunction) -> (the function, its readers): a function's source is fixed at decoration.
 _MAX_FUNCTIONS = 8192
-_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo(_MAX_FUNCTIONS)
+_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(_MAX_FUNCTIONS)
 _MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
 _PLAIN = (int, float, str, bool, bytes, type(None))
 
@@ -341,6 +341,7 @@ def int_type(value: int) -> str:
     return "u64"
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 specialize differently
 def specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
                align: bool = True) -> tuple[str, Any]:
     """(triton type, specialization) as Triton's launcher computes them for `value`.
@@ -381,44 +382,37 @@ def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
     return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 
 
-# A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on purpose.
-_flags: BoundedMemo[int, tuple[JITFunction, tuple[tuple[str, bool, bool, bool, str], ...]]] = BoundedMemo(8192)
+# A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on
+# purpose. id(fn) -> (the function, kept so its id is not reused meanwhile, its flags, its defaults).
+Flags = tuple[tuple[str, bool, bool, bool, str], ...]
+_params: BoundedMemo[int, tuple[JITFunction, Flags, dict[str, Any]]] = BoundedMemo.of(8192)
 
 
-def param_flags(fn: JITFunction) -> tuple[tuple[str, bool, bool, bool, str], ...]:
+def param_flags(fn: JITFunction) -> Flags:
     """Per parameter: (name, is_constexpr, do_not_specialize, do_not_specialize_on_alignment,
-    annotation type or ""). Memoized per function (its parameters are fixed at decoration; every
-    lowered call asks), the function kept with them so its id is not reused meanwhile."""
-    found = _flags.get(id(fn))
-    if found is not None and found[0] is fn:
-        return found[1]
-    out = []
-    for p in fn.params:
-        ann = getattr(p, "annotation_type", "") or ""
-        out.append((p.name, bool(p.is_constexpr), bool(getattr(p, "do_not_specialize", False)),
-                    bool(getattr(p, "do_not_specialize_on_alignment", False)),
-                    ann if isinstance(ann, str) else ""))
-    flags = tuple(out)
-    _flags.remember(id(fn), (fn, flags))
-    return flags
-
-
-_defaults: BoundedMemo[int, tuple[JITFunction, dict[str, Any]]] = BoundedMemo(8192)
+    annotation type or ""). Memoized per function (every lowered call asks)."""
+    found = _params.get(id(fn))
+    return found[1] if found is not None and found[0] is fn else _params_of(fn)[1]
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
     """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`). Memoized per
-    function as `param_flags` is (its parameters are fixed at decoration); a copy each time."""
-    found = _defaults.get(id(fn))
-    if found is not None and found[0] is fn:
-        return dict(found[1])
-    out = {}
+    function as `param_flags` is, with it; a copy each time."""
+    found = _params.get(id(fn))
+    return dict(found[2] if found is not None and found[0] is fn else _params_of(fn)[2])
+
+
+def _params_of(fn: JITFunction) -> tuple[JITFunction, Flags, dict[str, Any]]:
+    flags, defaults = [], {}
     for p in fn.params:
+        ann = getattr(p, "annotation_type", "") or ""
+        flags.append((p.name, bool(p.is_constexpr), bool(getattr(p, "do_not_specialize", False)),
+                      bool(getattr(p, "do_not_specialize_on_alignment", False)),
+                      ann if isinstance(ann, str) else ""))
         if p.is_constexpr and getattr(p, "has_default", False):
             default = p.default
-            out[p.name] = getattr(default, "value", default) if type(default).__name__ == "constexpr" else default
-    _defaults.remember(id(fn), (fn, dict(out)))
-    return out
+            defaults[p.name] = getattr(default, "value", default) if type(default).__name__ == "constexpr" else default
+    return _params.remember(id(fn), (fn, tuple(flags), defaults))
 
 
 def cache_invalidating_env() -> dict[str, str]:
@@ -434,13 +428,16 @@ def cache_invalidating_env() -> dict[str, str]:
 triton_env = EnvironMemo(cache_invalidating_env)
 
 
+TRITON_DIR = os.path.dirname(str(triton.__file__))  # the installed package (a process's Triton never moves)
+LIBTRITON = os.path.join(TRITON_DIR, "_C", f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}")
+
+
 def libtriton_path() -> str:
-    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
-    return os.path.join(os.path.dirname(triton.__file__), "_C", f"libtriton.{ext}")
+    return LIBTRITON
 
 
 def triton_package_dir() -> str:
-    return os.path.dirname(str(triton.__file__))
+    return TRITON_DIR
 
 
 # The sha256 of `inspect.getsource(triton_key)` (lines right-stripped, blank and comment-only lines
@@ -525,8 +522,7 @@ def ptxas_candidates(target: Target) -> list[str]:
 # A pure function of its key (target, options and the environment Triton's parse reads: libdevice's
 # path, ptxas options, fp-fusion default...) under the installed Triton: module-level on purpose, and
 # emptied when the C environment changed (`triton_env` read anew).
-_PARSED: BoundedMemo[tuple[Any, ...], Any] = BoundedMemo(1024)
-_parsed_under: list[object] = []  # the environment `_PARSED` was filled under
+_parsed_under: list[object] = []  # the environment `_parsed` was filled under
 
 
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
@@ -541,13 +537,14 @@ def parse_options(target: Target, options: dict[str, Any]) -> Any:
         return make_backend(target).parse_options(dict(options))
     now = triton_env.get()
     if not _parsed_under or _parsed_under[0] is not now:  # identity: a value read anew, equal or not
-        _PARSED.clear()
+        _parsed.cache_clear()
         _parsed_under[:] = [now]
-    parsed = _PARSED.get(ident)
-    if parsed is None:
-        parsed = make_backend(target).parse_options(dict(options))
-        _PARSED.remember(ident, parsed)
-    return parsed
+    return _parsed(*ident)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(target: Target, items: tuple[tuple[str, Any], ...]) -> Any:
+    return make_backend(target).parse_options(dict(items))
 
 
 def options_to_json(parsed: Any) -> dict[str, Any]:

@@ -14,8 +14,9 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-STEPS = ("warm sets", "deferred copies", "counters")
+STEPS = ("compile workers", "warm sets", "deferred copies", "counters")
 _steps: dict[str, Callable[[], None]] = {}
+added = _steps.keys()  # the steps added so far (a read-only view: asked without a call)
 _lock = threading.Lock()
 
 

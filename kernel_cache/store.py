@@ -21,7 +21,7 @@ from kernel_cache import levels as backends
 from kernel_cache.coordination.key_locks import KeyLocks
 from kernel_cache.coordination.wait_budget import WaitBudget
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key
+from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import IndexDamaged, RejectedEntry
 from kernel_cache.lazy import later
@@ -177,7 +177,7 @@ class Store:
         them (the memory level keeps the entry itself)."""
         if self.config.disabled or not levels:
             return
-        check_key(entry.key)
+        key_ok(entry.key) or check_key(entry.key)
         data = self.encode(entry) if levels != [self.memory] else b""
         for level in levels:
             self._level_put(level, entry, data)
@@ -208,12 +208,13 @@ class Store:
         found = None if known_missing else self.get(key)
         if found is not None:
             return self._hit(found, key, label, start)
-        check_key(key)
+        key_ok(key) or check_key(key)
         with self._single_flight(key, label) as wait:
             found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
             if found is not None:
                 return self._hit(found, key, label, start)
-            self.wait_budget.spend(wait.unserved)  # published, but nothing that could be served
+            if wait.unserved:
+                self.wait_budget.spend(wait.unserved)  # published, but nothing that could be served
             self.stats.miss()
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
@@ -350,7 +351,8 @@ class Store:
                         continue
                     waited = time.perf_counter() - began
                     if acquired:
-                        self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing
+                        if waited > UNCONTENDED:
+                            self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing
                         continue
                     outcome = self._lock_lost(level, key, label, waited)
                     if outcome == PUBLISHED:
@@ -389,6 +391,7 @@ class Store:
 
 
 PUBLISHED = "the holder published it"
+UNCONTENDED = 0.001  # a lock gained within this many seconds was free: no wait for another process
 
 
 class _Wait:

@@ -149,7 +149,7 @@ def compile_and_toolchain() -> list[str]:
     t = time.perf_counter()
     toolchain.toolchain_fingerprint(spec.target)
     tc_warm = time.perf_counter() - t
-    keys: KeyMemo = BoundedMemo(8192)  # a session's memo, as a lowering passes it: the p50 is a memo hit
+    keys: KeyMemo = BoundedMemo.of(8192)  # a session's memo, as a lowering passes it: the p50 is a memo hit
     key_s = statistics.median(_timed(lambda: content_key(spec, keys=keys), 200))
     compile_s = min(_timed(lambda: compile_spec(spec), 3))
     return [f"  content key (add kernel)  p50 {key_s * 1e3:8.3f} ms",

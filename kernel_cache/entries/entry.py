@@ -64,6 +64,11 @@ def check_key(key: object) -> str:
     return key
 
 
+# A str key tested without a Python frame (a C call: the hot paths' `key_ok(key) or check_key(key)`);
+# check_key raises with the key shown, for anything that is not one.
+key_ok = _KEY.fullmatch
+
+
 def is_key(name: str) -> bool:
     return _KEY.fullmatch(name) is not None
 

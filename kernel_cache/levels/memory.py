@@ -26,15 +26,19 @@ V = TypeVar("V")
 
 class BoundedMemo(dict[K, V]):
     """A memo of values that are pure functions of their keys, which stops growing at `bound`
-    entries: what it holds stays (never stale), what comes later is computed again at each ask, so a
-    process that asks for ever new keys (a long-running server tracing new programs) holds a bounded
-    amount. Reads are a plain dict's (`memo.get(key)`, one lookup on a hot path)."""
+    entries (4096; `BoundedMemo.of(n)` for another): what it holds stays (never stale), what comes
+    later is computed again at each ask, so a process that asks for ever new keys (a long-running
+    server tracing new programs) holds a bounded amount. Reads are a plain dict's (`memo.get(key)`,
+    one lookup on a hot path), and so is making one (`BoundedMemo()`: no Python `__init__`)."""
 
-    __slots__ = ("bound",)
+    __slots__ = ()
+    bound = 4096
 
-    def __init__(self, bound: int) -> None:
-        super().__init__()
-        self.bound = bound
+    @classmethod
+    def of(cls, bound: int) -> BoundedMemo[Any, Any]:
+        """An empty memo bounded at `bound` entries."""
+        sized: type[BoundedMemo[Any, Any]] = type(f"BoundedMemo{bound}", (cls,), {"__slots__": (), "bound": bound})
+        return sized()
 
     def remember(self, key: K, value: V) -> V:
         """Keep `value` under `key` while below the bound; `value` either way."""

@@ -1,16 +1,15 @@
 """Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
-A lookup only bumps an in-memory counter; `flush` adds the deltas to a small diskcache (atomic
-increments across processes) after a compile, at most once a second otherwise, and at exit; where an
-earlier process created that index, in one transaction of our own (`disk_sql.add_counts`), without
-opening diskcache. Each
+A lookup only bumps an in-memory counter; `flush` adds the deltas to a table of our own
+(`counters`: stats/counters.db, atomic increments across processes, in one transaction) after a
+compile, at most once a second otherwise, and at exit. Each
 counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.telemetry.events` is its
 public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
 jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
 on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
 about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
-Counters are best effort: the index is opened without pickle (RawOnlyDisk), every wait on it is
-bounded by STATS_TIMEOUT, and a busy, full or read-only index only loses counts. It is
+Counters are best effort: every wait on their table is bounded by STATS_TIMEOUT, and a busy, full
+or read-only one only loses counts. It is
 long because the counters and their events are one place: a hit is counted and sent without leaving it.
 """
 
@@ -24,10 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from diskcache.core import MODE_RAW
-
-from kernel_cache.levels.disk.index import INDEX, RawOnlyDisk, open_index
-from kernel_cache.levels.disk.sql import add_counts, open_read_only, raw_rows
+from kernel_cache.telemetry import counters
 from kernel_cache.telemetry.warnings_once import warn_once
 
 STATS_DIR = "stats"
@@ -141,7 +137,6 @@ class Stats:
         """`read_only`: read persisted counters without opening the index for writing (an
         operator's look at a full, read-only or busy cache); nothing is flushed."""
         self._lock = threading.Lock()
-        self._open_lock = threading.Lock()
         self._pending: Counter[str] = Counter()
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
@@ -149,39 +144,24 @@ class Stats:
         # the levels (best effort, like every counter here); taken into the others at each flush
         self.levels: Counter[str] = Counter()
         self._last_flush = time.monotonic()
-        self._db: Any = None
-        self._directory = None if directory is None or read_only else Path(directory)
+        # where the counters' table lives (None: memory only, or read-only: nothing is written)
+        self._stats_dir = None if directory is None or read_only else Path(directory) / STATS_DIR
         self._skip_until = 0.0
         self._unavailable = ""  # why persistent counters cannot be read or written, if so
         self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
         if directory is not None and read_only:
             try:
-                with contextlib.closing(open_read_only(Path(directory) / STATS_DIR / INDEX, STATS_TIMEOUT)) as con:
-                    rows = list(raw_rows(con))
-                self._persisted = {k: v for k, mode, v in rows
-                                   if mode == MODE_RAW and isinstance(k, str) and isinstance(v, int)}
+                self._persisted = dict(counters.read(Path(directory) / STATS_DIR, STATS_TIMEOUT))
             except Exception as exc:
                 self._unavailable = f"{type(exc).__name__}: {exc}"
 
-    def _index(self) -> Any:
-        """The counters' index, opened at its first use (the first flush: after a compile, a second
-        into a run of hits, or at exit), not when the store is created; None if it cannot be."""
-        if self._directory is None:
-            return self._db
-        with self._open_lock:
-            if self._directory is None:
-                return self._db
-            directory = self._directory
-            try:
-                self._db = open_index(directory / STATS_DIR, STATS_TIMEOUT, disk=RawOnlyDisk, eviction_policy="none")
-            except Exception as exc:
-                self._db, self._unavailable = None, f"{type(exc).__name__}: {exc}"
-            self._directory = None
-        return self._db
-
     @property
     def unavailable(self) -> str:
-        self._index()
+        if self._stats_dir is not None and not self._unavailable:
+            try:
+                counters.read(self._stats_dir, STATS_TIMEOUT, ())
+            except Exception as exc:
+                self._unavailable = f"{type(exc).__name__}: {exc}"
         return self._unavailable
 
     def hit(self, level: str, key: str, compile_seconds: float) -> None:
@@ -252,30 +232,13 @@ class Stats:
             return
         amounts = {name: amount for name, amount in pending.items() if amount}
         amounts.update((f"entry_hits.{key}", amount) for key, amount in hits.items())
+        if self._stats_dir is None or not amounts:
+            return
         try:
-            existing = self._existing_index()
-            if existing is not None:  # diskcache not opened for the counters alone (a warm process's exit)
-                if amounts:
-                    add_counts(existing, amounts, STATS_TIMEOUT)
-                return
-            db = self._index()
-            if db is None:
-                return
-            with db.transact(retry=False):  # one write transaction, not one per counter
-                for name, amount in amounts.items():
-                    db.incr(name, amount, default=0, retry=False)
-        except Exception:  # best effort: a full disk or a stuck neighbour must not slow every compile
+            counters.add(self._stats_dir, amounts, STATS_TIMEOUT)  # one write transaction, not one per counter
+        except Exception as exc:  # best effort: a full disk or a stuck neighbour must not slow every compile
+            self._unavailable = f"{type(exc).__name__}: {exc}"
             self._skip_until = time.monotonic() + SKIP_AFTER_FAILURE
-
-    def _existing_index(self) -> Path | None:
-        """The counters' index file while this process has not opened it through diskcache and
-        diskcache has created it (an earlier process did): flushes then add to it directly
-        (`disk_sql.add_counts`); None: open it through diskcache (`_index`), creating it if need be."""
-        directory = self._directory
-        if directory is None:
-            return None
-        db = directory / STATS_DIR / INDEX
-        return db if db.is_file() else None
 
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
@@ -283,46 +246,41 @@ class Stats:
         raw: Counter[str] = Counter()
         if self._persisted is not None:
             return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
+        if self._stats_dir is None:
+            return self._render(Counter(self._session))
         try:
-            db = self._index()
-            if db is None:
-                raise LookupError
-            for name in COUNTERS:
-                value = db.get(name, 0, retry=False)
-                raw[name] = value if isinstance(value, int) else 0
-        except Exception:
+            raw.update(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
+        except Exception as exc:
+            self._unavailable = f"{type(exc).__name__}: {exc}"
             raw = Counter(self._session)
         return self._render(raw)
 
     def entry_hits(self, key: str) -> int:
         if self._persisted is not None:
             return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
+        name = f"entry_hits.{key}"
         try:
-            db = self._index()
-            value = db.get(f"entry_hits.{key}", 0, retry=False) if db is not None else 0
+            value = counters.read(self._stats_dir, STATS_TIMEOUT, (name,)).get(name, 0) if self._stats_dir else 0
         except Exception:
             value = 0
-        return (value if isinstance(value, int) else 0) + self._session_entry(key)
+        return value + self._session_entry(key)
 
     def _session_entry(self, key: str) -> int:
         with self._lock:
             return self._entry_hits.get(key, 0)
 
     def forget_entry(self, key: str) -> None:
-        db = self._index()
-        if db is not None:
+        if self._stats_dir is not None:
             with contextlib.suppress(Exception):
-                db.delete(f"entry_hits.{key}", retry=False)
+                counters.delete(self._stats_dir, (f"entry_hits.{key}",), STATS_TIMEOUT)
 
     def zero(self) -> None:
         with self._lock:
             self._pending.clear()
             self._entry_hits.clear()
             self._session.clear()
-        db = self._index()
-        if db is not None:
-            for name in COUNTERS:
-                db.delete(name, retry=False)
+        if self._stats_dir is not None:
+            counters.delete(self._stats_dir, COUNTERS, STATS_TIMEOUT)
 
     @staticmethod
     def _render(raw: Counter[str]) -> dict[str, Any]:
@@ -341,6 +299,3 @@ class Stats:
 
     def close(self) -> None:
         self.flush()
-        if self._db is not None:
-            with contextlib.suppress(Exception):
-                self._db.close()

@@ -7,6 +7,7 @@ seen with autotuned kernels on the FFI target).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -24,7 +25,6 @@ from compiler import KernelSpec, TensorDesc
 from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
 from kernel_cache.lazy import later
-from kernel_cache.levels.memory import BoundedMemo
 
 from ..planning.aliasing import CallShape
 from ..planning.plan import CallInfo, KernelPlan, Launch
@@ -257,14 +257,9 @@ def _build_op(target: str, result_types: list[Any], operands: list[Any], backend
     return op
 
 
+@functools.lru_cache(maxsize=64)
 def _row_major(rank: int) -> Any:  # an int64 ndarray (MLIR's stubs type the attribute's buffer narrowly)
     """A rank's row-major layout (minor to major: rank-1 ... 0) as int64s, made once per rank."""
-    found = _LAYOUTS.get(rank)
-    if found is None:
-        found = np.arange(rank - 1, -1, -1, dtype=np.int64)
-        found.flags.writeable = False
-        _LAYOUTS.remember(rank, found)
+    found = np.arange(rank - 1, -1, -1, dtype=np.int64)
+    found.flags.writeable = False
     return found
-
-
-_LAYOUTS: BoundedMemo[int, Any] = BoundedMemo(64)  # rank -> its row-major layout (a constant per rank)

@@ -8,6 +8,7 @@ fork of a JAX process; docs/benchmarks.md, "Cold start").
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -19,7 +20,6 @@ import kernel_cache  # noqa: F401  (imported with lowering, not inside the first
 from compiler import KernelSpec, Target
 from kernel_cache import Session
 from kernel_cache.lazy import later
-from kernel_cache.levels.memory import BoundedMemo
 
 from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
@@ -41,20 +41,14 @@ _TRITON_DTYPES = {
 }
 
 
-_POINTER_TYPES: BoundedMemo[Any, str] = BoundedMemo(256)  # dtype -> its pointer type (the lowering asks per operand)
-
-
+@functools.lru_cache(maxsize=256)
 def pointer_type(dtype: Any) -> str:
-    found = _POINTER_TYPES.get(dtype)
-    if found is not None:
-        return found
+    """A dtype's Triton pointer type (the lowering asks per operand)."""
     name = np.dtype(dtype).name
     try:
-        found = "*" + _TRITON_DTYPES[name]
+        return "*" + _TRITON_DTYPES[name]
     except KeyError:
         raise TypeError(f"arrays of dtype {name} cannot be passed to a Triton kernel") from None
-    _POINTER_TYPES.remember(dtype, found)
-    return found
 
 
 _FP32_MAX = float(np.finfo(np.float32).max)

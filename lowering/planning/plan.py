@@ -11,6 +11,7 @@ rule asks for (same spec, same content key).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from jax import core
 
 from compiler import KernelSpec, Target
 from kernel_cache import Config
-from kernel_cache.levels.memory import BoundedMemo
 from kernel_cache.value_class import Value
 
 from ..frontend.bound_call import BoundCall
@@ -169,20 +169,15 @@ def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: Boun
 
 def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
     """The target a call is lowered for: its own compute capability, else the configured arch."""
-    asked = (platform, compute_capability, config.target_arch)
-    return _TARGETS.get(asked) or _resolved(asked, config)
+    return _target(platform, compute_capability, config.target_arch)
 
 
-# (platform, the call's compute capability, the configured arch) -> its target: parsed and checked
-# once per process (a fact of the installation and its devices, like `target_arch`'s own memos),
-# so a warm call's plan does not ask `target_arch` again.
-_TARGETS: BoundedMemo[tuple[str, Any, Any], Target] = BoundedMemo(256)
-
-
-def _resolved(asked: tuple[str, Any, Any], config: Config) -> Target:
-    target = resolve_target(asked[0], asked[1], config)
-    _TARGETS.remember(asked, target)
-    return target
+@functools.lru_cache(maxsize=256)
+def _target(platform: str, compute_capability: Any, configured: Any) -> Target:
+    """(platform, the call's compute capability, the configured arch) -> its target: parsed and
+    checked once per process (a fact of the installation and its devices, like `target_arch`'s own
+    memos), so a warm call's plan does not ask `target_arch` again."""
+    return resolve_target(platform, compute_capability, configured)
 
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
@@ -213,9 +208,6 @@ def _nbytes(aval: Any) -> int:
     return math.prod(map(int, aval.shape)) * _dtype(aval.dtype)[1]
 
 
-_DTYPES: BoundedMemo[Any, tuple[str, int]] = BoundedMemo(256)  # a dtype -> (its name, its item size): every operand asks
-
-
 def dtype_name(dtype: Any) -> str:
     """numpy's name of a dtype (memoized: numpy computes it anew each time)."""
     return _dtype(dtype)[0]
@@ -223,15 +215,13 @@ def dtype_name(dtype: Any) -> str:
 
 def dtype_names(dtypes: Sequence[Any]) -> list[str]:
     """`dtype_name` of each (a call's avals in one ask)."""
-    return [(_DTYPES.get(dtype) or _dtype(dtype))[0] for dtype in dtypes]
+    return [_dtype(dtype)[0] for dtype in dtypes]
 
 
+@functools.lru_cache(maxsize=256)
 def _dtype(dtype: Any) -> tuple[str, int]:
-    found = _DTYPES.get(dtype)
-    if found is None:
-        found = (np.dtype(dtype).name, int(np.dtype(dtype).itemsize))
-        _DTYPES.remember(dtype, found)
-    return found
+    """A dtype -> (its name, its item size): every operand asks."""
+    return np.dtype(dtype).name, int(np.dtype(dtype).itemsize)
 
 
 def _runtime_values(in_avals: Sequence[Any], scalars: Sequence[tuple[int, Any]]) -> list[Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 
-import kernel_cache
 from compiler import Target, parse_target
 from kernel_cache.errors import KernelCacheError
 
@@ -22,12 +21,11 @@ class NoTargetError(KernelCacheError, RuntimeError):
     """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
 
 
-def resolve_target(platform: str, compute_capability: "int | str | None", config: kernel_cache.Config) -> Target:
+def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
     """The compile target for lowering to `platform` ("cuda" or "rocm"): the call's own, else the
-    configured one, else the device's."""
+    configured one (`Config.target_arch`), else the device's."""
     if compute_capability is not None:
         return _checked(platform, compute_capability)
-    configured = config.target_arch
     if configured:
         return _checked(platform, configured)
     return _checked(platform, _device_arch(platform))

@@ -160,25 +160,17 @@ def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str
     return found[1]
 
 
-# id(kernel function) -> (the function, its Triton fingerprint, the text of its part of the key)
-_functions: BoundedMemo[int, tuple[Any, str, str]] = BoundedMemo(8192)
-
-
+@functools.lru_cache(maxsize=8192)  # (kernel function, its Triton fingerprint) -> its part of the key
 def function_text(fn: Any, fingerprint: str) -> str:
     """The items' text of the kernel function's own part of the key: its name, Triton's fingerprint
     and its parameters' flags (encoded once: every lowering of the function asks). A pure function of the
     function and its fingerprint (its parameters are fixed at decoration, as `param_flags` keeps
-    them), so kept for the process, the function with it (its id is not reused meanwhile)."""
-    found = _functions.get(id(fn))
-    if found is None or found[0] is not fn or found[1] != fingerprint:
-        found = (fn, fingerprint, items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]],
-                                             lowering_value))
-        _functions.remember(id(fn), found)
-    return found[2]
+    them), so kept for the process (a function is told apart from an equal one by identity)."""
+    return items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
 
 
 # (platform, target, code identity) -> (the installed tools, the text of the installation's part)
-_installations: BoundedMemo[tuple[Any, ...], tuple[dict[str, Any], str]] = BoundedMemo(256)
+_installations: BoundedMemo[tuple[Any, ...], tuple[dict[str, Any], str]] = BoundedMemo.of(256)
 
 
 def installation_text(platform: str, target: Target) -> str:
@@ -189,7 +181,7 @@ def installation_text(platform: str, target: Target) -> str:
     memo_key = (platform, target, code)
     found = _installations.get(memo_key)
     if found is None or found[0] != tools:
-        found = (tools, items_text(["kernel-cache lowered call", FORMAT, code, platform, target.to_json(), tools],
+        found = (tools, items_text(["kernel-cache lowered call", FORMAT, code, platform, target.json, tools],
                                    lowering_value))
         _installations.remember(memo_key, found)
     return found[1]
@@ -212,19 +204,18 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
         return cast(str, cache[memo_key])
     env_items = tuple(sorted((env if env is not None else triton_env.get()).items()))
     capabilities = compat.capabilities(platform, config)
-    values = (env_items, *capabilities, *map(type, capabilities))
-    part = _module_texts.get(values)
-    if part is None:
-        part = canonical_text([list(env_items), *capabilities], lowering_value)
-        _module_texts.remember(values, part)
+    part = _module_part(env_items, tuple(capabilities), tuple(map(type, capabilities)))
     if isinstance(cache, dict):
         cache[memo_key] = part
     return part
 
 
-# (Triton's environment, jaxlib's capabilities and their types) -> their text: what a module reads
-# changes rarely, its encoding is kept (a pure function of the values)
-_module_texts: BoundedMemo[tuple[Any, ...], str] = BoundedMemo(256)
+@functools.lru_cache(maxsize=256)
+def _module_part(env_items: tuple[tuple[str, str], ...], capabilities: tuple[Any, ...], types: tuple[type, ...]) -> str:
+    """(Triton's environment, jaxlib's capabilities and their types) -> their text: what a module
+    reads changes rarely, its encoding is kept (a pure function of the values; the types keep 1 and
+    True apart)."""
+    return canonical_text([list(env_items), *capabilities], lowering_value)
 
 
 @functools.cache

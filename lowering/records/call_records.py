@@ -83,7 +83,7 @@ class Slot:
         plan = self.plan
         record = call_entry.CallRecord(
             key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
-            arch=plan.target.name, target=plan.target.to_json(), toolchain=toolchain_summary(plan.target),
+            arch=plan.target.name, target=plan.target.json, toolchain=toolchain_summary(plan.target),
             config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
         if self.session.config.call_records:
             entry = record.to_entry()
@@ -281,8 +281,8 @@ class _Memos:
     read as (kept with it: the memory level answers with the same entry, which is then not checked
     again), and (records off) the records of this session."""
 
-    static: call_key.StaticMemo = field(default_factory=lambda: BoundedMemo(4096))
-    decoded: BoundedMemo[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=lambda: BoundedMemo(4096))
+    static: call_key.StaticMemo = field(default_factory=BoundedMemo)
+    decoded: BoundedMemo[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=BoundedMemo)
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))

@@ -157,7 +157,7 @@ def _tune_site(session: kernel_cache.Session, program: Program, site: winners.Si
     if ok:
         winner = min(ok, key=lambda i: (timings[i].seconds, i))
         spec = site.spec
-        record = winner_entry.Winner(kernel=site.kernel, arch=spec.target.name, target=spec.target.to_json(),
+        record = winner_entry.Winner(kernel=site.kernel, arch=spec.target.name, target=spec.target.json,
                                      toolchain=toolchain_summary(spec.target), device=site.device,
                                      key_values=site.key_values, key_text=site.key_text, configs=tuple(timings),
                                      winner=winner, reps=reps, label=program.label)

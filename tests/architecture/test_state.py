@@ -22,18 +22,19 @@ CONSTANT = "a constant"
 PROCESS = "the process's own (not a memo): the same whatever the configuration"
 MODULE_STATE = {
     "compiler/triton_compat.py:make_backend": f"{PURE} (the target) under the installed Triton",
-    "compiler/triton_compat.py:_flags": f"{PURE} (a JITFunction's parameters)",
-    "compiler/triton_compat.py:_defaults": f"{PURE} (a JITFunction's constexpr defaults)",
-    "compiler/triton_compat.py:_PARSED": f"{PURE} (target and options) under the installed Triton",
+    "compiler/triton_compat.py:_params": f"{PURE} (a JITFunction's parameters' flags and constexpr defaults)",
+    "compiler/triton_compat.py:specialize": f"{PURE} (a value's Triton type and specialization)",
+    "compiler/toolchain.py:toolchain_summary": f"{FACT}: the installed tools' short identity per target",
+    "compiler/triton_compat.py:_parsed": f"{PURE} (target and options) under the installed Triton",
     "compiler/triton_compat.py:triton_env": f"{PURE} (the C environment, as its array of strings)",
-    "lowering/payload/custom_call.py:_LAYOUTS": f"{PURE} (a rank -> its row-major layout)",
+    "lowering/payload/custom_call.py:_row_major": f"{PURE} (a rank -> its row-major layout)",
     "compiler/portable.py:_memo": f"{FACT}: installed files, keyed by their identity (path and stat)",
     "compiler/toolchain.py:_process_memo": f"{FACT}: the fingerprint, keyed by the identity of the files it hashes",
     "compiler/toolchain.py:_per_target": f"{FACT}: the fingerprint per target, keyed by those files' identity",
     "compiler/toolchain.py:_claimed": f"{FACT}: the memo directories claimed as kernel-cache's",
     "compiler/toolchain.py:_primed": f"{PROCESS}: whether the fingerprint's head start began",
     "compiler/toolchain.py:generation": f"{PROCESS}: how often the installed tools were to be read anew",
-    "compiler/triton_compat.py:_parsed_under": f"{PROCESS}: the environment `_PARSED` was filled under",
+    "compiler/triton_compat.py:_parsed_under": f"{PROCESS}: the environment `_parsed` was filled under",
     "compiler/triton_compat.py:_readers": f"{PURE} (a JITFunction's source: the reads Triton's key misses)",
     "compiler/inputs.py:_known_inputs": f"{FACT}: compile inputs per environment and installed tools",
     "compiler/__init__.py:_LATER": f"{CONSTANT} (the names imported at their first use, by module)",
@@ -58,17 +59,17 @@ MODULE_STATE = {
     "lowering/payload/jaxlib_compat.py:ffi_target_registered": f"{FACT}: jaxlib's registered FFI targets",
     "lowering/payload/jaxlib_compat.py:triton_module": f"{FACT}: the plugin's extension module",
     "lowering/payload/proto.py:_FILE_FIELDS": CONSTANT,
-    "lowering/planning/kernels.py:_POINTER_TYPES": f"{PURE} (a dtype -> its pointer type)",
+    "lowering/planning/kernels.py:pointer_type": f"{PURE} (a dtype -> its pointer type)",
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
-    "lowering/planning/plan.py:_DTYPES": f"{PURE} (a dtype -> its name and item size)",
-    "lowering/planning/plan.py:_TARGETS": f"{FACT}: the target of (platform, call's arch, configured arch)",
+    "lowering/planning/plan.py:_dtype": f"{PURE} (a dtype -> its name and item size)",
+    "lowering/planning/plan.py:_target": f"{FACT}: the target of (platform, call's arch, configured arch)",
     "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",
     "lowering/planning/target_arch.py:_device_arch": f"{FACT}: the visible device's architecture",
     "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
     "lowering/records/call_key.py:_installations": f"{FACT}: the key's text of the code, target and toolchain",
     "lowering/records/call_key.py:_inputs": f"{FACT}: a call's compile inputs per environment and installed tools",
-    "lowering/records/call_key.py:_functions": f"{PURE} (a JITFunction and its fingerprint -> its part of the key)",
-    "lowering/records/call_key.py:_module_texts": f"{PURE} (Triton's environment and jaxlib's capabilities -> their text)",
+    "lowering/records/call_key.py:function_text": f"{PURE} (a JITFunction and its fingerprint -> its part of the key)",
+    "lowering/records/call_key.py:_module_part": f"{PURE} (Triton's environment and jaxlib's capabilities -> their text)",
     "lowering/records/winners.py:_SHORT": CONSTANT,
     "lowering/records/winners.py:_device_kind": f"{FACT}: the visible GPU's model",
     "kernel_cache/__init__.py:_default": "the session itself: replaced whole by configure()",
@@ -109,6 +110,8 @@ def _name(node: ast.AST) -> str:
 def _mutable(value: ast.AST | None) -> bool:
     if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
         return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and _name(value.func.value) in _MUTABLE_CALLS:
+        return True  # made by a class method of a memo type (`BoundedMemo.of(n)`)
     return isinstance(value, ast.Call) and _name(value) in _MUTABLE_CALLS
 
 

@@ -76,8 +76,8 @@ def _keys() -> tuple[str, str | None, str | None]:
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
     (spec,) = plan.specs()
-    key = call_key.call_key(plan, None, None, config, BoundedMemo(64))
-    signature = call_key.signature(platform, avals_in, avals_out, params, None, config, BoundedMemo(64))
+    key = call_key.call_key(plan, None, None, config, BoundedMemo.of(64))
+    signature = call_key.signature(platform, avals_in, avals_out, params, None, config, BoundedMemo.of(64))
     return compiler.content_key(spec), key, signature
 
 
@@ -193,7 +193,7 @@ def _keys_with(params: dict) -> tuple[str, str | None]:
     platform, avals_in, avals_out, _ = _ADD_CALL
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
-    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config, BoundedMemo(64))
+    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config, BoundedMemo.of(64))
 
 
 # --- a served payload against a fresh compile ------------------------------------------------------

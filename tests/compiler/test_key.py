@@ -227,7 +227,7 @@ def test_the_memoized_key_is_the_whole_documents_digest(example_specs_sm90):
         make_spec(add_kernel, ["*fp16", "*fp16", 7, "*fp16"], {"BLOCK": 64}, target="sm_80", num_warps=2,
                   enable_fp_fusion=False),
         make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 256}, target="gfx942", num_warps=8)]
-    keys: ck.KeyMemo = BoundedMemo(64)
+    keys: ck.KeyMemo = BoundedMemo.of(64)
     for spec in specs:
         whole = digest(ck.key_document(spec))
         assert ck.content_key(spec, keys=keys) == whole == ck.content_key(spec, keys=keys) == ck.content_key(spec)
@@ -244,7 +244,7 @@ def test_a_spec_is_equal_and_hashed_by_its_canonical_text():
     for other in (spec(num_warps=8), spec(n=4097), spec(enable_fp_fusion=False), spec(keep_ir=True),
                   make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64}, target=80)):
         assert other != a and other.canonical_text != a.canonical_text
-    keys = BoundedMemo(64)
+    keys = BoundedMemo.of(64)
     content_key(a, keys=keys)
     content_key(b, keys=keys)
     assert len(keys) == 1  # one spec, one memo entry
@@ -259,7 +259,7 @@ def test_content_key_takes_its_memo_and_never_looks_the_session_up(monkeypatch):
         raise AssertionError("compiler.key looked the session up")
 
     monkeypatch.setattr(kernel_cache, "current_session", no_session)
-    keys = BoundedMemo(64)
+    keys = BoundedMemo.of(64)
     assert content_key(spec, tools) == content_key(spec, tools, keys) == expected
     assert list(keys.values()) == [expected]
     assert content_key(spec, {**tools, "env": {"TRITON_DEFAULT_FP_FUSION": "false"}}, keys) != expected

@@ -94,15 +94,24 @@ def test_a_pickled_row_in_the_local_index_is_never_loaded(tmp_path):
 
 
 def test_a_pickled_counter_in_the_stats_index_is_never_loaded(tmp_path):
+    """An older cache's counters (a diskcache index under stats/) are imported through RawOnlyDisk:
+    a pickled row planted there is refused, never loaded."""
+    from kernel_cache.levels.disk.index import open_index
+
     cache = tmp_path / "cache"
     Store(Config(dir=cache)).close()
     marker = tmp_path / "pwned"
+    with open_index(cache / "stats", 1.0, eviction_policy="none") as old:
+        old.incr("misses", 1, default=0)
     con = sqlite3.connect(str(cache / "stats" / "cache.db"))
     with con:
         con.execute("INSERT INTO Cache (key, raw, store_time, access_time, size, mode, value) "
                     "VALUES ('hits.disk', 1, 0, 0, 0, 4, ?)", (marker_pickle(marker),))
     con.close()
-    assert Store(Config(dir=cache)).stats.totals()["hits"]["disk"] == 0
+    store = Store(Config(dir=cache))
+    store.stats.compiled(0.1)  # the first write imports the older counters
+    assert store.stats.totals()["hits"]["disk"] == 0 and store.stats.totals()["misses"] == 1
+    store.close()
     out = cachectl("--dir", cache, "stats", "--json")
     assert out.returncode == 0, out.stderr
     assert not marker.exists()

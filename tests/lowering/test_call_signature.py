@@ -68,7 +68,7 @@ def add_call():
 def _sig(call, **changes) -> str | None:
     platform, avals_in, avals_out, params = call
     return call_key.signature(platform, changes.pop("avals_in", avals_in), changes.pop("avals_out", avals_out),
-                              {**params, **changes}, None, kernel_cache.current_config(), BoundedMemo(64))
+                              {**params, **changes}, None, kernel_cache.current_config(), BoundedMemo.of(64))
 
 
 def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  # noqa: F811
@@ -161,7 +161,7 @@ def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypat
         "kernel": _sig(add_call, kernel=ep.scaled_add),
         "record key": call_key.call_key(plan.KernelPlan.of(platform, avals_in, avals_out, plan.BoundCall(**params),
                                                            kernel_cache.current_config()),
-                                        None, None, kernel_cache.current_config(), BoundedMemo(64)),
+                                        None, None, kernel_cache.current_config(), BoundedMemo.of(64)),
     }
     real_defaults = tc.constexpr_defaults
     monkeypatch.setattr(tc, "constexpr_defaults", lambda fn: {**real_defaults(fn), "BLOCK": 64})
@@ -252,8 +252,8 @@ def test_an_autotuned_call_is_signed_by_its_configs_keys_and_gpu_model(add_call)
     }
     config = kernel_cache.current_config()
     for model in ("GPU A", "GPU B"):
-        variants[model] = call_key.signature(*call, None, config.with_(gpu_model=model), BoundedMemo(64))
-    off = [call_key.signature(*call, None, config.with_(gpu_model=model, winners=False), BoundedMemo(64))
+        variants[model] = call_key.signature(*call, None, config.with_(gpu_model=model), BoundedMemo.of(64))
+    off = [call_key.signature(*call, None, config.with_(gpu_model=model, winners=False), BoundedMemo.of(64))
            for model in ("GPU A", "GPU B")]
     assert off[0] == off[1] is not None  # winners off: no GPU model is looked up, none is signed
     assert None not in variants.values(), [k for k, v in variants.items() if v is None]

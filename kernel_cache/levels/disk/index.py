@@ -30,6 +30,8 @@ STATS_DIR = "stats"
 INDEX = "cache.db"
 
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
+COUNTERS_DB = "counters.db"  # in STATS_DIR: the counters' own table (kernel_cache.telemetry.counters)
+STATS_FILES = (*INDEX_FILES, COUNTERS_DB, COUNTERS_DB + "-wal", COUNTERS_DB + "-shm")
 INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is rebuilt, so one process rebuilds it
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
 _NOT_RAW_KEY = "<a key kernel-cache did not write>"
@@ -103,8 +105,8 @@ def check_tree(tree: Tree) -> None:
     for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
         with contextlib.suppress(FileNotFoundError), tree.directory(sub):
             pass
-    for sub in (ENTRIES_DIR, STATS_DIR):
-        for name in INDEX_FILES:
+    for sub, names in ((ENTRIES_DIR, INDEX_FILES), (STATS_DIR, STATS_FILES)):
+        for name in names:
             st = tree.lstat(sub, name)  # None as well when `sub` itself is missing
             if st is None:
                 continue

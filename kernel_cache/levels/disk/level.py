@@ -45,7 +45,7 @@ import diskcache
 
 from kernel_cache import at_exit
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
+from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import IndexDamaged, IndexNotReady, LevelReadOnly, LevelUnavailable
 from kernel_cache.lazy import later
 from kernel_cache.level import InDirectory
@@ -54,6 +54,7 @@ from kernel_cache.levels.disk.index import (
     ENTRIES_DIR,
     INDEX,
     LOCKS_DIR,
+    STATS_DIR,
     VALUE_FILE,
     RawOnlyDisk,
     describe_error,
@@ -123,7 +124,8 @@ class DiskLevel(InDirectory):
                                 and not has_value_files(self.tree))
         self._index_path = str(self.directory / ENTRIES_DIR / INDEX)
         if self._awaiting_index:
-            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True), \
+                    self.tree.directory(STATS_DIR, create=True):  # made here, never through a path a link could redirect
                 pass
         elif self._cache is None:
             try:
@@ -271,7 +273,7 @@ class DiskLevel(InDirectory):
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """The valid entry for `key`, or None. A corrupt entry is deleted and reported."""
-        check_key(key)
+        key_ok(key) or check_key(key)
         data, access_time = self._fetch(key)
         if data is None:
             return None
@@ -314,7 +316,7 @@ class DiskLevel(InDirectory):
         raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
 
     def get_raw(self, key: str) -> bytes | None:
-        check_key(key)
+        key_ok(key) or check_key(key)
         return self._fetch(key)[0]
 
     def peek_raw(self, key: str) -> bytes | None:
@@ -332,7 +334,8 @@ class DiskLevel(InDirectory):
 
     def __contains__(self, key: object) -> bool:
         try:
-            key = check_key(key)
+            if not (type(key) is str and key_ok(key)):
+                return False
             return key in self._deferred or (not self._no_index_yet() and disk_sql.contains(self._reader(), key))
         except (ValueError, sqlite3.Error):
             return False
@@ -383,7 +386,7 @@ class DiskLevel(InDirectory):
         self.put_raw(entry.key, data)
 
     def put_raw(self, key: str, data: bytes) -> None:
-        check_key(key)
+        key_ok(key) or check_key(key)
         self._write(lambda cache: cache.set(key, bytes(data), retry=False))
         with self._lock:
             self._forget_deferred(key)  # written now: an older copy must not overwrite it at the flush
@@ -395,7 +398,8 @@ class DiskLevel(InDirectory):
         node served by the cluster neither creates its index nor writes per hit while it lowers.
         Served from here meanwhile; a process killed before that loses only these copies (the level
         it read them from still holds them)."""
-        key = check_key(entry.key)
+        key = entry.key
+        key_ok(key) or check_key(key)
         with self._lock:
             self._forget_deferred(key)
             self._deferred[key] = data
@@ -439,7 +443,7 @@ class DiskLevel(InDirectory):
     def delete(self, key: str) -> bool:
         """Remove the entry. Its value file goes first: on a full disk that frees the space the
         index needs to record the deletion."""
-        check_key(key)
+        key_ok(key) or check_key(key)
         with self._lock:
             self._forget_deferred(key)
         reader = self._indexed_reader()
@@ -547,7 +551,7 @@ class DiskLevel(InDirectory):
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
         """A per-key lock shared by every process on this node; yields False if it timed out."""
-        check_key(key)
+        key_ok(key) or check_key(key)
         with locks.hold(self.tree, (LOCKS_DIR, f"{key}.lock"), "flock", timeout) as held:
             yield held
 
@@ -597,10 +601,11 @@ def _written_at_exit(level: DiskLevel) -> None:
     """Have `level`'s deferred copies written at exit unless a flush writes them first."""
     with _unflushed_lock:
         _unflushed.add(level)
-    at_exit.add("deferred copies", _flush_at_exit)
+    if "deferred copies" not in at_exit.added:  # (a session adds it when it opens)
+        at_exit.add("deferred copies", flush_at_exit)
 
 
-def _flush_at_exit() -> None:
+def flush_at_exit() -> None:
     with _unflushed_lock:
         levels = list(_unflushed)
     for level in levels:

@@ -23,17 +23,13 @@ the statements below against the new schema before changing the pin:
   of them now (losing `created` and the LRU order) and write a second copy of each file.
 - SQLite's own: the wait for a neighbour's write transaction before diskcache's set-up (which retries
   each statement for 60 s), damage detection, `PRAGMA quick_check`, the checkpoint of a rebuilt index.
-- The stats counters' increments (`add_counts`), as `Cache.incr` makes them, in one transaction:
-  opening diskcache runs some 75 statements (its settings written again, its schema re-created),
-  more work at a warm process's exit than the counters themselves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -228,22 +224,6 @@ def insert_value_file(con: sqlite3.Connection, key: str, created: float, used: f
 def insert_inline(con: sqlite3.Connection, key: str, when: float, value: bytes) -> None:
     """A row keeping `value` inside the index (salvaged from a damaged one; the writer moves it to a file)."""
     con.execute(_INSERT, (key, when, when, len(value), MODE_RAW, None, value))
-
-
-def add_counts(db: Path, counts: Mapping[str, int], timeout: float) -> None:
-    """Add each amount to the integer counter of its (raw) key in the index at `db`, one missing
-    starting at 0, in one write transaction: what `Cache.incr(key, amount, default=0)` does for each
-    (the stored time set, nothing culled: counters never expire), on a connection of our own at
-    diskcache's `synchronous=NORMAL`. The index must exist (diskcache created it, its triggers
-    included); a row under the key holding no integer fails the insert (sqlite3.IntegrityError), as
-    `incr` would fail on it, and nothing is written."""
-    now = time.time()
-    with writing(db, timeout, synchronous=1) as con:
-        for key, amount in counts.items():
-            if not con.execute("UPDATE Cache SET store_time = ?, value = value + ? WHERE key = ? AND raw = 1"
-                               " AND mode = ? AND typeof(value) = 'integer'",
-                               (now, amount, key, MODE_RAW)).rowcount:
-                con.execute(_INSERT, (key, now, now, 0, MODE_RAW, None, amount))
 
 
 _INSERT = ("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
