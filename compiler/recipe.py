@@ -3,12 +3,15 @@
 A recipe names the kernel by module and qualified name (re-imported later), so kernels defined in
 `__main__` or in a closure cannot be rebuilt; `from_recipe` then says so instead of guessing.
 Rebuilding imports the module a recipe names: cachectl prewarm imports only modules the operator
-allows (--allow-module), never one chosen by whoever wrote the cache.
+allows (--allow-module), never one chosen by whoever wrote the cache. A process predicting what it
+will compile rebuilds only from what it has already imported (`imported_only`): nothing is imported.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError
@@ -38,17 +41,17 @@ def _encode_value(value: Any) -> Any:
     return {"repr": repr(value)}
 
 
-def _decode_value(obj: Any) -> Any:
+def _decode_value(obj: Any, resolve: Callable[[str], Any]) -> Any:
     if "v" in obj:
         return obj["v"]
     if "jit" in obj:
-        return import_kernel(obj["jit"])
+        return resolve(obj["jit"])
     if "tl.dtype" in obj:
         import triton.language as tl
 
         return getattr(tl, obj["tl.dtype"])
     if "seq" in obj:
-        seq = [_decode_value(v) for v in obj["seq"]]
+        seq = [_decode_value(v, resolve) for v in obj["seq"]]
         return tuple(seq) if obj.get("tuple") else seq
     raise RecipeError(f"recipe holds a value that cannot be rebuilt: {obj.get('repr', obj)}")
 
@@ -66,6 +69,21 @@ def import_kernel(path: str) -> Any:
         obj = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, but also whatever the module raises on import
         raise RecipeError(f"cannot import module '{module_name}' of kernel {path}: {exc}") from exc
+    try:
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except AttributeError as exc:
+        raise RecipeError(f"module '{module_name}' has no kernel '{qualname}'") from exc
+    return tc.unwrap_jit(obj)
+
+
+def loaded_kernel(path: str) -> Any:
+    """The kernel `path` names as this process already holds it (its module imported): RecipeError
+    where it does not; nothing is imported."""
+    module_name, _, qualname = path.partition(":")
+    obj = sys.modules.get(module_name)
+    if obj is None or module_name == "__main__" or "<locals>" in qualname:
+        raise RecipeError(f"kernel {path} is not imported in this process")
     try:
         for part in qualname.split("."):
             obj = getattr(obj, part)
@@ -95,18 +113,21 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None) -> KernelSpec:
-    """Rebuild a spec from a recipe, optionally for another target (another GPU generation)."""
+def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None, *,
+                imported_only: bool = False) -> KernelSpec:
+    """Rebuild a spec from a recipe, optionally for another target (another GPU generation).
+    `imported_only`: from kernels this process already imported, never importing one (RecipeError)."""
     if recipe.get("version") != RECIPE_VERSION:
         raise RecipeError(f"unsupported recipe version {recipe.get('version')!r}")
-    fn = import_kernel(recipe["kernel"])
+    resolve = loaded_kernel if imported_only else import_kernel
+    fn = resolve(recipe["kernel"])
     tgt = parse_target(target) if target is not None else Target.from_json(recipe["target"])
     attrs = {tuple(k): v for k, v in recipe["attrs"]}
     if tgt.backend != recipe["target"]["backend"]:
         raise RecipeError(f"a {recipe['target']['backend']} recipe cannot be rebuilt for {tgt.name}")
     return KernelSpec(
         kernel=fn, signature={k: _tuples(v) for k, v in recipe["signature"]},
-        constexprs={k: _decode_value(v) for k, v in recipe["constexprs"].items()}, attrs=attrs,
+        constexprs={k: _decode_value(v, resolve) for k, v in recipe["constexprs"].items()}, attrs=attrs,
         target=tgt, num_warps=recipe["num_warps"], num_stages=recipe["num_stages"],
-        num_ctas=recipe["num_ctas"], options={k: _decode_value(v) for k, v in recipe["options"].items()},
+        num_ctas=recipe["num_ctas"], options={k: _decode_value(v, resolve) for k, v in recipe["options"].items()},
         keep_ir=recipe.get("keep_ir", False))

@@ -1,5 +1,7 @@
-"""Shared memo records: a text derived from installed files (a toolchain fingerprint, a plugin's
-layout), kept in the levels shared across nodes so a fresh node need not derive it again.
+"""Memo records: a text derived from an identity, kept as an ordinary entry. Shared: one derived
+from installed files (a toolchain fingerprint, a plugin's layout), kept in the levels shared across
+nodes so a fresh node need not derive it again. Local: a warm set's lineage (`warm_set.LINEAGE`:
+the identity is a program's first call under any toolchain, the text the set last written for it).
 
 A node without its own memo (a new, empty cache directory) would otherwise rehash, rerun or rescan
 what every other node with the same installation already derived (Triton's build key, `ptxas

@@ -19,6 +19,12 @@ writes nothing. Members are this process's keys first, then the set's others sti
 MAX_MEMBERS and MAX_BYTES (and the store's entry size bound). This module knows nothing of Triton
 or JAX: what is noted is the caller's.
 
+A set is also named by its first ask's lineage (the caller's: the same call under any toolchain,
+environment or target): a small memo record (`memo_entry`, name `LINEAGE`) beside the set points
+from the lineage to the set last written for it. A process whose first ask finds no set of its own
+(an upgrade, another target) can read the set that lineage names (`predecessor`): what the program
+needed last time, under another toolchain, for the caller to compile ahead.
+
 A set also keeps the caller's signatures: a signature (a digest the caller computes before it knows
 an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches that a signature names
 one key; the set keeps only the pairs whose member it holds, and serves a member only while the
@@ -34,6 +40,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache import at_exit
+from kernel_cache.entries import memo_entry
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import MAX_BLOBS, Entry, is_key
 from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME
@@ -42,6 +49,7 @@ if TYPE_CHECKING:
     from kernel_cache.store import Store
 
 KIND = "warm-set"
+LINEAGE = "warm-set lineage"  # the memo record naming, for a first ask's lineage, the set last written for it
 FORMAT = 2  # 2: the signatures of its members ("signed")
 MEMBERS_BLOB = "members"
 MAX_MEMBERS = 4096  # a model's Triton calls; more are served from the store, one by one
@@ -161,6 +169,7 @@ class WarmSet:
         self.active = store.disk is not None and not store.config.disabled and store.config.warm_sets
         self._lock = threading.Lock()
         self._first: str | None = None
+        self._lineage: str | None = None  # the first ask's lineage, where the caller gave one
         self._loaded = 0  # members the loaded set listed
         self._held: dict[str, Entry] = {}  # its members the local index still holds
         self._signed: dict[str, str] = {}  # its signatures (signature -> member key)
@@ -178,10 +187,11 @@ class WarmSet:
         self.begin(key)
         return self.front_get(key)
 
-    def begin(self, first: str) -> None:
-        """The program's first ask (a key or a signature) names its set: loaded here, once."""
+    def begin(self, first: str, lineage: str | None = None) -> None:
+        """The program's first ask (a key or a signature) names its set: loaded here, once.
+        `lineage`: the first ask's name under any toolchain (see the module's docstring)."""
         if self._first is None:
-            self._load(first)
+            self._load(first, lineage)
 
     def front_get(self, key: str) -> Entry | None:
         """The store's front level (`Store.front_level`): a member of the loaded set, noted as `get`
@@ -192,10 +202,10 @@ class WarmSet:
             self.note(entry)
         return entry
 
-    def signed(self, signature: str) -> Entry | None:
+    def signed(self, signature: str, lineage: str | None = None) -> Entry | None:
         """The member the set names for `signature` (the first call loads the set of `signature`),
         while the local index holds it, noted as `get` notes it; or None."""
-        self.begin(signature)
+        self.begin(signature, lineage)
         key = self._signed.get(signature)
         return None if key is None else self.get(key)
 
@@ -214,11 +224,29 @@ class WarmSet:
         with self._lock:
             self._served.update(keys)
 
-    def _load(self, first: str) -> None:
+    def predecessor(self) -> list[Entry]:
+        """The members of the set the first ask's lineage last named, where that is not this
+        program's own set (none was found for its first ask: another toolchain, environment or
+        target wrote it); empty otherwise. Read from the local level, not noted, never served."""
+        with self._lock:
+            first, lineage, own = self._first, self._lineage, self._loaded
+        if not self.active or first is None or lineage is None or own:
+            return []
+        found = self._store.get_local(memo_entry.memo_key(LINEAGE, [lineage]))
+        named = None if found is None else memo_entry.text_for(found, LINEAGE, [lineage])
+        if named is None or named == set_key(first):
+            return []
+        previous = self._store.get_local(named)
+        try:
+            return list(members_of(previous).values()) if previous is not None else []
+        except ValueError:
+            return []
+
+    def _load(self, first: str, lineage: str | None = None) -> None:
         with self._lock:
             if self._first is not None:
                 return
-            self._first = first
+            self._first, self._lineage = first, lineage
             if not self.active:
                 return
             found = self._store.get_local(set_key(first))
@@ -254,6 +282,7 @@ class WarmSet:
         members served from the set are told to the levels' LRU order (their own reads were not)."""
         with self._lock:
             first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
+            lineage = self._lineage
             signed, signing = dict(self._signed), dict(self._signing)
             self._served.clear()
         if served:
@@ -271,6 +300,8 @@ class WarmSet:
             total += entry.size + 1024
         kept = to_entry(first, members, {**signed, **signing})
         self._store.put_local(kept)
+        if lineage is not None:  # the lineage names this set from now on (an upgraded process finds it)
+            self._store.put_local(memo_entry.to_entry(LINEAGE, [lineage], kept.key))
         with self._lock:  # what the set holds now: saving again writes nothing new
             self._loaded, self._held = len(members), {entry.key: entry for entry in members}
             self._signed = signed_of(kept)

@@ -123,6 +123,17 @@ def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], 
     """The call's signature (see the module's docstring), or None where some input has no value form.
     Its document starts otherwise than every key's, so the two never name one another. `evaluation`:
     the call's user functions, evaluated once for this lowering (its plan reads the same values)."""
+    found = signed_call(platform, avals_in, avals_out, params, module, config, static, evaluation)
+    return None if found is None else found[0]
+
+
+def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
+                module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None
+                ) -> tuple[str, str] | None:
+    """(the call's signature, its lineage), or None where some input has no value form. The lineage
+    names the same call under any toolchain, environment, jaxlib or target: the kernel by module and
+    name, and the call's value form. It finds what the program compiled before an upgrade (a warm
+    set's predecessor), a guess whose only cost when wrong is compile work."""
     if params.get("arg_tree") is not None:
         return None
     try:
@@ -141,7 +152,12 @@ def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], 
     hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs,
                                         "")).encode())
     hasher.update(own)
-    return str(hasher.hexdigest())
+    python_fn = getattr(fn, "fn", fn)  # the decorated Python function: the name a recipe gives the kernel
+    lineage = xxhash.xxh3_128("\0".join(("kernel-cache call lineage", str(SIGNATURE_FORMAT), platform,
+                                         getattr(python_fn, "__module__", ""), getattr(python_fn, "__qualname__", ""),
+                                         "")).encode())
+    lineage.update(own)
+    return str(hasher.hexdigest()), str(lineage.hexdigest())
 
 
 def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:

@@ -152,22 +152,23 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     if platform != "cuda" or session.tuning is not None:
         return None, None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
-    signature = call_key.signature(platform, avals_in, avals_out, params, module, session.config, memos.static,
-                                   evaluation)
-    if signature is None:
+    signed = call_key.signed_call(platform, avals_in, avals_out, params, module, session.config, memos.static,
+                                  evaluation)
+    if signed is None:
         return None, None
+    signature, lineage = signed
     record = memos.served.get(signature)
     if record is not None:
         return signature, (record, "memory")
-    return signature, _signed(signature, session, memos) if session.config.call_records else None
+    return signature, _signed(signature, lineage, session, memos) if session.config.call_records else None
 
 
-def _signed(signature: str, session: Session, memos: "_Memos") -> tuple[call_entry.CallRecord, str] | None:
+def _signed(signature: str, lineage: str, session: Session, memos: "_Memos") -> tuple[call_entry.CallRecord, str] | None:
     """(the record the program's warm set names for `signature`, the level it was read from), where
     it holds a payload of its own, a winner stored since followed (its own record, signed for the next
     process); None: the call is planned and found by its key."""
     warm = memos.warm_set(session.store)
-    entry = warm.signed(signature)
+    entry = warm.signed(signature, lineage)
     if entry is None:
         return None
     record = _decoded(memos, entry)
@@ -314,3 +315,9 @@ MAX_SERVED_BYTES = 64 << 20  # their payloads' bytes
 def record_label(kernel: str, kernels: int) -> str:
     """How the lookup log names a call record served: 'matmul_kernel call record (6 kernels)'."""
     return f"{kernel} call record ({kernels} kernel{'' if kernels == 1 else 's'})"
+
+
+def predecessor(session: Session) -> list[Entry]:
+    """What this program needed last time under another toolchain, environment or target: the
+    members of the warm set its first call's lineage names, where it found no set of its own."""
+    return _MEMOS.of(session).warm_set(session.store).predecessor()
