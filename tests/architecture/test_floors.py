@@ -163,3 +163,18 @@ def test_no_module_is_long_without_saying_why():
         if lines > 300:
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             assert "long because" in doc, f"{path.relative_to(ROOT)} has {lines} lines and its docstring says not why"
+
+
+def test_the_tree_shows_the_floors():
+    """The folders are the floors: the operator's floor beside the packages it drives, a core of at
+    most twelve modules with the rest grouped by job, at most ten test files outside the floors'
+    folders, and the tests' scaffolding in tests/support/, none of it among the user's scripts."""
+    assert (ROOT / OPERATOR / "__init__.py").is_file() and not (ROOT / CORE / "cachectl").exists()
+    core = sorted(p.name for p in (ROOT / CORE).glob("*.py"))
+    assert len(core) <= 12, core
+    loose_tests = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert len(loose_tests) <= 10, loose_tests
+    support = {p.name for p in (ROOT / "tests" / "support").iterdir() if p.suffix in (".py", ".sh")}
+    assert support and not support & {p.name for p in (ROOT / "scripts").iterdir()}
+    children = {p.name for p in (ROOT / "tests").rglob("*_child.py")}
+    assert children <= support, children - support
