@@ -16,6 +16,9 @@ edit that keeps a file's size and then sets its mtime back before the RECORD's g
 
 Before deriving anything, a node without the memo asks the cluster's levels (`shared_memo`): a node
 that sees the very same files (their inode and ctime too) may have derived it already.
+
+The module is long because the fingerprint is one job from the installed files to the memo file:
+the identities, the RECORD's hashes, the memo's one read and one write per use.
 """
 
 from __future__ import annotations

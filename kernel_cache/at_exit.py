@@ -1,8 +1,9 @@
 """The package's one exit sequence: what must reach the cache when the interpreter exits, in the
-order it must. A program's warm sets are saved first (saving reads and writes the store), then the
-disk level's deferred copies are written, then the counters and the uses kept for the levels' LRU
-order. Modules name their step (`add`); the one atexit registration is made when the first step is
-added, at first use as the separate hooks were (a process that never opened a store registers
+order it must. Compile worker processes are closed first (the compiler's, where a miss started
+them), then a program's warm sets are saved (saving reads and writes the store), then the disk
+level's deferred copies are written, then the counters and the uses kept for the levels' LRU order.
+Modules name their step (`add`); the one atexit registration is made when the first step is added,
+at first use as the separate hooks were (a process that never opened a store registers
 nothing), so the sequence runs before the exit hooks of libraries imported earlier (JAX's). A step
 that fails never fails the program's exit, nor stops the steps after it.
 """

@@ -2,24 +2,31 @@
 
 Why: a cold process (a new model, a Triton or kernel-cache upgrade, an empty node) compiles every
 Triton kernel inside JAX's lowering. With KERNEL_CACHE_COMPILE_WORKERS=1 it does so one call at a time
-(serial); by default the first miss of a module starts the compiles of every call traced with it on
-worker threads (parallel: lowering.compile_ahead.ahead). This prints, side by side in one run, fresh processes with
+(serial); otherwise the first miss of a module starts the compiles of every call traced with it on
+worker threads (threads: lowering.compile_ahead.ahead), each compile on a worker process where one is
+idle (processes: compiler.compile_processes, its pool forced to the compile threads' number; `auto`:
+its own rule decides, as a program's default). Each row says where its kernels compiled (`on workers`:
+in worker processes) and its peak memory: the parent's and the sum of its workers' peaks. This prints,
+side by side in one run, fresh processes with
 every cache empty (KERNEL_CACHE_DIR, TRITON_CACHE_DIR, ejKernel's and CUDA's caches, XDG_CACHE_HOME):
   lower        jax.jit(f).trace(*args).lower()  -- where the kernels compile
   xla_compile  lowered.compile()                 -- GPU only
   first_run    first call + block_until_ready    -- GPU only (ejKernel's own path runs ptxas here)
   wall         the whole child process, imports included
 for these programs:
-  one kernel   lowering.examples' add[BLOCK=256] alone (parallel must not cost a single kernel anything)
+  one kernel   lowering.examples' add[BLOCK=256] alone (compiling at once must cost a single kernel nothing)
   module       the 9 programs of lowering.examples (14 kernels) as one jit, as a model's module is
   9 jits       the same programs, each its own jit (each lowers before the next is traced)
+  2 modules    (`--shapes ...,two`, without a GPU) the module, then the same programs for sm_80 as a
+               second module: 28 kernels, the second 14 where a pool of worker processes is running
   ejkernel     scripts/client_programs.py's ejKernel programs as one jit through
-               KERNEL_CACHE_INTERCEPT=ejkernel, serial and parallel, and on a GPU ejKernel's own path
+               KERNEL_CACHE_INTERCEPT=ejkernel, on each path, and on a GPU ejKernel's own path
                (where ejKernel is installed and kernel-cache is pip-installed, for the .pth hook)
 Without a GPU everything is cross-lowered for sm_90 and only `lower` and `wall` are reported.
 Medians over --repeat fresh directory sets.
 
-  python scripts/bench_cold.py [--workers N] [--repeat 1] [--sets examples,ejkernel] [--json out.json]
+  python scripts/bench_cold.py [--workers N] [--repeat 1] [--sets examples,ejkernel]
+                               [--paths serial,threads,processes] [--shapes one,module,jits] [--json out.json]
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages
 from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: E402
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
+PATHS = ("serial", "threads", "processes", "auto")
+SHAPES = ("one", "module", "jits", "two")
+POOL = {"threads": "off", "processes": "on", "auto": "rule"}  # BENCH_COLD_PROCESSES, per path (serial: none)
 
 
 def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
@@ -52,6 +62,13 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     import jax
 
     jax.devices()  # backend start-up is no phase (it is in wall)
+    pool = os.environ.get("BENCH_COLD_PROCESSES")
+    if pool:  # the compile worker processes: off, forced on, or the rule's (importing the module takes ~10 ms)
+        import kernel_cache
+        from compiler import compile_processes
+
+        if pool != "rule":
+            compile_processes.override(0 if pool == "off" else kernel_cache.current_config().compile_threads)
     from scripts.one_module import as_one_program
 
     if program_set == "ejkernel":
@@ -67,6 +84,8 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
                     for label, fn, shapes in example_programs(**call)]
         if shape == "one":
             programs = programs[:1]
+        if shape == "two":  # a second module of as many kernels, for another GPU generation (cross only)
+            programs += [(label, fn, shapes) for label, fn, shapes in example_programs(compute_capability=80)]
     lower_options: dict[str, Any] = {"lowering_platforms": ("cuda",)} if cross else {}
     timeline: list[tuple[str, str, float, float]] = []
     origin = time.perf_counter()
@@ -86,7 +105,9 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
                                  time.perf_counter() - origin))
 
         compiler.cached.compile_spec = timed
-    groups = [programs] if shape in ("module", "one") else [[p] for p in programs]
+    half = len(programs) // 2
+    groups = [programs] if shape in ("module", "one") else [programs[:half], programs[half:]] if shape == "two" \
+        else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:  # each group's module is built after the previous one lowered, as a program would
         module, flat = as_one_program(group)
@@ -101,16 +122,33 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     import resource
 
     report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    report["workers_rss_mib"] = 0.0
     if "kernel_cache" in sys.modules:
         import kernel_cache
 
         report["compiles"] = kernel_cache.default_store().stats.session().get("compiles", 0)
         report["workers"] = kernel_cache.current_config().compile_threads
+    if "compiler.compile_processes" in sys.modules:
+        from compiler import compile_processes
+
+        report["processes"] = compile_processes.counts()
+        report["workers_rss_mib"] = sum(peak_rss_mib(pid) for pid, _ in compile_processes.workers())
     return report
 
 
-def child_env(caches: str, workers: int | None, intercept: bool, cross: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_")}
+def peak_rss_mib(pid: int) -> float:
+    """A live process's peak resident memory (Linux: /proc's VmHWM), 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")), 0.0)
+    except OSError:
+        return 0.0
+
+
+def child_env(caches: str, workers: int | None, intercept: bool, cross: bool, path: str = "") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_CACHE_") and k != "BENCH_COLD_PROCESSES"}
+    if path in POOL:
+        env["BENCH_COLD_PROCESSES"] = POOL[path]
     env.update(PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
                TRITON_CACHE_DIR=os.path.join(caches, "triton"), XDG_CACHE_HOME=os.path.join(caches, "xdg"),
                EJKERNEL_TRITON_CACHE_DIR=os.path.join(caches, "ejkernel"), CUDA_CACHE_PATH=os.path.join(caches, "nv"),
@@ -147,19 +185,21 @@ def ejkernel_available() -> str | None:
 Row = tuple[str, str, str, "int | None", bool]  # (set, shape, path, workers, intercept)
 
 
-def plan_rows(sets: list[str], workers: int, cross: bool) -> tuple[list[Row], str | None]:
-    """The rows to measure, and why the ejKernel rows are skipped (None: they are not)."""
+def plan_rows(sets: list[str], workers: int, cross: bool, paths: tuple[str, ...] = PATHS[:3],
+              shapes: tuple[str, ...] = SHAPES[:3]) -> tuple[list[Row], str | None]:
+    """The rows to measure, and why the ejKernel rows are skipped (None: they are not). The "2 modules"
+    rows are cross-lowered only (the second module is for another GPU generation)."""
     rows: list[Row] = []
     if "examples" in sets:
-        for shape in ("one", "module", "jits"):
-            rows += [("examples", shape, "serial", 1, False), ("examples", shape, "parallel", workers, False)]
+        for shape in (s for s in shapes if cross or s != "two"):
+            rows += [("examples", shape, path, 1 if path == "serial" else workers, False) for path in paths]
     skipped = None
     if "ejkernel" in sets:
         skipped = ejkernel_available()
         if skipped is None:
             if not cross:
                 rows.append(("ejkernel", "module", "own", None, False))
-            rows += [("ejkernel", "module", "serial", 1, True), ("ejkernel", "module", "parallel", workers, True)]
+            rows += [("ejkernel", "module", path, 1 if path == "serial" else workers, True) for path in paths]
     return rows, skipped
 
 
@@ -167,10 +207,10 @@ def measure(rows: list[Row], repeat: int, cross: bool) -> dict[str, list[dict[st
     """Every row `repeat` times, each a fresh process on fresh caches, after one throwaway process (the
     first on a host reads Triton's libraries and ptxas from disk, about 1 s, which would be charged to
     whichever row ran first)."""
-    def fresh(program_set: str, shape: str, workers: int | None, intercept: bool) -> dict[str, Any]:
+    def fresh(program_set: str, shape: str, workers: int | None, intercept: bool, path: str = "") -> dict[str, Any]:
         caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
         try:
-            return run_child(program_set, shape, child_env(caches, workers, intercept, cross), cross)
+            return run_child(program_set, shape, child_env(caches, workers, intercept, cross, path), cross)
         finally:
             shutil.rmtree(caches, ignore_errors=True)
 
@@ -178,27 +218,35 @@ def measure(rows: list[Row], repeat: int, cross: bool) -> dict[str, list[dict[st
     results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(repeat):
         for program_set, shape, path, workers, intercept in rows:
-            results.setdefault(f"{program_set}/{shape}/{path}", []).append(fresh(program_set, shape, workers, intercept))
+            results.setdefault(f"{program_set}/{shape}/{path}", []).append(
+                fresh(program_set, shape, workers, intercept, path))
     return results
 
 
 def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     return {name: {"times": {p: statistics.median(r["times"][p] for r in reports) for p in PHASES},
                    "compiles": reports[0].get("compiles"), "workers": reports[0].get("workers"),
+                   "on_workers": statistics.median(r.get("processes", {}).get("worker", 0) for r in reports),
                    "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in reports),
+                   "workers_rss_mib": statistics.median(r.get("workers_rss_mib", 0.0) for r in reports),
                    "device": reports[0]["device"], "programs": reports[0]["programs"]}
             for name, reports in results.items()}
 
 
 def ratios_of(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """serial (and own) over parallel, for lower and wall, per program set and shape."""
+    """serial (and own) over each path compiling at once, and threads over processes, for lower and
+    wall, per program set and shape."""
     ratios: dict[str, float | None] = {}
-    for name in (n for n in summary if n.endswith("/parallel")):
-        base = name.rsplit("/", 1)[0]
-        for other in (o for o in ("serial", "own") if f"{base}/{o}" in summary):
+    for name in summary:
+        base, path = name.rsplit("/", 1)
+        if path in ("serial", "own"):
+            continue
+        for other in (o for o in ("serial", "own", "threads") if f"{base}/{o}" in summary and o != path):
+            if other == "threads" and path != "processes":
+                continue
             for phase in ("lower", "wall"):
                 ours, theirs = summary[name]["times"][phase], summary[f"{base}/{other}"]["times"][phase]
-                ratios[f"{base} {phase}: {other} / parallel"] = theirs / ours if ours else None
+                ratios[f"{base} {phase}: {other} / {path}"] = theirs / ours if ours else None
     return ratios
 
 
@@ -206,14 +254,16 @@ def print_table(summary: dict[str, dict[str, Any]], ratios: dict[str, float | No
     print(f"cold start, {'cross-lowered for sm_90 (no GPU)' if cross else next(iter(summary.values()))['device']}, "
           f"{os.cpu_count()} CPUs, median of {repeat}")
     shown = ("lower", "wall") if cross else PHASES
-    print(f"{'programs':<22}{'path':<10}{'workers':>8}{'compiles':>9}" + "".join(f"{p:>12}" for p in shown)
-          + f"{'peak RSS':>12}")
+    print(f"{'programs':<22}{'path':<11}{'workers':>8}{'compiles':>9}{'on workers':>11}"
+          + "".join(f"{p:>12}" for p in shown) + f"{'peak RSS':>12}{'+ workers':>14}")
     for name, s in summary.items():
         program_set, shape, path = name.split("/")
-        label = {"one": "one kernel", "module": "module", "jits": "9 jits"}[shape] if program_set == "examples" \
+        label = {"one": "one kernel", "module": "module", "jits": "9 jits", "two": "2 modules"}[shape] \
+            if program_set == "examples" \
             else f"ejkernel ({s['programs']} ops)"
-        print(f"{label:<22}{path:<10}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
-              + "".join(f"{s['times'][p]:>11.2f}s" for p in shown) + f"{s['peak_rss_mib']:>8.0f} MiB")
+        print(f"{label:<22}{path:<11}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
+              + f"{s['on_workers']:>11.0f}" + "".join(f"{s['times'][p]:>11.2f}s" for p in shown)
+              + f"{s['peak_rss_mib']:>8.0f} MiB{s['workers_rss_mib']:>10.0f} MiB")
     for what, ratio in ratios.items():
         print(f"  {what:<44} {ratio:.2f}x" if ratio else f"  {what}: -")
 
@@ -222,10 +272,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs=2, metavar=("SET", "SHAPE"), help=argparse.SUPPRESS)
     parser.add_argument("--cross", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=0, help="parallel's KERNEL_CACHE_COMPILE_WORKERS (default: "
-                                                               "kernel-cache's own: usable cores, at most 16)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="KERNEL_CACHE_COMPILE_WORKERS of the rows compiling at once (default: kernel-cache's "
+                             "own: usable cores, at most 16)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sets", default="examples,ejkernel")
+    parser.add_argument("--paths", default=",".join(PATHS[:3]),
+                        help=f"which of {', '.join(PATHS)} to measure (default: the first three)")
+    parser.add_argument("--shapes", default=",".join(SHAPES[:3]),
+                        help=f"which example programs of {', '.join(SHAPES)} to lower (two: two modules in turn, "
+                             "without a GPU only; default: the first three)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--timeline", action="store_true", help="record each compile's thread and times (--json)")
     parser.add_argument("--switch-interval", type=float, metavar="S",
@@ -239,7 +295,11 @@ def main() -> None:
         os.environ["BENCH_COLD_TIMELINE"] = "1"
     if args.switch_interval:
         os.environ["BENCH_COLD_SWITCH"] = str(args.switch_interval)
-    rows, skipped = plan_rows(args.sets.split(","), args.workers, cross)
+    paths, shapes = (tuple(p for p in text.split(",") if p) for text in (args.paths, args.shapes))
+    for option, chosen, known in (("--paths", paths, PATHS), ("--shapes", shapes, SHAPES)):
+        if set(chosen) - set(known):
+            parser.error(f"{option}: unknown {', '.join(sorted(set(chosen) - set(known)))} (known: {', '.join(known)})")
+    rows, skipped = plan_rows(args.sets.split(","), args.workers, cross, paths, shapes)
     results = measure(rows, args.repeat, cross)
     summary = summarize(results)
     ratios = ratios_of(summary)

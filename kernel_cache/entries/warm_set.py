@@ -29,6 +29,9 @@ A set also keeps the caller's signatures: a signature (a digest the caller compu
 an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches that a signature names
 one key; the set keeps only the pairs whose member it holds, and serves a member only while the
 local index holds it. A set is then filed under the first key or signature asked of it.
+
+The module is long because a set is one format and one life: its codec, what a session loads and
+notes, its lineage, and its save at exit.
 """
 
 from __future__ import annotations

@@ -174,7 +174,10 @@ class Tree:
                     os.close(f)
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter shutdown the modules close() uses may already be torn down
+            pass
 
     def reopen(self) -> None:
         """After ESTALE on a network filesystem: the directory was replaced under us."""

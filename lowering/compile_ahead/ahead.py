@@ -6,7 +6,12 @@ call (its parameters and operand avals: a few microseconds, nothing planned or h
 miss in a lowering rule (`start`) hands every noted call to the compile workers, which plan it as its
 rule will (`plan.KernelPlan`), skip what the store holds and compile the rest. Each rule then finds
 its kernels built or joins the build under way (the store's single-flight, in-process and across
-ranks), so a module of K kernels lowers cold in about the time of its slowest compiles.
+ranks), so a module of K kernels lowers cold in about the time of its slowest compiles. The first
+miss of a process also hands over what the program compiled last time under another toolchain or
+target (`predict`: after an upgrade, the jits traced later find their kernels built). Where the
+miss hands enough kernels ahead on a large enough host (`compiler.compile_processes`' rule), a pool
+of worker processes starts in the background and each thread's compile then runs on an idle worker,
+out of this process's GIL.
 
 A warm process never misses, so it never plans anything twice; calls noted but not lowered by the
 time the process exits are cancelled with the queued work (`compile_pool`). A call that cannot be
@@ -26,13 +31,17 @@ import kernel_cache
 from kernel_cache.lazy import later
 
 from .. import first_use
-from ..planning.plan import plan_bound
+from ..planning.plan import plan_bound, target_of
 from ..records import winners
 
 if TYPE_CHECKING:
-    from . import compile_pool
+    from compiler import compile_processes
+
+    from . import compile_pool, predict
 else:
     compile_pool = later("lowering.compile_ahead.compile_pool")  # its threads (and `queue`) only on a miss
+    compile_processes = later("compiler.compile_processes")  # its worker processes, where they pay
+    predict = later("lowering.compile_ahead.predict")  # a warm set's predecessor, read at the first miss
 
 log = logging.getLogger("kernel_cache.lowering")
 
@@ -84,21 +93,37 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
         _noted.clear()
     if session.config.compile_threads <= 1:  # compile_pool.workers(): one compile at a time, no pool to import
         return 0
+    target = _target(platform, params, session.config)
     taken = [(*n, _identity(n[0], n[1])) for n in noted]
     own = _identity(_operands(avals_in), params) if params is not None else None
     idents = [n[3] for n in taken]
     if own is not None and own in idents:  # its latest binding: what came before was lowered, or is this
         taken = taken[len(idents) - idents[::-1].index(own):]
     seen: set[int] = set()
-    started = 0
+    calls = []
     for avals_in, params, translate, ident in taken:
         if ident is not None:  # a call bound again (JAX re-tracing a jaxpr) is planned once
             if ident in seen:
                 continue
             seen.add(ident)
+        calls.append((avals_in, params, translate))
+    # what the program compiled last time under another toolchain or target (once, at the first miss)
+    ahead = predict.predicted(session, target) if target is not None else []
+    compile_processes.expect(session.config, len(calls) + len(ahead), target)  # worker processes, where they pay
+    for avals_in, params, translate in calls:
         compile_pool.submit(session.config, _plan_and_compile, platform, avals_in, params, translate, session)
-        started += 1
-    return started
+    keys = compiler.session_keys(session) if ahead else None
+    for spec in ahead:  # after this module's own calls: those are needed first
+        compile_pool.submit(session.config, _compile, spec, session.store, keys)
+    return len(calls) + len(ahead)
+
+
+def _target(platform: str, params: Mapping[str, Any] | None, config: kernel_cache.Config) -> compiler.Target | None:
+    """The missing call's target (worker processes warm up for it), None where it has none."""
+    try:
+        return target_of(platform, (params or {}).get("compute_capability"), config)
+    except Exception:  # its rule reports what is wrong
+        return None
 
 
 def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any],
@@ -126,6 +151,6 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
 
 def _compile(spec: compiler.KernelSpec, store: kernel_cache.Store, keys: compiler.KeyMemo) -> None:
     try:
-        compiler.get_or_compile(spec, store, keys=keys)
+        compile_processes.get_or_compile(spec, store, keys=keys)  # on a worker process where one is idle
     except Exception as exc:  # its rule compiles it again and raises the error where the user sees it
         log.debug("compiling %s ahead failed: %s", spec.name, exc)

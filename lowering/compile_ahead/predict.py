@@ -13,7 +13,6 @@ costs only compile work.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import compiler
 import kernel_cache
@@ -24,7 +23,6 @@ from kernel_cache.entries import call_entry
 from kernel_cache.entries.summary import META_KIND, META_RECIPE
 from kernel_cache.session import SessionMemo
 
-from ..planning.plan import target_of
 from ..records import call_records
 
 log = logging.getLogger("kernel_cache.lowering")
@@ -32,9 +30,10 @@ log = logging.getLogger("kernel_cache.lowering")
 _ASKED: SessionMemo[list[bool]] = SessionMemo("lowering.compile_ahead.predict", lambda _: [])
 
 
-def predicted(platform: str, session: kernel_cache.Session, compute_capability: Any = None) -> list[compiler.KernelSpec]:
-    """The specs to compile ahead at this session's first miss (empty at every later one, and where
-    the program found its own warm set or none names a predecessor)."""
+def predicted(session: kernel_cache.Session, target: compiler.Target) -> list[compiler.KernelSpec]:
+    """The specs to compile ahead for `target` (the missing call's) at this session's first miss
+    (empty at every later one, and where the program found its own warm set or none names a
+    predecessor)."""
     asked = _ASKED.of(session)
     if asked:
         return []
@@ -42,7 +41,6 @@ def predicted(platform: str, session: kernel_cache.Session, compute_capability: 
     members = call_records.predecessor(session)
     if not members:
         return []
-    target = target_of(platform, compute_capability, session.config)
     specs, skipped = [], 0
     for entry in _kernels(session.store, members):
         try:

@@ -25,11 +25,12 @@ from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
 
 if TYPE_CHECKING:
-    from compiler import Artifact, cached, key
+    from compiler import Artifact, cached, compile_processes, key
 
     from ..compile_ahead import compile_pool
 else:  # a warm call's kernels come from its record: the store lookup by content key runs on a new call only
     cached = later("compiler.cached")
+    compile_processes = later("compiler.compile_processes")  # worker processes, where they pay
     compile_pool = later("lowering.compile_ahead.compile_pool")
     key = later("compiler.key")
 
@@ -120,6 +121,7 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     if missing and on_miss is not None:
         on_miss()
     if len(missing) > 1 and compile_pool.workers(session.config) > 1:
+        compile_processes.expect(session.config, len(missing) - 1)
         others = {i: compile_pool.submit(session.config, _build, specs[i], store, keys) for i in missing[1:]}
         found[missing[0]] = _build(specs[missing[0]], store, keys)
         for i, future in others.items():
@@ -133,4 +135,4 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
 def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo) -> tuple[Artifact, str]:
     """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
     (the lookup was the miss's one read)."""
-    return cached.get_or_compile(spec, store, keys=keys, known_missing=True)
+    return compile_processes.get_or_compile(spec, store, keys=keys, known_missing=True)  # on an idle worker process

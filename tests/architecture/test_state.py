@@ -81,6 +81,7 @@ MODULE_STATE = {
     "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
     "kernel_cache/entries/warm_set.py:_open_sets": f"{PROCESS}: the sessions' warm sets still to save at exit (weakly held)",
     "kernel_cache/levels/remote/redis_guard.py:_current": f"{PROCESS}: each thread's budget for the call under way",
+    "compiler/compile_processes.py:_pool": f"{PROCESS}: its compile worker processes (closed when idle and at exit)",
     "kernel_cache/at_exit.py:_steps": f"{PROCESS}: the package's one exit sequence, a function per step",
     "kernel_cache/levels/disk/level.py:_unflushed": f"{PROCESS}: the local levels whose deferred copies it writes at exit",
     "kernel_cache/levels/shared/level.py:LOCK_SUFFIXES": CONSTANT,

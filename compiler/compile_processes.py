@@ -1,0 +1,471 @@
+"""Compile worker processes: Triton's front end out of the parent's GIL.
+
+Compile threads overlap Triton's MLIR/LLVM passes and ptxas, but its front end (AST to TTIR) holds
+the GIL, so a module's compiles queue on it and slow the tracing and lowering beside them. Worker
+processes (`compile_worker`: a fresh interpreter each, importing Triton once) compile a spec sent as
+its recipe and return the artifact in the store's entry format; the parent checks that the entry
+names the content key it computed and the store publishes it under its usual single-flight, so every
+level sees what a compile in the parent would have given.
+
+Who compiles what: `get_or_compile` is `compiler.get_or_compile` whose build, under the store's lock,
+borrows an idle worker and waits for it (the compile threads stay the dispatchers and their number,
+KERNEL_CACHE_COMPILE_WORKERS, the bound on compiles in flight). With no idle worker (the pool still
+starting, or every worker busy), or for a kernel a worker cannot import by name (defined in
+`__main__` or a closure), the kernel compiles in the parent as before. A worker that dies, hangs
+past COMPILE_TIMEOUT or returns another key is dropped (killed) and its kernel compiled in the
+parent; one that reports an error stays, and the parent compiles the kernel to raise the error itself.
+
+When the pool pays (measured with `scripts/bench_cold.py`, cross-lowering for sm_90): a worker
+costs a fresh interpreter, `import triton` and a warm-up compile (ready 0.6-0.8 s after 8-16 start
+at once on a 16-core host; ~125 MiB resident each) and a kernel a few ms of pipes. Warm, 8 workers
+compile the 11 example kernels in 0.44 s where 8 threads in the parent take 0.66 s (serially 2.5 s).
+But a module's kernels are all handed ahead at its first miss, before any worker can be ready: they
+compile on the threads, and a pool started then serves the modules lowered after it. So `expect`
+starts one only where it can pay and costs little otherwise: a host of at least MIN_CORES usable
+cores (on 2 cores a forced pool slowed the module's lowering from 2.0 to 2.3 s and a warm one gained
+nothing measurable), more than one compile thread, and once this process has handed at least
+MIN_KERNELS kernels ahead (one kernel, a serial configuration, a program of a few kernels never
+start one). Its size: the kernels handed ahead so far, at most the compile threads and half the
+cores (8 workers did as well as 16 on that batch, at half the start-up and memory).
+
+Started as `subprocess`es of this interpreter rather than through `multiprocessing`: a spawned
+child re-runs the program's `__main__` script (a user's training script without a main guard would
+start again in every worker), forkserver does so by default too, and fork is unsafe in a process
+running JAX's threads. Workers idle for IDLE_SECONDS exit; at exit the package's exit sequence
+kills the rest ("compile workers", after the compile threads have finished). A worker also exits
+when its pipe closes, so a parent killed outright leaves none behind once its compile is done. The module is long because
+the pool, its workers' pipes and the rule belong together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from kernel_cache import Store, at_exit
+from kernel_cache.entries import entry as entries
+from kernel_cache.entries.summary import META_COMPILE_SECONDS
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.settings.config import Config
+
+from . import cached, recipe
+from . import compile_worker as wire
+from . import triton_compat as tc
+from .artifact import Artifact
+from .key import KeyMemo, content_key
+from .spec import KernelSpec
+from .target import Target
+
+log = logging.getLogger("kernel_cache.compiler")
+
+MIN_CORES = 8  # below it a pool's start takes the cores the parent's tracing and threads need
+MIN_KERNELS = 8  # kernels handed ahead in this process before a pool is started
+IDLE_SECONDS = 20.0  # a pool unused this long closes its workers (the next miss may start it again)
+READY_TIMEOUT = 60.0  # a worker not ready (Triton imported) by then is killed
+COMPILE_TIMEOUT = 300.0  # a compile not answered by then: the worker is killed, the parent compiles it
+STOP_GRACE = 1.0  # a worker told to exit (its pipe closed) is killed after this
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `compiler` is imported from
+_BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from compiler.compile_worker import main; main()"
+
+
+class WorkerLost(KernelCacheError, RuntimeError):
+    """A compile worker died, hung or garbled its reply: its kernel is compiled in the parent."""
+
+    def __init__(self, pid: int, what: str):
+        self.pid = pid
+        super().__init__(f"compile worker {pid} {what}")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
+class _Worker:
+    """One worker process and its pipes; `state` (starting, idle, busy) changes under the pool's lock."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc = proc
+        self.pid = proc.pid
+        self.fd_in, self.fd_out = proc.stdin.fileno(), proc.stdout.fileno()
+        self.state = "starting"
+
+    def ask(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes]:
+        """Send one frame and wait up to `timeout` seconds for the reply (a request is a few KiB:
+        the pipe takes it whole, whatever the worker does)."""
+        try:
+            wire.write_frame(self.fd_in, kind, payload)
+        except OSError as exc:
+            raise WorkerLost(self.pid, f"cannot be written to ({exc})") from exc
+        return self.reply(time.monotonic() + timeout)
+
+    def reply(self, deadline: float) -> tuple[int, bytes]:
+        kind, size = wire.HEADER.unpack(self._read(wire.HEADER.size, deadline))
+        if size > wire.MAX_FRAME:
+            raise WorkerLost(self.pid, f"announced a reply of {size} bytes")
+        return kind, self._read(size, deadline)
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        parts: list[bytes] = []
+        left = size
+        while left:
+            if not _readable(self.fd_out, deadline - time.monotonic()):
+                raise WorkerLost(self.pid, "did not answer in time")
+            chunk = os.read(self.fd_out, min(left, 1 << 20))
+            if not chunk:
+                raise WorkerLost(self.pid, f"exited (status {self.proc.poll()})")
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def close_input(self) -> None:
+        """Its pipe closed: the worker exits once the frame it is compiling (if any) is answered."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def end(self, deadline: float) -> None:
+        """Wait for it until `deadline`, then kill it; reaped either way."""
+        try:
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def _stop(workers: list[_Worker], grace: float) -> None:
+    for worker in workers:
+        worker.close_input()
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.end(deadline)
+
+
+def _rebuildable(value: Any) -> bool:
+    """Whether every value of a recipe's part is one a worker rebuilds as this process has it."""
+    if isinstance(value, dict):
+        jit = value.get("jit")
+        if "repr" in value or isinstance(jit, str) and (jit.startswith("__main__:") or "<locals>" in jit):
+            return False
+        return all(_rebuildable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_rebuildable(v) for v in value)
+    return True
+
+
+def portable(spec: KernelSpec) -> dict[str, Any] | None:
+    """`spec`'s recipe where a worker can rebuild the very spec from it, else None: its kernel found
+    by `module:qualname` in a module imported by name (not `__main__`, not a closure, not a module
+    made at run time), every constexpr and option a value a recipe carries."""
+    try:
+        made = recipe.to_recipe(spec)
+        module_name, _, qualname = made["kernel"].partition(":")
+    except Exception:
+        return None
+    module = sys.modules.get(module_name)
+    if module_name == "__main__" or "<locals>" in qualname or getattr(module, "__spec__", None) is None:
+        return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    try:
+        same = tc.unwrap_jit(found) is spec.kernel
+    except TypeError:
+        return None
+    return made if same and _rebuildable(made["constexprs"]) and _rebuildable(made["options"]) else None
+
+
+class Pool:
+    """This process's compile workers: started in the background, lent one compile at a time."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked child starts its own pool: the pipes are its parent's
+        self.forced: int | None = None  # `override`
+        self.expected = 0  # kernels handed ahead in this process (the rule)
+        self.counts = {"started": 0, "worker": 0, "parent": 0, "lost": 0, "refused": 0}
+        self._changed = threading.Condition()
+        self._workers: list[_Worker] = []
+        self._starting = 0  # workers being started, not yet in `_workers`
+        self._closed = False
+        self._last_use = time.monotonic()
+        self._reaping = False
+
+    # The rule ------------------------------------------------------------------------------
+    def wanted(self, config: Config, kernels: int) -> int:
+        """How many workers the pool should have now that a miss hands `kernels` ahead (0: none)."""
+        with self._changed:
+            self.expected += kernels
+            expected, have = self.expected, len(self._workers) + self._starting
+        if config.memo_dir is None or not sys.executable:
+            return 0  # no memo directory to share the installed tools' fingerprint through
+        if self.forced is not None:
+            return self.forced
+        threads, cores = config.compile_threads, usable_cores()
+        if threads <= 1 or cores < MIN_CORES or expected < MIN_KERNELS or not have and kernels < 2:
+            return 0  # (a pool closed when idle starts again at a miss that hands several kernels ahead)
+        return max(have, min(threads, cores // 2, expected))
+
+    # Workers -------------------------------------------------------------------------------
+    def grow(self, count: int, warm: str | None = None, memo_dir: str | None = None) -> None:
+        """Have `count` workers: the missing ones start on a thread, so the caller goes on at once.
+        `warm`: a target each compiles a small kernel for before it is lent (`compile_worker.warm_up`)."""
+        with self._changed:
+            missing = count - len(self._workers) - self._starting
+            if self._closed or missing <= 0:
+                return
+            self._starting += missing  # counted at once: a second miss starts no more
+        at_exit.add("compile workers", _close_at_exit)
+        hello = json.dumps({"path": [p for p in sys.path if isinstance(p, str)], "warm": warm,
+                            "memo_dir": memo_dir}).encode()
+        threading.Thread(target=self._start, args=(missing, hello), name="kernel-cache-processes-start",
+                         daemon=True).start()
+
+    def _start(self, count: int, hello: bytes) -> None:
+        started = [w for w in (self._spawn(hello) for _ in range(count)) if w is not None]
+        deadline = time.monotonic() + READY_TIMEOUT
+        for worker in started:
+            try:
+                ready = worker.reply(deadline)[0] == wire.READY
+            except WorkerLost as exc:
+                log.debug("%s", exc)
+                ready = False
+            with self._changed:
+                if ready and worker in self._workers:
+                    worker.state = "idle"
+                    self._changed.notify_all()
+            if not ready:
+                self.drop(worker)
+        self._reap_later()
+
+    def _spawn(self, hello: bytes) -> _Worker | None:
+        """One worker started and greeted (None when it cannot start, or the pool closed meanwhile)."""
+        worker: _Worker | None = None
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True)
+            worker = _Worker(proc)
+            wire.write_frame(worker.fd_in, wire.HELLO, hello)
+        except OSError as exc:
+            log.debug("a compile worker could not start: %s", exc)
+        with self._changed:
+            self._starting -= 1
+            if worker is not None and not self._closed:
+                self._workers.append(worker)
+                self.counts["started"] += 1
+                return worker
+        if worker is not None:
+            _stop([worker], 0.0)
+        return None
+
+    def borrow(self) -> _Worker | None:
+        """An idle worker, now marked busy; None when none is idle (the caller compiles itself)."""
+        with self._changed:
+            for worker in self._workers:
+                if worker.state == "idle":
+                    worker.state = "busy"
+                    self._last_use = time.monotonic()
+                    return worker
+        return None
+
+    def give_back(self, worker: _Worker) -> None:
+        with self._changed:
+            self._last_use = time.monotonic()
+            kept = worker in self._workers and not self._closed
+            if kept:
+                worker.state = "idle"
+                self._changed.notify_all()
+        if not kept:
+            _stop([worker], STOP_GRACE)
+
+    def drop(self, worker: _Worker) -> None:
+        """Out of the pool and killed (dead, hung, or compiling under other inputs than ours)."""
+        with self._changed:
+            if worker in self._workers:
+                self._workers.remove(worker)
+        worker.close_input()
+        if worker.proc.poll() is None:
+            worker.proc.kill()
+        worker.end(time.monotonic())
+
+    def has_workers(self) -> bool:
+        with self._changed:
+            return bool(self._workers or self._starting) and not self._closed
+
+    def snapshot(self) -> list[tuple[int, str]]:
+        with self._changed:
+            return [(w.pid, w.state) for w in self._workers]
+
+    def close(self, grace: float) -> None:
+        """Every worker told to exit, then killed after `grace` seconds."""
+        with self._changed:
+            self._closed = True
+            workers, self._workers = self._workers, []
+            self._changed.notify_all()
+        _stop(workers, grace)
+
+    def _reap_later(self) -> None:
+        with self._changed:
+            if self._reaping or not self._workers:
+                return
+            self._reaping = True
+        threading.Thread(target=self._reap, name="kernel-cache-processes-reaper", daemon=True).start()
+
+    def _reap(self) -> None:
+        """Close the workers once none has been lent for IDLE_SECONDS."""
+        with self._changed:
+            while True:
+                if self._closed or not (self._workers or self._starting):
+                    self._reaping = False
+                    return
+                quiet = time.monotonic() - self._last_use
+                if quiet >= IDLE_SECONDS and not self._starting and all(w.state == "idle" for w in self._workers):
+                    idle, self._workers, self._reaping = self._workers, [], False
+                    break
+                self._changed.wait(max(0.05, IDLE_SECONDS - quiet))
+        log.debug("closing %d idle compile workers", len(idle))
+        _stop(idle, STOP_GRACE)
+
+    # A compile -------------------------------------------------------------------------------
+    def build(self, spec: KernelSpec, key: str, request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float]:
+        """The store's build for `key`: on an idle worker where there is one, else in this thread."""
+        worker = self.borrow()
+        if worker is not None:
+            found = self._on(worker, spec, key, request)
+            if found is not None:
+                return found
+        self._count("parent")
+        artifact = cached.compile_spec(spec)
+        meta, blobs = artifact.to_entry()
+        return meta, blobs, artifact.compile_seconds
+
+    def _on(self, worker: _Worker, spec: KernelSpec, key: str,
+            request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
+        """The entry `worker` compiled, checked; None (the worker given back or dropped) otherwise."""
+        try:
+            kind, payload = worker.ask(wire.REQUEST, request, COMPILE_TIMEOUT)
+        except WorkerLost as exc:
+            log.debug("compiling %s in the parent: %s", spec.name, exc)
+            self._count("lost")
+            self.drop(worker)
+            return None
+        if kind == wire.ERROR:
+            log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.pid, payload[:2000])
+            self._count("refused")
+            self.give_back(worker)
+            return None
+        try:
+            if kind != wire.ENTRY:
+                raise entries.CorruptEntry(f"a reply of kind {kind}")
+            got = entries.decode(payload, expected_key=key)  # checksummed, and for our key
+        except entries.CorruptEntry as exc:  # other sources or environment than ours: no further use
+            log.debug("compiling %s in the parent: worker %d's entry refused (%s)", spec.name, worker.pid, exc)
+            self._count("refused")
+            self.drop(worker)
+            return None
+        self._count("worker")
+        self.give_back(worker)
+        return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
+
+    def _count(self, what: str) -> None:
+        with self._changed:
+            self.counts[what] += 1
+
+
+_lock = threading.Lock()
+_pool: Pool | None = None
+
+
+def _current() -> Pool:
+    """This process's pool (made at its first use; a forked child gets its own)."""
+    global _pool
+    with _lock:
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = Pool()
+        return _pool
+
+
+def expect(config: Config, kernels: int, target: Target | None = None) -> int:
+    """A miss hands `kernels` compiles ahead (for `target`, where known): where the rule says a pool
+    pays, make it that size (workers start in the background, each warmed up for `target`).
+    Returns the size wanted (0: none)."""
+    pool, memo_dir = _current(), config.memo_dir
+    wanted = pool.wanted(config, kernels)
+    if wanted > 0 and memo_dir is not None:
+        pool.grow(wanted, None if target is None else target.name, str(memo_dir))
+    return wanted
+
+
+def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = None,
+                   known_missing: bool = False) -> tuple[Artifact, str]:
+    """`compiler.get_or_compile`, compiling on a worker process where one is idle and can rebuild
+    `spec` (`portable`); in this thread otherwise."""
+    pool = _pool if _pool is not None and _pool.pid == os.getpid() else None
+    memo_dir = store.config.memo_dir
+    made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
+    if pool is None or made is None:
+        return cached.get_or_compile(spec, store, keys=keys, known_missing=known_missing)
+    key = content_key(spec, keys=keys)
+    request = json.dumps({"recipe": made, "memo_dir": str(memo_dir)}).encode()
+    found = store.get_or_create(key, lambda: pool.build(spec, key, request), label=spec.describe,
+                                known_missing=known_missing)
+    try:
+        return Artifact.from_entry(*found), key
+    except (KeyError, TypeError, ValueError):  # not a usable artifact: the parent's own path drops and rebuilds it
+        return cached.get_or_compile(spec, store, keys=keys)
+
+
+def override(workers: int | None) -> None:
+    """Set the pool's size whatever the rule says (0: never a pool; None: the rule again): for
+    benchmarks and tests."""
+    _current().forced = workers
+
+
+def workers() -> list[tuple[int, str]]:
+    """(pid, state) of each worker started and not yet closed."""
+    pool = _pool
+    return pool.snapshot() if pool is not None and pool.pid == os.getpid() else []
+
+
+def counts() -> dict[str, int]:
+    """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused."""
+    pool = _pool
+    return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
+
+
+def shutdown() -> None:
+    """Kill every worker and reap it (tests; a program that wants its memory back): a later
+    `expect` starts a new pool."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None and pool.pid == os.getpid():
+        pool.close(0.0)
+
+
+def _close_at_exit() -> None:
+    """The exit sequence's first step, after the compile threads have finished: every worker killed
+    and reaped (an idle one holds nothing to save, and one still importing Triton would only delay
+    the exit), and the pool left closed, so that nothing starts another."""
+    pool = _pool
+    if pool is not None and pool.pid == os.getpid():
+        pool.close(0.0)

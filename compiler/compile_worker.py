@@ -1,0 +1,147 @@
+"""A compile worker process: `main`, started by `compile_processes` (`python -m compiler.compile_worker`
+runs it too).
+
+A fresh interpreter that imports Triton and the compiler once, then compiles one spec per request
+until its input closes. A request is a spec's recipe (`recipe.to_recipe`: the kernel named by
+`module:qualname`, rebuilt here by importing that module); a reply is the artifact in the store's
+own entry format (`kernel_cache.entries.entry`: checksummed, no pickle), named by the content key
+computed here, which the parent compares with its own. The worker's session is configured, never
+read from the environment: memory only, its memo directory the parent's (which each request names),
+so the installed tools' fingerprint is the parent's memo's and nothing is written but that memo.
+
+Frames travel on the pipes the worker was started with, moved off fds 0 and 1 at start so that
+whatever a compile or a kernel's module prints cannot corrupt a frame (the parent sends stderr to
+/dev/null: a worker's output never reaches the user's terminal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import kernel_cache
+from kernel_cache.entries.entry import Entry, encode
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.settings.config import Config
+
+from . import compile as compiling
+from . import examples, recipe
+from . import key as content
+from .spec import make_spec
+
+# Frame kinds. Parent -> worker: HELLO (once: its sys.path, a target to warm up for), REQUEST (a
+# recipe). Worker -> parent: READY (imports done), ENTRY (an encoded entry), ERROR (why not: the
+# parent then compiles it).
+HELLO, REQUEST, READY, ENTRY, ERROR = 1, 2, 3, 4, 5
+HEADER = struct.Struct("<BQ")  # kind, payload length
+MAX_FRAME = 1 << 30  # far above any entry (`entry.DEFAULT_MAX_ENTRY_BYTES` is 256 MiB)
+
+
+class FrameError(KernelCacheError, OSError):
+    """The other end closed the pipe mid-frame or announced a frame no reply can be."""
+
+
+def write_frame(fd: int, kind: int, payload: bytes) -> None:
+    """One frame on a blocking pipe (os.write may write part of it: the rest follows)."""
+    view = memoryview(HEADER.pack(kind, len(payload)) + payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exactly(fd: int, size: int) -> bytes | None:
+    """`size` bytes from a blocking pipe; None at end of input before the first byte."""
+    parts: list[bytes] = []
+    left = size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            if left == size:
+                return None
+            raise FrameError(f"pipe closed {left} bytes before the end of a frame")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def read_frame(fd: int) -> tuple[int, bytes] | None:
+    """The next frame, or None when the other end closed the pipe between frames."""
+    header = read_exactly(fd, HEADER.size)
+    if header is None:
+        return None
+    kind, size = HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise FrameError(f"frame of {size} bytes announced (at most {MAX_FRAME})")
+    payload = read_exactly(fd, size) if size else b""
+    if payload is None:
+        raise FrameError("pipe closed after a frame header")
+    return kind, payload
+
+
+def use_memo(memo_dir: str | None, first: bool = False) -> None:
+    """This process's session: memory only, the toolchain memo in the parent's directory (configured
+    at HELLO, `first`, so never from the environment; again where a request names another directory)."""
+    wanted = None if memo_dir is None else Path(memo_dir)
+    if first or kernel_cache.current_session().config.memo_dir != wanted:
+        kernel_cache.configure(Config(toolchain_memo_dir=wanted))
+
+
+def compile_request(payload: bytes) -> tuple[int, bytes]:
+    """(ENTRY, the entry) for a request, or (ERROR, why): any failure is the parent's to redo."""
+    try:
+        request: dict[str, Any] = json.loads(payload)
+        use_memo(request["memo_dir"])
+        spec = recipe.from_recipe(request["recipe"])
+        key = content.content_key(spec)
+        meta, blobs = compiling.compile_spec(spec).to_entry()
+        return ENTRY, encode(Entry(key=key, meta=meta, blobs=blobs))
+    except Exception as exc:  # reported, never fatal: the worker serves the next request
+        return ERROR, json.dumps({"error": type(exc).__name__, "message": str(exc)[-4000:]}).encode()
+
+
+def warm_up(target: str) -> None:
+    """One small compile before READY: a process's first compile sets up Triton's context, dialects
+    and LLVM's target, paid here while the parent's threads compile rather than by the first kernel
+    sent. Best effort: a failure here is the first request's to meet."""
+    try:
+        compiling.compile_spec(make_spec(examples.add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
+                                         target=target))
+    except Exception:
+        pass
+
+
+def serve(fd_in: int, fd_out: int) -> None:
+    """HELLO, then READY, then a reply per request until the parent closes the pipe."""
+    hello = read_frame(fd_in)
+    if hello is None or hello[0] != HELLO:
+        return
+    setup = json.loads(hello[1])
+    paths = [p for p in setup.get("path", []) if isinstance(p, str)]
+    sys.path[:] = paths + [p for p in sys.path if p not in paths]  # the parent's modules, as it imports them
+    use_memo(setup.get("memo_dir"), first=True)
+    if isinstance(setup.get("warm"), str):
+        warm_up(setup["warm"])
+    write_frame(fd_out, READY, json.dumps({"pid": os.getpid()}).encode())
+    while (frame := read_frame(fd_in)) is not None:
+        kind, payload = frame
+        if kind == REQUEST:
+            write_frame(fd_out, *compile_request(payload))
+
+
+def main() -> None:
+    fd_in, fd_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        serve(fd_in, fd_out)
+    except (FrameError, BrokenPipeError):
+        pass  # the parent went away or broke the protocol: nothing to answer
+
+
+if __name__ == "__main__":
+    main()
