@@ -17,6 +17,10 @@ for these programs:
   one kernel   lowering.examples' add[BLOCK=256] alone (compiling at once must cost a single kernel nothing)
   module       the 9 programs of lowering.examples (14 kernels) as one jit, as a model's module is
   9 jits       the same programs, each its own jit (each lowers before the next is traced)
+  9 jits, upgraded  the 9 jits again after a run of them under another toolchain (simulated as the
+               tests do: TRITON_DISABLE_LINE_INFO=1 makes every key new): the first miss compiles,
+               ahead, what the last run's warm set names (lowering.compile_ahead.predict); serial
+               compiles one at a time as each jit lowers
   2 modules    (`--shapes ...,two`, without a GPU) the module, then the same programs for sm_80 as a
                second module: 28 kernels, the second 14 where a pool of worker processes is running
   ejkernel     scripts/client_programs.py's ejKernel programs as one jit through
@@ -26,7 +30,7 @@ Without a GPU everything is cross-lowered for sm_90 and only `lower` and `wall` 
 Medians over --repeat fresh directory sets.
 
   python scripts/bench_cold.py [--workers N] [--repeat 1] [--sets examples,ejkernel]
-                               [--paths serial,threads,processes] [--shapes one,module,jits] [--json out.json]
+                               [--paths serial,threads,processes] [--shapes one,module,jits,upgrade] [--json out.json]
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: 
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 PATHS = ("serial", "threads", "processes", "auto")
-SHAPES = ("one", "module", "jits", "two")
+SHAPES = ("one", "module", "jits", "upgrade", "two")
+# How the tests simulate an upgrade: a setting Triton counts as changing compiled output, so every key
+# and signature is new while the program is the same
+UPGRADE_ENV = {"TRITON_DISABLE_LINE_INFO": "1"}
 POOL = {"threads": "off", "processes": "on", "auto": "rule"}  # BENCH_COLD_PROCESSES, per path (serial: none)
 
 
@@ -186,7 +193,7 @@ Row = tuple[str, str, str, "int | None", bool]  # (set, shape, path, workers, in
 
 
 def plan_rows(sets: list[str], workers: int, cross: bool, paths: tuple[str, ...] = PATHS[:3],
-              shapes: tuple[str, ...] = SHAPES[:3]) -> tuple[list[Row], str | None]:
+              shapes: tuple[str, ...] = SHAPES[:4]) -> tuple[list[Row], str | None]:
     """The rows to measure, and why the ejKernel rows are skipped (None: they are not). The "2 modules"
     rows are cross-lowered only (the second module is for another GPU generation)."""
     rows: list[Row] = []
@@ -210,6 +217,12 @@ def measure(rows: list[Row], repeat: int, cross: bool) -> dict[str, list[dict[st
     def fresh(program_set: str, shape: str, workers: int | None, intercept: bool, path: str = "") -> dict[str, Any]:
         caches = tempfile.mkdtemp(prefix="kc-bench-cold-")
         try:
+            if shape == "upgrade":  # the 9 jits, upgraded: last run's kernel-cache directory, every other cache empty
+                run_child(program_set, "jits", child_env(caches, 0, intercept, cross, "threads"), cross)
+                for other in ("triton", "xdg", "ejkernel", "nv", "ejit"):
+                    shutil.rmtree(os.path.join(caches, other), ignore_errors=True)
+                return run_child(program_set, "jits", {**child_env(caches, workers, intercept, cross, path), **UPGRADE_ENV},
+                                 cross)
             return run_child(program_set, shape, child_env(caches, workers, intercept, cross, path), cross)
         finally:
             shutil.rmtree(caches, ignore_errors=True)
@@ -258,7 +271,8 @@ def print_table(summary: dict[str, dict[str, Any]], ratios: dict[str, float | No
           + "".join(f"{p:>12}" for p in shown) + f"{'peak RSS':>12}{'+ workers':>14}")
     for name, s in summary.items():
         program_set, shape, path = name.split("/")
-        label = {"one": "one kernel", "module": "module", "jits": "9 jits", "two": "2 modules"}[shape] \
+        label = {"one": "one kernel", "module": "module", "jits": "9 jits", "upgrade": "9 jits, upgraded",
+                 "two": "2 modules"}[shape] \
             if program_set == "examples" \
             else f"ejkernel ({s['programs']} ops)"
         print(f"{label:<22}{path:<11}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
@@ -279,9 +293,10 @@ def main() -> None:
     parser.add_argument("--sets", default="examples,ejkernel")
     parser.add_argument("--paths", default=",".join(PATHS[:3]),
                         help=f"which of {', '.join(PATHS)} to measure (default: the first three)")
-    parser.add_argument("--shapes", default=",".join(SHAPES[:3]),
-                        help=f"which example programs of {', '.join(SHAPES)} to lower (two: two modules in turn, "
-                             "without a GPU only; default: the first three)")
+    parser.add_argument("--shapes", default=",".join(SHAPES[:4]),
+                        help=f"which example programs of {', '.join(SHAPES)} to lower (upgrade: the 9 jits after a "
+                             "run of them under another toolchain; two: two modules in turn, without a GPU only; "
+                             "default: the first four)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--timeline", action="store_true", help="record each compile's thread and times (--json)")
     parser.add_argument("--switch-interval", type=float, metavar="S",
