@@ -53,8 +53,9 @@ CALL = EntryKind(call_entry.KIND, "call", "lowered call", "lowered calls", call_
                  call_entry.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
 WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entry.damage, winner_entry.summary,
                    _VIEWS + "winners_view:show", legend="an autotune winner")
-MEMO = EntryKind(memo_entry.KIND, "memo", "installed memo", "installed memos", memo_entry.problem, memo_entry.summary,
-                 _VIEWS + "memos_view:show", legend="a memo of installed files (a toolchain fingerprint)")
+MEMO = EntryKind(memo_entry.KIND, "memo", "memo", "memos", memo_entry.problem, memo_entry.summary,
+                 _VIEWS + "memos_view:show",
+                 legend="a memo record (a toolchain fingerprint or a warm set's lineage)")
 def _warm_set_problem(entry: Entry) -> str | None:
     """A warm set's shape (`warm_set.problem`), then each member checked as the kind it says it is."""
     why = warm_set.problem(entry)

@@ -95,7 +95,7 @@ def test_the_readme_top_to_bottom(newcomer):
     cachectl = cachectl if cachectl.exists() else Path(sys.executable).parent / "cachectl"
     listed = sh(newcomer, f"{cachectl} --dir {demo_dir} list")
     # the demo's 14 kernels, one lowered-call record per distinct call of its 9 programs, their warm set
-    assert listed.stdout.startswith("KEY") and "\n24 entries (14 kernels, 9 lowered calls, 1 warm set), " in listed.stdout
+    assert listed.stdout.startswith("KEY") and "\n25 entries (14 kernels, 9 lowered calls, 1 memo, 1 warm set), " in listed.stdout
 
     # The README's "Using it from JAX" and docs/clients.md's "The compiler and store from Python":
     # verbatim, from elsewhere.

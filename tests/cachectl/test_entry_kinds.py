@@ -206,7 +206,7 @@ def test_a_registered_kind_is_listed_counted_and_labelled(gadget_cache, capsys):
     assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="gadget"}} 2\n' in out
     assert f'kernel_cache_entries_by_kind{{dir="{gadget_cache}",level="disk",kind="other"}} 1\n' in out
     assert ("# HELP kernel_cache_entries_by_kind Entries stored in this level by kind (kernel, call: a lowered-call "
-            "record, winner: an autotune winner, memo: a memo of installed files (a toolchain fingerprint), "
+            "record, winner: an autotune winner, memo: a memo record (a toolchain fingerprint or a warm set's lineage), "
             "warm: the records one program read, kept in one entry, gadget: a test's gadget, other, unreadable).\n") in out
 
 

@@ -174,7 +174,7 @@ def test_cachectl_lists_and_shows_a_memo_record(tmp_path, capsys, monkeypatch):
     store.put(record)
     store.close()
     assert main(["--dir", str(tmp_path / "cache"), "list"]) == 0
-    assert "[memo]" in (out := capsys.readouterr().out) and "(1 installed memo)" in out
+    assert "[memo]" in (out := capsys.readouterr().out) and "(1 memo)" in out
     assert main(["--dir", str(tmp_path / "cache"), "show", record.key]) == 0
     out = capsys.readouterr().out
     assert "memo         triton_key" in out and "file         /site/triton/_C/libtriton.so" in out
