@@ -588,17 +588,18 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
     failed = next(o for o in report["outcomes"] if o["status"] == "failed")
     assert failed["label"] == "broken" and "undefined_name" in failed["error"]
     (built,) = [o for o in report["outcomes"] if o["status"] == "built"]
-    # the lowering also recorded the call, and the worker's exit kept the program's warm set: entries,
-    # but no kernels, so not counted as built
+    # the lowering also recorded the call, and the worker's exit kept the program's warm set (and the
+    # memo naming it by the program's lineage): entries, but no kernels, so not counted as built
     rows = {r["kind"]: r for r in as_json("--dir", directory, "list")}
     assert sorted((kind, r["kernel"], r["arch"]) for kind, r in rows.items()) == [
-        ("lowered-call", "add_kernel", "sm_80"), ("triton-kernel", "add_kernel", "sm_80"), ("warm-set", "1 entry", "sm_80")]
+        ("installed-memo", "warm-set lineage", "?"), ("lowered-call", "add_kernel", "sm_80"),
+        ("triton-kernel", "add_kernel", "sm_80"), ("warm-set", "1 entry", "sm_80")]
     assert built["key"] == rows["triton-kernel"]["key"] and rows["lowered-call"]["call"]["kernels"] == [built["key"]]
     # filed under the call's signature, the first thing the lowering asked of it (the add call has one)
     assert rows["warm-set"]["warm"]["members"] == 1 and rows["warm-set"]["warm"]["first"] != rows["lowered-call"]["key"]
     shown_set = ok("--dir", directory, "show", rows["warm-set"]["key"]).stdout
     assert "1 member, 1 still held; 1 served by their call's signature" in shown_set
-    assert ok("--dir", directory, "verify").stdout.strip() == "checked 3 entries: 0 bad"
+    assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
     shown = ok("--dir", directory, "show", rows["lowered-call"]["key"]).stdout
     assert "lowered call add_kernel" in shown and f"kernels      1: {built['key'][:12]}\n" in shown
 
