@@ -15,6 +15,7 @@ import contextlib
 import errno
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from kernel_cache import levels as backends
@@ -194,7 +195,8 @@ class Store:
         start = time.perf_counter()
         found = self.get(key)
         if found is None:
-            lookup_log.miss(key, label, start)
+            if lookup_log.log.isEnabledFor(DEBUG):  # asked here: a miss nobody logs costs no call
+                lookup_log.miss(key, label, start)
             return None
         return self._hit(found, key, label, start)
 
@@ -358,7 +360,8 @@ class Store:
                     if outcome == PUBLISHED:
                         wait.unserved = waited
                     break
-                lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
+                if lookup_log.log.isEnabledFor(DEBUG):
+                    lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
                 yield wait
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:

@@ -120,19 +120,23 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     missing = [i for i, (art, _) in enumerate(found) if art is None]
     if missing and on_miss is not None:
         on_miss()
-    if len(missing) > 1 and compile_pool.workers(session.config) > 1:
+    pooled = session.config.compile_threads > 1  # compile_pool.workers(), without importing the pool serially
+    if len(missing) > 1 and pooled:
         compile_processes.expect(session.config, len(missing) - 1)
-        others = {i: compile_pool.submit(session.config, _build, specs[i], store, keys) for i in missing[1:]}
-        found[missing[0]] = _build(specs[missing[0]], store, keys)
+        others = {i: compile_pool.submit(session.config, _build, specs[i], store, keys, True) for i in missing[1:]}
+        found[missing[0]] = _build(specs[missing[0]], store, keys, True)
         for i, future in others.items():
             found[i] = future.result()
     else:
         for i in missing:
-            found[i] = _build(specs[i], store, keys)
+            found[i] = _build(specs[i], store, keys, pooled)
     return cast("list[tuple[Artifact, str]]", found)  # every None was filled by a compile
 
 
-def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo) -> tuple[Artifact, str]:
+def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo, pooled: bool) -> tuple[Artifact, str]:
     """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
-    (the lookup was the miss's one read)."""
-    return compile_processes.get_or_compile(spec, store, keys=keys, known_missing=True)  # on an idle worker process
+    (the lookup was the miss's one read). `pooled`: on an idle worker process where one runs (compiles
+    one at a time never start or import the pool)."""
+    if pooled:
+        return compile_processes.get_or_compile(spec, store, keys=keys, known_missing=True)
+    return cached.get_or_compile(spec, store, keys=keys, known_missing=True)

@@ -185,22 +185,18 @@ def function_text(fn: Any, fingerprint: str) -> str:
     return items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
 
 
-# (platform, target, code identity) -> (the installed tools, the text of the installation's part)
-_installations: BoundedMemo[tuple[Any, ...], tuple[dict[str, Any], str]] = BoundedMemo.of(256)
-
-
 def installation_text(platform: str, target: Target) -> str:
     """The items' text of what every call on `target` shares in this installation: format, code,
     platform, target and installed toolchain. Kept for the process (a fact of the installed
-    software), checked against the toolchain's own memo (a test that clears it gets a new text)."""
-    code, tools = code_identity(), installed_tools(target)
-    memo_key = (platform, target, code)
-    found = _installations.get(memo_key)
-    if found is None or found[0] != tools:
-        found = (tools, items_text(["kernel-cache lowered call", FORMAT, code, platform, target.json, tools],
-                                   lowering_value))
-        _installations.remember(memo_key, found)
-    return found[1]
+    software), per reading of the installed tools (`toolchain.generation`: a test that reads them
+    anew gets a new text)."""
+    return _installation_text(platform, target, code_identity(), toolchain.generation)
+
+
+@functools.lru_cache(maxsize=256)
+def _installation_text(platform: str, target: Target, code: str, generation: int) -> str:
+    return items_text(["kernel-cache lowered call", FORMAT, code, platform, target.json, installed_tools(target)],
+                      lowering_value)
 
 
 _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache

@@ -66,7 +66,7 @@ MODULE_STATE = {
     "lowering/planning/target_arch.py:_checked": f"{PURE} (an arch, parsed and checked)",
     "lowering/planning/target_arch.py:_device_arch": f"{FACT}: the visible device's architecture",
     "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
-    "lowering/records/call_key.py:_installations": f"{FACT}: the key's text of the code, target and toolchain",
+    "lowering/records/call_key.py:_installation_text": f"{FACT}: the key's text of the code, target and toolchain",
     "lowering/records/call_key.py:_inputs": f"{FACT}: a call's compile inputs per environment and installed tools",
     "lowering/records/call_key.py:function_text": f"{PURE} (a JITFunction and its fingerprint -> its part of the key)",
     "lowering/records/call_key.py:_module_part": f"{PURE} (Triton's environment and jaxlib's capabilities -> their text)",

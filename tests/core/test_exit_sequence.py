@@ -28,8 +28,8 @@ import atexit
 calls = []
 real = atexit.register
 ours = ("kernel_cache", "compiler", "lowering")
-atexit.register = lambda fn, *a, **k: (calls.append(fn.__qualname__) if fn.__module__.split(".")[0] in ours else None,
-                                       real(fn, *a, **k))[1]
+ours_of = lambda fn: (getattr(fn, "__module__", None) or "").split(".")[0] in ours  # (a builtin has no module)
+atexit.register = lambda fn, *a, **k: (calls.append(fn.__qualname__) if ours_of(fn) else None, real(fn, *a, **k))[1]
 import kernel_cache, lowering
 print(calls)
 kernel_cache.current_session(); kernel_cache.configure(kernel_cache.Config())
