@@ -252,6 +252,7 @@ class Pool:
             with self._changed:
                 if ready and worker in self._workers:
                     worker.state = "idle"
+                    self._last_use = time.monotonic()  # idle from now on: not since the pool was made
                     self._changed.notify_all()
             if not ready:
                 self.drop(worker)

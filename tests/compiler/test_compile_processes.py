@@ -29,7 +29,7 @@ SOME = ("add", "scaled_add", "softmax", "matmul[0]", "flash_attention")  # a cal
 def wait_for(predicate, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out: workers {compile_processes.workers()}, {compile_processes.counts()}"
         time.sleep(0.01)
 
 
@@ -211,3 +211,12 @@ def test_the_rule(tmp_path, monkeypatch, cores, threads, kernels, wanted):
     pool = compile_processes.Pool()
     config = Config(dir=tmp_path, compile_workers=threads)
     assert [pool.wanted(config, k) for k in kernels][-1] == wanted
+
+
+def test_workers_started_long_after_the_pool_was_made_are_kept(pool):
+    """Idle time counts from when a worker became ready, not from when the pool was made (a process
+    whose first misses started none): new workers are not closed as idle at once."""
+    compile_processes._current()._last_use -= 10 * compile_processes.IDLE_SECONDS
+    pool(2)
+    time.sleep(1.0)
+    assert [state for _, state in compile_processes.workers()] == ["idle", "idle"]
