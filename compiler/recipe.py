@@ -69,12 +69,7 @@ def import_kernel(path: str) -> Any:
         obj = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, but also whatever the module raises on import
         raise RecipeError(f"cannot import module '{module_name}' of kernel {path}: {exc}") from exc
-    try:
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except AttributeError as exc:
-        raise RecipeError(f"module '{module_name}' has no kernel '{qualname}'") from exc
-    return tc.unwrap_jit(obj)
+    return _kernel_in(obj, module_name, qualname)
 
 
 def loaded_kernel(path: str) -> Any:
@@ -84,6 +79,12 @@ def loaded_kernel(path: str) -> Any:
     obj = sys.modules.get(module_name)
     if obj is None or module_name == "__main__" or "<locals>" in qualname:
         raise RecipeError(f"kernel {path} is not imported in this process")
+    return _kernel_in(obj, module_name, qualname)
+
+
+def _kernel_in(module: Any, module_name: str, qualname: str) -> Any:
+    """The kernel `qualname` names in `module` (imported or already held), its @jit unwrapped."""
+    obj = module
     try:
         for part in qualname.split("."):
             obj = getattr(obj, part)

@@ -17,10 +17,9 @@ import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from urllib.parse import quote
 
 from kernel_cache.levels.disk.index import COUNTERS_DB, INDEX, RawOnlyDisk, open_index
-from kernel_cache.levels.disk.sql import open_read_only
+from kernel_cache.levels.disk.sql import open_read_only, writing
 
 _IMPORTED = "<imported from the diskcache index>"  # a row saying the older index's counters came in
 
@@ -64,24 +63,11 @@ def _writing(stats_dir: Path, timeout: float) -> Iterator[sqlite3.Connection]:
     found = _lstat(db)
     if found is not None and not stat.S_ISREG(found.st_mode):
         raise OSError(f"{db} is not a regular file")
-    new = found is None
-    con = sqlite3.connect(f"file:{quote(str(db))}?mode=rwc", uri=True, timeout=timeout,
-                          check_same_thread=False, isolation_level=None)
-    try:
-        if new:
-            con.execute("PRAGMA journal_mode = WAL")  # readers never wait for a flush
-        con.execute("PRAGMA synchronous = NORMAL")  # counters are best effort: no fsync per flush
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            if new or con.execute("SELECT 1 FROM sqlite_master WHERE name = 'counters'").fetchone() is None:
-                _create(con, stats_dir, timeout)
-            yield con
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    finally:
-        con.close()
+    # synchronous NORMAL: counters are best effort, no fsync per flush
+    with writing(db, timeout, synchronous=1, create=True) as con:
+        if found is None or con.execute("SELECT 1 FROM sqlite_master WHERE name = 'counters'").fetchone() is None:
+            _create(con, stats_dir, timeout)
+        yield con
 
 
 def _lstat(path: Path) -> os.stat_result | None:

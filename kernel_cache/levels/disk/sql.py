@@ -69,12 +69,18 @@ def open_read_write(db: Path, timeout: float) -> sqlite3.Connection:
 
 
 @contextlib.contextmanager
-def writing(db: Path, timeout: float, synchronous: int | None = None) -> Iterator[sqlite3.Connection]:
+def writing(db: Path, timeout: float, synchronous: int | None = None,
+            create: bool = False) -> Iterator[sqlite3.Connection]:
     """One write transaction on a connection of our own (waiting at most `timeout` for a neighbour's):
     committed on success, rolled back on an error; the connection is closed after. `synchronous`:
-    the connection's SQLite synchronous level (None: SQLite's default, FULL)."""
-    con = open_read_write(db, timeout)
+    the connection's SQLite synchronous level (None: SQLite's default, FULL). `create`: a database
+    not there yet is made, in write-ahead-log mode (its readers never wait for a writer)."""
+    made = create and not db.exists()
+    con = sqlite3.connect(f"file:{quote(str(db))}?mode={'rwc' if create else 'rw'}", uri=True, timeout=timeout,
+                          check_same_thread=False, isolation_level=None)
     try:
+        if made:
+            con.execute("PRAGMA journal_mode = WAL")
         if synchronous is not None:
             con.execute(f"PRAGMA synchronous = {int(synchronous)}")
         con.execute("BEGIN IMMEDIATE")
