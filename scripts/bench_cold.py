@@ -5,10 +5,11 @@ Triton kernel inside JAX's lowering. With KERNEL_CACHE_COMPILE_WORKERS=1 it does
 (serial); otherwise the first miss of a module starts the compiles of every call traced with it on
 worker threads (threads: lowering.compile_ahead.ahead), each compile on a worker process where one is
 idle (processes: compiler.compile_processes, its pool forced to the compile threads' number; `auto`:
-its own rule decides, as a program's default). Each row says where its kernels compiled (`on workers`:
-in worker processes) and its peak memory: the parent's and the sum of its workers' peaks. This prints,
-side by side in one run, fresh processes with
-every cache empty (KERNEL_CACHE_DIR, TRITON_CACHE_DIR, ejKernel's and CUDA's caches, XDG_CACHE_HOME):
+its own rule decides, as a program's default; `warm`: the forced pool started and ready before the
+program is traced, the ceiling a pool reaches where its start-up is hidden, and how long that start-up
+took). Each row says where its kernels compiled (`on workers`: in worker processes) and its peak
+memory: the parent's and the sum of its workers' peaks. This prints, side by side in one run, fresh
+processes with every cache empty (KERNEL_CACHE_DIR, TRITON_CACHE_DIR, ejKernel's and CUDA's caches, XDG_CACHE_HOME):
   lower        jax.jit(f).trace(*args).lower()  -- where the kernels compile
   xla_compile  lowered.compile()                 -- GPU only
   first_run    first call + block_until_ready    -- GPU only (ejKernel's own path runs ptxas here)
@@ -53,12 +54,13 @@ if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages
 from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: E402
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
-PATHS = ("serial", "threads", "processes", "auto")
+PATHS = ("serial", "threads", "processes", "auto", "warm")
 SHAPES = ("one", "module", "jits", "upgrade", "two")
 # How the tests simulate an upgrade: a setting Triton counts as changing compiled output, so every key
 # and signature is new while the program is the same
 UPGRADE_ENV = {"TRITON_DISABLE_LINE_INFO": "1"}
-POOL = {"threads": "off", "processes": "on", "auto": "rule"}  # BENCH_COLD_PROCESSES, per path (serial: none)
+POOL = {"threads": "off", "processes": "on", "auto": "rule", "warm": "warm"}  # BENCH_COLD_PROCESSES, per path
+WARM_READY_TIMEOUT = 60.0  # the `warm` path's wait for its workers before lowering
 
 
 def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
@@ -70,12 +72,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
 
     jax.devices()  # backend start-up is no phase (it is in wall)
     pool = os.environ.get("BENCH_COLD_PROCESSES")
-    if pool:  # the compile worker processes: off, forced on, or the rule's (importing the module takes ~10 ms)
-        import kernel_cache
-        from compiler import compile_processes
-
-        if pool != "rule":
-            compile_processes.override(0 if pool == "off" else kernel_cache.current_config().compile_threads)
+    ready_s = set_pool(pool, cross) if pool else 0.0
     from scripts.one_module import as_one_program
 
     if program_set == "ejkernel":
@@ -124,6 +121,8 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
             times["xla_compile"] += xla_compile
             times["first_run"] += first_run
     report: dict[str, Any] = {"times": times, "device": str(jax.devices()[0].device_kind), "programs": len(programs)}
+    if pool == "warm":
+        report["ready_s"] = ready_s
     if timeline:
         report["timeline"] = sorted(timeline, key=lambda t: t[2])
     import resource
@@ -141,6 +140,41 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
         report["processes"] = compile_processes.counts()
         report["workers_rss_mib"] = sum(peak_rss_mib(pid) for pid, _ in compile_processes.workers())
     return report
+
+
+def set_pool(pool: str, cross: bool) -> float:
+    """The compile worker processes: off, forced on, the rule's, or forced on and started now (`warm`:
+    returns the seconds its workers took to be ready). Importing the module takes ~10 ms."""
+    import kernel_cache
+    from compiler import compile_processes
+
+    if pool != "rule":
+        compile_processes.override(0 if pool == "off" else kernel_cache.current_config().compile_threads)
+    return warm_pool(kernel_cache.current_config(), cross) if pool == "warm" else 0.0
+
+
+def warm_pool(config: Any, cross: bool) -> float:
+    """Start the compile workers and wait until every one is ready (Triton imported, warmed up for the
+    target): what a pool started well before a program's first miss gives. Returns the seconds it took."""
+    from compiler import compile_processes
+    from compiler.target import parse_target
+
+    if cross:
+        target = parse_target("sm_90")
+    else:
+        import jax
+
+        major, minor = (int(x) for x in jax.devices()[0].compute_capability.split("."))
+        target = parse_target(major * 10 + minor)
+    start = time.perf_counter()
+    wanted = compile_processes.expect(config, 0, target)
+    deadline = start + WARM_READY_TIMEOUT
+    while time.perf_counter() < deadline:
+        states = [state for _, state in compile_processes.workers()]
+        if wanted and len(states) >= wanted and all(state == "idle" for state in states):
+            break
+        time.sleep(0.01)
+    return time.perf_counter() - start
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -242,6 +276,7 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
                    "on_workers": statistics.median(r.get("processes", {}).get("worker", 0) for r in reports),
                    "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in reports),
                    "workers_rss_mib": statistics.median(r.get("workers_rss_mib", 0.0) for r in reports),
+                   "ready_s": statistics.median(r.get("ready_s", 0.0) for r in reports),
                    "device": reports[0]["device"], "programs": reports[0]["programs"]}
             for name, reports in results.items()}
 
@@ -278,6 +313,9 @@ def print_table(summary: dict[str, dict[str, Any]], ratios: dict[str, float | No
         print(f"{label:<22}{path:<11}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
               + f"{s['on_workers']:>11.0f}" + "".join(f"{s['times'][p]:>11.2f}s" for p in shown)
               + f"{s['peak_rss_mib']:>8.0f} MiB{s['workers_rss_mib']:>10.0f} MiB")
+    for name, s in summary.items():
+        if s["ready_s"]:
+            print(f"  {name}: its workers were ready {s['ready_s']:.2f} s after they were started (not in `lower`)")
     for what, ratio in ratios.items():
         print(f"  {what:<44} {ratio:.2f}x" if ratio else f"  {what}: -")
 
