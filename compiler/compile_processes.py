@@ -14,6 +14,9 @@ starting, or every worker busy), or for a kernel a worker cannot import by name 
 `__main__` or a closure), the kernel compiles in the parent as before. A worker that dies, hangs
 past COMPILE_TIMEOUT or returns another key is dropped (killed) and its kernel compiled in the
 parent; one that reports an error stays, and the parent compiles the kernel to raise the error itself.
+A worker asked for a kernel whose module it has not imported yet answers at once that it is loading
+it: the parent compiles that kernel, and the worker is lent again once the import is done (an
+ejKernel op's module imports JAX and ejKernel, seconds that no compile waits for).
 
 When the pool pays (measured with `scripts/bench_cold.py`, cross-lowering for sm_90): a worker
 costs a fresh interpreter, `import triton` and a warm-up compile (ready 0.6-0.8 s after 8-16 start
@@ -97,7 +100,8 @@ def _readable(fd: int, timeout: float) -> bool:
 
 
 class _Worker:
-    """One worker process and its pipes; `state` (starting, idle, busy) changes under the pool's lock."""
+    """One worker process and its pipes; `state` (starting, idle, busy, loading: importing a kernel's
+    module) changes under the pool's lock."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None
@@ -202,7 +206,7 @@ class Pool:
         self.pid = os.getpid()  # a forked child starts its own pool: the pipes are its parent's
         self.forced: int | None = None  # `override`
         self.expected = 0  # kernels handed ahead in this process (the rule)
-        self.counts = {"started": 0, "worker": 0, "parent": 0, "lost": 0, "refused": 0}
+        self.counts = {"started": 0, "worker": 0, "parent": 0, "lost": 0, "refused": 0, "loading": 0}
         self._changed = threading.Condition()
         self._workers: list[_Worker] = []
         self._starting = 0  # workers being started, not yet in `_workers`
@@ -288,6 +292,25 @@ class Pool:
                     return worker
         return None
 
+    def _ready_later(self, worker: _Worker) -> None:
+        """Lend `worker` again once it says READY (its import done), on a thread of its own; dropped
+        if it does not within READY_TIMEOUT."""
+        with self._changed:
+            worker.state = "loading"
+
+        def wait() -> None:
+            try:
+                ready = worker.reply(time.monotonic() + READY_TIMEOUT)[0] == wire.READY
+            except WorkerLost as exc:
+                log.debug("%s", exc)
+                ready = False
+            if ready:
+                self.give_back(worker)
+            else:
+                self.drop(worker)
+
+        threading.Thread(target=wait, name="kernel-cache-processes-load", daemon=True).start()
+
     def give_back(self, worker: _Worker) -> None:
         with self._changed:
             self._last_use = time.monotonic()
@@ -369,6 +392,11 @@ class Pool:
             self._count("lost")
             self.drop(worker)
             return None
+        if kind == wire.LOADING:  # importing the kernel's module: this kernel is the parent's, later ones the worker's
+            log.debug("compiling %s in the parent: worker %d imports its module", spec.name, worker.pid)
+            self._count("loading")
+            self._ready_later(worker)
+            return None
         if kind == wire.ERROR:
             log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.pid, payload[:2000])
             self._count("refused")
@@ -448,7 +476,8 @@ def workers() -> list[tuple[int, str]]:
 
 
 def counts() -> dict[str, int]:
-    """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused."""
+    """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused;
+    kernels handed back while their worker imported their module."""
     pool = _pool
     return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
 

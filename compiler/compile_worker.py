@@ -16,6 +16,7 @@ whatever a compile or a kernel's module prints cannot corrupt a frame (the paren
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import struct
@@ -35,8 +36,9 @@ from .spec import make_spec
 
 # Frame kinds. Parent -> worker: HELLO (once: its sys.path, a target to warm up for), REQUEST (a
 # recipe). Worker -> parent: READY (imports done), ENTRY (an encoded entry), ERROR (why not: the
-# parent then compiles it).
-HELLO, REQUEST, READY, ENTRY, ERROR = 1, 2, 3, 4, 5
+# parent then compiles it), LOADING (the kernel's module is not imported here yet: the parent compiles
+# this one while the worker imports it, then READY again).
+HELLO, REQUEST, READY, ENTRY, ERROR, LOADING = 1, 2, 3, 4, 5, 6
 HEADER = struct.Struct("<BQ")  # kind, payload length
 MAX_FRAME = 1 << 30  # far above any entry (`entry.DEFAULT_MAX_ENTRY_BYTES` is 256 MiB)
 
@@ -89,6 +91,25 @@ def use_memo(memo_dir: str | None, first: bool = False) -> None:
         kernel_cache.configure(Config(toolchain_memo_dir=wanted))
 
 
+def module_to_load(payload: bytes) -> str | None:
+    """The module of a request's kernel where this process has not imported it yet (None: imported,
+    or not a request this can tell: `compile_request` answers it). A kernel's module may import a whole
+    framework (an ejKernel op imports JAX and ejKernel: seconds), which a compile must not wait for."""
+    try:
+        module = json.loads(payload)["recipe"]["kernel"].partition(":")[0]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return module if isinstance(module, str) and module and module not in sys.modules else None
+
+
+def load(module: str) -> None:
+    """Import a kernel's module (one the parent has imported); a failure is the next request's to meet."""
+    try:
+        importlib.import_module(module)
+    except Exception:
+        pass
+
+
 def compile_request(payload: bytes) -> tuple[int, bytes]:
     """(ENTRY, the entry) for a request, or (ERROR, why): any failure is the parent's to redo."""
     try:
@@ -124,11 +145,19 @@ def serve(fd_in: int, fd_out: int) -> None:
     use_memo(setup.get("memo_dir"), first=True)
     if isinstance(setup.get("warm"), str):
         warm_up(setup["warm"])
-    write_frame(fd_out, READY, json.dumps({"pid": os.getpid()}).encode())
+    ready = json.dumps({"pid": os.getpid()}).encode()
+    write_frame(fd_out, READY, ready)
     while (frame := read_frame(fd_in)) is not None:
         kind, payload = frame
-        if kind == REQUEST:
+        if kind != REQUEST:
+            continue
+        module = module_to_load(payload)
+        if module is None:
             write_frame(fd_out, *compile_request(payload))
+        else:  # answered at once: the parent compiles this kernel while its module is imported here
+            write_frame(fd_out, LOADING, json.dumps({"module": module}).encode())
+            load(module)
+            write_frame(fd_out, READY, ready)
 
 
 def main() -> None:

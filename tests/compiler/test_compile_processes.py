@@ -220,3 +220,43 @@ def test_workers_started_long_after_the_pool_was_made_are_kept(pool):
     pool(2)
     time.sleep(1.0)
     assert [state for _, state in compile_processes.workers()] == ["idle", "idle"]
+
+
+SLOW_MODULE = """
+import os, time
+import triton
+import triton.language as tl
+
+if os.getpid() != {parent}:  # a worker: its import waits until the test lets it go
+    while not os.path.exists({flag!r}):
+        time.sleep(0.01)
+
+
+@triton.jit
+def slow_copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)))
+"""
+
+
+def test_a_compile_never_waits_for_a_worker_to_import_its_kernels_module(pool, tmp_path, monkeypatch):
+    """A kernel whose module the worker has not imported is compiled in the parent while the worker
+    imports it (however long that takes); the worker's next kernel from it is compiled there."""
+    flag = tmp_path / "let-the-worker-import"
+    (tmp_path / "kc_slow_module.py").write_text(SLOW_MODULE.format(parent=os.getpid(), flag=str(flag)))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers get the parent's sys.path at start
+    import kc_slow_module
+
+    store = pool(1)
+    [(pid, _)] = compile_processes.workers()
+    first = make_spec(kc_slow_module.slow_copy, ["*fp32", "*fp32"], {"BLOCK": 64}, target="sm_90")
+    compile_processes.get_or_compile(first, store)  # returns while the worker's import still waits on the flag
+    counts = compile_processes.counts()
+    assert counts["loading"] == 1 and counts["parent"] == 1 and counts["worker"] == 0
+    assert compile_processes.workers() == [(pid, "loading")]
+    flag.touch()
+    wait_for(lambda: compile_processes.workers() == [(pid, "idle")])
+    second = make_spec(kc_slow_module.slow_copy, ["*fp32", "*fp32"], {"BLOCK": 128}, target="sm_90")
+    compile_processes.get_or_compile(second, store)
+    assert compile_processes.counts()["worker"] == 1 and compile_processes.counts()["parent"] == 1
+    assert store.lookup(content_key(second)) is not None
+    del sys.modules["kc_slow_module"]
