@@ -229,6 +229,15 @@ class Pool:
             return 0  # (a pool closed when idle starts again at a miss that hands several kernels ahead)
         return max(have, min(threads, cores // 2, expected))
 
+    def wanted_cold(self, config: Config) -> int:
+        """How many workers a process about to compile (`start_cold`) should have: the rule's host part."""
+        if config.memo_dir is None or not sys.executable:
+            return 0
+        if self.forced is not None:
+            return self.forced
+        threads, cores = config.compile_threads, usable_cores()
+        return 0 if threads <= 1 or cores < MIN_CORES else min(threads, cores // 2)
+
     # Workers -------------------------------------------------------------------------------
     def grow(self, count: int, warm: str | None = None, memo_dir: str | None = None) -> None:
         """Have `count` workers: the missing ones start on a thread, so the caller goes on at once.
@@ -441,6 +450,18 @@ def expect(config: Config, kernels: int, target: Target | None = None) -> int:
     wanted = pool.wanted(config, kernels)
     if wanted > 0 and memo_dir is not None:
         pool.grow(wanted, None if target is None else target.name, str(memo_dir))
+    return wanted
+
+
+def start_cold(config: Config) -> int:
+    """A process about to compile (its first Triton call found no toolchain fingerprint to read: a new
+    node, or a new Triton): start the workers now, in the background, where the rule's host part
+    says they pay, so that they are ready by its first miss, which comes once JAX has traced the
+    whole jit. Returns the size wanted (0: none)."""
+    pool, memo_dir = _current(), config.memo_dir
+    wanted = pool.wanted_cold(config)
+    if wanted > 0 and memo_dir is not None:
+        pool.grow(wanted, None, str(memo_dir))
     return wanted
 
 

@@ -260,18 +260,26 @@ def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
     return _memoized_alone(name, _identity(path), compute)
 
 
-def prime_in_background() -> None:
+def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
     """Start Triton's build key (the bulk of the fingerprint where Triton has no RECORD to trust:
     hashing libtriton, where the memo is missing or stale) on a daemon thread, so that a
     cold process pays for it while it imports and builds its model, not at its first lowering; where
     the memo is fresh this reads one small file, where the RECORD serves it a few ms of reading.
+    `on_cold`: called first on that thread where the key must be computed (neither this node's memo
+    nor the cluster's holds it: a new node, or a new Triton), the sign of a process about to compile.
     (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""
     global _primed
     with _lock:
         if _primed:
             return
         _primed = True
-    threading.Thread(target=lambda: _memoized_alone("triton_key", _triton_identity(), triton_build_key),
+
+    def computed() -> str:
+        if on_cold is not None:
+            on_cold()
+        return triton_build_key()
+
+    threading.Thread(target=lambda: _memoized_alone("triton_key", _triton_identity(), computed),
                      name="kernel-cache-toolchain", daemon=True).start()
 
 

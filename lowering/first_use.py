@@ -5,16 +5,28 @@ opens its store and then, once per session:
   - KERNEL_CACHE_XLA=1: JAX's persistent compilation cache is pointed at the store's `xla/`
     (`lowering.xla_cache`); where JAX already decided it had no cache, it decides again;
   - where compiles run at once, the toolchain fingerprint starts computing in the background, so
-    a cold process's first lowering does not wait for it (`compiler.toolchain`).
+    a cold process's first lowering does not wait for it (`compiler.toolchain`); where it must be
+    computed (no memo of it on this node or the cluster: a new node, a new Triton), the process is
+    about to compile, and the compile worker processes start then, where the host pays for them
+    (`compiler.compile_processes.start_cold`): ready by the first miss, which comes only once JAX
+    has traced the whole jit.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import kernel_cache
 from compiler.toolchain import prime_in_background
+from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
 from . import xla_cache
+
+if TYPE_CHECKING:
+    from compiler import compile_processes
+else:
+    compile_processes = later("compiler.compile_processes")  # imported only by a process about to compile
 
 
 def session() -> kernel_cache.Session:
@@ -32,7 +44,8 @@ class _Started:
     def __init__(self, current: kernel_cache.Session) -> None:
         xla_cache.apply(current.store)
         if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
-            prime_in_background()
+            config = current.config
+            prime_in_background(on_cold=lambda: compile_processes.start_cold(config))
 
 
 STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first use does has been done

@@ -19,7 +19,8 @@ for these programs:
   module       the 9 programs of lowering.examples (14 kernels) as one jit, as a model's module is
   9 jits       the same programs, each its own jit (each lowers before the next is traced)
   9 jits, upgraded  the 9 jits again after a run of them under another toolchain (simulated as the
-               tests do: TRITON_DISABLE_LINE_INFO=1 makes every key new): the first miss compiles,
+               tests do: TRITON_DISABLE_LINE_INFO=1 makes every key new; and the toolchain memo
+               removed, as a new Triton finds none of its own): the first miss compiles,
                ahead, what the last run's warm set names (lowering.compile_ahead.predict); serial
                compiles one at a time as each jit lowers
   2 modules    (`--shapes ...,two`, without a GPU) the module, then the same programs for sm_80 as a
@@ -37,6 +38,7 @@ Medians over --repeat fresh directory sets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -51,6 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as `python scripts/...`: the checkout's packages, `scripts` among them
     sys.path.insert(0, ROOT)
 
+from kernel_cache.settings.config import TOOLCHAIN_MEMO  # noqa: E402
 from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: E402
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
@@ -255,6 +258,8 @@ def measure(rows: list[Row], repeat: int, cross: bool) -> dict[str, list[dict[st
                 run_child(program_set, "jits", child_env(caches, 0, intercept, cross, "threads"), cross)
                 for other in ("triton", "xdg", "ejkernel", "nv", "ejit"):
                     shutil.rmtree(os.path.join(caches, other), ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError):  # a new Triton has no fingerprint memo yet
+                    os.remove(os.path.join(caches, "kernel-cache", TOOLCHAIN_MEMO))
                 return run_child(program_set, "jits", {**child_env(caches, workers, intercept, cross, path), **UPGRADE_ENV},
                                  cross)
             return run_child(program_set, shape, child_env(caches, workers, intercept, cross, path), cross)
