@@ -453,15 +453,16 @@ def expect(config: Config, kernels: int, target: Target | None = None) -> int:
     return wanted
 
 
-def start_cold(config: Config) -> int:
+def start_cold(config: Config, target: Target | None = None) -> int:
     """A process about to compile (its first Triton call found no toolchain fingerprint to read: a new
     node, or a new Triton): start the workers now, in the background, where the rule's host part
     says they pay, so that they are ready by its first miss, which comes once JAX has traced the
-    whole jit. Returns the size wanted (0: none)."""
+    whole jit. `target`: the one it most likely compiles for (workers warm up for it). Returns the
+    size wanted (0: none)."""
     pool, memo_dir = _current(), config.memo_dir
     wanted = pool.wanted_cold(config)
     if wanted > 0 and memo_dir is not None:
-        pool.grow(wanted, None, str(memo_dir))
+        pool.grow(wanted, None if target is None else target.name, str(memo_dir))
     return wanted
 
 

@@ -23,6 +23,9 @@ for these programs:
                removed, as a new Triton finds none of its own): the first miss compiles,
                ahead, what the last run's warm set names (lowering.compile_ahead.predict); serial
                compiles one at a time as each jit lowers
+  module in a model  (`--shapes ...,model`) the module with 1,200 jax.numpy layers traced after each
+               program, as a model's trace is long: its first Triton call comes long before its
+               first lowering
   2 modules    (`--shapes ...,two`, without a GPU) the module, then the same programs for sm_80 as a
                second module: 28 kernels, the second 14 where a pool of worker processes is running
   ejkernel     scripts/client_programs.py's ejKernel programs as one jit through
@@ -58,7 +61,8 @@ from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: 
 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 PATHS = ("serial", "threads", "processes", "auto", "warm")
-SHAPES = ("one", "module", "jits", "upgrade", "two")
+SHAPES = ("one", "module", "jits", "upgrade", "two", "model")
+MODEL_LAYERS = 1200  # the "model" shape's jax.numpy layers traced after each Triton program
 # How the tests simulate an upgrade: a setting Triton counts as changing compiled output, so every key
 # and signature is new while the program is the same
 UPGRADE_ENV = {"TRITON_DISABLE_LINE_INFO": "1"}
@@ -113,8 +117,10 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
 
         compiler.cached.compile_spec = timed
     half = len(programs) // 2
-    groups = [programs] if shape in ("module", "one") else [programs[:half], programs[half:]] if shape == "two" \
-        else [[p] for p in programs]
+    if shape == "model":
+        programs = with_layers(programs, MODEL_LAYERS)
+    groups = [programs] if shape in ("module", "one", "model") else [programs[:half], programs[half:]] \
+        if shape == "two" else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
     for group in groups:  # each group's module is built after the previous one lowered, as a program would
         module, flat = as_one_program(group)
@@ -143,6 +149,22 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
         report["processes"] = compile_processes.counts()
         report["workers_rss_mib"] = sum(peak_rss_mib(pid) for pid, _ in compile_processes.workers())
     return report
+
+
+def with_layers(programs: list[Any], layers: int) -> list[Any]:
+    """Each program followed by `layers` jax.numpy layers on an array of its own: a model's trace, whose
+    first Triton call comes long before its last (and before the first lowering)."""
+    import jax.numpy as jnp
+
+    def layered(fn: Any, count: int) -> Any:
+        def run(*args: Any) -> Any:
+            *own, y = args
+            for _ in range(layers):
+                y = jnp.tanh(y * 1.0001 + 0.5)
+            return fn(*own), y
+        return run
+
+    return [(label, layered(fn, len(args)), [*args, jnp.ones(256, jnp.float32)]) for label, fn, args in programs]
 
 
 def set_pool(pool: str, cross: bool) -> float:
@@ -312,7 +334,7 @@ def print_table(summary: dict[str, dict[str, Any]], ratios: dict[str, float | No
     for name, s in summary.items():
         program_set, shape, path = name.split("/")
         label = {"one": "one kernel", "module": "module", "jits": "9 jits", "upgrade": "9 jits, upgraded",
-                 "two": "2 modules"}[shape] \
+                 "two": "2 modules", "model": "module in a model"}[shape] \
             if program_set == "examples" \
             else f"ejkernel ({s['programs']} ops)"
         print(f"{label:<22}{path:<11}{s['workers'] or '-':>8}{s['compiles'] if s['compiles'] is not None else '-':>9}"
