@@ -23,9 +23,9 @@ for these programs:
                removed, as a new Triton finds none of its own): the first miss compiles,
                ahead, what the last run's warm set names (lowering.compile_ahead.predict); serial
                compiles one at a time as each jit lowers
-  module in a model  (`--shapes ...,model`) the module with 1,200 jax.numpy layers traced after each
-               program, as a model's trace is long: its first Triton call comes long before its
-               first lowering
+  module in a model  (`--shapes ...,model`) the module, each program followed by 0.1 s of tracing time
+               (a model's trace is long: its first Triton call comes long before its first lowering);
+               0.9 s of its `lower` is that pause, on every path
   2 modules    (`--shapes ...,two`, without a GPU) the module, then the same programs for sm_80 as a
                second module: 28 kernels, the second 14 where a pool of worker processes is running
   ejkernel     scripts/client_programs.py's ejKernel programs as one jit through
@@ -62,7 +62,7 @@ from scripts.bench_child import has_gpu, run_json_child, time_programs  # noqa: 
 PHASES = ("lower", "xla_compile", "first_run", "wall")
 PATHS = ("serial", "threads", "processes", "auto", "warm")
 SHAPES = ("one", "module", "jits", "upgrade", "two", "model")
-MODEL_LAYERS = 1200  # the "model" shape's jax.numpy layers traced after each Triton program
+MODEL_TRACE_SECONDS = 0.1  # the "model" shape's tracing time after each Triton program
 # How the tests simulate an upgrade: a setting Triton counts as changing compiled output, so every key
 # and signature is new while the program is the same
 UPGRADE_ENV = {"TRITON_DISABLE_LINE_INFO": "1"}
@@ -118,7 +118,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
         compiler.cached.compile_spec = timed
     half = len(programs) // 2
     if shape == "model":
-        programs = with_layers(programs, MODEL_LAYERS)
+        programs = with_trace_time(programs, MODEL_TRACE_SECONDS)
     groups = [programs] if shape in ("module", "one", "model") else [programs[:half], programs[half:]] \
         if shape == "two" else [[p] for p in programs]
     times = dict.fromkeys(PHASES[:3], 0.0)
@@ -151,20 +151,18 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     return report
 
 
-def with_layers(programs: list[Any], layers: int) -> list[Any]:
-    """Each program followed by `layers` jax.numpy layers on an array of its own: a model's trace, whose
-    first Triton call comes long before its last (and before the first lowering)."""
-    import jax.numpy as jnp
-
-    def layered(fn: Any, count: int) -> Any:
+def with_trace_time(programs: list[Any], seconds: float) -> list[Any]:
+    """Each program followed, while it is traced, by `seconds` of the parent's time: a model's trace,
+    whose first Triton call comes long before its first lowering, without the model's layers (whose
+    XLA compile would dwarf the rest)."""
+    def traced_slowly(fn: Any) -> Any:
         def run(*args: Any) -> Any:
-            *own, y = args
-            for _ in range(layers):
-                y = jnp.tanh(y * 1.0001 + 0.5)
-            return fn(*own), y
+            out = fn(*args)
+            time.sleep(seconds)  # the rest of a layer's tracing
+            return out
         return run
 
-    return [(label, layered(fn, len(args)), [*args, jnp.ones(256, jnp.float32)]) for label, fn, args in programs]
+    return [(label, traced_slowly(fn), args) for label, fn, args in programs]
 
 
 def set_pool(pool: str, cross: bool) -> float:
