@@ -18,26 +18,28 @@ A worker asked for a kernel whose module it has not imported yet answers at once
 it: the parent compiles that kernel, and the worker is lent again once the import is done (an
 ejKernel op's module imports JAX and ejKernel, seconds that no compile waits for).
 
-When the pool pays (measured with `scripts/bench_cold.py`, cross-lowering for sm_90): a worker
-costs a fresh interpreter, `import triton` and a warm-up compile (ready 0.6-0.8 s after 8-16 start
-at once on a 16-core host; ~125 MiB resident each) and a kernel a few ms of pipes. Warm, 8 workers
-compile the 11 example kernels in 0.44 s where 8 threads in the parent take 0.66 s (serially 2.5 s).
-But a module's kernels are all handed ahead at its first miss, before any worker can be ready: they
-compile on the threads, and a pool started then serves the modules lowered after it. So `expect`
-starts one only where it can pay and costs little otherwise: a host of at least MIN_CORES usable
-cores (on 2 cores a forced pool slowed the module's lowering from 2.0 to 2.3 s and a warm one gained
-nothing measurable), more than one compile thread, and once this process has handed at least
-MIN_KERNELS kernels ahead (one kernel, a serial configuration, a program of a few kernels never
-start one). Its size: the kernels handed ahead so far, at most the compile threads and half the
-cores (8 workers did as well as 16 on that batch, at half the start-up and memory).
+When the pool pays (measured with `scripts/bench_cold.py` on a 16-core H200 host): a worker costs a
+fresh interpreter, `import triton` and a warm-up compile (ready 0.73-0.82 s after 8 start at once;
+~125 MiB resident each, ~250 MiB after a compile) and a kernel a few ms of pipes. Ready before the
+first miss, 8 workers lower the 14-kernel module in 0.41-0.46 s where the threads take 0.70-0.79 s
+(serially 2.2-2.4 s). Started at that miss they come too late: the threads have taken every kernel,
+and their start-up costs the module ~0.2 s. So workers start where they can be ready in time and pay:
+  - at the first Triton call of a process about to compile (`start_cold`: its toolchain fingerprint
+    had to be computed, as on a new node or after a Triton upgrade), while JAX traces the rest of
+    the jit; a model's trace outlasts the start-up, a small program's does not;
+  - at a miss (`expect`), once this process has handed at least MIN_KERNELS kernels ahead: the
+    modules lowered after it gain;
+both only on a host of at least MIN_CORES usable cores (on 2 cores a forced pool slowed the module's
+lowering from 2.0 to 2.3 s) with more than one compile thread. Its size: at most the compile threads
+and half the cores (8 workers did as well as 16 on the module, at half the start-up and memory).
 
 Started as `subprocess`es of this interpreter rather than through `multiprocessing`: a spawned
 child re-runs the program's `__main__` script (a user's training script without a main guard would
 start again in every worker), forkserver does so by default too, and fork is unsafe in a process
 running JAX's threads. Workers idle for IDLE_SECONDS exit; at exit the package's exit sequence
 kills the rest ("compile workers", after the compile threads have finished). A worker also exits
-when its pipe closes, so a parent killed outright leaves none behind once its compile is done. The module is long because
-the pool, its workers' pipes and the rule belong together.
+when its pipe closes, so a parent killed outright leaves none behind once its compile is done. The
+module is long because the pool, its workers' pipes and the rule belong together.
 """
 
 from __future__ import annotations
