@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import jax
-
 import kernel_cache
 from compiler.target import Target, parse_target
 from compiler.toolchain import prime_in_background
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
-from . import xla_cache
+from . import jax_compat, xla_cache
 
 if TYPE_CHECKING:
     from compiler import compile_processes
@@ -56,16 +54,17 @@ STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first
 
 def _likely_target(config: kernel_cache.Config) -> Target | None:
     """What this process will most likely compile for, as its first bound call leaves it unsaid (the
-    platform comes at lowering): the configured arch, else this host's first CUDA device; None where
-    neither says (workers then set Triton up at their first compile instead of at start)."""
+    platform comes at lowering): the configured arch, else the first CUDA device of the backends JAX
+    has started (none is started here); None where neither says (workers then set Triton up at their
+    first compile instead of at start)."""
     try:
         if config.target_arch is not None:
             return parse_target(config.target_arch)
-        device = jax.local_devices()[0]
-        capability = getattr(device, "compute_capability", None)
-        if device.platform == "gpu" and isinstance(capability, str) and "." in capability:
-            major, minor = capability.split(".", 1)
-            return parse_target(int(major) * 10 + int(minor))
+        for device in jax_compat.started_devices()[:1]:
+            capability = getattr(device, "compute_capability", None)
+            if device.platform == "gpu" and isinstance(capability, str) and "." in capability:
+                major, minor = capability.split(".", 1)
+                return parse_target(int(major) * 10 + int(minor))
     except Exception:  # a guess: any doubt means no warm-up
         return None
     return None
