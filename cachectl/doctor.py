@@ -35,7 +35,16 @@ from compiler import triton_compat as tc
 from kernel_cache import configure, interception
 from kernel_cache.coordination.locks import filesystem_of, flock_is_coherent
 from kernel_cache.display import redacted
-from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, INDEX_FILES, LOCKS_DIR, STATS_DIR, STATS_FILES, describe_error
+from kernel_cache.levels.disk.index import (
+    ENTRIES_DIR,
+    ENTRIES_FILES,
+    INDEX,
+    LOCKS_DIR,
+    OLD_INDEX,
+    STATS_DIR,
+    STATS_FILES,
+    describe_error,
+)
 from kernel_cache.levels.disk.sql import count_and_size, open_read_only
 from kernel_cache.levels.remote import level as remote_level
 from kernel_cache.levels.shared.level import QUARANTINE_DIR
@@ -142,7 +151,7 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
     found = _untrusted(directory, st, owners)
     for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
         found += _level(directory / sub, owners)
-    for sub, names in ((ENTRIES_DIR, INDEX_FILES), (STATS_DIR, STATS_FILES)):
+    for sub, names in ((ENTRIES_DIR, ENTRIES_FILES), (STATS_DIR, STATS_FILES)):
         for name in names:
             found += _level(directory / sub / name, owners, kind="file")
     if found:
@@ -163,6 +172,10 @@ def _index(directory: Path, config: Config) -> Check:
     db = directory / ENTRIES_DIR / INDEX
     if not (directory / ENTRIES_DIR).is_dir():
         return Check("cache-index", OK, "no index yet: created on first use")
+    if not db.is_file() and (directory / ENTRIES_DIR / OLD_INDEX).is_file():
+        return Check("cache-index", WARN, f"an older kernel-cache's index ({OLD_INDEX}): the next program that "
+                     "uses the cache upgrades it; read-only commands (list, stats) find nothing until then",
+                     "cachectl prune (upgrades it now)")
     if not db.is_file():
         return Check("cache-index", WARN, f"no index at {db}", "cachectl verify --repair (rebuilds it from the "
                      "entry files)")

@@ -1,5 +1,6 @@
 """The store's levels, one module per backend: `memory` (this process), `disk` (a node-local
-directory indexed by diskcache), `shared` (plain files on a cluster filesystem) and `remote` (Redis).
+directory of entry files and our own SQLite index of them), `shared` (plain files on a cluster
+filesystem) and `remote` (Redis).
 
 `BACKENDS` lists the persistent ones fastest first, each with whether a Config names it, the module
 that opens it (its `open_from_config`) and where it would live; the store reads them in that order

@@ -1,12 +1,12 @@
 """The counters that survive the process, in a table of our own: `stats/counters.db`, one SQLite
-table `counters (name, value)` beside the entries' diskcache index, never inside diskcache's.
+table `counters (name, value)`.
 
-A flush adds its deltas in one write transaction (an upsert per counter: atomic across processes,
-as `Cache.incr` was); readers open the file read-only (immutable on a read-only mount); every wait
-is bounded by the caller's timeout. A cache an older kernel-cache wrote kept its counters in a
-diskcache index under `stats/`: the first process that creates the table imports them through
-diskcache's public API (`iterkeys`, `get`), in the transaction that creates it, so two processes
-never import them twice; that index is then left as it was.
+A flush adds its deltas in one write transaction (an upsert per counter: atomic across processes);
+readers open the file read-only (immutable on a read-only mount); every wait is bounded by the
+caller's timeout. A cache an older kernel-cache wrote kept its counters in a diskcache index under
+`stats/`: the first process that creates the table imports them through diskcache's public API
+(`disk_old_format.counters`), in the transaction that creates it, so two processes never import
+them twice; that index is then left as it was.
 """
 
 from __future__ import annotations
@@ -17,9 +17,16 @@ import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kernel_cache.levels.disk.index import COUNTERS_DB, INDEX, RawOnlyDisk, open_index
+from kernel_cache.lazy import later
+from kernel_cache.levels.disk.index import COUNTERS_DB, OLD_INDEX
 from kernel_cache.levels.disk.sql import open_read_only, writing
+
+if TYPE_CHECKING:
+    from kernel_cache.levels.disk import old_format as disk_old_format
+else:
+    disk_old_format = later("kernel_cache.levels.disk.old_format")  # only when the table is created
 
 _IMPORTED = "<imported from the diskcache index>"  # a row saying the older index's counters came in
 
@@ -83,26 +90,6 @@ def _create(con: sqlite3.Connection, stats_dir: Path, timeout: float) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID")
     if con.execute("SELECT 1 FROM counters WHERE name = ?", (_IMPORTED,)).fetchone() is not None:
         return
+    older = disk_old_format.counters(stats_dir, timeout) if (stats_dir / OLD_INDEX).is_file() else {}
     con.executemany("INSERT INTO counters (name, value) VALUES (?, ?)"
-                    " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-                    [*_older_counters(stats_dir, timeout).items(), (_IMPORTED, 1)])
-
-
-def _older_counters(stats_dir: Path, timeout: float) -> dict[str, int]:
-    """The integer counters of the diskcache index an older kernel-cache kept here, read through
-    diskcache's public API; none where there is no such index or it cannot be read."""
-    if not (stats_dir / INDEX).is_file():
-        return {}
-    found: dict[str, int] = {}
-    try:
-        with contextlib.closing(open_index(stats_dir, timeout, disk=RawOnlyDisk, eviction_policy="none")) as old:
-            for key in old.iterkeys():
-                try:  # RawOnlyDisk refuses a pickled or text row: that counter only is left behind
-                    value = old.get(key, retry=False) if isinstance(key, str) else None
-                except Exception:
-                    continue
-                if isinstance(value, int) and not isinstance(value, bool):
-                    found[key] = value
-    except Exception:  # best effort, as every counter: an unreadable old index only loses its counts
-        return {}
-    return found
+                    " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value", [*older.items(), (_IMPORTED, 1)])

@@ -63,9 +63,9 @@ def fill(directory: Path, count: int, size: int = 100_000, **config) -> list[str
         store.put(Entry(key=key, meta=kernel_meta(f"k{key[-4:]}"), blobs={"cubin": os.urandom(size)}))
     store.close()
     now = time.time()
-    with sqlite3.connect(directory / "entries" / "cache.db") as db:
+    with sqlite3.connect(directory / "entries" / "index.db") as db:
         for age, key in enumerate(reversed(keys)):
-            db.execute("UPDATE Cache SET access_time = ? WHERE key = ?", (now - 3600 * (age + 1), key))
+            db.execute("UPDATE entries SET used = ? WHERE key = ?", (now - 3600 * (age + 1), key))
     return keys
 
 
@@ -306,8 +306,8 @@ def test_last_used_to_the_second_in_verbose_list_and_json(tmp_path):
     directory = tmp_path / "cache"
     key = fill(directory, 1, size=1000)[0]
     used = float(int(time.time()) - 3 * 3600 - 7)  # a time whose seconds show
-    with sqlite3.connect(directory / "entries" / "cache.db") as db:
-        db.execute("UPDATE Cache SET access_time = ? WHERE key = ?", (used, key))
+    with sqlite3.connect(directory / "entries" / "index.db") as db:
+        db.execute("UPDATE entries SET used = ? WHERE key = ?", (used, key))
     assert as_json("--dir", directory, "list")[0]["last_used"] == used
     shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(used))
     assert shown in ok("--dir", directory, "list", "-v").stdout

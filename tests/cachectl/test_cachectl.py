@@ -86,11 +86,11 @@ def _disk(directory):
 
 
 def set_last_used(directory: Path, ages: dict[str, float]) -> None:
-    """Age entries: key -> seconds since last use (diskcache's access_time column)."""
+    """Age entries: key -> seconds since last use (the index's `used` column)."""
     now = time.time()
-    with sqlite3.connect(directory / "entries" / "cache.db") as db:
+    with sqlite3.connect(directory / "entries" / "index.db") as db:
         for key, age in ages.items():
-            db.execute("UPDATE Cache SET access_time = ? WHERE key = ?", (now - age, key))
+            db.execute("UPDATE entries SET used = ? WHERE key = ?", (now - age, key))
 
 
 def listed_keys(directory, *args) -> set[str]:
@@ -259,8 +259,8 @@ def test_plan_prune_combines_selection_and_size():
 
 # verify / clear --------------------------------------------------------------------------------
 def _value_file(directory: Path, key: str) -> Path:
-    with sqlite3.connect(directory / "entries" / "cache.db") as db:
-        (filename,) = db.execute("SELECT filename FROM Cache WHERE key = ?", (key,)).fetchone()
+    with sqlite3.connect(directory / "entries" / "index.db") as db:
+        (filename,) = db.execute("SELECT filename FROM entries WHERE key = ?", (key,)).fetchone()
     assert filename, "softmax entries are large enough to live in their own file"
     return directory / "entries" / filename
 
@@ -297,12 +297,11 @@ def test_every_value_is_a_file_so_a_truncated_index_loses_nothing(store_copy):
     """An index cut in half (a crash, a full disk) is rebuilt from the value files alone: every entry,
     small or large, is one file; the report says what it found, rebuilt and lost."""
     directory, keys = store_copy
-    db = directory / "entries" / "cache.db"
+    db = directory / "entries" / "index.db"
     with sqlite3.connect(db) as con:
-        inline = con.execute("SELECT count(*) FROM Cache WHERE raw = 1 AND value IS NOT NULL").fetchone()[0]
-        files = [f for (f,) in con.execute("SELECT filename FROM Cache WHERE raw = 1")]
-    assert inline == 0 and len(files) == len(keys) and all(files)
-    for name in ("cache.db-wal", "cache.db-shm"):
+        files = [f for (f,) in con.execute("SELECT filename FROM entries")]
+    assert len(files) == len(keys) and all((directory / "entries" / f).is_file() for f in files)
+    for name in ("index.db-wal", "index.db-shm"):
         (directory / "entries" / name).unlink(missing_ok=True)
     db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
 
@@ -315,45 +314,38 @@ def test_every_value_is_a_file_so_a_truncated_index_loses_nothing(store_copy):
     assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
 
 
-def _older_index_row(directory: Path, key: str, data: bytes) -> None:
-    """Write `key` the way kernel-cache did before every value was a file: inside the index."""
-    import diskcache
-
-    from kernel_cache.levels.disk.index import RawOnlyDisk
-
-    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk, disk_min_file_size=32768) as old:
-        old.set(key, data)
-        old._sql("UPDATE Cache SET store_time = 1000, access_time = 2000 WHERE key = ?", (key,))
-
-
-def test_entries_an_older_version_kept_in_the_index_move_to_files_and_losses_are_reported(store_copy):
+def test_a_rebuild_reports_an_indexed_entry_whose_file_is_gone_as_lost(store_copy):
     from kernel_cache.levels.disk.repair import rebuild_index
 
     directory, keys = store_copy
     small = keys[("add", "sm_90")]
-    disk = _disk(directory)
-    data = disk.peek_raw(small)
-    assert data is not None and len(data) < 32768 and disk.delete(small)
-    disk.close()
-    _older_index_row(directory, small, data)
-    with sqlite3.connect(directory / "entries" / "cache.db") as con:
-        assert con.execute("SELECT filename FROM Cache WHERE key = ?", (small,)).fetchone() == (None,)
-
-    reader = _disk(directory)  # a reader serves it where it is...
-    assert reader.peek_raw(small) == data
-    reader.close()
-    from kernel_cache.levels.disk.level import DiskLevel
-
-    DiskLevel(directory).put_raw(keys[("add", "sm_80")], _disk(directory).peek_raw(keys[("add", "sm_80")]))
-    with sqlite3.connect(directory / "entries" / "cache.db") as con:  # ...the first writer moves it to a file
-        row = con.execute("SELECT filename, value, store_time, access_time FROM Cache WHERE key = ?",
-                          (small,)).fetchone()
-    assert row[0] and row[1] is None and row[2:] == (1000, 2000)
-    assert (directory / "entries" / row[0]).read_bytes() == data
-
-    (directory / "entries" / row[0]).unlink()  # a listed entry with no copy anywhere: lost, and said so
+    with sqlite3.connect(directory / "entries" / "index.db") as con:
+        (filename,) = con.execute("SELECT filename FROM entries WHERE key = ?", (small,)).fetchone()
+    (directory / "entries" / filename).unlink()  # a listed entry with no copy anywhere: lost, and said so
     report = rebuild_index(directory)
     assert report["lost"] == [small] and report["listed"] == 4 and report["recovered"] == 3
+    assert listed_keys(directory) == set(keys.values()) - {small}
+
+
+def test_a_writing_command_upgrades_an_older_cache_and_a_reading_one_leaves_it(store_copy):
+    """A cache an older kernel-cache wrote (diskcache's index, small entries inside it): `list` only
+    reads, so it finds nothing indexed yet and changes nothing; `prune` writes, so it upgrades it
+    first, every entry kept."""
+    import diskcache
+
+    from kernel_cache.levels.disk.old_format import RawOnlyDisk
+
+    directory, keys = store_copy
+    stored = {key: _disk(directory).peek_raw(key) for key in keys.values()}
+    shutil.rmtree(directory / "entries")
+    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk, disk_min_file_size=32768) as old:
+        for key, data in stored.items():
+            old.set(key, data)
+    assert listed_keys(directory) == set() and (directory / "entries" / "cache.db").exists()
+    ok("--dir", directory, "prune", "--max-size", "1G")
+    assert not (directory / "entries" / "cache.db").exists()
+    assert listed_keys(directory) == set(keys.values())
+    assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
 
 
 def test_clear_needs_yes(store_copy):

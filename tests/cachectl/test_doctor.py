@@ -97,6 +97,24 @@ def test_world_writable_cache_dir_is_a_problem_with_its_fix(cache):
     assert code == 1 and f"chmod o-w {cache / 'entries'}" in rows["cache-dir"]["fix"]
 
 
+def test_an_older_caches_index_is_named_and_left_as_it_was(tmp_path):
+    """diskcache's index an older kernel-cache wrote: doctor says the next writer upgrades it, and
+    (read-only) upgrades nothing itself."""
+    import diskcache
+
+    from kernel_cache.levels.disk.old_format import RawOnlyDisk
+
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk) as old:
+        old.set(KEY, b"an entry kept inside the index")
+    before = _snapshot(directory)
+    code, rows = report("--dir", directory)
+    assert rows["cache-index"]["status"] == "warn" and "older kernel-cache's index" in rows["cache-index"]["detail"]
+    assert "cachectl prune" in rows["cache-index"]["fix"]
+    assert _snapshot(directory) == before
+
+
 def test_shared_dir_with_a_signing_key(cache, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

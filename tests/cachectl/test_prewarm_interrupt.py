@@ -170,8 +170,8 @@ def _assert_whole(directory: Path) -> None:
     verify = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(directory), "verify"], cwd=ROOT,
                             env=child_env(), capture_output=True, text=True, timeout=120)
     assert verify.returncode == 0 and ": 0 bad" in verify.stdout, verify.stdout + verify.stderr
-    with sqlite3.connect(f"file:{directory / 'entries' / 'cache.db'}?mode=ro", uri=True) as con:
-        indexed = {os.path.normpath(f) for (f,) in con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL")}
+    with sqlite3.connect(f"file:{directory / 'entries' / 'index.db'}?mode=ro", uri=True) as con:
+        indexed = {os.path.normpath(f) for (f,) in con.execute("SELECT filename FROM entries")}
     files = {os.path.relpath(p, directory / "entries") for p in (directory / "entries").rglob("*.val")}
     assert files == indexed
     assert not [p for p in directory.rglob("*") if p.name.endswith(".tmp")]

@@ -174,7 +174,7 @@ def test_a_local_and_a_shared_cache_are_never_taken_for_each_other(tmp_path, sha
     code, out, err = run(capsys, "--dir", shared_cache, "verify", "--repair")
     assert code == 2 and "--shared-dir" in err and len(err.strip().splitlines()) == 1
     assert sorted(os.listdir(shared_cache)) == sorted(["entries", "locks", "quarantine", cache_marker.MARKER])
-    assert not (shared_cache / "entries" / "cache.db").exists() and not (shared_cache / "stats").exists()
+    assert not (shared_cache / "entries" / "index.db").exists() and not (shared_cache / "stats").exists()
 
 
 def test_cachectl_refuses_to_import_into_a_directory_that_is_not_a_cache(home, tmp_path, capsys):

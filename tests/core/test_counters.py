@@ -1,17 +1,19 @@
-"""The persisted counters' own table (`kernel_cache.telemetry.counters`: stats/counters.db, beside
-diskcache's index, never inside it): flushes from many processes add up, an older cache's diskcache
-counters are imported once, and the table is read without writing."""
+"""The persisted counters' own table (`kernel_cache.telemetry.counters`: stats/counters.db): flushes
+from many processes add up, an older cache's diskcache counters are imported once (through diskcache's
+public API, never unpickled), and the table is read without writing."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
+import pickle
 
+import diskcache
 import pytest
 from conftest import run_python
 
 from kernel_cache import Config, Store
-from kernel_cache.levels.disk.index import COUNTERS_DB, INDEX, open_index
+from kernel_cache.levels.disk.index import COUNTERS_DB, OLD_INDEX
+from kernel_cache.levels.disk.old_format import RawOnlyDisk
 from kernel_cache.telemetry import counters
 from kernel_cache.telemetry.stats import STATS_DIR
 
@@ -57,8 +59,13 @@ for _ in range(25):
     assert counters.read(tmp_path, 1.0)["hits.disk"] == 100
 
 
+def older_index(directory) -> diskcache.Cache:
+    """The diskcache index an older kernel-cache kept its counters in."""
+    return diskcache.Cache(str(directory), timeout=1.0, disk=RawOnlyDisk, eviction_policy="none")
+
+
 def test_an_older_caches_diskcache_counters_are_imported_once(tmp_path):
-    with open_index(tmp_path, 1.0, eviction_policy="none") as old:
+    with older_index(tmp_path) as old:
         old.incr("hits.disk", 7, default=0)
         old.incr("compile_us", 1500, default=0)
         old.set("entry_hits.abc", b"bytes, not a count")
@@ -66,17 +73,21 @@ def test_an_older_caches_diskcache_counters_are_imported_once(tmp_path):
     counters.add(tmp_path, {"hits.disk": 1}, 1.0)  # the table is there: nothing imported again
     found = counters.read(tmp_path, 1.0)
     assert (found["hits.disk"], found["compile_us"], "entry_hits.abc" in found) == (9, 1500, False)
-    assert (tmp_path / INDEX).is_file()  # the older index is left as it was
+    assert (tmp_path / OLD_INDEX).is_file()  # the older index is left as it was
 
 
 def test_a_pickled_counter_in_an_older_index_is_never_loaded(tmp_path):
     marker = tmp_path / "pwned"
-    with open_index(tmp_path, 1.0, eviction_policy="none") as old:
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    with older_index(tmp_path) as old:
         old.incr("misses", 2, default=0)
-    with sqlite3.connect(str(tmp_path / INDEX)) as con:
-        con.execute("INSERT INTO Cache (key, raw, store_time, access_time, size, mode, value) VALUES "
-                    "('hits.disk', 1, 0, 0, 0, 4, ?)",
-                    (b"\x80\x04\x95" + f"cos\nsystem\n(V touch {marker}\ntR.".encode(),))
+    with diskcache.Cache(str(tmp_path), timeout=1.0) as plain:  # diskcache's own Disk pickles what is not raw
+        plain.set("hits.disk", Payload())
+    assert b"open" in pickle.dumps(Payload())  # (what loading it would run)
     counters.add(tmp_path, {"compiles": 1}, 1.0)
     found = counters.read(tmp_path, 1.0)
     assert (found.get("hits.disk"), found["misses"], found["compiles"], marker.exists()) == (None, 2, 1, False)

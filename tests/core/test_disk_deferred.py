@@ -13,6 +13,7 @@ from test_shared_level import make_entry
 
 from kernel_cache import Config, Store
 from kernel_cache.levels.disk import level as disk_module
+from kernel_cache.levels.disk import sql as disk_sql
 from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX
 
 KEYS = [f"{i:x}" * 32 for i in range(1, 6)]
@@ -48,19 +49,20 @@ def on_disk(path) -> set[str]:
 def test_a_fresh_node_writes_its_copies_once_at_close_and_serves_them_meanwhile(tmp_path, shared, monkeypatch):
     node = tmp_path / "node"
     store = fresh_node(node, shared)
-    sets = []
-    monkeypatch.setattr(disk_module.diskcache.Cache, "set",
-                        lambda self, *a, real=disk_module.diskcache.Cache.set, **k: (sets.append(a[0]), real(self, *a, **k))[1])
+    batches = []  # the keys of each write transaction
+    real = disk_sql.put
+    monkeypatch.setattr(disk_sql, "put", lambda db, timeout, rows, max_bytes:
+                        (batches.append([row[0] for row in rows]), real(db, timeout, rows, max_bytes))[1])
     for key in KEYS[:3]:
         assert store.get(key)[1] == "shared"
-    assert sets == [] and not (node / ENTRIES_DIR / INDEX).exists()  # no index made, nothing written yet
+    assert batches == [] and not (node / ENTRIES_DIR / INDEX).exists()  # no index made, nothing written yet
     disk = store.disk
     assert disk is not None
     store.memory.delete(KEYS[0])
     assert store.get(KEYS[0])[1] == "disk" and KEYS[1] in disk  # served from the deferred copies
     assert store.stats.session()["level_counts"]["disk"]["backfills"] == 3
     store.close()
-    assert sorted(sets) == sorted(KEYS[:3])  # one batch, each once
+    assert [sorted(batch) for batch in batches] == [sorted(KEYS[:3])]  # one batch, each once
     assert on_disk(node) == set(KEYS[:3])
 
 
@@ -164,7 +166,7 @@ def test_threads_reading_a_new_cache_while_another_creates_its_index_see_misses(
     real_open = disk_module.DiskLevel._open_writer
     creating = threading.Event()
 
-    def opening(self):  # the readers start as diskcache's set-up begins (the file appears before its tables)
+    def opening(self):  # the readers start as the index's creation begins (the file appears before its tables)
         creating.set()
         return real_open(self)
 
@@ -209,7 +211,7 @@ def test_a_process_opening_while_a_neighbour_creates_the_index_is_a_new_cache_no
         store = Store(Config(dir=node))
     assert store.disk is not None and "disk" not in store.unavailable
     assert store.get(KEYS[0]) is None
-    neighbour = Store(Config(dir=node))  # its set-up makes the tables
+    neighbour = Store(Config(dir=node))  # its writer makes the tables
     neighbour.put(make_entry(KEYS[0]))
     neighbour.close()
     assert store.get(KEYS[0])[1] == "disk"
@@ -275,3 +277,20 @@ def test_close_closes_every_threads_reader(tmp_path):
         with pytest.raises(sqlite3.ProgrammingError, match="closed"):
             con.execute("select 1")
     assert level._reader_cons == {}
+
+
+def test_a_closed_level_takes_no_more_writes_and_says_nothing(tmp_path):
+    """What a dropped session still hands its level (its warm set, saved at exit) is not written."""
+    import warnings
+
+    from kernel_cache.entries import entry as entry_format
+
+    level = disk_module.DiskLevel(tmp_path / "cache")
+    level.put(make_entry(KEYS[0]))
+    level.close()
+    assert not level.writable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        level.keep_later(make_entry(KEYS[1]), entry_format.encode(make_entry(KEYS[1])))
+        disk_module.flush_at_exit()
+    assert on_disk(tmp_path / "cache") == {KEYS[0]}

@@ -91,9 +91,9 @@ def _filled(tmp_path: Path) -> Path:
 
 def _damage(cache: Path, how: str) -> None:
     entries = cache / "entries"
-    for name in ("cache.db-wal", "cache.db-shm"):
+    for name in ("index.db-wal", "index.db-shm"):
         (entries / name).unlink(missing_ok=True)
-    db = entries / "cache.db"
+    db = entries / "index.db"
     if how == "truncated":
         db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
     elif how == "emptied":
@@ -105,7 +105,7 @@ def _damage(cache: Path, how: str) -> None:
 
 
 def _aside(cache: Path) -> list[str]:
-    return sorted(p.name for p in (cache / "entries").glob("cache.db.damaged-*"))
+    return sorted(p.name for p in (cache / "entries").glob("index.db.damaged-*"))
 
 
 def _child(cache: Path, tmp_path: Path, name: str) -> dict:
@@ -131,7 +131,7 @@ def test_the_next_process_rebuilds_the_index_and_compiles_nothing_stored(tmp_pat
     if how == "removed":
         assert _aside(cache) == [] and first["healed"]["moved_aside"] is None
     else:
-        assert _aside(cache) == [first["healed"]["moved_aside"]] and "kept as entries/cache.db.damaged-" in warning
+        assert _aside(cache) == [first["healed"]["moved_aside"]] and "kept as entries/index.db.damaged-" in warning
     assert not [p for p in (cache / "entries").iterdir() if p.name.startswith(".rebuild-")]
 
     again = _child(cache, tmp_path, "again")  # healed for good: no warning, no rebuild, nothing compiled
@@ -206,7 +206,7 @@ def test_a_read_only_view_leaves_the_damage_to_a_writer(tmp_path):
     """An operator's read-only look (cachectl list) changes nothing: the entry files are read."""
     cache = _filled(tmp_path)
     _damage(cache, "truncated")
-    damaged = (cache / "entries" / "cache.db").read_bytes()
+    damaged = (cache / "entries" / "index.db").read_bytes()
 
     def names() -> list[str]:  # (SQLite's reader may leave the index's journal files)
         return sorted(p.name for p in (cache / "entries").iterdir() if not p.name.endswith(("-wal", "-shm")))
@@ -217,7 +217,7 @@ def test_a_read_only_view_leaves_the_damage_to_a_writer(tmp_path):
         viewer = Store(Config(dir=cache), read_only=True)
     assert viewer.disk is None and viewer.healed_index is None
     viewer.close()
-    assert names() == before and (cache / "entries" / "cache.db").read_bytes() == damaged
+    assert names() == before and (cache / "entries" / "index.db").read_bytes() == damaged
 
 
 def test_a_new_cache_is_no_damage(tmp_path):

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import secrets
 import shutil
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -53,15 +51,6 @@ def cachectl(*args, env=None) -> subprocess.CompletedProcess:
                           env=child_env(**(env or {})), capture_output=True, text=True, timeout=120)
 
 
-def marker_pickle(marker: Path) -> bytes:
-    """A pickle that, if ever loaded, creates `marker` (what an attacker's payload would do)."""
-    class Payload:
-        def __reduce__(self):
-            return (open, (str(marker), "w"))
-
-    return pickle.dumps(Payload())
-
-
 # Users and groups -------------------------------------------------------------------------------
 def chown_tree(path: Path, uid: int, gid: int) -> None:
     for p in [path, *path.rglob("*")]:
@@ -69,45 +58,62 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
 
 
 # 1. Code execution through pickle ---------------------------------------------------------------
-def test_a_pickled_row_in_the_local_index_is_never_loaded(tmp_path):
+def test_a_pickled_row_in_an_older_local_index_is_never_loaded(tmp_path):
+    """Our own index holds names and sizes only; an older kernel-cache's diskcache index is read once,
+    to upgrade it, through RawOnlyDisk: a pickled value or key planted there is refused, never loaded."""
+    import diskcache
+
+    from kernel_cache.levels.disk.old_format import RawOnlyDisk
+
     cache = tmp_path / "cache"
-    Store(Config(dir=cache)).put(make_entry(KEY))
     marker = tmp_path / "pwned"
+    (cache / "entries").mkdir(parents=True)
+    with diskcache.Cache(str(cache / "entries"), disk=RawOnlyDisk, disk_min_file_size=32768) as old:
+        old.set(KEY, entry_format.encode(make_entry(KEY)))  # the victim's own entry, kept inside the index
     # The attacker writes rows the way plain diskcache would: a pickled value, and a pickled key.
-    con = sqlite3.connect(str(cache / "entries" / "cache.db"))
-    with con:
-        con.execute("INSERT INTO Cache (key, raw, store_time, access_time, size, mode, value) "
-                    "VALUES (?, 1, 0, 0, 0, 4, ?)", (KEY2, marker_pickle(marker)))
-        con.execute("INSERT INTO Cache (key, raw, store_time, access_time, size, mode, value) "
-                    "VALUES (?, 0, 0, 0, 0, 1, ?)", (marker_pickle(marker), b"x"))
-    con.close()
+    with diskcache.Cache(str(cache / "entries")) as plain:
+        plain.set(KEY2, _Planted(marker))
+        plain.set(_Planted(marker), b"x")
 
     store = Store(Config(dir=cache))
     with recorded_warnings() as caught:
-        assert store.get(KEY2) is None  # the pickled row is a corrupt entry: a miss, removed
+        assert store.get(KEY2) is None  # the pickled row was never imported: a miss
         assert store.get(KEY)[0].blobs == make_entry(KEY).blobs  # the victim's own entry still serves
-    assert any("pickle" in m for m in kernel_cache_warnings(caught))
+    assert kernel_cache_warnings(caught) == []
     assert sorted(r["key"] for r in store.disk.listing()) == [KEY]  # the pickled key is not listed
+    store.close()
     for command in (["list"], ["stats"], ["verify"], ["show", KEY[:8]]):
         cachectl("--dir", cache, *command)
     assert not marker.exists()
 
 
+class _Planted:
+    """An object whose pickle, if ever loaded, creates `marker` (what an attacker's payload would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+    def __hash__(self) -> int:
+        return 0
+
+
 def test_a_pickled_counter_in_the_stats_index_is_never_loaded(tmp_path):
     """An older cache's counters (a diskcache index under stats/) are imported through RawOnlyDisk:
     a pickled row planted there is refused, never loaded."""
-    from kernel_cache.levels.disk.index import open_index
+    import diskcache
+
+    from kernel_cache.levels.disk.old_format import RawOnlyDisk
 
     cache = tmp_path / "cache"
     Store(Config(dir=cache)).close()
     marker = tmp_path / "pwned"
-    with open_index(cache / "stats", 1.0, eviction_policy="none") as old:
+    with diskcache.Cache(str(cache / "stats"), disk=RawOnlyDisk, eviction_policy="none") as old:
         old.incr("misses", 1, default=0)
-    con = sqlite3.connect(str(cache / "stats" / "cache.db"))
-    with con:
-        con.execute("INSERT INTO Cache (key, raw, store_time, access_time, size, mode, value) "
-                    "VALUES ('hits.disk', 1, 0, 0, 0, 4, ?)", (marker_pickle(marker),))
-    con.close()
+    with diskcache.Cache(str(cache / "stats")) as plain:
+        plain.set("hits.disk", _Planted(marker))
     store = Store(Config(dir=cache))
     store.stats.compiled(0.1)  # the first write imports the older counters
     assert store.stats.totals()["hits"]["disk"] == 0 and store.stats.totals()["misses"] == 1
@@ -466,7 +472,7 @@ HOLD_INDEX = """
 import sqlite3, sys, time
 con = sqlite3.connect(sys.argv[1], isolation_level=None)
 con.execute("BEGIN IMMEDIATE")
-con.execute("UPDATE Settings SET value = value WHERE key = 'count'")
+con.execute("UPDATE settings SET value = value WHERE name = 'schema'")
 print("holding", flush=True)
 time.sleep(float(sys.argv[2]))
 """
@@ -475,7 +481,7 @@ time.sleep(float(sys.argv[2]))
 def test_a_neighbour_holding_the_local_index_delays_hits_and_misses_only_boundedly(tmp_path):
     cache = tmp_path / "cache"
     Store(Config(dir=cache)).put(make_entry(KEY))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_INDEX, str(cache / "entries" / "cache.db"), "60"],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_INDEX, str(cache / "entries" / "index.db"), "60"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
@@ -501,7 +507,7 @@ def test_a_held_index_bounds_a_writer_that_was_already_open(tmp_path):
     cache = tmp_path / "cache"
     store = Store(Config(dir=cache, lock_timeout=0.5))
     store.put(make_entry(KEY))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_INDEX, str(cache / "entries" / "cache.db"), "60"],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_INDEX, str(cache / "entries" / "index.db"), "60"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
@@ -642,8 +648,8 @@ def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
         store.put(make_entry(key, size=100_000))
     store.put(make_entry(KEY2, size=100))
     store.close()
-    (cache / "entries" / "cache.db").write_bytes(b"this is not a database" * 100)
-    for name in ("cache.db-wal", "cache.db-shm"):
+    (cache / "entries" / "index.db").write_bytes(b"this is not a database" * 100)
+    for name in ("index.db-wal", "index.db-shm"):
         (cache / "entries" / name).unlink(missing_ok=True)
 
     with recorded_warnings() as caught:  # read-only, it stays damaged (a writing store heals it: test_index_self_heal)
@@ -659,7 +665,7 @@ def test_a_damaged_index_is_listed_from_files_repaired_and_clearable(tmp_path):
     fixed = Store(Config(dir=cache))
     assert [fixed.get(k)[1] for k in [*big, KEY2]] == ["disk"] * 4  # the small one was a file too
     fixed.close()
-    (cache / "entries" / "cache.db").write_bytes(b"garbage again" * 100)
+    (cache / "entries" / "index.db").write_bytes(b"garbage again" * 100)
     cleared = cachectl("--dir", cache, "clear", "--yes")
     assert cleared.returncode == 0, cleared.stderr
     assert not list((cache / "entries").rglob("*.val")) and Store(Config(dir=cache)).disk is not None

@@ -59,8 +59,9 @@ PAUSED_WRITER = textwrap.dedent("""
     from kernel_cache.trust import safefs
 
     def pause(point, tmp):
-        print("PAUSED", tmp, flush=True)
-        time.sleep(600)
+        if tmp.startswith(sys.argv[1]):  # the shared level's publish (the local level's passes)
+            print("PAUSED", tmp, flush=True)
+            time.sleep(600)
 
     store = Store(Config(dir=Path(sys.argv[2]), shared_dir=Path(sys.argv[1]), lock=sys.argv[3]))
     safefs.set_fault_hook(pause)  # after opening: the cache directories' markers publish first

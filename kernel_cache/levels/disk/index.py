@@ -1,9 +1,10 @@
-"""The local level's on-disk layout and its SQLite index, opened safely: no pickle, bounded waits.
+"""The local level's on-disk layout, its names and its checked opening.
 
-diskcache keeps an SQLite index (entries/cache.db) and one value file per entry
-(entries/aa/bb/<hex>.val). Everything here reads that layout through `safefs` and never lets
-diskcache deserialize anything: `RawOnlyDisk` refuses pickled and text rows. What diskcache's public
-API cannot do on that index is in `disk_sql`, the one module that reads its tables itself.
+One value file per entry (entries/aa/bb/<28 hex>.val, each an encoded entry that names its own key)
+and our own SQLite index of them (entries/index.db: `disk_sql`), a cache of the files that
+`disk_rebuild` can always rebuild. A directory an older kernel-cache wrote holds diskcache's index
+(entries/cache.db) instead; `disk_old_format` upgrades it. Everything here reads the layout through
+`safefs`: no link is followed, the index files must be regular files of a trusted owner.
 """
 
 from __future__ import annotations
@@ -11,83 +12,50 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import diskcache
-
-from kernel_cache.entries.entry import CorruptEntry
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted
-from kernel_cache.levels.disk.sql import wait_for_writers
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
-from kernel_cache.value_class import FrozenValue
 
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
 STATS_DIR = "stats"
-INDEX = "cache.db"
+INDEX = "index.db"  # in ENTRIES_DIR: our index of the value files (`disk_sql`)
+OLD_INDEX = "cache.db"  # diskcache's index, as an older kernel-cache kept it (in ENTRIES_DIR, and its counters in STATS_DIR)
 
 INDEX_FILES = (INDEX, INDEX + "-wal", INDEX + "-shm")
+OLD_INDEX_FILES = (OLD_INDEX, OLD_INDEX + "-wal", OLD_INDEX + "-shm")
 COUNTERS_DB = "counters.db"  # in STATS_DIR: the counters' own table (kernel_cache.telemetry.counters)
-STATS_FILES = (*INDEX_FILES, COUNTERS_DB, COUNTERS_DB + "-wal", COUNTERS_DB + "-shm")
-INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is rebuilt, so one process rebuilds it
+ENTRIES_FILES = (*INDEX_FILES, *OLD_INDEX_FILES)
+STATS_FILES = (*OLD_INDEX_FILES, COUNTERS_DB, COUNTERS_DB + "-wal", COUNTERS_DB + "-shm")
+INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is built, so one process builds it
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
-_NOT_RAW_KEY = "<a key kernel-cache did not write>"
+TEMP_SUFFIX = ".tmp"  # a value file being written: `.<name>.<pid>.<hex>.tmp` beside it
 
 
-class ValueFile(FrozenValue):
-    """What `RawOnlyDisk.fetch` answers for a value kept in a file: the file's name under entries/,
-    never its bytes (DiskLevel reads those through safefs)."""
-
-    _fields = ("filename",)
-    filename: str
-
-    def __init__(self, filename: str) -> None:
-        self.__dict__.update(filename=filename)
+def new_value_file() -> tuple[tuple[str, str, str], str]:
+    """(aa, bb, name.val) of a new value file (128 random bits: never a name in use) and the name of
+    the temp file beside it that is renamed to it once written."""
+    name = secrets.token_hex(16)
+    parts = (name[:2], name[2:4], name[4:] + ".val")
+    return parts, f".{parts[2]}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
 
 
-class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types
-    """diskcache's (de)serializer without pickle: keys and values are stored raw; a row stored any
-    other way (pickle, text) was not written by kernel-cache and is never deserialized. Entry bytes
-    kept in value files are read by DiskLevel through safefs, never through diskcache: `Cache.get`
-    answers a `ValueFile` for them (so that the LRU touch, a `get`, reads nothing), and only inline
-    raw values (the stats counters) are fetched."""
-
-    def get(self, key: Any, raw: bool) -> Any:
-        return super().get(key, raw) if raw else _NOT_RAW_KEY
-
-    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> Any:
-        if read or not isinstance(value, (bytes, int)) or isinstance(value, bool):
-            raise TypeError("kernel-cache stores only bytes and integers in its index")
-        return super().store(value, read, key)
-
-    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
-        if mode == diskcache.core.MODE_RAW:
-            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        if mode == diskcache.core.MODE_BINARY and not read:
-            return ValueFile(str(filename))
-        raise CorruptEntry("not an inline raw value or a value file: pickle and text rows are never loaded")
-
-
-def value_files(tree: Tree) -> Iterator[tuple[str, str, str]]:
-    """(aa, bb, name.val) of every value file diskcache wrote under entries/ (nothing else)."""
+def value_files(tree: Tree, temp: bool = False) -> Iterator[tuple[str, str, str]]:
+    """(aa, bb, name.val) of every value file under entries/ (nothing else); `temp`: the value
+    files being written (or left by a writer that died) instead."""
     for a in tree.subdirs(ENTRIES_DIR):
         for b in tree.subdirs(ENTRIES_DIR, a):
             for name, st in tree.listdir(ENTRIES_DIR, a, b):
-                if stat.S_ISREG(st.st_mode) and VALUE_FILE.fullmatch(f"{a}/{b}/{name}"):
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if temp and name.startswith(".") and name.endswith(TEMP_SUFFIX) and len(a) == len(b) == 2:
                     yield a, b, name
-
-
-def open_index(directory: Path, timeout: float, **settings: Any) -> diskcache.Cache:
-    """A diskcache index whose opening waits at most about `timeout` for a neighbour's write
-    transaction: diskcache's own set-up retries each statement for 60 s, so probe first."""
-    db = Path(directory) / INDEX
-    if db.exists():
-        wait_for_writers(db, timeout)
-    settings.setdefault("disk", RawOnlyDisk)
-    return diskcache.Cache(str(directory), timeout=timeout, **settings)
+                elif not temp and VALUE_FILE.fullmatch(f"{a}/{b}/{name}"):
+                    yield a, b, name
 
 
 def has_value_files(tree: Tree) -> bool:
@@ -100,28 +68,40 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text
 
 
+def check_file(tree: Tree, sub: str, name: str) -> os.stat_result | None:
+    """The lstat of an index file, or None where it is missing; UnsafeFile where it is not a regular
+    file (a link, a FIFO) or may have been written by an untrusted user. Asked before SQLite opens
+    it: SQLite follows links and a FIFO would block its reader."""
+    st = tree.lstat(sub, name)  # None as well when `sub` itself is missing
+    if st is None:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeFile(os.path.join(tree.path, sub, name), "is not a regular file")
+    problem = tree.owners.problem(st) if tree.owners is not None else None
+    if problem:
+        raise UnsafeFile(os.path.join(tree.path, sub, name), problem, owner=True)
+    return st
+
+
 def check_tree(tree: Tree) -> None:
     """Every level a reader relies on: the index files and the directories (UnsafeFile if not)."""
     for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
         with contextlib.suppress(FileNotFoundError), tree.directory(sub):
             pass
-    for sub, names in ((ENTRIES_DIR, INDEX_FILES), (STATS_DIR, STATS_FILES)):
+    for sub, names in ((ENTRIES_DIR, ENTRIES_FILES), (STATS_DIR, STATS_FILES)):
         for name in names:
-            st = tree.lstat(sub, name)  # None as well when `sub` itself is missing
-            if st is None:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafeFile(os.path.join(tree.path, sub, name), "is not a regular file")
-            problem = tree.owners.problem(st) if tree.owners is not None else None
-            if problem:
-                raise UnsafeFile(os.path.join(tree.path, sub, name), problem, owner=True)
+            check_file(tree, sub, name)
 
 
 def open_tree(directory: Path, owners: Owners | None, create: bool) -> Tree:
     """The cache directory as a checked Tree; LevelUntrusted/LevelUnavailable explain a refusal."""
     try:
         tree = Tree(directory, owners or Owners.current(), create=create)
-        check_tree(tree)
+        try:
+            check_tree(tree)
+        except BaseException:
+            tree.close()
+            raise
         return tree
     except UnsafeFile as exc:
         raise LevelUntrusted(

@@ -1,13 +1,23 @@
-"""Node-local persistent level on diskcache (SQLite index + files), size-bounded with LRU eviction.
+"""Node-local persistent level: one file per entry and our own SQLite index of them (entries/index.db,
+`disk_sql`), size-bounded with least-recently-used eviction.
 
-Values are our own encoded entries (bytes), stored raw, each in its own value file: the index holds
-keys, sizes and times only, so it is a cache of the files that `rebuild_index` can always rebuild
-(entries an older kernel-cache kept inside the index move to files when the writer opens). What diskcache would unpickle is never
-loaded: `RawOnlyDisk` refuses every pickled or text row (a hostile row is a corrupt entry, not
-code to run), and lookups read the index on a connection of our own (`disk_sql`: diskcache's
-public API cannot read without writing) and the value file through `safefs` (no symlink, no FIFO,
-capped size). Writes go through diskcache's public API (set, delete, cull, clear; a hit's LRU
-touch is a `Cache.get`, deferred and batched in one transaction).
+Values are our own encoded entries (bytes), each in its own value file (entries/aa/bb/<hex>.val),
+written through `safefs` (a temp file renamed into place, no link followed) before the row that names
+it, which is written in one transaction; a file no row names any more (replaced, evicted) is removed
+once that has committed. The index holds keys, file names, sizes and times only: it is a cache of the
+files that `disk_rebuild` can always rebuild, every entry file carrying its own key. A lookup is one
+SELECT on this thread's connection of its own, then the value file read through `safefs` (no
+symlink, no FIFO, capped size); a row whose file is gone (a neighbour evicted it meanwhile) is a
+miss. After a write, while the entries hold more than `max_bytes`, the least recently used go, a
+bounded number per entry written (`cull` evicts the rest); a hit's use (the LRU order) is recorded
+later, batched in one transaction (`flush_touches`).
+
+The index is ours, not diskcache's: diskcache's public API cannot read without writing (opening a
+`Cache` writes its settings, a least-recently-used `get` its access time), which neither a warm
+process that only reads nor a read-only mount can afford. A directory an older kernel-cache wrote
+holds diskcache's index (entries/cache.db), not ours: a process that opens it for writing upgrades
+it first (`disk_old_format`, reading it through diskcache's public API, under the index lock); one
+that opens it read-only treats it as not indexed yet (every read a miss) until a writer has.
 
 Trust: the directory, its levels and the index files must be owned by you, root or the trusted
 group and writable by nobody else; otherwise the level is refused (LevelUntrusted) and the store
@@ -19,15 +29,15 @@ Every wait is bounded. SQLite waits at most `index_timeout` for a neighbour's wr
 index cannot be written at all (read-only mount, full disk) or opened for writing, the level opens
 it read-only and keeps serving hits. A damaged index (unreadable, cut to nothing, or gone while
 its value files are there) is IndexDamaged: the next process that opens the level for writing
-rebuilds it from the value files, every entry carrying its own key (`disk_repair.open_healed`, under
-the index lock), as `cachectl verify --repair` does.
+rebuilds it from the value files (`disk_repair.open_healed`, under the index lock), as
+`cachectl verify --repair` does.
 
-diskcache's SQLite locking is unreliable on network filesystems, so this level is for local disks
-only; the shared level (plain files) serves multi-node clusters.
+SQLite's locking is unreliable on network filesystems, so this level is for local disks only; the
+shared level (plain files) serves multi-node clusters.
 
 This module is long because it is one level's whole Level protocol (lookups, bounded writes, lock,
-debris); the index's safe opening lives in disk_index, its repair in disk_repair and what reads
-diskcache's tables in disk_sql.
+debris); the layout's checked opening lives in disk_index, the SQL in disk_sql, the index's rebuild
+in disk_rebuild and disk_repair.
 """
 
 from __future__ import annotations
@@ -41,8 +51,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import diskcache
-
 from kernel_cache import at_exit
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
@@ -54,26 +62,30 @@ from kernel_cache.levels.disk.index import (
     ENTRIES_DIR,
     INDEX,
     LOCKS_DIR,
+    OLD_INDEX,
+    OLD_INDEX_FILES,
     STATS_DIR,
     VALUE_FILE,
-    RawOnlyDisk,
+    check_file,
     describe_error,
     has_value_files,
-    open_index,
+    new_value_file,
     open_tree,
     value_files,
 )
 from kernel_cache.levels.disk.sql import damage_seen_by_writer, is_damage, open_read_only, open_read_write
 from kernel_cache.settings.config import Config
-from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.telemetry.warnings_once import info_once, warn_once
 from kernel_cache.trust import cache_marker
 from kernel_cache.trust.safefs import Owners, UnsafeFile
 
 if TYPE_CHECKING:
     from kernel_cache.coordination import locks
+    from kernel_cache.levels.disk import old_format as disk_old_format
     from kernel_cache.trust.signing import Signer
 else:
     locks = later("kernel_cache.coordination.locks")  # the build lock of a miss (and cachectl's debris sweep): a hit takes none
+    disk_old_format = later("kernel_cache.levels.disk.old_format")  # only where an older kernel-cache wrote the directory
 
 # Levels holding deferred copies (`keep_later`), written at exit by `_flush_at_exit` where no close
 # wrote them first (a Store opened directly and never closed, as well as the process's session).
@@ -101,7 +113,9 @@ class DiskLevel(InDirectory):
         except BaseException:
             self.tree.close()
             raise
-        self._cache: diskcache.Cache | None = None
+        self._db = self.directory / ENTRIES_DIR / INDEX
+        self._writer = False  # whether this process made or checked the index for writing
+        self._closed = False
         self._lock = threading.Lock()
         self._index_lock = threading.Lock()  # one thread at a time asks whether a new cache's index is there
         self._readers = threading.local()
@@ -116,29 +130,34 @@ class DiskLevel(InDirectory):
         # kernels a call record served (`touch`)
         self._deferred: dict[str, bytes] = {}  # hits' copies not yet written (`keep_later`), served from here
         self._deferred_bytes = 0
-        # A warm process only reads: the writer (diskcache's set-up, some 70 statements) opens
-        # at the first write. So does a new cache's (no index, no entry files; an index gone while its
-        # entry files are there is damage, never replaced by an empty one): every read is a miss until
-        # then, and its flush (the deferred copies, at close or exit at the latest) creates it.
-        self._awaiting_index = (not read_only and self.tree.lstat(ENTRIES_DIR, INDEX) is None
-                                and not has_value_files(self.tree))
-        self._index_path = str(self.directory / ENTRIES_DIR / INDEX)
+        no_index = self.tree.lstat(ENTRIES_DIR, INDEX) is None
+        # an older kernel-cache's index and not ours: upgraded by the writer
+        self._old_format = no_index and self.tree.lstat(ENTRIES_DIR, OLD_INDEX) is not None
+        # A warm process only reads: the writer opens at the first write. So does a new cache's index (no
+        # index, no entry files; an index gone while its entry files are there is damage, never replaced
+        # by an empty one): every read is a miss until then, and its flush (the deferred copies, at close or
+        # exit at the latest) creates it. An older kernel-cache's directory is upgraded now where this
+        # process may write; read-only, every read is a miss until a writer has upgraded it.
+        self._awaiting_index = no_index and (self._old_format or (not read_only and not has_value_files(self.tree)))
         if self._awaiting_index:
-            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True), \
-                    self.tree.directory(STATS_DIR, create=True):  # made here, never through a path a link could redirect
-                pass
-        elif self._cache is None:
+            if not read_only and not self._old_format:
+                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True), \
+                        self.tree.directory(STATS_DIR, create=True):  # made here, never through a path a link could redirect
+                    pass
+            elif not read_only:
+                self._try_writer()
+        else:
             try:
                 self._check_reader(confirm=not read_only)
             except LevelUnavailable as exc:
                 if not read_only and not isinstance(exc, IndexDamaged):
                     self._try_writer()  # e.g. a neighbour is creating the index right now: wait as a writer does
-                if self._cache is None and not read_only and isinstance(exc, IndexNotReady) \
+                if not self._writer and not read_only and isinstance(exc, IndexNotReady) \
                         and not has_value_files(self.tree):
                     # a neighbour's index without its tables yet, and this writer could not wait it out: a
                     # new cache here too (every read a miss until it is readable), not one cached in memory only
                     self._awaiting_index = True
-                elif self._cache is None:
+                elif not self._writer:
                     self.close()
                     raise
 
@@ -146,29 +165,39 @@ class DiskLevel(InDirectory):
     def _try_writer(self) -> None:
         """Open the index for writing; on failure (a neighbour holds it, read-only mount, full
         disk) stay read-only and try again after BUSY_COOLDOWN."""
-        new = self._awaiting_index  # its directories made at opening, no values kept inline by anyone
         try:
-            if not new:
-                with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
-                    pass
-            self._cache = self._open_writer()
+            self._open_writer()
+            self._writer = True
             self._reader_epoch += 1
             self.read_only_reason = ""
             self._awaiting_index = False
-        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+        except (OSError, sqlite3.Error, ValueError) as exc:
             self.read_only_reason = describe_error(exc)
             self._reopen_at = time.monotonic() + BUSY_COOLDOWN
             return
         self.flush_touches()
-        if not new:
-            with contextlib.suppress(LevelReadOnly):
-                self._write(self._move_inline_values)
 
-    def _open_writer(self) -> diskcache.Cache:
-        return open_index(self.directory / ENTRIES_DIR, self.index_timeout, **index_settings(self.max_bytes))
+    def _open_writer(self) -> None:
+        """Upgrade an older kernel-cache's directory, then make the index (a new cache's) or check
+        that it can be written (its schema ours): one write transaction."""
+        if self._old_format:
+            self._upgrade()
+        elif not self._awaiting_index:  # (a new cache's directories were made at opening)
+            with self.tree.directory(ENTRIES_DIR, create=True), self.tree.directory(LOCKS_DIR, create=True):
+                pass
+        disk_sql.open_index(self._db, self.index_timeout, self.max_bytes)
+
+    def _upgrade(self) -> None:
+        report = disk_old_format.upgrade(self.tree, self.directory, self.max_bytes, self.max_entry_bytes,
+                                         self.index_timeout)
+        self._old_format = False
+        if report["indexed"] is not None:
+            info_once(f"disk-upgraded:{self.directory}",
+                      f"local cache {self.directory}: indexed {report['indexed']} entries of an older kernel-cache's "
+                      f"index ({report['imported']} of them moved out of it into files); its cache.db removed")
 
     def _no_index_yet(self) -> bool:
-        """Whether this new cache still has no index to read (every key a miss). Asked per read while
+        """Whether this cache still has no index to read (every key a miss). Asked per read while
         it has none: a neighbour (another process, or another thread's first write) may create it
         meanwhile, and it is read once it is readable, tables and all. One thread asks at a time, and
         the answer turns to "there" only once the index was read: a thread never reads an index
@@ -178,8 +207,8 @@ class DiskLevel(InDirectory):
         with self._index_lock:
             if not self._awaiting_index:  # another thread found it meanwhile
                 return False
-            if self._cache is None:
-                if not os.path.lexists(self._index_path):  # a probe: nothing is read
+            if not self._writer:
+                if not os.path.lexists(self._db):  # a probe: nothing is read
                     return True
                 try:
                     self._check_reader(ask_index=False)
@@ -196,13 +225,15 @@ class DiskLevel(InDirectory):
         here, by opening the writer, when something other than a lookup needs it (a listing).
         `ask_index`: False where `_no_index_yet` itself checks the index."""
         if ask_index and self._awaiting_index and self._no_index_yet():
-            self._try_writer()
+            self._writer_due()
         con = getattr(self._readers, "con", None)
         if con is None or self._readers.opened != self._reader_epoch:
             self._close_reader()
-            db = self.directory / ENTRIES_DIR / INDEX
-            con = open_read_only(db, self.index_timeout) if self._cache is None else \
-                open_read_write(db, self.index_timeout)
+            if self._writer:
+                con = open_read_write(self._db, self.index_timeout)  # (the file checked as the writer opened)
+            else:
+                check_file(self.tree, ENTRIES_DIR, INDEX)  # SQLite would follow a link, and block on a FIFO
+                con = open_read_only(self._db, self.index_timeout)
             self._readers.con, self._readers.opened = con, self._reader_epoch
             with self._readers_lock:
                 self._reader_cons[threading.current_thread()] = con
@@ -223,10 +254,10 @@ class DiskLevel(InDirectory):
             if isinstance(exc, FileNotFoundError):
                 seen = "empty"
             elif (is_damage(exc) or no_tables) and confirm:
-                seen = damage_seen_by_writer(self.directory / ENTRIES_DIR / INDEX, self.index_timeout)
+                seen = damage_seen_by_writer(self._db, self.index_timeout)
             elif is_damage(exc) or no_tables:
                 seen = "corrupt" if is_damage(exc) else "empty"
-            problem = f"cannot read the local cache index {self.directory / ENTRIES_DIR / INDEX} ({describe_error(exc)})"
+            problem = f"cannot read the local cache index {self._db} ({describe_error(exc)})"
             message = f"{problem}; 'cachectl verify --repair' rebuilds it from the entry files"
             if seen == "corrupt" or (seen == "empty" and has_value_files(self.tree)):
                 raise IndexDamaged(message, problem) from None
@@ -257,14 +288,9 @@ class DiskLevel(InDirectory):
     def _writer_due(self) -> bool:
         """Open the writer if it is not open and may be tried now (lazily in a warm process, again after a
         failure's cooldown); whether it is open."""
-        if self._cache is None and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
+        if not self._writer and self._reopen_at is not None and time.monotonic() >= self._reopen_at:
             self._try_writer()
-        return self._cache is not None
-
-    def open_writer(self) -> bool:
-        """Open the index for writing now (a rebuilt index: the values kept inside it move to files);
-        whether it is open."""
-        return self._writer_due()
+        return self._writer
 
     @property
     def writable(self) -> bool:
@@ -274,7 +300,7 @@ class DiskLevel(InDirectory):
     def get(self, key: str) -> Entry | None:
         """The valid entry for `key`, or None. A corrupt entry is deleted and reported."""
         key_ok(key) or check_key(key)
-        data, access_time = self._fetch(key)
+        data, used = self._fetch(key)
         if data is None:
             return None
         try:
@@ -282,7 +308,7 @@ class DiskLevel(InDirectory):
         except CorruptEntry:
             self._drop(key)
             raise
-        if time.time() - access_time > TOUCH_INTERVAL:
+        if time.time() - used > TOUCH_INTERVAL:
             self._touch(key)
         return entry
 
@@ -292,28 +318,23 @@ class DiskLevel(InDirectory):
             return deferred, time.time()  # a copy not written yet: no use to record either
         if self._no_index_yet():
             return None, 0.0
-        row = disk_sql.lookup(self._reader(), key)
-        if row is None:
+        found = disk_sql.lookup(self._reader(), key)
+        if found is None:
             return None, 0.0
         try:
-            data = self._value(row)
+            data = self._value(found[0])
         except CorruptEntry:
             self._drop(key)
             raise
-        return data, row.access_time
+        return data, found[1]
 
-    def _value(self, row: disk_sql.Row) -> bytes | None:
-        if row.mode == diskcache.core.MODE_RAW and isinstance(row.value, bytes):
-            if len(row.value) > self.max_entry_bytes:
-                raise CorruptEntry(f"index value of {len(row.value)} bytes is over KERNEL_CACHE_MAX_ENTRY_BYTES")
-            return row.value
-        if row.mode == diskcache.core.MODE_BINARY:
-            try:
-                found = self.tree.read(ENTRIES_DIR, *value_parts(row.filename), max_bytes=self.max_entry_bytes)
-            except UnsafeFile as exc:
-                raise CorruptEntry(f"value file refused: it {exc.reason}") from None
-            return None if found is None else found[0]
-        raise CorruptEntry("a row stored as pickle or text: not written by kernel-cache, never loaded")
+    def _value(self, filename: str) -> bytes | None:
+        """The bytes of a value file; None where it is gone (evicted by a neighbour since the row was read)."""
+        try:
+            found = self.tree.read(ENTRIES_DIR, *value_parts(filename), max_bytes=self.max_entry_bytes)
+        except UnsafeFile as exc:
+            raise CorruptEntry(f"value file refused: it {exc.reason}") from None
+        return None if found is None else found[0]
 
     def get_raw(self, key: str) -> bytes | None:
         key_ok(key) or check_key(key)
@@ -321,7 +342,7 @@ class DiskLevel(InDirectory):
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes for `key` without bumping its last-used time (listing must not
-        reorder the LRU); a pickled or text row raises CorruptEntry, never loaded."""
+        reorder the LRU)."""
         return self.get_raw(key)
 
     def present(self, keys: Sequence[str]) -> set[str]:
@@ -337,7 +358,7 @@ class DiskLevel(InDirectory):
             if not (type(key) is str and key_ok(key)):
                 return False
             return key in self._deferred or (not self._no_index_yet() and disk_sql.contains(self._reader(), key))
-        except (ValueError, sqlite3.Error):
+        except (ValueError, sqlite3.Error, OSError):
             return False
 
     def keys(self) -> Iterator[str]:
@@ -356,28 +377,66 @@ class DiskLevel(InDirectory):
     def volume(self) -> int:
         st = self.tree.lstat(ENTRIES_DIR, INDEX)
         reader = self._indexed_reader()
-        return (0 if reader is None else disk_sql.total_size(reader)) + (st.st_size if st is not None else 0)
+        return (0 if reader is None else disk_sql.count_and_size(reader)[1]) + (st.st_size if st is not None else 0)
 
     def _indexed_reader(self) -> sqlite3.Connection | None:
-        """A reader of the index, made where it can be; None for a new cache whose index could not
-        be made (a full disk at first use): nothing is indexed, every key is a miss."""
-        reader = self._reader()
-        return None if self._no_index_yet() else reader
+        """A reader of the index, made where it can be; None for a cache with no index to read yet (a
+        new one whose index could not be made, an older kernel-cache's not upgraded yet): nothing is
+        indexed, every key is a miss."""
+        if self._no_index_yet():
+            self._writer_due()
+            if self._no_index_yet():
+                return None
+        return self._reader(ask_index=False)
 
     # Writes (bounded waits) ---------------------------------------------------------------
-    def _write(self, action: Callable[[diskcache.Cache], Any]) -> Any:
+    def _check_writable(self) -> None:
         if not self._writer_due():
             raise LevelReadOnly(f"local cache {self.directory} is read-only here ({self.read_only_reason})")
         if time.monotonic() < self._busy_until:
             raise LevelReadOnly(f"local cache index {self.directory} is held by another process; "
                                f"not writing for up to {BUSY_COOLDOWN:.0f}s")
+
+    def _write(self, action: Callable[[], Any]) -> Any:
+        """One write transaction of `disk_sql`'s; a neighbour holding the index past `index_timeout`
+        (or an index SQLite cannot write) stops writes for BUSY_COOLDOWN (LevelReadOnly)."""
+        self._check_writable()
         try:
-            return action(self._cache)
-        except (diskcache.Timeout, sqlite3.OperationalError) as exc:
+            return action()
+        except sqlite3.OperationalError as exc:
             self._busy_until = time.monotonic() + BUSY_COOLDOWN
             raise LevelReadOnly(f"local cache index {self.directory} could not be written within "
                                f"{self.index_timeout:.0f}s ({describe_error(exc)}); skipping writes for "
                                f"{BUSY_COOLDOWN:.0f}s") from None
+
+    def _store(self, copies: dict[str, bytes]) -> None:
+        """Write each copy's value file, then index them all in one transaction, evicting the least
+        recently used beyond `max_bytes`; the files no row names any more are removed after it
+        committed (a reader that read their rows before gets a miss). Files written for a transaction
+        that failed are removed."""
+        self._check_writable()
+        now = time.time()
+        rows: list[disk_sql.Row] = []
+        written: list[tuple[str, str, str]] = []
+        try:
+            for key, data in copies.items():
+                parts, temp = new_value_file()
+                # no fsync: an entry is checksummed, one cut short by a power cut is a miss
+                self.tree.publish(ENTRIES_DIR, *parts, data=data, temp_name=temp, durable=False)
+                written.append(parts)
+                rows.append((key, "/".join(parts), len(data), now, now))
+            unnamed = self._write(lambda: disk_sql.put(self._db, self.index_timeout, rows, self.max_bytes))
+        except BaseException:
+            for parts in written:
+                with contextlib.suppress(OSError):
+                    self.tree.unlink(ENTRIES_DIR, *parts)
+            raise
+        self._remove_files(unnamed)
+
+    def _remove_files(self, filenames: Iterable[str]) -> None:
+        for filename in filenames:
+            with contextlib.suppress(CorruptEntry, OSError):
+                self.tree.unlink(ENTRIES_DIR, *value_parts(filename))
 
     def put(self, entry: Entry) -> None:
         self.put_raw(entry.key, entry_format.encode(entry))
@@ -387,7 +446,7 @@ class DiskLevel(InDirectory):
 
     def put_raw(self, key: str, data: bytes) -> None:
         key_ok(key) or check_key(key)
-        self._write(lambda cache: cache.set(key, bytes(data), retry=False))
+        self._store({key: bytes(data)})
         with self._lock:
             self._forget_deferred(key)  # written now: an older copy must not overwrite it at the flush
         self.flush_deferred()  # the writer is open: the hits' copies go with it
@@ -400,6 +459,8 @@ class DiskLevel(InDirectory):
         it read them from still holds them)."""
         key = entry.key
         key_ok(key) or check_key(key)
+        if self._closed:
+            return  # never written (see `close`)
         with self._lock:
             self._forget_deferred(key)
             self._deferred[key] = data
@@ -425,17 +486,11 @@ class DiskLevel(InDirectory):
             _unflushed.discard(self)
         if not copies:
             if self._no_index_yet():
-                self._try_writer()  # a new cache gets its index by its close or exit at the latest
+                self._writer_due()  # a new cache gets its index by its close or exit at the latest
             return
-
-        def write(cache: diskcache.Cache) -> None:
-            with cache.transact(retry=False):
-                for key, data in copies.items():
-                    cache.set(key, bytes(data), retry=False)
-
         try:
-            self._write(write)
-        except (LevelReadOnly, OSError) as exc:
+            self._store({key: bytes(data) for key, data in copies.items()})
+        except (LevelReadOnly, OSError, sqlite3.Error) as exc:
             warn_once(f"disk-deferred:{self.directory}:{type(exc).__name__}",
                       f"copying {len(copies)} entries into the local cache failed ({exc}); they stay where they "
                       f"were read from")
@@ -447,25 +502,25 @@ class DiskLevel(InDirectory):
         with self._lock:
             self._forget_deferred(key)
         reader = self._indexed_reader()
-        row = disk_sql.lookup(reader, key) if reader is not None else None
-        if row is None:
+        found = disk_sql.lookup(reader, key) if reader is not None else None
+        if found is None:
             return False
+        filename = found[0]
         file_removed = False
-        if row.filename:
-            try:
-                file_removed = self.tree.unlink(ENTRIES_DIR, *value_parts(row.filename))
-            except (CorruptEntry, FileNotFoundError):
-                pass  # no value file to remove: the row goes
-            except OSError:
-                return False  # not removable here (not yours, a read-only mount): not counted as removed
         try:
-            self._write(lambda cache: cache.delete(key, retry=False))
+            file_removed = self.tree.unlink(ENTRIES_DIR, *value_parts(filename))
+        except (CorruptEntry, FileNotFoundError):
+            pass  # no value file to remove: the row goes
+        except OSError:
+            return False  # not removable here (not yours, a read-only mount): not counted as removed
+        try:
+            self._write(lambda: disk_sql.delete(self._db, self.index_timeout, key, filename))
         except LevelReadOnly:
             return file_removed  # its space is freed; the row goes once the index can be written
         return True
 
     def _drop(self, key: str) -> None:
-        with contextlib.suppress(LevelReadOnly, OSError):
+        with contextlib.suppress(LevelReadOnly, OSError, sqlite3.Error):
             self.delete(key)
 
     def _touch(self, key: str) -> None:
@@ -473,7 +528,7 @@ class DiskLevel(InDirectory):
         write or at exit (`flush_touches`), so a warm process never opens the writer to read."""
         with self._lock:
             self._touches[key] = time.time()
-        if self._cache is not None:
+        if self._writer:
             self.flush_touches()
 
     def touch(self, keys: Iterable[str]) -> None:
@@ -483,27 +538,18 @@ class DiskLevel(InDirectory):
             self._touches.update(dict.fromkeys(valid, now))
 
     def flush_touches(self) -> None:
-        """Write the deferred copies (`flush_deferred`), then record the deferred uses, oldest first,
-        in one transaction: each a `Cache.get`, which under
-        the least-recently-used policy stamps the entry's access time (with the flush's time: a use
-        is recorded at most that much later) and reads no value file (`RawOnlyDisk.fetch`). A use
-        within TOUCH_INTERVAL of the one the index holds is dropped, as a hit's is (`get`): a warm
-        process whose kernels were used a moment ago (by a neighbour, say) opens no writer at exit."""
+        """Write the deferred copies (`flush_deferred`), then record the deferred uses, each with its
+        own time, in one transaction. A use within TOUCH_INTERVAL of the one the index holds is
+        dropped, as a hit's is (`get`): a warm process whose kernels were used a moment ago (by a
+        neighbour, say) opens no writer at exit."""
         self.flush_deferred()
         with self._lock:
             touches, self._touches = self._touches, {}
         touches = self._due(touches)
         if not touches:
             return
-
-        def write(cache: diskcache.Cache) -> None:
-            with cache.transact(retry=False):
-                for key in sorted(touches, key=touches.__getitem__):
-                    with contextlib.suppress(CorruptEntry):  # a pickled row: never loaded, not touched
-                        cache.get(key, retry=False)
-
         with contextlib.suppress(LevelReadOnly):
-            self._write(write)
+            self._write(lambda: disk_sql.touch(self._db, self.index_timeout, touches.items()))
 
     def _due(self, touches: dict[str, float]) -> dict[str, float]:
         """The uses the index holds no use within TOUCH_INTERVAL of (all of them where it cannot say)."""
@@ -511,17 +557,22 @@ class DiskLevel(InDirectory):
             return touches
         try:
             con = self._reader()
-            recorded = {key: disk_sql.access_time(con, key) for key in touches}
+            recorded = {key: disk_sql.used_time(con, key) for key in touches}
         except (sqlite3.Error, OSError):
             return touches
         return {key: when for key, when in touches.items()
                 if (at := recorded[key]) is not None and when - at > TOUCH_INTERVAL}
 
     def set_max_bytes(self, max_bytes: int) -> None:
-        self._write(lambda cache: cache.reset("size_limit", max_bytes))
+        """The bound this level evicts to from now on (recorded in the index)."""
+        self._write(lambda: disk_sql.set_max_bytes(self._db, self.index_timeout, max_bytes))
+        self.max_bytes = max_bytes
 
     def cull(self) -> int:
-        return int(self._write(lambda cache: cache.cull(retry=False)))
+        """Evict the least recently used entries until the rest fit in `max_bytes`; how many went."""
+        evicted = self._write(lambda: disk_sql.cull(self._db, self.index_timeout, self.max_bytes))
+        self._remove_files(filename for _, filename in evicted)
+        return len(evicted)
 
     def clear(self) -> int:
         """Remove every entry; value files first (see `delete`)."""
@@ -531,22 +582,8 @@ class DiskLevel(InDirectory):
         for name in value_files(self.tree):
             with contextlib.suppress(OSError):
                 self.tree.unlink(ENTRIES_DIR, *name)
-        self._write(_clear)
+        self._write(lambda: disk_sql.clear(self._db, self.index_timeout))
         return count
-
-    def _move_inline_values(self, cache: diskcache.Cache) -> int:
-        """Entries an older kernel-cache kept inside the index (diskcache's default for values under
-        32 KiB) move to value files, then get their own times back; returns how many moved."""
-        moved = []
-        for key, value, stored, used in disk_sql.inline_values(self._reader()):
-            if isinstance(key, str) and is_key(key) and isinstance(value, bytes):
-                cache.set(key, bytes(value), retry=False)
-                moved.append((key, stored, used))
-        if moved:
-            with disk_sql.writing(self.directory / ENTRIES_DIR / INDEX, self.index_timeout) as con:
-                for key, stored, used in moved:
-                    disk_sql.set_times(con, key, stored, used)
-        return len(moved)
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool]:
@@ -556,9 +593,10 @@ class DiskLevel(InDirectory):
             yield held
 
     def close(self) -> None:
+        """Write what is deferred, then close; a closed level is read-only (`writable` is False), so
+        what a dropped session still hands it (its warm set, saved at exit) is not written."""
         self.flush_touches()
-        if self._cache is not None:
-            self._cache.close()
+        self._closed, self._writer, self._reopen_at, self.read_only_reason = True, False, None, "closed"
         self._close_readers()
         self.tree.close()
 
@@ -567,26 +605,27 @@ class DiskLevel(InDirectory):
         return []  # a bad local entry is deleted at once (it is only ever this node's copy)
 
     def integrity_problem(self) -> str | None:
-        """SQLite's own check of the index; None when it is sound."""
+        """SQLite's own check of the index; None when it is sound (or there is no index yet)."""
         try:
-            result = "; ".join(disk_sql.quick_check(self._reader()))
+            reader = self._indexed_reader()
+            result = "ok" if reader is None else "; ".join(disk_sql.quick_check(reader))
         except sqlite3.Error as exc:
             return describe_error(exc)
         return None if result == "ok" else result
 
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
-        """Delete what crashed processes leave behind: value files no index row points to and
-        lock files, both only once older than `older_than_seconds` (a live writer's files are
-        seconds old). Returns [(path, bytes)] removed."""
+        """Delete what crashed processes leave behind: value files no index row points to, value
+        files half written, lock files and an older kernel-cache's index an upgrade did not get to
+        remove, all only once older than `older_than_seconds` (a live writer's files are seconds
+        old). Returns [(path, bytes)] removed."""
         cutoff = time.time() - older_than_seconds
         reader = self._indexed_reader()
         if reader is None:
             return []  # no index to tell what is referenced: nothing is debris yet
         referenced = {os.path.normpath(f) for f in disk_sql.value_filenames(reader)}
         removed = []
-        for parts in value_files(self.tree):
-            if os.path.normpath("/".join(parts)) in referenced:
-                continue
+        orphans = [parts for parts in value_files(self.tree) if os.path.normpath("/".join(parts)) not in referenced]
+        for parts in [*orphans, *value_files(self.tree, temp=True), *((name,) for name in OLD_INDEX_FILES)]:
             st = self.tree.lstat(ENTRIES_DIR, *parts)
             if st is not None and st.st_mtime < cutoff and self.tree.unlink(ENTRIES_DIR, *parts):
                 removed.append((os.path.join(self.directory, ENTRIES_DIR, *parts), st.st_size))
@@ -611,18 +650,6 @@ def flush_at_exit() -> None:
     for level in levels:
         with contextlib.suppress(Exception):
             level.flush_deferred()
-
-
-def index_settings(max_bytes: int) -> dict[str, Any]:
-    """diskcache's settings for the index (its writer's, and a rebuilt one's).
-    disk_min_file_size=0: every value in a file, none inside SQLite (a damaged index loses nothing)."""
-    return {"disk": RawOnlyDisk, "size_limit": max_bytes, "eviction_policy": "least-recently-used",
-            "cull_limit": 10, "statistics": False, "disk_min_file_size": 0}
-
-
-def _clear(cache: diskcache.Cache) -> None:
-    with cache.transact(retry=False):  # one transaction: diskcache's clear removes rows a hundred at a time
-        cache.clear(retry=False)
 
 
 def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel | None:

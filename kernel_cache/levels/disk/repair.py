@@ -1,25 +1,17 @@
-"""Recovering a local level whose index is damaged: read it from its value files, rebuild the index,
-or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`), and heal it when a
-process opens it (`open_healed`, which the store calls): one process rebuilds, under the index lock,
-while the others wait a bounded time for it, then use the rebuilt index (or, still waiting, read the
-entry files meanwhile).
-
-This module is long because the rebuild is done once for all of them: the damaged index read as far
-as it goes, the new one built aside and put in place in one rename, the damaged one kept."""
+"""Recovering a local level whose index is damaged: read it from its value files, rebuild the index
+(`disk_rebuild`), or wipe it so the space comes back (`cachectl list`, `verify --repair`, `clear`),
+and heal it when a process opens it (`open_healed`, which the store calls): one process rebuilds,
+under the index lock, while the others wait a bounded time for it, then use the rebuilt index (or,
+still waiting, read the entry files meanwhile). The damaged index is read as far as it goes, to
+say which of the entries it listed are lost."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
 import sqlite3
-import stat
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-import diskcache
 
 from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
@@ -27,19 +19,18 @@ from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, En
 from kernel_cache.errors import IndexDamaged, LevelReadOnly, LevelUnavailable
 from kernel_cache.level import InDirectory, Level, no_lock
 from kernel_cache.levels.disk import level as disk
+from kernel_cache.levels.disk import rebuild as disk_rebuild
 from kernel_cache.levels.disk import sql as disk_sql
 from kernel_cache.levels.disk.index import (
     ENTRIES_DIR,
+    ENTRIES_FILES,
     INDEX,
-    INDEX_FILES,
     INDEX_LOCK,
     LOCKS_DIR,
     describe_error,
-    open_index,
     open_tree,
     value_files,
 )
-from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners, Tree
@@ -47,8 +38,8 @@ from kernel_cache.trust.safefs import Owners, Tree
 
 class ValueFilesLevel(InDirectory):
     """The local level seen through its value files alone, for an operator when the index cannot
-    be opened (damaged): list, show, export and prune still work (every value is a file; entries an
-    older kernel-cache kept inside the index are not seen); `rebuild_index` restores the index itself."""
+    be opened (damaged): list, show, export and prune still work (every value is a file);
+    `rebuild_index` restores the index itself."""
 
     name = "disk"
     writable = False
@@ -140,7 +131,7 @@ def rebuild_index(directory: Path, max_bytes: int = 8 << 30, *, owners: Owners |
             if not held:
                 raise LevelUnavailable(f"another process has been rebuilding the index of {directory} for "
                                       f"{wait:.0f} s; try again once it is done")
-            return _rebuild(tree, Path(directory), max_bytes, owners, max_entry_bytes)
+            return _rebuild(tree, Path(directory), max_bytes, max_entry_bytes, wait)
     finally:
         tree.close()
 
@@ -164,7 +155,7 @@ def open_healed(config: Config, owners: Owners, damage: IndexDamaged) -> tuple[L
             tree.close()
         reason = (f"another process is rebuilding it (waited {config.index_timeout:.0f} s): serving its entry "
                   f"files meanwhile")
-    except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+    except (OSError, sqlite3.Error) as exc:
         reason = (f"it could not be rebuilt here ({describe_error(exc)}): serving its entry files; "
                   f"'cachectl verify --repair' rebuilds it")
     try:
@@ -182,7 +173,7 @@ def _heal_holding_the_lock(tree: Tree, config: Config, owners: Owners,
         return _open_local(config, owners), None  # a neighbour rebuilt it while we waited
     except IndexDamaged:
         pass
-    report = _rebuild(tree, directory, config.max_bytes, owners, config.max_entry_bytes, config.index_timeout)
+    report = _rebuild(tree, directory, config.max_bytes, config.max_entry_bytes, config.index_timeout)
     report["problem"] = damage.problem
     aside = f"; the damaged index is kept as entries/{report['moved_aside']}" if report["moved_aside"] else ""
     warn_once(f"disk-index-rebuilt:{directory}",
@@ -198,124 +189,38 @@ def _open_local(config: Config, owners: Owners) -> Level:
     return level
 
 
-def _rebuild(tree: Tree, directory: Path, max_bytes: int, owners: Owners | None, max_entry_bytes: int,
-             timeout: float = 30.0) -> dict[str, Any]:
-    """Rebuild the index, the index lock held: salvage the entries an older kernel-cache kept inside
-    the damaged one (where SQLite can still read them), index every value file (each entry names its
-    own key; unreadable ones are removed) in a new index built aside, then put it in place in one
-    rename, the damaged one kept aside under a stamped name: a process opening the index meanwhile
-    sees the damaged one (and waits for the lock) or the whole new one, never a part. Returns what
-    was found, rebuilt and lost: `lost` are keys the damaged index still listed that no file or
-    readable row holds; `listed` is None when nothing in it could be read (then what it listed is
-    unknown)."""
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    listed, salvaged = _read_damaged_index(directory / ENTRIES_DIR / INDEX)
-    for name, st in tree.listdir(ENTRIES_DIR):  # what a rebuild that died left (the lock is ours)
-        if name.startswith(_SCRATCH) and stat.S_ISDIR(st.st_mode):
-            tree.remove_tree(ENTRIES_DIR, name)
-    scratch = f"{_SCRATCH}{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        with tree.directory(ENTRIES_DIR, scratch, create=True):
-            pass
-        open_index(directory / ENTRIES_DIR / scratch, timeout, **disk.index_settings(max_bytes)).close()
-        new = directory / ENTRIES_DIR / scratch / INDEX  # diskcache's tables, settings and triggers
-        with disk_sql.writing(new, timeout) as con:
-            files, recovered, removed = _index_files(tree, con, salvaged, max_entry_bytes)
-        with contextlib.closing(disk_sql.open_read_write(new, timeout)) as con:
-            disk_sql.checkpoint(con)
-        moved_aside = _put_in_place(tree, scratch, stamp)
-    finally:
-        tree.remove_tree(ENTRIES_DIR, scratch)
-    level = DiskLevel(directory, max_bytes, owners=owners, max_entry_bytes=max_entry_bytes, index_timeout=timeout)
-    try:
-        level.open_writer()  # which moves the salvaged values kept inline into files
-        lost = sorted(key for key in (listed or ()) if key not in level)
-    finally:
-        level.close()
-    return {"value_files": files, "recovered": recovered, "removed": removed, "listed": len(listed)
-            if listed is not None else None, "lost": lost, "moved_aside": moved_aside}
+def _rebuild(tree: Tree, directory: Path, max_bytes: int, max_entry_bytes: int, timeout: float) -> dict[str, Any]:
+    """Rebuild the index, the index lock held: every value file indexed (each entry names its own
+    key; unreadable ones are removed) in a new index put in place of the damaged one, which is kept
+    aside under a stamped name (`disk_rebuild.build`). Returns what was found, rebuilt and lost:
+    `lost` are keys the damaged index still listed that no file holds; `listed` is None when nothing
+    in it could be read (then what it listed is unknown)."""
+    listed = _read_damaged_index(directory / ENTRIES_DIR / INDEX)
+    built = disk_rebuild.build(tree, directory, max_bytes, max_entry_bytes, timeout)
+    return {"value_files": built["value_files"], "recovered": len(built["keys"]), "removed": built["removed"],
+            "listed": len(listed) if listed is not None else None,
+            "lost": sorted(key for key in (listed or ()) if key not in built["keys"]),
+            "moved_aside": built["moved_aside"]}
 
 
-_SCRATCH = ".rebuild-"  # entries/.rebuild-PID-HEX/: where a new index is built before it is put in place
-
-
-def _index_files(tree: Tree, index: sqlite3.Connection, salvaged: list[tuple[str, bytes]],
-                 max_entry_bytes: int) -> tuple[int, int, int]:
-    """Rows in the new `index` for every readable value file (its times from the file and its entry)
-    and every salvaged value not in a file (kept inline: the writer moves it to a file when it opens);
-    unreadable value files are removed. Returns (value files, rows, removed)."""
-    files = removed = 0
-    seen: set[str] = set()
-    for parts in list(value_files(tree)):
-        files += 1
-        try:
-            found = tree.read(ENTRIES_DIR, *parts, max_bytes=max_entry_bytes)
-            data, st = found if found is not None else (b"", None)
-            entry = entry_format.decode(data)
-            key = check_key(entry.key)
-        except (CorruptEntry, OSError, ValueError):
-            tree.unlink(ENTRIES_DIR, *parts)
-            removed += 1
-            continue
-        if key in seen or st is None:
-            continue  # a second copy (a writer racing the damage): no row points to it, debris removal takes it
-        seen.add(key)
-        used = st.st_mtime
-        disk_sql.insert_value_file(index, key, _number(entry.meta.get("created"), used), used, len(data),
-                                   "/".join(parts))
-    for key, value in salvaged:
-        if key in seen:
-            continue
-        try:
-            entry_format.decode(value, expected_key=key)
-        except CorruptEntry:
-            removed += 1
-            continue
-        seen.add(key)
-        disk_sql.insert_inline(index, key, time.time(), value)
-    return files, len(seen), removed
-
-
-def _put_in_place(tree: Tree, scratch: str, stamp: str) -> str | None:
-    """The new index (entries/SCRATCH/cache.db) replaces the damaged one in one rename; the damaged one
-    stays as cache.db.damaged-STAMP (a second name, made first), its journal files moved aside before
-    (a journal must never meet another index). Returns the damaged one's new name, or None if there
-    was none."""
-    aside = f"{INDEX}.damaged-{stamp}"
-    kept = False
-    with tree.directory(ENTRIES_DIR) as dfd:
-        for name in INDEX_FILES[1:]:
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(name, f"{name}.damaged-{stamp}", src_dir_fd=dfd, dst_dir_fd=dfd)
-        with contextlib.suppress(FileNotFoundError):
-            os.link(INDEX, aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            kept = True
-    if not tree.rename((ENTRIES_DIR, scratch, INDEX), (ENTRIES_DIR, INDEX)):
-        raise FileNotFoundError(f"the rebuilt index {tree.path}/{ENTRIES_DIR}/{scratch}/{INDEX} vanished")
-    return aside if kept else None
-
-
-def _read_damaged_index(db: Path) -> tuple[set[str] | None, list[tuple[str, bytes]]]:
-    """The keys a damaged index still lists and the values kept inside it, as far as SQLite can read
-    them (row by row: a truncated file yields its first pages); (None, []) when none can be read."""
-    listed: set[str] | None = None
-    salvaged: list[tuple[str, bytes]] = []
+def _read_damaged_index(db: Path) -> set[str] | None:
+    """The keys a damaged index still lists, as far as SQLite can read them (row by row: a truncated
+    file yields its first pages); None when none can be read."""
     try:
         old = disk_sql.open_read_only(db, 5.0)
     except (sqlite3.Error, OSError):
-        return None, []
+        return None
+    listed: set[str] | None = None
     with contextlib.closing(old):
         try:
-            rows = disk_sql.raw_rows(old)
+            rows = disk_sql.keys(old)
             listed = set()
-            for key, mode, value in rows:
+            for key in rows:
                 if isinstance(key, str) and is_key(key):
                     listed.add(key)
-                    if mode == diskcache.core.MODE_RAW and isinstance(value, bytes):
-                        salvaged.append((key, value))
         except (sqlite3.Error, OSError):
             pass  # read up to the damage
-    return listed, salvaged
+    return listed
 
 
 def wipe(directory: Path, owners: Owners | None = None) -> int:
@@ -326,7 +231,7 @@ def wipe(directory: Path, owners: Owners | None = None) -> int:
     try:
         for parts in list(value_files(tree)):
             removed += tree.unlink(ENTRIES_DIR, *parts)
-        for name in INDEX_FILES:
+        for name in ENTRIES_FILES:
             removed += tree.unlink(ENTRIES_DIR, name)
     finally:
         tree.close()

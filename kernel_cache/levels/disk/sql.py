@@ -1,46 +1,45 @@
-"""diskcache's SQLite tables, read and written directly: the one module of kernel-cache that does so.
+"""The local level's index, a SQLite file of our own: the one module that speaks SQL to it.
 
-Everything else on the local level goes through diskcache's public API (`Cache.set`, `delete`,
-`cull`, `clear`, `reset`, `transact`; the LRU touch is `Cache.get` under the least-recently-used
-policy; values are stored and fetched by `disk_index.RawOnlyDisk`, a `diskcache.Disk`). This module
-holds what that API cannot serve, written against diskcache `WRITTEN_AGAINST` and its schema
-(`COLUMNS`); `tests/core/test_disk_sql.py` fails on any other diskcache version, so that someone checks
-the statements below against the new schema before changing the pin:
+entries/index.db holds one row per value file and nothing else of ours or anyone's:
 
-- Reading without writing. `diskcache.Cache()` creates its tables and writes its settings when it
-  opens, so it cannot open an index on a read-only mount, and a warm process that only reads would
-  take the index's write lock to start; under the least-recently-used policy `Cache.get` also
-  updates the row in a write transaction on every hit. The level's lookups (the warm read path), its
-  presence probe and its listings read through a connection of our own (`open_read_only`, or
-  `open_read_write` where the process writes: it sees the index as its writer does).
-- What the API does not expose without reading every value: an entry's size, store and access
-  times (`listing`), the name of its value file (`lookup`: the level reads the file through safefs,
-  never through diskcache's `open()`, which follows links), the value files the index names
-  (`value_filenames`: debris) and the entries' total size.
-- Times kept. Entries an older kernel-cache kept inside the index move to files (`Cache.set`),
-  then get back their own store and access times (`set_times`); a rebuilt index points at value
-  files already in place with their times (`insert_value_file`). `Cache.set` would stamp every one
-  of them now (losing `created` and the LRU order) and write a second copy of each file.
-- SQLite's own: the wait for a neighbour's write transaction before diskcache's set-up (which retries
-  each statement for 60 s), damage detection, `PRAGMA quick_check`, the checkpoint of a rebuilt index.
+    entries (key TEXT PRIMARY KEY, filename TEXT NOT NULL, size INTEGER NOT NULL, stored REAL NOT NULL,
+             used REAL NOT NULL)        filename: aa/bb/<28 hex>.val under entries/; times in epoch seconds
+    entries_by_use ON entries (used)    the least recently used first, for eviction
+    settings (name TEXT PRIMARY KEY, value)   'schema' (SCHEMA_VERSION), 'max_bytes' (the last writer's bound)
+
+It is in write-ahead-log mode, so readers never wait for a writer. Each write below is one
+`BEGIN IMMEDIATE` transaction on a connection of its own, waiting at most the caller's timeout for a
+neighbour's; a write that adds entries also evicts the least recently used ones while the entries
+hold more than the bound, at most CULL_LIMIT per entry added. The index is a cache of the value
+files (each entry names its own key): `disk_rebuild` builds it again from them. Its readers are
+connections of the level's own: read-only where the process has not written, else one that sees the
+index as its writer does. The counters' table (`kernel_cache.telemetry.counters`) shares `writing`
+and `open_read_only`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import stat
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from diskcache.core import MODE_BINARY, MODE_RAW
+from kernel_cache.trust.safefs import UnsafeFile
 
-WRITTEN_AGAINST = "5.6.3"  # the diskcache version whose schema this module reads and writes
-COLUMNS = ("rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag", "size",
-           "mode", "filename", "value")  # diskcache's Cache table, in its order
-
+SCHEMA_VERSION = 1
+CULL_LIMIT = 10  # entries evicted at most per entry a write adds (a bounded write: `cull` evicts the rest)
+NORMAL = 1  # PRAGMA synchronous: a power cut may lose the last writes, never the index (WAL)
 _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT ("disk image is malformed"), SQLITE_NOTADB ("not a database")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, filename TEXT NOT NULL, size INTEGER NOT NULL,"
+    " stored REAL NOT NULL, used REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS entries_by_use ON entries (used)",
+)
 
 
 # Connections ----------------------------------------------------------------------------------
@@ -52,12 +51,15 @@ def open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
     uri = f"file:{quote(str(db))}?mode=ro"
     con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
     try:
-        probe(con)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return con
     except sqlite3.OperationalError as exc:
         con.close()
         if "locked" in str(exc):
             raise
+    except BaseException:
+        con.close()
+        raise
     return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout,
                            check_same_thread=False, isolation_level=None)
 
@@ -74,13 +76,12 @@ def writing(db: Path, timeout: float, synchronous: int | None = None,
     """One write transaction on a connection of our own (waiting at most `timeout` for a neighbour's):
     committed on success, rolled back on an error; the connection is closed after. `synchronous`:
     the connection's SQLite synchronous level (None: SQLite's default, FULL). `create`: a database
-    not there yet is made, in write-ahead-log mode (its readers never wait for a writer)."""
-    made = create and not db.exists()
+    not there yet is made; it is (or is put) in write-ahead-log mode, so its readers never wait for a writer."""
     con = sqlite3.connect(f"file:{quote(str(db))}?mode={'rwc' if create else 'rw'}", uri=True, timeout=timeout,
                           check_same_thread=False, isolation_level=None)
     try:
-        if made:
-            con.execute("PRAGMA journal_mode = WAL")
+        if create:
+            _into_wal(con, timeout)
         if synchronous is not None:
             con.execute(f"PRAGMA synchronous = {int(synchronous)}")
         con.execute("BEGIN IMMEDIATE")
@@ -94,15 +95,19 @@ def writing(db: Path, timeout: float, synchronous: int | None = None,
         con.close()
 
 
-def wait_for_writers(db: Path, timeout: float) -> None:
-    """Wait at most `timeout` for a neighbour's write transaction on an existing index (sqlite3's
-    OperationalError if it is still held)."""
-    con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute("ROLLBACK")
-    finally:
-        con.close()
+def _into_wal(con: sqlite3.Connection, timeout: float) -> None:
+    """Put the database in write-ahead-log mode where it is not yet. Neighbours creating it at once
+    meet here, and SQLite answers "locked" to all but one without waiting: asked again until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                con.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def checkpoint(con: sqlite3.Connection) -> None:
@@ -113,7 +118,7 @@ def checkpoint(con: sqlite3.Connection) -> None:
 # Damage -----------------------------------------------------------------------------------------
 def probe(con: sqlite3.Connection) -> None:
     """Read the index's table once: raises what a damaged, empty or busy index raises."""
-    con.execute("SELECT count(*) FROM Cache").fetchone()
+    con.execute("SELECT count(*) FROM entries").fetchone()
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -148,89 +153,147 @@ def quick_check(con: sqlite3.Connection) -> list[str]:
     return [str(row[0]) for row in con.execute("PRAGMA quick_check").fetchmany(5)]
 
 
+# The schema -------------------------------------------------------------------------------------
+def create(con: sqlite3.Connection, max_bytes: int) -> None:
+    """The tables where they are missing (inside the caller's transaction), the bound recorded."""
+    for statement in _SCHEMA:
+        con.execute(statement)
+    con.execute("INSERT OR IGNORE INTO settings (name, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    con.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('max_bytes', ?)", (int(max_bytes),))
+
+
+def open_index(db: Path, timeout: float, max_bytes: int) -> None:
+    """Make the index where there is none, or check one a writer may write: one transaction (so a
+    busy or unwritable index says so here). ValueError for an index of a schema we do not know;
+    UnsafeFile for a link or a FIFO in its place (SQLite would follow the one and block on the other)."""
+    try:
+        st = os.lstat(db)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(str(db), "is not a regular file")
+    with writing(db, timeout, NORMAL, create=True) as con:
+        found = con.execute("SELECT value FROM settings WHERE name = 'schema'").fetchone() \
+            if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'settings'").fetchone() else None
+        if found is not None and found[0] != SCHEMA_VERSION:
+            raise ValueError(f"the index has schema {found[0]!r}, this kernel-cache writes schema {SCHEMA_VERSION}")
+        create(con, max_bytes)
+
+
 # Reads ------------------------------------------------------------------------------------------
-class Row(NamedTuple):
-    mode: int
-    filename: str | None
-    value: Any  # inline bytes (an older kernel-cache's), else None
-    access_time: float
+def lookup(con: sqlite3.Connection, key: str) -> tuple[str, float] | None:
+    """(value file, last use) of `key`: the one statement of a lookup."""
+    found = con.execute("SELECT filename, used FROM entries WHERE key = ?", (key,)).fetchone()
+    return None if found is None else (found[0], float(found[1] or 0.0))
 
 
-def lookup(con: sqlite3.Connection, key: str) -> Row | None:
-    """The index row of `key` (stored under a raw key), without its value file read."""
-    found = con.execute("SELECT mode, filename, value, access_time FROM Cache WHERE key = ? AND raw = 1",
-                        (key,)).fetchone()
-    return None if found is None else Row(found[0], found[1], found[2], float(found[3] or 0.0))
-
-
-def access_time(con: sqlite3.Connection, key: str) -> float | None:
+def used_time(con: sqlite3.Connection, key: str) -> float | None:
     """When the index last recorded a use of `key` (None: no such row)."""
-    found = con.execute("SELECT access_time FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+    found = con.execute("SELECT used FROM entries WHERE key = ?", (key,)).fetchone()
     return None if found is None else float(found[0] or 0.0)
 
 
 def present(con: sqlite3.Connection, keys: Sequence[str]) -> set[str]:
-    """Which of `keys` have a row under a raw key (in batches within SQLite's bound on parameters)."""
+    """Which of `keys` have a row (in batches within SQLite's bound on parameters)."""
     found: set[str] = set()
     for start in range(0, len(keys), 500):
         batch = keys[start:start + 500]
         marks = ",".join("?" * len(batch))
-        found.update(k for (k,) in con.execute(f"SELECT key FROM Cache WHERE raw = 1 AND key IN ({marks})", batch))
+        found.update(k for (k,) in con.execute(f"SELECT key FROM entries WHERE key IN ({marks})", batch))
     return found
 
 
 def contains(con: sqlite3.Connection, key: str) -> bool:
-    return con.execute("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone() is not None
+    return con.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone() is not None
 
 
-def listing(con: sqlite3.Connection) -> list[tuple[Any, int, float, float]]:
-    """(key, size, store time, access time) of every row under a raw key; no value is read."""
+def listing(con: sqlite3.Connection) -> list[tuple[object, int, float, float]]:
+    """(key, size, store time, last use) of every row; no value is read."""
     return [(k, int(s or 0), float(st or 0), float(at or 0)) for k, s, st, at in
-            con.execute("SELECT key, size, store_time, access_time FROM Cache WHERE raw = 1")]
-
-
-def total_size(con: sqlite3.Connection) -> int:
-    (total,) = con.execute("SELECT COALESCE(SUM(size), 0) FROM Cache").fetchone()
-    return int(total)
+            con.execute("SELECT key, size, stored, used FROM entries")]
 
 
 def count_and_size(con: sqlite3.Connection) -> tuple[int, int]:
-    """Rows under raw keys and their bytes."""
-    count, size = con.execute("SELECT count(*), COALESCE(SUM(size), 0) FROM Cache WHERE raw = 1").fetchone()
+    """Rows and their bytes."""
+    count, size = con.execute("SELECT count(*), COALESCE(SUM(size), 0) FROM entries").fetchone()
     return int(count), int(size)
 
 
 def value_filenames(con: sqlite3.Connection) -> list[str]:
-    return [str(f) for (f,) in con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL")]
+    return [str(f) for (f,) in con.execute("SELECT filename FROM entries")]
 
 
-def raw_rows(con: sqlite3.Connection) -> Iterator[tuple[Any, int, Any]]:
-    """(key, mode, inline value) of every row under a raw key, row by row (a damaged index yields
-    the rows before its damage, then raises)."""
-    yield from con.execute("SELECT key, mode, value FROM Cache WHERE raw = 1")
+def keys(con: sqlite3.Connection) -> Iterator[object]:
+    """Every row's key, row by row (a damaged index yields the rows before its damage, then raises)."""
+    for (key,) in con.execute("SELECT key FROM entries"):
+        yield key
 
 
-def inline_values(con: sqlite3.Connection) -> list[tuple[Any, Any, float, float]]:
-    """(key, value, store time, access time) of the values kept inside the index."""
-    return con.execute("SELECT key, value, store_time, access_time FROM Cache WHERE raw = 1 AND mode = ?"
-                       " AND value IS NOT NULL", (MODE_RAW,)).fetchall()
+# Writes, each its own transaction ---------------------------------------------------------------
+Row = tuple[str, str, int, float, float]  # (key, filename, size, stored, used)
 
 
-# Writes (inside `writing`) ------------------------------------------------------------------------
-def set_times(con: sqlite3.Connection, key: str, stored: float, used: float) -> None:
-    con.execute("UPDATE Cache SET store_time = ?, access_time = ? WHERE key = ? AND raw = 1", (stored, used, key))
+def insert(con: sqlite3.Connection, row: Row) -> str | None:
+    """Add or replace a row (inside the caller's transaction); the value file it replaced, if any."""
+    old = con.execute("SELECT filename FROM entries WHERE key = ?", (row[0],)).fetchone()
+    con.execute("INSERT INTO entries (key, filename, size, stored, used) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET filename = excluded.filename, size = excluded.size,"
+                " stored = excluded.stored, used = excluded.used", row)
+    return None if old is None or old[0] == row[1] else str(old[0])
 
 
-def insert_value_file(con: sqlite3.Connection, key: str, created: float, used: float, size: int,
-                      filename: str) -> None:
-    """A row for a value file already in place (a rebuilt index); diskcache's triggers count it."""
-    con.execute(_INSERT, (key, created, used, size, MODE_BINARY, filename, None))
+def put(db: Path, timeout: float, rows: Sequence[Row], max_bytes: int) -> list[str]:
+    """Index `rows` (their value files in place), then evict the least recently used while the
+    entries hold more than `max_bytes` (at most CULL_LIMIT per row). Returns the value files no row
+    names any more (replaced or evicted): the caller removes them once this has committed."""
+    with writing(db, timeout, NORMAL) as con:
+        unnamed = [old for row in rows if (old := insert(con, row)) is not None]
+        unnamed += [filename for _, filename in _evict(con, max_bytes, CULL_LIMIT * len(rows))]
+    return unnamed
 
 
-def insert_inline(con: sqlite3.Connection, key: str, when: float, value: bytes) -> None:
-    """A row keeping `value` inside the index (salvaged from a damaged one; the writer moves it to a file)."""
-    con.execute(_INSERT, (key, when, when, len(value), MODE_RAW, None, value))
+def cull(db: Path, timeout: float, max_bytes: int) -> list[tuple[str, str]]:
+    """Evict the least recently used until the entries fit in `max_bytes`: (key, value file) of each."""
+    with writing(db, timeout, NORMAL) as con:
+        return _evict(con, max_bytes, None)
 
 
-_INSERT = ("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
-           " filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)")
+def _evict(con: sqlite3.Connection, max_bytes: int, limit: int | None) -> list[tuple[str, str]]:
+    (total,) = con.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()
+    evicted: list[tuple[str, str]] = []
+    if total <= max_bytes:
+        return evicted
+    for key, filename, size in con.execute("SELECT key, filename, size FROM entries ORDER BY used"
+                                           + ("" if limit is None else f" LIMIT {int(limit)}")).fetchall():
+        if total <= max_bytes:
+            break
+        evicted.append((key, filename))
+        total -= int(size or 0)
+    con.executemany("DELETE FROM entries WHERE key = ?", [(key,) for key, _ in evicted])
+    return evicted
+
+
+def touch(db: Path, timeout: float, uses: Iterable[tuple[str, float]]) -> None:
+    """Record uses (key, when) for the LRU order, one transaction; a later recorded use stays."""
+    with writing(db, timeout, NORMAL) as con:
+        con.executemany("UPDATE entries SET used = ?1 WHERE key = ?2 AND used < ?1", ((when, key) for key, when in uses))
+
+
+def delete(db: Path, timeout: float, key: str, filename: str | None = None) -> bool:
+    """Remove `key`'s row (only while it names `filename`, where given): whether one went."""
+    with writing(db, timeout, NORMAL) as con:
+        if filename is None:
+            return con.execute("DELETE FROM entries WHERE key = ?", (key,)).rowcount > 0
+        return con.execute("DELETE FROM entries WHERE key = ? AND filename = ?", (key, filename)).rowcount > 0
+
+
+def clear(db: Path, timeout: float) -> int:
+    """Remove every row; how many there were."""
+    with writing(db, timeout, NORMAL) as con:
+        return int(con.execute("DELETE FROM entries").rowcount)
+
+
+def set_max_bytes(db: Path, timeout: float, max_bytes: int) -> None:
+    with writing(db, timeout, NORMAL) as con:
+        con.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('max_bytes', ?)", (int(max_bytes),))
