@@ -214,8 +214,8 @@ class _Memo:
                     return  # not a kernel-cache directory: never written into (recomputed next time)
                 _claimed.add(directory)
             data = {**(self._data if self._data is not None else self._read()), **self._new}
-            with safefs.atomic_file(self.path, durable=False) as f:  # lost or torn after a crash: recomputed
-                f.write(json.dumps(data, sort_keys=True).encode())
+            safefs.write_file(self.path, json.dumps(data, sort_keys=True).encode(), durable=False)  # lost or
+            # torn after a crash: recomputed
         except OSError:
             pass  # unwritable: recomputed next time
         self._new = {}

@@ -321,6 +321,7 @@ class Config(FrozenValue):
     remote_timeout: float
     remote_unsigned: bool
     compile_workers: int  # 0: usable cores, at most MAX_COMPILE_WORKERS
+    memo_dir: Path | None  # derived (see __init__), not a field
 
     def __init__(self, dir: Path | None = None, shared_dir: Path | None = None, disabled: bool = False,
                  memory_bytes: int = 256 << 20, memory_items: int = 4096, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -343,6 +344,11 @@ class Config(FrozenValue):
                              remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
                              remote_unsigned=remote_unsigned, compile_workers=compile_workers)
         self._check()
+        # where the toolchain fingerprint memo lives: the cache directory, else the user's cache home;
+        # None (this process only) when caching is disabled or there is no home. An attribute, not a
+        # property: it is read on every cold lookup of the fingerprint.
+        self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \
+            else self.toolchain_memo_dir
 
     def _check(self) -> None:
         self._coerce()
@@ -427,14 +433,6 @@ class Config(FrozenValue):
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
         return max(1, min(cores, MAX_COMPILE_WORKERS))
-
-    @property
-    def memo_dir(self) -> Path | None:
-        """Where the toolchain fingerprint memo lives: the cache directory, else the user's cache
-        home; None (this process only) when caching is disabled or there is no home."""
-        if self.disabled:
-            return None
-        return self.dir if self.dir is not None else self.toolchain_memo_dir
 
     def signer(self) -> Signer | None:
         return None if self.signing_key is None else signing.Signer(self.signing_key)

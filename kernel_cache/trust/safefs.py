@@ -471,6 +471,12 @@ def atomic_file(path: str | os.PathLike[str], durable: bool = True) -> Iterator[
         os.close(dfd)
 
 
+def write_file(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> None:
+    """`atomic_file` for bytes in hand: one call (a context manager is entered twice)."""
+    with atomic_file(path, durable) as f:
+        f.write(data)
+
+
 def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
     """A small file outside any cache tree (the toolchain memo) read under the same rules: no
     link, no FIFO, at most `max_bytes`; None when it is missing."""

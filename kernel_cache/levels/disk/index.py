@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,14 +33,6 @@ STATS_FILES = (*OLD_INDEX_FILES, COUNTERS_DB, COUNTERS_DB + "-wal", COUNTERS_DB 
 INDEX_LOCK = "index.lock"  # in LOCKS_DIR: held while the index is built, so one process builds it
 VALUE_FILE = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{28}\.val)")
 TEMP_SUFFIX = ".tmp"  # a value file being written: `.<name>.<pid>.<hex>.tmp` beside it
-
-
-def new_value_file() -> tuple[tuple[str, str, str], str]:
-    """(aa, bb, name.val) of a new value file (128 random bits: never a name in use) and the name of
-    the temp file beside it that is renamed to it once written."""
-    name = secrets.token_hex(16)
-    parts = (name[:2], name[2:4], name[4:] + ".val")
-    return parts, f".{parts[2]}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
 
 
 def value_files(tree: Tree, temp: bool = False) -> Iterator[tuple[str, str, str]]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -65,11 +66,11 @@ from kernel_cache.levels.disk.index import (
     OLD_INDEX,
     OLD_INDEX_FILES,
     STATS_DIR,
+    TEMP_SUFFIX,
     VALUE_FILE,
     check_file,
     describe_error,
     has_value_files,
-    new_value_file,
     open_tree,
     value_files,
 )
@@ -77,7 +78,7 @@ from kernel_cache.levels.disk.sql import damage_seen_by_writer, is_damage, open_
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
 from kernel_cache.trust import cache_marker
-from kernel_cache.trust.safefs import Owners, UnsafeFile
+from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 
 if TYPE_CHECKING:
     from kernel_cache.coordination import locks
@@ -189,7 +190,7 @@ class DiskLevel(InDirectory):
 
     def _upgrade(self) -> None:
         report = disk_old_format.upgrade(self.tree, self.directory, self.max_bytes, self.max_entry_bytes,
-                                         self.index_timeout)
+                                         self.index_timeout, write_value_file)
         self._old_format = False
         if report["indexed"] is not None:
             info_once(f"disk-upgraded:{self.directory}",
@@ -420,9 +421,7 @@ class DiskLevel(InDirectory):
         written: list[tuple[str, str, str]] = []
         try:
             for key, data in copies.items():
-                parts, temp = new_value_file()
-                # no fsync: an entry is checksummed, one cut short by a power cut is a miss
-                self.tree.publish(ENTRIES_DIR, *parts, data=data, temp_name=temp, durable=False)
+                parts = write_value_file(self.tree, data)  # defined here: a cold put calls out only to publish
                 written.append(parts)
                 rows.append((key, "/".join(parts), len(data), now, now))
             unnamed = self._write(lambda: disk_sql.put(self._db, self.index_timeout, rows, self.max_bytes))
@@ -663,6 +662,18 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                   f"local cache {config.dir} cannot be written ({level.read_only_reason}): serving its "
                   f"entries, new kernels stay in memory")
     return level
+
+
+def write_value_file(tree: Tree, data: bytes) -> tuple[str, str, str]:
+    """Write `data` as a new value file under entries/ and return its (aa, bb, name.val): a name of
+    128 random bits (never one in use), written as a temp file beside it (`.<name>.<pid>.<hex>.tmp`,
+    TEMP_SUFFIX) renamed into place. No fsync: an entry is checksummed, one cut short by a power
+    cut is a miss."""
+    name = secrets.token_hex(16)
+    parts = (name[:2], name[2:4], name[4:] + ".val")
+    temp = f".{parts[2]}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    tree.publish(ENTRIES_DIR, *parts, data=data, temp_name=temp, durable=False)
+    return parts
 
 
 def value_parts(filename: object) -> tuple[str, str, str]:

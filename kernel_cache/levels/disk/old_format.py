@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,6 @@ from kernel_cache.levels.disk.index import (
     OLD_INDEX,
     OLD_INDEX_FILES,
     check_file,
-    new_value_file,
 )
 from kernel_cache.trust.safefs import Tree
 
@@ -66,8 +66,10 @@ class RawOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no t
         raise CorruptEntry("not an inline raw value or a value file: pickle and text rows are never loaded")
 
 
-def upgrade(tree: Tree, directory: Path, max_bytes: int, max_entry_bytes: int, timeout: float) -> dict[str, Any]:
-    """Upgrade the directory (see the module's docstring), waiting at most `timeout` for a neighbour
+def upgrade(tree: Tree, directory: Path, max_bytes: int, max_entry_bytes: int, timeout: float,
+            write_value_file: Callable[[Tree, bytes], object]) -> dict[str, Any]:
+    """Upgrade the directory (see the module's docstring), its inline entries written as value files
+    by `write_value_file` (the level's own), waiting at most `timeout` for a neighbour
     upgrading it (LevelUnavailable after). Returns `imported` (inline entries written as files) and
     `indexed` (entries in the new index); both None where a neighbour upgraded it meanwhile. Raises
     (the directory left as it was, the upgrade tried again later) where diskcache's index is busy."""
@@ -77,7 +79,7 @@ def upgrade(tree: Tree, directory: Path, max_bytes: int, max_entry_bytes: int, t
         report: dict[str, Any] = {"imported": None, "indexed": None}
         if tree.lstat(ENTRIES_DIR, INDEX) is None:
             try:
-                report["imported"] = _import_inline(tree, directory, max_entry_bytes, timeout)
+                report["imported"] = _import_inline(tree, directory, max_entry_bytes, timeout, write_value_file)
             except diskcache.Timeout:
                 raise LevelUnavailable(f"the older index of {directory} is held by another process") from None
             report["indexed"] = len(disk_rebuild.build(tree, directory, max_bytes, max_entry_bytes, timeout,
@@ -87,7 +89,8 @@ def upgrade(tree: Tree, directory: Path, max_bytes: int, max_entry_bytes: int, t
     return report
 
 
-def _import_inline(tree: Tree, directory: Path, max_entry_bytes: int, timeout: float) -> int:
+def _import_inline(tree: Tree, directory: Path, max_entry_bytes: int, timeout: float,
+                   write_value_file: Callable[[Tree, bytes], object]) -> int:
     """Write each valid entry diskcache's index keeps inside itself as a value file; how many. An
     index too damaged to read gives none (its value files are indexed all the same)."""
     if check_file(tree, ENTRIES_DIR, OLD_INDEX) is None:
@@ -107,8 +110,7 @@ def _import_inline(tree: Tree, directory: Path, max_entry_bytes: int, timeout: f
                     entry_format.decode(value, expected_key=key)
                 except CorruptEntry:
                     continue  # a pickled or text row, or a damaged entry: never loaded, left behind
-                parts, temp = new_value_file()
-                tree.publish(ENTRIES_DIR, *parts, data=value, temp_name=temp, durable=False)
+                write_value_file(tree, value)
                 imported += 1
     except sqlite3.DatabaseError as exc:
         if not disk_sql.is_damage(exc):

@@ -277,7 +277,7 @@ def _evict(con: sqlite3.Connection, max_bytes: int, limit: int | None) -> list[t
 def touch(db: Path, timeout: float, uses: Iterable[tuple[str, float]]) -> None:
     """Record uses (key, when) for the LRU order, one transaction; a later recorded use stays."""
     with writing(db, timeout, NORMAL) as con:
-        con.executemany("UPDATE entries SET used = ?1 WHERE key = ?2 AND used < ?1", ((when, key) for key, when in uses))
+        con.executemany("UPDATE entries SET used = ? WHERE key = ? AND used < ?", ((when, key, when) for key, when in uses))
 
 
 def delete(db: Path, timeout: float, key: str, filename: str | None = None) -> bool:
