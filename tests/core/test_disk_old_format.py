@@ -21,18 +21,13 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, INDEX_LOCK, LOCKS_DIR, OLD_INDEX, open_tree
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.disk.old_format import RawOnlyDisk
-from kernel_cache.telemetry import warnings_once
 
 SMALL = [f"{i:032x}" for i in range(1, 4)]  # under diskcache's 32 KiB: kept inside its index
 LARGE = [f"{i:032x}" for i in range(11, 13)]  # in value files
 OLD_FILES = [OLD_INDEX, OLD_INDEX + "-wal", OLD_INDEX + "-shm"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test's warnings said afresh (conftest)
 
 
 def _entry(key: str, size: int) -> Entry:
