@@ -33,18 +33,13 @@ from kernel_cache import Config, Store, configure
 from kernel_cache.entries.entry import Entry
 from kernel_cache.entries.summary import USUAL_OPTIONS
 from kernel_cache.settings import cache_settings
-from kernel_cache.telemetry import warnings_once
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 
 DEAD_REMOTE = "redis://127.0.0.1:9/0"  # the discard port: nothing listens there
 TOOLCHAIN = {"summary": "triton-0.0.0+000000000000"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test's warnings said afresh (conftest)
 
 
 def kernel_meta(name: str = "add_kernel", *, recipe: dict | None = None, warps: int = 4, stages: int = 3,

@@ -26,7 +26,6 @@ from kernel_cache.coordination import locks
 from kernel_cache.levels.disk.index import INDEX_LOCK, LOCKS_DIR, open_tree
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.disk.repair import ValueFilesLevel
-from kernel_cache.telemetry import warnings_once
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 
 KEYS = [f"{i:032x}" for i in range(1, 25)]
@@ -67,11 +66,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test's warnings said afresh (conftest)
 
 
 def _entry(key: str, size: int) -> Entry:

@@ -29,7 +29,6 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import InvalidKey
 from kernel_cache.errors import ReentrantBuild, RejectedEntry
 from kernel_cache.levels.shared.level import SharedLevel
-from kernel_cache.telemetry import warnings_once
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.trust.signing import Signer
 
@@ -39,11 +38,7 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is N
                                reason="needs root and useradd to create real users and groups")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test's warnings said afresh (conftest)
 
 
 def cachectl(*args, env=None) -> subprocess.CompletedProcess:

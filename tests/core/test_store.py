@@ -18,7 +18,6 @@ from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.memory import MemoryLevel
-from kernel_cache.telemetry import warnings_once
 
 K = "1" * 32
 K1 = "2" * 32
@@ -30,11 +29,7 @@ def _entry(key="c" * 32, size=1000, **meta):
                  blobs={"cubin": os.urandom(size), "ptx": b"// ptx"})
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    warnings_once.reset()
-    yield
-    warnings_once.reset()
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test's warnings said afresh (conftest)
 
 
 # Entry format -------------------------------------------------------------------------------
