@@ -127,6 +127,14 @@ class _Worker:
             raise WorkerLost(self.pid, f"announced a reply of {size} bytes")
         return kind, self._read(size, deadline)
 
+    def ready(self, deadline: float) -> bool:
+        """Whether it says READY (its imports done) by `deadline`; a lost worker does not."""
+        try:
+            return self.reply(deadline)[0] == wire.READY
+        except WorkerLost as exc:
+            log.debug("%s", exc)
+            return False
+
     def _read(self, size: int, deadline: float) -> bytes:
         parts: list[bytes] = []
         left = size
@@ -222,19 +230,18 @@ class Pool:
         with self._changed:
             self.expected += kernels
             expected, have = self.expected, len(self._workers) + self._starting
-        if config.memo_dir is None or not sys.executable:
-            return 0  # no memo directory to share the installed tools' fingerprint through
-        if self.forced is not None:
-            return self.forced
-        threads, cores = config.compile_threads, usable_cores()
-        if threads <= 1 or cores < MIN_CORES or expected < MIN_KERNELS or not have and kernels < 2:
+        size = self.wanted_cold(config)
+        if self.forced is not None or size == 0:
+            return size
+        if expected < MIN_KERNELS or not have and kernels < 2:
             return 0  # (a pool closed when idle starts again at a miss that hands several kernels ahead)
-        return max(have, min(threads, cores // 2, expected))
+        return max(have, min(size, expected))
 
     def wanted_cold(self, config: Config) -> int:
-        """How many workers a process about to compile (`start_cold`) should have: the rule's host part."""
+        """How many workers a process about to compile (`start_cold`) should have: the rule's host part
+        (0: none; the forced size where one is forced)."""
         if config.memo_dir is None or not sys.executable:
-            return 0
+            return 0  # no memo directory to share the installed tools' fingerprint through
         if self.forced is not None:
             return self.forced
         threads, cores = config.compile_threads, usable_cores()
@@ -259,11 +266,7 @@ class Pool:
         started = [w for w in (self._spawn(hello) for _ in range(count)) if w is not None]
         deadline = time.monotonic() + READY_TIMEOUT
         for worker in started:
-            try:
-                ready = worker.reply(deadline)[0] == wire.READY
-            except WorkerLost as exc:
-                log.debug("%s", exc)
-                ready = False
+            ready = worker.ready(deadline)
             with self._changed:
                 if ready and worker in self._workers:
                     worker.state = "idle"
@@ -310,12 +313,7 @@ class Pool:
             worker.state = "loading"
 
         def wait() -> None:
-            try:
-                ready = worker.reply(time.monotonic() + READY_TIMEOUT)[0] == wire.READY
-            except WorkerLost as exc:
-                log.debug("%s", exc)
-                ready = False
-            if ready:
+            if worker.ready(time.monotonic() + READY_TIMEOUT):
                 self.give_back(worker)
             else:
                 self.drop(worker)
@@ -448,11 +446,8 @@ def expect(config: Config, kernels: int, target: Target | None = None) -> int:
     """A miss hands `kernels` compiles ahead (for `target`, where known): where the rule says a pool
     pays, make it that size (workers start in the background, each warmed up for `target`).
     Returns the size wanted (0: none)."""
-    pool, memo_dir = _current(), config.memo_dir
-    wanted = pool.wanted(config, kernels)
-    if wanted > 0 and memo_dir is not None:
-        pool.grow(wanted, None if target is None else target.name, str(memo_dir))
-    return wanted
+    pool = _current()
+    return _grown(pool, pool.wanted(config, kernels), config, target)
 
 
 def start_cold(config: Config, target: Target | None = None) -> int:
@@ -461,10 +456,14 @@ def start_cold(config: Config, target: Target | None = None) -> int:
     says they pay, so that they are ready by its first miss, which comes once JAX has traced the
     whole jit. `target`: the one it most likely compiles for (workers warm up for it). Returns the
     size wanted (0: none)."""
-    pool, memo_dir = _current(), config.memo_dir
-    wanted = pool.wanted_cold(config)
-    if wanted > 0 and memo_dir is not None:
-        pool.grow(wanted, None if target is None else target.name, str(memo_dir))
+    pool = _current()
+    return _grown(pool, pool.wanted_cold(config), config, target)
+
+
+def _grown(pool: Pool, wanted: int, config: Config, target: Target | None) -> int:
+    """`pool` grown to `wanted` workers (none: 0), each warmed up for `target`; returns `wanted`."""
+    if wanted > 0 and config.memo_dir is not None:
+        pool.grow(wanted, None if target is None else target.name, str(config.memo_dir))
     return wanted
 
 
