@@ -23,6 +23,7 @@ from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
 from . import jax_compat, xla_cache
+from .planning.target_arch import resolve_target
 
 if TYPE_CHECKING:
     from compiler import compile_processes
@@ -54,18 +55,12 @@ STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first
 
 def _likely_target(config: kernel_cache.Config) -> Target | None:
     """What this process will most likely compile for, as its first bound call leaves it unsaid (the
-    platform comes at lowering): the configured arch, else the first CUDA device of the backends JAX
-    has started (none is started here); None where neither says (workers then set Triton up at their
-    first compile instead of at start)."""
+    platform comes at lowering): the configured arch, else the CUDA device's, read as a lowering reads
+    it (`target_arch`) but only where JAX has already started its backends (never started from this
+    thread); None where neither says (workers then set Triton up at their first compile instead)."""
     try:
         if config.target_arch is not None:
             return parse_target(config.target_arch)
-        for device in jax_compat.started_devices()[:1]:
-            capability = getattr(device, "compute_capability", None)
-            if device.platform == "gpu" and isinstance(capability, str) and "." in capability:
-                major, minor = capability.split(".", 1)
-                return parse_target(int(major) * 10 + int(minor))
+        return resolve_target("cuda", None, None) if jax_compat.backends_started() else None
     except Exception:  # a guess: any doubt means no warm-up
         return None
-    return None
-

@@ -5,7 +5,7 @@ decided by capability (jaxlib's differences are in `lowering.payload.jaxlib_comp
 - a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
   out_avals) before the operands;
 - `jax.Ref` values: `AbstractRef` is their abstract value where this JAX has Refs;
-- whether JAX's backends are up (`started_devices`), where this JAX can say so without starting one.
+- whether JAX's backends are up (`backends_started`), where this JAX can say so without starting one.
 """
 
 from __future__ import annotations
@@ -116,15 +116,13 @@ def redecide_persistent_cache() -> None:
         reset()
 
 
-def started_devices() -> list[Any]:
-    """This process's local devices where JAX has already started its backends, else [] (never
-    starting one: from a background thread a backend's start can be cut short by the interpreter's
-    exit, which aborts the process; and on a GPU host it takes seconds)."""
+def backends_started() -> bool:
+    """Whether JAX has started its backends (asking never starts one: from a background thread a
+    backend's start can be cut short by the interpreter's exit, which aborts the process; and on a
+    GPU host it takes seconds). False where this JAX cannot say."""
     try:
         from jax._src import xla_bridge
 
-        started = xla_bridge.backends_are_initialized()
-    except (ImportError, AttributeError):  # a JAX that cannot say: assume nothing started
-        return []
-    return list(jax.local_devices()) if started else []
-
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return False
