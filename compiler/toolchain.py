@@ -214,8 +214,8 @@ class _Memo:
                     return  # not a kernel-cache directory: never written into (recomputed next time)
                 _claimed.add(directory)
             data = {**(self._data if self._data is not None else self._read()), **self._new}
-            safefs.write_file(self.path, json.dumps(data, sort_keys=True).encode(), durable=False)  # lost or
-            # torn after a crash: recomputed
+            # no fsync: a memo lost or torn by a crash is recomputed
+            safefs.write_file(self.path, json.dumps(data, sort_keys=True).encode(), durable=False)
         except OSError:
             pass  # unwritable: recomputed next time
         self._new = {}
