@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
-import warnings
 from pathlib import Path
 
 import diskcache
 import pytest
+from disk_neighbour import store_opened_while_the_index_is_held
 
 from kernel_cache import Config, Entry, Store
-from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, INDEX_LOCK, LOCKS_DIR, OLD_INDEX, open_tree
+from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX, OLD_INDEX
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.disk.old_format import RawOnlyDisk
 
@@ -125,21 +123,12 @@ def test_a_reader_finds_an_older_cache_not_indexed_yet_and_changes_nothing(tmp_p
 def test_an_upgrade_a_neighbour_holds_up_is_done_by_a_later_writer(tmp_path):
     directory = tmp_path / "cache"
     stored = older_cache(directory)
-    tree = open_tree(directory, None, create=False)
-    try:
-        with locks.hold(tree, (LOCKS_DIR, INDEX_LOCK), "flock", 1.0) as held:  # the neighbour, upgrading
-            assert held
-            start = time.monotonic()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                store = Store(Config(dir=directory, lock_timeout=0.5))
-            assert time.monotonic() - start < 5 and store.disk is not None
-            assert any("cannot be written" in str(w.message) for w in caught)
-            assert store.get(SMALL[0]) is None  # not indexed yet: a miss, never an error
-            store.close()
-            assert (directory / ENTRIES_DIR / OLD_INDEX).exists() and not (directory / ENTRIES_DIR / INDEX).exists()
-    finally:
-        tree.close()
+    with store_opened_while_the_index_is_held(directory) as (store, caught):  # the neighbour, upgrading
+        assert store.disk is not None
+        assert any("cannot be written" in str(w.message) for w in caught)
+        assert store.get(SMALL[0]) is None  # not indexed yet: a miss, never an error
+        store.close()
+        assert (directory / ENTRIES_DIR / OLD_INDEX).exists() and not (directory / ENTRIES_DIR / INDEX).exists()
     store = Store(Config(dir=directory))
     assert all(store.get(key)[1] == "disk" for key in stored)
     store.close()

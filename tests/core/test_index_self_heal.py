@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, child_env
+from disk_neighbour import store_opened_while_the_index_is_held
 
 from kernel_cache import Config, Entry, Store
-from kernel_cache.coordination import locks
-from kernel_cache.levels.disk.index import INDEX_LOCK, LOCKS_DIR, open_tree
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.disk.repair import ValueFilesLevel
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
@@ -166,27 +165,17 @@ def test_a_neighbour_rebuilding_for_long_leaves_the_entry_files_served(tmp_path)
     files meanwhile: it compiles nothing stored; what it compiles stays in memory."""
     cache = _filled(tmp_path)
     _damage(cache, "truncated")
-    tree = open_tree(cache, None, create=False)
     new_key = "f" * 32
-    try:
-        with locks.hold(tree, (LOCKS_DIR, INDEX_LOCK), "flock", 1.0) as held:  # the neighbour, rebuilding
-            assert held
-            start = time.monotonic()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                store = Store(Config(dir=cache, lock_timeout=0.5))
-            assert time.monotonic() - start < 5
-            assert isinstance(store.disk, ValueFilesLevel) and not store.disk.writable
-            (warning,) = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
-            assert "another process is rebuilding it" in warning and "serving its entry files" in warning
-            built = []
-            for key in [*KEYS, new_key]:
-                store.get_or_create(key, lambda k=key: built.append(k) or ({"name": "k"}, {"cubin": b"x"}, 0.1))
-            assert built == [new_key]  # the stored ones came from the files
-            assert store.get(KEYS[0])[1] == "memory" and new_key not in store.disk
-            store.close()
-    finally:
-        tree.close()
+    with store_opened_while_the_index_is_held(cache) as (store, caught):  # the neighbour, rebuilding
+        assert isinstance(store.disk, ValueFilesLevel) and not store.disk.writable
+        (warning,) = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
+        assert "another process is rebuilding it" in warning and "serving its entry files" in warning
+        built = []
+        for key in [*KEYS, new_key]:
+            store.get_or_create(key, lambda k=key: built.append(k) or ({"name": "k"}, {"cubin": b"x"}, 0.1))
+        assert built == [new_key]  # the stored ones came from the files
+        assert store.get(KEYS[0])[1] == "memory" and new_key not in store.disk
+        store.close()
     assert _aside(cache) == []  # it rebuilt nothing: the lock's holder does
     with warnings.catch_warnings(record=True) as caught:  # the next process, the lock free, rebuilds it
         warnings.simplefilter("always")
