@@ -8,10 +8,12 @@ names the content key it computed and the store publishes it under its usual sin
 level sees what a compile in the parent would have given.
 
 Who compiles what: `get_or_compile` is `compiler.get_or_compile` whose build, under the store's lock,
-borrows an idle worker and waits for it (the compile threads stay the dispatchers and their number,
-KERNEL_CACHE_COMPILE_WORKERS, the bound on compiles in flight). With no idle worker (the pool still
-starting, or every worker busy), or for a kernel a worker cannot import by name (defined in
-`__main__` or a closure), the kernel compiles in the parent as before. A worker that dies, hangs
+borrows a worker and waits for its reply (the compile threads stay the dispatchers and their number,
+KERNEL_CACHE_COMPILE_WORKERS, the bound on compiles in flight). Where every worker is busy it waits
+for the first back (a busy worker is back sooner than a compile in the parent, which shares the GIL
+with JAX's tracing, ends), up to WAIT_FOR_BUSY. With no worker ready (the pool still starting), none
+back in time, or for a kernel a worker cannot import by name (defined in `__main__` or a closure),
+the kernel compiles in the parent as before. A worker that dies, hangs
 past COMPILE_TIMEOUT or returns another key is dropped (killed) and its kernel compiled in the
 parent; one that reports an error stays, and the parent compiles the kernel to raise the error itself.
 A worker asked for a kernel whose module it has not imported yet answers at once that it is loading
@@ -74,10 +76,13 @@ MIN_CORES = 8  # below it a pool's start takes the cores the parent's tracing an
 MIN_KERNELS = 8  # kernels handed ahead in this process before a pool is started
 IDLE_SECONDS = 20.0  # a pool unused this long closes its workers (the next miss may start it again)
 READY_TIMEOUT = 60.0  # a worker not ready (Triton imported) by then is killed
+WAIT_FOR_BUSY = 1.0  # a kernel's wait for a busy worker before it compiles in the parent
 COMPILE_TIMEOUT = 300.0  # a compile not answered by then: the worker is killed, the parent compiles it
 STOP_GRACE = 1.0  # a worker told to exit (its pipe closed) is killed after this
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `compiler` is imported from
-_BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from compiler.compile_worker import main; main()"
+NICE = 10  # a worker's niceness: where cores run short (8 importing Triton beside 14 compiles) the parent goes first
+_BOOT = (f"import os, sys\ntry:\n    os.nice({NICE})\nexcept OSError:\n    pass\n"  # before Triton's import
+         f"sys.path.insert(0, {_ROOT!r})\nfrom compiler.compile_worker import main\nmain()")
 
 
 class WorkerLost(KernelCacheError, RuntimeError):
@@ -297,20 +302,29 @@ class Pool:
         return None
 
     def borrow(self) -> _Worker | None:
-        """An idle worker, now marked busy; None when none is idle (the caller compiles itself)."""
+        """An idle worker, now marked busy. Where every ready worker is busy, the first to come back
+        within WAIT_FOR_BUSY: it compiles a queued kernel sooner than this process would, whose
+        compiles share the GIL with JAX's tracing. None where none is ready (starting, or importing a
+        kernel's module) or none came back in time: the caller compiles itself."""
+        deadline = time.monotonic() + WAIT_FOR_BUSY
         with self._changed:
-            for worker in self._workers:
-                if worker.state == "idle":
-                    worker.state = "busy"
-                    self._last_use = time.monotonic()
-                    return worker
-        return None
+            while True:
+                for worker in self._workers:
+                    if worker.state == "idle":
+                        worker.state = "busy"
+                        self._last_use = time.monotonic()
+                        return worker
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0 or not any(w.state == "busy" for w in self._workers):
+                    return None
+                self._changed.wait(left)
 
     def _ready_later(self, worker: _Worker) -> None:
         """Lend `worker` again once it says READY (its import done), on a thread of its own; dropped
         if it does not within READY_TIMEOUT."""
         with self._changed:
             worker.state = "loading"
+            self._changed.notify_all()  # one busy worker fewer: a kernel waiting for one may stop waiting
 
         def wait() -> None:
             if worker.ready(time.monotonic() + READY_TIMEOUT):
@@ -335,6 +349,7 @@ class Pool:
         with self._changed:
             if worker in self._workers:
                 self._workers.remove(worker)
+            self._changed.notify_all()
         worker.close_input()
         if worker.proc.poll() is None:
             worker.proc.kill()
@@ -380,7 +395,7 @@ class Pool:
 
     # A compile -------------------------------------------------------------------------------
     def build(self, spec: KernelSpec, key: str, request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float]:
-        """The store's build for `key`: on an idle worker where there is one, else in this thread."""
+        """The store's build for `key`: on a worker where one is lent (`borrow`), else in this thread."""
         worker = self.borrow()
         if worker is not None:
             found = self._on(worker, spec, key, request)

@@ -82,6 +82,44 @@ def test_worker_entries_are_byte_equal_to_compiles_in_the_parent(pool, example_s
         assert store.lookup(content_key(example_specs_sm90[label])) is not None
 
 
+def test_a_kernel_waits_for_a_busy_worker_rather_than_compile_in_the_parent(pool, example_specs_sm90, monkeypatch):
+    monkeypatch.setattr(compile_processes, "WAIT_FOR_BUSY", 120.0)  # however slow this host's compiles
+    store = pool(1)
+    threads = [threading.Thread(target=compile_processes.get_or_compile, args=(example_specs_sm90[label], store))
+               for label in ("add", "softmax")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    counts = compile_processes.counts()
+    assert counts["worker"] == 2 and counts["parent"] == 0
+    assert all(store.lookup(content_key(example_specs_sm90[label])) is not None for label in ("add", "softmax"))
+
+
+def test_workers_yield_the_cpu_to_their_parent(pool):
+    pool(1)
+    [(pid, _)] = compile_processes.workers()
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, own + compile_processes.NICE)
+
+
+def test_the_wait_for_a_busy_worker_is_bounded(pool, example_specs_sm90, monkeypatch):
+    monkeypatch.setattr(compile_processes, "WAIT_FOR_BUSY", 0.3)
+    store = pool(1)
+    [(pid, _)] = compile_processes.workers()
+    os.kill(pid, signal.SIGSTOP)  # busy with the first kernel until the test kills it
+    stuck = threading.Thread(target=compile_processes.get_or_compile, args=(example_specs_sm90["add"], store))
+    stuck.start()
+    wait_for(lambda: compile_processes.workers() == [(pid, "busy")])
+    began = time.perf_counter()
+    artifact, _ = compile_processes.get_or_compile(example_specs_sm90["softmax"], store)
+    assert artifact.cubin and time.perf_counter() - began < compile_processes.COMPILE_TIMEOUT / 10
+    assert compile_processes.counts()["parent"] == 1 and compile_processes.counts()["worker"] == 0
+    os.kill(pid, signal.SIGKILL)
+    stuck.join(60)
+    assert compile_processes.counts()["lost"] == 1 and compile_processes.counts()["parent"] == 2
+
+
 def test_a_worker_killed_mid_compile_loses_no_kernel(pool, example_specs_sm90, compiled_sm90):
     store = pool(1)
     [(pid, _)] = compile_processes.workers()
