@@ -65,10 +65,14 @@ _lock = threading.Lock()
 
 
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
-    """Remember a bound call until a miss starts it (cheap: nothing is planned or hashed here). The
-    first bound call of a session starts it (`first_use`: the fingerprint's head start)."""
+    """Remember a bound call until a miss starts it (cheap: nothing is planned or keyed here). The
+    first bound call of a session starts it (`first_use`: the fingerprint's head start); in a process
+    about to compile, the second distinct one starts its compile workers."""
     first_use.session()
-    _noted.append((_operands(operands), params, translate))
+    noted = _operands(operands)
+    _noted.append((noted, params, translate))
+    if first_use.cold_start is not None:  # a process about to compile, its workers not started yet
+        first_use.cold_start.bound(_identity(noted, params))
 
 
 def _operands(values: Sequence[Any]) -> tuple[Operand, ...]:
