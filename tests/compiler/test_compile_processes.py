@@ -48,6 +48,7 @@ def comparable(artifact) -> tuple[dict, dict]:
 @pytest.fixture
 def pool(tmp_path):
     """A store of its own and this process's pool, forced to start (the rule aside), closed after."""
+    compile_processes.shutdown()  # counts of its own: on a large host earlier tests' lowerings start pools
     store = Store(Config(dir=tmp_path / "cache", compile_workers=2))
 
     def start(size: int) -> Store:
