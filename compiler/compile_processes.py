@@ -21,19 +21,22 @@ it: the parent compiles that kernel, and the worker is lent again once the impor
 ejKernel op's module imports JAX and ejKernel, seconds that no compile waits for).
 
 When the pool pays (measured with `scripts/bench_cold.py` on a 16-core H200 host): a worker costs a
-fresh interpreter, `import triton` and a warm-up compile (ready 0.73-0.82 s after 8 start at once;
-~125 MiB resident each, ~250 MiB after a compile) and a kernel a few ms of pipes. Ready before the
-first miss, 8 workers lower the 14-kernel module in 0.41-0.46 s where the threads take 0.70-0.79 s
-(serially 2.2-2.4 s). Started at that miss they come too late: the threads have taken every kernel,
-and their start-up costs the module ~0.2 s. So workers start where they can be ready in time and pay:
-  - at the first Triton call of a process about to compile (`start_cold`: its toolchain fingerprint
-    had to be computed, as on a new node or after a Triton upgrade), while JAX traces the rest of
-    the jit; a model's trace outlasts the start-up, a small program's does not;
+fresh interpreter, `import triton` and a warm-up compile (ready 0.76-0.79 s after 8 start at once;
+~120 MiB resident each after its compiles) and a kernel a few ms of pipes. Ready before the first
+miss, workers lower the 14-kernel module in 0.43 s where the threads take 0.79 s (serially 3.0 s).
+Started at that miss they come too late: the threads have taken every kernel. So workers start
+where they can be ready in time and pay:
+  - in a process about to compile (`start_cold`: its toolchain fingerprint had to be computed, as
+    on a new node or after a Triton upgrade), at its second distinct Triton call (`lowering.first_use`:
+    a program of one call never pays for them), while JAX traces the rest of the jit; a model's
+    trace outlasts the start-up (the module with 0.1 s of tracing per program: 0.46 s of compiles,
+    as with a pool started beforehand), a small program's does not (~0.13 s over the threads);
   - at a miss (`expect`), once this process has handed at least MIN_KERNELS kernels ahead: the
     modules lowered after it gain;
 both only on a host of at least MIN_CORES usable cores (on 2 cores a forced pool slowed the module's
 lowering from 2.0 to 2.3 s) with more than one compile thread. Its size: at most the compile threads
-and half the cores (8 workers did as well as 16 on the module, at half the start-up and memory).
+and half the cores (8 workers did as well as 16 on the module in a model, at half the start-up and
+memory).
 
 Started as `subprocess`es of this interpreter rather than through `multiprocessing`: a spawned
 child re-runs the program's `__main__` script (a user's training script without a main guard would
