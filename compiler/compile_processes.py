@@ -36,7 +36,8 @@ where they can be ready in time and pay:
 both only on a host of at least MIN_CORES usable cores (on 2 cores a forced pool slowed the module's
 lowering from 2.0 to 2.3 s) with more than one compile thread. Its size: at most the compile threads
 and half the cores (8 workers did as well as 16 on the module in a model, at half the start-up and
-memory).
+memory), and all the processes of a node sharing a cache directory together no more than half its
+cores (`worker_slots`: the ranks of a job start cold together).
 
 Started as `subprocess`es of this interpreter rather than through `multiprocessing`: a spawned
 child re-runs the program's `__main__` script (a user's training script without a main guard would
@@ -57,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from kernel_cache import Store, at_exit
@@ -65,7 +67,7 @@ from kernel_cache.entries.summary import META_COMPILE_SECONDS
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.settings.config import Config
 
-from . import cached, recipe
+from . import cached, recipe, worker_slots
 from . import compile_worker as wire
 from . import triton_compat as tc
 from .artifact import Artifact
@@ -94,6 +96,11 @@ class WorkerLost(KernelCacheError, RuntimeError):
     def __init__(self, pid: int, what: str):
         self.pid = pid
         super().__init__(f"compile worker {pid} {what}")
+
+
+def node_slots() -> int:
+    """Workers of all this node's processes together (`worker_slots`): the rule's share of the cores."""
+    return max(1, usable_cores() // 2)
 
 
 def usable_cores() -> int:
@@ -224,7 +231,8 @@ class Pool:
         self.pid = os.getpid()  # a forked child starts its own pool: the pipes are its parent's
         self.forced: int | None = None  # `override`
         self.expected = 0  # kernels handed ahead in this process (the rule)
-        self.counts = {"started": 0, "worker": 0, "parent": 0, "lost": 0, "refused": 0, "loading": 0}
+        self.counts = {"started": 0, "worker": 0, "parent": 0, "lost": 0, "refused": 0, "loading": 0,
+                       "no slot": 0}
         self._changed = threading.Condition()
         self._workers: list[_Worker] = []
         self._starting = 0  # workers being started, not yet in `_workers`
@@ -267,11 +275,12 @@ class Pool:
         at_exit.add("compile workers", _close_at_exit)
         hello = json.dumps({"path": [p for p in sys.path if isinstance(p, str)], "warm": warm,
                             "memo_dir": memo_dir}).encode()
-        threading.Thread(target=self._start, args=(missing, hello), name="kernel-cache-processes-start",
+        slots = memo_dir if self.forced is None else None  # a forced size (tests, benchmarks) is not bounded
+        threading.Thread(target=self._start, args=(missing, hello, slots), name="kernel-cache-processes-start",
                          daemon=True).start()
 
-    def _start(self, count: int, hello: bytes) -> None:
-        started = [w for w in (self._spawn(hello) for _ in range(count)) if w is not None]
+    def _start(self, count: int, hello: bytes, slots: str | None) -> None:
+        started = [w for w in (self._spawn(hello, slots) for _ in range(count)) if w is not None]
         deadline = time.monotonic() + READY_TIMEOUT
         for worker in started:
             ready = worker.ready(deadline)
@@ -284,16 +293,25 @@ class Pool:
                 self.drop(worker)
         self._reap_later()
 
-    def _spawn(self, hello: bytes) -> _Worker | None:
-        """One worker started and greeted (None when it cannot start, or the pool closed meanwhile)."""
+    def _spawn(self, hello: bytes, slots: str | None) -> _Worker | None:
+        """One worker started and greeted, holding one of the node's slots in the memo directory
+        `slots` (None: unbounded). None when every slot is held, it cannot start, or the pool closed
+        meanwhile."""
         worker: _Worker | None = None
+        slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True)
-            worker = _Worker(proc)
-            wire.write_frame(worker.fd_in, wire.HELLO, hello)
+            if slot is None:
+                self._count("no slot")
+            else:
+                proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True,
+                                        pass_fds=() if slot == worker_slots.UNBOUNDED else (slot,))
+                worker = _Worker(proc)
+                wire.write_frame(worker.fd_in, wire.HELLO, hello)
         except OSError as exc:
             log.debug("a compile worker could not start: %s", exc)
+        finally:
+            worker_slots.release(slot)  # the worker's copy holds it now
         with self._changed:
             self._starting -= 1
             if worker is not None and not self._closed:
@@ -518,7 +536,8 @@ def workers() -> list[tuple[int, str]]:
 
 def counts() -> dict[str, int]:
     """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused;
-    kernels handed back while their worker imported their module."""
+    kernels handed back while their worker imported their module; workers not started, every slot of
+    the node held (`worker_slots`)."""
     pool = _pool
     return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
 

@@ -47,11 +47,11 @@ class _Started:
     """The set-up importing leaves to the first call, done once per session as its memo is made."""
 
     def __init__(self, current: kernel_cache.Session) -> None:
-        global cold_start
         xla_cache.apply(current.store)
+        self.cold_start: _ColdStart | None = None  # told of each binding while `waiting`
         if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
-            cold_start = _ColdStart(current.config)
-            prime_in_background(on_cold=cold_start.cold)
+            self.cold_start = _ColdStart(current.config)
+            prime_in_background(on_cold=self.cold_start.cold)
 
 
 STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first use does has been done
@@ -63,6 +63,7 @@ class _ColdStart:
 
     def __init__(self, config: kernel_cache.Config) -> None:
         self._config = config
+        self.waiting = True  # for its second call: bindings report here until the workers start
         self._lock = threading.Lock()
         self._is_cold = False
         self._calls: set[object] = set()
@@ -79,16 +80,13 @@ class _ColdStart:
         self._start_if_due()
 
     def _start_if_due(self) -> None:
-        global cold_start
         with self._lock:
-            due = self._is_cold and len(self._calls) >= 2 and cold_start is self
+            due = self._is_cold and len(self._calls) >= 2 and self.waiting
             if due:
-                cold_start = None  # once: bindings no longer report here
+                self.waiting = False  # once
         if due:
             compile_processes.start_cold(self._config, _likely_target(self._config))
 
-
-cold_start: _ColdStart | None = None  # where a session may start its compile workers: told of each binding
 
 
 def _likely_target(config: kernel_cache.Config) -> Target | None:

@@ -68,11 +68,11 @@ def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translat
     """Remember a bound call until a miss starts it (cheap: nothing is planned or keyed here). The
     first bound call of a session starts it (`first_use`: the fingerprint's head start); in a process
     about to compile, the second distinct one starts its compile workers."""
-    first_use.session()
+    starter = first_use.session().memos[first_use.STARTED].cold_start
     noted = _operands(operands)
     _noted.append((noted, params, translate))
-    if first_use.cold_start is not None:  # a process about to compile, its workers not started yet
-        first_use.cold_start.bound(_identity(noted, params))
+    if starter is not None and starter.waiting:  # a process that may be about to compile, no workers yet
+        starter.bound(_identity(noted, params))
 
 
 def _operands(values: Sequence[Any]) -> tuple[Operand, ...]:

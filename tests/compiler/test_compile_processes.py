@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from conftest import ROOT, child_env
 
-from compiler import compile_processes, content_key, make_spec
+from compiler import compile_processes, content_key, make_spec, worker_slots
 from kernel_cache import Store
 from kernel_cache.settings.config import Config
 
@@ -299,3 +299,42 @@ def test_a_compile_never_waits_for_a_worker_to_import_its_kernels_module(pool, t
     assert compile_processes.counts()["worker"] == 1 and compile_processes.counts()["parent"] == 1
     assert store.lookup(content_key(second)) is not None
     del sys.modules["kc_slow_module"]
+
+
+def slot_free(memo_dir) -> bool:
+    slot = worker_slots.take(memo_dir, 1)
+    worker_slots.release(slot)
+    return slot is not None
+
+
+def test_a_node_s_processes_share_one_bound_on_workers(tmp_path, monkeypatch):
+    """The rule's pool takes one of the node's slots per worker; the worker holds it for its life
+    (a neighbour process finds it held), and a worker killed frees it."""
+    monkeypatch.setattr(compile_processes, "usable_cores", lambda: 16)
+    monkeypatch.setattr(compile_processes, "node_slots", lambda: 1)
+    compile_processes.shutdown()
+    config = Config(dir=tmp_path / "cache", compile_workers=2)
+    try:
+        assert compile_processes.start_cold(config) == 2  # the rule wants 2: the node lets it have 1
+        wait_for(lambda: [s for _, s in compile_processes.workers()] == ["idle"]
+                 and compile_processes.counts()["no slot"] == 1)
+        [(pid, _)] = compile_processes.workers()
+        assert not slot_free(config.memo_dir)  # as a neighbour rank sees it
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: slot_free(config.memo_dir))
+    finally:
+        compile_processes.shutdown()
+
+
+def test_slots_bound_nothing_where_the_directory_cannot_hold_them(tmp_path):
+    (tmp_path / "memo").write_text("a file where the directory should be")
+    assert worker_slots.take(tmp_path / "memo", 1) == worker_slots.UNBOUNDED
+    held = worker_slots.take(tmp_path / "cache", 2)
+    assert held is not None and held >= 0
+    other = worker_slots.take(tmp_path / "cache", 2)
+    assert other is not None and other >= 0 and worker_slots.take(tmp_path / "cache", 2) is None
+    worker_slots.release(other)
+    again = worker_slots.take(tmp_path / "cache", 2)
+    assert again is not None and again >= 0
+    worker_slots.release(again)
+    worker_slots.release(held)

@@ -1,0 +1,58 @@
+"""Compile-worker slots: one bound on the workers of all the processes of a node that share a cache.
+
+The ranks of a job on one node start together, cold together, and each would start its own pool
+(half the cores each: 8 ranks on a 16-core node, 64 interpreters importing Triton at once, ~8 GiB),
+just when they all trace. A slot is a lock file, `<cache dir>/locks/compile-workers/<host>/<i>`
+(the directory of the toolchain memo: the cache directory where there is one); a parent
+takes a free one (a non-blocking `flock`) for each worker it starts and hands the locked descriptor
+to the worker, which holds it for its life. Whatever ends a worker (idle close, exit, kill -9) frees
+its slot with its descriptors, so no count goes stale and none needs cleaning up. The host's name in
+the path keeps a cache directory on a network filesystem from bounding several nodes as one. Where
+the directory cannot hold lock files (read-only, not flock-able, refused as unsafe), slots bound
+nothing: each pool's own bound stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from kernel_cache.coordination.publish import host_tag
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.levels.disk.index import LOCKS_DIR
+from kernel_cache.trust.safefs import Owners, Tree
+
+SUBDIR = "compile-workers"
+UNBOUNDED = -1  # `take`'s answer where slots cannot be kept: start the worker without one
+
+
+def take(memo_dir: Path, capacity: int) -> int | None:
+    """A locked descriptor of a free slot among `capacity` (the caller passes it to one worker and
+    closes its own copy), None when every slot is held, or UNBOUNDED where slots cannot be kept."""
+    try:
+        tree = Tree(memo_dir, Owners.current(), create=True)
+    except (OSError, KernelCacheError):
+        return UNBOUNDED
+    try:
+        for index in range(capacity):
+            try:
+                with tree.open_lock_file(LOCKS_DIR, SUBDIR, host_tag(), str(index)) as fd:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # held: by a worker of this process or of a neighbour
+                    return os.dup(fd)  # the lock lives on with the duplicate (one open file)
+            except (OSError, KernelCacheError):
+                return UNBOUNDED
+        return None
+    finally:
+        tree.close()
+
+
+def release(slot: int | None) -> None:
+    """Close the caller's copy of a slot's descriptor (its worker's copy keeps it held)."""
+    if slot is not None and slot != UNBOUNDED:
+        with contextlib.suppress(OSError):
+            os.close(slot)
