@@ -173,6 +173,8 @@ def set_pool(pool: str, cross: bool) -> float:
 
     if pool != "rule":
         compile_processes.override(0 if pool == "off" else kernel_cache.current_config().compile_threads)
+    elif os.environ.get("BENCH_COLD_SLOTS") == "unbounded":  # each rank's rule alone (bench_cold_ranks.py)
+        compile_processes.node_slots = lambda: 1 << 16
     return warm_pool(kernel_cache.current_config(), cross) if pool == "warm" else 0.0
 
 
