@@ -280,7 +280,19 @@ class Pool:
                          daemon=True).start()
 
     def _start(self, count: int, hello: bytes, slots: str | None) -> None:
-        started = [w for w in (self._spawn(hello, slots) for _ in range(count)) if w is not None]
+        """Start `count` workers, each holding one of the node's slots in the memo directory `slots`
+        (None: unbounded), and lend each once it is ready."""
+        started: list[_Worker] = []
+        for begun in range(count):
+            slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
+            if slot is None:  # every slot of the node held: the rest would find none either
+                with self._changed:
+                    self._starting -= count - begun
+                    self.counts["no slot"] += 1
+                break
+            worker = self._spawn(hello, slot)
+            if worker is not None:
+                started.append(worker)
         deadline = time.monotonic() + READY_TIMEOUT
         for worker in started:
             ready = worker.ready(deadline)
@@ -293,21 +305,16 @@ class Pool:
                 self.drop(worker)
         self._reap_later()
 
-    def _spawn(self, hello: bytes, slots: str | None) -> _Worker | None:
-        """One worker started and greeted, holding one of the node's slots in the memo directory
-        `slots` (None: unbounded). None when every slot is held, it cannot start, or the pool closed
-        meanwhile."""
+    def _spawn(self, hello: bytes, slot: int) -> _Worker | None:
+        """One worker started and greeted, handed `slot` (a locked descriptor, or UNBOUNDED) to hold
+        for its life. None when it cannot start, or the pool closed meanwhile."""
         worker: _Worker | None = None
-        slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
         try:
-            if slot is None:
-                self._count("no slot")
-            else:
-                proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True,
-                                        pass_fds=() if slot == worker_slots.UNBOUNDED else (slot,))
-                worker = _Worker(proc)
-                wire.write_frame(worker.fd_in, wire.HELLO, hello)
+            proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True,
+                                    pass_fds=() if slot == worker_slots.UNBOUNDED else (slot,))
+            worker = _Worker(proc)
+            wire.write_frame(worker.fd_in, wire.HELLO, hello)
         except OSError as exc:
             log.debug("a compile worker could not start: %s", exc)
         finally:
@@ -536,8 +543,8 @@ def workers() -> list[tuple[int, str]]:
 
 def counts() -> dict[str, int]:
     """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused;
-    kernels handed back while their worker imported their module; workers not started, every slot of
-    the node held (`worker_slots`)."""
+    kernels handed back while their worker imported their module; starts cut short, every slot of the
+    node held (`worker_slots`)."""
     pool = _pool
     return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
 
