@@ -59,13 +59,15 @@ STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first
 
 class _ColdStart:
     """Starts the compile workers of a process about to compile once it has bound two distinct calls
-    (`bound`, from each binding, and `cold`, from the fingerprint's thread, in either order)."""
+    (`bound`, from each binding until two were seen, and `cold`, from the fingerprint's thread, in
+    either order: a warm process hears no `cold`, and its bindings stop reporting after the second)."""
 
     def __init__(self, config: kernel_cache.Config) -> None:
         self._config = config
-        self.waiting = True  # for its second call: bindings report here until the workers start
+        self.waiting = True  # for a second distinct call: bindings report here until one is seen
         self._lock = threading.Lock()
         self._is_cold = False
+        self._started = False
         self._calls: set[object] = set()
 
     def cold(self) -> None:
@@ -77,16 +79,15 @@ class _ColdStart:
         """A call bound (its identity; None where it has none: counted as distinct)."""
         with self._lock:
             self._calls.add(object() if call is None else call)
+            self.waiting = len(self._calls) < 2
         self._start_if_due()
 
     def _start_if_due(self) -> None:
         with self._lock:
-            due = self._is_cold and len(self._calls) >= 2 and self.waiting
-            if due:
-                self.waiting = False  # once
+            due = self._is_cold and len(self._calls) >= 2 and not self._started
+            self._started = self._started or due
         if due:
             compile_processes.start_cold(self._config, _likely_target(self._config))
-
 
 
 def _likely_target(config: kernel_cache.Config) -> Target | None:
