@@ -60,8 +60,9 @@ class Level(Protocol):
 
     def __contains__(self, key: object) -> bool: ...
 
-    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
-        """Single-flight across processes: True when held, False when the wait ended otherwise."""
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool | None]:
+        """Single-flight across processes: True when held, False when a wait for its holder ended
+        otherwise, None when it could not be taken and nobody holds it (the level failed): compile."""
 
     def close(self) -> None: ...
 

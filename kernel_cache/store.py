@@ -352,6 +352,10 @@ class Store:
                                   f"cannot lock in the {level.name} level ({exc}); compiling without its lock")
                         continue
                     waited = time.perf_counter() - began
+                    if acquired is None:  # it could not be taken and nobody holds it: compile now
+                        if waited > UNCONTENDED:
+                            self.wait_budget.spend(waited)  # a live holder's wait, ended by a fault
+                        continue
                     if acquired:
                         if waited > UNCONTENDED:
                             self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing

@@ -109,21 +109,27 @@ def test_a_master_killed_while_processes_write_costs_at_most_two_compiles_a_key(
 
 
 @pytest.mark.slow
-def test_processes_started_while_a_master_is_dead_wait_for_its_replica(own_cluster, tmp_path):
+def test_processes_started_while_a_master_is_dead_never_wait_for_its_failover(own_cluster, tmp_path):
+    """Its keys go to a stand-in node until the replica is promoted; while the whole cluster says
+    CLUSTERDOWN (between the master marked failed and the promotion) each compiles alone; once whole
+    again, every key is compiled once between them."""
     victim = next(m for m in own_cluster.masters() if m is not own_cluster.nodes[0])
-    victim.kill()  # dead, its replica promoted only after the node timeout
+    victim.kill()  # dead, its replica promoted only after the node timeout (1 s)
     log = tmp_path / "builds.log"
-    keys = KEYS[:24]
+    keys = KEYS[:40]  # 0.2 s builds: 8 s a process, most of it after the failover
     procs = [subprocess.Popen([sys.executable, "-c", WITH_WARNINGS, own_cluster.url, str(tmp_path / f"n{i}"),
                                ",".join(keys), str(log)], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(6)]
+    own_cluster.wait_ok()
+    whole = time.time()
     results = [_result(p, timeout=180) for p in procs]
     assert all(r["served"] for r in results)
-    counts = _counts(log, keys)
-    assert max(counts.values()) <= 2, counts
-    assert sum(counts.values()) <= len(keys) + len(keys) // 4, counts  # nearly every key compiled once
-    said = [w for r in results for w in r["warnings"]]
-    assert not any("cannot be connected" in w for w in said), said  # nobody gave up on the cluster
+    assert all(r["seconds"] < len(keys) * 0.2 + 3 for r in results), [r["seconds"] for r in results]  # no waits
+    builds = [line.split() for line in log.read_text().splitlines()]
+    after = [key for key, at in builds if float(at) > whole + 0.5]  # the slot map read again meanwhile
+    assert len(after) >= 10 and all(after.count(key) == 1 for key in after), builds
+    for r in results:  # one warning per cause: the dead node, the cluster down
+        assert len(r["warnings"]) <= 2 and not any("waited" in w for w in r["warnings"]), r["warnings"]
     assert all(r["stats"]["hits"].get("remote", 0) + r["stats"]["compiles"] == len(keys) for r in results)
 
 
@@ -137,15 +143,17 @@ with warnings.catch_warnings(record=True) as caught:
     store = Store(Config(dir=local, remote=url, remote_namespace="dead", remote_timeout=0.5, lock_timeout=120,
                          signing_key=SIGNING))
     served = []
+    start = time.monotonic()
     for key in keys.split(","):
         def build(key=key):
             with open(log, "a") as f:
-                f.write(key + "\\n")
-            time.sleep(0.1)
+                f.write(f"{key} {time.time()}\\n")
+            time.sleep(0.2)
             return {"kernel": "synthetic"}, {"cubin": key.encode() * 64}, 0.01
         meta, blobs = store.get_or_create(key, build)
         served.append(blobs["cubin"] == key.encode() * 64)
-print(json.dumps({"served": all(served), "stats": store.stats.session(), "warnings": [str(w.message) for w in caught]}))
+print(json.dumps({"served": all(served), "stats": store.stats.session(), "seconds": time.monotonic() - start,
+                  "warnings": [str(w.message) for w in caught if "remote cache" in str(w.message)]}))
 """.replace("SIGNING", repr(SIGNING_KEY))
 
 

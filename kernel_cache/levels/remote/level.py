@@ -10,10 +10,12 @@ written nor read. Which server or cluster, the breaker and read-only mode: redis
 
 Never slower than no cache, whatever the server does: every call (connect, send, the whole reply)
 has one deadline (KERNEL_CACHE_REMOTE_TIMEOUT) and receives at most the entry cap plus a little
-(redis_guard); a read asks the server for a value's type and size before its bytes (one script, one
-round trip). After a server fault (connection, timeout, auth, out of memory, a reply past the cap) a
-circuit breaker skips the server 1 s, then longer while it keeps failing; a name of the wrong type
-is a miss for that key alone. No call on the data path raises for the server's sake.
+(redis_guard); a read asks the server for a value's type and size before its bytes (one read-only
+script, one round trip, served by a server paused for writes). After a server fault (connection,
+timeout, auth, CLUSTERDOWN, a reply past the cap) a circuit breaker skips the server 1 s, then longer
+while it keeps failing; a write it refuses (full, paused, no permission) skips its writes a while and
+keeps its reads; a name of the wrong type is a miss for that key alone. No call on the data path
+raises or sleeps for the server's sake.
 
 Trust: a server has no file owners, so every entry read must carry our signature
 (KERNEL_CACHE_SIGNING_KEY_FILE) unless KERNEL_CACHE_REMOTE_UNSIGNED=1 says the operator trusts every
@@ -25,7 +27,11 @@ neighbour's valid write is never clobbered.
 Single-flight across nodes: a lease (remote_lease: signed, with a maximum lifetime) refreshed by a
 heartbeat while the holder compiles and released by compare-and-delete; waiters poll with jitter
 until the entry is published, the lease lapses or proves unworthy (they take it over), or their wait
-bound passes.
+bound passes. Only a lease seen held by a live holder makes a compile wait: a lease that could not
+be taken (the node failed, refused the write, or is skipped) is not held by anybody, and the compile
+goes on at once. While a cluster node is skipped, its keys' leases and entries go to a stand-in node
+(`RedisLink.placement`) under `kc:<namespace>:v2:f<kind>:{<tag>}<key>` names with a short TTL, so a
+fleet stays single-flight through a failover; cachectl lists main names only.
 
 This module is long because it is one level's whole protocol, maintenance included.
 """
@@ -65,6 +71,8 @@ MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest ar
 STREAM_BYTES = 8 << 20  # a signed value larger than this is checked chunk by chunk before it is read whole
 STREAM_CHUNK = 4 << 20  # one call's worth of a value being checked (its own deadline)
 ENDS_BYTES = 1 << 16  # a value past STREAM_BYTES is named by its size and both ends (a whole SHA-1 is too slow)
+STAND_IN_TTL = 600  # seconds an entry written to a stand-in node lives (it serves through an outage only)
+_WRITES = frozenset({"write", "heal", "lock", "lease", "unlock", "touch", "delete"})  # calls that write
 # What a name holds, told without sending its bytes where it could not be an entry: the server-side
 # `marker` names a value for compare-and-set (its type; its size past the cap; past STREAM_BYTES its size
 # and the SHA-1 of both ends; else its SHA-1).
@@ -84,7 +92,7 @@ end
 """
 # -> nil | {'type', T} | {'size', N} past the cap ARGV[1] | {'large', N} past ARGV[2] (if given) |
 # {'value', bytes}; reads nothing past the cap, refreshes no TTL
-_PEEK = """
+_PEEK_BODY = """
 local t = redis.call('type', KEYS[1])['ok']
 if t == 'none' then return nil end
 if t ~= 'string' then return {'type', t} end
@@ -93,6 +101,11 @@ if n > tonumber(ARGV[1]) then return {'size', n} end
 if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
+# Redis 7 serves a script flagged no-writes while it refuses writes (CLIENT PAUSE WRITE, OOM); older
+# servers do not know the flag and refuse the text, and are asked the plain script instead
+_PEEK = "#!lua flags=no-writes\n" + _PEEK_BODY
+_PEEK_PLAIN = _PEEK_BODY
+_NO_FLAGS = ("Error compiling script", "shebang")  # what a server without script flags answers
 # replace (ARGV[3] non-empty, with a PX of ARGV[4]) or delete what `marker` says is still ARGV[2]
 _REPLACE = _MARKER + """
 local m = marker(KEYS[1], tonumber(ARGV[1]))
@@ -158,6 +171,8 @@ class RemoteLevel:
         self._scripts: _Scripts | None = None
         self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made
         self._reader_tried = False
+        self._stand_in_used = -float(STAND_IN_TTL)  # when a stand-in node last served this process (monotonic)
+        self._plain_peek = False  # the server knows no script flags (Redis < 7): its peek is the plain script
 
     @property
     def link(self) -> RedisLink:
@@ -204,13 +219,20 @@ class RemoteLevel:
         reader = self._light()
         if reader is None:
             return False, None
+        text, sha = (_PEEK_PLAIN, _PEEK_PLAIN_SHA) if self._plain_peek else (_PEEK, _PEEK_SHA)
         try:
             try:
-                return True, reader.call("EVALSHA", _PEEK_SHA, 1, name, *args)
+                return True, reader.call("EVALSHA", sha, 1, name, *args)
             except RespError as exc:
                 if not str(exc).startswith("NOSCRIPT"):
                     raise
-                return True, reader.call("EVAL", _PEEK, 1, name, *args)  # the server loads it for the next
+            try:
+                return True, reader.call("EVAL", text, 1, name, *args)  # the server loads it for the next
+            except RespError as exc:
+                if self._plain_peek or not any(said in str(exc) for said in _NO_FLAGS):
+                    raise
+                self._plain_peek = True  # a server older than script flags
+                return True, reader.call("EVAL", _PEEK_PLAIN, 1, name, *args)
         except RespError:
             reader.give_up()
             return False, None
@@ -240,9 +262,8 @@ class RemoteLevel:
     # The data path ------------------------------------------------------------------------
     @property
     def writable(self) -> bool:
-        """False on a read-only replica, and while the breaker skips the server, unless it is coming
-        back soon (then compiles still take its lock: they wait for it, see `lock`)."""
-        return self.link.writable or self.link.recovering()
+        """False on a read-only replica, while the breaker skips every node, or while they refuse writes."""
+        return self.link.writable
 
     @property
     def location(self) -> str:
@@ -255,11 +276,16 @@ class RemoteLevel:
         return "read-only (replica)" if self.link.read_only else "read-write"
 
     def get(self, key: str) -> Entry | None:
-        name = self._entry(key)
-        found = self._peeked("read", name, self.max_entry_bytes, STREAM_BYTES if self.signer is not None else None)
-        if found is not None and found[0] == b"large":
+        stream_over = STREAM_BYTES if self.signer is not None else None
+        if self._link is None:  # the small reader serves (one server: no stand-ins)
+            name: str | None = self._entry(key)
+            found: object = self._peeked("read", self._entry(key), self.max_entry_bytes, stream_over)
+        else:
+            found, name = self._at_placed("e:", key, lambda at: self._peek_or_failed(
+                "read", at, self.max_entry_bytes, stream_over))
+        if isinstance(found, tuple) and found[0] == b"large" and name is not None:
             found = self._checked_large(key, name, int(found[1]))
-        if found is None:
+        if not isinstance(found, tuple) or name is None:
             self._count("misses")
             return None
         kind, value = found
@@ -303,16 +329,23 @@ class RemoteLevel:
         if len(data) > self.max_entry_bytes:
             self._count("too_large")
             return
-        name = self._entry(key)
         self.flush_touches()
         with self._lock:
             bad = self._bad.get(key)
-        if bad is None:
-            if self._call("write", lambda c: c.set(name, data, nx=True, ex=self.ttl), None, name=name):
+        own = self._entry(key)
+
+        def write(name: str) -> object:
+            if bad is not None and name == own:
+                return _HEAL
+            ttl = self.ttl if name == own else min(self.ttl, STAND_IN_TTL)
+            return self._call("write", lambda c: c.set(name, data, nx=True, ex=ttl), _FAILED, name=name)
+        done, name = self._at_placed("e:", key, write, look_aside=False)
+        if done is not _HEAL:
+            if done is not _FAILED and done:
                 self._count("writes")
             return
         # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._script("heal", self.scripts.replace, name, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
+        replaced = self._script("heal", self.scripts.replace, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
         if replaced is not None:
             with self._lock:
                 self._bad.pop(key, None)
@@ -323,38 +356,53 @@ class RemoteLevel:
     def __contains__(self, key: object) -> bool:
         """Whether an entry may be there: a string at the name, and not the value we rejected."""
         try:
-            name = self._entry(key)
+            check_key(key)
         except (TypeError, ValueError):
             return False
         assert isinstance(key, str)
         with self._lock:
             bad = self._bad.get(key)
-        if bad is not None:
-            now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
-            return isinstance(now, bytes) and now.decode() != bad and now.startswith((b"sha1:", b"ends:"))
-        return bool(self._call("read", lambda c: c.type(name), b"none", name=name) == b"string")
+
+        def there(name: str) -> object:
+            if bad is not None and name == self._entry(key):
+                now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], _FAILED)
+                return now if now is _FAILED else (isinstance(now, bytes) and now.decode() != bad
+                                                   and now.startswith((b"sha1:", b"ends:")) or None)
+            kind = self._call("read", lambda c: c.type(name), _FAILED, name=name)
+            return kind if kind is _FAILED else (kind == b"string" or None)
+        found, _ = self._at_placed("e:", key, there)
+        return found is True
 
     @contextlib.contextmanager
-    def lock(self, key: str, timeout: float) -> Iterator[bool]:
+    def lock(self, key: str, timeout: float) -> Iterator[bool | None]:
         """A lease on `key` across nodes: True when held (refreshed until released or its maximum
-        lifetime), False when the entry got published meanwhile, `timeout` passed or the server is
-        being skipped (the caller then compiles anyway). A lease that is not ours to honour (no
-        valid signature, too old, not a lease) is taken over with a compare-and-set."""
-        name = self._lease_name(key)
-        lease = Lease.new(name, self.signer)
-        deadline, pause, waited = time.monotonic() + timeout, 0.02, False
+        lifetime); False when a live holder's wait ended without it (the entry published, or
+        `timeout` passed); None when it could not be taken and nobody was seen holding it (the node
+        failed, refused the write or is skipped): the caller compiles at once, never waiting for a
+        breaker. A lease that is not ours to honour (no valid signature, too old, not a lease) is
+        taken over with a compare-and-set. A node skipped mid-wait hands the lease to its stand-in."""
+        deadline, pause, waited, tries = time.monotonic() + timeout, 0.02, False, 0
         while True:
-            recovery = self.link.recovery_pause(name, deadline - time.monotonic())
-            if recovery is not None:
-                time.sleep(recovery)  # a failover or restart: wait it out
-                continue
-            if not self.link.writable_for(name):
-                yield False  # a replica, or a server being skipped: compile here, unlocked across nodes
+            name = self._placed("l:", key)
+            if name is None:
+                yield None  # no node may be asked now: nobody to wait for
                 return
-            if self._call("lock", lambda c: c.set(name, lease.value, nx=True, px=self.lease_ms), None, name=name):
+            lease = Lease.new(name, self.signer)
+            taken = self._call("lock", self._take(name, lease), _FAILED, name=name)
+            if taken is _FAILED:
+                tries += 1
+                if tries < 2 and self._placed("l:", key) not in (None, name):
+                    continue  # its node was found skipped just now: the stand-in's lease, once
+                yield None  # the lease could not be taken: nobody holds it for us to wait on
+                return
+            if taken:
                 break
-            if self._took_over(name, lease):
+            holder = self._holder(name, lease)
+            if holder is _TAKEN:
                 break
+            if holder is _FAILED:
+                yield None
+                return
             if key in self or time.monotonic() >= deadline:
                 yield False
                 return
@@ -596,21 +644,32 @@ class RemoteLevel:
         self._count("rejected")
         raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
 
-    def _took_over(self, name: str, lease: Lease) -> bool:
-        """Take the lease at `name` over when what is there is not to be honoured; True when ours."""
-        found = self._peeked("lock", name, MAX_LEASE_BYTES)
-        if found is None:
-            return False  # gone meanwhile (or the server failed): try SET NX again
+    def _take(self, name: str, lease: Lease) -> Callable[[Any], Any]:
+        """SET NX of `lease` at `name`: True taken, None held by another."""
+        return lambda client: client.set(name, lease.value, nx=True, px=self.lease_ms)
+
+    def _holder(self, name: str, lease: Lease) -> object:
+        """Who holds the lease at `name`, which SET NX found taken: _LIVE (a lease to honour: wait),
+        _TAKEN (it was not, and is ours now), _GONE (released meanwhile: try again), or _FAILED (the
+        node could not say: nobody to wait for)."""
+        found = self._peek_or_failed("read lease", name, MAX_LEASE_BYTES)
+        if found is None or found is _FAILED:
+            return _GONE if found is None else _FAILED
+        assert isinstance(found, tuple)
         value = found[1] if found[0] == b"value" else b"(not a lease)"
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
-            return False
-        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms], 0)
-        if taken:
-            self._count("leases_refused")
-            warn_once(f"remote-lease:{self.endpoint}:{why}",
-                      f"remote cache {self.endpoint}: ignored a compile lease {why}; compiling here")
-        return bool(taken)
+            return _LIVE
+        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
+                             _FAILED)
+        if taken is _FAILED:
+            return _FAILED
+        if not taken:
+            return _GONE  # replaced meanwhile: look again
+        self._count("leases_refused")
+        warn_once(f"remote-lease:{self.endpoint}:{why}",
+                  f"remote cache {self.endpoint}: ignored a compile lease {why}; compiling here")
+        return _TAKEN
 
     def _heartbeat(self, name: str, lease: Lease, stop: threading.Event) -> None:
         while not stop.wait(self.lease_ms / 3000):
@@ -621,21 +680,81 @@ class RemoteLevel:
     def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
                 maintenance: bool = False) -> tuple[bytes, Any] | None:
         """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), with
-        `stream_over` (b'large', int), or None (nothing there, or the server failed). A reply of
-        another shape is the server's fault."""
+        `stream_over` (b'large', int), or None (nothing there, or the server failed)."""
+        found = self._peek_or_failed(what, name, cap, stream_over, maintenance)
+        return None if found is _FAILED else found  # type: ignore[return-value]
+
+    def _peek_or_failed(self, what: str, name: str, cap: int, stream_over: int | None = None,
+                        maintenance: bool = False) -> object:
+        """As `_peeked`, telling a server that failed (_FAILED) from a name that holds nothing (None).
+        A reply of another shape is the server's fault."""
         args = [cap] if stream_over is None else [cap, stream_over]
         served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
         if not served:
-            found = self._script(what, self.scripts.peek, name, args, None, maintenance=maintenance)
-        if found is None:
-            return None
+            found = self._call(what, self._peek_op(name, args), _FAILED, name=name, maintenance=maintenance)
+        if found is None or found is _FAILED:
+            return found
         if isinstance(found, list) and len(found) == 2:
             kind, value = found
             if ((kind in (b"value", b"type") and isinstance(value, bytes))
                     or (kind in (b"size", b"large") and isinstance(value, int))):
                 return kind, value
         self.link.failed(what, None, False, 0.0, maintenance, name=name)
-        return None
+        return _FAILED
+
+    def _peek_op(self, name: str, args: list[Any]) -> Callable[[Any], Any]:
+        """The peek script on `name` for `client`: flagged read-only, or plain for a server older than flags."""
+        def peek(client: Any) -> Any:
+            if not self._plain_peek:
+                try:
+                    return self.scripts.peek(keys=[name], args=args, client=client)
+                except self.link.redis.ResponseError as exc:
+                    if not any(said in str(exc) for said in _NO_FLAGS):
+                        raise
+                    self._plain_peek = True
+            return self.scripts.peek_plain(keys=[name], args=args, client=client)
+        return peek
+
+    def _at_placed(self, kind: str, key: str, op: Callable[[str], object],
+                   look_aside: bool = True) -> tuple[object, str | None]:
+        """(op(name), name) at `key`'s name of `kind` where it goes now; once more at its stand-in
+        when its node failed during the call; with `look_aside`, a miss at its own name is looked
+        for at its stand-in too while this process has used stand-ins lately (an entry published
+        there during an outage stays found after the slot is served again). (_FAILED, None): no
+        node could be asked. `op` returns None for a miss, _FAILED for a failed call."""
+        name = self._placed(kind, key)
+        if name is None:
+            return _FAILED, None
+        found = op(name)
+        if found is _FAILED:
+            again = self._placed(kind, key)
+            if again is None or again == name:
+                return _FAILED, None
+            name, found = again, op(again)
+        if found is None and look_aside and name == self._name(kind, key) and self._stand_ins_lately():
+            aside = self._stand_in_name(kind, key)
+            if aside is not None:
+                seen = op(aside)
+                if seen is not None and seen is not _FAILED:
+                    return seen, aside
+        return found, name
+
+    def _stand_ins_lately(self) -> bool:
+        return time.monotonic() - self._stand_in_used < STAND_IN_TTL
+
+    def _stand_in_name(self, kind: str, key: str) -> str | None:
+        tag = self.link.stand_in(self._name(kind, key))
+        return None if tag is None else f"{self.prefix}f{kind}{{{tag}}}{key}"
+
+    def _placed(self, kind: str, key: str) -> str | None:
+        """`key`'s name of `kind` where it goes now: its own (one server, or its slot's node
+        answering), a stand-in node's (its node skipped), or None (no node may be asked)."""
+        own = self._name(kind, check_key(key))
+        tag = self.link.placement(own)
+        if tag is None or tag == "":
+            return None if tag is None else own
+        self._stand_in_used = time.monotonic()
+        return f"{self.prefix}f{kind}{{{tag}}}{key}"
 
     def _text(self, value: object) -> str | None:
         """A server-given string for a terminal (escaped, secrets hidden)."""
@@ -649,7 +768,7 @@ class RemoteLevel:
         """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
         budget, that node's breaker, read-only mode (redis_link)."""
         return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
-                              seconds=self._maintenance_seconds() if maintenance else None)
+                              seconds=self._maintenance_seconds() if maintenance else None, write=what in _WRITES)
 
     def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
                 maintenance: bool = False) -> T:
@@ -663,14 +782,20 @@ class _Scripts(NamedTuple):
     """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
 
     peek: Any
+    peek_plain: Any
     replace: Any
     marker_of: Any
     release: Any
     refresh: Any
 
 
-_SCRIPT_TEXTS = _Scripts(peek=_PEEK, replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
+_SCRIPT_TEXTS = _Scripts(peek=_PEEK, peek_plain=_PEEK_PLAIN, replace=_REPLACE, marker_of=_MARKER_OF,
+                         release=_RELEASE, refresh=_REFRESH)
 _PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows it by (redis-py's too)
+_PEEK_PLAIN_SHA = hashlib.sha1(_PEEK_PLAIN.encode()).hexdigest()
+_FAILED = object()  # a call the node failed (or refused): said by the link
+_LIVE, _TAKEN, _GONE = object(), object(), object()
+_HEAL = object()  # put_raw: the value at the entry's own name is one we rejected  # what `_holder` found at a taken lease
 
 
 class _Changed(Exception):

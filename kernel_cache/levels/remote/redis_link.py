@@ -6,12 +6,20 @@ node, and read-only mode, so the level's protocol (remote.py) never asks how the
   deployment: a slot map (a cluster), or "cluster support disabled" (one server, or a replica). A
   seed that is down costs one connect timeout, once: its breaker skips it after that.
 - **A node's failure is that node's.** Every node has its own breaker: after a fault it is skipped
-  1 s, then 2, 4 … up to `breaker_seconds` while it keeps failing; one success closes it. In a
-  cluster the other nodes' slots go on, and the slot map is read again from a node that answers
-  (at most once per REFRESH_SECONDS), so a failover is followed as soon as a replica is promoted;
-  MOVED updates the map and the call goes to the node named, once. A compile waiting for a lease on
-  a failed node's slot waits for the failover (at most RECOVERY_SECONDS), so a lease or entry lost
-  with a master is rebuilt under the same single-flight, not by every process at once.
+  1 s, then 2, 4 … up to `breaker_seconds` while it keeps failing; one success closes it. Nothing
+  waits for a breaker: a call to a skipped node returns at once. In a cluster the other nodes' slots
+  go on, and the slot map is read again from a node that answers (at most once per
+  REFRESH_SECONDS), so a failover is followed as soon as a replica is promoted. While a node is
+  skipped, `placement` names a stand-in for its keys (the next available primary in slot order,
+  reached through a hash tag of its slots) that every process derives alike, so leases and entries
+  stay single-flight through a failover, however long the cluster's node timeout.
+- **Redirects are followed once.** MOVED updates the map and the call goes to the node named, once;
+  a second redirect, or a node named that fails, is a redirect loop: the first node's fault. ASK (a
+  slot being migrated) is that call's miss, said once; so is TRYAGAIN. CLUSTERDOWN is the node's
+  fault (a cluster that lost a shard answers it everywhere: each node is skipped after one reply).
+- **Writes refused, reads kept.** A write refused for the server's state (OOM at maxmemory under
+  noeviction, MISCONF, NOPERM) or that times out (CLIENT PAUSE WRITE, a failover) skips that node's
+  writes for WRITES_REFUSED_SECONDS, then longer, with one warning that names the fix; its reads go on.
 - **Bounded topology.** A slot map is read within one call's deadline and TOPOLOGY_BYTES, and
   refused past MAX_NODES nodes (redis_slots): a hostile node costs one timeout and a few MiB.
 - **A replica is for reading.** A READONLY refusal ends this process's writes with one warning.
@@ -25,7 +33,6 @@ are one decision per call, made in one place.
 from __future__ import annotations
 
 import importlib.util
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,12 +45,12 @@ from kernel_cache.telemetry.warnings_once import warn_once
 
 T = TypeVar("T")
 FIRST_BACKOFF = 1.0  # seconds the breaker skips a node after its first fault in a row
-# A node that served this process and then fails (a failover, a restart), or a cluster node that
-# fails at all, is waited for by compiles that need its lock for at most this long; beyond, they go on alone.
-RECOVERY_SECONDS = 5.0
+WRITES_REFUSED_SECONDS = 30.0  # a node that refused a write is sent none for this long (doubling to 8x)
+MAX_STAND_IN_TAGS = 1 << 16  # hash tags tried for one that lands on a stand-in node's slots
 REFRESH_SECONDS = 0.25  # the least time between two readings of a cluster's slot map
 REFRESH_NODES = 3  # nodes asked for the slot map at one refresh (each within one timeout)
-_SKIPPED = object()
+_SKIPPED = object()  # a call refused for that key or for writes: judged, said, no fault of the node
+_FAILED = object()  # a call that failed for the node's sake: its breaker opened
 
 
 def redis_installed(endpoint: str) -> None:
@@ -73,15 +80,18 @@ def redis_module() -> Any:
 class NodeHealth:
     """One node's circuit breaker."""
 
-    __slots__ = ("open_until", "faults_in_a_row", "refused", "served", "down_since", "last_cause")
+    __slots__ = ("open_until", "faults_in_a_row", "last_cause", "writes_open_until", "writes_refused")
 
     def __init__(self) -> None:
         self.open_until = 0.0
         self.faults_in_a_row = 0
-        self.refused = False  # the last fault was a refused connection (restarting, or gone)
-        self.served = False  # some call succeeded: a fault then is worth waiting out briefly
-        self.down_since: float | None = None  # the first fault of the current run of faults
         self.last_cause = ""  # what the last fault was, for a message about a skipped node
+        self.writes_open_until = 0.0  # writes refused (full, paused, no permission): none sent until then
+        self.writes_refused = 0  # refusals in a row: each doubles the pause, up to 8x
+
+    @property
+    def writes_available(self) -> bool:
+        return time.monotonic() >= self.writes_open_until
 
     @property
     def available(self) -> bool:
@@ -128,9 +138,9 @@ class RedisLink:
         self._map: redis_slots.SlotMap | None = None
         self._clients: dict[str, Any] = {}
         self._health: dict[str, NodeHealth] = {}
-        self._settling_since: float | None = None  # a cluster said CLUSTERDOWN or TRYAGAIN: a failover
-        self._settling_last = 0.0
         self._next_refresh = 0.0
+        self._cluster_down = False  # a node said CLUSTERDOWN and none has answered since: one fault for all
+        self._stand_in_tags: tuple[Any, dict[str, str | None]] = (None, {})  # (map, node -> hash tag)
 
     # What the level asks -------------------------------------------------------------------
     @property
@@ -140,49 +150,41 @@ class RedisLink:
 
     @property
     def writable(self) -> bool:
-        return self.available and not self.read_only
+        """Writes may be tried now on some node (not a replica; some node answering and taking writes)."""
+        return not self.read_only and any(self.health(node).available and self.health(node).writes_available
+                                          for node in self._reachable_nodes())
 
-    def writable_for(self, name: str) -> bool:
-        """Writes to `name`'s node may be tried now."""
-        if self.read_only:
-            return False
-        node = self._owner(name)
-        return self.available if node is None else self.health(node).available
+    def placement(self, name: str) -> str | None:
+        """Where `name` goes now: "" its own node (one server, or its slot's node answering); a hash
+        tag whose slot a stand-in node serves while its own node is skipped (the next available
+        primary after its slot, so every process that sees the same node down picks the same
+        stand-in); None where no node may be asked."""
+        if self.cluster is None:
+            self._discover()
+        if self.cluster is None:
+            return None  # no seed could say what it is: nothing to ask until its breaker lets it
+        if not self.cluster:
+            return "" if self.available else None
+        owner = self._owner(name)
+        if owner is not None and self.health(owner).available:
+            return ""
+        self.refresh()  # a promoted replica shows up here (at most once per REFRESH_SECONDS)
+        owner = self._owner(name)
+        if owner is not None and self.health(owner).available:
+            return ""
+        return self.stand_in(name)
 
-    def recovering(self, name: str | None = None) -> bool:
-        """`name`'s node (None: any node) is skipped and worth waiting for: a cluster node that failed
-        less than RECOVERY_SECONDS ago, or a cluster settling a failover; one server within
-        RECOVERY_SECONDS after it served this process, or within FIRST_BACKOFF after a first refused
-        connection (a restart as the fleet starts: one short wait, then compiles go on alone; a
-        server that hangs or trickles from the start is never waited for)."""
-        if self.read_only:
-            return False
-        if self.cluster:
-            if self._settling():
-                return True
-            nodes = [self._owner(name)] if name is not None else self._map.primaries if self._map else []
-            return any(node is not None and self._failing_over(node) for node in nodes)
-        nodes = [self._server] if self._server is not None else self.seeds
-        for node in nodes:
-            health = self.health(node)
-            horizon = RECOVERY_SECONDS if health.served else FIRST_BACKOFF if health.refused else 0.0
-            if 0.0 < health.reopens_in() <= horizon:
-                return True
-        return False
-
-    def recovery_pause(self, name: str, left: float) -> float | None:
-        """Seconds a compile waiting for `name`'s lease sleeps before it asks again, while that node
-        is recovering and `left` seconds of its wait remain; None: ask now (or give up)."""
-        if not self.recovering(name) or left <= 0:
+    def stand_in(self, name: str) -> str | None:
+        """The hash tag of `name`'s stand-in: the first available primary serving a slot after
+        `name`'s, other than its own node (None: none, or not a cluster). The same after a
+        promotion: the promoted replica serves its old master's slots."""
+        slot_map = self._map
+        if not self.cluster or slot_map is None:
             return None
-        if self.cluster:
-            self.refresh()  # a promoted replica shows up here
-            if not self.recovering(name):
-                return None
-            return min(left, REFRESH_SECONDS * (0.5 + random.random()))
-        node = self._server if self._server is not None else self.seeds[0]
-        wait = self.health(node).reopens_in()
-        return wait + random.random() * 0.05 if wait < left else None
+        slot = self.redis.crc.key_slot(name.encode())
+        owner = slot_map.owners[slot]
+        stand_in = slot_map.next_primary(slot, lambda node: node != owner and self.health(node).available)
+        return None if stand_in is None else self._stand_in_tag(slot_map, stand_in)
 
     def primaries(self) -> list[str]:
         """The nodes that hold every entry: a cluster's masters, or the one server."""
@@ -221,31 +223,36 @@ class RedisLink:
 
     # Calls --------------------------------------------------------------------------------
     def call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
-             node: str | None = None, maintenance: bool = False, seconds: float | None = None) -> T:
+             node: str | None = None, maintenance: bool = False, seconds: float | None = None,
+             write: bool = False) -> T:
         """`op(client)` on the node serving `name` (or `node`, or the one server), within one
-        deadline and byte budget, unless that node's breaker is open. MOVED: the node it names,
-        once. WRONGTYPE: the default. READONLY: read-only from now on, the default. CLUSTERDOWN,
-        TRYAGAIN, ASK: a failover or resharding under way, that key's miss. Any other failure (not
-        only RedisError: redis-py fails otherwise on some replies of a bad server) is the node's
-        fault: its breaker opens, one warning per cause, and the default on the data path (which
-        never raises for the server's sake), or LevelUnavailable for maintenance (cachectl must say
-        what failed)."""
+        deadline and byte budget, unless that node's breaker is open (or, for a `write`, its writes
+        are refused): then the default at once. MOVED: the node it names, once; a second redirect
+        is a loop, the first node's fault. WRONGTYPE, ASK, TRYAGAIN: the default. READONLY:
+        read-only from now on, the default. OOM, MISCONF, NOPERM or a timeout on a write: that
+        node's writes are skipped a while. Any other failure (CLUSTERDOWN, and not only RedisError:
+        redis-py fails otherwise on some replies of a bad server) is the node's fault: its breaker
+        opens, one warning per cause, and the default on the data path (which never raises for the
+        server's sake), or LevelUnavailable for maintenance (cachectl must say what failed)."""
         limit = self.timeout if seconds is None else seconds
         if self.cluster is None:
             self._discover()
         target = node if node is not None else self._owner(name) if name is not None else self._server
         if target is None and self.cluster and self._map is not None and name is None:
             target = next(iter(self._map.primaries), None)
+        first = target
         for attempt in range(2):
-            if target is None or not self.health(target).available:
+            if target is None or not self.health(target).available or (write and not self.health(target).writes_available):
                 if maintenance:
                     raise LevelUnavailable(self._skipped_text(target))
                 return default
-            outcome = self._attempt(what, op, target, limit, maintenance)
+            outcome = self._attempt(what, op, target, limit, maintenance and attempt == 0, write, quiet=attempt == 1)
             if isinstance(outcome, _Moved) and attempt == 0 and node is None:
                 target = outcome.node
                 continue
-            found: T = default if outcome is _SKIPPED or isinstance(outcome, _Moved) else outcome
+            if attempt == 1 and first is not None and (isinstance(outcome, _Moved) or outcome is _FAILED):
+                self._redirect_loop(first, target, what, outcome is _FAILED, maintenance)
+            found: T = default if outcome in (_SKIPPED, _FAILED) or isinstance(outcome, _Moved) else outcome
             return found
         return default
 
@@ -309,8 +316,11 @@ class RedisLink:
                 pass
 
     # Internals ----------------------------------------------------------------------------
-    def _attempt(self, what: str, op: Callable[[Any], T], node: str, limit: float, maintenance: bool) -> Any:
-        """One try of `op` on `node`: its result, _SKIPPED (judged and said), or _Moved."""
+    def _attempt(self, what: str, op: Callable[[Any], T], node: str, limit: float, maintenance: bool,
+                 write: bool = False, quiet: bool = False) -> Any:
+        """One try of `op` on `node`: its result, _SKIPPED (a refusal judged and said), _FAILED (the
+        node's fault, judged, and said unless `quiet`: a redirect's target, whose failure is said as
+        the redirecting node's) or _Moved."""
         redis = self.redis
         budget = None
         try:
@@ -318,46 +328,112 @@ class RedisLink:
                 result = op(self.client_for(node))
         except Exception as exc:
             message = str(exc) if isinstance(exc, redis.ResponseError) else ""
+            code = self._error_code(exc)
             if isinstance(exc, redis.exceptions.MovedError):
                 self._moved(exc.slot_id, f"{exc.host}:{exc.port}" if ":" not in str(exc.host) else f"[{exc.host}]:{exc.port}")
                 return _Moved(self._owner_of_slot(exc.slot_id))
-            if isinstance(exc, (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-                                redis.exceptions.AskError)) or message.startswith(("CLUSTERDOWN", "TRYAGAIN", "ASK")):
-                self._settle(what, message, maintenance)
+            if code in ("ASK", "TRYAGAIN"):
+                self._migrating(node, what, code, maintenance)
                 return _SKIPPED
-            if message.startswith("WRONGTYPE"):
+            if code == "WRONGTYPE":
                 self._count("errors")  # one name holds another type: that key's miss, not the level's
                 if maintenance:
                     raise LevelUnavailable(f"remote cache {self.endpoint}: {self.scrub(message)} ({what})") from None
                 return _SKIPPED
-            if isinstance(exc, redis.exceptions.ReadOnlyError) or message.startswith("READONLY"):
+            if code == "READONLY":
                 self._become_read_only(what)
                 if maintenance:
                     raise LevelUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
                                           f"its primary to change it") from None
                 return _SKIPPED
-            self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance)
-            return _SKIPPED
-        self._served_by(node)
+            refusal = _write_refusal(code, write and isinstance(exc, redis.TimeoutError), limit)
+            if refusal is not None and write:
+                self._writes_refused(node, what, refusal, maintenance)
+                return _SKIPPED
+            if quiet:
+                self._fault(node, exc, budget is not None and budget.overflowed, limit)
+            else:
+                self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance)
+            return _FAILED
+        self._served_by(node, write)
         return result
 
-    def _served_by(self, node: str) -> None:
-        """`node` answered: its breaker closes and its next fault backs off from 1 s again."""
+    def _error_code(self, exc: Exception) -> str:
+        """The code of a Redis error reply (MOVED, OOM …; "" for anything else): redis-py takes it
+        off the message of the errors it has a class for, and keeps it on the others."""
+        if not isinstance(exc, self.redis.ResponseError):
+            return ""
+        for class_name, code in _CODED_ERRORS:
+            found = getattr(self.redis.exceptions, class_name, None)
+            if found is not None and isinstance(exc, found):
+                return code
+        return str(exc).split(" ", 1)[0] if str(exc)[:1].isupper() else ""
+
+    def _writes_refused(self, node: str, what: str, refusal: tuple[str, str], maintenance: bool) -> None:
+        """`node` refused a write for its own state: no writes there for a while (its reads go on)."""
+        cause, fix = refusal
         health = self.health(node)
-        if health.faults_in_a_row or not health.served:
+        with self._lock:
+            pause = WRITES_REFUSED_SECONDS * 2 ** min(health.writes_refused, 3)
+            health.writes_refused += 1
+            health.writes_open_until = time.monotonic() + pause
+            self.counters["writes_refused"] = self.counters.get("writes_refused", 0) + 1
+        where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
+        warn_once(f"remote-writes:{self.endpoint}:{cause.split(' ')[0]}",
+                  f"{where} refused a write: {self.scrub(cause)} ({what}); reading from it, writing nothing "
+                  f"there for {pause:.0f} s at a time (kernels compiled meanwhile are cached locally). Fix: {fix}")
+        if maintenance:
+            raise LevelUnavailable(f"{where} refused a write: {self.scrub(cause)} ({what}). Fix: {fix}") from None
+
+    def _migrating(self, node: str, what: str, code: str, maintenance: bool) -> None:
+        """ASK or TRYAGAIN: the slot is being migrated; that call is a miss, said once per node."""
+        self._count("errors")
+        warn_once(f"remote-migrating:{self.endpoint}:{node}",
+                  f"remote cache {self.endpoint} node {redacted(node)} is migrating slots ({code}): a key "
+                  f"being moved is a miss there (compiled and cached locally) until the migration ends")
+        if maintenance:
+            raise LevelUnavailable(f"remote cache {self.endpoint} node {redacted(node)} is migrating slots "
+                                  f"({code}, {what}); try again when the migration has ended") from None
+
+    def _redirect_loop(self, first: str, then: str | None, what: str, failed: bool, maintenance: bool) -> None:
+        """A call redirected (MOVED) from `first` to `then`, which redirected again or failed: a
+        loop or a spray, `first`'s fault (its breaker opens, one warning)."""
+        cause = (f"redirected to {redacted(then or '?')}, which " + ("failed" if failed else "redirected again")
+                 + " (a MOVED loop: a cluster whose nodes disagree on the slot map)")
+        self._node_failed(first, what, _RedirectLoop(cause), False, self.timeout, maintenance)
+
+    def _served_by(self, node: str, write: bool = False) -> None:
+        """`node` answered: its breaker closes and its next fault backs off from 1 s again (after a
+        write, so do its write refusals)."""
+        health = self.health(node)
+        if health.faults_in_a_row or (write and health.writes_refused) or self._cluster_down:
             with self._lock:
-                health.faults_in_a_row, health.served, health.down_since = 0, True, None
+                health.faults_in_a_row = 0
+                self._cluster_down = False
+                if write:
+                    health.writes_refused = 0
 
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None) -> None:
         cause = self._fault(node, exc, overflowed, seconds, max_bytes)
         self.health(node).last_cause = cause
         where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
-        scope = "that node's slots" if self.cluster else "it"
-        warn_once(f"remote:{self.endpoint}:{cause.split(':')[0].split(' (')[0]}",
+        scope = "that node" if self.cluster else "it"
+        meanwhile = ("its keys go to a stand-in node meanwhile (compiled and cached locally where none answers)"
+                     if self.cluster else "compiling and caching locally meanwhile")
+        down = exc is not None and self._error_code(exc) == "CLUSTERDOWN"
+        if down:  # the whole cluster refuses every query: skip every node, said once for them all
+            self._cluster_down = True
+            until = self.health(node).open_until
+            for other in self._map.primaries if self._map is not None else []:
+                health = self.health(other)
+                with self._lock:
+                    health.open_until = max(health.open_until, until)
+            scope, meanwhile = "every node", "compiling and caching locally meanwhile"
+        said = "clusterdown" if down or self._cluster_down else cause.split(':')[0].split(' (')[0]
+        warn_once(f"remote:{self.endpoint}:{said}",
                   f"{where} {cause} ({what}); skipping {scope} for {FIRST_BACKOFF:.0f} s, then longer while it "
-                  f"keeps failing (at most {self.breaker_seconds:.0f} s at a time), compiling and caching locally "
-                  f"meanwhile")
+                  f"keeps failing (at most {self.breaker_seconds:.0f} s at a time); {meanwhile}")
         if self.cluster:
             self.refresh()
         if maintenance:
@@ -368,32 +444,27 @@ class RedisLink:
         """Count a node's fault (None: a reply of the wrong shape) and skip it 1 s, 2 s … up to
         breaker_seconds; the fault's cause, for messages."""
         timeout = isinstance(exc, self.redis.TimeoutError)
-        refused = exc is not None and (isinstance(exc.__context__, ConnectionRefusedError)
-                                       or "connection refused" in str(exc).lower())
         health = self.health(node)
         with self._lock:
             now = time.monotonic()
-            health.refused = refused
             self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
             self.counters["breaker_openings"] += 1
             pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
             health.faults_in_a_row += 1
             health.open_until = now + pause
-            if health.down_since is None:
-                health.down_since = now
         if overflowed:
             return f"sent a reply over {max_bytes or self.max_reply_bytes} bytes"
         if timeout:
             return f"timed out (no whole reply within {seconds:g} s)"
+        if isinstance(exc, _RedirectLoop):
+            return str(exc)
+        if exc is not None and self._error_code(exc) == "CLUSTERDOWN":
+            return ("answered CLUSTERDOWN (the cluster lost a shard, or is failing over); `redis-cli cluster "
+                    "info` on any node says which")
         if exc is None or not isinstance(exc, self.redis.RedisError):
             return "sent a reply that is no answer to what was asked" + (
                 f" ({type(exc).__name__}: {self.scrub(str(exc))})" if exc is not None else "")
         return f"{type(exc).__name__}: {self.scrub(str(exc))}"
-
-    def _failing_over(self, node: str) -> bool:
-        health = self.health(node)
-        return (not health.available and health.down_since is not None
-                and time.monotonic() - health.down_since < RECOVERY_SECONDS)
 
     def _discover(self) -> None:
         """Ask the seeds in order, each whose breaker lets it, until one says what it is."""
@@ -457,24 +528,18 @@ class RedisLink:
             self._map = self._map.moved(slot, node)
         self._next_refresh = 0.0  # a resharding or failover: the next fault or MOVED reads the whole map
 
-    def _settling(self) -> bool:
-        """The cluster said CLUSTERDOWN or TRYAGAIN within the last two refresh intervals, and first
-        less than RECOVERY_SECONDS ago: worth waiting for."""
-        since, now = self._settling_since, time.monotonic()
-        return since is not None and now - self._settling_last < 2 * REFRESH_SECONDS and now - since < RECOVERY_SECONDS
-
-    def _settle(self, what: str, message: str, maintenance: bool) -> None:
-        """CLUSTERDOWN, TRYAGAIN, ASK: the cluster is moving slots or promoting a replica."""
-        now = time.monotonic()
-        with self._lock:
-            if self._settling_since is None or now - self._settling_last >= 2 * REFRESH_SECONDS:
-                self._settling_since = now
-            self._settling_last = now
-        self._count("errors")
-        self.refresh()
-        if maintenance:
-            raise LevelUnavailable(f"remote cache {self.endpoint}: {self.scrub(message)} ({what}); try again "
-                                  f"in a few seconds") from None
+    def _stand_in_tag(self, slot_map: redis_slots.SlotMap, node: str) -> str | None:
+        """The first hash tag `kcsN` whose slot `node` serves in `slot_map` (the same in every
+        process with that map), cached per map."""
+        cached_map, tags = self._stand_in_tags
+        if cached_map is not slot_map:
+            tags = {}
+            self._stand_in_tags = (slot_map, tags)
+        if node not in tags:
+            key_slot = self.redis.crc.key_slot
+            tags[node] = next((f"kcs{i}" for i in range(MAX_STAND_IN_TAGS)
+                               if slot_map.owners[key_slot(f"kcs{i}".encode())] == node), None)
+        return tags[node]
 
     def _reachable_nodes(self) -> list[str]:
         if self.cluster is None:
@@ -503,6 +568,33 @@ class RedisLink:
     def _count(self, name: str) -> None:
         with self._lock:
             self.counters[name] += 1
+
+
+class _RedirectLoop(Exception):
+    """A MOVED that led nowhere: said as the first node's fault."""
+
+
+_CODED_ERRORS = (("MovedError", "MOVED"), ("AskError", "ASK"), ("TryAgainError", "TRYAGAIN"),
+                 ("ClusterDownError", "CLUSTERDOWN"), ("ReadOnlyError", "READONLY"), ("OutOfMemoryError", "OOM"),
+                 ("NoPermissionError", "NOPERM"), ("NoScriptError", "NOSCRIPT"))
+
+
+def _write_refusal(code: str, timed_out: bool, seconds: float) -> tuple[str, str] | None:
+    """(cause, fix) where a write was refused for the server's state, not its health: reads go on."""
+    if code == "OOM":
+        return ("it is full (OOM: maxmemory reached under a policy that evicts nothing)",
+                "`redis-cli config set maxmemory-policy allkeys-lru` (and in its config file), or a larger maxmemory")
+    if code == "MISCONF":
+        return ("it cannot persist (MISCONF: its RDB snapshots fail, so it stops writes)",
+                "free the server's disk, or `config set stop-writes-on-bgsave-error no` where persistence is not wanted")
+    if code == "NOPERM":
+        return ("its ACL forbids our user a write (NOPERM)",
+                "grant the user +set +eval +evalsha +pexpire +expire +del on the kc:* keys (`ACL SETUSER`)")
+    if timed_out:
+        return (f"no answer to a write within {seconds:g} s while it answers reads (paused for writes: "
+                "CLIENT PAUSE WRITE, or a failover under way)", "none needed if it was paused on purpose; it is "
+                "written again once the pause ends")
+    return None
 
 
 class _Moved:

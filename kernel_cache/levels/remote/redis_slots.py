@@ -9,6 +9,7 @@ range, a port that is no port or an entry of another shape is that node's fault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError
@@ -26,6 +27,7 @@ class SlotMap:
     def __init__(self, owners: list[str | None], replicas: dict[str, list[str]]):
         self.owners = owners  # slot -> the node serving it (None: no node serves it now)
         self.replicas = replicas  # primary -> its replicas, in the order the reply gave them
+        self._runs: list[tuple[int, str]] | None = None  # (first slot, node) of each run of slots, made once
 
     @property
     def primaries(self) -> list[str]:
@@ -35,6 +37,16 @@ class SlotMap:
     def nodes(self) -> list[str]:
         """Every node the map names: primaries first, then replicas."""
         return list(dict.fromkeys(self.primaries + [r for rs in self.replicas.values() for r in rs]))
+
+    def next_primary(self, slot: int, usable: Callable[[str], bool]) -> str | None:
+        """The first usable node serving a slot after `slot`, in slot order (wrapping): the stand-in
+        every process with this map picks for `slot` while its own node is skipped."""
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = [(i, owner) for i, owner in enumerate(self.owners)
+                                 if owner is not None and (i == 0 or self.owners[i - 1] != owner)]
+        after = [run for run in runs if run[0] > slot] + [run for run in runs if run[0] <= slot]
+        return next((owner for _, owner in after if usable(owner)), None)
 
     def moved(self, slot: int, node: str) -> SlotMap:
         """This map with `slot` served by `node` (a MOVED reply), unless that names too many nodes."""
