@@ -6,8 +6,9 @@ then every other command the way `behaviour` says (scaffolding: the product neve
 - "huge": a bulk reply announcing `size` bytes, then that many bytes as fast as the client reads;
 - "error": an error reply of `text` (escape codes and a bare CR by default);
 - "hang": nothing at all;
-- "reply": the raw reply `replies` holds for the command's first word (CLUSTER, EVALSHA…), the
-  handshake answered as Redis does, an unknown-command error for any other;
+- "reply": the raw reply `replies` holds for the command's first word (CLUSTER, EVALSHA…; a
+  callable is asked each time), the handshake answered as Redis does, `default` for any other
+  (an unknown-command error unless given);
 - "echo": every command, the handshake's included (AUTH, HELLO), refused with an error that quotes
   its arguments, as a server without that command does.
 """
@@ -18,6 +19,7 @@ import socket
 import socketserver
 import threading
 import time
+from typing import Any
 
 HANDSHAKE = {b"HELLO": b"%1\r\n$5\r\nproto\r\n:3\r\n", b"CLIENT": b"+OK\r\n", b"SELECT": b"+OK\r\n",
              b"AUTH": b"+OK\r\n"}  # what a connection's first commands get from Redis
@@ -26,9 +28,11 @@ ESCAPES = "ERR \x1b[31mred\x1b[0m\rforged line \x07"
 
 class FakeRedis:
     def __init__(self, behaviour: str, *, interval: float = 0.1, size: int = 400_000_000, text: str = ESCAPES,
-                 replies: dict[bytes, bytes] | None = None):
+                 replies: dict[bytes, Any] | None = None, default: Any = b"-ERR unknown command\r\n"):
         self.behaviour, self.interval, self.size, self.text = behaviour, interval, size, text
         self.replies = replies or {}
+        self.default = default
+        self._connection = threading.local()  # each connection is served on a thread of its own
         self.commands: list[list[bytes]] = []
         self.bytes_sent = 0
         fake = self
@@ -57,6 +61,10 @@ class FakeRedis:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def nil(self) -> bytes:
+        """A null reply as this connection's protocol writes it (RESP3 after HELLO 3, else RESP2)."""
+        return b"_\r\n" if getattr(self._connection, "resp3", False) else b"$-1\r\n"
+
     # One connection -----------------------------------------------------------------------
     def _serve(self, sock: socket.socket) -> None:
         reader = sock.makefile("rb")
@@ -67,11 +75,14 @@ class FakeRedis:
                     return
                 self.commands.append(command)
                 verb = command[0].upper() if command else b""
+                if verb == b"HELLO":
+                    self._connection.resp3 = command[1:2] == [b"3"]
                 if self.behaviour == "echo":
                     quoted = b" ".join(b"'" + word + b"'" for word in command[1:])
                     sock.sendall(b"-ERR unknown command '" + verb + b"', with args beginning with: " + quoted + b"\r\n")
                 elif self.behaviour == "reply":
-                    sock.sendall(self.replies.get(verb) or HANDSHAKE.get(verb, b"-ERR unknown command\r\n"))
+                    reply = self.replies.get(verb) or HANDSHAKE.get(verb) or self.default
+                    sock.sendall(reply() if callable(reply) else reply)
                 elif verb in (b"CLIENT", b"SELECT", b"AUTH"):
                     sock.sendall(b"+OK\r\n")
                 elif verb == b"PING":

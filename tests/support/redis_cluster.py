@@ -75,6 +75,21 @@ class RedisCluster:
         return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None
                 and "role:master" in _ask(n.port, "INFO", "replication")]
 
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        """The live nodes replicating `master` (INFO replication of each)."""
+        return [n for n in self.nodes if n is not master and n.proc is not None and n.proc.poll() is None
+                and f"master_port:{master.port}" in _ask(n.port, "INFO", "replication")]
+
+    def wait_state(self, state: str, timeout: float = 60.0) -> None:
+        """Until every live node says `cluster_state:<state>` (ok, or fail: a shard lost)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+            if all(f"cluster_state:{state}" in _ask(n.port, "CLUSTER", "INFO") for n in live):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the Redis Cluster did not reach cluster_state:{state}")
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
