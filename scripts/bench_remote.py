@@ -14,10 +14,14 @@ Prints:
   healthy run's length (then started again): every process must finish, and builds stay close to M;
   then on a 3-master + 3-replica Redis Cluster (hit p50 at 64 KiB beside one server's), healthy and
   with a master killed at a random moment (its replica promoted);
+- a sick remote beside none: one process lowering the 9 programs from a new, empty local dir with no
+  remote, then with a refused port, a full server (maxmemory, noeviction), one paused for writes, a
+  cluster that lost a shard, a master SIGSTOPped under a 15 s node timeout, and fake nodes that
+  answer MOVED in a ping-pong, MOVED to 30 closed endpoints in turn, or ASK forever;
 - a fleet lowering the 9 programs: N processes (each its own new local dir) started at once on a new
-  3-master + 3-replica Redis Cluster, healthy, and with a master killed 0-1 s after the first of them
-  starts lowering (its replica promoted); then N more after the failover: compiles per kernel between them, warnings, the
-  slowest process (`--gpu`: on this host's GPUs, processes spread over them; else cross-lowered);
+  3-master + 3-replica Redis Cluster, healthy, and for each `--node-timeouts` a master killed 1-3 s
+  after the first of them starts lowering: compiles per kernel between them, warnings, the slowest
+  lowering (`--gpu`: on this host's GPUs, processes spread over them; else cross-lowered);
 - hostile rows beside a healthy one (peak RSS and seconds of a process lowering the 9 programs from
   a new, empty local dir, under the default entry cap of 256 MiB, or --hostile-cap): a 200 MB value
   planted at the name of the lowered-call record it reads first (planted again before each round:
@@ -25,7 +29,7 @@ Prints:
   a fake server trickling one byte every 50 ms (tests/support/fake_resp.py) beside no remote at all.
 
     python scripts/bench_remote.py [--processes 16] [--keys 200] [--rounds 5] [--only hostile] [--hostile-cap 64M]
-                                   [--fleet 8] [--gpu]
+                                   [--fleet 8] [--gpu] [--node-timeouts 5000,15000]
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ for _path in (SUPPORT, ROOT):
 
 from fake_resp import FakeRedis  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer, free_port  # noqa: E402
 
 SIGNING_KEY = "bench-remote-signing-key-0123456789"
 SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -109,12 +113,15 @@ with warnings.catch_warnings(record=True) as caught:
     import jax
     from lowering import examples
     import kernel_cache
-    open(os.environ["FLEET_STARTED"], "a").close()  # the bench injects its fault from the first of these
+    if os.environ.get("FLEET_STARTED"):
+        open(os.environ["FLEET_STARTED"], "a").close()  # the bench injects its fault from the first of these
+    start = time.perf_counter()
     for _, fn, shapes in examples.programs(compute_capability=90):
         jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
-said = [str(w.message) for w in caught if "remote cache" in str(w.message)]
+    lowering = time.perf_counter() - start
+said = [str(w.message) for w in caught if "remote cache" in str(w.message) or "waited" in str(w.message)]
 print(json.dumps({"stats": kernel_cache.default_store().stats.session(), "wall": time.perf_counter() - t0,
-                  "warnings": said}))
+                  "lowering": lowering, "warnings": said}))
 '''
 
 WARM = r'''
@@ -297,29 +304,99 @@ def _fleet(url: str, tmp: Path, processes: int, keys: int, label: str, reset: An
     return wall
 
 
-def fleet(tmp: Path, processes: int, gpu: bool) -> None:
-    """N processes lowering the 9 programs at once on a new cluster, healthy and with a master killed
-    0-1 s after the first starts lowering (imports done); N more after the failover."""
+def fleet(tmp: Path, processes: int, gpu: bool, node_timeouts: list[int]) -> None:
+    """N processes lowering the 9 programs at once on a new cluster: healthy, then for each node
+    timeout a master killed 1-3 s after the first starts lowering (imports done); the fleet ends
+    before a 15 s node timeout promotes its replica, so its keys live on a stand-in meanwhile."""
     print(f"\nfleet: {processes} processes lowering the 9 programs at once (each its own new local dir), "
           f"3-master + 3-replica cluster" + (" (GPUs of this host)" if gpu else " (cross-lowered for sm_90)"))
-    print(f"  {'row':<34} {'compiles':>8} {'per kernel':>10} {'slowest':>8} {'warnings':>8} {'gave up':>7}")
+    print(f"  {'row':<44} {'compiles':>8} {'per kernel':>10} {'slowest':>8} {'warnings':>8} {'waited':>7}")
     kernels = 0
-    for fault in (False, True):
-        cluster = RedisCluster(tmp / f"fleet-{fault}")
+    for node_timeout, fault in [(node_timeouts[-1], False)] + [(t, True) for t in node_timeouts]:
+        cluster = RedisCluster(tmp / f"fleet-{node_timeout}-{fault}", node_timeout_ms=node_timeout)
         try:
-            at = random.uniform(0.0, 1.0)
-            results = _lowering_fleet(cluster, tmp / f"fleet-{fault}", "a", processes, gpu,
+            at = random.uniform(1.0, 3.0)
+            results = _lowering_fleet(cluster, tmp / f"fleet-{node_timeout}-{fault}", "a", processes, gpu,
                                       (at, next(m for m in cluster.masters() if m is not cluster.nodes[0]).kill)
                                       if fault else None)
             compiles = sum(r["stats"]["compiles"] for r in results)
             kernels = kernels or compiles  # the healthy row compiles each kernel once
-            _fleet_row(f"master killed {at:.1f} s into lowering" if fault else "healthy", results, kernels)
-            if fault:
-                cluster.wait_ok()
-                _fleet_row("after the failover", _lowering_fleet(cluster, tmp / "fleet-after", "b", processes, gpu,
-                                                                 None), kernels)
+            label = f"node timeout {node_timeout / 1000:g} s, " + (f"master killed at {at:.1f} s" if fault else "healthy")
+            _fleet_row(label, results, kernels)
         finally:
             cluster.stop()
+
+
+def sick(tmp: Path) -> None:
+    """One process lowering the 9 programs from a new, empty local dir with no remote, then with
+    each fault (a real server or cluster, or a fake node for the redirects), side by side."""
+    print("\nsick remote: one process lowering the 9 programs (cross-lowered for sm_90), new local dir each")
+    print(f"  {'fault':<44} {'lowering':>8} {'vs none':>8} {'compiles':>8} {'warnings':>8}")
+    base = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp / "key"), "KERNEL_CACHE_REMOTE_NAMESPACE": "sick"}
+    alone: float | None = None
+
+    def row(label: str, url: str | None) -> None:
+        nonlocal alone
+        extra = {**base, "KERNEL_CACHE_DIR": str(tmp / f"sick-{len(os.listdir(tmp))}")}
+        if url is not None:
+            extra["KERNEL_CACHE_REMOTE"] = url
+        r = json.loads(child(FLEET, **extra))
+        alone = alone or r["lowering"]
+        print(f"  {label:<44} {r['lowering']:>7.2f}s {r['lowering'] / alone:>7.2f}x {r['stats']['compiles']:>8} "
+              f"{len(r['warnings']):>8}")
+        for said in r["warnings"]:
+            print("     ", said[:160])
+
+    row("no remote", None)
+    home = tmp / "sick-servers"
+    home.mkdir()
+    gone = RedisServer(home)
+    gone.kill()
+    row("refused port (server down)", gone.url)
+    for label, words in (("full: maxmemory reached, noeviction", ("config", "set", "maxmemory", "1")),
+                         ("paused for writes: CLIENT PAUSE 60000 WRITE", ("client", "pause", "60000", "write"))):
+        (home / words[0]).mkdir()
+        server = RedisServer(home / words[0])
+        try:
+            subprocess.run(["redis-cli", "-p", str(server.port), *words], check=True, capture_output=True)
+            row(label, server.url)
+        finally:
+            server.kill()
+    cluster = RedisCluster(tmp / "sick-shard", node_timeout_ms=1000)
+    try:
+        victim = next(m for m in cluster.masters() if m is not cluster.nodes[0])
+        for node in [victim, *cluster.replicas_of(victim)]:
+            node.kill()
+        cluster.wait_state("fail")
+        row("cluster lost a shard (CLUSTERDOWN everywhere)", cluster.url)
+    finally:
+        cluster.stop()
+    cluster = RedisCluster(tmp / "sick-stop", node_timeout_ms=15000)
+    try:
+        next(m for m in cluster.masters() if m is not cluster.nodes[0]).pause()
+        row("master SIGSTOPped, node timeout 15 s", cluster.url)
+    finally:
+        cluster.stop()
+
+    def redirecting(default: Any) -> FakeRedis:
+        fake = FakeRedis("reply", default=default)
+        fake.replies[b"CLUSTER"] = b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n" % fake.port
+        return fake
+    other: list[FakeRedis] = []
+    closed = [free_port() for _ in range(30)]
+    turn = iter(range(1 << 30))
+    first = redirecting(lambda: b"-MOVED 1 127.0.0.1:%d\r\n" % other[0].port)
+    other.append(redirecting(lambda: b"-MOVED 1 127.0.0.1:%d\r\n" % first.port))
+    spray = redirecting(lambda: b"-MOVED 1 127.0.0.1:%d\r\n" % closed[next(turn) % 30])
+    ask: list[FakeRedis] = []
+    ask.append(redirecting(lambda: b"-ASK 1 127.0.0.1:%d\r\n" % ask[0].port))
+    try:
+        row("MOVED ping-pong between two nodes", first.url)
+        row("MOVED to 30 closed endpoints in turn", spray.url)
+        row("ASK forever", ask[0].url)
+    finally:
+        for fake in (first, *other, spray, *ask):
+            fake.stop()
 
 
 def _lowering_fleet(cluster: RedisCluster, tmp: Path, tag: str, processes: int, gpu: bool,
@@ -349,9 +426,9 @@ def _lowering_fleet(cluster: RedisCluster, tmp: Path, tag: str, processes: int, 
 def _fleet_row(label: str, results: list[dict[str, Any]], kernels: int) -> None:
     compiles = sum(r["stats"]["compiles"] for r in results)
     said = [w for r in results for w in r["warnings"]]
-    gave_up = sum("cannot be connected" in w for w in said)
-    print(f"  {label:<34} {compiles:>8} {compiles / max(kernels, 1):>9.2f}x {max(r['wall'] for r in results):>7.1f}s "
-          f"{len(said):>8} {gave_up:>7}")
+    waited = sum("waited" in w for w in said)
+    print(f"  {label:<44} {compiles:>8} {compiles / max(kernels, 1):>9.2f}x "
+          f"{max(r['lowering'] for r in results):>7.2f}s {len(said):>8} {waited:>7}")
 
 
 def _gpus() -> int:
@@ -368,7 +445,9 @@ def main() -> None:
                         "(default: the default cap, 256M: the plant is checked in chunks; 64M: past the cap)")
     parser.add_argument("--fleet", type=int, default=8, metavar="N", help="processes in the fleet rows")
     parser.add_argument("--gpu", action="store_true", help="the fleet rows lower on this host's GPUs")
-    parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes", "fleet"),
+    parser.add_argument("--node-timeouts", default="5000,15000", metavar="MS,MS",
+                        help="cluster-node-timeout of the fleet's failover rows (Redis's default is 15000)")
+    parser.add_argument("--only", choices=("hits", "warm", "hostile", "processes", "fleet", "sick"),
                         help="run one section (default: all)")
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
@@ -386,8 +465,10 @@ def main() -> None:
             hostile(server, tmp, args.rounds, args.hostile_cap)
         if args.only in (None, "processes"):
             many_processes(server, tmp, args.processes, args.keys)
+        if args.only in (None, "sick"):
+            sick(tmp)
         if args.only in (None, "fleet"):
-            fleet(tmp, args.fleet, args.gpu)
+            fleet(tmp, args.fleet, args.gpu, [int(t) for t in args.node_timeouts.split(",")])
     finally:
         server.kill()
         shutil.rmtree(tmp, ignore_errors=True)

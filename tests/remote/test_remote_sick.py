@@ -287,7 +287,7 @@ def test_a_stand_in_is_the_next_available_primary_in_slot_order_and_its_tag_land
     assert link._stand_in_tag(parse(reply, "h"), "b:2") == tag  # derived alike by every process
     name = "kc:t:v2:l:{" + "0" * 31 + "1}"
     owner = slot_map.owners[redis.crc.key_slot(name.encode())]
-    link.health(owner).open_until = time.monotonic() + 60  # its node skipped
+    link.health(owner).faults_in_a_row = 1  # its node skipped (no prober here: nothing revives it)
     link._next_refresh = time.monotonic() + 60  # no slot map to read again here
     placed = link.placement(name)
     assert placed and slot_map.owners[redis.crc.key_slot(placed.encode())] != owner

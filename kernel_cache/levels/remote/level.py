@@ -102,7 +102,9 @@ if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
 # Redis 7 serves a script flagged no-writes while it refuses writes (CLIENT PAUSE WRITE, OOM); older
-# servers do not know the flag and refuse the text, and are asked the plain script instead
+# servers do not know the flag and refuse the text, and are asked the plain script instead. It is sent
+# by EVAL (its text, 0.6 KB, each time): an EVALSHA of a script the server does not hold yet waits out
+# a pause for writes, where EVAL does not
 _PEEK = "#!lua flags=no-writes\n" + _PEEK_BODY
 _PEEK_PLAIN = _PEEK_BODY
 _NO_FLAGS = ("Error compiling script", "shebang")  # what a server without script flags answers
@@ -219,15 +221,10 @@ class RemoteLevel:
         reader = self._light()
         if reader is None:
             return False, None
-        text, sha = (_PEEK_PLAIN, _PEEK_PLAIN_SHA) if self._plain_peek else (_PEEK, _PEEK_SHA)
+        text = _PEEK_PLAIN if self._plain_peek else _PEEK
         try:
             try:
-                return True, reader.call("EVALSHA", sha, 1, name, *args)
-            except RespError as exc:
-                if not str(exc).startswith("NOSCRIPT"):
-                    raise
-            try:
-                return True, reader.call("EVAL", text, 1, name, *args)  # the server loads it for the next
+                return True, reader.call("EVAL", text, 1, name, *args)
             except RespError as exc:
                 if self._plain_peek or not any(said in str(exc) for said in _NO_FLAGS):
                     raise
@@ -535,7 +532,10 @@ class RemoteLevel:
             try:
                 replies = reader.pipeline([("EXPIRE", self._entry(key), self.ttl) for key in sorted(keys)])
             except RespFault as fault:
-                self._fault_seen_by_reader("touch", fault)
+                if fault.kind == "timeout":  # a write with no answer: paused for writes, or hung (its reads say)
+                    self.link.write_timed_out("touch", self.timeout)
+                else:
+                    self._fault_seen_by_reader("touch", fault)
                 return
             if not any(isinstance(reply, RespError) for reply in replies):
                 return
@@ -707,12 +707,12 @@ class RemoteLevel:
         def peek(client: Any) -> Any:
             if not self._plain_peek:
                 try:
-                    return self.scripts.peek(keys=[name], args=args, client=client)
+                    return client.eval(_PEEK, 1, name, *args)
                 except self.link.redis.ResponseError as exc:
                     if not any(said in str(exc) for said in _NO_FLAGS):
                         raise
                     self._plain_peek = True
-            return self.scripts.peek_plain(keys=[name], args=args, client=client)
+            return client.eval(_PEEK_PLAIN, 1, name, *args)
         return peek
 
     def _at_placed(self, kind: str, key: str, op: Callable[[str], object],
@@ -781,18 +781,13 @@ class RemoteLevel:
 class _Scripts(NamedTuple):
     """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
 
-    peek: Any
-    peek_plain: Any
     replace: Any
     marker_of: Any
     release: Any
     refresh: Any
 
 
-_SCRIPT_TEXTS = _Scripts(peek=_PEEK, peek_plain=_PEEK_PLAIN, replace=_REPLACE, marker_of=_MARKER_OF,
-                         release=_RELEASE, refresh=_REFRESH)
-_PEEK_SHA = hashlib.sha1(_PEEK.encode()).hexdigest()  # the name EVALSHA knows it by (redis-py's too)
-_PEEK_PLAIN_SHA = hashlib.sha1(_PEEK_PLAIN.encode()).hexdigest()
+_SCRIPT_TEXTS = _Scripts(replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
 _FAILED = object()  # a call the node failed (or refused): said by the link
 _LIVE, _TAKEN, _GONE = object(), object(), object()
 _HEAL = object()  # put_raw: the value at the entry's own name is one we rejected  # what `_holder` found at a taken lease

@@ -6,8 +6,10 @@ node, and read-only mode, so the level's protocol (remote.py) never asks how the
   deployment: a slot map (a cluster), or "cluster support disabled" (one server, or a replica). A
   seed that is down costs one connect timeout, once: its breaker skips it after that.
 - **A node's failure is that node's.** Every node has its own breaker: after a fault it is skipped
-  1 s, then 2, 4 … up to `breaker_seconds` while it keeps failing; one success closes it. Nothing
-  waits for a breaker: a call to a skipped node returns at once. In a cluster the other nodes' slots
+  until a probe finds it answering (PING; CLUSTER INFO saying ok in a cluster), sent by one
+  background thread 1 s after the fault, then 2, 4 … up to `breaker_seconds` while it keeps
+  failing. Nothing on a compile's path waits for a breaker or pays a probe's timeout: a call to a
+  skipped node returns at once, so a hung node costs a process one timeout in all. In a cluster the other nodes' slots
   go on, and the slot map is read again from a node that answers (at most once per
   REFRESH_SECONDS), so a failover is followed as soon as a replica is promoted. While a node is
   skipped, `placement` names a stand-in for its keys (the next available primary in slot order,
@@ -78,9 +80,10 @@ def redis_module() -> Any:
 
 
 class NodeHealth:
-    """One node's circuit breaker."""
+    """One node's circuit breaker: open from its first fault until a probe (the link's prober
+    thread, never a compile) finds it answering again."""
 
-    __slots__ = ("open_until", "faults_in_a_row", "last_cause", "writes_open_until", "writes_refused")
+    __slots__ = ("open_until", "faults_in_a_row", "last_cause", "writes_open_until", "writes_refused", "unexplained")
 
     def __init__(self) -> None:
         self.open_until = 0.0
@@ -88,6 +91,7 @@ class NodeHealth:
         self.last_cause = ""  # what the last fault was, for a message about a skipped node
         self.writes_open_until = 0.0  # writes refused (full, paused, no permission): none sent until then
         self.writes_refused = 0  # refusals in a row: each doubles the pause, up to 8x
+        self.unexplained: str | None = None  # a write timed out (the call's name): its probe says why
 
     @property
     def writes_available(self) -> bool:
@@ -95,7 +99,8 @@ class NodeHealth:
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self.open_until
+        """The data path may ask it: no fault since it last answered."""
+        return self.faults_in_a_row == 0
 
     def reopens_in(self) -> float:
         return max(0.0, self.open_until - time.monotonic())
@@ -140,6 +145,9 @@ class RedisLink:
         self._health: dict[str, NodeHealth] = {}
         self._next_refresh = 0.0
         self._cluster_down = False  # a node said CLUSTERDOWN and none has answered since: one fault for all
+        self._prober: threading.Thread | None = None  # probes skipped nodes (redis_link's only thread)
+        self._wake = threading.Event()  # a new fault, or close
+        self._closed = threading.Event()
         self._stand_in_tags: tuple[Any, dict[str, str | None]] = (None, {})  # (map, node -> hash tag)
 
     # What the level asks -------------------------------------------------------------------
@@ -264,6 +272,13 @@ class RedisLink:
         if node is not None:
             self._node_failed(node, what, exc, overflowed, seconds, maintenance)
 
+    def write_timed_out(self, what: str, seconds: float) -> None:
+        """The small reader's write (a TTL refresh) got no answer in time: the one server's writes are
+        skipped a while, as a write through the link that times out (a server paused for writes)."""
+        node = self._server or next(iter(self.seeds), None)
+        if node is not None:
+            self._write_timed_out(node, what, seconds, False)
+
     def refresh(self) -> None:
         """Read the slot map again from a node that answers (at most once per REFRESH_SECONDS, one
         thread at a time; the others go on with the map they have)."""
@@ -309,6 +324,8 @@ class RedisLink:
         return self.client_for(self._server or (self.seeds[0] if self.seeds else "localhost:6379"))
 
     def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
         for client in list(self._clients.values()):
             try:
                 client.close()
@@ -346,7 +363,10 @@ class RedisLink:
                     raise LevelUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
                                           f"its primary to change it") from None
                 return _SKIPPED
-            refusal = _write_refusal(code, write and isinstance(exc, redis.TimeoutError), limit)
+            if write and isinstance(exc, redis.TimeoutError):
+                self._write_timed_out(node, what, limit, maintenance)
+                return _SKIPPED
+            refusal = _write_refusal(code, False, limit)
             if refusal is not None and write:
                 self._writes_refused(node, what, refusal, maintenance)
                 return _SKIPPED
@@ -371,13 +391,37 @@ class RedisLink:
 
     def _writes_refused(self, node: str, what: str, refusal: tuple[str, str], maintenance: bool) -> None:
         """`node` refused a write for its own state: no writes there for a while (its reads go on)."""
-        cause, fix = refusal
+        pause = self._pause_writes(node)
+        self._say_writes_refused(node, what, refusal, pause, maintenance)
+
+    def _pause_writes(self, node: str) -> float:
         health = self.health(node)
         with self._lock:
-            pause = WRITES_REFUSED_SECONDS * 2 ** min(health.writes_refused, 3)
+            pause: float = WRITES_REFUSED_SECONDS * 2 ** min(health.writes_refused, 3)
             health.writes_refused += 1
             health.writes_open_until = time.monotonic() + pause
             self.counters["writes_refused"] = self.counters.get("writes_refused", 0) + 1
+        return pause
+
+    def _write_timed_out(self, node: str, what: str, seconds: float, maintenance: bool) -> None:
+        """A write with no answer in time: a node paused for writes (its reads answer) or a hung one
+        (they do not). Its writes pause, and it is skipped until a probe, sent at once, says which
+        (and the warning with it): no other call pays a timeout meanwhile."""
+        self._pause_writes(node)
+        health = self.health(node)
+        with self._lock:
+            self.counters["timeouts"] += 1
+            health.faults_in_a_row = max(health.faults_in_a_row, 1)
+            health.open_until = time.monotonic()
+            health.unexplained = what
+            self._start_prober()
+        if maintenance:
+            raise LevelUnavailable(f"remote cache {self.endpoint} node {redacted(node)}: no answer to a write "
+                                  f"within {seconds:g} s ({what})") from None
+
+    def _say_writes_refused(self, node: str, what: str, refusal: tuple[str, str], pause: float,
+                            maintenance: bool) -> None:
+        cause, fix = refusal
         where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
         warn_once(f"remote-writes:{self.endpoint}:{cause.split(' ')[0]}",
                   f"{where} refused a write: {self.scrub(cause)} ({what}); reading from it, writing nothing "
@@ -416,6 +460,9 @@ class RedisLink:
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None) -> None:
         cause = self._fault(node, exc, overflowed, seconds, max_bytes)
+        self._say_fault(node, what, cause, exc, maintenance)
+
+    def _say_fault(self, node: str, what: str, cause: str, exc: Exception | None, maintenance: bool) -> None:
         self.health(node).last_cause = cause
         where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
         scope = "that node" if self.cluster else "it"
@@ -429,12 +476,15 @@ class RedisLink:
                 health = self.health(other)
                 with self._lock:
                     health.open_until = max(health.open_until, until)
+                    health.faults_in_a_row = max(health.faults_in_a_row, 1)
+                    self._start_prober()
             scope, meanwhile = "every node", "compiling and caching locally meanwhile"
         said = "clusterdown" if down or self._cluster_down else cause.split(':')[0].split(' (')[0]
         warn_once(f"remote:{self.endpoint}:{said}",
                   f"{where} {cause} ({what}); skipping {scope} for {FIRST_BACKOFF:.0f} s, then longer while it "
                   f"keeps failing (at most {self.breaker_seconds:.0f} s at a time); {meanwhile}")
         if self.cluster:
+            self._next_refresh = 0.0  # a node's new fault: read the map now (a failover may be done)
             self.refresh()
         if maintenance:
             raise LevelUnavailable(f"{where}: {cause} ({what})") from None
@@ -452,6 +502,7 @@ class RedisLink:
             pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
             health.faults_in_a_row += 1
             health.open_until = now + pause
+            self._start_prober()
         if overflowed:
             return f"sent a reply over {max_bytes or self.max_reply_bytes} bytes"
         if timeout:
@@ -465,6 +516,55 @@ class RedisLink:
             return "sent a reply that is no answer to what was asked" + (
                 f" ({type(exc).__name__}: {self.scrub(str(exc))})" if exc is not None else "")
         return f"{type(exc).__name__}: {self.scrub(str(exc))}"
+
+    def _start_prober(self) -> None:
+        """The prober thread, started where none runs (called holding self._lock)."""
+        if self._prober is None and not self._closed.is_set():
+            self._prober = threading.Thread(target=self._probe_skipped, daemon=True, name="kernel-cache-remote-probe")
+            self._prober.start()
+        self._wake.set()
+
+    def _probe_skipped(self) -> None:
+        """Probe each skipped node when its pause is over: answering, its breaker closes; failing,
+        its pause doubles (up to breaker_seconds). Ends when no node is skipped."""
+        while not self._closed.is_set():
+            with self._lock:
+                skipped = [(node, h) for node, h in self._health.items() if h.faults_in_a_row]
+                if not skipped:
+                    self._prober = None
+                    return
+                self._wake.clear()
+            wait = min(h.open_until for _, h in skipped) - time.monotonic()
+            if wait > 0:
+                self._wake.wait(wait)
+                continue
+            for node, health in skipped:
+                if health.open_until <= time.monotonic() and not self._closed.is_set():
+                    self._probe(node, health)
+
+    def _probe(self, node: str, health: NodeHealth) -> None:
+        try:
+            with redis_guard.budget(self.timeout, 1 << 20):
+                client = self.client_for(node)
+                answered = (b"cluster_state:ok" in _as_bytes(client.execute_command("CLUSTER INFO"))
+                            if self.cluster else bool(client.ping()))
+        except Exception:  # the node's fault, as a failed call's, but judged here: nobody waits for it
+            answered = False
+        what, health.unexplained = health.unexplained, None
+        if answered:
+            self._served_by(node)
+            refusal = _write_refusal("", True, self.timeout)
+            if what is not None and refusal is not None:  # it answers reads: paused for writes
+                self._say_writes_refused(node, what, refusal, health.writes_open_until - time.monotonic(), False)
+            return
+        with self._lock:
+            pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
+            health.faults_in_a_row += 1
+            health.open_until = time.monotonic() + pause
+        if what is not None:  # it answers nothing: hung, or stopped
+            with self._lock:
+                self.counters["breaker_openings"] += 1
+            self._say_fault(node, what, f"timed out (no whole reply within {self.timeout:g} s)", None, False)
 
     def _discover(self) -> None:
         """Ask the seeds in order, each whose breaker lets it, until one says what it is."""
@@ -568,6 +668,10 @@ class RedisLink:
     def _count(self, name: str) -> None:
         with self._lock:
             self.counters[name] += 1
+
+
+def _as_bytes(reply: Any) -> bytes:
+    return reply if isinstance(reply, bytes) else str(reply).encode()
 
 
 class _RedirectLoop(Exception):
