@@ -405,6 +405,8 @@ def _lowering_fleet(cluster: RedisCluster, tmp: Path, tag: str, processes: int, 
     started = tmp / f"{tag}-started"
     common = {"KERNEL_CACHE_SIGNING_KEY_FILE": str(tmp.parent / "key"), "KERNEL_CACHE_REMOTE": cluster.url,
               "KERNEL_CACHE_REMOTE_NAMESPACE": "fleet", "FLEET_STARTED": str(started)}
+    if os.environ.get("BENCH_FLEET_LOGS"):
+        common["KERNEL_CACHE_LOG"] = "debug"
     procs = []
     for i in range(processes):
         extra = {"JAX_PLATFORMS": "", "CUDA_VISIBLE_DEVICES": str(i % _gpus())} if gpu else {}
@@ -417,6 +419,10 @@ def _lowering_fleet(cluster: RedisCluster, tmp: Path, tag: str, processes: int, 
         time.sleep(fault[0])
         fault[1]()
     outs = [p.communicate(timeout=900) for p in procs]
+    logs = os.environ.get("BENCH_FLEET_LOGS")  # a folder for each process's stderr (with KERNEL_CACHE_LOG set)
+    if logs:
+        for i, (_, err) in enumerate(outs):
+            Path(logs, f"{tmp.name}-{tag}{i}.log").write_text(err)
     failed = [err[-2000:] for p, (_, err) in zip(procs, outs, strict=True) if p.returncode != 0]
     if failed:
         raise SystemExit("a fleet process failed:\n" + failed[0])
