@@ -10,6 +10,13 @@ name is checked, every entry is decoded (format, checksum, key), a winner's or l
 record is checked as `verify` checks it, and, when the caller can tell, the entry is compared with
 the installed toolchain before it lands.
 
+What export writes, import takes: a sound entry of every kind export writes (all but warm sets)
+passes import's checks in any cache. A kernel, lowered call or winner must name the target and
+toolchain it was built for (one that names none is rejected, one of another toolchain skipped as
+stale); a memo names neither and need not (`EntryKind.toolchain_bound`): its key is the digest of
+its name and of what its text was derived from, checked like its other fields, and a reader takes
+the text only where that is its own.
+
 Reading is a bounded stream, so a hostile bundle (a gzip bomb, a million members, a manifest of
 100k nested brackets) costs at most one member plus the manifest in memory:
 - The gzip stream is decompressed in chunks of at most `_CHUNK` bytes, through a reader that counts
@@ -275,6 +282,7 @@ class _Staged:
     size: int = 0
     target: dict[str, Any] | None = None
     toolchain: str = ""
+    toolchain_bound: bool = True  # its kind names a target and toolchain (entry_kinds.EntryKind)
 
 
 class StagedBundle:
@@ -345,7 +353,7 @@ class StagedBundle:
         """(fate, reason) for an entry that is not to be written, None for one to write."""
         if item.reason:
             return REJECTED, item.reason
-        if installed is not None and (item.target is None or not item.toolchain):
+        if installed is not None and item.toolchain_bound and (item.target is None or not item.toolchain):
             return REJECTED, "entry names no target or toolchain"
         if installed is not None and not allow_stale and item.target is not None:
             current = installed(item.target)
@@ -421,7 +429,8 @@ def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] 
         if refusal is not None:
             return _Staged(key, refusal)
     summary = EntrySummary.from_meta(entry.meta)
-    return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain)
+    return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain,
+                   toolchain_bound=entry_kinds.kind_of(entry.meta).toolchain_bound)
 
 
 def import_bundle(path: Path, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,

@@ -7,6 +7,9 @@ names each entry that was not imported and why, and, when the level stops taking
 which entries were imported and which were not reached. Entries bigger together than the local
 level's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
 then each other.
+
+A bundle round-trips: every entry export writes (all but warm sets, memos included) is one import
+takes, so a bundle of a good cache imports with nothing rejected and exit 0 (see bundle.py).
 """
 
 from __future__ import annotations

@@ -46,6 +46,10 @@ class EntryKind:
     show: str = _VIEWS + "kernels_view:show"  # "module:function" rendering `cachectl show` of it
     tagged: bool = True  # whether list tags it: not kernels, which the KERNEL column is named for
     legend: str = ""  # what the tag means, where the tag alone does not say (Prometheus' HELP)
+    # whether an entry names the target and toolchain it was built for, as bundle import requires of
+    # it (and compares with the installed toolchain). A memo names neither: its key is made of what its
+    # text was derived from, and a reader takes the text only where that is its own.
+    toolchain_bound: bool = True
 
 
 KERNEL = EntryKind("triton-kernel", "kernel", "kernel", "kernels", tagged=False)
@@ -54,7 +58,7 @@ CALL = EntryKind(call_entry.KIND, "call", "lowered call", "lowered calls", call_
 WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entry.damage, winner_entry.summary,
                    _VIEWS + "winners_view:show", legend="an autotune winner")
 MEMO = EntryKind(memo_entry.KIND, "memo", "memo", "memos", memo_entry.problem, memo_entry.summary,
-                 _VIEWS + "memos_view:show",
+                 _VIEWS + "memos_view:show", toolchain_bound=False,
                  legend="a memo record (a toolchain fingerprint or a warm set's lineage)")
 def _warm_set_problem(entry: Entry) -> str | None:
     """A warm set's shape (`warm_set.problem`), then each member checked as the kind it says it is."""
