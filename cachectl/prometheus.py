@@ -3,8 +3,10 @@ node-exporter's textfile collector reads it.
 
 Every number is one `cachectl stats --json` reports (the same report, rendered differently), under
 a `kernel_cache_` name, each series labelled with the cache directory (`dir`), so that two caches on
-one node make two series. The whole text is built before anything is printed, so a failing run
-prints nothing to stdout and exits non-zero: the textfile recipe
+one node make two series. `kernel_cache_hits_total` holds both kinds of hit `stats` counts, by level
+and `kind`: `kernel` (its `hits`) and `call` (its `record_hits`, a lowered-call record serving a whole
+call), so that a sum over the family is every lookup served. The whole text is built before anything
+is printed, so a failing run prints nothing to stdout and exits non-zero: the textfile recipe
 
     cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
 
@@ -23,6 +25,8 @@ from cachectl import entry_kinds
 from kernel_cache.telemetry.stats import LEVELS
 
 PREFIX = "kernel_cache_"
+# hits_total's `kind` label: the tag of the kind of entry that served the lookup (entries_by_kind's values)
+KERNEL, CALL = entry_kinds.KERNEL.tag, entry_kinds.CALL.tag
 
 Sample = tuple[Mapping[str, str], float | int]
 
@@ -35,15 +39,18 @@ def render(report: Mapping[str, Any]) -> str:
     levels: Mapping[str, Mapping[str, Any]] = report["levels"]
     reached = {t: v for t, v in levels.items() if v.get("entries") is not None}  # an unreachable level has no count
     families: list[tuple[str, str, str, list[Sample]]] = [
-        ("hits_total", "counter", "Lookups served from this level (memory, disk, shared, remote).",
-         [({"level": t}, report["hits"].get(t, 0)) for t in LEVELS]),
+        ("hits_total", "counter", "Lookups served from this level (memory, disk, shared, remote), by the kind "
+         f"of entry that served them: {KERNEL} (a kernel read) or {CALL} (a lowered-call record serving a whole "
+         "call, its kernels unread). Summed over kind: every lookup served, as cachectl stats counts them.",
+         [({"level": t, "kind": kind}, report[field].get(t, 0))
+          for t in LEVELS for kind, field in ((KERNEL, "hits"), (CALL, "record_hits"))]),
         ("misses_total", "counter", "Lookups no level could serve (each is then compiled).",
          [({}, report["misses"])]),
         ("compiles_total", "counter", "Kernels compiled and stored.", [({}, report["compiles"])]),
         ("compile_seconds_total", "counter", "Seconds spent compiling kernels.",
          [({}, report["compile_seconds"])]),
-        ("compile_seconds_saved_total", "counter", "Compile seconds saved by hits (each hit counts "
-         "the compile time recorded in the entry).", [({}, report["compile_seconds_saved"])]),
+        ("compile_seconds_saved_total", "counter", "Compile seconds saved by hits of either kind (each hit "
+         "counts the compile time recorded in the entry that served it).", [({}, report["compile_seconds_saved"])]),
         ("rejected_total", "counter", "Entries refused for who wrote them (unsigned, signed with another key, "
          "untrusted owner); the reason is not counted, see the warnings of the job that met them.",
          [({}, report["rejected"])]),

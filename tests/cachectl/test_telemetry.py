@@ -23,6 +23,7 @@ from conftest import child_env, run_python
 from test_cachectl import as_json, cachectl, ok
 from test_shared_level import KEY, Builder, mounted
 
+from cachectl import entry_kinds
 from kernel_cache import Config, Store
 from kernel_cache.entries.entry import Entry
 from kernel_cache.levels.shared.level import SharedLevel
@@ -144,7 +145,8 @@ def test_prometheus_values_are_the_json_numbers(cache, tmp_path):
     assert all(dict(k)["dir"] == str(cache) for f in families.values() for k in f["samples"])
     assert report["hits"] == {"memory": 1, "disk": 2, "shared": 0, "remote": 0}
     for level, hits in report["hits"].items():
-        assert series(families, "kernel_cache_hits_total", level=level) == hits
+        assert series(families, "kernel_cache_hits_total", level=level, kind="kernel") == hits
+        assert series(families, "kernel_cache_hits_total", level=level, kind="call") == report["record_hits"][level]
     for name, field in (("misses_total", "misses"), ("compiles_total", "compiles"), ("errors_total", "errors"),
                         ("rejected_total", "rejected"), ("compile_seconds_total", "compile_seconds"),
                         ("compile_seconds_saved_total", "compile_seconds_saved"), ("max_bytes", "max_bytes")):
@@ -154,9 +156,9 @@ def test_prometheus_values_are_the_json_numbers(cache, tmp_path):
         assert series(families, "kernel_cache_entries", level=level) == t["entries"]
         assert series(families, "kernel_cache_bytes", level=level) == t["bytes"]
         assert series(families, "kernel_cache_level_writable", level=level) == int(t["writable"])
-        for kind, label in (("triton-kernel", "kernel"), ("lowered-call", "call"), ("autotune-winner", "winner"),
-                            ("other", "other"), ("unreadable", "unreadable")):
-            assert series(families, "kernel_cache_entries_by_kind", level=level, kind=label) == t["kinds"].get(kind, 0)
+        for kind in entry_kinds.every():
+            assert series(families, "kernel_cache_entries_by_kind", level=level, kind=kind.tag) == \
+                t["kinds"].get(kind.name, 0)
     assert series(families, "kernel_cache_entries_by_kind", level="shared", kind="kernel") == 1
     assert series(families, "kernel_cache_counters_persisted") == 1
     assert series(families, "kernel_cache_over_max_bytes") == 0
@@ -171,7 +173,7 @@ def test_format_option_and_json_flag(cache):
     assert cachectl("--dir", cache, "stats", "--format", "yaml").returncode == 2
     # --zero with prometheus: the zeroed metrics alone on stdout
     zeroed = parse_exposition(ok("--dir", cache, "stats", "--zero", "--format", "prometheus").stdout)
-    assert series(zeroed, "kernel_cache_hits_total", level="disk") == 0
+    assert series(zeroed, "kernel_cache_hits_total", level="disk", kind="kernel") == 0
     assert series(zeroed, "kernel_cache_entries", level="disk") == 5
 
 
@@ -199,12 +201,62 @@ def test_prometheus_escapes_label_values(tmp_path):
     from cachectl import prometheus
 
     odd = tmp_path / 'we"ird\\dir\nname'
-    report = {"dir": str(odd), "hits": {"memory": 0, "disk": 0, "shared": 0, "remote": 0}, "misses": 0,
+    none = {"memory": 0, "disk": 0, "shared": 0, "remote": 0}
+    report = {"dir": str(odd), "hits": none, "record_hits": none, "misses": 0,
               "compiles": 0, "errors": 0, "rejected": 0, "compile_seconds": 0.0, "compile_seconds_saved": 0.0,
               "levels": {}, "max_bytes": 1, "over_max_bytes": False, "counters": "persisted"}
     families = parse_exposition(prometheus.render(report))
     (labels,) = families["kernel_cache_misses_total"]["samples"]
     assert dict(labels)["dir"] == str(odd).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+WARM_CHILD = textwrap.dedent("""
+    import json
+    import jax
+    from kernel_cache import default_store
+    from lowering import examples as ep
+
+    for label, fn, shapes in ep.programs():
+        jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
+    print(json.dumps(default_store().stats.session()))
+""")
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory) -> tuple[Path, dict]:
+    """(a cache, the session counters of its warm process): the example programs cross-lowered for
+    sm_90 on the CPU twice, each time in a fresh process, as consecutive jobs (and the demo) run them."""
+    directory = tmp_path_factory.mktemp("warm") / "cache"
+    env = {"KERNEL_CACHE_DIR": str(directory), "KERNEL_CACHE_TARGET_ARCH": "sm_90", "JAX_PLATFORMS": "cpu"}
+    runs = [json.loads(run_python(WARM_CHILD, env).stdout.strip().splitlines()[-1]) for _ in ("cold", "warm")]
+    return directory, runs[1]
+
+
+def test_a_warm_process_hits_are_in_prometheus_as_in_json(warm_cache):
+    directory, warm = warm_cache
+    assert warm["compiles"] == 0 and sum(warm["record_hits"].values()) > 0, warm  # served by lowered-call records
+    report = as_json("--dir", directory, "stats")
+    families = parse_exposition(ok("--dir", directory, "stats", "--format", "prometheus").stdout)
+    hits = families["kernel_cache_hits_total"]["samples"]
+    assert {dict(labels)["kind"] for labels in hits} == {"kernel", "call"}
+    for level in report["hits"]:
+        assert series(families, "kernel_cache_hits_total", level=level, kind="kernel") == report["hits"][level]
+        assert series(families, "kernel_cache_hits_total", level=level, kind="call") == report["record_hits"][level]
+    served = sum(report["hits"].values()) + sum(report["record_hits"].values())
+    assert sum(hits.values()) == served >= sum(warm["record_hits"].values()) > 0
+
+
+def test_the_docs_name_every_label_value_prometheus_prints(warm_cache):
+    """docs/cachectl.md's `kind="a|b|..."` of hits_total and entries_by_kind: the values the output carries."""
+    directory, _ = warm_cache
+    families = parse_exposition(ok("--dir", directory, "stats", "--format", "prometheus").stdout)
+    telemetry = (Path(__file__).resolve().parents[2] / "docs" / "cachectl.md").read_text().split("## Telemetry")[1]
+    for name in ("kernel_cache_hits_total", "kernel_cache_entries_by_kind"):
+        documented = re.search(rf'`{name}\{{[^}}]*kind="([^"]+)"\}}`', telemetry)
+        assert documented, name
+        printed = [dict(labels)["kind"] for labels in families[name]["samples"]]
+        assert documented[1].split("|") == list(dict.fromkeys(printed)), name
+    assert set(documented[1].split("|")) == {k.tag for k in entry_kinds.every()}
 
 
 # kernel_cache.telemetry.events ------------------------------------------------------------------------------------
