@@ -4,8 +4,10 @@ command writes), the chosen levels, and output helpers honouring --json / -q / -
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from kernel_cache.levels.disk.index import ENTRIES_DIR
 from kernel_cache.levels.disk.repair import ValueFilesLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
-from kernel_cache.settings.config import Config, ConfigError
+from kernel_cache.settings.config import Config, ConfigError, check_remote
 from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 from kernel_cache.trust import cache_marker
@@ -31,12 +33,31 @@ WRITING_COMMANDS = ("prune", "clear", "import", "prewarm", "tune")
 BOUND_ENVIRONMENT, BOUND_STORED, BOUND_DEFAULT = "environment", "cache directory", "default"
 
 
+# how a command line or the environment names a level that is not configured
+_HOW_TO_NAME = {"shared": "pass --shared-dir DIR or set KERNEL_CACHE_SHARED_DIR",
+                "remote": "pass --remote URL or set KERNEL_CACHE_REMOTE",
+                "all": "pass --shared-dir DIR or --remote URL, or set KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE"}
+
+
 class CliError(KernelCacheError):
     """A one-line reason to stop, with its exit code."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
         self.code = code
+
+def _environment_config(flagged_remote: str | None) -> Config:
+    """The KERNEL_CACHE_* configuration, a malformed setting a CliError naming where it was written:
+    a --remote URL is checked as the flag's (it replaces KERNEL_CACHE_REMOTE, which is then not read)."""
+    environ: Mapping[str, str] = os.environ
+    try:
+        if flagged_remote:
+            check_remote(flagged_remote, "--remote")
+            environ = {name: value for name, value in os.environ.items() if name != "KERNEL_CACHE_REMOTE"}
+        return Config.from_env(environ)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
 
 class Context:
     """One cachectl run: its options, configuration and (lazily) its store."""
@@ -46,10 +67,7 @@ class Context:
         self.json = getattr(args, "json", False)
         self.quiet = getattr(args, "quiet", False)
         self.verbose = getattr(args, "verbose", False)
-        try:
-            config = Config.from_env()
-        except ConfigError as exc:
-            raise CliError(str(exc)) from None
+        config = _environment_config(getattr(args, "remote", None))
         directory = getattr(args, "dir", None) or config.dir
         shared = getattr(args, "shared_dir", None) or config.shared_dir
         remote = getattr(args, "remote", None) or config.remote
@@ -143,8 +161,7 @@ class Context:
             if which == "disk":
                 raise CliError("no local cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (or name "
                                "another level with --level shared|remote)")
-            raise CliError(f"no {which} level configured (pass --shared-dir or --remote, or set "
-                           f"KERNEL_CACHE_SHARED_DIR or KERNEL_CACHE_REMOTE)")
+            raise CliError(f"no {which} level configured ({_HOW_TO_NAME.get(which, _HOW_TO_NAME['all'])})")
         return chosen
 
     def _default_level(self, store: Store) -> str:
@@ -186,9 +203,13 @@ class Context:
 def check_local_directory(directory: Path, create: bool) -> None:
     """CliError unless `directory` is a local kernel-cache directory, or (`create`) may become one."""
     if not directory.is_dir():
-        if create and not directory.exists():
+        if directory.exists():
+            raise CliError(f"{directory} is not a directory: name the cache directory (--dir DIR or KERNEL_CACHE_DIR)")
+        if create:
             return
-        raise CliError(f"no cache directory at {directory}")
+        raise CliError(f"no cache directory at {directory}: a program run with KERNEL_CACHE_DIR={directory} "
+                       f"creates it at its first cached kernel call, as 'cachectl prewarm' and 'cachectl import' "
+                       f"with --dir do")
     try:
         tree = Tree(directory, None)
     except OSError as exc:

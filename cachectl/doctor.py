@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import jax
 
+from cachectl import notices
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, Context
 from cachectl.render import human_size, table
 from compiler import parse_target
@@ -379,10 +380,9 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
     finally:
         level.close()
     if not info["reachable"]:
-        error = str(info.get("error", ""))
-        fix = ("check KERNEL_CACHE_REMOTE_PASSWORD_FILE (or the URL's user:password)" if "auth" in error.lower()
-               or "password" in error.lower() else "check the host, port and firewall, and that redis-server runs")
-        return [Check("remote", PROBLEM, f"{url}: unreachable ({error}); jobs compile and cache locally", fix)]
+        error = notices.without_retry(str(info.get("error", "")))
+        return [Check("remote", PROBLEM, f"{url}: unreachable ({error}); jobs compile and cache locally",
+                      notices.fix_for(error))]
     tls = " over TLS" if config.remote.startswith("rediss://") else ""
     checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{_deployment(info)}, "
                     f"{info['round_trip_ms']} ms round trip, namespace {info['namespace']}, "

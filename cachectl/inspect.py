@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-from cachectl import entry_kinds, kinds, show_views, winners_view
+from cachectl import entry_kinds, kinds, notices, show_views, winners_view
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stale, normal_arch, read_raw, scan, sort_entries
 from cachectl.render import human_size, human_time, table
@@ -35,9 +35,10 @@ def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool,
         try:
             infos += scan(level, store.stats.entry_hits)
         except LevelUnavailable as exc:
+            why = notices.explained(str(exc))
             if unreachable is None:
-                raise
-            unreachable.append((level, str(exc)))
+                raise LevelUnavailable(why) from None
+            unreachable.append((level, why))
     if with_stale:
         mark_stale(infos, ctx.installed_toolchain)
     return infos

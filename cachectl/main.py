@@ -9,46 +9,20 @@ Triton and JAX, which only prewarm and the stale checks need.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import importlib.metadata
 import json
 import os
-import re
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from cachectl import arguments, notices
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, JSON_SCHEMA, CliError, Context
 from cachectl.inventory import SORT_KEYS
-from kernel_cache.display import echo
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.settings.config import ConfigError, parse_duration, parse_size
-
-
-class _Parser(argparse.ArgumentParser):
-    """One-line errors, not a usage dump, with a suggestion and the help page of the command at fault."""
-
-    def error(self, message: str) -> NoReturn:
-        match = re.search(r"^(?:argument (\S+): )?invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if match:
-            option, value, listed = match.groups()
-            choices = re.findall(r"'([^']*)'", listed) or [c.strip() for c in listed.split(",")]
-            close = difflib.get_close_matches(value, choices, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; one of: {', '.join(choices)}"
-            what = "command" if option in (None, "COMMAND") else f"value for {option.split('/')[-1]}"
-            raise CliError(f"unknown {what} '{value}'{hint} (see '{self.prog} --help')")
-        raise CliError(f"{message} (see '{self.prog} --help')")
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
-        parsed, extra = super().parse_known_args(args, namespace)
-        command = getattr(parsed, "command", None)
-        if extra and command and self.prog == "cachectl":  # name the subcommand whose options were wrong
-            raise CliError(f"unrecognized arguments: {' '.join(echo(a) for a in extra)} "
-                           f"(see 'cachectl {command} --help')")
-        return parsed, extra
 
 
 def _version() -> str:
@@ -58,58 +32,8 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text, "size")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("size: ")) from None
-
-
-def _duration(text: str) -> float:
-    """An age with its unit: a bare `30` is refused (read as seconds it selects every entry minutes old)."""
-    try:
-        return parse_duration(text, "age")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("age: ")) from None
-
-
-def _arch_list(text: str) -> list[str]:
-    arches = [a.strip() for a in text.split(",") if a.strip()]
-    if not arches:
-        raise argparse.ArgumentTypeError("expected a comma-separated list like sm_80,sm_90")
-    return arches
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {echo(text)}")
-    return value
-
-
-def _positive(text: str) -> int:
-    """A count of at least 1: every refusal says so, whatever was given (0, -5, 'x')."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {echo(text)}")
-    return value
-
-
-def _jobs(text: str) -> int:
-    try:
-        return _positive(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
+    common = arguments.Parser(add_help=False)
     common.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
                         help="cache directory (default: $KERNEL_CACHE_DIR)")
     common.add_argument("--shared-dir", type=Path, default=argparse.SUPPRESS,
@@ -123,12 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="print more detail (full keys, skipped kernels)")
 
-    parser = _Parser(prog="cachectl", parents=[common],
+    parser = arguments.Parser(prog="cachectl", parents=[common],
                      description="Inspect, bound, verify and prewarm a kernel-cache directory. Sizes are "
                                  "binary (1 KiB = 1024 bytes).",
                      epilog="exit codes: 0 ok, 1 problems found or left, 2 cannot run")
     parser.add_argument("--version", action="version", version=f"cachectl (kernel-cache) {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=arguments.Parser)
     sub.required = True
 
     def command(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
@@ -138,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def filters(p: argparse.ArgumentParser, level: bool = True, destructive: bool = False) -> None:
         p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
-        p.add_argument("--arch", type=_arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
-        p.add_argument("--older-than", type=_duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
+        p.add_argument("--arch", type=arguments.arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
+        p.add_argument("--older-than", type=arguments.duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
         p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
         if level:
             _level_option(p, destructive)
@@ -161,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "written whole or not at all")
 
     p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
-    p.add_argument("--max-size", type=_size, metavar="SIZE",
+    p.add_argument("--max-size", type=arguments.size, metavar="SIZE",
                    help="evict least recently used entries until the level fits SIZE (e.g. 10G)")
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
@@ -174,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompile kernel entries of the installed toolchain from their recipes, without "
                         "touching the cache, and compare the bytes with the stored ones")
     chosen = p.add_mutually_exclusive_group()
-    chosen.add_argument("--sample", type=_positive, metavar="N",
+    chosen.add_argument("--sample", type=arguments.positive, metavar="N",
                         help="with --rebuild: check N kernel entries chosen at random (the default, with N=20)")
     chosen.add_argument("--all", action="store_true", help="with --rebuild: check every kernel entry")
     p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
@@ -187,24 +111,24 @@ def build_parser() -> argparse.ArgumentParser:
     _level_option(p, destructive=True)
 
     p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
-    p.add_argument("program", nargs="?", metavar="MODULE:FUNCTION",
+    p.add_argument("program", nargs="?", type=arguments.program, metavar="MODULE:FUNCTION",
                    help="lower this JAX program for cuda instead of rebuilding recipes")
-    p.add_argument("--arch", type=_arch_list, metavar="ARCHES",
+    p.add_argument("--arch", type=arguments.arch_list, metavar="ARCHES",
                    help="build for these targets (default: each recipe's own; programs: sm_90)")
     p.add_argument("--kernel", metavar="GLOB", help="only recipes of these kernels")
     p.add_argument("--allow-module", action="append", default=[], metavar="PATTERN", dest="allow_module",
                    help="rebuild recipes whose kernel module matches this glob, e.g. 'mylib.*' (repeatable); "
                         "rebuilding imports the module, so recipes of other modules are skipped, and "
                         "with none given no recipe is rebuilt")
-    p.add_argument("-j", "--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("-j", "--jobs", type=arguments.jobs, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: CPU count)")
 
     p = command("tune", "tune.cmd_tune",
                 "on this GPU, time every config of each autotuned call of a program and keep the fastest")
-    p.add_argument("program", metavar="MODULE:FUNCTION",
+    p.add_argument("program", type=arguments.program, metavar="MODULE:FUNCTION",
                    help="a function returning programs with real arguments: [(fn, args), ...]")
-    p.add_argument("--reps", type=_positive, default=20, metavar="N", help="timed runs per config (default 20)")
-    p.add_argument("--warmup", type=_count, default=3, metavar="N", help="untimed runs first (default 3)")
+    p.add_argument("--reps", type=arguments.positive, default=20, metavar="N", help="timed runs per config (default 20)")
+    p.add_argument("--warmup", type=arguments.count, default=3, metavar="N", help="untimed runs first (default 3)")
 
     p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
     p.add_argument("file", type=Path)
@@ -264,6 +188,11 @@ def _handler(dotted: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with notices.in_cachectl_words():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     ctx = None
     try:
         args = build_parser().parse_args(argv)
@@ -277,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
         return exc.code
     except LevelUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
-        print(f"cachectl: {exc}", file=sys.stderr)
+        why = notices.explained(str(exc))
+        print(f"cachectl: {why}", file=sys.stderr)
         if "--json" in (argv if argv is not None else sys.argv[1:]):
-            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": EXIT_PROBLEMS}))
+            print(json.dumps({"schema": JSON_SCHEMA, "error": why, "exit_code": EXIT_PROBLEMS}))
         return EXIT_PROBLEMS
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -73,11 +73,17 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
         return code
     ctx.say(("" if interrupted is None else f"interrupted after {progress.so_far()}: ")
             + f"built {len(built)}, already present {len(present)}, failed {len(failed)}"
-            + (f", skipped {len(skipped)} (module not allowed"
-               + ("" if all(o.module for o in skipped) else " or recipe malformed") + ")" if skipped else "")
+            + (f", skipped {len(skipped)} ({_skip_reasons(skipped)})" if skipped else "")
             + (_left(progress) if interrupted is not None else "")
             + f" in {seconds:.1f} s with -j {args.jobs}")
     return code
+
+
+def _skip_reasons(skipped: list[Outcome]) -> str:
+    """'module not allowed', 'kernel not importable', 'recipe malformed', as the skips had them."""
+    reasons = {"module not allowed" if o.module else "kernel not importable" if recipes.NO_IMPORT in o.error
+               else "recipe malformed" for o in skipped}
+    return " or ".join(r for r in ("module not allowed", "kernel not importable", "recipe malformed") if r in reasons)
 
 
 def _left(progress: Progress) -> str:
@@ -123,7 +129,7 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
     if not found:
         ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                 "or prewarm MODULE:FUNCTION)")
-    elif not args.allow_module:
+    elif not args.allow_module and any(recipes.not_importable(recipe) is None for recipe in found):
         ctx.say("no --allow-module given: rebuilding a recipe imports the module it names, which "
                 "whoever wrote the cache chose, so no recipe is rebuilt; pass --allow-module PATTERN "
                 "(e.g. 'mylib.*') for the kernel modules you trust")
@@ -149,11 +155,16 @@ def _report_skipped(skipped: list[Outcome], verbose: bool) -> None:
             print(f"SKIPPED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
         return
     by_module: dict[str, int] = {}
+    by_reason: dict[str, list[Outcome]] = {}  # a kernel defined in a script: one line for all its builds
     for o in skipped:
         if o.module:
             by_module[o.module] = by_module.get(o.module, 0) + 1
         else:
-            print(f"SKIPPED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
+            by_reason.setdefault(o.error, []).append(o)
+    for reason, same in by_reason.items():
+        first = same[0]
+        print(f"SKIPPED  {first.label}  {first.arch}: {reason}" if len(same) == 1 else
+              f"SKIPPED  {len(same)} recipe build(s): {reason}", file=sys.stderr)
     for module, count in sorted(by_module.items()):
         print(f"SKIPPED  {count} recipe build(s) of module '{module}': not allowed "
               f"(rebuild them with --allow-module '{module}')", file=sys.stderr)

@@ -8,7 +8,9 @@ Measured on a CPU-only host (Triton 3.9; each example kernel compiled twice, in 
 with keep_ir, in one): every blob identical, of the metadata only `compile_seconds` differed. Triton
 writes the kernel's source path into the ttir, ptx and cubin, which the (portable) key does not
 cover: a kernel installed at another path gives the same key and other bytes, a mismatch that names
-both paths. As in prewarm, only modules matched by --allow-module are imported (`recipes`).
+both paths. As in prewarm, only modules matched by --allow-module are imported (`recipes`), and
+never a kernel defined in a script. This module is long because choosing the sample, rebuilding it
+and saying what was skipped and why are one pass over the same checks.
 """
 
 from __future__ import annotations
@@ -128,10 +130,12 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
                 check.reason = str(exc)
             else:
                 denied = next((m for m in modules if not allowed(m)), None)
-                if denied is None:
+                unreachable = recipes.not_importable(recipe)  # no --allow-module imports a script's kernel
+                if unreachable is None and denied is None:
                     candidates.append((info, recipe, modules[0]))
                     continue
-                check.reason, check.module = recipes._not_allowed(denied, "verify --rebuild"), denied
+                check.reason = unreachable or recipes._not_allowed(str(denied), "verify --rebuild")
+                check.module = None if unreachable else denied
         skipped.append(check)
     return candidates, skipped, others
 
@@ -270,7 +274,8 @@ def _summary(args: Any, checks: list[Check], skipped: list[Check], others: list[
         text += f"; {not_sampled} more not sampled (--all checks every one)"
     if skipped:
         why = Counter("module not allowed" if c.module else "another toolchain" if _other_toolchain(c)
-                      else "no recipe" if c.reason == "records no recipe" else "other" for c in skipped)
+                      else "no recipe" if c.reason == "records no recipe"
+                      else "kernel not importable" if recipes.NO_IMPORT in c.reason else "other" for c in skipped)
         text += f"; skipped {len(skipped)} (" + ", ".join(f"{n} {w}" for w, n in sorted(why.items())) + ")"
     if others:
         text += f"; not rebuilt: {kinds.breakdown(others)}"
@@ -288,12 +293,15 @@ def _other_toolchain(check: Check) -> bool:
 
 def _report_skipped(skipped: list[Check], verbose: bool) -> None:
     """On stderr: each skip with -v; else one line per module not allowed, one for the entries of other
-    toolchains, and each other skip (no recipe, a malformed one)."""
+    toolchains, one per kernel no import finds, and each other skip (no recipe, a malformed one)."""
     grouped = Counter(c.module or OTHER_TOOLCHAIN for c in skipped if not verbose and (c.module or _other_toolchain(c)))
     for name, n in sorted(grouped.items()):  # a module name has no spaces: never OTHER_TOOLCHAIN
         print(f"SKIPPED  {_entries(n)} " + (f"{name}: only the installed one's entries can be compared (-v names "
               f"them)" if name == OTHER_TOOLCHAIN else f"of module '{name}': not allowed (check them with "
               f"--allow-module '{name}')"), file=sys.stderr)
+    unreachable = Counter(c.reason for c in skipped if not verbose and recipes.NO_IMPORT in c.reason)
+    for reason, n in unreachable.items():  # one line per kernel defined in a script, whatever its entries
+        print(f"SKIPPED  {_entries(n)}: {reason}", file=sys.stderr)
     for c in skipped:
-        if verbose or not (c.module or _other_toolchain(c)):
+        if verbose or not (c.module or _other_toolchain(c) or c.reason in unreachable):
             print(f"SKIPPED  {c.key[:12]}  {c.kernel}  {c.arch}  ({c.level}): {c.reason}", file=sys.stderr)

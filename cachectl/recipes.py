@@ -25,6 +25,8 @@ from kernel_cache.store import Store
 
 # Recipes -----------------------------------------------------------------------------------
 ALLOW_HINT = "--allow-module PATTERN"
+SCRIPT_MODULE = "__main__"  # the module of whatever a script (`python train.py`) defines
+NO_IMPORT = "which no import finds again"  # in every reason a recipe cannot be rebuilt for where its kernel lives
 Recipe = dict[str, Any]  # an entry's recorded recipe: JSON, as whoever wrote the cache wrote it
 Build = tuple[Recipe, str, str, str]  # a planned build: (recipe, arch, label, key)
 
@@ -53,19 +55,44 @@ def _module_of(path: object) -> str:
 def recipe_modules(recipe: Recipe) -> list[str]:
     """Every module rebuilding `recipe` would import, without importing anything: the kernel's, then
     those of jitted functions among its values ({"jit": "MODULE:QUALNAME"}, at any depth)."""
+    return list(dict.fromkeys(_module_of(path) for path in _kernel_paths(recipe)))
+
+
+def _kernel_paths(recipe: Recipe) -> list[object]:
+    """The kernel's name, then those of jitted functions among the recipe's values, as written."""
     if not isinstance(recipe, dict):
         raise MalformedRecipe("malformed recipe: not a JSON object")
-    modules = [_module_of(recipe.get("kernel"))]
+    paths = [recipe.get("kernel")]
     stack = [v for k, v in recipe.items() if k != "kernel"]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
             if "jit" in value:
-                modules.append(_module_of(value["jit"]))
+                paths.append(value["jit"])
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-    return list(dict.fromkeys(modules))
+    return paths
+
+
+def not_importable(recipe: Recipe) -> str | None:
+    """Why no import finds a function `recipe` names again (defined in a script, or inside another
+    function), or None. No --allow-module makes such a recipe rebuildable, so none is suggested: the
+    reason says where the kernel must live instead."""
+    try:
+        paths = [p for p in _kernel_paths(recipe) if isinstance(p, str)]
+    except MalformedRecipe:
+        return None
+    for path in paths:
+        module, _, qualname = path.partition(":")
+        if module == SCRIPT_MODULE:
+            return (f"{shown(path)} is defined in a script, {NO_IMPORT}: only kernels defined in an importable "
+                    f"module (installed, or on PYTHONPATH) can be prewarmed or rebuilt; move it into one and "
+                    f"import it from the script")
+        if "<locals>" in qualname:
+            return (f"{shown(path)} is defined inside a function, {NO_IMPORT}: only kernels at the top level of "
+                    f"an importable module can be prewarmed or rebuilt")
+    return None
 
 
 def _not_allowed(module: str, command: str = "prewarm") -> str:
@@ -105,6 +132,7 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
         except MalformedRecipe as exc:
             report(Outcome(label, "?", "skipped", error=str(exc)))
             continue
+        unreachable = not_importable(recipe)
         denied = next((m for m in modules if not allowed(m)), None)
         identity = _recipe_identity(recipe)
         recorded = recipe.get("target")
@@ -116,6 +144,9 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
             if (identity, arch_name) in seen:
                 continue
             seen.add((identity, arch_name))
+            if unreachable is not None:
+                report(Outcome(label, arch_name, "skipped", error=unreachable))
+                continue
             if denied is not None:
                 report(Outcome(label, arch_name, "skipped", error=_not_allowed(denied), module=denied))
                 continue

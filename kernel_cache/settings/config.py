@@ -126,7 +126,7 @@ class Setting(FrozenValue):
     env: str
     field: str
     parse: Callable[[str, str], Any]
-    default: str
+    default: str  # a value in it is written as `spelled` writes it, as `cachectl config` prints it
     help: str
 
     def __init__(self, env: str, field: str, parse: Callable[[str, str], Any], default: str, help: str) -> None:
@@ -150,12 +150,12 @@ SETTINGS: tuple[Setting, ...] = (
             "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, level, ms) on stderr; "
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
     Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
-    Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`600s`",
+    Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`10m`",
             "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
             "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "
             "a remote compile lease is honoured; also bounds (at most 30 s) a wait for the local index held by "
             "another process"),
-    Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`120s`",
+    Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`2m`",
             "a shared-level soft lock not refreshed for this long is taken over (its holder died)"),
     Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
             "GPU target (`sm_90`, `gfx942`) for calls without `compute_capability=`; it overrides the "
@@ -232,18 +232,19 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
         raise ConfigError(str(exc)) from None
 
 
-def _check_remote(text: str) -> None:
-    """KERNEL_CACHE_REMOTE: one or more Redis URLs, each one redis-py can use (ConfigError saying
-    which and what is wrong, its secrets hidden)."""
+def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
+    """One or more Redis URLs, each one redis-py can use (ConfigError saying which and what is wrong,
+    its secrets hidden). `source` names where the text came from (the variable, or cachectl's
+    --remote), so the message sends the reader to what they wrote."""
     urls = redis_seeds.split_urls(text)
     if not urls:
-        raise ConfigError("KERNEL_CACHE_REMOTE is set but names no server (redis://host:port/db, several "
+        raise ConfigError(f"{source} names no server (redis://host:port/db, several "
                           "separated by commas)")
     for url in urls:
         try:
             redis_seeds.check_url(url)
         except redis_seeds.BadRemoteUrl as exc:
-            raise ConfigError(f"KERNEL_CACHE_REMOTE: {echo(redacted(url))}: {exc}") from None
+            raise ConfigError(f"{source}: {echo(redacted(url))}: {exc}") from None
 
 
 def _password_file(text: str) -> str:
@@ -374,7 +375,7 @@ class Config(FrozenValue):
             except signing.SigningKeyError as exc:
                 raise ConfigError(f"KERNEL_CACHE_SIGNING_KEY: {exc}") from None
         if self.remote is not None:
-            _check_remote(self.remote)
+            check_remote(self.remote)
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.remote_namespace):
             raise ConfigError(f"KERNEL_CACHE_REMOTE_NAMESPACE={echo(self.remote_namespace)}: letters, digits, "
                               f"'.', '_' and '-' only (at most 64)")

@@ -428,10 +428,10 @@ def test_import_validates_format_checksum_and_toolchain(pristine, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["prune", "--max-size", "10X"], "argument --max-size: cannot read '10X' as a size"),
     (["list", "--older-than", "3 fortnights"], "argument --older-than: cannot read '3 fortnights' as a duration"),
-    (["prewarm", "-j", "0"], "argument -j/--jobs: expected a positive number"),
+    (["prewarm", "-j", "0"], "argument -j: expected a positive number"),
     (["verify", "--rebuild", "--sample", "0"], "argument --sample: expected a positive number, got '0'"),
     (["verify", "--rebuild", "--sample", "-5"], "argument --sample: expected a positive number, got '-5'"),
-    (["tune", "prog.py", "--reps", "-1"], "argument --reps: expected a positive number, got '-1'"),
+    (["tune", "prog:main", "--reps", "-1"], "argument --reps: expected a positive number, got '-1'"),
     (["frobnicate"], "unknown command 'frobnicate'; one of: list, show"),
 ])
 def test_bad_arguments_exit_2_with_one_line(pristine, args, message):
@@ -443,7 +443,7 @@ def test_bad_arguments_exit_2_with_one_line(pristine, args, message):
 def test_missing_directory_is_an_error_and_not_created(tmp_path):
     missing = tmp_path / "nope"
     proc = cachectl("--dir", missing, "list")
-    assert proc.returncode == 2 and proc.stderr.strip() == f"cachectl: no cache directory at {missing}"
+    assert proc.returncode == 2 and proc.stderr.startswith(f"cachectl: no cache directory at {missing}: ")
     assert not missing.exists()
     env = {k: "" for k in os.environ if k.startswith("KERNEL_CACHE_")}
     proc = cachectl("stats", env=env)

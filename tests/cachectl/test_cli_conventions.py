@@ -74,7 +74,9 @@ def test_version_suggestions_and_errors_as_json():
     assert typo.returncode == 2 and "did you mean 'list'" in typo.stderr
     err = cachectl("--dir", "/nonexistent/kc", "list", "--json")
     assert err.returncode == 2
-    assert json.loads(err.stdout) == {"schema": 2, "error": "no cache directory at /nonexistent/kc", "exit_code": 2}
+    doc = json.loads(err.stdout)
+    assert {**doc, "error": "?"} == {"schema": 2, "error": "?", "exit_code": 2}
+    assert doc["error"].startswith("no cache directory at /nonexistent/kc: ")
 
 
 def test_quiet_list_prints_rows_only_and_json_is_versioned(cache):
