@@ -278,6 +278,13 @@ def report(cold: dict[str, Any], warm: dict[str, Any], arch: str) -> None:
             print(f"  {note}")
 
 
+def start_line(cache: Path, keep: bool) -> str:
+    """The demo's first line of its own: its programs, its cache, and whether that was emptied first."""
+    state = ("--keep: not emptied, so the cold phase may find what an earlier run left" if keep else
+             "emptied at each start, so the cold phase compiles every kernel; --keep keeps it")
+    return f"kernel-cache demo: 9 JAX programs / 14 Triton kernels, cache dir {_shown(cache)} ({state})"
+
+
 def main() -> None:
     args = parse_args()
     if args.phase:
@@ -289,8 +296,7 @@ def main() -> None:
         print(f"demo: {e}", file=sys.stderr)
         sys.exit(2)
     env = phase_env(cache, args.arch, dict(os.environ))
-    print(f"kernel-cache demo: 9 JAX programs / 14 Triton kernels, cache dir {_shown(cache)}"
-          + (" (--keep: not emptied)" if args.keep else ""))
+    print(start_line(cache, args.keep))
     ignored = [k for k in USERS_CACHES if os.environ.get(k)]
     if ignored:
         print(f"  ({' and '.join(ignored)} not used: the demo writes only to its own directory; --dir picks another)")

@@ -76,3 +76,26 @@ def test_a_remote_problem_is_shown_not_swallowed(tmp_path, settings, stderr, not
     assert f"\n  {note}" in notes, proc.stdout
     # cold: compiled (the rule may also read from memory a config a compile worker built first); warm: the record
     assert re.search(r"^matmul\[autotuned x6\] .* compiled 6\b.* disk record$", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["emptied", "kept"])
+def test_the_demo_says_at_its_start_whether_it_emptied_its_cache(tmp_path, monkeypatch, capsys, keep):
+    """Its first line of its own says what it did to its cache (emptied, or kept with --keep), as it did."""
+    cache = tmp_path / "demo"
+    demo.prepare_demo_dir(cache)
+    (cache / "left-by-an-earlier-run").write_text("an entry\n")
+
+    def no_phase(name, env):
+        raise demo.DemoPhaseError("the phases are not run here")
+
+    monkeypatch.setattr(demo, "run_phase", no_phase)
+    monkeypatch.setattr(sys, "argv", ["demo.py", "--dir", str(cache), *(["--keep"] if keep else [])])
+    with pytest.raises(SystemExit):
+        demo.main()
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"kernel-cache demo: 9 JAX programs / 14 Triton kernels, cache dir {cache} ("), first
+    assert (cache / "left-by-an-earlier-run").exists() == keep
+    if keep:
+        assert "--keep: not emptied" in first, first
+    else:
+        assert "emptied at each start" in first and "--keep keeps it" in first, first

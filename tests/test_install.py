@@ -13,7 +13,7 @@ That test installs jax, jaxlib and Triton from the package index (about two minu
 2-core box), so it runs where scripts/test.sh tests every stack (`KERNEL_CACHE_STACKS=all`, as CI does:
 test.sh then sets KC_TEST_FRESH_INSTALL=1, which also asks for it by hand), once: on the current
 stack's venv, whose Python gets the current stack's jax from the README's lines. The other tests here are quick and run
-on every stack: no extra brings a CUDA runtime, and the README pins the jax versions the stacks pin.
+on every stack: no extra brings a CUDA runtime, and the README's GPU line pins the GPU-tested stack.
 """
 
 from __future__ import annotations
@@ -64,13 +64,26 @@ def cpu_lines() -> list[str]:
     return commands(block)
 
 
-def test_the_readme_pins_the_jax_the_stacks_pin():
-    """The GPU host's line names `jax[cuda13]` at a version a stack in scripts/stacks/ tests."""
-    pinned = {m for f in (ROOT / "scripts" / "stacks").glob("*.txt")
-              for m in re.findall(r"^jax==(\S+)$", f.read_text(), re.M)}
+def supported_row(stack: str) -> dict[str, str]:
+    """The README's "Supported versions" row of `stack`, by column."""
+    table = README[README.index("## Supported versions"):README.index("## Install into your environment")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("|")]
+    (row,) = [r for r in rows[2:] if r[0] == stack]
+    return dict(zip(rows[0], row))
+
+
+def test_the_readme_gpu_line_pins_the_gpu_tested_stack():
+    """The GPU host's line pins `jax[cuda13]` and Triton at the table's GPU host versions (the one stack
+    tested on a GPU) and names its Python; pyproject's bounds admit them."""
+    gpu_host = supported_row("GPU host")
     (gpu,) = [b for b in bash_blocks() if "--no-deps" not in b]
-    named = set(re.findall(r'"jax\[cuda13\]==([^"]+)"', gpu))
-    assert named and named <= pinned, (named, pinned)
+    assert re.findall(r'"jax\[cuda13\]==([^"]+)"', gpu) == [gpu_host["jax / jaxlib"]], gpu
+    assert re.findall(r'"triton==([^"]+)"', gpu) == [gpu_host["triton"]], gpu
+    assert f"Python {gpu_host['Python']}" in gpu, gpu
+    bounds = {r.name: r.specifier for r in map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())
+                                                ["project"]["dependencies"])}
+    for name, column in (("jax", "jax / jaxlib"), ("jaxlib", "jax / jaxlib"), ("triton", "triton")):
+        assert bounds[name].contains(gpu_host[column]), (name, bounds[name], gpu_host[column])
     lines = cpu_lines()
     assert lines[0] == f"pip install {CHECKOUT}" and "jax-cuda13-plugin==" in lines[1], lines
     assert "cachectl doctor" in lines

@@ -1,11 +1,17 @@
 """The README's Python example runs as written (cross-lowered for sm_90 on a CPU host), the README stays
 a ten-minute read, and the README and docs/ link only to what exists."""
 
+import json
 import re
+import subprocess
+import sys
+import tomllib
 import unicodedata
 from pathlib import Path
 
-from conftest import ROOT, run_python
+from conftest import ROOT, child_env, run_python
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -23,6 +29,38 @@ def test_readme_configuration_table_is_the_settings_table():
     from kernel_cache.settings.config import render_table
 
     assert render_table() in (ROOT / "README.md").read_text()
+
+
+def test_the_readme_defaults_are_spelled_as_cachectl_config_prints_them():
+    """Each default the configuration table writes as a value (`10m`, `256M`, `auto`) is the value
+    `cachectl config` prints for that setting where nothing is set."""
+    text = (ROOT / "README.md").read_text()
+    written = {}
+    for line in text.splitlines():
+        if line.startswith("| `KERNEL_CACHE_"):
+            values = re.findall(r"`([^`]+)`", line.rstrip(" |").rsplit(" | ", 1)[1])
+            if values:
+                written[line.split("`")[1]] = values[-1]
+    proc = subprocess.run([sys.executable, "-m", "kernel_cache", "config", "--json"], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed = {row["variable"]: row["value"] for row in json.loads(proc.stdout)["settings"] if row["source"] == "default"}
+    assert {"KERNEL_CACHE_LOCK_TIMEOUT", "KERNEL_CACHE_SOFT_LOCK_STALE", "KERNEL_CACHE_REMOTE_TTL"} <= written.keys()
+    assert {name: printed.get(name) for name in written} == written
+
+
+def test_pyprojects_python_bound_is_the_supported_pythons():
+    """pyproject's requires-python admits exactly the Pythons of the README's "Supported versions" table,
+    which the install section's "Python X to Y" spans."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Supported versions"):text.index("## Install into your environment")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("|")]
+    column = rows[0].index("Python")
+    supported = {row[column] for row in rows[2:]}
+    bound = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+    assert {f"3.{minor}" for minor in range(40) if f"3.{minor}" in bound} == supported, (str(bound), supported)
+    low, high = re.search(r"\(Python (3\.\d+) to (3\.\d+)\)", text[text.index("## Install into"):]).groups()
+    assert (low, high) == (min(supported, key=Version), max(supported, key=Version))
 
 
 def test_every_warning_the_trust_model_explains_is_one_the_code_can_give():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -213,3 +214,33 @@ def test_the_test_command_tests_one_stack_and_ci_all(checkout, tmp_path):
     ci = (ROOT / ".ci" / "run").read_text()
     assert "KERNEL_CACHE_STACKS=all exec scripts/test.sh" in ci
     assert "KERNEL_CACHE_STACKS=all scripts/test.sh" in (ROOT / "README.md").read_text()
+
+
+def test_the_docs_name_each_pythons_cachectl():
+    """README and docs/setup.md give the demo's `cachectl` path for each supported Python: the venv
+    scripts/stacks/python.sh makes for that Python's stack."""
+    def venv_of(minor: str) -> str:
+        asked = subprocess.run([BASH, "-c", f'source "{ROOT}/scripts/stacks/python.sh"; '
+                                            f'stack_venv "$(version_stack {minor})" .'],
+                               capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+        return asked.stdout.strip().removeprefix("./")
+
+    expected = {minor: venv_of(minor) for minor in STACK_OF}
+    assert expected == {"3.11": ".venv", "3.12": ".venv-current", "3.13": ".venv-current-py313"}
+    for path in (ROOT / "README.md", ROOT / "docs" / "setup.md"):
+        named = dict((m, v) for v, m in re.findall(r"`(\.venv[\w-]*)/bin/cachectl[^`]*` on (?:Python )?(3\.\d+)",
+                                                   path.read_text()))
+        assert named == expected, (path.name, named)
+
+
+def test_the_docs_say_what_the_test_command_installs_as_root():
+    """scripts/test.sh installs redis-server with apt-get when run as root: README and docs/setup.md say so."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    assert re.search(r'if \[ "\$\(id -u\)" = 0 \] && command -v apt-get .*\n.*apt-get update.*\n.*apt-get install '
+                     r'.*redis-server', script)
+    readme = (ROOT / "README.md").read_text()
+    two = readme[readme.index("## Two commands"):readme.index("## Supported versions")]
+    setup = (ROOT / "docs" / "setup.md").read_text()
+    for text in (two, setup):
+        said = [p for p in re.split(r"\n\s*\n", text) if "redis-server" in p and "root" in p and "apt-get" in p]
+        assert said, text[:200]
