@@ -135,7 +135,7 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
                     candidates.append((info, recipe, modules[0]))
                     continue
                 check.reason = unreachable or recipes._not_allowed(str(denied), "verify --rebuild")
-                check.module = None if unreachable else denied
+                check.module = "" if unreachable else str(denied)
         skipped.append(check)
     return candidates, skipped, others
 
