@@ -278,8 +278,9 @@ class RemoteLevel:
     def get(self, key: str) -> Entry | None:
         stream_over = STREAM_BYTES if self.signer is not None else None
         if self._link is None:  # the small reader serves (one server: no stand-ins)
-            name: str | None = self._entry(key)
-            found: object = self._peeked("read", self._entry(key), self.max_entry_bytes, stream_over)
+            own = self._entry(key)
+            name: str | None = own
+            found: object = self._peeked("read", own, self.max_entry_bytes, stream_over)
         else:
             found, name = self._at_placed("e:", key, lambda at: self._peek_or_failed(
                 "read", at, self.max_entry_bytes, stream_over))

@@ -496,12 +496,9 @@ class RedisLink:
         timeout = isinstance(exc, self.redis.TimeoutError)
         health = self.health(node)
         with self._lock:
-            now = time.monotonic()
             self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
             self.counters["breaker_openings"] += 1
-            pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
-            health.faults_in_a_row += 1
-            health.open_until = now + pause
+            self._back_off(health)
             self._start_prober()
         if overflowed:
             return f"sent a reply over {max_bytes or self.max_reply_bytes} bytes"
@@ -516,6 +513,12 @@ class RedisLink:
             return "sent a reply that is no answer to what was asked" + (
                 f" ({type(exc).__name__}: {self.scrub(str(exc))})" if exc is not None else "")
         return f"{type(exc).__name__}: {self.scrub(str(exc))}"
+
+    def _back_off(self, health: NodeHealth) -> None:
+        """One more fault in a row: the next probe 1 s, 2 s … up to breaker_seconds away (under self._lock)."""
+        pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
+        health.faults_in_a_row += 1
+        health.open_until = time.monotonic() + pause
 
     def _start_prober(self) -> None:
         """The prober thread, started where none runs (called holding self._lock)."""
@@ -558,9 +561,7 @@ class RedisLink:
                 self._say_writes_refused(node, what, refusal, health.writes_open_until - time.monotonic(), False)
             return
         with self._lock:
-            pause = min(self.breaker_seconds, FIRST_BACKOFF * 2 ** min(health.faults_in_a_row, 16))
-            health.faults_in_a_row += 1
-            health.open_until = time.monotonic() + pause
+            self._back_off(health)
         if what is not None:  # it answers nothing: hung, or stopped
             with self._lock:
                 self.counters["breaker_openings"] += 1
