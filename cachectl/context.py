@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.errors import KernelCacheError, LevelUntrusted
+from kernel_cache.errors import KernelCacheError
 from kernel_cache.level import KeptLevel
-from kernel_cache.levels.disk.index import ENTRIES_DIR
-from kernel_cache.levels.disk.repair import ValueFilesLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
 from kernel_cache.settings.config import Config, ConfigError, check_remote
 from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import NotACacheDirectory
+from kernel_cache.trust.cache_marker import ENTRIES_DIR, NotACacheDirectory
 from kernel_cache.trust.safefs import Owners, Tree
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -102,7 +99,7 @@ class Context:
     def store(self, create: bool = False, write: bool = False) -> Store:
         """The store on --dir (and the shared directory and remote when configured; with no --dir, those
         alone). Opened read-only unless the command writes, so an operator can look at a cache that is
-        full, on a read-only mount or busy; a cache whose index is damaged is read from its entry files.
+        full, on a read-only mount or busy.
         A missing directory is an error unless the command fills it; a directory that is not a
         kernel-cache one (no marker, other files in it, or the shared kind) is never turned into one."""
         if self._store is None:
@@ -118,32 +115,13 @@ class Context:
                 warnings.simplefilter("ignore", KernelCacheWarning)
                 self._store = Store(self.config, read_only=not (create or write or self.writes))
             if directory is not None and self._store.disk is None:
-                self._store.replace_level("disk", self._disk_fallback(self._store))
-            healed = self._store.healed_index
-            if healed is not None and self._command != "verify":  # verify reports it in full
-                print(f"cachectl: the local index was damaged ({healed['problem']}): rebuilt it from its "
-                      f"{healed['value_files']} entry files ({healed['recovered']} re-indexed, "
-                      f"{len(healed['lost'])} lost)"
-                      + (f"; the damaged index is kept as entries/{healed['moved_aside']}" if healed["moved_aside"]
-                         else ""), file=sys.stderr)
+                raise CliError(str(self._store.unavailable.get("disk") or f"cannot open the cache directory {directory}"))
             if self.config.remote is not None and self._store.level("remote") is None:
                 raise CliError(f"cannot use the remote cache: {self._store.unavailable.get('remote', 'unknown reason')}")
             if self.config.shared_dir is not None and self._store.shared is None:
                 raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
         return self._store
-
-    def _disk_fallback(self, store: Store) -> ValueFilesLevel:
-        """When the local index cannot be opened: its entry files, read-only, with a note."""
-        reason = store.unavailable.get("disk")
-        if isinstance(reason, (LevelUntrusted, NotACacheDirectory)) or reason is None:
-            raise CliError(str(reason or f"cannot open the cache directory {self.config.dir}"))
-        try:
-            level = ValueFilesLevel(Path(self.config.dir or "."), store.owners, self.config.max_entry_bytes)
-        except Exception as exc:
-            raise CliError(f"cannot open the cache directory {self.config.dir}: {reason}; {exc}") from None
-        print(f"cachectl: {reason}; reading the entry files directly", file=sys.stderr)
-        return level
 
     def kept(self) -> list[KeptLevel]:
         """Every persistent level that keeps entries an operator can list (possibly none)."""

@@ -1,9 +1,9 @@
 """cachectl doctor: is this host set up for kernel-cache? One row per check, each ok, warn or problem,
 with the fix for what is not ok; exit 1 when any problem was found.
 
-Read-only: the cache directories are looked at with stat/lstat and the local index opened read-only,
-never through a Store (which would create the layout); nothing is probed by writing (so the shared
-lock kind is the one `auto` picks from the filesystem type, before its flock probe). It imports
+Read-only: the cache directories are looked at with stat/lstat, never through a Store (which would
+create the layout); nothing is probed by writing (so the shared lock kind is the one `auto` picks
+from the filesystem type, before its flock probe). It imports
 Triton and JAX (command modules load only when their command runs) but initialises a JAX backend
 only to look for a GPU, and not at all where JAX_PLATFORMS leaves CUDA out.
 
@@ -13,18 +13,17 @@ fix; split up, the rows an operator reads together would live apart.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import re
 import shutil
 import site
-import sqlite3
 import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import jax
 
@@ -36,20 +35,10 @@ from compiler import triton_compat as tc
 from kernel_cache import configure, interception
 from kernel_cache.coordination.locks import filesystem_of, flock_is_coherent
 from kernel_cache.display import redacted
-from kernel_cache.levels.disk.index import (
-    ENTRIES_DIR,
-    ENTRIES_FILES,
-    INDEX,
-    LOCKS_DIR,
-    OLD_INDEX,
-    STATS_DIR,
-    STATS_FILES,
-    describe_error,
-)
-from kernel_cache.levels.disk.sql import count_and_size, open_read_only
+from kernel_cache.entries.entry import is_key
 from kernel_cache.levels.remote import level as remote_level
-from kernel_cache.levels.shared.level import QUARANTINE_DIR
 from kernel_cache.settings.config import Config
+from kernel_cache.trust.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR, STATS_DIR
 from kernel_cache.trust.safefs import Owners
 from lowering.clients import ejkernel as ejkernel_client
 from lowering.clients import jax_triton as jax_triton_client
@@ -69,7 +58,7 @@ SCHEMA = 1
 # environment"); `pip install kernel-cache` asks the index, which has no such package or somebody else's.
 INSTALL_HINT = ("install kernel-cache with pip from a checkout or a built wheel (pip install /path/to/kernel-cache; "
                 "README: Install into your environment), not only on PYTHONPATH")
-# SQLite's locking (the local index) is not to be trusted on these: the local level is for local disks.
+# flock is not coherent on all of these: the local level is for local disks.
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "9p", "beegfs",
                        "glusterfs", "afs", "orangefs"}
 # the kernel's views of its own state: a cache directory can never be made there
@@ -128,7 +117,7 @@ def _local(config: Config, owners: Owners) -> list[Check]:
     rows = [_local_dir(directory, owners)]
     rows.append(_filesystem_row("cache-fs", directory, local=True))
     if rows[0].status == OK:
-        rows.append(_index(directory, config))
+        rows.append(_size(directory, config))
     return rows
 
 
@@ -152,9 +141,6 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
     found = _untrusted(directory, st, owners)
     for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
         found += _level(directory / sub, owners)
-    for sub, names in ((ENTRIES_DIR, ENTRIES_FILES), (STATS_DIR, STATS_FILES)):
-        for name in names:
-            found += _level(directory / sub / name, owners, kind="file")
     if found:
         return _ownership_problem("cache-dir", found, "another user could plant kernels there, so kernel-cache "
                                   "does not use it (memory only)")
@@ -169,40 +155,19 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
                  None if writable else f"give yourself write access to {directory}")
 
 
-def _index(directory: Path, config: Config) -> Check:
-    db = directory / ENTRIES_DIR / INDEX
-    if not (directory / ENTRIES_DIR).is_dir():
-        return Check("cache-index", OK, "no index yet: created on first use")
-    if not db.is_file() and (directory / ENTRIES_DIR / OLD_INDEX).is_file():
-        return Check("cache-index", WARN, f"an older kernel-cache's index ({OLD_INDEX}): the next program that "
-                     "uses the cache upgrades it; read-only commands (list, stats) find nothing until then",
-                     "cachectl prune (upgrades it now)")
-    if not db.is_file():
-        return Check("cache-index", WARN, f"no index at {db}", "cachectl verify --repair (rebuilds it from the "
-                     "entry files)")
-    try:
-        con = _open_index(db, min(config.index_timeout, 5.0))
-        try:
-            # the entries' bytes, as stats, list and prune count them (the index itself is not an entry)
-            count, size = count_and_size(con)
-        finally:
-            con.close()
-    except Exception as exc:
-        return Check("cache-index", PROBLEM, f"cannot read {db}: {describe_error(exc)}",
-                     "cachectl verify --repair (rebuilds the index from the entry files)")
+def _size(directory: Path, config: Config) -> Check:
+    """How many entries the local level holds and their bytes, as stats, list and prune count them."""
+    count = size = 0
+    for path in (directory / ENTRIES_DIR).glob("??/*"):
+        with contextlib.suppress(OSError):
+            st = path.lstat()
+            if is_key(path.name) and stat.S_ISREG(st.st_mode):
+                count, size = count + 1, size + st.st_size
     over = size > config.max_bytes
-    return Check("cache-index", WARN if over else OK,
+    return Check("cache-size", WARN if over else OK,
                  f"{count} {'entry' if count == 1 else 'entries'}, {human_size(size)} of "
                  f"{human_size(config.max_bytes)} allowed" + (" (over the bound: the next write evicts)" if over else ""),
                  "cachectl prune (evicts down to the bound), or cachectl config max-size SIZE" if over else None)
-
-
-def _open_index(db: Path, timeout: float) -> sqlite3.Connection:
-    """Read-only without creating anything: SQLite makes the WAL's -wal/-shm files for a read-only
-    connection when they are missing, so then (everything checkpointed) read the file as immutable."""
-    if all(db.with_name(db.name + suffix).exists() for suffix in ("-wal", "-shm")):
-        return open_read_only(db, timeout)
-    return sqlite3.connect(f"file:{quote(str(db))}?immutable=1", uri=True, timeout=timeout)
 
 
 # The shared directory -----------------------------------------------------------------------------
@@ -285,8 +250,8 @@ def _filesystem_row(name: str, directory: Path, local: bool) -> Check:
     fs_type, options = filesystem_of(where)
     network = fs_type in NETWORK_FILESYSTEMS or fs_type.startswith("fuse")
     if local and network:
-        return Check(name, WARN, f"{fs_type}: a network filesystem, where the local index's SQLite locking is "
-                     "unreliable", "put KERNEL_CACHE_DIR on a node-local disk; share kernels through "
+        return Check(name, WARN, f"{fs_type}: a network filesystem, where the local level's flock locks may "
+                     "not be coherent", "put KERNEL_CACHE_DIR on a node-local disk; share kernels through "
                      "KERNEL_CACHE_SHARED_DIR")
     ro = " (mounted read-only)" if "ro" in options else ""
     return Check(name, OK, f"{fs_type}{ro}")

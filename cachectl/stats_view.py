@@ -22,11 +22,11 @@ from cachectl.render import bound_source, human_size, human_time
 from kernel_cache.display import escaped
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.level import KeptLevel
-from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX
-from kernel_cache.levels.disk.level import DiskLevel
+from kernel_cache.levels.disk import DiskLevel
 from kernel_cache.levels.remote.level import RemoteLevel
-from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.settings.config import XLA_SUBDIR
+from kernel_cache.trust.cache_marker import ENTRIES_DIR
 from kernel_cache.trust.safefs import Tree
 
 
@@ -181,9 +181,7 @@ def writable_here(level: KeptLevel) -> bool:
         return level.writable
     directory = level.directory
     entries = directory / ENTRIES_DIR
-    index = entries / INDEX
-    return (_may_write(directory) and (not entries.exists() or _may_write(entries))
-            and (not isinstance(level, DiskLevel) or not index.exists() or os.access(index, os.W_OK)))
+    return _may_write(directory) and (not entries.exists() or _may_write(entries))
 
 
 def _may_write(directory: os.PathLike[str]) -> bool:

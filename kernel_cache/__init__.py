@@ -27,7 +27,6 @@ from kernel_cache.entries.entry import CorruptEntry, Entry
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, intercept
 from kernel_cache.level import MaintainedLevel
-from kernel_cache.levels.disk import level as disk_level
 from kernel_cache.session import Session
 from kernel_cache.settings.config import Config, ConfigError, parse_duration, parse_size
 from kernel_cache.store import Store
@@ -79,7 +78,6 @@ def configure(config: Config | None = None) -> Store:
     if old is not None:
         old.close()
     at_exit.add("warm sets", warm_set.save_all)  # here, before any is used; each also does on its own
-    at_exit.add("deferred copies", disk_level.flush_at_exit)
     at_exit.add("counters", _flush_at_exit)
     store = session.store
     if config.dir is None and not config.disabled and not store.persistent_levels:
@@ -117,7 +115,7 @@ def _flush_at_exit() -> None:
         try:
             store = _default.store
             store.stats.flush()
-            # uses for the levels' LRU order, kept in memory so a warm process never writes the index per hit
+            # uses for the levels' LRU order, kept in memory so a warm process does not write per hit
             for level in store.persistent_levels:
                 if isinstance(level, MaintainedLevel):
                     with contextlib.suppress(Exception):

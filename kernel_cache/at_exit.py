@@ -1,7 +1,7 @@
 """The package's one exit sequence: what must reach the cache when the interpreter exits, in the
 order it must. Compile worker processes are closed first (the compiler's, where a miss started
-them), then a program's warm sets are saved (saving reads and writes the store), then the disk
-level's deferred copies are written, then the counters and the uses kept for the levels' LRU order.
+them), then a program's warm sets are saved (saving reads and writes the store), then the counters and
+the uses kept for the levels' LRU order.
 Modules name their step (`add`); the one atexit registration is made when the first step is added,
 at first use as the separate hooks were (a process that never opened a store registers
 nothing), so the sequence runs before the exit hooks of libraries imported earlier (JAX's). A step
@@ -15,7 +15,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-STEPS = ("compile workers", "warm sets", "deferred copies", "counters")
+STEPS = ("compile workers", "warm sets", "counters")
 _steps: dict[str, Callable[[], None]] = {}
 added = _steps.keys()  # the steps added so far (a read-only view: asked without a call)
 _lock = threading.Lock()

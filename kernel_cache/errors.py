@@ -11,30 +11,15 @@ class KernelCacheError(Exception):
 
 
 class LevelUnavailable(KernelCacheError, OSError):
-    """The level cannot be used at all (directory missing and not creatable, damaged index)."""
-
-
-class IndexDamaged(LevelUnavailable):
-    """The local level's index cannot be read (damaged, truncated, emptied or removed) while its entry
-    files are there: the store rebuilds it from them (`disk_repair.open_healed`). `problem` says what
-    is wrong, without the advice the message adds."""
-
-    def __init__(self, message: str, problem: str = ""):
-        super().__init__(message)
-        self.problem = problem or message
+    """The level cannot be used at all (directory missing and not creatable, not a cache directory)."""
 
 
 class LevelUntrusted(LevelUnavailable):
     """The level's directory could have been written by users you did not agree to trust."""
 
 
-class IndexNotReady(LevelUnavailable):
-    """The local level's index has no tables (yet): a neighbour may be creating it right now, or it
-    was cut to nothing (IndexDamaged instead, where entry files are beside it)."""
-
-
 class LevelReadOnly(KernelCacheError, OSError):
-    """The level serves hits but cannot take writes (read-only mount, full disk, busy index)."""
+    """The level serves hits but cannot take writes (read-only mount, full disk)."""
 
 
 class RejectedEntry(KernelCacheError):

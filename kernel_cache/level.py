@@ -2,8 +2,8 @@
 cachectl asks a level for maintenance through a type, not by probing for methods: `Level`, the data
 path every level has, and `MaintainedLevel`, the maintenance an operator's tools use, which a level may
 lack (checked with isinstance). A level describes itself (`name`, `location`, `mode`, `writable`):
-nothing switches on a level's name to say where it is. (cachectl still names the local level by
-class for its index's own repair, and the remote's for its server description.)
+nothing switches on a level's name to say where it is. (cachectl still names the remote level by
+class for its server description.)
 
 A level stores entries by content key, and the store treats every level alike, memory first: it
 reads them in order (`get`) and keeps an entry in each (`keep`: the entry and its bytes as the store
@@ -16,7 +16,7 @@ persistent level's door (`entry.check_key`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,7 +33,7 @@ class Level(Protocol):
 
     @property
     def writable(self) -> bool:
-        """False while writes are refused (read-only mount, full disk, busy index, a remote cooling
+        """False while writes are refused (read-only mount, full disk, a remote cooling
         down after an error): puts are skipped."""
 
     @property
@@ -98,24 +98,6 @@ class MaintainedLevel(Protocol):
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
 
-@runtime_checkable
-class DeferringLevel(Protocol):
-    """A level that takes a hit's copy (a backfill) in a batch, later, rather than at once: the
-    local disk, which a fresh node served by the cluster would otherwise write once per hit (an
-    index transaction and a value file) while it lowers. The level keeps what it deferred until
-    then, and serves it."""
-
-    def keep_later(self, entry: Entry, data: bytes) -> None:
-        """`keep`, deferred to the level's next write, its close or the process's exit."""
-
-
-@runtime_checkable
-class IndexedLevel(Protocol):
-    """A level that can tell which of many keys it holds in one question (the local index)."""
-
-    def present(self, keys: Sequence[str]) -> set[str]: ...
-
-
 class _Directoried(Protocol):
     @property
     def directory(self) -> Path | None: ...
@@ -125,8 +107,8 @@ class _Directoried(Protocol):
 
 
 class InDirectory:
-    """How a level kept in a directory describes itself (the local and shared levels, the local
-    level's value files seen alone): its directory, and whether it takes writes now."""
+    """How a level kept in a directory describes itself (the local and shared levels): its
+    directory, and whether it takes writes now."""
 
     @property
     def location(self: _Directoried) -> str:
@@ -143,7 +125,7 @@ class KeptLevel(Level, MaintainedLevel, Protocol):
 
 
 def holds(level: Level, key: str) -> bool:
-    """Whether `level` holds `key`, without reading it (an index row, a stat, EXISTS); a level that
+    """Whether `level` holds `key`, without reading it (a stat, EXISTS); a level that
     cannot say does not."""
     try:
         return key in level

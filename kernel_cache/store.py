@@ -24,9 +24,8 @@ from kernel_cache.coordination.wait_budget import WaitBudget
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
-from kernel_cache.errors import IndexDamaged, RejectedEntry
-from kernel_cache.lazy import later
-from kernel_cache.level import DeferringLevel, IndexedLevel, Level, MaintainedLevel, holds
+from kernel_cache.errors import RejectedEntry
+from kernel_cache.level import Level, MaintainedLevel, holds
 from kernel_cache.levels.memory import MemoryLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
@@ -37,9 +36,6 @@ from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
     from kernel_cache.entries.warm_set import WarmSet
-    from kernel_cache.levels.disk import repair as disk_repair
-else:
-    disk_repair = later("kernel_cache.levels.disk.repair")  # only when opening finds the local index damaged
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -56,7 +52,6 @@ class Store:
         self.memory = MemoryLevel(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
-        self.healed_index: dict[str, Any] | None = None  # disk_repair's report when opening rebuilt the local index
         self.levels: list[Level] = [self.memory]  # fastest first: read in order, hits backfilled upwards
         if not self.config.disabled:
             for backend in backends.BACKENDS:
@@ -67,7 +62,6 @@ class Store:
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
-        self._deferring_kinds: dict[type, bool] = {}  # a level's class -> whether it is a DeferringLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
         self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
 
@@ -119,14 +113,14 @@ class Store:
                     data = entry.stored if entry.stored is not None else self.encode(entry)
                     for upper in self.levels[:depth]:
                         counts[f"backfills.{upper.name}"] += 1
-                        self._level_put(upper, entry, data, later=True)
+                        self._level_put(upper, entry, data)
                 return entry, level.name
             counts[f"misses.{level.name}"] += 1
         return None
 
     def front_level(self, warm: WarmSet) -> None:
         """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
-        members before it reads memory. It holds only entries of the local level the index still
+        members before it reads memory. It holds only entries of the local level still
         holds, verified as that level's own; a later session's set takes its place."""
         self.front = warm
 
@@ -162,13 +156,13 @@ class Store:
         self._put_in([disk] if disk is not None else [], entry)
 
     def held_locally(self, keys: Sequence[str]) -> set[str]:
-        """Which of `keys` the local level holds, asked at once (its index, where it has one); an
+        """Which of `keys` the local level holds, one stat each; an
         empty set where it cannot tell."""
         disk = self.disk
         if disk is None:
             return set()
         try:
-            return disk.present(keys) if isinstance(disk, IndexedLevel) else {k for k in keys if k in disk}
+            return {k for k in keys if k in disk}
         except Exception as exc:
             _read_failed(disk, exc)
             return set()
@@ -204,7 +198,7 @@ class Store:
                       known_missing: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss.
         `known_missing`: the caller has just looked it up and missed (that was the miss's one read).
-        Under the lock a presence probe (an index row, a stat, EXISTS) tells whether a neighbour
+        Under the lock a presence probe (a stat, EXISTS) tells whether a neighbour
         built it meanwhile; only then is it read."""
         start = time.perf_counter()
         found = None if known_missing else self.get(key)
@@ -253,12 +247,7 @@ class Store:
     def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
         name = backend.name
         try:
-            try:
-                level: Level | None = backend.open(self.config, self.owners, self.signer, read_only)
-            except IndexDamaged as damage:
-                if read_only:
-                    raise
-                level, self.healed_index = disk_repair.open_healed(self.config, self.owners, damage)
+            level: Level | None = backend.open(self.config, self.owners, self.signer, read_only)
             return level
         except Exception as exc:
             self.unavailable[name] = exc
@@ -301,20 +290,9 @@ class Store:
             _read_failed(level, exc)
         return None
 
-    def _defers(self, level: Level) -> TypeGuard[DeferringLevel]:
-        """isinstance(level, DeferringLevel), asked once per level class (see `_maintained`)."""
-        kind = type(level)
-        found = self._deferring_kinds.get(kind)
-        if found is None:
-            found = self._deferring_kinds[kind] = isinstance(level, DeferringLevel)
-        return found
-
-    def _level_put(self, level: Level, entry: Entry, data: bytes, *, later: bool = False) -> None:
-        """`later`: a hit's copy (backfill), which a DeferringLevel takes in a batch."""
+    def _level_put(self, level: Level, entry: Entry, data: bytes) -> None:
         try:
-            if later and self._defers(level):
-                level.keep_later(entry, data)  # it says itself, when it writes, if it cannot
-            elif level.writable:
+            if level.writable:
                 level.keep(entry, data)
             else:
                 return  # read-only or cooling down after a busy timeout: said once already

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernel_cache.entries.entry import Entry  # noqa: E402
-from kernel_cache.levels.disk.level import DiskLevel  # noqa: E402
-from kernel_cache.levels.shared.level import SharedLevel  # noqa: E402
+from kernel_cache.levels.disk import DiskLevel  # noqa: E402
+from kernel_cache.levels.shared import SharedLevel  # noqa: E402
 
 RANK = """
 import json, sys, time

@@ -158,7 +158,7 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
             jax.jit(_fresh(fn)).trace(*shapes).lower(lowering_platforms=("cuda",))
         return rule_seconds[0], builder[0], sum(store.stats.session()["hits"].values()) - hits_before, int(builder[1])
 
-    def configure(config: kernel_cache.Config) -> None:  # a new store, its index reader opened outside the timed pass
+    def configure(config: kernel_cache.Config) -> None:  # a new store, opened outside the timed pass
         kernel_cache.configure(config).get("0" * 32)
 
     def kernel_by_kernel_pass() -> tuple[float, int]:  # the same, with lowered-call records off: (seconds, kernels read)

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Downloads into .whl/ the wheels a GPU host (Python 3.12, jax 0.11.2, triton 3.6.0, no internet) needs:
-# diskcache (kernel-cache's own dependency, absent there), and
+# Downloads into .whl/ the wheels a GPU host (Python 3.12, jax 0.11.2, triton 3.6.0, no internet) needs
 # to import the client libraries that KERNEL_CACHE_INTERCEPT serves: jax-triton 0.3.1, ejKernel 0.0.80.3
 # and ejKernel's runtime dependencies, at the versions CI tests (pydantic-core at the exact version
 # pydantic pins). --no-deps: ejKernel pins jax~=0.10, so the host keeps its own jax/jaxlib/triton.
@@ -21,7 +20,7 @@ PY=${PYTHON:-python3}
     beartype==0.23.1 chex==0.1.92 einops==0.8.2 jaxtyping==0.3.11 \
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
     typing-extensions==4.16.0 tqdm==4.70.1 toolz==1.2.0 wadler-lindig==0.1.8 absl-py==2.5.1 \
-    transformer-engine==2.20.2 diskcache==5.6.3
+    transformer-engine==2.20.2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git archive HEAD | tar -x -C "$tmp"

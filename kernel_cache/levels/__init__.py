@@ -1,6 +1,6 @@
 """The store's levels, one module per backend: `memory` (this process), `disk` (a node-local
-directory of entry files and our own SQLite index of them), `shared` (plain files on a cluster
-filesystem) and `remote` (Redis).
+directory of entry files), `shared` (the same files on a cluster filesystem; both built on
+`entry_files`) and `remote` (Redis).
 
 `BACKENDS` lists the persistent ones fastest first, each with whether a Config names it, the module
 that opens it (its `open_from_config`) and where it would live; the store reads them in that order
@@ -16,17 +16,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_cache.lazy import later
-from kernel_cache.levels.disk import level as disk
+from kernel_cache.levels import disk
 from kernel_cache.settings.config import Config
 from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
+    from kernel_cache.levels import shared
     from kernel_cache.levels.remote import level as remote
-    from kernel_cache.levels.shared import level as shared
     from kernel_cache.trust.signing import Signer
 else:
     remote = later("kernel_cache.levels.remote.level")
-    shared = later("kernel_cache.levels.shared.level")
+    shared = later("kernel_cache.levels.shared")
 
 
 class Backend(NamedTuple):

@@ -40,7 +40,6 @@ _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
 LOCK_MODES = ("auto", "flock", "soft")
 MAX_COMPILE_WORKERS = 16  # default cap: beyond it, compiles of one module rarely overlap further
-INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
 TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the cache directory
 XLA_SUBDIR = "xla"  # JAX's persistent compilation cache under KERNEL_CACHE_DIR (KERNEL_CACHE_XLA=1)
@@ -153,8 +152,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`10m`",
             "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
             "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "
-            "a remote compile lease is honoured; also bounds (at most 30 s) a wait for the local index held by "
-            "another process"),
+            "a remote compile lease is honoured"),
     Setting("KERNEL_CACHE_SOFT_LOCK_STALE", "soft_lock_stale", parse_duration, "`2m`",
             "a shared-level soft lock not refreshed for this long is taken over (its holder died)"),
     Setting("KERNEL_CACHE_TARGET_ARCH", "target_arch", _target_arch, "the device's",
@@ -411,11 +409,6 @@ class Config(FrozenValue):
     @property
     def trusted_gid(self) -> int | None:
         return None if self.trusted_group is None else resolve_group(self.trusted_group)
-
-    @property
-    def index_timeout(self) -> float:
-        """Longest wait for the local SQLite index held by another process (a stuck neighbour)."""
-        return min(self.lock_timeout, INDEX_TIMEOUT_CAP)
 
     @property
     def xla_dir(self) -> Path | None:

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 from kernel_cache.telemetry import counters
 from kernel_cache.telemetry.warnings_once import warn_once
+from kernel_cache.trust.cache_marker import STATS_DIR
 
-STATS_DIR = "stats"
 STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
@@ -134,8 +134,8 @@ def _listener_failed(listener: object, exc: Exception) -> None:
 
 class Stats:
     def __init__(self, directory: Path | None = None, read_only: bool = False):
-        """`read_only`: read persisted counters without opening the index for writing (an
-        operator's look at a full, read-only or busy cache); nothing is flushed."""
+        """`read_only`: read persisted counters without writing (an operator's look at a
+        full or read-only cache); nothing is flushed."""
         self._lock = threading.Lock()
         self._pending: Counter[str] = Counter()
         self._entry_hits: Counter[str] = Counter()
@@ -219,7 +219,7 @@ class Stats:
 
     def flush(self, walked: bool = True) -> None:
         """Add this process's new counts to the persisted ones. `walked`: the levels' counts too
-        (every flush but a compile's, which keeps the index writes of a cold lowering few)."""
+        (every flush but a compile's, which keeps a cold lowering's writes few)."""
         with self._lock:
             if walked:
                 counts, self.levels = self.levels, Counter()

@@ -18,7 +18,6 @@ import contextlib
 
 from kernel_cache.coordination.publish import is_temp, publish
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.levels.disk.index import ENTRIES_DIR, LOCKS_DIR, STATS_DIR
 from kernel_cache.settings.cache_settings import SETTINGS_FILE
 from kernel_cache.settings.config import TOOLCHAIN_MEMO, XLA_SUBDIR
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
@@ -28,6 +27,7 @@ SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # the specification's
 _MAX_MARKER_BYTES = 4096
 _OURS = "# kernel-cache "
 LOCAL, SHARED = "local", "shared"
+ENTRIES_DIR, LOCKS_DIR, STATS_DIR, QUARANTINE_DIR = "entries", "locks", "stats", "quarantine"  # the layout's folders
 KINDS = (LOCAL, SHARED)
 # What kernel-cache itself puts in a local cache directory (one written before the marker existed is
 # recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo,

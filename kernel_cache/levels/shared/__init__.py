@@ -1,1 +1,0 @@
-"""The shared level: plain files in a directory many hosts mount."""
