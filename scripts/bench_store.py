@@ -4,7 +4,8 @@ Prints:
 - the hit paths of this tree next to a baseline revision (default: the last commit before the
   safe file layer, i.e. before the store was hardened against hostile directories), run
   alternately in fresh interpreters: memory-level hit, Store.get from memory, disk hit and shared
-  hit for a 100 KB entry (p50/p95), with the ratio to the baseline;
+  hit for a 100 KB entry (p50/p95), a local miss and a write (to the local and the shared level),
+  with the ratio to the baseline;
 - the signing cost per shared hit (HMAC-SHA256 over the entry) and per write;
 - a cold Triton compile of the example add kernel and the toolchain fingerprint cold vs memoized.
 
@@ -68,8 +69,10 @@ shared = Store(Config(shared_dir=tmp / "shared", memory_items=0, **extra))  # sh
 it = iter(keys * 5)
 s = timed(lambda: shared.get(next(it)), 1000)
 assert shared.get(keys[0])[1] == "shared"
+absent = iter(f"{i:032x}" for i in range(1 << 20, (1 << 20) + 1000))
+m = timed(lambda: disk.get(next(absent)), 1000)  # a miss at every level (local only)
 out.update(disk_p50=statistics.median(d), disk_p95=pct(d, .95),
-           shared_p50=statistics.median(s), shared_p95=pct(s, .95))
+           shared_p50=statistics.median(s), shared_p95=pct(s, .95), miss_p50=statistics.median(m))
 print(json.dumps(out))
 '''
 
@@ -190,7 +193,7 @@ def main() -> None:
     rows = [("memory level hit", "memory_p50", 1e6, "µs"), ("Store.get (memory)", "store_memory_p50", 1e6, "µs"),
             ("disk hit p50", "disk_p50", 1e3, "ms"), ("disk hit p95", "disk_p95", 1e3, "ms"),
             ("shared hit p50", "shared_p50", 1e3, "ms"), ("shared hit p95", "shared_p95", 1e3, "ms"),
-            ("put (disk + shared)", "put_p50", 1e3, "ms")]
+            ("disk miss p50", "miss_p50", 1e3, "ms"), ("put (disk + shared)", "put_p50", 1e3, "ms")]
     for suffix, title in (("_stable", "stable heap (MALLOC_TRIM_THRESHOLD_=64M, both sides)"),
                           ("", "default glibc heap (bimodal for 100 KB reads, see STABLE_HEAP)")):
         base, ours = m["base" + suffix], m["ours" + suffix]
