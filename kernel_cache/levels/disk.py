@@ -31,6 +31,7 @@ from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted
 from kernel_cache.levels.entry_files import READ_ONLY_ERRNOS, EntryFiles
 from kernel_cache.settings.config import Config
+from kernel_cache.telemetry.counters import COUNTERS_DB
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust import cache_marker
 from kernel_cache.trust.cache_marker import ENTRIES_DIR, LOCKS_DIR, STATS_DIR
@@ -38,6 +39,7 @@ from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.trust.signing import Signer
 
 FILL_AFTER_EVICTION = 0.9  # an eviction leaves this share of the bound filled
+COUNTERS_FILES = (COUNTERS_DB, COUNTERS_DB + "-wal", COUNTERS_DB + "-shm")
 OLD_LAYOUT = frozenset({"index.db", "index.db-wal", "index.db-shm", "cache.db", "cache.db-wal", "cache.db-shm"})
 
 
@@ -62,6 +64,8 @@ class DiskLevel(EntryFiles):
             for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):  # every level a reader relies on, checked
                 with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
                     pass
+            for name in COUNTERS_FILES:  # SQLite would follow a link (and block on a FIFO) when the counters are read
+                _check_regular(self.tree, STATS_DIR, name)
             cache_marker.check(self.tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=not read_only)
             may_write = not read_only and os.access(self.directory, os.W_OK)
             self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
@@ -129,6 +133,18 @@ class DiskLevel(EntryFiles):
         with self._volume_lock:
             self._volume = volume
         return evicted
+
+
+def _check_regular(tree: Tree, *parts: str) -> None:
+    """UnsafeFile where root/parts is there but is no regular file of a trusted owner."""
+    st = tree.lstat(*parts)
+    if st is None:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeFile(os.path.join(tree.path, *parts), "is not a regular file")
+    problem = tree.owners.problem(st) if tree.owners is not None else None
+    if problem:
+        raise UnsafeFile(os.path.join(tree.path, *parts), problem, owner=True)
 
 
 def _untrusted(exc: UnsafeFile) -> LevelUntrusted:
