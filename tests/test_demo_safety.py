@@ -54,7 +54,8 @@ def test_foreign_non_empty_dir_is_refused_and_left_as_it_was(foreign, keep):
 def test_a_real_cache_without_the_marker_is_refused(tmp_path):
     cache = tmp_path / "cache"
     (cache / "entries").mkdir(parents=True)
-    (cache / "entries" / "index.db").write_bytes(b"the user's index")
+    (cache / "entries" / "ab").mkdir()
+    (cache / "entries" / "ab" / ("ab" * 16)).write_bytes(b"the user's entry")
     before = snapshot(cache)
     with pytest.raises(demo.DemoDirError):
         demo.prepare_demo_dir(cache)

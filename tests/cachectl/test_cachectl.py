@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -80,17 +79,16 @@ def store_copy(pristine, tmp_path):
 
 
 def _disk(directory):
-    from kernel_cache.levels.disk.level import DiskLevel
+    from kernel_cache.levels.disk import DiskLevel
 
     return DiskLevel(directory)
 
 
 def set_last_used(directory: Path, ages: dict[str, float]) -> None:
-    """Age entries: key -> seconds since last use (the index's `used` column)."""
+    """Age entries: key -> seconds since last use (the entry file's mtime)."""
     now = time.time()
-    with sqlite3.connect(directory / "entries" / "index.db") as db:
-        for key, age in ages.items():
-            db.execute("UPDATE entries SET used = ? WHERE key = ?", (now - age, key))
+    for key, age in ages.items():
+        os.utime(_entry_file(directory, key), (now - age, now - age))
 
 
 def listed_keys(directory, *args) -> set[str]:
@@ -232,22 +230,22 @@ def test_prune_stale_removes_only_other_toolchains(store_copy):
 
 def test_prune_removes_old_debris_only(store_copy):
     directory, keys = store_copy
-    old_orphan = directory / "entries" / "ab" / "cd" / "0123456789abcdef0123456789ab.val"
-    new_orphan = directory / "entries" / "ab" / "cd" / "fedcba9876543210fedcba987654.val"
-    old_lock = directory / "locks" / f"{'e' * 32}.lock"
-    for path in (old_orphan, new_orphan, old_lock):
+    old_temp = directory / "entries" / "ab" / f".{'ab' * 16}.host.123.abcd.tmp"  # a writer that crashed
+    new_temp = directory / "entries" / "ab" / f".{'ab' * 16}.host.124.abcd.tmp"  # one at work
+    old_lock = directory / "locks" / "ee" / f"{'e' * 32}.lock"
+    for path in (old_temp, new_temp, old_lock):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x" * 100)
     two_hours_ago = time.time() - 7200
-    for path in (old_orphan, old_lock):
+    for path in (old_temp, old_lock):
         os.utime(path, (two_hours_ago, two_hours_ago))
 
     result = as_json("--dir", directory, "prune")
-    assert sorted(d["path"] for d in result["debris"]) == sorted([str(old_orphan), str(old_lock)])
-    assert result["removed"] == [] and not old_orphan.exists() and not old_lock.exists()
-    assert new_orphan.exists()
+    assert sorted(d["path"] for d in result["debris"]) == sorted([str(old_temp), str(old_lock)])
+    assert result["removed"] == [] and not old_temp.exists() and not old_lock.exists()
+    assert new_temp.exists()
     assert listed_keys(directory) == set(keys.values())
-    assert ok("--dir", directory, "verify").returncode == 0  # value files of real entries untouched
+    assert ok("--dir", directory, "verify").returncode == 0  # the entry files untouched
 
 
 def test_plan_prune_combines_selection_and_size():
@@ -258,11 +256,8 @@ def test_plan_prune_combines_selection_and_size():
 
 
 # verify / clear --------------------------------------------------------------------------------
-def _value_file(directory: Path, key: str) -> Path:
-    with sqlite3.connect(directory / "entries" / "index.db") as db:
-        (filename,) = db.execute("SELECT filename FROM entries WHERE key = ?", (key,)).fetchone()
-    assert filename, "softmax entries are large enough to live in their own file"
-    return directory / "entries" / filename
+def _entry_file(directory: Path, key: str) -> Path:
+    return directory / "entries" / key[:2] / key
 
 
 def test_verify_finds_flipped_and_truncated_entries_and_repairs(store_copy):
@@ -270,13 +265,11 @@ def test_verify_finds_flipped_and_truncated_entries_and_repairs(store_copy):
     assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
 
     flipped, truncated = keys[("add", "sm_90")], keys[("softmax", "sm_80")]
-    disk = _disk(directory)
-    data = bytearray(disk.peek_raw(flipped))
+    data = bytearray(_entry_file(directory, flipped).read_bytes())
     data[len(data) // 2] ^= 0x40
-    disk.put_raw(flipped, bytes(data))
-    disk.close()
-    value_file = _value_file(directory, truncated)
-    value_file.write_bytes(value_file.read_bytes()[:-500])
+    _entry_file(directory, flipped).write_bytes(bytes(data))
+    entry_file = _entry_file(directory, truncated)
+    entry_file.write_bytes(entry_file.read_bytes()[:-500])
 
     bad = cachectl("--dir", directory, "verify", "--json")
     assert bad.returncode == 1
@@ -291,61 +284,6 @@ def test_verify_finds_flipped_and_truncated_entries_and_repairs(store_copy):
     assert repaired.returncode == 0 and "2 removed" in repaired.stdout
     assert listed_keys(directory) == {keys[("add", "sm_80")], keys[("softmax", "sm_90")]}
     assert ok("--dir", directory, "verify").stdout.strip() == "checked 2 entries: 0 bad"
-
-
-def test_every_value_is_a_file_so_a_truncated_index_loses_nothing(store_copy):
-    """An index cut in half (a crash, a full disk) is rebuilt from the value files alone: every entry,
-    small or large, is one file; the report says what it found, rebuilt and lost."""
-    directory, keys = store_copy
-    db = directory / "entries" / "index.db"
-    with sqlite3.connect(db) as con:
-        files = [f for (f,) in con.execute("SELECT filename FROM entries")]
-    assert len(files) == len(keys) and all((directory / "entries" / f).is_file() for f in files)
-    for name in ("index.db-wal", "index.db-shm"):
-        (directory / "entries" / name).unlink(missing_ok=True)
-    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
-
-    assert listed_keys(directory) == set(keys.values())  # read from the value files meanwhile
-    repaired = cachectl("--dir", directory, "verify", "--repair", "--json")
-    assert repaired.returncode == 0, repaired.stderr
-    rebuilt = json.loads(repaired.stdout)["index"]["rebuilt"]
-    assert (rebuilt["value_files"], rebuilt["recovered"], rebuilt["removed"], rebuilt["lost"]) == (4, 4, 0, [])
-    assert listed_keys(directory) == set(keys.values())
-    assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
-
-
-def test_a_rebuild_reports_an_indexed_entry_whose_file_is_gone_as_lost(store_copy):
-    from kernel_cache.levels.disk.repair import rebuild_index
-
-    directory, keys = store_copy
-    small = keys[("add", "sm_90")]
-    with sqlite3.connect(directory / "entries" / "index.db") as con:
-        (filename,) = con.execute("SELECT filename FROM entries WHERE key = ?", (small,)).fetchone()
-    (directory / "entries" / filename).unlink()  # a listed entry with no copy anywhere: lost, and said so
-    report = rebuild_index(directory)
-    assert report["lost"] == [small] and report["listed"] == 4 and report["recovered"] == 3
-    assert listed_keys(directory) == set(keys.values()) - {small}
-
-
-def test_a_writing_command_upgrades_an_older_cache_and_a_reading_one_leaves_it(store_copy):
-    """A cache an older kernel-cache wrote (diskcache's index, small entries inside it): `list` only
-    reads, so it finds nothing indexed yet and changes nothing; `prune` writes, so it upgrades it
-    first, every entry kept."""
-    import diskcache
-
-    from kernel_cache.levels.disk.old_format import RawOnlyDisk
-
-    directory, keys = store_copy
-    stored = {key: _disk(directory).peek_raw(key) for key in keys.values()}
-    shutil.rmtree(directory / "entries")
-    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk, disk_min_file_size=32768) as old:
-        for key, data in stored.items():
-            old.set(key, data)
-    assert listed_keys(directory) == set() and (directory / "entries" / "cache.db").exists()
-    ok("--dir", directory, "prune", "--max-size", "1G")
-    assert not (directory / "entries" / "cache.db").exists()
-    assert listed_keys(directory) == set(keys.values())
-    assert ok("--dir", directory, "verify").stdout.strip() == "checked 4 entries: 0 bad"
 
 
 def test_clear_needs_yes(store_copy):
@@ -601,7 +539,7 @@ def test_prewarm_program_lowers_for_cuda_on_cpu(tmp_path):
 
 # shared level -------------------------------------------------------------------------------------
 def test_shared_level_list_prune_verify(store_copy, tmp_path):
-    pytest.importorskip("kernel_cache.levels.shared.level")
+    pytest.importorskip("kernel_cache.levels.shared")
     directory, keys = store_copy
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -27,7 +27,7 @@ from kernel_cache import Config, Store, value_class
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import winner_entry
 from kernel_cache.entries.call_entry import KIND, CallRecord
-from kernel_cache.levels.disk.level import DiskLevel
+from kernel_cache.levels.disk import DiskLevel
 
 GPU = "Test GPU 80GB"
 UNCACHED = xxhash.xxh3_128_hexdigest(b"a config compiled elsewhere, never cached here")

@@ -57,7 +57,8 @@ def test_healthy_cache_dir_is_ok_and_left_untouched(cache):
     code, rows = report("--dir", cache)
     assert code == 0
     assert rows["cache-dir"]["status"] == "ok" and str(cache) in rows["cache-dir"]["detail"]
-    assert rows["cache-index"]["status"] == "ok" and rows["cache-index"]["detail"].startswith("1 entry")
+    assert rows["cache-size"]["status"] == "ok" and rows["cache-size"]["detail"].startswith("1 entry, ")
+    assert rows["cache-size"]["detail"].endswith(" of 8.0 GiB allowed")
     assert rows["shared-dir"]["status"] == "ok" and "not configured" in rows["shared-dir"]["detail"]
     assert rows["signing-key"]["status"] == "ok"
     assert rows["triton"]["status"] == "ok" and rows["ptxas"]["status"] == "ok"
@@ -65,7 +66,7 @@ def test_healthy_cache_dir_is_ok_and_left_untouched(cache):
     assert not [r for r in rows.values() if r["status"] == "problem"], rows
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # not probed: JAX is not initialised for a GPU
         assert rows["gpu"]["status"] == "warn" and "JAX_PLATFORMS=cpu" in rows["gpu"]["detail"]
-    assert _snapshot(cache) == before  # read-only: no index -wal/-shm, no layout, no stats
+    assert _snapshot(cache) == before  # read-only: no layout, no stats, no recency touched
 
     human = doctor("--dir", cache)
     assert human.returncode == 0
@@ -82,7 +83,7 @@ def test_world_writable_cache_dir_is_a_problem_with_its_fix(cache):
     row = rows["cache-dir"]
     assert row["status"] == "problem" and "writable by every user" in row["detail"]
     assert f"chmod o-w {cache}" in row["fix"]
-    assert "cache-index" not in rows  # an untrusted index is not opened
+    assert "cache-size" not in rows  # an untrusted directory is not walked
 
     human = doctor("--dir", cache)
     assert human.returncode == 1
@@ -97,21 +98,25 @@ def test_world_writable_cache_dir_is_a_problem_with_its_fix(cache):
     assert code == 1 and f"chmod o-w {cache / 'entries'}" in rows["cache-dir"]["fix"]
 
 
-def test_an_older_caches_index_is_named_and_left_as_it_was(tmp_path):
-    """diskcache's index an older kernel-cache wrote: doctor says the next writer upgrades it, and
-    (read-only) upgrades nothing itself."""
-    import diskcache
+def test_a_cache_over_its_bound_is_a_warning_with_its_fix(cache):
+    code, rows = report("--dir", cache, env={"KERNEL_CACHE_MAX_BYTES": "10"})
+    row = rows["cache-size"]
+    assert row["status"] == "warn" and row["detail"].startswith("1 entry, ") and "over the bound" in row["detail"]
+    assert "cachectl prune" in row["fix"]
 
-    from kernel_cache.levels.disk.old_format import RawOnlyDisk
 
+def test_files_of_the_index_layout_are_no_entries_and_are_left_as_they_were(tmp_path):
+    """A directory the index layout wrote (value files under entries/aa/bb/, entries/index.db): no
+    entry is counted, nothing is changed."""
     directory = tmp_path / "cache"
-    directory.mkdir(mode=0o700)
-    with diskcache.Cache(str(directory / "entries"), disk=RawOnlyDisk) as old:
-        old.set(KEY, b"an entry kept inside the index")
+    value = directory / "entries" / KEY[:2] / KEY[2:4] / f"{KEY[4:]}.val"
+    value.parent.mkdir(parents=True)
+    os.chmod(directory, 0o700)
+    value.write_bytes(b"x" * 100)
+    (directory / "entries" / "index.db").write_bytes(b"SQLite format 3\0" + bytes(100))
     before = _snapshot(directory)
     code, rows = report("--dir", directory)
-    assert rows["cache-index"]["status"] == "warn" and "older kernel-cache's index" in rows["cache-index"]["detail"]
-    assert "cachectl prune" in rows["cache-index"]["fix"]
+    assert rows["cache-size"]["status"] == "ok" and rows["cache-size"]["detail"].startswith("0 entries, 0 B of ")
     assert _snapshot(directory) == before
 
 

@@ -23,7 +23,7 @@ from kernel_cache import Config, Store, value_class
 from kernel_cache.entries import call_entry, memo_entry, warm_set, winner_entry
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import Entry
-from kernel_cache.levels.disk.level import DiskLevel
+from kernel_cache.levels.disk import DiskLevel
 
 KEYS = tuple(f"{n:032x}" for n in range(1, 8))
 TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}

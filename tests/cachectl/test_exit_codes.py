@@ -89,8 +89,9 @@ def workspace(tmp_path_factory) -> Path:
     damaged.put(_entry(KEYS[3]))
     tampered = bytearray(entry_bytes(KEYS[4]))
     tampered[-1] ^= 1
-    damaged.disk.put_raw(KEYS[4], bytes(tampered))
     damaged.close()
+    (root / "damaged" / "entries" / KEYS[4][:2]).mkdir(exist_ok=True)
+    (root / "damaged" / "entries" / KEYS[4][:2] / KEYS[4]).write_bytes(bytes(tampered))  # damaged in place
 
     warm = good_bundle(root / "warm.kcb")
     cut_bundle(warm, root / "cut.kcb", entry=3)

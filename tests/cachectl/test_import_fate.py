@@ -193,7 +193,7 @@ def test_a_level_that_silently_keeps_nothing_is_a_failure(tmp_path):
 
 
 def test_cachectl_names_what_was_imported_and_what_was_not(tmp_path, capsys, monkeypatch):
-    from kernel_cache.levels.disk.level import DiskLevel
+    from kernel_cache.levels.disk import DiskLevel
 
     put_raw, writes = DiskLevel.put_raw, []
 
@@ -243,7 +243,7 @@ def test_entries_larger_than_the_local_bound_are_refused_before_any_lands(tmp_pa
 def test_an_entry_evicted_by_a_later_one_is_reported_evicted(tmp_path, capsys, monkeypatch):
     """A bounded level that drops an imported entry for a later entry of the same bundle: that entry's
     fate is 'evicted', the import is incomplete (exit 1) and the summary says why."""
-    from kernel_cache.levels.disk.level import DiskLevel
+    from kernel_cache.levels.disk import DiskLevel
 
     put_raw, writes = DiskLevel.put_raw, []
 

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -33,7 +32,7 @@ from cachectl import outcomes
 from cachectl.inventory import read_raw
 from kernel_cache import Config, Store
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.entries.entry import Entry, peek_meta
+from kernel_cache.entries.entry import Entry, is_key, peek_meta
 from kernel_cache.entries.summary import META_KIND
 
 AFTER_SIGNAL = 1.0  # no entry may land later than this after the signal
@@ -166,14 +165,13 @@ def _interrupt(directory: Path, args: list[str], how: str, sig: int, env: dict, 
 
 
 def _assert_whole(directory: Path) -> None:
-    """Every entry verifies; no value file lacks its index row (a write cut short) and no temp file is left."""
+    """Every entry verifies; every file under entries/ is an entry named by its key in its key's folder,
+and no temp file (a write cut short) is left."""
     verify = subprocess.run([sys.executable, "-m", "kernel_cache", "--dir", str(directory), "verify"], cwd=ROOT,
                             env=child_env(), capture_output=True, text=True, timeout=120)
     assert verify.returncode == 0 and ": 0 bad" in verify.stdout, verify.stdout + verify.stderr
-    with sqlite3.connect(f"file:{directory / 'entries' / 'index.db'}?mode=ro", uri=True) as con:
-        indexed = {os.path.normpath(f) for (f,) in con.execute("SELECT filename FROM entries")}
-    files = {os.path.relpath(p, directory / "entries") for p in (directory / "entries").rglob("*.val")}
-    assert files == indexed
+    files = [p.relative_to(directory / "entries") for p in (directory / "entries").rglob("*") if not p.is_dir()]
+    assert all(len(f.parts) == 2 and is_key(f.name) and f.name[:2] == f.parts[0] for f in files), files
     assert not [p for p in directory.rglob("*") if p.name.endswith(".tmp")]
 
 
@@ -265,15 +263,15 @@ def test_interrupt_during_an_entry_write_waits_for_it(tmp_path, monkeypatch):
     """A signal arriving while an entry is written is raised once the write is over: no half entry."""
     store = Store(Config(dir=tmp_path / "store"))
     key, written = "ab" * 16, []
-    real_put = store.disk.put_raw
+    real_keep = store.disk.keep
 
-    def put_raw(k: str, data: bytes) -> None:
+    def keep(entry: Entry, data: bytes) -> None:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler runs meanwhile, and holds the interrupt
-        real_put(k, data)
-        written.append(k)
+        real_keep(entry, data)
+        written.append(entry.key)
 
-    monkeypatch.setattr(store.disk, "put_raw", put_raw)
+    monkeypatch.setattr(store.disk, "keep", keep)
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt), outcomes.interrupts_stop_work():
         store.put(Entry(key=key, meta={"name": "k"}, blobs={"b": b"x" * 100_000}))

@@ -2,7 +2,7 @@
 """Operator tools that never mislead: `list` with a remote that does not answer still lists what
 answered and names what did not; `doctor` changes nothing and never calls usable what cannot be;
 one hit model across `list`, `show` and `stats`; a warm set says its arch and goes with its members
-at `prune`; a cache whose index could not be made (a full disk at its first use) is read by every
+at `prune`; a cache made on a full disk (its first use could write no entry) is read by every
 command without a traceback."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from test_cachectl_records import record_cache, record_copy  # noqa: F401  (fixt
 
 from kernel_cache import Config, Store
 from kernel_cache.entries import warm_set
-from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX
+from kernel_cache.trust.cache_marker import ENTRIES_DIR
 
 
 # list with a remote that does not answer ---------------------------------------------------------
@@ -118,7 +118,7 @@ COMMANDS = [["list"], ["stats"], ["prune"], ["prune", "--max-size", "1K"], ["ver
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 48 KiB tmpfs, 40 KiB of it taken: a filesystem too full for a cache's index (needs mount)."""
+    """A 48 KiB tmpfs, 40 KiB of it taken: a filesystem too full for a cache's entries (needs mount)."""
     mount = tmp_path / "full"
     mount.mkdir()
     made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)], capture_output=True)
@@ -131,13 +131,20 @@ def full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
-def test_a_cache_whose_index_could_not_be_made_is_read_by_every_command(full_disk, tmp_path):
+FIRST_USE = """
+from kernel_cache import Entry, default_store
+store = default_store()
+store.put(Entry(key="ab" * 16, meta={"name": "k"}, blobs={"cubin": bytes(64 << 10)}))
+"""
+
+
+def test_a_cache_made_on_a_full_disk_is_read_by_every_command(full_disk, tmp_path):
     directory = full_disk / "cache"
-    made = subprocess.run([sys.executable, "-c", "import kernel_cache; kernel_cache.default_store()"], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-c", FIRST_USE], cwd=ROOT,
                           env=child_env(KERNEL_CACHE_DIR=str(directory)), capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
-    index = directory / ENTRIES_DIR / INDEX
-    assert index.exists() and index.stat().st_size == 0  # the first use could not make it
+    assert (directory / ENTRIES_DIR).is_dir()  # the layout was made...
+    assert [p for p in (directory / ENTRIES_DIR).rglob("*") if p.is_file()] == []  # ...the entry could not be
     commands = [[a.format(out=tmp_path / "x.tar") for a in c] for c in COMMANDS]
     proc = subprocess.run([sys.executable, "-c", CHILD, str(directory), json.dumps(commands)], cwd=ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=900)

@@ -26,7 +26,7 @@ from test_shared_level import KEY, Builder, mounted
 from cachectl import entry_kinds
 from kernel_cache import Config, Store
 from kernel_cache.entries.entry import Entry
-from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.telemetry import events
 
 SIGNING_KEY = b"telemetry-signing-key-0123456789ab"

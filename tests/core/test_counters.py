@@ -1,20 +1,18 @@
 """The persisted counters' own table (`kernel_cache.telemetry.counters`: stats/counters.db): flushes
-from many processes add up, an older cache's diskcache counters are imported once (through diskcache's
-public API, never unpickled), and the table is read without writing."""
+from many processes add up, the table is read without writing, and no other file under stats/ (a
+diskcache index a cache once held there) is ever read."""
 
 from __future__ import annotations
 
 import os
-import pickle
+import sqlite3
 
-import diskcache
 import pytest
 from conftest import run_python
 
 from kernel_cache import Config, Store
-from kernel_cache.levels.disk.index import COUNTERS_DB, OLD_INDEX
-from kernel_cache.levels.disk.old_format import RawOnlyDisk
 from kernel_cache.telemetry import counters
+from kernel_cache.telemetry.counters import COUNTERS_DB
 from kernel_cache.telemetry.stats import STATS_DIR
 
 
@@ -59,38 +57,16 @@ for _ in range(25):
     assert counters.read(tmp_path, 1.0)["hits.disk"] == 100
 
 
-def older_index(directory) -> diskcache.Cache:
-    """The diskcache index an older kernel-cache kept its counters in."""
-    return diskcache.Cache(str(directory), timeout=1.0, disk=RawOnlyDisk, eviction_policy="none")
-
-
-def test_an_older_caches_diskcache_counters_are_imported_once(tmp_path):
-    with older_index(tmp_path) as old:
-        old.incr("hits.disk", 7, default=0)
-        old.incr("compile_us", 1500, default=0)
-        old.set("entry_hits.abc", b"bytes, not a count")
+def test_a_diskcache_counters_index_beside_the_table_is_never_read(tmp_path):
+    old = tmp_path / "cache.db"  # where diskcache kept counters, with its table's shape
+    with sqlite3.connect(old) as con:
+        con.execute("CREATE TABLE Cache (key BLOB, raw INTEGER, value BLOB)")
+        con.executemany("INSERT INTO Cache VALUES (?, 1, ?)", [("hits.disk", 7), ("compile_us", 1500)])
+    con.close()
+    before = old.read_bytes()
     counters.add(tmp_path, {"hits.disk": 1}, 1.0)
-    counters.add(tmp_path, {"hits.disk": 1}, 1.0)  # the table is there: nothing imported again
-    found = counters.read(tmp_path, 1.0)
-    assert (found["hits.disk"], found["compile_us"], "entry_hits.abc" in found) == (9, 1500, False)
-    assert (tmp_path / OLD_INDEX).is_file()  # the older index is left as it was
-
-
-def test_a_pickled_counter_in_an_older_index_is_never_loaded(tmp_path):
-    marker = tmp_path / "pwned"
-
-    class Payload:
-        def __reduce__(self):
-            return (open, (str(marker), "w"))
-
-    with older_index(tmp_path) as old:
-        old.incr("misses", 2, default=0)
-    with diskcache.Cache(str(tmp_path), timeout=1.0) as plain:  # diskcache's own Disk pickles what is not raw
-        plain.set("hits.disk", Payload())
-    assert b"open" in pickle.dumps(Payload())  # (what loading it would run)
-    counters.add(tmp_path, {"compiles": 1}, 1.0)
-    found = counters.read(tmp_path, 1.0)
-    assert (found.get("hits.disk"), found["misses"], found["compiles"], marker.exists()) == (None, 2, 1, False)
+    assert counters.read(tmp_path, 1.0) == {"hits.disk": 1}
+    assert old.read_bytes() == before
 
 
 def test_a_read_only_look_reads_without_writing(tmp_path):

@@ -1,5 +1,5 @@
-"""What reaches the cache at exit, in one order (`kernel_cache/at_exit.py`): warm sets, then the disk
-level's deferred copies, then the counters, whichever a process used first; a failing step stops
+"""What reaches the cache at exit, in one order (`kernel_cache/at_exit.py`): compile workers, warm
+sets, then the counters, whichever a process used first; a failing step stops
 none after it; the one atexit hook is registered at first use, never at import."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def test_steps_run_in_the_sequence_order_whatever_order_they_were_added():
 import atexit, sys
 from kernel_cache import at_exit
 at_exit.add("counters", lambda: print("counters"))
-at_exit.add("deferred copies", lambda: 1 / 0)
+at_exit.add("compile workers", lambda: 1 / 0)
 at_exit.add("warm sets", lambda: print("warm sets"))
 at_exit.add("warm sets", lambda: print("a second warm-set step"))
 """

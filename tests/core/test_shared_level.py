@@ -19,7 +19,7 @@ import pytest
 from kernel_cache import Config, CorruptEntry, Entry, KernelCacheWarning, Store
 from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.telemetry import warnings_once
 from kernel_cache.trust import safefs
 from kernel_cache.trust.safefs import Tree
@@ -224,7 +224,7 @@ def test_enospc_on_a_tiny_tmpfs_leaves_results_and_directory_intact(tmp_path):
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.ESTALE])
 def test_injected_publish_fault_degrades_with_one_warning_per_cause(tmp_path, shared, code):
     def fail(point, tmp):
-        if tmp.startswith(str(shared / "entries")):  # (the local level publishes its value files through the same hook)
+        if tmp.startswith(str(shared / "entries")):  # (the local level publishes its entry files through the same hook)
             raise OSError(code, os.strerror(code))
 
     safefs.set_fault_hook(fail)
@@ -244,7 +244,7 @@ def test_different_causes_each_get_their_own_warning(tmp_path, shared):
     codes = iter([errno.ENOSPC, errno.EIO, errno.ENOSPC])
 
     def fail(point, tmp):
-        if tmp.startswith(str(shared / "entries")):  # (the local level publishes its value files through the same hook)
+        if tmp.startswith(str(shared / "entries")):  # (the local level publishes its entry files through the same hook)
             code = next(codes)
             raise OSError(code, os.strerror(code))
 

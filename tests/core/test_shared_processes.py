@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import child_env
 
-from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.levels.shared import SharedLevel
 from kernel_cache.telemetry import warnings_once
 from kernel_cache.trust import safefs
 
@@ -72,7 +72,7 @@ PAUSED_WRITER = textwrap.dedent("""
 LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernel_cache.levels.shared.level import SharedLevel
+    from kernel_cache.levels.shared import SharedLevel
 
     level = SharedLevel(Path(sys.argv[1]), lock_mode=sys.argv[2], stale_after=float(sys.argv[3]))
     with level.lock(sys.argv[4], 10) as held:

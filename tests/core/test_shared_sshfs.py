@@ -20,7 +20,7 @@ from test_shared_level import KEY, make_entry
 
 from kernel_cache import CorruptEntry
 from kernel_cache.coordination import locks
-from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.levels.shared import SharedLevel
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "support" / "sshfs_loopback.sh"

@@ -16,7 +16,7 @@ from conftest import child_env, run_python
 import kernel_cache
 from kernel_cache import Config, ConfigError, CorruptEntry, Entry, Store
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.levels.disk.level import DiskLevel
+from kernel_cache.levels.disk import DiskLevel
 from kernel_cache.levels.memory import MemoryLevel
 
 K = "1" * 32
@@ -167,7 +167,7 @@ def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
         raw[len(raw) // 2] ^= 0xFF
     else:
         raw = raw[: len(raw) - 10]
-    disk.put_raw(K, bytes(raw))
+    (tmp_path / "entries" / K[:2] / K).write_bytes(bytes(raw))  # damaged in place (a writer checks what it stores)
     store = Store(Config(dir=tmp_path))
     with pytest.warns(kernel_cache.KernelCacheWarning, match="corrupt"):
         meta, blobs = store.get_or_create(K, _builder(calls, size=100_000))
@@ -289,10 +289,10 @@ def test_uncreatable_dir_degrades_to_memory_with_one_warning(tmp_path):
 def test_full_disk_degrades_with_one_warning(tmp_path, monkeypatch):
     store = Store(Config(dir=tmp_path))
 
-    def no_space(self, key, data):
+    def no_space(self, entry, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(DiskLevel, "put_raw", no_space)
+    monkeypatch.setattr(DiskLevel, "keep", no_space)
     calls = []
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")

@@ -1,5 +1,5 @@
 """Warm sets (`kernel_cache.entries.warm_set`): the entries one program read, kept in one local entry
-so its next process reads them in one go. Served only for the members the local index still holds,
+so its next process reads them in one go. Served only for the members the local level still holds,
 each checked under its own key; written at exit only where it changed; refused when forged; end to
 end, a second process's records come from the set, never from the store one by one."""
 
@@ -21,7 +21,7 @@ _opened: list[Store] = []
 
 
 def _store(config: Config) -> Store:
-    """A store closed when the test ends (an unclosed index connection warns when collected, in a later
+    """A store closed when the test ends (an unclosed one may warn when collected, in a later
     test's warning catcher)."""
     _opened.append(Store(config))
     return _opened[-1]
@@ -83,7 +83,7 @@ def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_
     assert not warm.save()  # nothing new, nothing gone: a warm process repeating its run writes nothing
 
 
-def test_a_member_the_index_no_longer_holds_is_not_served(tmp_path):
+def test_a_member_the_local_level_no_longer_holds_is_not_served(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(3)])
     _run(warm, read)
@@ -279,7 +279,7 @@ def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
 def test_signatures_of_held_members_are_kept_and_served(tmp_path):
     """A session whose first ask is a signature files its set under it; the next serves the member
     the signature names (and, repeating, writes nothing); a pair naming no member is not kept, and
-    a member the index no longer holds is not served by its signature."""
+    a member the local level no longer holds is not served by its signature."""
     sig, other = digest("a signature"), digest("another")
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(3)])

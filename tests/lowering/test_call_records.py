@@ -313,7 +313,6 @@ def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_sto
     """Served from its record, a kernel is never read; it must not look unused to a size-bounded level
     (after a kernel-cache or toolchain upgrade every call is fingerprinted anew and needs its kernels)."""
     import os
-    import sqlite3
 
     shared = cache_dir / "shared-touch"
     shared.mkdir(mode=0o2775)
@@ -322,8 +321,7 @@ def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_sto
     lower(fn, shapes)
     (kernel,) = entries(store, "triton-kernel")
     shared_file = shared / "entries" / kernel[:2] / kernel
-    with sqlite3.connect(store.disk.directory / "entries" / "index.db") as con:
-        con.execute("UPDATE entries SET used = 1000 WHERE key = ?", (kernel,))
+    os.utime(store.disk.directory / "entries" / kernel[:2] / kernel, (1000, 1000))
     os.utime(shared_file, (1000, 1000))
     forget()
     lower(fn, shapes)  # served by the record: the kernel is not read

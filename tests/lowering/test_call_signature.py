@@ -5,7 +5,7 @@ input the plan reads, type-exactly (1, 1.0, True and numpy's int32 differ), with
 constexpr defaults, the target and Triton's environment, a grid function's values, an Autotuner's
 configs and keys and the GPU model its winners are looked up for; calls whose heuristics, prune
 hooks or pre_hooks are functions, or whose grid function raises, have none; tuning bypasses it; a
-signed record the index no longer holds, or an autotuned one whose winner was stored since, is
+signed record the local level no longer holds, or an autotuned one whose winner was stored since, is
 planned and lowered again.
 """
 

@@ -35,7 +35,7 @@ def only_call(fn, *shapes, platform="cuda"):
 
 
 def subprocess_path() -> dict:
-    """Keep our PYTHONPATH (e.g. a --target install of diskcache) in child processes."""
+    """Keep our PYTHONPATH (e.g. a --target install of a dependency) in child processes."""
     from conftest import python_path
 
     return {"PYTHONPATH": python_path()}
