@@ -9,7 +9,7 @@ level's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any
 then each other.
 
 A bundle round-trips: every entry export writes (all but warm sets, memos included) is one import
-takes, so a bundle of a good cache imports with nothing rejected and exit 0 (see bundle.py).
+takes, so a bundle of a good cache imports with nothing rejected and exit 0 (see `bundle_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import sys
 import time
 from typing import Any
 
-from cachectl.bundle import (
+from cachectl.context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from cachectl.inventory import entry_filter, read_raw, scan_all
+from cachectl.move.bundle_file import (
     EVICTED,
     FAILED,
     NOT_REACHED,
@@ -30,10 +32,7 @@ from cachectl.bundle import (
     export_bundle,
     stage_bundle,
 )
-from cachectl.bundle_stream import BundleError, NotABundle
-from cachectl.context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import entry_filter, scan_all
-from cachectl.inventory import read_raw
+from cachectl.move.tar_stream import BundleError, NotABundle
 from cachectl.render import human_size
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import warm_set
