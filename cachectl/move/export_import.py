@@ -1,15 +1,8 @@
 """cachectl export / import: move a warm cache where no shared directory reaches.
 
-Import is all or nothing per bundle: the whole bundle is read and checked before the cache is even
-opened, and a file that is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap
-(exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
-names each entry that was not imported and why, and, when the level stops taking writes part-way,
-which entries were imported and which were not reached. Entries bigger together than the local
-level's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
-then each other.
-
-A bundle round-trips: every entry export writes (all but warm sets, memos included) is one import
-takes, so a bundle of a good cache imports with nothing rejected and exit 0 (see `bundle_file`).
+The whole bundle is read and checked before the cache is even opened (`bundle_file`): a file that
+is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap (exit 1) lands nothing
+and creates nothing; the report names each entry of a bundle read whole that was not imported, and why.
 """
 
 from __future__ import annotations
