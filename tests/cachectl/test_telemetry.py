@@ -198,7 +198,7 @@ def test_the_textfile_recipe_writes_whole_files_or_none(cache, tmp_path):
 
 
 def test_prometheus_escapes_label_values(tmp_path):
-    from cachectl import prometheus
+    from cachectl.see import prometheus
 
     odd = tmp_path / 'we"ird\\dir\nname'
     none = {"memory": 0, "disk": 0, "shared": 0, "remote": 0}

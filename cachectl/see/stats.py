@@ -14,11 +14,10 @@ import stat
 import sys
 from typing import Any, TypedDict
 
-from cachectl import kinds, prometheus
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import scan_all
-from cachectl.inventory import EntryInfo
+from cachectl.inventory import EntryInfo, breakdown, counts, scan_all
 from cachectl.render import bound_source, human_size, human_time
+from cachectl.see import prometheus
 from kernel_cache.display import escaped
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.level import KeptLevel
@@ -88,13 +87,13 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
             continue
         mine = [i for i in infos if i.level == level.name]
         size = sum(i.size_bytes for i in mine)
-        levels[level.name] = {"path": where, "entries": len(mine), "bytes": size, "kinds": kinds.counts(mine),
+        levels[level.name] = {"path": where, "entries": len(mine), "bytes": size, "kinds": counts(mine),
                             "writable": writable_here(level), "reachable": True, "error": None,
                             # only the local level has a configured bound (the shared one is pruned by cachectl)
                             "over_max_bytes": level.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
     report: dict[str, Any] = {
-        "dir": str(ctx.config.dir), "entries": len(infos), "kinds": kinds.counts(infos),
+        "dir": str(ctx.config.dir), "entries": len(infos), "kinds": counts(infos),
         "bytes": sum(i.size_bytes for i in infos), "max_bytes": ctx.config.max_bytes,
         "max_bytes_source": ctx.bound_source,
         "over_max_bytes": any(t["over_max_bytes"] for t in levels.values()),
@@ -125,7 +124,7 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
         state = "" if t["writable"] else ", read-only here"
         print(f"{name + ' entries':<20} {t['entries']} ({human_size(t['bytes'])}{state}) in {t['path']}")
     if infos:  # lowered-call records and winners are entries too, but not kernels; a copy counts per level
-        per_level = [(name, kinds.breakdown([i for i in infos if i.level == name])) for name in levels]
+        per_level = [(name, breakdown([i for i in infos if i.level == name])) for name in levels]
         shown = [(name, text) for name, text in per_level if text]
         line = shown[0][1] if len(levels) == 1 else "; ".join(f"{name}: {text}" for name, text in shown)
         print(f"entry kinds          {line}")

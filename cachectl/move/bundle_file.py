@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from cachectl import entry_kinds
-from cachectl.bundle_stream import (
+from cachectl.move.tar_stream import (
     ENTRY_MEMBER,
     MANIFEST,
     BundleError,
@@ -72,8 +72,8 @@ from cachectl.bundle_stream import (
     TarStream,
     manifest_too_large,
     open_stream,
-    shown,
 )
+from cachectl.render import shown
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from kernel_cache.entries.summary import EntrySummary
@@ -228,11 +228,11 @@ def _entries(tar: TarStream, manifest_seen: bool) -> Iterator[tuple[str, bytes |
             if not manifest_seen:
                 manifest_seen = True  # the one checked by the first pass
                 continue
-            yield shown(member.name), None, "a second manifest"
+            yield shown(member.name, 200), None, "a second manifest"
             continue
         match = ENTRY_MEMBER.match(member.name)
         if not member.isfile or match is None:
-            yield shown(member.name), None, "not an entry of a kernel-cache bundle"
+            yield shown(member.name, 200), None, "not an entry of a kernel-cache bundle"
             continue
         yield match.group(1), tar.read(member), ""
 

@@ -1,15 +1,8 @@
 """cachectl export / import: move a warm cache where no shared directory reaches.
 
-Import is all or nothing per bundle: the whole bundle is read and checked before the cache is even
-opened, and a file that is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap
-(exit 1) lands nothing and creates nothing. A bundle read whole lands its good entries; the report
-names each entry that was not imported and why, and, when the level stops taking writes part-way,
-which entries were imported and which were not reached. Entries bigger together than the local
-level's bound (KERNEL_CACHE_MAX_BYTES, or the stored one) are refused before any lands: they would evict the cache and
-then each other.
-
-A bundle round-trips: every entry export writes (all but warm sets, memos included) is one import
-takes, so a bundle of a good cache imports with nothing rejected and exit 0 (see bundle.py).
+The whole bundle is read and checked before the cache is even opened (`bundle_file`): a file that
+is no bundle (exit 2) or a bundle that is damaged, truncated or past a cap (exit 1) lands nothing
+and creates nothing; the report names each entry of a bundle read whole that was not imported, and why.
 """
 
 from __future__ import annotations
@@ -19,7 +12,9 @@ import sys
 import time
 from typing import Any
 
-from cachectl.bundle import (
+from cachectl.context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
+from cachectl.inventory import entry_filter, read_raw, scan_all
+from cachectl.move.bundle_file import (
     EVICTED,
     FAILED,
     NOT_REACHED,
@@ -30,10 +25,7 @@ from cachectl.bundle import (
     export_bundle,
     stage_bundle,
 )
-from cachectl.bundle_stream import BundleError, NotABundle
-from cachectl.context import BOUND_STORED, EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import entry_filter, scan_all
-from cachectl.inventory import read_raw
+from cachectl.move.tar_stream import BundleError, NotABundle
 from cachectl.render import human_size
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import warm_set

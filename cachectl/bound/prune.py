@@ -1,17 +1,17 @@
-"""cachectl prune / verify / clear: bound the cache, check it, repair it, empty it."""
+"""cachectl prune / clear: bound the cache, or empty it."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from cachectl import kinds
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import entry_filter, scan_all
-from cachectl.inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
+from cachectl.inventory import EntryInfo, entry_filter, plan_prune, remove_entries, scan, scan_all
 from cachectl.render import bound_source, human_size
 from kernel_cache.display import escaped
 from kernel_cache.level import KeptLevel
+
+DEBRIS_AGE_SECONDS = 3600.0  # temp and lock files that crashed writers left, removed past this age
 
 
 def cmd_prune(ctx: Context, args: Any) -> int:
@@ -53,7 +53,7 @@ def cmd_prune(ctx: Context, args: Any) -> int:
     verb = "would remove" if args.dry_run else "removed"
     if not ctx.quiet:
         for i in removed:
-            print(f"{verb}  {i.key[:12]}  {kinds.kernel_label(i)}  {i.arch}  {human_size(i.size_bytes)}  "
+            print(f"{verb}  {i.key[:12]}  {i.label}  {i.arch}  {human_size(i.size_bytes)}  "
                   f"({i.level})")
         for path, size in debris:
             print(f"removed debris  {escaped(path)}  {human_size(size)}")
@@ -73,59 +73,16 @@ def _say_failures(failed: list[tuple[EntryInfo, str]]) -> None:
 
 def _debris(level: KeptLevel, failed: list[tuple[EntryInfo, str]]) -> list[tuple[str, int]]:
     try:
-        return remove_debris(level)
+        return [(str(path), int(size)) for path, size in level.remove_debris(DEBRIS_AGE_SECONDS)]
     except OSError as exc:  # a read-only mount or someone else's directory: said, not a traceback
         print(f"cachectl: could not remove debris in the {level.name} level: {exc.strerror or exc}", file=sys.stderr)
         return []
 
 
-def cmd_verify_or_rebuild(ctx: Context, args: Any) -> int:
-    """`verify`'s handler: with --rebuild (or an option of its) the entries are recompiled and compared
-    (`rebuild_check`, imported only then: it loads Triton); else `cmd_verify` (a branch there would take
-    it past the complexity bound)."""
-    if args.rebuild or args.sample is not None or args.all or args.allow_module:
-        from cachectl import rebuild_check
-
-        return rebuild_check.cmd(ctx, args)
-    return cmd_verify(ctx, args)
-
-
-def cmd_verify(ctx: Context, args: Any) -> int:
-    checked = 0
-    bad: list[BadEntry] = []
-    store = ctx.store()
-    for level in ctx.levels(args.level):
-        # entries of the levels read with a signature check must carry a valid one (the local disk is ours)
-        signed = store.signer.problem if store.signer is not None and level.name != "disk" else None
-        n, found = verify(level, repair=args.repair, authenticate=signed)
-        checked += n
-        bad += found
-    left = [b for b in bad if not b.repaired]
-    # Entries that readers already found corrupt and moved aside (shared level); prune removes them.
-    quarantined = [{**q, "path": escaped(q["path"]), "key": escaped(q["key"])}
-                   for level in ctx.levels(args.level) for q in level.quarantined()]
-    if ctx.json:
-        ctx.emit_json({"checked": checked, "remaining_bad": len(left),
-                       "bad": [{**b.__dict__, "key": escaped(b.key), "reason": escaped(b.reason)} for b in bad],
-                       "quarantined": quarantined})
-    else:
-        for b in bad:
-            print(f"{'removed' if b.repaired else 'BAD'}  {escaped(b.key)}  ({b.level}): {escaped(b.reason)}")
-        for q in quarantined:
-            print(f"quarantined  {q['key']}  (shared): {q['path']}, removed by 'cachectl prune' after an hour")
-        ctx.say(f"checked {checked} entries: {len(bad)} bad" + (f", {len(bad) - len(left)} removed" if args.repair
-                                                                  else ""))
-    if left:
-        if not ctx.json:
-            print(f"cachectl: {len(left)} bad entries remain (run 'cachectl verify --repair')", file=sys.stderr)
-        return EXIT_PROBLEMS
-    return EXIT_OK
-
-
 def cmd_clear(ctx: Context, args: Any) -> int:
     chosen = ctx.levels(args.level)
     if not args.yes:
-        named = ", ".join(f"{t.name} ({_where(t)})" for t in chosen)
+        named = ", ".join(f"{t.name} ({t.location})" for t in chosen)
         others = [t.name for t in ctx.kept() if t not in chosen]
         raise CliError(f"clear removes every entry of: {named}"
                        + (f" (not {', '.join(others)}: name it with --level or pass --all-levels)" if others else "")
@@ -147,7 +104,3 @@ def cmd_clear(ctx: Context, args: Any) -> int:
         ctx.say(f"removed {count} entries, {human_size(size)} ({levels})"
                 + (f"; {len(failed)} could not be removed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK
-
-
-def _where(level: KeptLevel) -> str:
-    return level.location

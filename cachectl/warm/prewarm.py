@@ -1,7 +1,7 @@
 """cachectl prewarm: build kernels ahead of a job, from recorded recipes or from a program.
 
 An interrupt (Ctrl-C, SIGINT to this process alone, SIGTERM) stops the workers within about a
-second (see `outcomes`), however the prewarm was started (a script's `cachectl prewarm &` starts it
+second (see `worker_pool`), however the prewarm was started (a script's `cachectl prewarm &` starts it
 ignoring SIGINT); what was built stays in the cache, the summary says "interrupted after N of M" with
 counts that add up to M, and the exit code is 130 (143 for SIGTERM).
 """
@@ -13,11 +13,12 @@ import sys
 import time
 from typing import Any
 
-from cachectl import kinds, programs, recipes
+from cachectl import entry_kinds
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import entry_filter, scan_all
-from cachectl.outcomes import Outcome, PrewarmError, interrupts_stop_work
-from cachectl.render import Progress
+from cachectl.inventory import entry_filter, scan_all
+from cachectl.warm import programs, recipes
+from cachectl.warm.progress import Outcome, PrewarmError, Progress
+from cachectl.warm.worker_pool import interrupts_stop_work
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.level import KeptLevel
 from kernel_cache.store import Store
@@ -125,7 +126,7 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
     # slowest first: the workers finish together instead of waiting on one long compile
     found = [recipe for i in sorted(infos, key=lambda i: (-i.compile_seconds, i.key))
              if selection.matches(i, time.time()) and (recipe := EntrySummary.from_meta(i.meta).recipe)]
-    no_recipe = sum(1 for i in infos if i.kind == kinds.KERNEL and not i.has_recipe)  # records have none
+    no_recipe = sum(1 for i in infos if i.kind == entry_kinds.KERNEL.name and not i.has_recipe)  # records have none
     if not found:
         ctx.say("no recipes in the cache to rebuild (fill it by running the job once, "
                 "or prewarm MODULE:FUNCTION)")

@@ -17,7 +17,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cachectl.outcomes import Outcome, Report, pool_context, run_in_pool, shown
+from cachectl.render import shown
+from cachectl.warm.progress import Outcome, Report
+from cachectl.warm.worker_pool import pool_context, run_in_pool
 from compiler import RecipeError, Target, content_key, from_recipe, get_or_compile, parse_target
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.settings.config import Config

@@ -24,12 +24,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cachectl import kinds, recipes
+from cachectl import entry_kinds
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.inspect import scan_all
-from cachectl.inventory import EntryInfo, read_raw
-from cachectl.outcomes import Outcome, shown
-from cachectl.render import Progress
+from cachectl.inventory import EntryInfo, breakdown, counts, read_raw, scan_all
+from cachectl.render import shown
+from cachectl.warm import recipes
+from cachectl.warm.progress import Outcome, Progress
 from compiler import CompileError, RecipeError, compile_spec, content_key, from_recipe
 from compiler.artifact import DEFLATED
 from kernel_cache.entries import entry as entry_format
@@ -112,7 +112,7 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
     candidates: list[Candidate] = []
     skipped, others = [], []
     for info in infos:
-        if info.error or info.kind != kinds.KERNEL:
+        if info.error or info.kind != entry_kinds.KERNEL.name:
             others.append(info)  # lowered-call records and winners have no recipe; plain verify reads the rest
             continue
         recipe = EntrySummary.from_meta(info.meta).recipe
@@ -243,7 +243,7 @@ def _report(ctx: Context, args: Any, checks: list[Check], skipped: list[Check], 
         ctx.emit_json({"checked": len(checks), "equal": count["equal"], "mismatched": count["mismatch"],
                        "failed": count["failed"], "repaired": sum(c.repaired for c in checks),
                        "remaining_bad": len(left), "skipped": len(skipped), "not_sampled": not_sampled,
-                       "not_rebuilt": kinds.counts(others), "sample": None if args.all else args.sample or DEFAULT_SAMPLE,
+                       "not_rebuilt": counts(others), "sample": None if args.all else args.sample or DEFAULT_SAMPLE,
                        "allowed_modules": args.allow_module, "seconds": seconds,
                        "entries": [asdict(c) for c in checks + skipped]})
         return EXIT_PROBLEMS if left else EXIT_OK
@@ -278,7 +278,7 @@ def _summary(args: Any, checks: list[Check], skipped: list[Check], others: list[
                       else "kernel not importable" if recipes.NO_IMPORT in c.reason else "other" for c in skipped)
         text += f"; skipped {len(skipped)} (" + ", ".join(f"{n} {w}" for w, n in sorted(why.items())) + ")"
     if others:
-        text += f"; not rebuilt: {kinds.breakdown(others)}"
+        text += f"; not rebuilt: {breakdown(others)}"
     return text + f" in {seconds:.1f} s"
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import kernel_cache
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
-from cachectl.outcomes import PrewarmError
-from cachectl.programs import load_program, program_item
+from cachectl.warm.programs import load_program, program_item
+from cachectl.warm.progress import PrewarmError
 from lowering.records import tune as engine
 
 

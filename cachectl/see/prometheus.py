@@ -34,7 +34,7 @@ Sample = tuple[Mapping[str, str], float | int]
 def render(report: Mapping[str, Any]) -> str:
     """The exposition text of a `cachectl stats` report (the dict `--json` prints)."""
     base = {"dir": str(report["dir"])}
-    kinds = entry_kinds.every()  # the kind label: each kind's tag, as kinds.counts counts them by name
+    kinds = entry_kinds.every()  # the kind label: each kind's tag, as inventory.counts counts them by name
     legend = ", ".join(f"{k.tag}: {k.legend}" if k.legend else k.tag for k in kinds)
     levels: Mapping[str, Mapping[str, Any]] = report["levels"]
     reached = {t: v for t, v in levels.items() if v.get("entries") is not None}  # an unreachable level has no count

@@ -1,5 +1,4 @@
-"""What a prewarm reports per kernel, the worker processes both prewarm sources share, and how an
-interrupt stops them.
+"""The worker processes both prewarm sources share, and how an interrupt stops them.
 
 This module is long because stopping is its point, and every path of it is here: a prewarm runs for
 minutes and gets Ctrl-C (the whole process group), a scheduler's SIGINT or a SIGTERM (the parent
@@ -29,23 +28,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_ready
 from multiprocessing.context import BaseContext
 from types import FrameType
 from typing import Any
 
-from kernel_cache.errors import KernelCacheError
+from cachectl.warm.progress import Outcome, Report
 from kernel_cache.store import Store
 
 CANCEL_GRACE = 0.5  # seconds a worker has to leave after SIGTERM before it is killed
 WRITE_GRACE = 1.0  # longest a signal waits for the entry write it arrived in
 _POLL = 0.5  # how often a waiting worker checks that its parent is alive, and the parent its workers
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class PrewarmError(KernelCacheError, RuntimeError):
-    """The prewarm cannot start at all (program not importable, bad target name)."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -56,46 +50,6 @@ class Terminated(KeyboardInterrupt):
 
 class _Cancelled(BaseException):
     """In a worker, the parent's SIGTERM. Not an Exception: a build's `except Exception` lets it pass."""
-
-
-@dataclass
-class Outcome:
-    """What happened to one kernel (or one program lowering) during a prewarm."""
-
-    label: str
-    arch: str
-    status: str  # "built", "present", "failed", "skipped" (module not allowed, malformed recipe)
-    key: str = ""
-    seconds: float = 0.0
-    error: str = ""
-    module: str = ""  # recipes: the module the kernel comes from (for a skip: the one not allowed)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Planned:
-    """Program mode: one lowering (one arch) has `count` programs to lower."""
-
-    count: int
-
-
-@dataclass
-class Lowered:
-    """Program mode: one program lowered, whatever it built (its outcomes came before)."""
-
-    label: str
-    arch: str
-
-
-Report = Callable[[Any], None]  # takes an Outcome (or, in program mode, a Planned or Lowered)
-
-
-def shown(text: str, limit: int = 120) -> str:
-    """Cache content fit to print: control characters escaped, long text cut."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
-    return out + ("…" if len(text) > limit else "")
 
 
 def pool_context() -> BaseContext:

@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kernel_cache
-from cachectl import kinds
+from cachectl import entry_kinds
 from cachectl.inventory import read_raw
-from cachectl.outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool, signals_held
+from cachectl.warm.progress import Lowered, Outcome, Planned, PrewarmError, Report
+from cachectl.warm.worker_pool import run_in_pool, signals_held
 from compiler import parse_target
 from kernel_cache.display import echo
 from kernel_cache.entries import call_entry
@@ -203,7 +204,7 @@ def _kernel_summary(level: KeptLevel, key: str) -> EntrySummary | None:
     """The entry's summary if it is a kernel (not a lowered-call record or a winner), else None."""
     raw = read_raw(level, key)
     meta = peek_meta(raw) if raw else {}
-    if meta.get(META_KIND, kinds.KERNEL) != kinds.KERNEL:
+    if meta.get(META_KIND, entry_kinds.KERNEL.name) != entry_kinds.KERNEL.name:
         return None
     return EntrySummary.from_meta(meta)
 

@@ -1,5 +1,5 @@
 """Reading a bundle as a bounded stream: gzip decompressed through a counting reader and the tar
-format parsed one 512-byte header at a time, under the caps `bundle.py` describes.
+format parsed one 512-byte header at a time, under the caps `bundle_file` describes.
 
 Nothing here extracts, looks a member up by name, or follows a link: a member is a name, a size
 and (for regular files) data read only when asked, never more than the caps allow.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from cachectl.render import shown
 from kernel_cache.errors import KernelCacheError
 
 _BLOCK = 512
@@ -82,12 +83,6 @@ def human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.4g} {unit}"
         n /= 1024
     return str(n)
-
-
-def shown(name: str, limit: int = 200) -> str:
-    """A member name fit to print: control characters escaped, long names cut."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:limit])
-    return text + ("…" if len(name) > limit else "")
 
 
 class _Decompressed:
@@ -174,7 +169,7 @@ class TarStream:
     def read(self, member: _Member) -> bytes:
         data = self._s.read(member.size)
         if len(data) != member.size:
-            raise self._damaged(f"member {shown(member.name)} is truncated")
+            raise self._damaged(f"member {shown(member.name, 200)} is truncated")
         self._pending -= member.size
         return data
 
@@ -246,7 +241,7 @@ class TarStream:
         if name == MANIFEST and size > self._caps.manifest_bytes:
             raise manifest_too_large(self._path, size, self._caps)
         if name != MANIFEST and size > self._caps.entry_bytes:
-            raise self._capped(f"member {shown(name)} holds {human(size)}, over the {human(self._caps.entry_bytes)} "
+            raise self._capped(f"member {shown(name, 200)} holds {human(size)}, over the {human(self._caps.entry_bytes)} "
                                f"per-entry cap; no kernel entry is that large, so the bundle is damaged or not "
                                f"a kernel-cache bundle")
         self._pending = _padded(size)
