@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError, LevelUntrusted
-from kernel_cache.level import KeptLevel
 from kernel_cache.levels.disk.index import ENTRIES_DIR
 from kernel_cache.levels.disk.repair import ValueFilesLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
 from kernel_cache.settings.config import Config, ConfigError, check_remote

@@ -35,7 +35,6 @@ from compiler import parse_target
 from compiler import triton_compat as tc
 from kernel_cache import configure, interception
 from kernel_cache.coordination.locks import filesystem_of, flock_is_coherent
-from kernel_cache.display import redacted
 from kernel_cache.levels.disk.index import (
     ENTRIES_DIR,
     ENTRIES_FILES,
@@ -50,6 +49,7 @@ from kernel_cache.levels.disk.sql import count_and_size, open_read_only
 from kernel_cache.levels.remote import level as remote_level
 from kernel_cache.levels.shared.level import QUARANTINE_DIR
 from kernel_cache.settings.config import Config
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.safefs import Owners
 from lowering.clients import ejkernel as ejkernel_client
 from lowering.clients import jax_triton as jax_triton_client

@@ -12,7 +12,7 @@ from cachectl.inventory import EntryFilter, EntryInfo, find_by_prefix, mark_stal
 from cachectl.render import human_size, human_time, table
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 
 CONFIG_CHARS = 48  # list's CONFIG column, cut beyond this without -v
 

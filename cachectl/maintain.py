@@ -10,10 +10,10 @@ from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inspect import entry_filter, scan_all
 from cachectl.inventory import BadEntry, EntryInfo, plan_prune, remove_debris, remove_entries, scan, verify
 from cachectl.render import bound_source, human_size
-from kernel_cache.display import escaped
-from kernel_cache.level import KeptLevel
 from kernel_cache.levels.disk.level import DiskLevel
 from kernel_cache.levels.disk.repair import rebuild_index, wipe
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import escaped
 from kernel_cache.store import Store
 
 

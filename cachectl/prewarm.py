@@ -19,7 +19,7 @@ from cachectl.inspect import entry_filter, scan_all
 from cachectl.outcomes import Outcome, PrewarmError, interrupts_stop_work
 from cachectl.render import Progress
 from kernel_cache.entries.summary import EntrySummary
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.store import Store
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it; SIGTERM (Terminated) gives 143

@@ -29,11 +29,11 @@ from cachectl import kinds
 from cachectl.inventory import read_raw
 from cachectl.outcomes import Lowered, Outcome, Planned, PrewarmError, Report, run_in_pool, signals_held
 from compiler import parse_target
-from kernel_cache.display import echo
 from kernel_cache.entries import call_entry
 from kernel_cache.entries.entry import peek_meta
 from kernel_cache.entries.summary import META_KIND, EntrySummary
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config
 from kernel_cache.store import Store
 

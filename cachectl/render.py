@@ -8,7 +8,7 @@ import time
 
 from cachectl.context import BOUND_ENVIRONMENT, BOUND_STORED, Context
 from cachectl.outcomes import Lowered, Outcome, Planned
-from kernel_cache.display import escaped
+from kernel_cache.sanitize import escaped
 
 
 # Formatting ------------------------------------------------------------------------------

@@ -19,13 +19,13 @@ from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inspect import scan_all
 from cachectl.inventory import EntryInfo
 from cachectl.render import bound_source, human_size, human_time
-from kernel_cache.display import escaped
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.level import KeptLevel
 from kernel_cache.levels.disk.index import ENTRIES_DIR, INDEX
 from kernel_cache.levels.disk.level import DiskLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.levels.remote.level import RemoteLevel
 from kernel_cache.levels.shared.level import SharedLevel
+from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import XLA_SUBDIR
 from kernel_cache.trust.safefs import Tree
 

@@ -26,8 +26,8 @@ from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_ke
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import IndexDamaged, RejectedEntry
 from kernel_cache.lazy import later
-from kernel_cache.level import DeferringLevel, IndexedLevel, Level, MaintainedLevel, holds
 from kernel_cache.levels.memory import MemoryLevel
+from kernel_cache.levels.protocols import DeferringLevel, FrontLevel, IndexedLevel, Level, MaintainedLevel, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
@@ -36,7 +36,6 @@ from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
-    from kernel_cache.entries.warm_set import WarmSet
     from kernel_cache.levels.disk import repair as disk_repair
 else:
     disk_repair = later("kernel_cache.levels.disk.repair")  # only when opening finds the local index damaged
@@ -69,7 +68,7 @@ class Store:
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self._deferring_kinds: dict[type, bool] = {}  # a level's class -> whether it is a DeferringLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -124,7 +123,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: WarmSet) -> None:
+    def front_level(self, warm: FrontLevel) -> None:
         """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
         members before it reads memory. It holds only entries of the local level the index still
         holds, verified as that level's own; a later session's set takes its place."""

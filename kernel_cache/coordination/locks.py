@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import LOCK_MODES
 from kernel_cache.trust.safefs import Tree, UnsafeFile
 

@@ -21,8 +21,8 @@ import os
 import stat
 from pathlib import Path
 
-from kernel_cache.display import escaped
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import XLA_SUBDIR
 from kernel_cache.store import Store
 from kernel_cache.trust.safefs import Owners

@@ -325,7 +325,7 @@ def test_drop_in_names():
 
 # Warm second process -----------------------------------------------------------------------------
 WARM_SCRIPT = """
-import json, jax, compiler.cached as cached
+import json, jax, compiler.cache_or_compile as cached
 from lowering import examples as ep
 real, n = cached.compile_spec, [0]
 def counting(spec):

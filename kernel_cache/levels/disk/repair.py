@@ -17,7 +17,6 @@ from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from kernel_cache.errors import IndexDamaged, LevelReadOnly, LevelUnavailable
-from kernel_cache.level import InDirectory, Level, no_lock
 from kernel_cache.levels.disk import level as disk
 from kernel_cache.levels.disk import rebuild as disk_rebuild
 from kernel_cache.levels.disk import sql as disk_sql
@@ -31,6 +30,7 @@ from kernel_cache.levels.disk.index import (
     open_tree,
     value_files,
 )
+from kernel_cache.levels.protocols import InDirectory, Level, no_lock
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners, Tree

@@ -116,6 +116,14 @@ class IndexedLevel(Protocol):
     def present(self, keys: Sequence[str]) -> set[str]: ...
 
 
+class FrontLevel(Protocol):
+    """What the store reads before every level (`Store.front_level`): a session's warm set."""
+
+    level: str  # the level its entries are served as, in the stats
+
+    def front_get(self, key: str) -> Entry | None: ...
+
+
 class _Directoried(Protocol):
     @property
     def directory(self) -> Path | None: ...
