@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError, LevelUntrusted
+from kernel_cache.levels import cache_marker
+from kernel_cache.levels.cache_marker import NotACacheDirectory
 from kernel_cache.levels.disk.index import ENTRIES_DIR
 from kernel_cache.levels.disk.repair import ValueFilesLevel
 from kernel_cache.levels.protocols import KeptLevel
@@ -20,8 +22,6 @@ from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsE
 from kernel_cache.settings.config import Config, ConfigError, check_remote
 from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
-from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import NotACacheDirectory
 from kernel_cache.trust.safefs import Owners, Tree
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2

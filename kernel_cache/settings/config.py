@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_cache.coordination import LOCK_MODES
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, parse_clients
@@ -38,7 +39,6 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$"
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
-LOCK_MODES = ("auto", "flock", "soft")
 MAX_COMPILE_WORKERS = 16  # default cap: beyond it, compiles of one module rarely overlap further
 INDEX_TIMEOUT_CAP = 30.0  # a healthy SQLite write transaction takes milliseconds
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset

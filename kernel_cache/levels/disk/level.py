@@ -57,6 +57,7 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import IndexDamaged, IndexNotReady, LevelReadOnly, LevelUnavailable
 from kernel_cache.lazy import later
+from kernel_cache.levels import cache_marker
 from kernel_cache.levels.disk import sql as disk_sql
 from kernel_cache.levels.disk.index import (
     ENTRIES_DIR,
@@ -77,7 +78,6 @@ from kernel_cache.levels.disk.sql import damage_seen_by_writer, is_damage, open_
 from kernel_cache.levels.protocols import InDirectory
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust import cache_marker
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 
 if TYPE_CHECKING:

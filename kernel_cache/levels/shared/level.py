@@ -38,11 +38,11 @@ from kernel_cache.coordination import locks, publish
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted, RejectedEntry
+from kernel_cache.levels import cache_marker
 from kernel_cache.levels.protocols import InDirectory
 from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust import cache_marker
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.trust.signing import Signer
 
