@@ -9,9 +9,8 @@ import threading
 import weakref
 
 from kernel_cache import at_exit
-from kernel_cache.entries import memo_entry
+from kernel_cache.entries import memo_entry, warm_set
 from kernel_cache.entries.entry import Entry
-from kernel_cache.entries.warm_set import LINEAGE, MAX_BYTES, MAX_MEMBERS, members_of, set_key, signed_of, to_entry
 from kernel_cache.store import Store
 
 
@@ -67,7 +66,7 @@ class WarmSet:
 
     def sign(self, signature: str, key: str) -> None:
         """`signature` names the entry `key` (read or written here): kept with the set if it is a member."""
-        if self.active and self._signed.get(signature) != key and len(self._signing) < MAX_MEMBERS:
+        if self.active and self._signed.get(signature) != key and len(self._signing) < warm_set.MAX_MEMBERS:
             with self._lock:
                 self._signing[signature] = key
 
@@ -88,13 +87,13 @@ class WarmSet:
             first, lineage, own = self._first, self._lineage, self._loaded
         if not self.active or first is None or lineage is None or own:
             return []
-        found = self._store.get_local(memo_entry.memo_key(LINEAGE, [lineage]))
-        named = None if found is None else memo_entry.text_for(found, LINEAGE, [lineage])
-        if named is None or named == set_key(first):
+        found = self._store.get_local(memo_entry.memo_key(warm_set.LINEAGE, [lineage]))
+        named = None if found is None else memo_entry.text_for(found, warm_set.LINEAGE, [lineage])
+        if named is None or named == warm_set.set_key(first):
             return []
         previous = self._store.get_local(named)
         try:
-            return list(members_of(previous).values()) if previous is not None else []
+            return list(warm_set.members_of(previous).values()) if previous is not None else []
         except ValueError:
             return []
 
@@ -105,17 +104,17 @@ class WarmSet:
             self._first, self._lineage = first, lineage
             if not self.active:
                 return
-            found = self._store.get_local(set_key(first))
+            found = self._store.get_local(warm_set.set_key(first))
             if found is None:
                 return
             try:
-                members = members_of(found)
+                members = warm_set.members_of(found)
             except ValueError:
                 return  # another kind under this key, or a malformed set: written anew at exit
             held = self._store.held_locally(list(members))
             self._loaded = len(members)
             self._held = {key: data for key, data in members.items() if key in held}
-            self._signed = {sig: key for sig, key in signed_of(found).items() if key in held}
+            self._signed = {sig: key for sig, key in warm_set.signed_of(found).items() if key in held}
 
     def note(self, entry: Entry) -> None:
         """`entry` was read or written by this session: a member of the set it writes at exit."""
@@ -125,13 +124,13 @@ class WarmSet:
         with self._lock:
             if self._first is None:
                 self._first = entry.key
-            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._bound():
+            if len(self._noted) < warm_set.MAX_MEMBERS and self._noted_bytes + size <= self._bound():
                 self._noted[entry.key] = entry
                 self._noted_bytes += size
 
     def _bound(self) -> int:
-        """The members' bytes a set holds: MAX_BYTES, within the store's entry bound (less its metadata)."""
-        return min(MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
+        """The members' bytes a set holds: warm_set.MAX_BYTES, within the store's entry bound (less its metadata)."""
+        return min(warm_set.MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
 
     def save(self) -> bool:
         """Write the set where it changed (see the module's docstring); whether it was written. The
@@ -150,17 +149,17 @@ class WarmSet:
         members: list[Entry] = []
         total, bound = 0, self._bound()
         for entry in [*noted.values(), *(e for k, e in held.items() if k not in noted)]:
-            if len(members) >= MAX_MEMBERS or total + entry.size + 1024 > bound:
+            if len(members) >= warm_set.MAX_MEMBERS or total + entry.size + 1024 > bound:
                 break
             members.append(entry)
             total += entry.size + 1024
-        kept = to_entry(first, members, {**signed, **signing})
+        kept = warm_set.to_entry(first, members, {**signed, **signing})
         self._store.put_local(kept)
         if lineage is not None:  # the lineage names this set from now on (an upgraded process finds it)
-            self._store.put_local(memo_entry.to_entry(LINEAGE, [lineage], kept.key))
+            self._store.put_local(memo_entry.to_entry(warm_set.LINEAGE, [lineage], kept.key))
         with self._lock:  # what the set holds now: saving again writes nothing new
             self._loaded, self._held = len(members), {entry.key: entry for entry in members}
-            self._signed = signed_of(kept)
+            self._signed = warm_set.signed_of(kept)
         return True
 
 
