@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.lazy import later
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels import cache_marker
+from kernel_cache.levels.cache_marker import ENTRIES_DIR, NotACacheDirectory
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
 from kernel_cache.settings.config import Config, ConfigError, check_remote
 from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
-from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import ENTRIES_DIR, NotACacheDirectory
 from kernel_cache.trust.safefs import Owners, Tree
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from kernel_cache.entries import warm_set
 from kernel_cache.entries.entry import CorruptEntry
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict[str, Any]], "str | None"]

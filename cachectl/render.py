@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from cachectl.context import BOUND_ENVIRONMENT, BOUND_STORED, Context
-from kernel_cache.display import escaped
+from kernel_cache.sanitize import escaped
 
 
 # Formatting ------------------------------------------------------------------------------

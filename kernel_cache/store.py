@@ -16,7 +16,7 @@ import errno
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 from kernel_cache import levels as backends
 from kernel_cache.coordination.key_locks import KeyLocks
@@ -25,17 +25,14 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import RejectedEntry
-from kernel_cache.level import Level, MaintainedLevel, holds
 from kernel_cache.levels.memory import MemoryLevel
+from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
 from kernel_cache.telemetry.stats import Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
-
-if TYPE_CHECKING:
-    from kernel_cache.entries.warm_set import WarmSet
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -63,7 +60,7 @@ class Store:
         self._key_locks = KeyLocks()
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -118,7 +115,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: WarmSet) -> None:
+    def front_level(self, warm: FrontLevel) -> None:
         """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
         members before it reads memory. It holds only entries of the local level still
         holds, verified as that level's own; a later session's set takes its place."""

@@ -49,7 +49,7 @@ class _Started:
     def __init__(self, current: kernel_cache.Session) -> None:
         xla_cache.apply(current.store)
         self.cold_start: _ColdStart | None = None  # told of each binding while `waiting`
-        if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
+        if current.config.compile_threads > 1:  # compiles on threads, maybe on worker processes
             self.cold_start = _ColdStart(current.config)
             prime_in_background(on_cold=self.cold_start.cold)
 

@@ -17,11 +17,11 @@ from cachectl.context import (
     check_local_directory,
 )
 from cachectl.render import bound_source, human_size, table
-from kernel_cache.display import redacted
+from kernel_cache.levels import cache_marker
+from kernel_cache.levels.cache_marker import NotACacheDirectory
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import DEFAULT_MAX_BYTES, ConfigError, parse_size, sources, spelled
-from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import NotACacheDirectory
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 
 UNSET_WORDS = ("default", "none", "unset")  # `config max-size default`: remove the stored bound

@@ -8,8 +8,8 @@ from typing import Any
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inventory import EntryInfo, entry_filter, plan_prune, remove_entries, scan, scan_all
 from cachectl.render import bound_source, human_size
-from kernel_cache.display import escaped
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import escaped
 
 DEBRIS_AGE_SECONDS = 3600.0  # temp and lock files that crashed writers left, removed past this age
 

@@ -34,11 +34,11 @@ from compiler import parse_target
 from compiler import triton_compat as tc
 from kernel_cache import configure, interception
 from kernel_cache.coordination.locks import filesystem_of, flock_is_coherent
-from kernel_cache.display import redacted
 from kernel_cache.entries.entry import is_key
+from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR, STATS_DIR
 from kernel_cache.levels.remote import level as remote_level
 from kernel_cache.settings.config import Config
-from kernel_cache.trust.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR, STATS_DIR
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.safefs import Owners
 from lowering.clients import ejkernel as ejkernel_client
 from lowering.clients import jax_triton as jax_triton_client

@@ -35,7 +35,7 @@ from compiler.artifact import DEFLATED
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry
 from kernel_cache.entries.summary import META_COMPILE_SECONDS, META_CREATED, META_RECIPE, EntrySummary
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.store import Store
 
 DEFAULT_SAMPLE = 20  # entries checked when neither --sample nor --all is given: a few seconds of compiles

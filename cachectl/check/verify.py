@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from cachectl import entry_kinds
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, Context
 from cachectl.inventory import read_raw
-from kernel_cache.display import escaped
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry
 from kernel_cache.lazy import later
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import escaped
 
 if TYPE_CHECKING:
     from cachectl.check import rebuild

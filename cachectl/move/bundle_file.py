@@ -78,7 +78,7 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.level import Level, holds
+from kernel_cache.levels.protocols import Level, holds
 from kernel_cache.trust.safefs import atomic_file
 
 BUNDLE_FORMAT = "kernel-cache-bundle"

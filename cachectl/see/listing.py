@@ -14,7 +14,7 @@ from cachectl.context import EXIT_OK, EXIT_PROBLEMS, Context
 from cachectl.inventory import EntryInfo, breakdown, entry_filter, scan_all, sort_entries
 from cachectl.render import human_size, human_time, milliseconds, table
 from kernel_cache.entries.summary import EntrySummary, config_items
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 
 CONFIG_CHARS = 48  # list's CONFIG column, cut beyond this without -v
 

@@ -18,14 +18,14 @@ from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inventory import EntryInfo, breakdown, counts, scan_all
 from cachectl.render import bound_source, human_size, human_time
 from cachectl.see import prometheus
-from kernel_cache.display import escaped
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.cache_marker import ENTRIES_DIR
 from kernel_cache.levels.disk import DiskLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.levels.remote.level import RemoteLevel
 from kernel_cache.levels.shared import SharedLevel
+from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import XLA_SUBDIR
-from kernel_cache.trust.cache_marker import ENTRIES_DIR
 from kernel_cache.trust.safefs import Tree
 
 

@@ -20,7 +20,7 @@ from cachectl.warm import programs, recipes
 from cachectl.warm.progress import Outcome, PrewarmError, Progress
 from cachectl.warm.worker_pool import interrupts_stop_work
 from kernel_cache.entries.summary import EntrySummary
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.store import Store
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it; SIGTERM (Terminated) gives 143

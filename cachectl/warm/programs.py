@@ -30,11 +30,11 @@ from cachectl.inventory import read_raw
 from cachectl.warm.progress import Lowered, Outcome, Planned, PrewarmError, Report
 from cachectl.warm.worker_pool import run_in_pool, signals_held
 from compiler import parse_target
-from kernel_cache.display import echo
 from kernel_cache.entries import call_entry
 from kernel_cache.entries.entry import peek_meta
 from kernel_cache.entries.summary import META_KIND, EntrySummary
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config
 from kernel_cache.store import Store
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kernel_cache.display import echo
-from kernel_cache.settings.config import LOCK_MODES
+from kernel_cache.coordination import LOCK_MODES
+from kernel_cache.sanitize import echo
 from kernel_cache.trust.safefs import Tree, UnsafeFile
 
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew

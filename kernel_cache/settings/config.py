@@ -16,21 +16,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.display import echo, escaped, redacted
+from kernel_cache.coordination import LOCK_MODES
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, parse_clients
 from kernel_cache.lazy import later
+from kernel_cache.sanitize import echo, escaped
+from kernel_cache.settings import remote_url
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.safefs import resolve_group
 from kernel_cache.value_class import FrozenValue
 
 if TYPE_CHECKING:
-    from kernel_cache.levels.remote import redis_seeds
     from kernel_cache.trust import signing
     from kernel_cache.trust.signing import Signer
 else:
     signing = later("kernel_cache.trust.signing")  # read only where a signing key or a password file is set
-    redis_seeds = later("kernel_cache.levels.remote.redis_seeds")  # read only where a remote is set
 
 # (patterns, compiled by `re` at their first use: most processes never parse a size or a duration)
 _SIZE = r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
@@ -38,7 +39,6 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$"
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
-LOCK_MODES = ("auto", "flock", "soft")
 MAX_COMPILE_WORKERS = 16  # default cap: beyond it, compiles of one module rarely overlap further
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
 TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the cache directory
@@ -234,14 +234,14 @@ def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
     """One or more Redis URLs, each one redis-py can use (ConfigError saying which and what is wrong,
     its secrets hidden). `source` names where the text came from (the variable, or cachectl's
     --remote), so the message sends the reader to what they wrote."""
-    urls = redis_seeds.split_urls(text)
+    urls = remote_url.split_urls(text)
     if not urls:
         raise ConfigError(f"{source} names no server (redis://host:port/db, several "
                           "separated by commas)")
     for url in urls:
         try:
-            redis_seeds.check_url(url)
-        except redis_seeds.BadRemoteUrl as exc:
+            remote_url.check_url(url)
+        except remote_url.BadRemoteUrl as exc:
             raise ConfigError(f"{source}: {echo(redacted(url))}: {exc}") from None
 
 

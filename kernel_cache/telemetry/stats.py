@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 from kernel_cache.telemetry import counters
 from kernel_cache.telemetry.warnings_once import warn_once
-from kernel_cache.trust.cache_marker import STATS_DIR
 
+STATS_DIR = "stats"  # in the local cache directory (its level makes it: levels/cache_marker.py names it)
 STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000

@@ -48,15 +48,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from kernel_cache.display import escaped, redacted
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted, RejectedEntry
 from kernel_cache.levels.remote.lease import MAX_LEASE_BYTES, Lease, why_not_honoured
 from kernel_cache.levels.remote.redis_link import RedisLink, redis_installed
-from kernel_cache.levels.remote.redis_seeds import secrets_of, split_urls
 from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
+from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import Config
+from kernel_cache.settings.remote_url import redacted, secrets_of, split_urls
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 from kernel_cache.trust.signing import Signer

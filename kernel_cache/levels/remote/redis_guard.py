@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.settings.remote_url import RemoteUrl
 
 
 class ReplyTooLarge(KernelCacheError, OSError):
@@ -141,6 +142,7 @@ def connection_class(url: str) -> type:
     """The guarded redis-py connection class for `url`'s scheme (unix://, rediss://, redis://)."""
     import redis
 
-    base: type = (redis.UnixDomainSocketConnection if url.startswith("unix://")
-                  else redis.SSLConnection if url.startswith("rediss://") else redis.Connection)
+    scheme = RemoteUrl(url).scheme
+    base: type = (redis.UnixDomainSocketConnection if scheme == "unix"
+                  else redis.SSLConnection if scheme == "rediss" else redis.Connection)
     return type(f"Guarded{base.__name__}", (_Guarded, base), {})

@@ -40,9 +40,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from kernel_cache.display import escaped, redacted
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.levels.remote import redis_guard, redis_seeds, redis_slots
+from kernel_cache.sanitize import escaped
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.telemetry.warnings_once import warn_once
 
 T = TypeVar("T")

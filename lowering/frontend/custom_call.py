@@ -26,15 +26,15 @@ from compiler import triton_compat as compiler_tc
 from kernel_cache import Config
 from kernel_cache.lazy import later
 
+from ..payload import deflate
+from ..payload import jaxlib_compat as compat
 from ..planning.aliasing import CallShape
 from ..planning.plan import CallInfo, KernelPlan, Launch
-from . import deflate
-from . import jaxlib_compat as compat
 
 if TYPE_CHECKING:
     from compiler import Artifact
 
-    from . import module_image
+    from ..payload import module_image
 else:  # the module image is built only for a call lowered kernel by kernel (a warm call's payload is its record's)
     module_image = later("lowering.payload.module_image")
 

@@ -98,6 +98,14 @@ class MaintainedLevel(Protocol):
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
 
+class FrontLevel(Protocol):
+    """What the store reads before every level (`Store.front_level`): a session's warm set."""
+
+    level: str  # the level its entries are served as, in the stats
+
+    def front_get(self, key: str) -> Entry | None: ...
+
+
 class _Directoried(Protocol):
     @property
     def directory(self) -> Path | None: ...
