@@ -2,10 +2,8 @@
 nodes of one Redis Cluster, separated by commas), checked when the configuration is read, and every
 address a host name resolves to (a managed cluster's DNS name gives several).
 
-No redis-py here: configuration is checked in every process, and redis-py is imported only when a
-process needs the server. A URL redis-py could not parse is refused with what is wrong (scheme,
-port, host, database, an option's value, a character to percent-encode), never with the URL's
-secrets in the message.
+No redis-py here: configuration is checked in every process. A URL redis-py could not parse is
+refused saying what is wrong, never with the URL's secrets in the message.
 """
 
 from __future__ import annotations
