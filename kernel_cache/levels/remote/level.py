@@ -561,6 +561,9 @@ class RemoteLevel:
     def _entry(self, key: object) -> str:
         return self._name("e:", check_key(key))
 
+    def _lease_name(self, key: str) -> str:
+        return self._name("l:", check_key(key))
+
     def _name(self, kind: str, key: str) -> str:
         """The key is a hash tag, so in a cluster an entry and its lease share a slot (and a node);
         the same names on one server, so nothing depends on finding out which it is first."""
