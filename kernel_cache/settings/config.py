@@ -1,9 +1,8 @@
 """Every KERNEL_CACHE_* setting in one table, read once into a frozen Config that components receive.
 
 `SETTINGS` is the single source: `Config.from_env` parses it, `render_table` writes the README's
-table from it (a test keeps them equal), and `cachectl config` shows each value and where it came
-from. Nothing else in the project reads these variables (KERNEL_CACHE_INTERCEPT's start-up hook and
-the test and demo scripts' KERNEL_CACHE_STACK* aside).
+table from it, and `cachectl config` shows each value and its source. Nothing else reads these
+variables (KERNEL_CACHE_INTERCEPT's start-up hook and the scripts' KERNEL_CACHE_STACK* aside).
 
 This module is long because it is the whole table, each setting's parser and checks included.
 """
@@ -82,10 +81,6 @@ def parse_flag(text: str, what: str = "flag") -> bool:
     raise ConfigError(f"{what}={echo(text)}: expected 1/0, true/false, yes/no or on/off")
 
 
-def _path(text: str, what: str) -> Path:
-    return _expanded(text, what)
-
-
 def _expanded(text: str, what: str) -> Path:
     """A path with `~` or `~user` expanded; a user (or a home) that does not exist is a ConfigError
     naming `what`, not pathlib's RuntimeError."""
@@ -133,9 +128,9 @@ class Setting(FrozenValue):
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("KERNEL_CACHE_DIR", "dir", _path, "unset: memory only",
+    Setting("KERNEL_CACHE_DIR", "dir", _expanded, "unset: memory only",
             "node-local persistent store; setting it makes the cache warm across runs"),
-    Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _path, "unset",
+    Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _expanded, "unset",
             "shared directory for multi-node clusters (plain files)"),
     Setting("KERNEL_CACHE_DISABLE", "disabled", parse_flag, "`0`",
             "`1` (or `true`, `yes`, `on`) turns all caching off"),
@@ -231,9 +226,8 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
 
 
 def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
-    """One or more Redis URLs, each one redis-py can use (ConfigError saying which and what is wrong,
-    its secrets hidden). `source` names where the text came from (the variable, or cachectl's
-    --remote), so the message sends the reader to what they wrote."""
+    """One or more Redis URLs redis-py can use (else ConfigError, secrets hidden); `source` names
+    where the text came from (the variable, or cachectl's --remote)."""
     urls = remote_url.split_urls(text)
     if not urls:
         raise ConfigError(f"{source} names no server (redis://host:port/db, several "
@@ -343,9 +337,7 @@ class Config(FrozenValue):
                              remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
                              remote_unsigned=remote_unsigned, compile_workers=compile_workers)
         self._check()
-        # where the toolchain fingerprint memo lives: the cache directory, else the user's cache home;
-        # None (this process only) when caching is disabled or there is no home. An attribute, not a
-        # property: it is read on every cold lookup of the fingerprint.
+        # the toolchain memo's directory (None: this process only); an attribute: read on every cold lookup
         self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \
             else self.toolchain_memo_dir
 
@@ -445,8 +437,8 @@ class Config(FrozenValue):
 
 
 def _parsed(setting: Setting, raw: str) -> Any:
-    """`setting.parse(raw)`; what its parser did not foresee is still one line naming the variable
-    (without the value, which may be a secret), so no malformed setting reaches anyone as a traceback."""
+    """`setting.parse(raw)`; what its parser did not foresee is one line naming the variable, not its
+    value (maybe a secret), never a traceback."""
     try:
         return setting.parse(raw, setting.env)
     except ConfigError:

@@ -1,16 +1,14 @@
 """Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
-A lookup only bumps an in-memory counter; `flush` adds the deltas to a table of our own
-(`counters`: stats/counters.db, atomic increments across processes, in one transaction) after a
-compile, at most once a second otherwise, and at exit. Each
-counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.telemetry.events` is its
-public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
-jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
-on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
-about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
-Counters are best effort: every wait on their table is bounded by STATS_TIMEOUT, and a busy, full
-or read-only one only loses counts. It is
-long because the counters and their events are one place: a hit is counted and sent without leaving it.
+A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` (stats/counters.db,
+one transaction) after a compile, at most once a second otherwise, and at exit. Each counted event is
+also handed to listeners (a program's own; public as `kernel_cache.telemetry.events`) and recorders
+(jax.monitoring's, called directly), on the counting thread; what one raises is warned about once:
+telemetry never fails a lookup. Counters are best effort: every wait on their table is bounded by
+STATS_TIMEOUT, and a busy, full or read-only one only loses counts.
+
+This module is long because the counters and their events are one place: a hit is counted and sent
+without leaving it.
 """
 
 from __future__ import annotations
@@ -243,16 +241,14 @@ class Stats:
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
         self.flush()
-        raw: Counter[str] = Counter()
         if self._persisted is not None:
             return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
-        if self._stats_dir is None:
-            return self._render(Counter(self._session))
-        try:
-            raw.update(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
-        except Exception as exc:
-            self._unavailable = f"{type(exc).__name__}: {exc}"
-            raw = Counter(self._session)
+        raw: Counter[str] = Counter(self._session)
+        if self._stats_dir is not None:
+            try:
+                raw = Counter(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
+            except Exception as exc:
+                self._unavailable = f"{type(exc).__name__}: {exc}"
         return self._render(raw)
 
     def entry_hits(self, key: str) -> int:

@@ -1,15 +1,10 @@
-"""The remote level's reads before redis-py is needed: a small RESP2 client for the two calls a
-warm node sends (the peek script that reads an entry, and its TTL refreshes), so a fresh node
-served from Redis does not import redis-py (its package imports `redis.asyncio` and asyncio, a
-large part of a warm start) before its first kernel.
+"""A small RESP2 client for the two calls a warm node sends (the peek that reads an entry, and TTL
+refreshes), so a node served from Redis does not import redis-py (and asyncio with it, a large part
+of a warm start) before its first kernel. Everything else goes through redis-py (`redis_link`).
 
-Everything else (writes, leases, a Redis Cluster, TLS, cachectl's maintenance) goes through redis-py
-(`redis_link`), and so does a read once anything made the full link. The guarantees are
-redis_guard's: one deadline for a whole call (connect, authenticate, send, the whole reply) and one
-byte budget counted as bytes arrive, so a trickling server costs one timeout and a reply announcing
-400 MB is refused before it is read; arrays are bounded in depth and length. Any failure ends the
-reader for the process (`RespReader.usable`): the caller hands that call to redis-py, whose breaker
-judges the server (a fault the reader met is handed to that breaker: one deadline per call still).
+The guarantees are redis_guard's: one deadline for a whole call and one byte budget counted as
+bytes arrive (a reply announcing 400 MB is refused unread); arrays are bounded in depth and length.
+Any failure ends the reader for the process: redis-py takes over, and its breaker judges the fault.
 """
 
 from __future__ import annotations
