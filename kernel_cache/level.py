@@ -110,6 +110,16 @@ class DeferringLevel(Protocol):
 
 
 @runtime_checkable
+class TransientLevel(Protocol):
+    """A level that lasts only as long as the processes sharing it (a multi-process job's key-value
+    store): it coordinates their compiles beside the levels that last, not instead of them, so the
+    store takes its lock between the local level's and the cluster's."""
+
+    @property
+    def transient(self) -> bool: ...
+
+
+@runtime_checkable
 class IndexedLevel(Protocol):
     """A level that can tell which of many keys it holds in one question (the local index)."""
 
