@@ -26,7 +26,7 @@ from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_ke
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import RejectedEntry
 from kernel_cache.levels.memory import MemoryLevel
-from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, holds
+from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, TransientLevel, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
@@ -79,6 +79,16 @@ class Store:
         if level is not None:
             kept.append(level)
         self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
+        self.cluster_levels = self._cluster_levels()
+
+    def add_transient(self, level: Level) -> None:
+        """Add `level`, which no configuration names (a multi-process job's key-value store, which
+        only the lowering can reach), right after the local level: read after this node's own
+        levels and before the cluster's, written with every entry, locked between them."""
+        if self.config.disabled:
+            return
+        at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
+        self.levels = [*self.levels[:at], level, *self.levels[at:]]
         self.cluster_levels = self._cluster_levels()
 
     @property
@@ -365,11 +375,14 @@ class Store:
         return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
     def _lock_levels(self) -> list[Level]:
-        """Who serializes a compile: this node's local level, then the slowest writable level shared
-        across nodes (the remote, else the shared directory). A read-only level holds no locks."""
+        """Who serializes a compile: this node's local level, a job's key-value store (one contender
+        per job for the next), then the slowest writable level shared across nodes (the remote, else
+        the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
-        cluster = next((t for t in reversed(self.persistent_levels) if t is not self.disk and t.writable), None)
-        return [t for t in (local, cluster) if t is not None]
+        shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
+        job = [t for t in shared if isinstance(t, TransientLevel)]
+        cluster = next((t for t in reversed(shared) if t not in job), None)
+        return [t for t in (local, *job, cluster) if t is not None]
 
 
 PUBLISHED = "the holder published it"

@@ -106,6 +106,16 @@ class FrontLevel(Protocol):
     def front_get(self, key: str) -> Entry | None: ...
 
 
+@runtime_checkable
+class TransientLevel(Protocol):
+    """A level that lasts only as long as the processes sharing it (a multi-process job's key-value
+    store): it coordinates their compiles beside the levels that last, not instead of them, so the
+    store takes its lock between the local level's and the cluster's."""
+
+    @property
+    def transient(self) -> bool: ...
+
+
 class _Directoried(Protocol):
     @property
     def directory(self) -> Path | None: ...

@@ -200,6 +200,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_REMOTE_UNSIGNED", "remote_unsigned", parse_flag, "`0`",
             "`1` accepts unsigned remote entries: every client that can reach the server is trusted "
             "(otherwise the remote level needs KERNEL_CACHE_SIGNING_KEY_FILE)"),
+    Setting("KERNEL_CACHE_JOB", "job", parse_flag, "`1`",
+            "`0` (or `false`, `no`, `off`) leaves a multi-process JAX job's key-value store out: by default, where "
+            "`jax.distributed` runs more than one process, they share kernels through it and compile each once "
+            "(see [One job, many processes](#one-job-many-processes))"),
+    Setting("KERNEL_CACHE_JOB_MAX_BYTES", "job_max_bytes", parse_size, "`256M`",
+            "what one process puts into the job's key-value store at most (the coordinator holds it in memory "
+            "until the job ends); past it, one warning and its later kernels are not shared"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
     Setting("KERNEL_CACHE_COMPILE_WORKERS", "compile_workers", lambda t, w: _workers(t, w), "usable cores, at most 16",
@@ -263,7 +270,7 @@ def _key_file(text: str) -> bytes:
         raise ConfigError(str(exc)) from None
 
 
-_SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes"})
+_SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes", "job_max_bytes"})
 _DURATION_FIELDS = frozenset({"lock_timeout", "soft_lock_stale", "remote_ttl", "remote_timeout"})
 _PATH_FIELDS = frozenset({"dir", "shared_dir", "toolchain_memo_dir"})
 
@@ -283,7 +290,7 @@ class Config(FrozenValue):
                "lock_timeout", "soft_lock_stale", "target_arch", "module_image", "xla", "winners", "gpu_model",
                "call_records", "warm_sets", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
                "remote", "remote_password", "remote_namespace", "remote_ttl", "remote_timeout", "remote_unsigned",
-               "compile_workers")
+               "compile_workers", "job", "job_max_bytes")
     _hidden = frozenset({"signing_key", "remote", "remote_password"})  # secrets: never in repr
     dir: Path | None
     shared_dir: Path | None
@@ -314,6 +321,8 @@ class Config(FrozenValue):
     remote_timeout: float
     remote_unsigned: bool
     compile_workers: int  # 0: usable cores, at most MAX_COMPILE_WORKERS
+    job: bool  # share kernels through a multi-process JAX job's key-value store
+    job_max_bytes: int  # what this process puts there at most
     memo_dir: Path | None  # derived (see __init__), not a field
 
     def __init__(self, dir: Path | None = None, shared_dir: Path | None = None, disabled: bool = False,
@@ -326,7 +335,7 @@ class Config(FrozenValue):
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, toolchain_memo_dir: Path | None = None,
                  remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
                  remote_ttl: float = 14 * 86400.0, remote_timeout: float = 0.25, remote_unsigned: bool = False,
-                 compile_workers: int = 0) -> None:
+                 compile_workers: int = 0, job: bool = True, job_max_bytes: int = 256 << 20) -> None:
         self.__dict__.update(dir=dir, shared_dir=shared_dir, disabled=disabled, memory_bytes=memory_bytes,
                              memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
                              lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
@@ -335,7 +344,8 @@ class Config(FrozenValue):
                              signing_key=signing_key, max_entry_bytes=max_entry_bytes,
                              toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
                              remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
-                             remote_unsigned=remote_unsigned, compile_workers=compile_workers)
+                             remote_unsigned=remote_unsigned, compile_workers=compile_workers, job=job,
+                             job_max_bytes=job_max_bytes)
         self._check()
         # the toolchain memo's directory (None: this process only); an attribute: read on every cold lookup
         self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \
@@ -349,7 +359,7 @@ class Config(FrozenValue):
             raise ConfigError(f"KERNEL_CACHE_LOCK={echo(self.lock)}: expected one of {', '.join(LOCK_MODES)}")
         if self.soft_lock_stale <= 0 or self.lock_timeout <= 0:
             raise ConfigError("KERNEL_CACHE_SOFT_LOCK_STALE and KERNEL_CACHE_LOCK_TIMEOUT must be positive")
-        for name in ("memory_bytes", "memory_items", "max_bytes"):
+        for name in ("memory_bytes", "memory_items", "max_bytes", "job_max_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if self.max_entry_bytes < 1 << 16:

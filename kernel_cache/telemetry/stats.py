@@ -28,7 +28,7 @@ STATS_DIR = "stats"  # in the local cache directory (its level makes it: levels/
 STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
-LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
+LEVELS = ("memory", "disk", "job", "shared", "remote")  # hits are counted per level
 # Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline): a lookup the
 # level did not answer, an entry written to it, a write that failed, a hit copied into it from below.
 LEVEL_COUNTS = ("misses", "writes", "write_failures", "backfills")
@@ -44,7 +44,7 @@ KINDS = (HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR)
 
 class Event(NamedTuple):
     kind: str  # HIT, MISS, COMPILE, REJECTED or ERROR
-    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
+    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'job', 'shared', 'remote'); else ""
     seconds: float = 0.0  # HIT: compile seconds saved; COMPILE: seconds spent compiling; else 0
 
 
