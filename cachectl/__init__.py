@@ -1,8 +1,8 @@
 """cachectl, the operator's floor: see, bound, check, warm and move a kernel-cache directory.
 
-It sits above every other floor (it may import kernel_cache's core, compiler and lowering; nothing
-imports it). `main` parses and dispatches; each command group has its own module (inspect,
-maintain, prewarm, bundles), rendering is in `render`, the shared state of a run in `context`.
+`main` parses and dispatches to a command in the room of its job (`see/`, `bound/`, `check/`,
+`warm/`, `move/`); what several rooms share sits here: a run's state (`context`), rendering
+(`render`), the entries and what is done to them (`inventory`, `entry_kinds`).
 """
 
 from cachectl.main import main

@@ -11,7 +11,7 @@ import sys
 from typing import Any, NoReturn
 
 from cachectl.context import CliError
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import ConfigError, parse_duration, parse_size
 
 

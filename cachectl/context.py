@@ -8,18 +8,24 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.level import KeptLevel
+from kernel_cache.lazy import later
+from kernel_cache.levels import cache_marker
+from kernel_cache.levels.cache_marker import ENTRIES_DIR, NotACacheDirectory
+from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.cache_settings import StoredSettings, StoredSettingsError
 from kernel_cache.settings.config import Config, ConfigError, check_remote
 from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
-from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import ENTRIES_DIR, NotACacheDirectory
 from kernel_cache.trust.safefs import Owners, Tree
+
+if TYPE_CHECKING:
+    from cachectl import toolchains
+else:
+    toolchains = later("cachectl.toolchains")  # it imports Triton: `list` and `stats` start without it
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name
@@ -153,12 +159,9 @@ class Context:
                        "--all-levels")
 
     def installed_toolchain(self, target: dict[str, Any]) -> str | None:
-        """The installed toolchain's summary for `target`. Its module imports Triton, so it is loaded
-        on first use: commands that never ask (plain `list`, `stats`) start without it."""
+        """The installed toolchain's summary for `target`."""
         ident = json.dumps(target, sort_keys=True)
         if ident not in self._toolchains:
-            from cachectl import toolchains
-
             self._toolchains[ident] = toolchains.installed_summary(target, self.config.memo_dir)
         return self._toolchains[ident]
 

@@ -1,15 +1,10 @@
 """The kinds of entry a store holds, each registered once with everything the tools need of it.
 
-Beside its compiled kernels a store keeps entries that are no kernels (lowered-call records,
-autotune winners, memos of installed files), and a newer version may write kinds this one does not know. Every tool asks
-here instead of comparing `kind` strings itself: `verify` and bundle import check an entry with its
-kind's `problem`, list and `--json` summarise it with its `summary`, list, stats and Prometheus name
-and count it by `tag` and nouns, and `cachectl show` renders it with its `show` view. A new kind is
-one `register` call, and every one of them follows.
-
-The core imports neither the compiler nor the operator's floor: the kernel kind's name is spelled
-here (compiler.artifact.KIND writes it; a test compares them), and each kind names its show view as
-"module:function", which cachectl imports when `show` runs.
+Every tool asks here instead of comparing `kind` strings: `verify` and bundle import check an entry
+with its kind's `problem`, list and `--json` summarise it with its `summary`, list, stats and
+Prometheus name and count it by `tag` and nouns, `cachectl show` renders it with its `show` view. A
+new kind is one `register` call. The kernel kind's name is spelled here, not imported from the
+compiler (a test compares them); a view is named as "module:function": the views import this registry.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from kernel_cache.entries.summary import META_KIND
 
 Check = Callable[[Entry], "str | None"]
 Summarise = Callable[[dict[str, Any]], "dict[str, Any] | None"]
-_VIEWS = "cachectl."
+_VIEWS = "cachectl.see.show:show_"
 
 
 def _nothing_to_check(entry: Entry) -> str | None:
@@ -43,7 +38,7 @@ class EntryKind:
     many: str
     problem: Check = _nothing_to_check  # why a decoded entry of this kind is unusable (None: it is usable)
     summary: Summarise | None = None  # what list and show --json give of it under `tag` (never raises); None: no key
-    show: str = _VIEWS + "kernels_view:show"  # "module:function" rendering `cachectl show` of it
+    show: str = _VIEWS + "kernel"  # "module:function" rendering `cachectl show` of it
     tagged: bool = True  # whether list tags it: not kernels, which the KERNEL column is named for
     legend: str = ""  # what the tag means, where the tag alone does not say (Prometheus' HELP)
     # whether an entry names the target and toolchain it was built for, as bundle import requires of
@@ -54,12 +49,14 @@ class EntryKind:
 
 KERNEL = EntryKind("triton-kernel", "kernel", "kernel", "kernels", tagged=False)
 CALL = EntryKind(call_entry.KIND, "call", "lowered call", "lowered calls", call_entry.problem,
-                 call_entry.summary, _VIEWS + "calls_view:show", legend="a lowered-call record")
+                 call_entry.summary, _VIEWS + "call", legend="a lowered-call record")
 WINNER = EntryKind(winner_entry.KIND, "winner", "winner", "winners", winner_entry.damage, winner_entry.summary,
-                   _VIEWS + "winners_view:show", legend="an autotune winner")
+                   _VIEWS + "winner", legend="an autotune winner")
 MEMO = EntryKind(memo_entry.KIND, "memo", "memo", "memos", memo_entry.problem, memo_entry.summary,
-                 _VIEWS + "memos_view:show", toolchain_bound=False,
+                 _VIEWS + "memo", toolchain_bound=False,
                  legend="a memo record (a toolchain fingerprint or a warm set's lineage)")
+
+
 def _warm_set_problem(entry: Entry) -> str | None:
     """A warm set's shape (`warm_set.problem`), then each member checked as the kind it says it is."""
     why = warm_set.problem(entry)
@@ -73,7 +70,7 @@ def _warm_set_problem(entry: Entry) -> str | None:
 
 
 WARM_SET = EntryKind(warm_set.KIND, "warm", "warm set", "warm sets", _warm_set_problem, warm_set.summary,
-                    _VIEWS + "warm_sets_view:show", legend="the records one program read, kept in one entry")
+                    _VIEWS + "warm_set", legend="the records one program read, kept in one entry")
 # Not registered: what `kind_of` answers for a kind this version does not know (a newer writer's),
 # which show presents as it does a kernel, and what counts call an entry whose metadata is unreadable.
 OTHER = EntryKind("other", "other", "other", "others", tagged=False)

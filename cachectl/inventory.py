@@ -1,30 +1,30 @@
-"""What cachectl does to a store, without printing: list, select, prune, verify entries of a level.
+"""What cachectl does to a store's entries, without printing: list, count, select, prune, verify.
 
-Works on any level with `listing()`, `get_raw`/`peek_raw`, `delete` (the disk level, the shared level).
-Knows nothing of Triton: whether an entry is stale (built by another toolchain than the installed
-one) is decided by a callable the caller passes in.
+Knows nothing of Triton: whether an entry is stale is decided by a callable the caller passes in.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cachectl import entry_kinds
+from cachectl import entry_kinds, notices
+from cachectl.context import Context
+from cachectl.entry_kinds import EntryKind
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import warm_set
 from kernel_cache.entries.entry import CorruptEntry
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.errors import LevelUnavailable
-from kernel_cache.level import KeptLevel
+from kernel_cache.levels.protocols import KeptLevel
 
 # target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
 InstalledToolchain = Callable[[dict[str, Any]], "str | None"]
 SORT_KEYS = ("last_used", "created", "size", "kernel", "arch", "hits", "key")
-DEBRIS_AGE_SECONDS = 3600.0
 
 
 @dataclass
@@ -49,6 +49,18 @@ class EntryInfo:
     config: str = ""  # a kernel's constexprs, warps, stages: what tells one kernel's entries apart (summary)
     module: str = ""  # a kernel's module, from its recipe
     meta: dict[str, Any] = field(default_factory=dict[str, Any], repr=False)
+
+    @property
+    def entry_kind(self) -> EntryKind:
+        """UNREADABLE for unreadable metadata, OTHER for a kind this version does not know."""
+        return entry_kinds.UNREADABLE if self.error else entry_kinds.named(self.kind)
+
+    @property
+    def label(self) -> str:
+        """list's KERNEL column: `add_kernel`, `add_kernel [call]`, `matmul_kernel [winner]`."""
+        if self.error:
+            return f"<corrupt: {self.error}>"
+        return f"{self.kernel} [{self.entry_kind.tag}]" if self.entry_kind.tagged else self.kernel
 
     def summaries(self) -> dict[str, dict[str, Any] | None]:
         """What --json gives under each summarised kind's tag ("winner", "call"): this entry's
@@ -89,12 +101,30 @@ class EntryFilter:
         return True
 
 
+def counts(infos: Iterable[EntryInfo]) -> dict[str, int]:
+    """Entries per kind name, in the registry's order ("unreadable", "other" included)."""
+    found = Counter(i.entry_kind.name for i in infos)
+    return {k.name: found[k.name] for k in entry_kinds.every() if found[k.name]}
+
+
+def breakdown(infos: Iterable[EntryInfo]) -> str:
+    """'14 kernels, 9 lowered calls' (empty for no entries)."""
+    found = counts(infos)
+    return ", ".join(f"{n} {k.one if n == 1 else k.many}" for k in entry_kinds.every() if (n := found.get(k.name, 0)))
+
+
 def normal_arch(name: str) -> str:
     """'90', 'sm90', 'SM_90' -> 'sm_90' without importing the compiler."""
     text = name.strip().lower()
     digits = text.removeprefix("cuda:").removeprefix("sm_").removeprefix("sm")
     return f"sm_{digits}" if digits.isdigit() else text
 
+
+def entry_filter(args: Any, check_stale: bool) -> EntryFilter:
+    """The selection options shared by list, prune, export and prewarm."""
+    arches = frozenset(normal_arch(a) for a in args.arch) if getattr(args, "arch", None) else None
+    return EntryFilter(kernel_glob=getattr(args, "kernel", None), arches=arches,
+                       older_than_seconds=getattr(args, "older_than", None), stale_only=check_stale)
 
 
 def read_raw(level: KeptLevel, key: str) -> bytes | None:
@@ -135,6 +165,26 @@ def scan(level: KeptLevel, hits_of: Callable[[str], int] | None = None) -> list[
         if hits_of is not None:
             info.hits = hits_of(key)
         infos.append(info)
+    return infos
+
+
+def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool,
+             unreachable: list[tuple[KeptLevel, str]] | None = None) -> list[EntryInfo]:
+    """Every entry of `levels`, with hit counts and (if asked) whether it is stale. A level that
+    cannot be read (a remote server down) raises LevelUnavailable, or, given `unreachable`, is
+    added there with the cause and the other levels are still listed."""
+    store = ctx.store()
+    infos = []
+    for level in levels:
+        try:
+            infos += scan(level, store.stats.entry_hits)
+        except LevelUnavailable as exc:
+            why = notices.explained(str(exc))
+            if unreachable is None:
+                raise LevelUnavailable(why) from None
+            unreachable.append((level, why))
+    if with_stale:
+        mark_stale(infos, ctx.installed_toolchain)
     return infos
 
 
@@ -229,43 +279,3 @@ def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Ca
         elif failed is not None:
             failed.append((info, why))
     return freed
-
-
-def remove_debris(level: KeptLevel, older_than_seconds: float = DEBRIS_AGE_SECONDS) -> list[tuple[str, int]]:
-    """Temp and lock files that crashed writers left in `level`: [(path, bytes)] removed."""
-    return [(str(path), int(size)) for path, size in level.remove_debris(older_than_seconds)]
-
-
-@dataclass
-class BadEntry:
-    key: str
-    level: str
-    reason: str
-    repaired: bool = False
-
-
-def verify(level: KeptLevel, repair: bool = False,
-           authenticate: Callable[[bytes], str | None] | None = None) -> tuple[int, list[BadEntry]]:
-    """Decode every entry (format, checksum, key; then what its kind checks: a winner's or lowered
-    call's record) and, with `authenticate` (the signature readers of `level` require), its
-    signature; returns (entries checked, bad entries)."""
-    checked, bad = 0, []
-    for rec in level.listing():
-        key = rec["key"]
-        checked += 1
-        try:
-            raw = read_raw(level, key)
-            if raw is None:  # removed since listing() was read
-                checked -= 1
-                continue
-            if authenticate is not None and (problem := authenticate(raw)) is not None:
-                raise CorruptEntry(f"{problem}: readers refuse it")
-            entry = entry_format.decode(raw, expected_key=key)
-            if (reason := entry_kinds.problem(entry)) is not None:
-                raise CorruptEntry(reason)
-        except CorruptEntry as exc:
-            item = BadEntry(key=key, level=level.name, reason=str(exc))
-            if repair:
-                item.repaired = bool(level.delete(key))
-            bad.append(item)
-    return checked, bad

@@ -68,29 +68,29 @@ def build_parser() -> argparse.ArgumentParser:
         if level:
             _level_option(p, destructive)
 
-    p = command("list", "inspect.cmd_list", "list cached kernels")
+    p = command("list", "see.listing.cmd_list", "list cached kernels")
     filters(p)
     p.add_argument("--sort", choices=SORT_KEYS, default="last_used", help="sort column (default: last_used)")
 
-    p = command("show", "inspect.cmd_show", "show one entry's metadata and recipe")
+    p = command("show", "see.show.cmd_show", "show one entry's metadata and recipe")
     p.add_argument("key", help="key or unique key prefix")
     for blob in ("ptx", "ttir", "ttgir", "llir", "amdgcn"):
         p.add_argument(f"--{blob}", action="append_const", const=blob, dest="blobs",
                        help=f"print the stored {blob.upper()} text")
 
-    p = command("stats", "stats_view.cmd_stats", "entries, bytes, hits, misses, compile time saved")
+    p = command("stats", "see.stats.cmd_stats", "entries, bytes, hits, misses, compile time saved")
     p.add_argument("--zero", action="store_true", help="reset the counters")
     p.add_argument("--format", choices=("text", "json", "prometheus"), default=None,
                    help="text (default), json (as --json) or prometheus: node-exporter's textfile format, "
                         "written whole or not at all")
 
-    p = command("prune", "maintain.cmd_prune", "remove entries (and debris of crashed writers)")
+    p = command("prune", "bound.prune.cmd_prune", "remove entries (and debris of crashed writers)")
     p.add_argument("--max-size", type=arguments.size, metavar="SIZE",
                    help="evict least recently used entries until the level fits SIZE (e.g. 10G)")
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
-    p = command("verify", "maintain.cmd_verify_or_rebuild",
+    p = command("verify", "check.verify.cmd_verify_or_rebuild",
                 "check every entry's format and checksum (--rebuild: recompile kernels and compare the bytes)")
     p.add_argument("--repair", action="store_true",
                    help="remove bad entries (with --rebuild: replace those that differ with the rebuild, signed)")
@@ -106,11 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable); rebuilding imports the module, so entries of other modules are skipped")
     _level_option(p)
 
-    p = command("clear", "maintain.cmd_clear", "remove every entry")
+    p = command("clear", "bound.prune.cmd_clear", "remove every entry")
     p.add_argument("--yes", action="store_true", help="really remove everything")
     _level_option(p, destructive=True)
 
-    p = command("prewarm", "prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
+    p = command("prewarm", "warm.prewarm.cmd_prewarm", "build kernels ahead of a job, from recipes or from a program")
     p.add_argument("program", nargs="?", type=arguments.program, metavar="MODULE:FUNCTION",
                    help="lower this JAX program for cuda instead of rebuilding recipes")
     p.add_argument("--arch", type=arguments.arch_list, metavar="ARCHES",
@@ -123,29 +123,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=arguments.jobs, default=os.cpu_count() or 1, metavar="N",
                    help="worker processes (default: CPU count)")
 
-    p = command("tune", "tune.cmd_tune",
+    p = command("tune", "warm.tune.cmd_tune",
                 "on this GPU, time every config of each autotuned call of a program and keep the fastest")
     p.add_argument("program", type=arguments.program, metavar="MODULE:FUNCTION",
                    help="a function returning programs with real arguments: [(fn, args), ...]")
     p.add_argument("--reps", type=arguments.positive, default=20, metavar="N", help="timed runs per config (default 20)")
     p.add_argument("--warmup", type=arguments.count, default=3, metavar="N", help="untimed runs first (default 3)")
 
-    p = command("export", "bundles.cmd_export", "write selected entries to one compressed bundle")
+    p = command("export", "move.export_import.cmd_export", "write selected entries to one compressed bundle")
     p.add_argument("file", type=Path)
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     filters(p)
 
-    p = command("config", "settings.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from; "
+    p = command("config", "bound.config.cmd_config", "every KERNEL_CACHE_* setting, its value and where it came from; "
                 "'config max-size SIZE' stores the local bound in the cache directory")
     p.add_argument("setting", nargs="?", choices=("max-size",),
                    help="max-size: the local cache's bound, stored in the cache directory for every process there "
                         "(KERNEL_CACHE_MAX_BYTES overrides it)")
     p.add_argument("value", nargs="?", metavar="SIZE",
                    help="with max-size: store SIZE (e.g. 10G); 'default' removes the stored bound")
-    command("doctor", "doctor.cmd_doctor",
+    command("doctor", "check.doctor.cmd_doctor",
             "check directories, ownership, locks, signing key, toolchain, jaxlib and GPU; exit 1 with a fix per problem")
 
-    p = command("import", "bundles.cmd_import", "validate a bundle and add its entries")
+    p = command("import", "move.export_import.cmd_import", "validate a bundle and add its entries")
     p.add_argument("file", type=Path)
     p.add_argument("--allow-stale", action="store_true", help="also import entries of other toolchains")
     p.add_argument("--level", "--tier", choices=("disk", "shared", "remote"), default="disk",
@@ -178,7 +178,7 @@ def _stop_on_sigint() -> None:
 def _handler(dotted: str) -> Any:
     """The command's function, its module imported with SIGINT and SIGTERM held until the import ends:
     one landing inside a C extension's set-up (Triton's, JAX's) can abort the process instead of stopping it."""
-    module_name, _, function = dotted.partition(".")
+    module_name, _, function = dotted.rpartition(".")
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         module = importlib.import_module(f"{__package__}.{module_name}")
@@ -214,7 +214,7 @@ def _run(argv: list[str] | None) -> int:
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (outcomes.Terminated: 143)
+    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (worker_pool.Terminated: 143)
         print("cachectl: interrupted", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))
     finally:

@@ -1,14 +1,11 @@
-"""How cachectl shows things: sizes, times, tables, a progress display, one JSON emitter."""
+"""How cachectl shows things: sizes, times, tables, cache content fit to print."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 
 from cachectl.context import BOUND_ENVIRONMENT, BOUND_STORED, Context
-from cachectl.outcomes import Lowered, Outcome, Planned
-from kernel_cache.display import escaped
+from kernel_cache.sanitize import escaped
 
 
 # Formatting ------------------------------------------------------------------------------
@@ -42,73 +39,11 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
             for r in rows]
 
 
-class Progress:
-    """A progress bar on a terminal; otherwise one line per kernel (to stderr under --json).
+def shown(text: str, limit: int = 120) -> str:
+    """Cache content fit to print: control characters escaped, long text cut."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return out + ("…" if len(text) > limit else "")
 
-    It counts the units of work done against a total: recipe builds (each reported outcome is one,
-    those of planning included),
-    or in program mode the programs lowered (each lowering says how many it has, then each program
-    it lowered), the total staying unknown (None) until every lowering has said."""
 
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        self.outcomes: list[Outcome] = []
-        self.total: int | None = None
-        self.done = 0
-        self.unit = "builds"
-        self.bar = sys.stderr.isatty() and not ctx.json and not ctx.quiet
-        self._unplanned = 0  # program mode: lowerings that have not said how many programs they have
-        self._planned = 0
-
-    def expect(self, total: int) -> None:
-        """`total` builds are still to do. What planning found (present, skipped, failing recipes) is
-        done already: every count of the summary adds up to the total."""
-        self.total = self.done + total
-
-    def expect_programs(self, lowerings: int) -> None:
-        """Program mode: count programs lowered; `lowerings` (one per arch) each say how many they have."""
-        self.unit, self._unplanned = "programs", lowerings
-
-    def __call__(self, event: Outcome | Planned | Lowered) -> None:
-        if isinstance(event, Planned):
-            self._planned += event.count
-            self._unplanned -= 1
-            self.total = self._planned if self._unplanned <= 0 else None
-            return
-        if isinstance(event, Lowered):
-            self.done += 1
-            self._show("lowered", event.label, event.arch)
-            return
-        outcome = event
-        self.outcomes.append(outcome)
-        if self.unit == "builds":
-            self.done += 1
-        if self.bar:
-            self._show(outcome.status, outcome.label, outcome.arch)
-            return
-        if self.ctx.quiet or (outcome.status in ("present", "skipped") and not self.ctx.verbose):
-            return
-        line = (f"{outcome.status:<8} {outcome.arch:<7} {outcome.label:<28} {outcome.key[:12]:<12} "
-                f"{outcome.seconds:6.2f} s")  # errors are listed once, at the end
-        print(line.rstrip(), file=sys.stderr if self.ctx.json else sys.stdout, flush=True)
-
-    def _show(self, status: str, label: str, arch: str) -> None:
-        if not self.bar:
-            return
-        if self.total:
-            filled = int(30 * min(self.done / self.total, 1.0))
-            head = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
-        else:
-            head = f"[{self.done} done]"
-        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)  # the terminal's, not a fixed 100
-        sys.stderr.write(f"\r{head} {status} {label} {arch}".ljust(width)[:width])
-        sys.stderr.flush()
-
-    def so_far(self) -> str:
-        """'12 of 96 builds' ('3 of ? programs' while a total is unknown)."""
-        return f"{self.done} of {self.total if self.total is not None else '?'} {self.unit}"
-
-    def finish(self) -> None:
-        if self.bar:
-            sys.stderr.write("\n")
-            self.bar = False
+def milliseconds(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"

@@ -19,13 +19,13 @@ from .triton_compat import int_type as triton_int_type
 
 if TYPE_CHECKING:
     from .artifact import Artifact
-    from .cached import get_or_compile, lookup
+    from .cache_or_compile import get_or_compile, lookup
     from .compile import compile_spec
     from .key import KeyMemo, content_key, key_document, session_keys
     from .recipe import RecipeError, from_recipe, to_recipe
 else:
     _artifact = later("compiler.artifact")
-    _cached = later("compiler.cached")
+    _cached = later("compiler.cache_or_compile")
     _compile = later("compiler.compile")
     _key = later("compiler.key")
     _recipe = later("compiler.recipe")

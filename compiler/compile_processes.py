@@ -1,51 +1,36 @@
-"""Compile worker processes: Triton's front end out of the parent's GIL.
+"""The one way compiles run: KERNEL_CACHE_COMPILE_WORKERS threads (`submit`), each compile on an idle
+worker process where a pool of them pays, else in the thread.
 
-Compile threads overlap Triton's MLIR/LLVM passes and ptxas, but its front end (AST to TTIR) holds
-the GIL, so a module's compiles queue on it and slow the tracing and lowering beside them. Worker
-processes (`compile_worker`: a fresh interpreter each, importing Triton once) compile a spec sent as
-its recipe and return the artifact in the store's entry format; the parent checks that the entry
-names the content key it computed and the store publishes it under its usual single-flight, so every
-level sees what a compile in the parent would have given.
+Threads dispatch: Triton's MLIR/LLVM passes release the GIL and ptxas is a subprocess, so threads
+overlap most of a compile with no importable kernel and no second `import triton` (docs/design.md,
+"Cold start"). When the process exits, work still queued is cancelled and the compiles under way
+finish (at most one per thread): an exiting program never waits for kernels nobody will lower.
 
-Who compiles what: `get_or_compile` is `compiler.get_or_compile` whose build, under the store's lock,
-borrows a worker and waits for its reply (the compile threads stay the dispatchers and their number,
-KERNEL_CACHE_COMPILE_WORKERS, the bound on compiles in flight). Where every worker is busy it waits
-for the first back (a busy worker is back sooner than a compile in the parent, which shares the GIL
-with JAX's tracing, ends), up to WAIT_FOR_BUSY. With no worker ready (the pool still starting), none
-back in time, or for a kernel a worker cannot import by name (defined in `__main__` or a closure),
-the kernel compiles in the parent as before. A worker that dies, hangs
-past COMPILE_TIMEOUT or returns another key is dropped (killed) and its kernel compiled in the
-parent; one that reports an error stays, and the parent compiles the kernel to raise the error itself.
-A worker asked for a kernel whose module it has not imported yet answers at once that it is loading
-it: the parent compiles that kernel, and the worker is lent again once the import is done (an
-ejKernel op's module imports JAX and ejKernel, seconds that no compile waits for).
+Worker processes take Triton's front end (AST to TTIR, which holds the GIL) out of this process:
+each (`compile_worker`: a fresh interpreter importing Triton once) compiles a spec sent as its recipe
+and returns the artifact in the store's entry format; the parent checks that the entry names the
+content key it computed and the store publishes it under its usual single-flight. `get_or_compile`
+is `compiler.get_or_compile` whose build, under the store's lock, borrows a worker: where every
+worker is busy it waits for the first back, up to WAIT_FOR_BUSY. With no worker ready, none back in
+time, or a kernel a worker cannot import by name (defined in `__main__` or a closure), the kernel
+compiles in the parent. A worker that dies, hangs past COMPILE_TIMEOUT or returns another key is
+killed and its kernel compiled in the parent; one that reports an error stays, and the parent
+compiles the kernel to raise the error itself. A worker asked for a kernel whose module it has not
+imported yet answers at once that it is loading it, and is lent again once the import is done.
 
-When the pool pays (measured with `scripts/bench_cold.py` on a 16-core H200 host): a worker costs a
-fresh interpreter, `import triton` and a warm-up compile (ready 0.76-0.79 s after 8 start at once;
-~120 MiB resident each after its compiles) and a kernel a few ms of pipes. Ready before the first
-miss, workers lower the 14-kernel module in 0.43 s where the threads take 0.79 s (serially 3.0 s).
-Started at that miss they come too late: the threads have taken every kernel. So workers start
-where they can be ready in time and pay:
-  - in a process about to compile (`start_cold`: its toolchain fingerprint had to be computed, as
-    on a new node or after a Triton upgrade), at its second distinct Triton call (`lowering.first_use`:
-    a program of one call never pays for them), while JAX traces the rest of the jit; a model's
-    trace outlasts the start-up (the module with 0.1 s of tracing per program: 0.46 s of compiles,
-    as with a pool started beforehand), a small program's does not (~0.13 s over the threads);
-  - at a miss (`expect`), once this process has handed at least MIN_KERNELS kernels ahead: the
-    modules lowered after it gain;
-both only on a host of at least MIN_CORES usable cores (on 2 cores a forced pool slowed the module's
-lowering from 2.0 to 2.3 s) with more than one compile thread. Its size: at most the compile threads
-and half the cores (8 workers did as well as 16 on the module in a model, at half the start-up and
-memory), and all the processes of a node sharing a cache directory together no more than half its
-cores (`worker_slots`: the ranks of a job start cold together).
+When workers pay (`scripts/bench_cold.py`, 16-core H200 host): a worker is ready 0.76-0.79 s after
+8 start at once (~120 MiB each); ready before the first miss, they lower a 14-kernel module in 0.43 s
+where the threads take 0.79 s (serially 3.0 s); started at that miss they come too late. So they
+start in a process about to compile (`start_cold`, at its second distinct Triton call), or at a miss
+once MIN_KERNELS kernels were handed ahead (`expect`); only on a host of at least MIN_CORES usable
+cores with more than one compile thread; at most the compile threads and half the cores, and a
+node's processes sharing a cache directory no more than half its cores together (`worker_slots`).
 
-Started as `subprocess`es of this interpreter rather than through `multiprocessing`: a spawned
-child re-runs the program's `__main__` script (a user's training script without a main guard would
-start again in every worker), forkserver does so by default too, and fork is unsafe in a process
-running JAX's threads. Workers idle for IDLE_SECONDS exit; at exit the package's exit sequence
-kills the rest ("compile workers", after the compile threads have finished). A worker also exits
-when its pipe closes, so a parent killed outright leaves none behind once its compile is done. The
-module is long because the pool, its workers' pipes and the rule belong together.
+Started as `subprocess`es rather than through `multiprocessing`: a spawned child re-runs the
+program's `__main__` (a training script without a main guard would start again in every worker),
+and fork is unsafe in a process running JAX's threads. Workers idle for IDLE_SECONDS exit; at exit
+the package's exit sequence kills the rest; a worker also exits when its pipe closes. The module is
+long because the threads, the pool, its workers' pipes and the rule belong together.
 """
 
 from __future__ import annotations
@@ -58,6 +43,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +54,7 @@ from kernel_cache.entries.summary import META_COMPILE_SECONDS
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.settings.config import Config
 
-from . import cached, recipe, worker_slots
+from . import cache_or_compile, recipe, worker_slots
 from . import compile_worker as wire
 from . import triton_compat as tc
 from .artifact import Artifact
@@ -430,7 +417,7 @@ class Pool:
             if found is not None:
                 return found
         self._count("parent")
-        artifact = cached.compile_spec(spec)
+        artifact = cache_or_compile.compile_spec(spec)
         meta, blobs = artifact.to_entry()
         return meta, blobs, artifact.compile_seconds
 
@@ -518,7 +505,7 @@ def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = Non
     memo_dir = store.config.memo_dir
     made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
     if pool is None or made is None:
-        return cached.get_or_compile(spec, store, keys=keys, known_missing=known_missing)
+        return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=known_missing)
     key = content_key(spec, keys=keys)
     request = json.dumps({"recipe": made, "memo_dir": str(memo_dir)}).encode()
     found = store.get_or_create(key, lambda: pool.build(spec, key, request), label=spec.describe,
@@ -526,7 +513,7 @@ def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = Non
     try:
         return Artifact.from_entry(*found), key
     except (KeyError, TypeError, ValueError):  # not a usable artifact: the parent's own path drops and rebuilds it
-        return cached.get_or_compile(spec, store, keys=keys)
+        return cache_or_compile.get_or_compile(spec, store, keys=keys)
 
 
 def override(workers: int | None) -> None:
@@ -566,3 +553,28 @@ def _close_at_exit() -> None:
     pool = _pool
     if pool is not None and pool.pid == os.getpid():
         pool.close(0.0)
+
+
+# The compile threads -------------------------------------------------------------------------
+_threads: ThreadPoolExecutor | None = None
+
+
+def submit(config: Config, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """Run `fn(*args)` on a compile thread (`config.compile_threads` of them); cancelled if the
+    process exits before it starts."""
+    global _threads
+    with _lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(config.compile_threads, thread_name_prefix="kernel-cache-compile-")
+            # after concurrent.futures' own exit hook, so run before it (they run in reverse): what
+            # is queued is cancelled before it joins the threads
+            threading._register_atexit(_cancel_queued)  # type: ignore[attr-defined]
+        _threads._max_workers = max(_threads._max_workers, config.compile_threads)  # grows, as a config asks
+        return _threads.submit(fn, *args)
+
+
+def _cancel_queued() -> None:
+    """Before Python joins its threads: what has not started is cancelled."""
+    if _threads is not None:
+        _threads.shutdown(wait=False, cancel_futures=True)
+

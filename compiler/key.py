@@ -16,10 +16,10 @@ import json
 from typing import Any
 
 from kernel_cache import Session
+from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries.canonical import canonical as core_canonical
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.canonical import text as _text
-from kernel_cache.levels.memory import BoundedMemo
 from kernel_cache.session import SessionMemo
 
 from . import inputs

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from kernel_cache.display import echo
 from kernel_cache.entries.canonical import canonical
 from kernel_cache.entries.canonical import canonical_text as encode
+from kernel_cache.sanitize import echo
 from kernel_cache.value_class import FrozenValue
 
 from . import triton_compat as tc

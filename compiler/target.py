@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 from kernel_cache.value_class import FrozenValue
 
 _SM = re.compile(r"^(?:sm_?|cuda:?)(\d{2,3})a?$")

@@ -37,8 +37,9 @@ from typing import Any
 
 import kernel_cache
 from kernel_cache.entries.canonical import digest
+from kernel_cache.levels import cache_marker
 from kernel_cache.settings.config import TOOLCHAIN_MEMO
-from kernel_cache.trust import cache_marker, safefs
+from kernel_cache.trust import safefs
 
 from . import shared_memo
 from . import triton_compat as tc

@@ -34,7 +34,7 @@ try:  # Triton 3.5+: @jit functions and constexpr functions share a base
 except ImportError:  # pragma: no cover - older Triton
     _JIT_CALLABLE = JITFunction  # type: ignore[misc, assignment, unused-ignore]
 
-from kernel_cache.levels.memory import BoundedMemo
+from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.settings.environ_watch import EnvironMemo
 
 from .front_end_turns import FRONT_END

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kernel_cache.coordination.publish import host_tag
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.trust.cache_marker import LOCKS_DIR
+from kernel_cache.levels.cache_marker import LOCKS_DIR
 from kernel_cache.trust.safefs import Owners, Tree
 
 SUBDIR = "compile-workers"

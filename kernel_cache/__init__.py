@@ -21,12 +21,11 @@ import logging
 import sys
 import threading
 
-from kernel_cache import at_exit
-from kernel_cache.entries import warm_set
+from kernel_cache import at_exit, front_level
 from kernel_cache.entries.entry import CorruptEntry, Entry
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, intercept
-from kernel_cache.level import MaintainedLevel
+from kernel_cache.levels.protocols import MaintainedLevel
 from kernel_cache.session import Session
 from kernel_cache.settings.config import Config, ConfigError, parse_duration, parse_size
 from kernel_cache.store import Store
@@ -77,7 +76,7 @@ def configure(config: Config | None = None) -> Store:
         old, _default = _default, session
     if old is not None:
         old.close()
-    at_exit.add("warm sets", warm_set.save_all)  # here, before any is used; each also does on its own
+    at_exit.add("warm sets", front_level.save_all)  # here, before any is used; each also does on its own
     at_exit.add("counters", _flush_at_exit)
     store = session.store
     if config.dir is None and not config.disabled and not store.persistent_levels:

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from kernel_cache.display import echo
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.sanitize import echo
 from kernel_cache.telemetry.warnings_once import warn_once
 
 ENV = "KERNEL_CACHE_INTERCEPT"

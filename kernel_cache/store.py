@@ -16,7 +16,7 @@ import errno
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 from kernel_cache import levels as backends
 from kernel_cache.coordination.key_locks import KeyLocks
@@ -25,17 +25,14 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import RejectedEntry
-from kernel_cache.level import Level, MaintainedLevel, holds
 from kernel_cache.levels.memory import MemoryLevel
+from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, TransientLevel, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
 from kernel_cache.telemetry.stats import Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
-
-if TYPE_CHECKING:
-    from kernel_cache.entries.warm_set import WarmSet
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -63,7 +60,7 @@ class Store:
         self._key_locks = KeyLocks()
         self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -82,6 +79,16 @@ class Store:
         if level is not None:
             kept.append(level)
         self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
+        self.cluster_levels = self._cluster_levels()
+
+    def add_transient(self, level: Level) -> None:
+        """Add `level`, which no configuration names (a multi-process job's key-value store, which
+        only the lowering can reach), right after the local level: read after this node's own
+        levels and before the cluster's, written with every entry, locked between them."""
+        if self.config.disabled:
+            return
+        at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
+        self.levels = [*self.levels[:at], level, *self.levels[at:]]
         self.cluster_levels = self._cluster_levels()
 
     @property
@@ -118,7 +125,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: WarmSet) -> None:
+    def front_level(self, warm: FrontLevel) -> None:
         """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
         members before it reads memory. It holds only entries of the local level still
         holds, verified as that level's own; a later session's set takes its place."""
@@ -368,11 +375,14 @@ class Store:
         return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
     def _lock_levels(self) -> list[Level]:
-        """Who serializes a compile: this node's local level, then the slowest writable level shared
-        across nodes (the remote, else the shared directory). A read-only level holds no locks."""
+        """Who serializes a compile: this node's local level, a job's key-value store (one contender
+        per job for the next), then the slowest writable level shared across nodes (the remote, else
+        the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
-        cluster = next((t for t in reversed(self.persistent_levels) if t is not self.disk and t.writable), None)
-        return [t for t in (local, cluster) if t is not None]
+        shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
+        job = [t for t in shared if isinstance(t, TransientLevel)]
+        cluster = next((t for t in reversed(shared) if t not in job), None)
+        return [t for t in (local, *job, cluster) if t is not None]
 
 
 PUBLISHED = "the holder published it"

@@ -2,6 +2,8 @@
 thread and changes no JAX setting. The first Triton call bound or lowered under a session (the one
 `kernel_cache.current_session()` gives, created from the environment, or a later `configure()`'s)
 opens its store and then, once per session:
+  - where it is one of several processes of a `jax.distributed` job, the store gains the job's
+    key-value store as a level (`lowering.job`), so the job compiles each kernel once;
   - KERNEL_CACHE_XLA=1: JAX's persistent compilation cache is pointed at the store's `xla/`
     (`lowering.xla_cache`); where JAX already decided it had no cache, it decides again;
   - where compiles run at once, the toolchain fingerprint starts computing in the background, so
@@ -25,7 +27,7 @@ from compiler.toolchain import prime_in_background
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
-from . import jax_compat, xla_cache
+from . import jax_compat, job, xla_cache
 from .planning.target_arch import resolve_target
 
 if TYPE_CHECKING:
@@ -47,9 +49,10 @@ class _Started:
     """The set-up importing leaves to the first call, done once per session as its memo is made."""
 
     def __init__(self, current: kernel_cache.Session) -> None:
+        job.join(current.store)
         xla_cache.apply(current.store)
         self.cold_start: _ColdStart | None = None  # told of each binding while `waiting`
-        if current.config.compile_threads > 1:  # compile_pool.workers(), without importing the pool in a warm process
+        if current.config.compile_threads > 1:  # compiles on threads, maybe on worker processes
             self.cold_start = _ColdStart(current.config)
             prime_in_background(on_cold=self.cold_start.cold)
 

@@ -5,7 +5,9 @@ decided by capability (jaxlib's differences are in `lowering.payload.jaxlib_comp
 - a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
   out_avals) before the operands;
 - `jax.Ref` values: `AbstractRef` is their abstract value where this JAX has Refs;
-- whether JAX's backends are up (`backends_started`), where this JAX can say so without starting one.
+- whether JAX's backends are up (`backends_started`), where this JAX can say so without starting one;
+- a multi-process job's key-value store (`job_store`): `jax.distributed`'s client, its byte calls and
+  its answers for a missing or an existing key (errors whose text starts NOT_FOUND / ALREADY_EXISTS).
 """
 
 from __future__ import annotations
@@ -126,3 +128,56 @@ def backends_started() -> bool:
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):
         return False
+
+
+class JobStore:
+    """`jax.distributed`'s key-value client as `kernel_cache.levels.job.JobClient`: bytes by name,
+    a missing key answered None, an existing one refusing a create answered False."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            return bytes(self._client.key_value_try_get_bytes(name))
+        except Exception as exc:
+            if _status(exc) == "NOT_FOUND":
+                return None
+            raise
+
+    def create(self, name: str, value: bytes) -> bool:
+        try:
+            self._client.key_value_set_bytes(name, value, allow_overwrite=False)
+        except Exception as exc:
+            if _status(exc) == "ALREADY_EXISTS":
+                return False
+            raise
+        return True
+
+    def overwrite(self, name: str, value: bytes) -> None:
+        self._client.key_value_set_bytes(name, value, allow_overwrite=True)
+
+    def delete(self, name: str) -> None:
+        self._client.key_value_delete(name)
+
+
+def job_store() -> tuple[JobStore, int, int] | None:
+    """(the job's key-value store, this process's id, the number of processes) where
+    `jax.distributed` is initialized with more than one process and its client has the byte calls;
+    None otherwise (asking starts nothing: no backend, no connection)."""
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    state = distributed.global_state
+    client, processes = getattr(state, "client", None), getattr(state, "num_processes", None)
+    if client is None or not isinstance(processes, int) or processes < 2:
+        return None
+    if not all(hasattr(client, call) for call in ("key_value_try_get_bytes", "key_value_set_bytes", "key_value_delete")):
+        return None
+    return JobStore(client), int(getattr(state, "process_id", 0) or 0), processes
+
+
+def _status(exc: Exception) -> str:
+    """The status a coordination-service error names first ('NOT_FOUND: Config key ... not found')."""
+    return str(exc).split(":", 1)[0].strip()

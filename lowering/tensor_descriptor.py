@@ -3,7 +3,7 @@
 Where jaxlib has `create_tma_descriptor_parameter` and Triton is 3.7 or newer, a call passing one
 compiles it as Triton's `tensordesc<dtype[block]>` parameter and launches it as jax-triton 0.4 does:
 the descriptor (swizzle, element type and block from the compiled kernel's metadata), then its shape
-and strides as scalars (`lowering.payload.custom_call`). Elsewhere the call fails with what is missing.
+and strides as scalars (`lowering.frontend.custom_call`). Elsewhere the call fails with what is missing.
 """
 
 from __future__ import annotations

@@ -2,11 +2,18 @@
 persistent compilation cache is pointed at `<KERNEL_CACHE_DIR>/xla` with thresholds that keep
 small programs too, so a warm process skips XLA compilation as well as Triton's.
 
-JAX runs what it finds there as code, unchecked, so the directory is handed over only when it
-passes `kernel_cache.trust.xla_trust` (the store accepted the cache directory; it and `xla/` are yours
-alone; nobody else can swap them); otherwise JAX's cache stays off for kernel-cache's part, with one
-warning naming why. A directory the user gave JAX (`jax_compilation_cache_dir`) is the user's
-choice and left alone.
+JAX runs what it finds there as code, unchecked, so the directory is handed over only under a
+rule stricter than the store's (`private_xla_dir`; kernel entries can afford a trusted group, being
+decoded and checked, executables cannot):
+- the store accepted KERNEL_CACHE_DIR under its own rule (its local level is open);
+- KERNEL_CACHE_DIR and `xla/` are real directories (no symlink) owned by you (or root) that no one
+  else may write, a trusted group included;
+- `xla/` is private (0700): kernel-cache creates it so, and tightens an older one only after
+  checking every name in it is your file;
+- every directory above KERNEL_CACHE_DIR is owned by you or root and, where others may write it,
+  sticky (as /tmp is), so no one can move the cache away and put one of theirs in its place.
+Otherwise JAX's cache stays off for kernel-cache's part, with one warning naming why. A directory
+the user gave JAX (`jax_compilation_cache_dir`) is the user's choice and left alone.
 
 Applied when a session's store opens, at its first Triton call (`lowering.first_use`), never at
 import; a program that configures kernel-cache itself gets it at the first call after `configure()`.
@@ -18,14 +25,20 @@ node-local, never in the shared level.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
 
 import jax
 
 import kernel_cache
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.sanitize import escaped
+from kernel_cache.settings.config import XLA_SUBDIR
+from kernel_cache.store import Store
 from kernel_cache.telemetry.warnings_once import warn_once
-from kernel_cache.trust.xla_trust import XlaDirRefused, private_xla_dir
+from kernel_cache.trust.safefs import Owners
 
 from . import jax_compat
 
@@ -61,3 +74,81 @@ def apply(store: kernel_cache.Store | None = None) -> Path | None:
 
 def _same(a: Path, b: Path) -> bool:
     return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+MAX_CHECKED = 100_000  # names in an existing xla/ looked at before tightening it; more: refused
+_OTHERS = stat.S_IRWXG | stat.S_IRWXO
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+
+
+class XlaDirRefused(KernelCacheError):
+    """Why `<dir>/xla` is not handed to JAX (the message is the reason, ready for a warning)."""
+
+
+def private_xla_dir(store: Store) -> Path:
+    """`<dir>/xla`, created 0700 if missing, after checking the whole rule above; XlaDirRefused
+    naming the first problem otherwise."""
+    config = store.config
+    if config.dir is None:
+        raise XlaDirRefused("no KERNEL_CACHE_DIR")
+    if store.disk is None:
+        why = store.unavailable.get("disk")
+        raise XlaDirRefused(f"the kernel cache refused {escaped(config.dir)}" + (f" ({why})" if why else ""))
+    top = Path(os.path.realpath(config.dir))
+    me = Owners.current(None)  # no trusted group here: executables are trusted to you alone
+    _check_ancestors(top)
+    _check_own(top, os.lstat(top), me, "KERNEL_CACHE_DIR")
+    xla = top / XLA_SUBDIR
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(xla, 0o700)
+    fd = os.open(xla, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        _check_own(xla, st, me, "its xla/")
+        if st.st_mode & _OTHERS:
+            _check_contents(xla, fd, me)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_OTHERS)
+    finally:
+        os.close(fd)
+    return xla
+
+
+def _check_own(path: Path, st: os.stat_result, me: Owners, what: str) -> None:
+    if not stat.S_ISDIR(st.st_mode):
+        raise XlaDirRefused(f"{what} {escaped(path)} is not a directory")
+    if st.st_mode & _WRITABLE_BY_OTHERS:
+        raise XlaDirRefused(f"{what} {escaped(path)} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                            f"a trusted group is trusted with kernels, not with executables JAX runs unchecked")
+    problem = me.problem(st)
+    if problem:
+        raise XlaDirRefused(f"{what} {escaped(path)} {problem}")
+
+
+def _check_ancestors(top: Path) -> None:
+    """No one but you and root can rename a directory on the way to the cache."""
+    me = os.geteuid()
+    for parent in top.parents:
+        st = os.lstat(parent)
+        if st.st_uid not in (me, 0):
+            raise XlaDirRefused(f"{escaped(parent)}, above the cache, belongs to uid {st.st_uid}, who could "
+                                f"replace the cache directory")
+        if st.st_mode & _WRITABLE_BY_OTHERS and not st.st_mode & stat.S_ISVTX:
+            raise XlaDirRefused(f"{escaped(parent)}, above the cache, is writable by others and not sticky "
+                                f"(mode {stat.S_IMODE(st.st_mode):04o}): they could replace the cache directory")
+
+
+def _check_contents(xla: Path, fd: int, me: Owners) -> None:
+    """Before an older, non-private xla/ is made private: every name in it is a regular file of
+    yours that no one else may write (JAX's cache is flat)."""
+    with os.scandir(fd) as names:
+        for count, item in enumerate(names):
+            if count >= MAX_CHECKED:
+                raise XlaDirRefused(f"{escaped(xla)} holds over {MAX_CHECKED} names to check; empty it or "
+                                    f"chmod 700 it yourself")
+            st = item.stat(follow_symlinks=False)
+            where = escaped(os.path.join(xla, item.name))
+            if not stat.S_ISREG(st.st_mode):
+                raise XlaDirRefused(f"{where} is not a regular file (JAX writes only files there)")
+            problem = me.problem(st)
+            if problem:
+                raise XlaDirRefused(f"{where} {problem}")

@@ -103,9 +103,9 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
     if os.environ.get("BENCH_COLD_TIMELINE"):  # which thread compiled what, when (from the start of lowering)
         import threading
 
-        import compiler.cached
+        import compiler.cache_or_compile
 
-        real = compiler.cached.compile_spec  # the name get_or_compile calls, patched below
+        real = compiler.cache_or_compile.compile_spec  # the name get_or_compile calls, patched below
 
         def timed(spec: Any) -> Any:
             start = time.perf_counter()
@@ -115,7 +115,7 @@ def child(program_set: str, shape: str, cross: bool) -> dict[str, Any]:
                 timeline.append((threading.current_thread().name, spec.name, start - origin,
                                  time.perf_counter() - origin))
 
-        compiler.cached.compile_spec = timed
+        compiler.cache_or_compile.compile_spec = timed
     half = len(programs) // 2
     if shape == "model":
         programs = with_trace_time(programs, MODEL_TRACE_SECONDS)

@@ -142,7 +142,7 @@ def compile_and_toolchain() -> list[str]:
     os.environ["KERNEL_CACHE_DIR"] = str(tmp / "memo")
     from compiler import KeyMemo, compile_spec, content_key, toolchain
     from compiler.examples import example_specs
-    from kernel_cache.levels.memory import BoundedMemo
+    from kernel_cache.bounded_memo import BoundedMemo
 
     spec = dict(example_specs("sm_90"))["add"]
     t = time.perf_counter()

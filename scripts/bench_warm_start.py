@@ -121,7 +121,8 @@ def _per_kernel_split(progs: list[tuple[str, Callable[..., Any], tuple[Any, ...]
     import jax
 
     import kernel_cache
-    from lowering.payload import custom_call, deflate
+    from lowering.frontend import custom_call
+    from lowering.payload import deflate
 
     first = rule_seconds[0]
     builder = [0.0, 0]  # seconds building the op, and its calls (one per Triton call)

@@ -34,7 +34,7 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / ".kernel-cache" / "demo"
-MARKER = ".kernel-cache-demo"  # kernel_cache.trust.cache_marker.DEMO_MARKER: a cache directory may hold it
+MARKER = ".kernel-cache-demo"  # kernel_cache.levels.cache_marker.DEMO_MARKER: a cache directory may hold it
 MARKER_TEXT = "kernel-cache demo cache: scripts/demo.sh empties this directory at each start (--keep keeps it)\n"
 
 

@@ -13,7 +13,7 @@ from conftest import ROOT, child_env
 
 from scripts import demo
 
-NONE = {"memory": 0, "disk": 0, "shared": 0, "remote": 0}
+NONE = {"memory": 0, "disk": 0, "job": 0, "shared": 0, "remote": 0}
 
 
 def row(compiles=0, hits=None, records=None, **more) -> dict:

@@ -1,19 +1,13 @@
 """Cross-node per-key locks for the shared level: which kind to use, and soft-lock expiry.
 
-flock is only a cross-node lock where the filesystem forwards it to a lock manager (local disks,
-NFS with NLM/v4 locking, Lustre mounted with -o flock, GPFS, CephFS). FUSE filesystems such as
-sshfs and NFS mounted with local_lock= accept flock() but lock only on the calling node, so two
-nodes would both "hold" it: `auto` reads the filesystem type from /proc/self/mountinfo and uses a
-soft lock (an O_EXCL marker file) there. A soft lock cannot be released by the kernel when its
-holder dies, so its holder refreshes the marker's mtime (heartbeat) and waiters take over a
-marker that has not been refreshed for `stale_after` seconds; one left by a dead process on this
-host is taken over at once.
+flock is a cross-node lock only where the filesystem forwards it to a lock manager; sshfs and NFS
+mounted with local_lock= lock on the calling node alone, so `auto` reads the filesystem type from
+/proc/self/mountinfo and uses a soft lock (an O_EXCL marker file) there. Its holder refreshes the
+marker's mtime, and waiters take over one not refreshed for `stale_after` seconds (or left by a
+dead process on this host).
 
-Locks only prevent duplicate compiles; correctness comes from the atomic publish, so a rare
-double holder after an expiry costs a compile, never a wrong kernel.
-
-Lock files live in directories other users may write, so they are opened through `safefs.Tree`
-(no symlink followed, no FIFO opened for blocking reads, markers created with O_EXCL) and every
+Locks only prevent duplicate compiles (correctness comes from the atomic publish), so a rare double
+holder costs a compile, never a wrong kernel. Lock files are reached through `safefs.Tree` and every
 wait is polled against a deadline: nothing here blocks in the kernel.
 """
 
@@ -31,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kernel_cache.display import echo
-from kernel_cache.settings.config import LOCK_MODES
+from kernel_cache.coordination import LOCK_MODES
+from kernel_cache.sanitize import echo
 from kernel_cache.trust.safefs import Tree, UnsafeFile
 
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
@@ -149,11 +143,10 @@ def _holder_is_dead(content: str) -> bool:
 
 
 def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bool:
-    """Remove a soft marker whose holder is gone: not refreshed for `stale_after` seconds (any
-    host), or written by a dead pid on this host. Something that is not a regular file at a lock
-    path (a planted FIFO or link) is debris once it is as old. Uses a plain rename, which NFS and
-    sshfs support; if a peer replaced the marker in between, it is put back with link(), which
-    never overwrites."""
+    """Remove a soft marker whose holder is gone (not refreshed for `stale_after` seconds, or a dead
+    pid on this host; anything else at a lock path once as old). A plain rename (NFS and sshfs have
+    it) moves it aside; a peer's marker renamed in between is put back with link(), which never
+    overwrites."""
     seen = tree.lstat(*parts)
     if seen is None:
         return False
@@ -194,12 +187,9 @@ def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
          poll: float = POLL_INTERVAL) -> Iterator[bool]:
     """Hold the lock at root/parts; yields True if acquired, False if `done()` became true while
     waiting (the result was published by the holder) or `timeout` seconds passed."""
-    if kind == "flock":
-        with _hold_flock(tree, parts, timeout, done, poll) as held:
-            yield held
-    else:
-        with _hold_soft(tree, parts, timeout, stale_after, done, poll) as held:
-            yield held
+    with (_hold_flock(tree, parts, timeout, done, poll) if kind == "flock"
+          else _hold_soft(tree, parts, timeout, stale_after, done, poll)) as held:
+        yield held
 
 
 def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | None:

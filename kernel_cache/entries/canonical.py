@@ -15,7 +15,7 @@ from typing import Any
 
 import xxhash
 
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 
 Extension = Callable[[Any], Any]  # a value this floor knows -> its tagged form; TypeError otherwise
 

@@ -30,26 +30,18 @@ an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches th
 one key; the set keeps only the pairs whose member it holds, and serves a member only while the
 local index holds it. A set is then filed under the first key or signature asked of it.
 
-The module is long because a set is one format and one life: its codec, what a session loads and
-notes, its lineage, and its save at exit.
+This module is the set's codec; what a session loads, notes and saves at exit is the store's front
+level (`kernel_cache.front_level`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kernel_cache import at_exit
-from kernel_cache.entries import memo_entry
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import MAX_BLOBS, Entry, is_key
 from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME
-
-if TYPE_CHECKING:
-    from kernel_cache.store import Store
 
 KIND = "warm-set"
 LINEAGE = "warm-set lineage"  # the memo record naming, for a first ask's lineage, the set last written for it
@@ -160,162 +152,3 @@ def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
         return None
     members = meta.get("members")
     return {"first": str(meta.get("first", "")), "members": len(members) if isinstance(members, list) else 0}
-
-
-class WarmSet:
-    """One session's warm set: what it loaded (at its first ask) and what it read or wrote since.
-    Inactive where the store has no local level. Thread-safe."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self.level = "disk"  # where its members are served from, as the stats name a level
-        self.active = store.disk is not None and not store.config.disabled and store.config.warm_sets
-        self._lock = threading.Lock()
-        self._first: str | None = None
-        self._lineage: str | None = None  # the first ask's lineage, where the caller gave one
-        self._loaded = 0  # members the loaded set listed
-        self._held: dict[str, Entry] = {}  # its members the local index still holds
-        self._signed: dict[str, str] = {}  # its signatures (signature -> member key)
-        self._signing: dict[str, str] = {}  # signatures told by this session (`sign`)
-        self._served: set[str] = set()  # served from the set, or otherwise used unread: told at save
-        self._noted: dict[str, Entry] = {}  # read or written here, in order
-        self._noted_bytes = 0
-        if self.active:
-            _open_sets.add(self)
-            if "warm sets" not in at_exit.added:  # (a session adds it when it opens)
-                at_exit.add("warm sets", save_all)
-
-    def get(self, key: str) -> Entry | None:
-        """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
-        self.begin(key)
-        return self.front_get(key)
-
-    def begin(self, first: str, lineage: str | None = None) -> None:
-        """The program's first ask (a key or a signature) names its set: loaded here, once.
-        `lineage`: the first ask's name under any toolchain (see the module's docstring)."""
-        if self._first is None:
-            self._load(first, lineage)
-
-    def front_get(self, key: str) -> Entry | None:
-        """The store's front level (`Store.front_level`): a member of the loaded set, noted as `get`
-        notes it; None before the set is loaded (a program's first ask, not the store, names it)."""
-        entry = self._held.get(key)
-        if entry is not None and key not in self._noted:
-            self._served.add(key)
-            self.note(entry)
-        return entry
-
-    def signed(self, signature: str, lineage: str | None = None) -> Entry | None:
-        """The member the set names for `signature` (the first call loads the set of `signature`),
-        while the local index holds it, noted as `get` notes it; or None."""
-        self.begin(signature, lineage)
-        key = self._signed.get(signature)
-        return None if key is None else self.get(key)
-
-    def sign(self, signature: str, key: str) -> None:
-        """`signature` names the entry `key` (read or written here): kept with the set if it is a member."""
-        if self.active and self._signed.get(signature) != key and len(self._signing) < MAX_MEMBERS:
-            with self._lock:
-                self._signing[signature] = key
-
-    def touch_later(self, keys: list[str]) -> None:
-        """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
-        where the set is inactive)."""
-        if not self.active:
-            self._store.touch(keys)
-            return
-        with self._lock:
-            self._served.update(keys)
-
-    def predecessor(self) -> list[Entry]:
-        """The members of the set the first ask's lineage last named, where that is not this
-        program's own set (none was found for its first ask: another toolchain, environment or
-        target wrote it); empty otherwise. Read from the local level, not noted, never served."""
-        with self._lock:
-            first, lineage, own = self._first, self._lineage, self._loaded
-        if not self.active or first is None or lineage is None or own:
-            return []
-        found = self._store.get_local(memo_entry.memo_key(LINEAGE, [lineage]))
-        named = None if found is None else memo_entry.text_for(found, LINEAGE, [lineage])
-        if named is None or named == set_key(first):
-            return []
-        previous = self._store.get_local(named)
-        try:
-            return list(members_of(previous).values()) if previous is not None else []
-        except ValueError:
-            return []
-
-    def _load(self, first: str, lineage: str | None = None) -> None:
-        with self._lock:
-            if self._first is not None:
-                return
-            self._first, self._lineage = first, lineage
-            if not self.active:
-                return
-            found = self._store.get_local(set_key(first))
-            if found is None:
-                return
-            try:
-                members = members_of(found)
-            except ValueError:
-                return  # another kind under this key, or a malformed set: written anew at exit
-            held = self._store.held_locally(list(members))
-            self._loaded = len(members)
-            self._held = {key: data for key, data in members.items() if key in held}
-            self._signed = {sig: key for sig, key in signed_of(found).items() if key in held}
-
-    def note(self, entry: Entry) -> None:
-        """`entry` was read or written by this session: a member of the set it writes at exit."""
-        if not self.active or entry.key in self._noted:
-            return
-        size = sum(map(len, entry.blobs.values())) + 1024  # Entry.size, without a call into entry.py per member
-        with self._lock:
-            if self._first is None:
-                self._first = entry.key
-            if len(self._noted) < MAX_MEMBERS and self._noted_bytes + size <= self._bound():
-                self._noted[entry.key] = entry
-                self._noted_bytes += size
-
-    def _bound(self) -> int:
-        """The members' bytes a set holds: MAX_BYTES, within the store's entry bound (less its metadata)."""
-        return min(MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
-
-    def save(self) -> bool:
-        """Write the set where it changed (see the module's docstring); whether it was written. The
-        members served from the set are told to the levels' LRU order (their own reads were not)."""
-        with self._lock:
-            first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
-            lineage = self._lineage
-            signed, signing = dict(self._signed), dict(self._signing)
-            self._served.clear()
-        if served:
-            self._store.touch(sorted(served))
-        if not self.active or first is None or not noted:
-            return False
-        if all(key in held for key in noted) and len(held) == self._loaded and signing.items() <= signed.items():
-            return False
-        members: list[Entry] = []
-        total, bound = 0, self._bound()
-        for entry in [*noted.values(), *(e for k, e in held.items() if k not in noted)]:
-            if len(members) >= MAX_MEMBERS or total + entry.size + 1024 > bound:
-                break
-            members.append(entry)
-            total += entry.size + 1024
-        kept = to_entry(first, members, {**signed, **signing})
-        self._store.put_local(kept)
-        if lineage is not None:  # the lineage names this set from now on (an upgraded process finds it)
-            self._store.put_local(memo_entry.to_entry(LINEAGE, [lineage], kept.key))
-        with self._lock:  # what the set holds now: saving again writes nothing new
-            self._loaded, self._held = len(members), {entry.key: entry for entry in members}
-            self._signed = signed_of(kept)
-        return True
-
-
-_open_sets: weakref.WeakSet[WarmSet] = weakref.WeakSet()
-
-
-def save_all() -> None:
-    """Save every open session's warm set (the exit sequence's first step)."""
-    for warm in list(_open_sets):
-        with contextlib.suppress(Exception):  # a cache never fails the program's exit
-            warm.save()

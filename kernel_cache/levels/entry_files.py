@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.coordination import locks, publish
-from kernel_cache.display import escaped
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import LevelUnavailable, RejectedEntry
-from kernel_cache.level import InDirectory
+from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
+from kernel_cache.levels.protocols import InDirectory
+from kernel_cache.sanitize import escaped
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
 from kernel_cache.trust.safefs import Tree, UnsafeFile
 
 LOCK_SUFFIXES = {"flock": ".lock", "soft": ".softlock"}  # distinct: a leftover flock file is no soft marker

@@ -19,11 +19,11 @@ from pathlib import Path
 from kernel_cache.coordination import locks
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted
+from kernel_cache.levels import cache_marker
+from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
 from kernel_cache.levels.entry_files import Authenticate, EntryFiles
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust import cache_marker
-from kernel_cache.trust.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.trust.signing import Signer
 

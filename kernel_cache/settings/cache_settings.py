@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.coordination.publish import publish
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config, ConfigError
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile

@@ -1,9 +1,8 @@
 """Every KERNEL_CACHE_* setting in one table, read once into a frozen Config that components receive.
 
 `SETTINGS` is the single source: `Config.from_env` parses it, `render_table` writes the README's
-table from it (a test keeps them equal), and `cachectl config` shows each value and where it came
-from. Nothing else in the project reads these variables (KERNEL_CACHE_INTERCEPT's start-up hook and
-the test and demo scripts' KERNEL_CACHE_STACK* aside).
+table from it, and `cachectl config` shows each value and its source. Nothing else reads these
+variables (KERNEL_CACHE_INTERCEPT's start-up hook and the scripts' KERNEL_CACHE_STACK* aside).
 
 This module is long because it is the whole table, each setting's parser and checks included.
 """
@@ -16,21 +15,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.display import echo, escaped, redacted
+from kernel_cache.coordination import LOCK_MODES
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, parse_clients
 from kernel_cache.lazy import later
+from kernel_cache.sanitize import echo, escaped
+from kernel_cache.settings import remote_url
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.safefs import resolve_group
 from kernel_cache.value_class import FrozenValue
 
 if TYPE_CHECKING:
-    from kernel_cache.levels.remote import redis_seeds
     from kernel_cache.trust import signing
     from kernel_cache.trust.signing import Signer
 else:
     signing = later("kernel_cache.trust.signing")  # read only where a signing key or a password file is set
-    redis_seeds = later("kernel_cache.levels.remote.redis_seeds")  # read only where a remote is set
 
 # (patterns, compiled by `re` at their first use: most processes never parse a size or a duration)
 _SIZE = r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$"
@@ -38,7 +38,6 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*$"
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LOG_LEVELS = ("", "off", "info", "debug")
-LOCK_MODES = ("auto", "flock", "soft")
 MAX_COMPILE_WORKERS = 16  # default cap: beyond it, compiles of one module rarely overlap further
 MEMO_SUBDIR = "kernel-cache"  # under $XDG_CACHE_HOME (or ~/.cache) when KERNEL_CACHE_DIR is unset
 TOOLCHAIN_MEMO = "toolchain-memo.json"  # the toolchain fingerprint memo, in the cache directory
@@ -80,10 +79,6 @@ def parse_flag(text: str, what: str = "flag") -> bool:
     if v in ("", "0", "false", "no", "off"):
         return False
     raise ConfigError(f"{what}={echo(text)}: expected 1/0, true/false, yes/no or on/off")
-
-
-def _path(text: str, what: str) -> Path:
-    return _expanded(text, what)
 
 
 def _expanded(text: str, what: str) -> Path:
@@ -133,9 +128,9 @@ class Setting(FrozenValue):
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("KERNEL_CACHE_DIR", "dir", _path, "unset: memory only",
+    Setting("KERNEL_CACHE_DIR", "dir", _expanded, "unset: memory only",
             "node-local persistent store; setting it makes the cache warm across runs"),
-    Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _path, "unset",
+    Setting("KERNEL_CACHE_SHARED_DIR", "shared_dir", _expanded, "unset",
             "shared directory for multi-node clusters (plain files)"),
     Setting("KERNEL_CACHE_DISABLE", "disabled", parse_flag, "`0`",
             "`1` (or `true`, `yes`, `on`) turns all caching off"),
@@ -205,6 +200,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_REMOTE_UNSIGNED", "remote_unsigned", parse_flag, "`0`",
             "`1` accepts unsigned remote entries: every client that can reach the server is trusted "
             "(otherwise the remote level needs KERNEL_CACHE_SIGNING_KEY_FILE)"),
+    Setting("KERNEL_CACHE_JOB", "job", parse_flag, "`1`",
+            "`0` (or `false`, `no`, `off`) leaves a multi-process JAX job's key-value store out: by default, where "
+            "`jax.distributed` runs more than one process, they share kernels through it and compile each once "
+            "(see [One job, many processes](#one-job-many-processes))"),
+    Setting("KERNEL_CACHE_JOB_MAX_BYTES", "job_max_bytes", parse_size, "`256M`",
+            "what one process puts into the job's key-value store at most (the coordinator holds it in memory "
+            "until the job ends); past it, one warning and its later kernels are not shared"),
     Setting("KERNEL_CACHE_MAX_ENTRY_BYTES", "max_entry_bytes", parse_size, "`256M`",
             "a cache file larger than this is refused unread (real entries are KiB to a few MiB)"),
     Setting("KERNEL_CACHE_COMPILE_WORKERS", "compile_workers", lambda t, w: _workers(t, w), "usable cores, at most 16",
@@ -231,17 +233,16 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
 
 
 def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
-    """One or more Redis URLs, each one redis-py can use (ConfigError saying which and what is wrong,
-    its secrets hidden). `source` names where the text came from (the variable, or cachectl's
-    --remote), so the message sends the reader to what they wrote."""
-    urls = redis_seeds.split_urls(text)
+    """One or more Redis URLs redis-py can use (else ConfigError, secrets hidden); `source` names
+    where the text came from (the variable, or cachectl's --remote)."""
+    urls = remote_url.split_urls(text)
     if not urls:
         raise ConfigError(f"{source} names no server (redis://host:port/db, several "
                           "separated by commas)")
     for url in urls:
         try:
-            redis_seeds.check_url(url)
-        except redis_seeds.BadRemoteUrl as exc:
+            remote_url.check_url(url)
+        except remote_url.BadRemoteUrl as exc:
             raise ConfigError(f"{source}: {echo(redacted(url))}: {exc}") from None
 
 
@@ -269,7 +270,7 @@ def _key_file(text: str) -> bytes:
         raise ConfigError(str(exc)) from None
 
 
-_SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes"})
+_SIZE_FIELDS = frozenset({"memory_bytes", "memory_items", "max_bytes", "max_entry_bytes", "job_max_bytes"})
 _DURATION_FIELDS = frozenset({"lock_timeout", "soft_lock_stale", "remote_ttl", "remote_timeout"})
 _PATH_FIELDS = frozenset({"dir", "shared_dir", "toolchain_memo_dir"})
 
@@ -289,7 +290,7 @@ class Config(FrozenValue):
                "lock_timeout", "soft_lock_stale", "target_arch", "module_image", "xla", "winners", "gpu_model",
                "call_records", "warm_sets", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
                "remote", "remote_password", "remote_namespace", "remote_ttl", "remote_timeout", "remote_unsigned",
-               "compile_workers")
+               "compile_workers", "job", "job_max_bytes")
     _hidden = frozenset({"signing_key", "remote", "remote_password"})  # secrets: never in repr
     dir: Path | None
     shared_dir: Path | None
@@ -320,6 +321,8 @@ class Config(FrozenValue):
     remote_timeout: float
     remote_unsigned: bool
     compile_workers: int  # 0: usable cores, at most MAX_COMPILE_WORKERS
+    job: bool  # share kernels through a multi-process JAX job's key-value store
+    job_max_bytes: int  # what this process puts there at most
     memo_dir: Path | None  # derived (see __init__), not a field
 
     def __init__(self, dir: Path | None = None, shared_dir: Path | None = None, disabled: bool = False,
@@ -332,7 +335,7 @@ class Config(FrozenValue):
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, toolchain_memo_dir: Path | None = None,
                  remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
                  remote_ttl: float = 14 * 86400.0, remote_timeout: float = 0.25, remote_unsigned: bool = False,
-                 compile_workers: int = 0) -> None:
+                 compile_workers: int = 0, job: bool = True, job_max_bytes: int = 256 << 20) -> None:
         self.__dict__.update(dir=dir, shared_dir=shared_dir, disabled=disabled, memory_bytes=memory_bytes,
                              memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
                              lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
@@ -341,11 +344,10 @@ class Config(FrozenValue):
                              signing_key=signing_key, max_entry_bytes=max_entry_bytes,
                              toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
                              remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
-                             remote_unsigned=remote_unsigned, compile_workers=compile_workers)
+                             remote_unsigned=remote_unsigned, compile_workers=compile_workers, job=job,
+                             job_max_bytes=job_max_bytes)
         self._check()
-        # where the toolchain fingerprint memo lives: the cache directory, else the user's cache home;
-        # None (this process only) when caching is disabled or there is no home. An attribute, not a
-        # property: it is read on every cold lookup of the fingerprint.
+        # the toolchain memo's directory (None: this process only); an attribute: read on every cold lookup
         self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \
             else self.toolchain_memo_dir
 
@@ -357,7 +359,7 @@ class Config(FrozenValue):
             raise ConfigError(f"KERNEL_CACHE_LOCK={echo(self.lock)}: expected one of {', '.join(LOCK_MODES)}")
         if self.soft_lock_stale <= 0 or self.lock_timeout <= 0:
             raise ConfigError("KERNEL_CACHE_SOFT_LOCK_STALE and KERNEL_CACHE_LOCK_TIMEOUT must be positive")
-        for name in ("memory_bytes", "memory_items", "max_bytes"):
+        for name in ("memory_bytes", "memory_items", "max_bytes", "job_max_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if self.max_entry_bytes < 1 << 16:
@@ -445,8 +447,8 @@ class Config(FrozenValue):
 
 
 def _parsed(setting: Setting, raw: str) -> Any:
-    """`setting.parse(raw)`; what its parser did not foresee is still one line naming the variable
-    (without the value, which may be a secret), so no malformed setting reaches anyone as a traceback."""
+    """`setting.parse(raw)`; what its parser did not foresee is one line naming the variable, not its
+    value (maybe a secret), never a traceback."""
     try:
         return setting.parse(raw, setting.env)
     except ConfigError:

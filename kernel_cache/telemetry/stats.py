@@ -1,16 +1,14 @@
 """Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
-A lookup only bumps an in-memory counter; `flush` adds the deltas to a table of our own
-(`counters`: stats/counters.db, atomic increments across processes, in one transaction) after a
-compile, at most once a second otherwise, and at exit. Each
-counted event is also handed, as it happens, to whoever listens (below; `kernel_cache.telemetry.events` is its
-public name): listeners registered here (a program's own) and recorders (`lowering.monitoring` adds
-jax.monitoring's, called directly). With none registered an event costs one check. A listener runs
-on the thread that counted the event, so it must be quick and thread-safe; what it raises is warned
-about once and otherwise ignored: telemetry never fails a lookup, a compile or a lowering.
-Counters are best effort: every wait on their table is bounded by STATS_TIMEOUT, and a busy, full
-or read-only one only loses counts. It is
-long because the counters and their events are one place: a hit is counted and sent without leaving it.
+A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` (stats/counters.db,
+one transaction) after a compile, at most once a second otherwise, and at exit. Each counted event is
+also handed to listeners (a program's own; public as `kernel_cache.telemetry.events`) and recorders
+(jax.monitoring's, called directly), on the counting thread; what one raises is warned about once:
+telemetry never fails a lookup. Counters are best effort: every wait on their table is bounded by
+STATS_TIMEOUT, and a busy, full or read-only one only loses counts.
+
+This module is long because the counters and their events are one place: a hit is counted and sent
+without leaving it.
 """
 
 from __future__ import annotations
@@ -25,12 +23,12 @@ from typing import Any, NamedTuple
 
 from kernel_cache.telemetry import counters
 from kernel_cache.telemetry.warnings_once import warn_once
-from kernel_cache.trust.cache_marker import STATS_DIR
 
+STATS_DIR = "stats"  # in the local cache directory (its level makes it: levels/cache_marker.py names it)
 STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
-LEVELS = ("memory", "disk", "shared", "remote")  # hits are counted per level
+LEVELS = ("memory", "disk", "job", "shared", "remote")  # hits are counted per level
 # Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline): a lookup the
 # level did not answer, an entry written to it, a write that failed, a hit copied into it from below.
 LEVEL_COUNTS = ("misses", "writes", "write_failures", "backfills")
@@ -46,7 +44,7 @@ KINDS = (HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR)
 
 class Event(NamedTuple):
     kind: str  # HIT, MISS, COMPILE, REJECTED or ERROR
-    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'shared', 'remote'); else ""
+    level: str = ""  # HIT and REJECTED: the level ('memory', 'disk', 'job', 'shared', 'remote'); else ""
     seconds: float = 0.0  # HIT: compile seconds saved; COMPILE: seconds spent compiling; else 0
 
 
@@ -243,16 +241,14 @@ class Stats:
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
         self.flush()
-        raw: Counter[str] = Counter()
         if self._persisted is not None:
             return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
-        if self._stats_dir is None:
-            return self._render(Counter(self._session))
-        try:
-            raw.update(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
-        except Exception as exc:
-            self._unavailable = f"{type(exc).__name__}: {exc}"
-            raw = Counter(self._session)
+        raw: Counter[str] = Counter(self._session)
+        if self._stats_dir is not None:
+            try:
+                raw = Counter(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
+            except Exception as exc:
+                self._unavailable = f"{type(exc).__name__}: {exc}"
         return self._render(raw)
 
     def entry_hits(self, key: str) -> int:

@@ -1,20 +1,13 @@
 """The one way kernel-cache touches files under a cache directory that other users may write.
 
-A cache directory is hostile ground: any name in it may be a symlink (to a victim's file, to
-/dev/zero), a FIFO (a reader that opens it blocks forever), a multi-GiB sparse file, or a file
-planted by a user we never agreed to trust. Every level, lock, probe, quarantine and debris sweep
-goes through a `Tree`, which:
-- walks below its root with `openat(O_DIRECTORY|O_NOFOLLOW)` one level at a time, so a symlinked
-  directory is refused (ELOOP) instead of followed, and checks each level's owner and mode;
-- opens files with O_NOFOLLOW|O_NONBLOCK (FIFOs never block), fstat()s the open descriptor and
-  accepts only regular files of a trusted owner, read up to their size and never past a hard cap;
-- creates files only with O_CREAT|O_EXCL|O_NOFOLLOW (no writing through a planted name);
-- deletes only non-directories inside the tree, by name relative to a checked directory
-  descriptor (unlink never follows the last component).
+A cache directory is hostile ground: any name in it may be a symlink, a FIFO (a reader blocks
+forever), a huge sparse file, or a file planted by an untrusted user. So a `Tree` walks below its
+root one `openat(O_DIRECTORY|O_NOFOLLOW)` at a time, checking each level's owner and mode; opens
+files O_NOFOLLOW|O_NONBLOCK and reads only regular files of a trusted owner, never past a cap;
+creates only with O_EXCL; and deletes by name relative to a checked directory descriptor.
 
-Trust (`Owners`): a file or directory is trusted when nobody but trusted users can have written
-it: not world-writable, group-writable only by a trusted group, owned by this user or root or,
-when one is named, by the trusted group.
+Trust (`Owners`): nobody but trusted users can have written it: not world-writable, group-writable
+only by a trusted group, owned by this user, root or the trusted group.
 
 This module is long because every filesystem operation the store performs on ground other users
 can write is here, on purpose in one place to review.
@@ -48,10 +41,8 @@ _fault_hook: Callable[[str, str], None] | None = None
 
 
 def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
-    """Install `hook(point, path)`, called at each of FAULT_POINTS; returns the previous one.
-
-    The one way to inject a fault into the store (tests pause a writer there and kill it, or raise
-    ENOSPC; an operator can reproduce a field failure the same way). None removes it."""
+    """Install `hook(point, path)` (None: remove it), called at each of FAULT_POINTS; returns the
+    previous one. The one way to inject a fault into the store (a killed writer, ENOSPC)."""
     global _fault_hook
     previous, _fault_hook = _fault_hook, hook
     return previous
@@ -140,12 +131,9 @@ def check_name(name: str) -> str:
 
 
 class Tree:
-    """A directory opened once (its path as the user gave it, symlinks in it allowed: the user
-    chose it) and everything below it reached without following symlinks.
-
-    `owners=None` checks only the kind of each file (regular, not a link); used where content is
-    authenticated by signature instead of by who wrote it.
-    """
+    """A directory opened once (its own path may hold symlinks: the user chose it) and everything
+    below it reached without following any. `owners=None` checks only each file's kind: for
+    content authenticated by signature instead of by who wrote it."""
 
     _fd = -1
     _top: dict[str, int] = {}
@@ -155,23 +143,23 @@ class Tree:
         self.owners = owners
         if create:
             os.makedirs(self.path, exist_ok=True)
+        self._fd = self._open_root()
+        self._top = {}  # first-level name -> kept descriptor (dup'd, checked when first opened)
+        self._top_lock = threading.Lock()  # no thread dups a kept descriptor another is closing
+
+    def _open_root(self) -> int:
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
             self._check(os.fstat(fd))
         except BaseException:
             os.close(fd)  # never stored: __del__ must not close this number again later
             raise
-        self._fd = fd
-        self._top = {}  # first-level name -> kept descriptor (dup'd, checked when first opened)
-        self._top_lock = threading.Lock()  # no thread dups a kept descriptor another is closing
+        return fd
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         kept, self._top = self._top, {}
-        for f in [fd, *kept.values()]:
-            if f >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(f)
+        _close_all([fd, *kept.values()])
 
     def __del__(self) -> None:
         try:
@@ -181,18 +169,11 @@ class Tree:
 
     def reopen(self) -> None:
         """After ESTALE on a network filesystem: the directory was replaced under us."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-        try:
-            self._check(os.fstat(fd))
-        except BaseException:
-            os.close(fd)
-            raise
+        fd = self._open_root()
         with self._top_lock:
             old, self._fd = self._fd, fd
             kept, self._top = self._top, {}
-        for f in [old, *kept.values()]:
-            with contextlib.suppress(OSError):
-                os.close(f)
+        _close_all([old, *kept.values()])
 
     def _check(self, st: os.stat_result, parts: tuple[Any, ...] = ()) -> None:
         if self.owners is not None:
@@ -431,11 +412,9 @@ class Tree:
 @contextlib.contextmanager
 def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str,
                         durable: bool = True) -> Iterator[BinaryIO]:
-    """The one atomic write: a file object on `tmp` (created O_EXCL, never through a link); on a
-    clean exit it is fsynced and renamed over `final`, then the directory is fsynced. On any
-    failure the temp file is removed and `final` is untouched, so a reader sees the old file or
-    the whole new one, even if the writer is killed or the disk fills up. `durable=False` skips
-    the fsyncs: for a file whose loss or emptiness after a power cut only means
+    """The one atomic write: a file object on `tmp` (created O_EXCL), fsynced and renamed over
+    `final` on a clean exit, removed on any failure, so a reader sees the old file or the whole new
+    one. `durable=False` skips the fsyncs: only for a file whose loss after a power cut means
     recomputing it (a memo), never for an entry."""
     fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dir_fd)  # 0666 & ~umask: group-shared dirs stay shared
     try:
@@ -532,6 +511,13 @@ def _read_exactly(fd: int, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -22,9 +22,9 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from kernel_cache.display import escaped
 from kernel_cache.entries.entry import SIGNATURE_MAGIC, SIGNATURE_SIZE, split_signature
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.sanitize import escaped
 
 MIN_KEY_BYTES = 16
 _LABEL = b"kernel-cache entry signature v1\x00"

@@ -28,8 +28,8 @@ import compiler
 from .. import jax_compat
 from ..compile_ahead import ahead
 from ..frontend.api import grid_param, zeroed_param
-from ..frontend.frozen_items import FrozenItems
 from ..payload import jaxlib_compat as compat
+from ..planning.frozen_items import FrozenItems
 from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).

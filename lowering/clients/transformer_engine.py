@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..frontend.api import grid_param
-from ..frontend.frozen_items import FrozenItems
 from ..planning.aliasing import pointerless_aliases
 from ..planning.configs import kernel_name, runtime_param_names, set_by_wrappers
+from ..planning.frozen_items import FrozenItems
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
 CLIENT = "transformer_engine"

@@ -9,13 +9,10 @@ its kernels built or joins the build under way (the store's single-flight, in-pr
 ranks), so a module of K kernels lowers cold in about the time of its slowest compiles. The first
 miss of a process also hands over what the program compiled last time under another toolchain or
 target (`predict`: after an upgrade, the jits traced later find their kernels built). Where the
-miss hands enough kernels ahead on a large enough host (`compiler.compile_processes`' rule), a pool
-of worker processes starts in the background and each thread's compile then runs on an idle worker,
-out of this process's GIL.
-
-A warm process never misses, so it never plans anything twice; calls noted but not lowered by the
-time the process exits are cancelled with the queued work (`compile_pool`). A call that cannot be
-planned ahead (a client's parameters, a mistake the rule will report) is simply left to its rule.
+miss hands enough kernels ahead on a large enough host, worker processes take the compiles out of
+this process's GIL (`compiler.compile_processes`, which also cancels at exit what is still queued).
+A warm process never misses, so it never plans anything twice. A call that cannot be planned ahead
+(a client's parameters, a mistake the rule will report) is left to its rule.
 """
 
 from __future__ import annotations
@@ -37,9 +34,8 @@ from ..records import winners
 if TYPE_CHECKING:
     from compiler import compile_processes
 
-    from . import compile_pool, predict
+    from . import predict
 else:
-    compile_pool = later("lowering.compile_ahead.compile_pool")  # its threads (and `queue`) only on a miss
     compile_processes = later("compiler.compile_processes")  # its worker processes, where they pay
     predict = later("lowering.compile_ahead.predict")  # a warm set's predecessor, read at the first miss
 
@@ -95,7 +91,7 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     with _lock:
         noted = list(_noted)
         _noted.clear()
-    if session.config.compile_threads <= 1:  # compile_pool.workers(): one compile at a time, no pool to import
+    if session.config.compile_threads <= 1:  # one compile at a time: no threads to start
         return 0
     target = _target(platform, params, session.config)
     taken = [(*n, _identity(n[0], n[1])) for n in noted]
@@ -115,10 +111,10 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     ahead = predict.predicted(session, target) if target is not None else []
     compile_processes.expect(session.config, len(calls) + len(ahead), target)  # worker processes, where they pay
     for avals_in, params, translate in calls:
-        compile_pool.submit(session.config, _plan_and_compile, platform, avals_in, params, translate, session)
+        compile_processes.submit(session.config, _plan_and_compile, platform, avals_in, params, translate, session)
     keys = compiler.session_keys(session) if ahead else None
     for spec in ahead:  # after this module's own calls: those are needed first
-        compile_pool.submit(session.config, _compile, spec, session.store, keys)
+        compile_processes.submit(session.config, _compile, spec, session.store, keys)
     return len(calls) + len(ahead)
 
 
@@ -149,7 +145,7 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
         return
     keys = compiler.session_keys(session)
     for spec in specs[1:]:
-        compile_pool.submit(session.config, _compile, spec, store, keys)
+        compile_processes.submit(session.config, _compile, spec, store, keys)
     _compile(specs[0], store, keys)
 
 

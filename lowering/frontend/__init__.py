@@ -1,2 +1,2 @@
-"""The JAX front end: `triton_call`, its primitive, the lowering rule JAX calls, the call's parameters
-as one value, and the device checks."""
+"""The JAX front end: `triton_call`, its primitive, the lowering rule JAX calls, the custom call it
+emits, and the device checks."""

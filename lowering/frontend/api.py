@@ -18,16 +18,16 @@ import jax
 import numpy as np
 from jax import tree_util
 
-from kernel_cache.display import echo
+from kernel_cache.sanitize import echo
 
 from .. import jax_compat, tensor_descriptor
 from ..compile_ahead import ahead
 from ..payload import jaxlib_compat as compat
 from ..planning import aliasing
 from ..planning.configs import kernel_name, runtime_param_names
+from ..planning.frozen_items import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
 from . import devices
-from .frozen_items import FrozenItems
 from .primitive import triton_kernel_call_p
 
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options

@@ -20,7 +20,7 @@ from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's s
 from jax.interpreters import ad, batching
 
 from .. import jax_compat
-from .frozen_items import FrozenItems
+from ..planning.frozen_items import FrozenItems
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True

@@ -18,9 +18,9 @@ import kernel_cache
 
 from .. import first_use
 from ..compile_ahead import ahead
-from ..payload import custom_call
 from ..planning import kernels
 from ..records import call_records, winners
+from . import custom_call
 from .devices import HINT, MultiDeviceError
 from .primitive import triton_kernel_call_p
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import xxhash
 
 from compiler.artifact import deflate_run
-from kernel_cache.levels.memory import SizedLRU
+from kernel_cache.bounded_memo import SizedLRU
 
 _HEADER = b"\x78\x01"  # deflate, 32K window, level hint "fastest"
 _FINAL = b"\x03\x00"  # an empty final block (fixed Huffman, end-of-block code only)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kernel_cache.value_class import FrozenValue
 
 if TYPE_CHECKING:
-    from ..frontend.bound_call import BoundCall
+    from .bound_call import BoundCall
 
 
 def pointerless_aliases(kernel_name: str, param_names: Sequence[str], num_inputs: int, num_outputs: int,

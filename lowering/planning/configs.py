@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, cast
 from compiler import Scalar, triton_compat
 from kernel_cache.value_class import FrozenValue, Value
 
-from ..frontend.bound_call import BoundCall
+from .bound_call import BoundCall
 
 DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES = 4, 3  # Triton's, where neither the call nor a config says
 

@@ -1,9 +1,7 @@
 """Kernel specs for a call's configs, and their artifacts from the store (compiling only what is missing).
 
-The missing configs of one autotuned call compile at once on the compile workers (`compile_pool`):
-Triton releases the GIL in its MLIR/LLVM passes and ptxas is a subprocess, so threads overlap an
-autotuned call's compiles as well as process pools do, without their needs (importable kernels, no
-fork of a JAX process; docs/benchmarks.md, "Cold start").
+The missing configs of one autotuned call compile at once on the compile threads
+(`compiler.compile_processes`, which says why threads).
 """
 
 from __future__ import annotations
@@ -25,13 +23,11 @@ from ..tensor_descriptor import TensorDescriptor
 from .configs import LaunchConfig
 
 if TYPE_CHECKING:
-    from compiler import Artifact, cached, compile_processes, key
+    from compiler import Artifact, cache_or_compile, compile_processes, key
 
-    from ..compile_ahead import compile_pool
 else:  # a warm call's kernels come from its record: the store lookup by content key runs on a new call only
-    cached = later("compiler.cached")
+    cache_or_compile = later("compiler.cache_or_compile")
     compile_processes = later("compiler.compile_processes")  # worker processes, where they pay
-    compile_pool = later("lowering.compile_ahead.compile_pool")
     key = later("compiler.key")
 
 _TRITON_DTYPES = {
@@ -116,14 +112,14 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
     store; misses compile on the compile workers (the first in this thread), after `on_miss()` (a
     cold process: `ahead.start`)."""
     store, keys = session.store, key.session_keys(session)
-    found = [cached.lookup(spec, store, keys=keys) for spec in specs]
+    found = [cache_or_compile.lookup(spec, store, keys=keys) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
     if missing and on_miss is not None:
         on_miss()
-    pooled = session.config.compile_threads > 1  # compile_pool.workers(), without importing the pool serially
+    pooled = session.config.compile_threads > 1  # one at a time: no threads, no worker processes
     if len(missing) > 1 and pooled:
         compile_processes.expect(session.config, len(missing) - 1)
-        others = {i: compile_pool.submit(session.config, _build, specs[i], store, keys, True) for i in missing[1:]}
+        others = {i: compile_processes.submit(session.config, _build, specs[i], store, keys, True) for i in missing[1:]}
         found[missing[0]] = _build(specs[missing[0]], store, keys, True)
         for i, future in others.items():
             found[i] = future.result()
@@ -139,4 +135,4 @@ def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo, pooled: bool) -> tup
     one at a time never start or import the pool)."""
     if pooled:
         return compile_processes.get_or_compile(spec, store, keys=keys, known_missing=True)
-    return cached.get_or_compile(spec, store, keys=keys, known_missing=True)
+    return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=True)

@@ -24,9 +24,9 @@ from compiler import KernelSpec, Target
 from kernel_cache import Config
 from kernel_cache.value_class import Value
 
-from ..frontend.bound_call import BoundCall
 from . import kernels
 from .aliasing import OutputOrder, outputs
+from .bound_call import BoundCall
 from .configs import LaunchConfig, Resolved, resolve
 from .target_arch import resolve_target
 

@@ -49,11 +49,11 @@ from compiler import triton_compat as tc
 from compiler.spec import compile_options, triton_value
 from compiler.toolchain import installed_tools, triton_env
 from kernel_cache import Config
+from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries.canonical import canonical, canonical_text, items_text, spliced_digest
-from kernel_cache.levels.memory import BoundedMemo
 
-from ..frontend.bound_call import BoundCall
 from ..payload import jaxlib_compat as compat
+from ..planning.bound_call import BoundCall
 from ..planning.configs import DEFAULT_NUM_STAGES, DEFAULT_NUM_WARPS
 from ..planning.plan import Evaluation, KernelPlan, call_options, target_of
 from . import value_form

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store
+from kernel_cache.bounded_memo import BoundedMemo, SizedLRU
 from kernel_cache.entries import call_entry
-from kernel_cache.entries.warm_set import WarmSet
-from kernel_cache.levels.memory import BoundedMemo, SizedLRU
+from kernel_cache.front_level import WarmSet
 from kernel_cache.session import SessionMemo
 from kernel_cache.telemetry import lookup_log
 
-from ..frontend.bound_call import BoundCall
 from ..planning.aliasing import CallShape
+from ..planning.bound_call import BoundCall
 from ..planning.plan import Evaluation, KernelPlan
 from . import call_key, winners
 

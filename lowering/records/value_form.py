@@ -26,7 +26,7 @@ from jax import core
 from compiler import triton_compat as tc
 from kernel_cache.value_class import FrozenValue
 
-from ..frontend.frozen_items import FrozenItems
+from ..planning.frozen_items import FrozenItems
 from ..planning.plan import Evaluation, dtype_name, dtype_names
 
 

@@ -166,12 +166,14 @@ def test_no_module_is_long_without_saying_why():
 
 
 def test_the_tree_shows_the_floors():
-    """The folders are the floors: the operator's floor beside the packages it drives, a core of at
-    most twelve modules with the rest grouped by job, at most ten test files outside the floors'
+    """The folders are the floors: the operator's floor beside the packages it drives, it and the core
+    of at most twelve modules each with the rest grouped by job, at most ten test files outside the floors'
     folders, and the tests' scaffolding in tests/support/, none of it among the user's scripts."""
     assert (ROOT / OPERATOR / "__init__.py").is_file() and not (ROOT / CORE / "cachectl").exists()
     core = sorted(p.name for p in (ROOT / CORE).glob("*.py"))
     assert len(core) <= 12, core
+    operator = sorted(p.name for p in (ROOT / OPERATOR).glob("*.py"))
+    assert len(operator) <= 12, operator
     loose_tests = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
     assert len(loose_tests) <= 10, loose_tests
     support = {p.name for p in (ROOT / "tests" / "support").iterdir() if p.suffix in (".py", ".sh")}

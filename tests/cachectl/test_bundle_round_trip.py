@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT, child_env
 from test_cachectl import cachectl
 
-from cachectl.bundle import export_bundle
+from cachectl.move.bundle_file import export_bundle
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import memo_entry, warm_set
 

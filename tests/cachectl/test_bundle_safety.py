@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env
 
-from cachectl import bundle
-from cachectl.bundle import BundleError, export_bundle, import_bundle, read_bundle
+from cachectl.move import bundle_file
+from cachectl.move.bundle_file import BundleError, export_bundle, import_bundle, read_bundle
 from kernel_cache.entries.entry import Entry, encode
 
 KEYS = [f"{i:032x}" for i in range(1, 6)]
@@ -203,7 +203,7 @@ def test_path_tricks_links_and_devices_rejected_without_touching_the_filesystem(
 # Caps -------------------------------------------------------------------------------------------
 BOMB_CHILD = textwrap.dedent("""
     import json, resource, sys, tracemalloc
-    from cachectl.bundle import BundleError, import_bundle
+    from cachectl.move.bundle_file import BundleError, import_bundle
 
     class DictLevel(dict):
         def put_raw(self, key, data):
@@ -308,8 +308,8 @@ def test_deeply_nested_manifest_is_refused_before_parsing(tmp_path, manifest):
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
     manifest = json.dumps({"format": "kernel-cache-bundle", "version": 1, "entries": [],
                            "note": "[{" * 50_000 + '\\"]'}).encode()
-    assert bundle.json_depth(manifest) == 2
-    assert bundle.json_depth(b'[[["\\"[[[[[[", [1]]]]') == 4
+    assert bundle_file.json_depth(manifest) == 2
+    assert bundle_file.json_depth(b'[[["\\"[[[[[[", [1]]]]') == 4
     path = write_bundle(tmp_path / "b.kcb", [member("manifest.json", manifest)] + good_members())
     assert len(import_bundle(path, DictLevel()).imported) == 2
 
@@ -362,7 +362,7 @@ def test_cachectl_import_reports_the_cap(tmp_path, monkeypatch):
     """Through the CLI: the cap's BundleError is one line on stderr, exit 1."""
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(20)])
-    code = (f"import sys; from cachectl import bundle, main; bundle.MAX_MEMBERS = 10; "
+    code = (f"import sys; from cachectl import main; from cachectl.move import bundle_file; bundle_file.MAX_MEMBERS = 10; "
             f"sys.exit(main(['--dir', {str(tmp_path / 'cache')!r}, 'import', {str(path)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=120)

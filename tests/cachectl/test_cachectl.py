@@ -169,7 +169,7 @@ def test_stats_json_and_zero(store_copy):
     stats = as_json("--dir", directory, "stats")
     rows = as_json("--dir", directory, "list")
     assert stats["entries"] == 4 and stats["bytes"] == sum(r["size_bytes"] for r in rows)
-    assert stats["hits"] == {"memory": 0, "disk": 1, "shared": 0, "remote": 0}
+    assert stats["hits"] == {"memory": 0, "disk": 1, "job": 0, "shared": 0, "remote": 0}
     assert stats["misses"] == 4 and stats["compiles"] == 4
     add90 = next(r for r in rows if r["key"] == keys[("add", "sm_90")])
     assert stats["compile_seconds_saved"] == pytest.approx(add90["compile_seconds"], abs=1e-5)
@@ -179,7 +179,7 @@ def test_stats_json_and_zero(store_copy):
 
     ok("--dir", directory, "stats", "--zero")
     zeroed = as_json("--dir", directory, "stats")
-    assert zeroed["hits"] == {"memory": 0, "disk": 0, "shared": 0, "remote": 0}
+    assert zeroed["hits"] == {"memory": 0, "disk": 0, "job": 0, "shared": 0, "remote": 0}
     assert zeroed["misses"] == zeroed["compiles"] == 0 and zeroed["entries"] == 4
 
 

@@ -20,9 +20,10 @@ import pytest
 import xxhash
 from test_cachectl import as_json, cachectl, listed_keys, ok
 
-from cachectl import kinds
-from cachectl.inventory import EntryInfo
+from cachectl import entry_kinds
+from cachectl.inventory import EntryInfo, counts
 from cachectl.render import human_size
+from cachectl.see.listing import total_line
 from kernel_cache import Config, Store, value_class
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries import winner_entry
@@ -218,15 +219,15 @@ def test_prewarm_counts_kernels_not_records(record_cache):
 def test_kinds_name_every_entry():
     from compiler.artifact import KIND as ARTIFACT_KIND
 
-    assert kinds.KERNEL == ARTIFACT_KIND  # the kernel kind cachectl names without importing the compiler
+    assert entry_kinds.KERNEL.name == ARTIFACT_KIND  # the kernel kind cachectl names without importing the compiler
 
     def info(kind: str, error: str = "") -> EntryInfo:
         return EntryInfo(key="0" * 32, level="disk", kernel="k", arch="sm_90", size_bytes=1024, created=0,
                          last_used=0, kind=kind, error=error)
 
-    infos = [info(KIND), info(kinds.KERNEL), info(KIND), info("from-a-newer-version"), info("", "bad checksum")]
-    assert kinds.counts(infos) == {"triton-kernel": 1, "lowered-call": 2, "other": 1, "unreadable": 1}
-    assert kinds.total_line(infos) == "5 entries (1 kernel, 2 lowered calls, 1 other, 1 unreadable), 5.0 KiB"
-    assert kinds.total_line([]) == "0 entries, 0 B"
-    assert [kinds.kernel_label(i) for i in infos[:2]] == ["k [call]", "k"]
-    assert kinds.kernel_label(infos[-1]) == "<corrupt: bad checksum>"
+    infos = [info(KIND), info(entry_kinds.KERNEL.name), info(KIND), info("from-a-newer-version"), info("", "bad checksum")]
+    assert counts(infos) == {"triton-kernel": 1, "lowered-call": 2, "other": 1, "unreadable": 1}
+    assert total_line(infos) == "5 entries (1 kernel, 2 lowered calls, 1 other, 1 unreadable), 5.0 KiB"
+    assert total_line([]) == "0 entries, 0 B"
+    assert [i.label for i in infos[:2]] == ["k [call]", "k"]
+    assert infos[-1].label == "<corrupt: bad checksum>"

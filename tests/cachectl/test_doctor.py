@@ -169,7 +169,7 @@ def test_interception_rows_say_whether_the_hook_and_adapters_are_in_place(cache)
 def test_an_adapter_is_not_called_served_while_the_start_up_hook_is_missing(tmp_path, monkeypatch):
     import site
 
-    from cachectl import doctor as doctor_module
+    from cachectl.check import doctor as doctor_module
     from kernel_cache import Config
 
     monkeypatch.setattr(site, "getsitepackages", lambda: [str(tmp_path)])  # a site-packages without the .pth

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from cachectl import entry_kinds, show_views
-from cachectl.bundle import export_bundle, import_bundle
+from cachectl import entry_kinds
+from cachectl.check.verify import verify
 from cachectl.entry_kinds import EntryKind
-from cachectl.inventory import EntryInfo, verify
+from cachectl.inventory import EntryInfo
 from cachectl.main import main
+from cachectl.move.bundle_file import export_bundle, import_bundle
+from cachectl.see import show
 from kernel_cache import Config, Store, value_class
 from kernel_cache.entries import call_entry, memo_entry, warm_set, winner_entry
 from kernel_cache.entries import entry as entry_format
@@ -113,7 +115,7 @@ def test_every_kind_a_writer_puts_in_a_store_is_registered():
     assert every[-2:] == (entry_kinds.OTHER, entry_kinds.UNREADABLE)
     assert len({k.name for k in every}) == len({k.tag for k in every}) == len(every)
     for kind in every:  # each names a show view cachectl can import
-        assert callable(show_views.view(kind)), kind.name
+        assert callable(show.view(kind)), kind.name
 
 
 def test_unknown_or_hostile_kinds_fall_back_to_other():
@@ -144,7 +146,7 @@ def test_each_kind_accepts_a_good_entry_and_refuses_a_malformed_one(name):
 
 
 # A kind registered here, seen by every tool --------------------------------------------------------
-def show_gadget(entry: Entry, info: EntryInfo, args: show_views.ShowArgs) -> None:
+def show_gadget(entry: Entry, info: EntryInfo, args: show.ShowArgs) -> None:
     print(f"gadget {entry.key} with {entry.meta.get('wheels')} wheels, hits {args.hits}")
 
 

@@ -21,8 +21,8 @@ from test_cli_reference import subcommands
 from test_import_fate import KEYS, TARGET, cut_bundle, entry_bytes, foreign_files, good_bundle
 
 import kernel_cache
-from cachectl.bundle import export_bundle
 from cachectl.main import main
+from cachectl.move.bundle_file import export_bundle
 from kernel_cache import Config, Entry, Store
 
 REFERENCE = (ROOT / "docs" / "cachectl.md").read_text()

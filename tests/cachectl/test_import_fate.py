@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from cachectl import bundle
-from cachectl.bundle import (
+from cachectl.main import main
+from cachectl.move import bundle_file
+from cachectl.move.bundle_file import (
     EVICTED,
     FAILED,
     IMPORTED,
@@ -35,7 +36,6 @@ from cachectl.bundle import (
     import_bundle,
     stage_bundle,
 )
-from cachectl.main import main
 from kernel_cache.entries.entry import Entry, encode
 from kernel_cache.errors import LevelReadOnly
 from kernel_cache.trust.signing import Signer
@@ -283,7 +283,7 @@ def test_rejected_entries_are_named_and_the_good_ones_land(tmp_path, capsys):
 
 # Staging ----------------------------------------------------------------------------------------------
 def test_staging_spills_to_a_temporary_file_and_publishes_the_same_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(bundle, "STAGING_MEMORY_BYTES", 4096)  # every entry is ~3 KiB: spills at the second
+    monkeypatch.setattr(bundle_file, "STAGING_MEMORY_BYTES", 4096)  # every entry is ~3 KiB: spills at the second
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     entries = {k: entry_bytes(k) for k in KEYS}
     path = tmp_path / "b.kcb"

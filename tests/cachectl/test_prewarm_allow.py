@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from cachectl import recipes as prewarm
+from cachectl.warm import recipes as prewarm
 
 MARKER_MODULE = textwrap.dedent("""
     from pathlib import Path

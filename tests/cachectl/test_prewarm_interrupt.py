@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env, python_path, run_python
 
-from cachectl import outcomes
 from cachectl.inventory import read_raw
+from cachectl.warm import worker_pool
 from kernel_cache import Config, Store
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import Entry, is_key, peek_meta
@@ -273,7 +273,7 @@ def test_interrupt_during_an_entry_write_waits_for_it(tmp_path, monkeypatch):
 
     monkeypatch.setattr(store.disk, "keep", keep)
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), outcomes.interrupts_stop_work():
+    with pytest.raises(KeyboardInterrupt), worker_pool.interrupts_stop_work():
         store.put(Entry(key=key, meta={"name": "k"}, blobs={"b": b"x" * 100_000}))
         time.sleep(2)  # raised here, within milliseconds
     assert time.monotonic() - start < 1.0
@@ -288,7 +288,7 @@ def test_an_interrupt_landing_in_a_gc_callback_is_not_lost():
     collection to end, then stops the work. (In a fresh process: no other thread may take the signal.)"""
     code = textwrap.dedent("""
         import gc, os, signal, time
-        from cachectl import outcomes
+        from cachectl.warm import worker_pool
 
         seen = []
 
@@ -301,7 +301,7 @@ def test_an_interrupt_landing_in_a_gc_callback_is_not_lost():
         gc.callbacks.append(callback)
         start = time.monotonic()
         try:
-            with outcomes.interrupts_stop_work():
+            with worker_pool.interrupts_stop_work():
                 gc.collect()
                 time.sleep(2)  # raised here, once the collection is over
             print("NOT RAISED")

@@ -143,7 +143,7 @@ def test_prometheus_values_are_the_json_numbers(cache, tmp_path):
     text = ok(*args, "--format", "prometheus").stdout
     families = parse_exposition(text)
     assert all(dict(k)["dir"] == str(cache) for f in families.values() for k in f["samples"])
-    assert report["hits"] == {"memory": 1, "disk": 2, "shared": 0, "remote": 0}
+    assert report["hits"] == {"memory": 1, "disk": 2, "job": 0, "shared": 0, "remote": 0}
     for level, hits in report["hits"].items():
         assert series(families, "kernel_cache_hits_total", level=level, kind="kernel") == hits
         assert series(families, "kernel_cache_hits_total", level=level, kind="call") == report["record_hits"][level]
@@ -198,10 +198,10 @@ def test_the_textfile_recipe_writes_whole_files_or_none(cache, tmp_path):
 
 
 def test_prometheus_escapes_label_values(tmp_path):
-    from cachectl import prometheus
+    from cachectl.see import prometheus
 
     odd = tmp_path / 'we"ird\\dir\nname'
-    none = {"memory": 0, "disk": 0, "shared": 0, "remote": 0}
+    none = {"memory": 0, "disk": 0, "job": 0, "shared": 0, "remote": 0}
     report = {"dir": str(odd), "hits": none, "record_hits": none, "misses": 0,
               "compiles": 0, "errors": 0, "rejected": 0, "compile_seconds": 0.0, "compile_seconds_saved": 0.0,
               "levels": {}, "max_bytes": 1, "over_max_bytes": False, "counters": "persisted"}

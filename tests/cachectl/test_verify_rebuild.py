@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 import kernel_cache
-from cachectl import rebuild_check
+from cachectl.check import rebuild as rebuild_check
 from cachectl.main import build_parser, main
 from kernel_cache import Config, Entry, Store
 from kernel_cache.entries import entry as entry_format

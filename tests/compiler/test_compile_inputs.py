@@ -27,10 +27,10 @@ import compiler
 import kernel_cache
 from compiler import triton_compat as tc
 from compiler.spec import compile_options
-from kernel_cache.levels.memory import BoundedMemo
+from kernel_cache.bounded_memo import BoundedMemo
 from lowering import triton_call
-from lowering.frontend.bound_call import BoundCall
-from lowering.frontend.frozen_items import FrozenItems
+from lowering.planning.bound_call import BoundCall
+from lowering.planning.frozen_items import FrozenItems
 from lowering.planning.plan import KernelPlan
 from lowering.records import call_key
 

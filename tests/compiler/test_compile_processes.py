@@ -194,7 +194,7 @@ def test_only_kernels_a_worker_can_import_are_sent(example_specs_sm90):
 MAIN_AND_EXIT = """
 import json, sys, time
 import triton, triton.language as tl
-import compiler.cached
+import compiler.cache_or_compile
 from compiler import compile_processes, make_spec
 from compiler.examples import example_specs
 import kernel_cache
@@ -205,8 +205,8 @@ def main_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)) * 2)
 
 in_parent = []
-real = compiler.cached.compile_spec
-compiler.cached.compile_spec = lambda spec: in_parent.append(spec.name) or real(spec)  # what the parent compiles
+real = compiler.cache_or_compile.compile_spec
+compiler.cache_or_compile.compile_spec = lambda spec: in_parent.append(spec.name) or real(spec)  # what the parent compiles
 store = kernel_cache.configure(Config(dir=sys.argv[1]))  # not the environment's KERNEL_CACHE_DIR
 compile_processes.override(2)
 compile_processes.expect(store.config, 0)

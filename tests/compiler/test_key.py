@@ -14,8 +14,8 @@ from conftest import run_python
 import kernel_cache
 from compiler import content_key, key_document, make_spec, toolchain
 from compiler.examples import add_kernel, layernorm_kernel
+from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries.canonical import digest
-from kernel_cache.levels.memory import BoundedMemo
 
 _counter = itertools.count()
 

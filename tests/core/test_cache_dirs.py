@@ -17,9 +17,9 @@ from test_shared_level import make_entry
 
 from cachectl.main import main as cachectl
 from kernel_cache import Config, Store
+from kernel_cache.levels import cache_marker
 from kernel_cache.telemetry import warnings_once
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
-from kernel_cache.trust import cache_marker
 
 KEYS = [f"{i:x}" * 32 for i in range(1, 4)]
 

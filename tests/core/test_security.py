@@ -230,7 +230,7 @@ def test_a_precreated_world_writable_local_dir_is_not_used(tmp_path, people):
 
 
 def test_a_bundle_needs_signed_entries_when_a_key_is_configured(tmp_path):
-    from cachectl.bundle import export_bundle
+    from cachectl.move.bundle_file import export_bundle
 
     bundle = tmp_path / "b.kcb"
     described = {"target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "toolchain": {"summary": "t"}}

@@ -234,7 +234,7 @@ def test_stats_persist_across_processes(tmp_path):
     run_python(code, env)
     totals = Store(Config(dir=tmp_path)).stats.totals()
     assert totals["compiles"] == 1 and totals["misses"] == 1
-    assert totals["hits"] == {"memory": 2, "disk": 1, "shared": 0, "remote": 0}
+    assert totals["hits"] == {"memory": 2, "disk": 1, "job": 0, "shared": 0, "remote": 0}
     assert totals["compile_seconds"] == pytest.approx(2.0)
     assert totals["compile_seconds_saved"] == pytest.approx(6.0)
 

@@ -12,7 +12,7 @@ from test_call_records import PROGRAMS, entries, lower, use_store  # noqa: F401 
 
 import kernel_cache
 from cachectl import entry_kinds
-from kernel_cache import Config, Entry, Store
+from kernel_cache import Config, Entry, Store, front_level
 from kernel_cache.entries import call_entry, warm_set
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.canonical import digest
@@ -46,12 +46,12 @@ def _stored(store: Store, entries_: list[Entry]) -> list[Entry]:
     return [store.get(entry.key)[0] for entry in entries_]
 
 
-def _session(directory) -> tuple[Store, warm_set.WarmSet]:
+def _session(directory) -> tuple[Store, front_level.WarmSet]:
     store = _store(Config(dir=directory))
-    return store, warm_set.WarmSet(store)
+    return store, front_level.WarmSet(store)
 
 
-def _run(warm: warm_set.WarmSet, read: list[Entry]) -> bool:
+def _run(warm: front_level.WarmSet, read: list[Entry]) -> bool:
     """A session that reads `read` (the first through the set, all noted), then exits: whether it wrote."""
     warm.get(read[0].key)
     for entry in read:
@@ -179,7 +179,7 @@ def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
 
 
 def test_a_store_without_a_local_level_keeps_no_set():
-    warm = warm_set.WarmSet(_store(Config(dir=None)))
+    warm = front_level.WarmSet(_store(Config(dir=None)))
     entry = _entry(1)
     assert warm.get(entry.key) is None
     warm.note(entry)
@@ -193,7 +193,7 @@ def test_a_new_process_reads_its_programs_records_from_the_warm_set(tmp_path, us
     store = use_store(tmp_path / "cache")
     programs = PROGRAMS[:2]
     first = [lower(fn, shapes) for _, fn, shapes in programs]
-    warm_set.save_all()  # what exit does
+    front_level.save_all()  # what exit does
     records = set(entries(store, call_entry.KIND))
     assert len(records) == 2
     sets = entries(store, warm_set.KIND)
@@ -216,7 +216,7 @@ def test_a_new_process_reads_its_programs_records_from_the_warm_set(tmp_path, us
     assert not records & set(asked)
     assert store.stats.session()["record_hits"]["disk"] == 2
     before = {k: e.meta["created"] for k, e in entries(store, warm_set.KIND).items()}
-    warm_set.save_all()
+    front_level.save_all()
     assert {k: e.meta["created"] for k, e in entries(store, warm_set.KIND).items()} == before  # nothing new: not written
     kernel_cache.configure()
 
@@ -270,7 +270,7 @@ def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNEL_CACHE_DIR", str(tmp_path))
     config = Config.from_env()
     assert config.warm_sets is False
-    off = warm_set.WarmSet(_store(config))
+    off = front_level.WarmSet(_store(config))
     assert off.get(read[0].key) is None  # the set is there, and not read
     off.note(_stored(store, [_entry(7)])[0])
     assert not off.active and not off.save()

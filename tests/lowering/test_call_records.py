@@ -24,8 +24,8 @@ from test_winners import GPU, VEC, inplace, put_winner, record_for, site_of
 import kernel_cache
 from compiler import Target
 from compiler import examples as kernels
-from kernel_cache import Config, Entry, value_class
-from kernel_cache.entries import call_entry, warm_set
+from kernel_cache import Config, Entry, front_level, value_class
+from kernel_cache.entries import call_entry
 from lowering import examples as ep
 from lowering.planning import plan
 from lowering.planning.configs import LaunchConfig
@@ -326,7 +326,7 @@ def test_kernels_a_record_serves_stay_recent_in_the_lru_order(cache_dir, use_sto
     forget()
     lower(fn, shapes)  # served by the record: the kernel is not read
     assert {r["key"]: r["last_used"] for r in store.disk.listing()}[kernel] == 1000  # deferred, not per call
-    warm_set.save_all()  # what exit does first: the uses are told to the levels with the warm set's
+    front_level.save_all()  # what exit does first: the uses are told to the levels with the warm set's
     store.disk.flush_touches()
     store.shared.flush_touches()
     assert {r["key"]: r["last_used"] for r in store.disk.listing()}[kernel] > 1e9

@@ -27,11 +27,12 @@ from test_winners import GPU, inplace, put_winner, record_for, site_of
 import kernel_cache
 from compiler import Scalar
 from compiler import triton_compat as tc
+from kernel_cache import front_level
+from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries import call_entry, warm_set
-from kernel_cache.levels.memory import BoundedMemo
 from lowering import examples as ep
-from lowering.frontend.frozen_items import FrozenItems
 from lowering.planning import plan
+from lowering.planning.frozen_items import FrozenItems
 from lowering.records import call_key, call_records
 
 
@@ -77,7 +78,7 @@ def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  
     signatures, unplanned; every custom call is the same, every record one record hit from disk."""
     store = use_store(tmp_path / "cache")
     first = [lower(fn, shapes) for _, fn, shapes in PROGRAMS]
-    warm_set.save_all()  # what exit does
+    front_level.save_all()  # what exit does
     (saved,) = entries(store, warm_set.KIND).values()
     records = entries(store, call_entry.KIND)
     assert sorted(warm_set.signed_of(saved).values()) == sorted(records) and len(records) == len(PROGRAMS)
@@ -105,7 +106,7 @@ def test_a_signed_record_no_longer_held_is_planned_and_lowered_again(tmp_path, u
     store = use_store(tmp_path / "cache")
     _, fn, shapes = PROGRAMS[0]
     first = lower(fn, shapes)
-    warm_set.save_all()
+    front_level.save_all()
     (record,) = entries(store, call_entry.KIND)
     store.delete(record)
     store = use_store(tmp_path / "cache")
@@ -268,7 +269,7 @@ def test_a_winner_stored_after_its_call_was_signed_narrows_the_next_process(tmp_
     from test_winners import lower_call
 
     def new_process(served_by_signature: bool) -> None:
-        warm_set.save_all()  # what exit does
+        front_level.save_all()  # what exit does
         use_store(tmp_path / "cache", gpu_model=GPU)
         signature, signed = call_records.find_signed(*_call_of(inplace, (VEC_IN, VEC_IN)), kernel_cache.current_session())
         assert signature is not None and (signed is not None) == served_by_signature

@@ -12,7 +12,7 @@ from jax._src.interpreters import mlir
 from jax._src.lib.mlir.dialects import func
 from jax.interpreters.mlir import ir
 
-from lowering.payload import custom_call
+from lowering.frontend import custom_call
 
 RANKS = [(0, 1), (1, 2, 3), (2,)]  # the operands' ranks per case (results: the same ranks, in order)
 

@@ -6,7 +6,7 @@ import os
 import zlib
 
 from compiler.artifact import deflate_run
-from kernel_cache.levels.memory import SizedLRU
+from kernel_cache.bounded_memo import SizedLRU
 from lowering.payload import deflate
 
 PTX = (b".version 8.4\n.target sm_90\n" + b"ld.global.f32 %f1, [%rd1];\n" * 3000)

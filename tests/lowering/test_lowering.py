@@ -191,7 +191,7 @@ def test_in_place_autotuned_call_passes_alias_tuples():
 
 
 def test_old_jaxlib_gets_no_autotune_aliases_and_one_warning(monkeypatch):
-    from lowering.payload import custom_call
+    from lowering.frontend import custom_call
 
     monkeypatch.setattr(compat, "jaxlib_version", lambda: (0, 9, 2))
     monkeypatch.setattr(custom_call, "_warned_aliases", False)
@@ -325,7 +325,7 @@ def test_drop_in_names():
 
 # Warm second process -----------------------------------------------------------------------------
 WARM_SCRIPT = """
-import json, jax, compiler.cached as cached
+import json, jax, compiler.cache_or_compile as cached
 from lowering import examples as ep
 real, n = cached.compile_spec, [0]
 def counting(spec):

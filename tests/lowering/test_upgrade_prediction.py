@@ -21,15 +21,15 @@ CHILD = """
 import json, os, sys, threading, time
 sys.path.insert(0, os.environ["EXT_DIR"])
 import jax, jax.numpy as jnp
-import compiler.cached, kernel_cache, lowering as jt
+import compiler.cache_or_compile, kernel_cache, lowering as jt
 from lowering.examples import programs
 
 compiled = []
-real = compiler.cached.compile_spec
+real = compiler.cache_or_compile.compile_spec
 def recorded(spec):
     compiled.append([spec.name, threading.current_thread().name, time.perf_counter()])
     return real(spec)
-compiler.cached.compile_spec = recorded
+compiler.cache_or_compile.compile_spec = recorded
 
 chosen = {label: (fn, args) for label, fn, args in programs(compute_capability=90)}
 labels = os.environ["LABELS"].split(",")

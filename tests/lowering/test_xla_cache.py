@@ -22,7 +22,7 @@ from test_security import chown_tree
 
 from kernel_cache import Config, Store
 from kernel_cache.telemetry import warnings_once
-from kernel_cache.trust.xla_trust import XlaDirRefused, private_xla_dir
+from lowering.xla_cache import XlaDirRefused, private_xla_dir
 
 PROGRAM = """
 import functools, json, jax, jax.numpy as jnp

@@ -205,7 +205,8 @@ def test_a_hostile_slot_map_costs_one_timeout_and_little_memory(primaries, repli
 
 # Seeds and slot maps, without a server ----------------------------------------------------------------
 def test_a_host_name_is_a_seed_per_address_and_tls_keeps_its_name():
-    from kernel_cache.levels.remote.redis_seeds import seeds, split_urls
+    from kernel_cache.levels.remote.redis_seeds import seeds
+    from kernel_cache.settings.remote_url import split_urls
 
     urls = split_urls("redis://kc:pw@localhost:7001/0, rediss://kc:p,w@cache.example:7002/0,unix:///run/r.sock")
     assert urls == ["redis://kc:pw@localhost:7001/0", "rediss://kc:p,w@cache.example:7002/0", "unix:///run/r.sock"]

@@ -19,11 +19,11 @@ from redis_server import RedisServer
 from test_shared_level import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, ConfigError, Store
-from kernel_cache.display import redacted
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry
 from kernel_cache.errors import LevelUntrusted, RejectedEntry
 from kernel_cache.levels.remote.level import RemoteLevel, open_from_config
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.trust.signing import Signer
 
 pytestmark = [pytest.mark.skipif(shutil.which("redis-server") is None,

@@ -1,6 +1,6 @@
 """No secret in any output: every credential form redis-py reads from a Redis URL (user and
 password, a password holding '@' and ':', a password alone, a bare name, `password=` and `username=`
-in the query, on TCP, TLS and unix sockets) is hidden by `display.redacted` and never reaches what
+in the query, on TCP, TLS and unix sockets) is hidden by `remote_url.redacted` and never reaches what
 `cachectl config`, `doctor` and `stats` print, as text or JSON, in warnings or errors. The remote is
 unreachable (127.0.0.1 port 9, a missing socket), so no server is needed; the commands of all forms
 run in one child process (Triton and JAX are imported once). A password file that is not UTF-8 is a
@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, child_env
 
 from kernel_cache import Config, ConfigError, Store
-from kernel_cache.display import redacted
+from kernel_cache.settings.remote_url import redacted
 
 # (URL with {host} and {sock} to fill in, the secrets it holds)
 FORMS = [

@@ -24,19 +24,19 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 def main(out: str, mode: str, labels: str = "") -> None:
     import jax
 
-    import compiler.cached
+    import compiler.cache_or_compile
     import kernel_cache
     from lowering.examples import programs
     from scripts.one_module import as_one_program
 
     threads: list[str] = []
-    real = compiler.cached.compile_spec
+    real = compiler.cache_or_compile.compile_spec
 
     def recorded(spec):
         threads.append(threading.current_thread().name)
         return real(spec)
 
-    compiler.cached.compile_spec = recorded  # test scaffolding: which thread compiled what
+    compiler.cache_or_compile.compile_spec = recorded  # test scaffolding: which thread compiled what
     chosen = [p for p in programs(compute_capability=90) if not labels or p[0] in labels.split(",")]
 
     module, flat = as_one_program(chosen)

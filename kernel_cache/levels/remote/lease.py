@@ -1,11 +1,9 @@
 """The remote level's compile leases, made so that nobody can hold a key hostage.
 
-A lease is the value `kcl1:<token>:<taken at, epoch ms>:<tag>` at the key's lease name. With a signing
-key the tag is an HMAC over the name, token and time (Signer.tag), so a peer that can reach the
-server but lacks the key cannot make other nodes wait: a lease without a valid tag is not honoured,
-and the waiter takes the key over. Whatever its heartbeat says, a lease is honoured only until
-`max_seconds` after it was taken (a holder stuck in a compile stops refreshing it then), and
-waiters spend one waiting budget per process (kernel_cache.coordination.wait_budget), never one per key.
+A lease is `kcl1:<token>:<taken at, epoch ms>:<tag>` at the key's lease name; with a signing key
+the tag is an HMAC over name, token and time, so a peer without the key cannot make others wait (an
+untagged lease is taken over). A lease is honoured only until `max_seconds` after it was taken,
+whatever its heartbeat says.
 """
 
 from __future__ import annotations

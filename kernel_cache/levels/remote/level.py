@@ -1,37 +1,24 @@
-"""Remote level: a Redis server shared by every node of a cluster (KERNEL_CACHE_REMOTE), for sites
-with no shared filesystem (cloud pods, Kubernetes jobs, Slurm sites whose NFS is slow or off-limits).
+"""Remote level: a Redis server (or Cluster) every node shares (KERNEL_CACHE_REMOTE), for sites
+with no shared filesystem.
 
-Layout: `kc:<namespace>:v2:e:{<key>}` holds an entry's bytes exactly as the other levels store them
-(signed); `kc:<namespace>:v2:l:{<key>}` is the lease of the node compiling that key (the key is a
-hash tag: in a Redis Cluster both share a slot). Writes are `SET NX` with a TTL
-(KERNEL_CACHE_REMOTE_TTL) that verified hits restart in batches, so what nobody uses expires and a
-read stays a read (a replica serves it); entries over KERNEL_CACHE_MAX_ENTRY_BYTES are neither
-written nor read. Which server or cluster, the breaker and read-only mode: redis_link.
+Layout: `kc:<namespace>:v2:e:{<key>}` holds an entry's signed bytes, `kc:<namespace>:v2:l:{<key>}`
+the compiling node's lease (the key is a hash tag: both share a cluster slot). Writes are `SET NX`
+with a TTL that verified hits restart in batches, so unused entries expire and a read stays a read
+(a replica serves it). Deployment, breakers and read-only mode are redis_link's.
 
-Never slower than no cache, whatever the server does: every call (connect, send, the whole reply)
-has one deadline (KERNEL_CACHE_REMOTE_TIMEOUT) and receives at most the entry cap plus a little
-(redis_guard); a read asks the server for a value's type and size before its bytes (one read-only
-script, one round trip, served by a server paused for writes). After a server fault (connection,
-timeout, auth, CLUSTERDOWN, a reply past the cap) a circuit breaker skips the server 1 s, then longer
-while it keeps failing; a write it refuses (full, paused, no permission) skips its writes a while and
-keeps its reads; a name of the wrong type is a miss for that key alone. No call on the data path
-raises or sleeps for the server's sake.
+Never slower than no cache: every call has one deadline and a byte budget (redis_guard), a read
+asks for a value's type and size before its bytes (one read-only script a server paused for writes
+still serves), and no call on the data path raises or sleeps for the server's sake.
 
-Trust: a server has no file owners, so every entry read must carry our signature
-(KERNEL_CACHE_SIGNING_KEY_FILE) unless KERNEL_CACHE_REMOTE_UNSIGNED=1 says the operator trusts every
-client that can reach it. A rejected value (unsigned, forged, damaged, replayed, oversized, of the
-wrong type) is never refreshed by the read that rejects it, and the next verified build of that key
-replaces it, only if those same bad bytes are still there (a compare-and-set on the server), so a
+Trust: a server has no file owners, so every entry must carry our signature unless
+KERNEL_CACHE_REMOTE_UNSIGNED=1. A rejected value is never refreshed by the read that rejects it, and
+the next verified build replaces it only if those same bytes are still there (compare-and-set), so a
 neighbour's valid write is never clobbered.
 
-Single-flight across nodes: a lease (remote_lease: signed, with a maximum lifetime) refreshed by a
-heartbeat while the holder compiles and released by compare-and-delete; waiters poll with jitter
-until the entry is published, the lease lapses or proves unworthy (they take it over), or their wait
-bound passes. Only a lease seen held by a live holder makes a compile wait: a lease that could not
-be taken (the node failed, refused the write, or is skipped) is not held by anybody, and the compile
-goes on at once. While a cluster node is skipped, its keys' leases and entries go to a stand-in node
-(`RedisLink.placement`) under `kc:<namespace>:v2:f<kind>:{<tag>}<key>` names with a short TTL, so a
-fleet stays single-flight through a failover; cachectl lists main names only.
+Single-flight across nodes: a signed lease with a maximum lifetime (lease), refreshed while its
+holder compiles; only a lease seen held by a live holder makes a compile wait. While a cluster node
+is skipped, its keys go to a stand-in node (`RedisLink.placement`) under short-lived
+`kc:<namespace>:v2:f<kind>:{<tag>}<key>` names, so a fleet stays single-flight through a failover.
 
 This module is long because it is one level's whole protocol, maintenance included.
 """
@@ -48,24 +35,22 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from kernel_cache.display import escaped, redacted
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted, RejectedEntry
 from kernel_cache.levels.remote.lease import MAX_LEASE_BYTES, Lease, why_not_honoured
 from kernel_cache.levels.remote.redis_link import RedisLink, redis_installed
-from kernel_cache.levels.remote.redis_seeds import secrets_of, split_urls
 from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
+from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import Config
+from kernel_cache.settings.remote_url import redacted, secrets_of, split_urls
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 from kernel_cache.trust.signing import Signer
 
 BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
 LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
-# the longest a waiter sleeps between two looks at a lease (from 20 ms, doubling, jittered): a kernel
-# that compiles in 0.7 s is seen published within ~0.3 s, for ~3 small calls a look
-MAX_LEASE_POLL = 0.25
+MAX_LEASE_POLL = 0.25  # a waiter's longest sleep between looks (from 20 ms, doubling): a publish is seen soon
 MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
 REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
 MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
@@ -104,10 +89,8 @@ if n > tonumber(ARGV[1]) then return {'size', n} end
 if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
-# Redis 7 serves a script flagged no-writes while it refuses writes (CLIENT PAUSE WRITE, OOM); older
-# servers do not know the flag and refuse the text, and are asked the plain script instead. It is sent
-# by EVAL (its text, 0.6 KB, each time): an EVALSHA of a script the server does not hold yet waits out
-# a pause for writes, where EVAL does not
+# Redis 7 serves a script flagged no-writes while it refuses writes (older servers refuse the flag and
+# get the plain script); sent by EVAL, as an EVALSHA of a script not yet held waits out a write pause
 _PEEK = "#!lua flags=no-writes\n" + _PEEK_BODY
 _PEEK_PLAIN = _PEEK_BODY
 _NO_FLAGS = ("Error compiling script", "shebang")  # what a server without script flags answers
@@ -181,8 +164,7 @@ class RemoteLevel:
 
     @property
     def link(self) -> RedisLink:
-        """The link to the server, made at the first use that needs it: a warm node whose reads all
-        hit its own disk never imports redis-py (a slow import) and never connects."""
+        """The link, made at its first use: a warm node served by its own disk never imports redis-py."""
         link = self._link
         if link is None:
             with self._connecting:
@@ -218,21 +200,13 @@ class RemoteLevel:
         return reader if reader is not None and reader.usable else None
 
     def _light_peek(self, name: str, args: list[Any]) -> tuple[bool, Any]:
-        """(True, what _PEEK returned, None where the server failed) from the small reader, or
-        (False, None): the link serves this call (no reader for this URL, or the server answered
-        in a way the reader leaves to redis-py: MOVED from a cluster, an authentication error)."""
+        """(True, what _PEEK returned or None where the server failed) from the small reader, or
+        (False, None): the link serves this call (no reader, or a reply left to redis-py: MOVED, auth)."""
         reader = self._light()
         if reader is None:
             return False, None
-        text = _PEEK_PLAIN if self._plain_peek else _PEEK
         try:
-            try:
-                return True, reader.call("EVAL", text, 1, name, *args)
-            except RespError as exc:
-                if self._plain_peek or not any(said in str(exc) for said in _NO_FLAGS):
-                    raise
-                self._plain_peek = True  # a server older than script flags
-                return True, reader.call("EVAL", _PEEK_PLAIN, 1, name, *args)
+            return True, self._peek_with(lambda text: reader.call("EVAL", text, 1, name, *args), RespError)
         except RespError:
             reader.give_up()
             return False, None
@@ -291,31 +265,26 @@ class RemoteLevel:
             return None
         kind, value = found
         if kind == b"size":
-            self._remember_bad(key, found)
-            self._count("too_large")
+            self._remember_bad(key, found, "too_large")
             return None
         if kind == b"type":
             self._remember_bad(key, found)
-            self._count("rejected")
             raise RejectedEntry(f"remote name for {key[:12]} holds a Redis {escaped(bytes(value).decode(errors='replace'))}, "
                                 f"not an entry")
         data = bytes(value)
-        if self.authenticate is not None:
-            problem = self.authenticate(data)
-            if problem is not None:
-                self._remember_bad(key, found)
-                self._count("rejected")
-                raise RejectedEntry(f"remote entry {key[:12]} is {problem}")
+        problem = self.authenticate(data) if self.authenticate is not None else None
+        if problem is not None:
+            self._remember_bad(key, found)
+            raise RejectedEntry(f"remote entry {key[:12]} is {problem}")
         try:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
             bad = marker(found)
             self._script("delete", self.scripts.replace, name, [self.max_entry_bytes, bad, b"", 0], None)
             raise
-        with self._lock:
-            self._bad.pop(key, None)
-        self._count("hits")
         with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
+            self._bad.pop(key, None)
+            self.counters["hits"] += 1
             self._pending_touches.add(key)
             due = len(self._pending_touches) >= TOUCH_BATCH
         if due:
@@ -376,12 +345,10 @@ class RemoteLevel:
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool | None]:
-        """A lease on `key` across nodes: True when held (refreshed until released or its maximum
-        lifetime); False when a live holder's wait ended without it (the entry published, or
-        `timeout` passed); None when it could not be taken and nobody was seen holding it (the node
-        failed, refused the write or is skipped): the caller compiles at once, never waiting for a
-        breaker. A lease that is not ours to honour (no valid signature, too old, not a lease) is
-        taken over with a compare-and-set. A node skipped mid-wait hands the lease to its stand-in."""
+        """A lease on `key` across nodes: True when held; False when a live holder's wait ended
+        without it (published, or `timeout` passed); None when nobody was seen holding it and it
+        could not be taken: the caller compiles at once, never waiting for a breaker. A lease not
+        ours to honour is taken over with a compare-and-set."""
         deadline, pause, waited, tries = time.monotonic() + timeout, 0.02, False, 0
         while True:
             name = self._placed("l:", key)
@@ -389,7 +356,9 @@ class RemoteLevel:
                 yield None  # no node may be asked now: nobody to wait for
                 return
             lease = Lease.new(name, self.signer)
-            taken = self._call("lock", self._take(name, lease), _FAILED, name=name)
+            def take(client: Any, at: str = name, value: bytes = lease.value) -> Any:
+                return client.set(at, value, nx=True, px=self.lease_ms)  # True taken, None held by another
+            taken = self._call("lock", take, _FAILED, name=name)
             if taken is _FAILED:
                 tries += 1
                 if tries < 2 and self._placed("l:", key) not in (None, name):
@@ -450,9 +419,8 @@ class RemoteLevel:
         return bytes(value)
 
     def listing(self) -> list[dict[str, Any]]:
-        """Per entry: key, size_bytes, created (from its header), last_used (from its TTL: a hit
-        restarts it), listed with SCAN and bounded by MAX_SCAN. Names of another Redis type are
-        listed too (size 0): reading them says what they are."""
+        """Per entry: key, size_bytes, created (its header), last_used (from its TTL), by SCAN up to
+        MAX_SCAN; names of another Redis type too (size 0): reading them says what they are."""
         out: list[dict[str, Any]] = []
         now = time.time()
         for node, names in self._scan_names().items():
@@ -564,9 +532,7 @@ class RemoteLevel:
         return []  # a damaged entry is deleted where found: the server keeps nothing for inspection
 
     def describe(self) -> dict[str, Any]:
-        """What `cachectl stats` and `doctor` show: the endpoint (password hidden), namespace,
-        round trip, server version, eviction policy and this process's counters. Server text is
-        escaped: it reaches terminals."""
+        """What `cachectl stats` and `doctor` show (server text escaped: it reaches terminals)."""
         info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
                                 "counters": dict(self.counters), "reachable": False}
         try:
@@ -607,20 +573,20 @@ class RemoteLevel:
         with self._lock:
             self.counters[name] += by
 
-    def _remember_bad(self, key: str, found: Any) -> None:
+    def _remember_bad(self, key: str, found: Any, counter: str = "rejected") -> None:
         """What we rejected at `key`'s name, for the compare-and-set that replaces it: a peek's
-        reply, or the server-side marker's text itself."""
+        reply, or the server-side marker's text itself; counted under `counter`."""
         with self._lock:
             self._bad[key] = found if isinstance(found, str) else marker(found)
             self._bad.move_to_end(key)
             while len(self._bad) > MAX_BAD_KEYS:
                 self._bad.popitem(last=False)
+            self.counters[counter] += 1
 
     def _checked_large(self, key: str, name: str, size: int) -> tuple[bytes, Any] | None:
-        """A signed value over STREAM_BYTES: its trailer, then its body chunk by chunk through the
-        MAC, none kept, and only then the whole value (checked again as it is decoded): a planted
-        value of any size under the cap costs a chunk of memory, never its size. None when the
-        server failed or the value changed meanwhile (a miss)."""
+        """A signed value over STREAM_BYTES, checked chunk by chunk through the MAC before it is read
+        whole: a planted value costs a chunk of memory, never its size. None: the server failed or
+        the value changed meanwhile (a miss)."""
         assert self.signer is not None
         body = size - SIGNATURE_SIZE
         tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
@@ -645,12 +611,9 @@ class RemoteLevel:
         now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
         if isinstance(now, bytes):
             self._remember_bad(key, now.decode(errors="replace"))
-        self._count("rejected")
+        else:
+            self._count("rejected")
         raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
-
-    def _take(self, name: str, lease: Lease) -> Callable[[Any], Any]:
-        """SET NX of `lease` at `name`: True taken, None held by another."""
-        return lambda client: client.set(name, lease.value, nx=True, px=self.lease_ms)
 
     def _holder(self, name: str, lease: Lease) -> object:
         """Who holds the lease at `name`, which SET NX found taken: _LIVE (a lease to honour: wait),
@@ -695,7 +658,9 @@ class RemoteLevel:
         args = [cap] if stream_over is None else [cap, stream_over]
         served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
         if not served:
-            found = self._call(what, self._peek_op(name, args), _FAILED, name=name, maintenance=maintenance)
+            def peek(client: Any) -> Any:
+                return self._peek_with(lambda text: client.eval(text, 1, name, *args), self.link.redis.ResponseError)
+            found = self._call(what, peek, _FAILED, name=name, maintenance=maintenance)
         if found is None or found is _FAILED:
             return found
         if isinstance(found, list) and len(found) == 2:
@@ -706,26 +671,23 @@ class RemoteLevel:
         self.link.failed(what, None, False, 0.0, maintenance, name=name)
         return _FAILED
 
-    def _peek_op(self, name: str, args: list[Any]) -> Callable[[Any], Any]:
-        """The peek script on `name` for `client`: flagged read-only, or plain for a server older than flags."""
-        def peek(client: Any) -> Any:
-            if not self._plain_peek:
-                try:
-                    return client.eval(_PEEK, 1, name, *args)
-                except self.link.redis.ResponseError as exc:
-                    if not any(said in str(exc) for said in _NO_FLAGS):
-                        raise
-                    self._plain_peek = True
-            return client.eval(_PEEK_PLAIN, 1, name, *args)
-        return peek
+    def _peek_with(self, run: Callable[[str], T], error: type[Exception]) -> T:
+        """`run(script)` with the peek flagged read-only, or plain for a server older than script flags."""
+        if not self._plain_peek:
+            try:
+                return run(_PEEK)
+            except error as exc:
+                if not any(said in str(exc) for said in _NO_FLAGS):
+                    raise
+                self._plain_peek = True
+        return run(_PEEK_PLAIN)
 
     def _at_placed(self, kind: str, key: str, op: Callable[[str], object],
                    look_aside: bool = True) -> tuple[object, str | None]:
-        """(op(name), name) at `key`'s name of `kind` where it goes now; once more at its stand-in
-        when its node failed during the call; with `look_aside`, a miss at its own name is looked
-        for at its stand-in too while this process has used stand-ins lately (an entry published
-        there during an outage stays found after the slot is served again). (_FAILED, None): no
-        node could be asked. `op` returns None for a miss, _FAILED for a failed call."""
+        """(op(name), name) at `key`'s name of `kind` where it goes now, once more at its stand-in when
+        its node failed meanwhile; with `look_aside`, a miss is looked for at the stand-in too while
+        stand-ins served lately (what an outage published stays found). `op` returns None for a
+        miss, _FAILED for a failed call; (_FAILED, None): no node could be asked."""
         name = self._placed(kind, key)
         if name is None:
             return _FAILED, None
@@ -735,20 +697,17 @@ class RemoteLevel:
             if again is None or again == name:
                 return _FAILED, None
             name, found = again, op(again)
-        if found is None and look_aside and name == self._name(kind, key) and self._stand_ins_lately():
-            aside = self._stand_in_name(kind, key)
-            if aside is not None:
-                seen = op(aside)
+        recent = time.monotonic() - self._stand_in_used < STAND_IN_TTL
+        if found is None and look_aside and name == self._name(kind, key) and recent:
+            tag = self.link.stand_in(name)
+            if tag is not None:
+                seen = op(aside := self._stand_in_name(kind, tag, key))
                 if seen is not None and seen is not _FAILED:
                     return seen, aside
         return found, name
 
-    def _stand_ins_lately(self) -> bool:
-        return time.monotonic() - self._stand_in_used < STAND_IN_TTL
-
-    def _stand_in_name(self, kind: str, key: str) -> str | None:
-        tag = self.link.stand_in(self._name(kind, key))
-        return None if tag is None else f"{self.prefix}f{kind}{{{tag}}}{key}"
+    def _stand_in_name(self, kind: str, tag: str, key: str) -> str:
+        return f"{self.prefix}f{kind}{{{tag}}}{key}"
 
     def _placed(self, kind: str, key: str) -> str | None:
         """`key`'s name of `kind` where it goes now: its own (one server, or its slot's node
@@ -758,21 +717,18 @@ class RemoteLevel:
         if tag is None or tag == "":
             return None if tag is None else own
         self._stand_in_used = time.monotonic()
-        return f"{self.prefix}f{kind}{{{tag}}}{key}"
+        return self._stand_in_name(kind, tag, key)
 
     def _text(self, value: object) -> str | None:
         """A server-given string for a terminal (escaped, secrets hidden)."""
         return None if value is None else self.link.scrub(str(value))
-
-    def _maintenance_seconds(self) -> float:
-        return max(self.timeout, MAINTENANCE_SECONDS)
 
     def _call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
               node: str | None = None, maintenance: bool = False) -> T:
         """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
         budget, that node's breaker, read-only mode (redis_link)."""
         return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
-                              seconds=self._maintenance_seconds() if maintenance else None, write=what in _WRITES)
+                              seconds=max(self.timeout, MAINTENANCE_SECONDS) if maintenance else None, write=what in _WRITES)
 
     def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
                 maintenance: bool = False) -> T:
@@ -793,8 +749,8 @@ class _Scripts(NamedTuple):
 
 _SCRIPT_TEXTS = _Scripts(replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
 _FAILED = object()  # a call the node failed (or refused): said by the link
-_LIVE, _TAKEN, _GONE = object(), object(), object()
-_HEAL = object()  # put_raw: the value at the entry's own name is one we rejected  # what `_holder` found at a taken lease
+_LIVE, _TAKEN, _GONE = object(), object(), object()  # what `_holder` found at a taken lease
+_HEAL = object()  # put_raw: the value at the entry's own name is one we rejected
 
 
 class _Changed(Exception):

@@ -1,13 +1,11 @@
 """Guarded connections for the remote level: every Redis call gets one total deadline and one byte
 budget, however the server sends its reply.
 
-redis-py's socket timeout bounds each read, not a call: a server trickling one byte every 0.1 s keeps a
-call alive forever, and a reply announcing 400 MB is read whole before anyone looks at its size. So
-the remote level wraps each call in `budget(seconds, max_bytes)`, and the connections it opens hand
-redis-py a socket whose every recv and send is armed with what is left of the call's deadline and
-refuses to receive past the call's byte budget. It works below redis-py's parsers (Python or
-hiredis), so it holds for every redis-py version we support; the connection is dropped by redis-py
-on the error, so no half-read reply is ever parsed.
+redis-py's socket timeout bounds each read, not a call: a server trickling a byte every 0.1 s keeps
+a call alive forever, and a 400 MB reply is read whole before its size is looked at. So each call
+runs in `budget(seconds, max_bytes)`, and our connections hand redis-py a socket armed with what is
+left of both. It works below redis-py's parsers (Python or hiredis), for every version we support;
+redis-py drops the connection on the error, so no half-read reply is parsed.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.settings.remote_url import RemoteUrl
 
 
 class ReplyTooLarge(KernelCacheError, OSError):
@@ -141,6 +140,7 @@ def connection_class(url: str) -> type:
     """The guarded redis-py connection class for `url`'s scheme (unix://, rediss://, redis://)."""
     import redis
 
-    base: type = (redis.UnixDomainSocketConnection if url.startswith("unix://")
-                  else redis.SSLConnection if url.startswith("rediss://") else redis.Connection)
+    scheme = RemoteUrl(url).scheme
+    base: type = (redis.UnixDomainSocketConnection if scheme == "unix"
+                  else redis.SSLConnection if scheme == "rediss" else redis.Connection)
     return type(f"Guarded{base.__name__}", (_Guarded, base), {})

@@ -1,32 +1,20 @@
 """The remote level's link to Redis: which nodes (one server or a Redis Cluster), a breaker per
-node, and read-only mode, so the level's protocol (remote.py) never asks how the server is deployed.
+node, and read-only mode, so the level's protocol (level.py) never asks how the server is deployed.
 
-- **Several seeds.** KERNEL_CACHE_REMOTE lists one or more URLs; each host name stands for every
-  address it resolves to (redis_seeds). The first seed that answers `CLUSTER SLOTS` gives the
-  deployment: a slot map (a cluster), or "cluster support disabled" (one server, or a replica). A
-  seed that is down costs one connect timeout, once: its breaker skips it after that.
-- **A node's failure is that node's.** Every node has its own breaker: after a fault it is skipped
-  until a probe finds it answering (PING; CLUSTER INFO saying ok in a cluster), sent by one
-  background thread 1 s after the fault, then 2, 4 … up to `breaker_seconds` while it keeps
-  failing. Nothing on a compile's path waits for a breaker or pays a probe's timeout: a call to a
-  skipped node returns at once, so a hung node costs a process one timeout in all. In a cluster the other nodes' slots
-  go on, and the slot map is read again from a node that answers (at most once per
-  REFRESH_SECONDS), so a failover is followed as soon as a replica is promoted. While a node is
-  skipped, `placement` names a stand-in for its keys (the next available primary in slot order,
-  reached through a hash tag of its slots) that every process derives alike, so leases and entries
-  stay single-flight through a failover, however long the cluster's node timeout.
-- **Redirects are followed once.** MOVED updates the map and the call goes to the node named, once;
-  a second redirect, or a node named that fails, is a redirect loop: the first node's fault. ASK (a
-  slot being migrated) is that call's miss, said once; so is TRYAGAIN. CLUSTERDOWN is the node's
-  fault (a cluster that lost a shard answers it everywhere: each node is skipped after one reply).
-- **Writes refused, reads kept.** A write refused for the server's state (OOM at maxmemory under
-  noeviction, MISCONF, NOPERM) or that times out (CLIENT PAUSE WRITE, a failover) skips that node's
-  writes for WRITES_REFUSED_SECONDS, then longer, with one warning that names the fix; its reads go on.
-- **Bounded topology.** A slot map is read within one call's deadline and TOPOLOGY_BYTES, and
-  refused past MAX_NODES nodes (redis_slots): a hostile node costs one timeout and a few MiB.
-- **A replica is for reading.** A READONLY refusal ends this process's writes with one warning.
-- A name of another type (WRONGTYPE) is that key's fault, never the server's.
-- Server text reaches warnings and cachectl escaped, with every configured secret shown as ***.
+- **Seeds.** Each URL of KERNEL_CACHE_REMOTE, once per address its host resolves to (redis_seeds);
+  the first that answers `CLUSTER SLOTS` says whether it is a cluster. A dead seed costs one timeout.
+- **A node's failure is that node's.** After a fault a node is skipped until a background probe
+  finds it answering (1 s, then doubling up to `breaker_seconds`): a call to a skipped node returns
+  at once, so a hung node costs a process one timeout in all. In a cluster the slot map is read
+  again (at most once per REFRESH_SECONDS) to follow a failover, and meanwhile `placement` names a
+  stand-in node every process derives alike, so leases stay single-flight.
+- **Redirects are followed once.** A second MOVED is a loop, the first node's fault; ASK and
+  TRYAGAIN are that call's miss; CLUSTERDOWN is the node's fault.
+- **Writes refused, reads kept.** OOM, MISCONF, NOPERM or a write that times out (a pause for
+  writes) skips that node's writes for WRITES_REFUSED_SECONDS, then longer, with one warning that
+  names the fix. A READONLY refusal (a replica) ends this process's writes.
+- **Bounded.** A slot map is read within one deadline and TOPOLOGY_BYTES (redis_slots); WRONGTYPE
+  is that key's fault; server text is shown escaped, every configured secret as ***.
 
 This module is long because finding the deployment, routing by slot and judging each node's faults
 are one decision per call, made in one place.
@@ -40,9 +28,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from kernel_cache.display import escaped, redacted
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.levels.remote import redis_guard, redis_seeds, redis_slots
+from kernel_cache.sanitize import escaped
+from kernel_cache.settings.remote_url import redacted
 from kernel_cache.telemetry.warnings_once import warn_once
 
 T = TypeVar("T")
@@ -80,8 +69,7 @@ def redis_module() -> Any:
 
 
 class NodeHealth:
-    """One node's circuit breaker: open from its first fault until a probe (the link's prober
-    thread, never a compile) finds it answering again."""
+    """One node's circuit breaker: open from its first fault until the prober finds it answering."""
 
     __slots__ = ("open_until", "faults_in_a_row", "last_cause", "writes_open_until", "writes_refused", "unexplained")
 
@@ -234,14 +222,10 @@ class RedisLink:
              node: str | None = None, maintenance: bool = False, seconds: float | None = None,
              write: bool = False) -> T:
         """`op(client)` on the node serving `name` (or `node`, or the one server), within one
-        deadline and byte budget, unless that node's breaker is open (or, for a `write`, its writes
-        are refused): then the default at once. MOVED: the node it names, once; a second redirect
-        is a loop, the first node's fault. WRONGTYPE, ASK, TRYAGAIN: the default. READONLY:
-        read-only from now on, the default. OOM, MISCONF, NOPERM or a timeout on a write: that
-        node's writes are skipped a while. Any other failure (CLUSTERDOWN, and not only RedisError:
-        redis-py fails otherwise on some replies of a bad server) is the node's fault: its breaker
-        opens, one warning per cause, and the default on the data path (which never raises for the
-        server's sake), or LevelUnavailable for maintenance (cachectl must say what failed)."""
+        deadline and byte budget; the default at once where that node (or, for a `write`, its
+        writes) is skipped. Refusals are judged as the module says; any other failure (not only
+        RedisError: redis-py fails otherwise on some bad replies) opens the node's breaker and gives
+        the default, or LevelUnavailable for `maintenance` (cachectl must say what failed)."""
         limit = self.timeout if seconds is None else seconds
         if self.cluster is None:
             self._discover()
@@ -268,14 +252,14 @@ class RedisLink:
                name: str | None = None) -> None:
         """A fault of the node serving `name` (None: the one server, or the first seed) seen by the
         caller (a reply of the wrong shape: exc None; a fault of the small reader)."""
-        node = self._owner(name) if name is not None and self.cluster else self._server or next(iter(self.seeds), None)
+        node = self._owner(name) if name is not None and self.cluster else self._first()
         if node is not None:
             self._node_failed(node, what, exc, overflowed, seconds, maintenance)
 
     def write_timed_out(self, what: str, seconds: float) -> None:
         """The small reader's write (a TTL refresh) got no answer in time: the one server's writes are
         skipped a while, as a write through the link that times out (a server paused for writes)."""
-        node = self._server or next(iter(self.seeds), None)
+        node = self._first()
         if node is not None:
             self._write_timed_out(node, what, seconds, False)
 
@@ -368,12 +352,9 @@ class RedisLink:
                 return _SKIPPED
             refusal = _write_refusal(code, False, limit)
             if refusal is not None and write:
-                self._writes_refused(node, what, refusal, maintenance)
+                self._say_writes_refused(node, what, refusal, self._pause_writes(node), maintenance)
                 return _SKIPPED
-            if quiet:
-                self._fault(node, exc, budget is not None and budget.overflowed, limit)
-            else:
-                self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance)
+            self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance, quiet=quiet)
             return _FAILED
         self._served_by(node, write)
         return result
@@ -388,11 +369,6 @@ class RedisLink:
             if found is not None and isinstance(exc, found):
                 return code
         return str(exc).split(" ", 1)[0] if str(exc)[:1].isupper() else ""
-
-    def _writes_refused(self, node: str, what: str, refusal: tuple[str, str], maintenance: bool) -> None:
-        """`node` refused a write for its own state: no writes there for a while (its reads go on)."""
-        pause = self._pause_writes(node)
-        self._say_writes_refused(node, what, refusal, pause, maintenance)
 
     def _pause_writes(self, node: str) -> float:
         health = self.health(node)
@@ -422,7 +398,7 @@ class RedisLink:
     def _say_writes_refused(self, node: str, what: str, refusal: tuple[str, str], pause: float,
                             maintenance: bool) -> None:
         cause, fix = refusal
-        where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
+        where = self._where(node)
         warn_once(f"remote-writes:{self.endpoint}:{cause.split(' ')[0]}",
                   f"{where} refused a write: {self.scrub(cause)} ({what}); reading from it, writing nothing "
                   f"there for {pause:.0f} s at a time (kernels compiled meanwhile are cached locally). Fix: {fix}")
@@ -458,13 +434,15 @@ class RedisLink:
                     health.writes_refused = 0
 
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
-                     maintenance: bool, max_bytes: int | None = None) -> None:
+                     maintenance: bool, max_bytes: int | None = None, quiet: bool = False) -> None:
+        """Count `node`'s fault and say it, unless `quiet` (the caller says it as another node's)."""
         cause = self._fault(node, exc, overflowed, seconds, max_bytes)
-        self._say_fault(node, what, cause, exc, maintenance)
+        if not quiet:
+            self._say_fault(node, what, cause, exc, maintenance)
 
     def _say_fault(self, node: str, what: str, cause: str, exc: Exception | None, maintenance: bool) -> None:
         self.health(node).last_cause = cause
-        where = f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
+        where = self._where(node)
         scope = "that node" if self.cluster else "it"
         meanwhile = ("its keys go to a stand-in node meanwhile (compiled and cached locally where none answers)"
                      if self.cluster else "compiling and caching locally meanwhile")
@@ -609,10 +587,7 @@ class RedisLink:
 
     def _report(self, node: str, what: str, exc: Exception, overflowed: bool, quiet: bool) -> None:
         """A seed's or node's fault while reading the slot map: counted, said unless `quiet`."""
-        if quiet:
-            self._fault(node, exc, overflowed, self.timeout, redis_slots.TOPOLOGY_BYTES)
-        else:
-            self._node_failed(node, what, exc, overflowed, self.timeout, False, redis_slots.TOPOLOGY_BYTES)
+        self._node_failed(node, what, exc, overflowed, self.timeout, False, redis_slots.TOPOLOGY_BYTES, quiet)
 
     def _owner(self, name: str | None) -> str | None:
         """The node serving `name`: its slot's in a cluster, else the one server (None: not known)."""
@@ -642,6 +617,10 @@ class RedisLink:
                                if slot_map.owners[key_slot(f"kcs{i}".encode())] == node), None)
         return tags[node]
 
+    def _first(self) -> str | None:
+        """The one server, else the first seed (None: no seed)."""
+        return self._server or next(iter(self.seeds), None)
+
     def _reachable_nodes(self) -> list[str]:
         if self.cluster is None:
             return self.seeds
@@ -665,6 +644,9 @@ class RedisLink:
         warn_once(f"remote-readonly:{self.endpoint}",
                   f"remote cache {self.endpoint} is a read-only replica ({what} refused): this process reads "
                   f"from it and writes nothing there (no entries, TTL refreshes or leases)")
+
+    def _where(self, node: str) -> str:
+        return f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
 
     def _count(self, name: str) -> None:
         with self._lock:

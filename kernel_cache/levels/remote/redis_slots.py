@@ -1,10 +1,9 @@
 """A Redis Cluster's slot map as the remote level keeps it: which node serves each of the 16,384
 slots, read from one node's `CLUSTER SLOTS` reply and refused where it is past sane bounds.
 
-A node is one more peer that can be hostile or broken: its reply is read within one call's deadline
-and TOPOLOGY_BYTES (redis_guard), and a map naming more than MAX_NODES nodes, a slot outside the
-range, a port that is no port or an entry of another shape is that node's fault. Nodes are named
-`host:port`; a node that leaves its host empty (or `?`) is on the host that was asked.
+A node may be hostile or broken: its reply is read within one deadline and TOPOLOGY_BYTES, and a
+map past MAX_NODES nodes or of another shape is that node's fault. Nodes are named `host:port`; an
+empty host (or `?`) is the host that was asked.
 """
 
 from __future__ import annotations

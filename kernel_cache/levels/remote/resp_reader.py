@@ -1,15 +1,10 @@
-"""The remote level's reads before redis-py is needed: a small RESP2 client for the two calls a
-warm node sends (the peek script that reads an entry, and its TTL refreshes), so a fresh node
-served from Redis does not import redis-py (its package imports `redis.asyncio` and asyncio, a
-large part of a warm start) before its first kernel.
+"""A small RESP2 client for the two calls a warm node sends (the peek that reads an entry, and TTL
+refreshes), so a node served from Redis does not import redis-py (and asyncio with it, a large part
+of a warm start) before its first kernel. Everything else goes through redis-py (`redis_link`).
 
-Everything else (writes, leases, a Redis Cluster, TLS, cachectl's maintenance) goes through redis-py
-(`redis_link`), and so does a read once anything made the full link. The guarantees are
-redis_guard's: one deadline for a whole call (connect, authenticate, send, the whole reply) and one
-byte budget counted as bytes arrive, so a trickling server costs one timeout and a reply announcing
-400 MB is refused before it is read; arrays are bounded in depth and length. Any failure ends the
-reader for the process (`RespReader.usable`): the caller hands that call to redis-py, whose breaker
-judges the server (a fault the reader met is handed to that breaker: one deadline per call still).
+The guarantees are redis_guard's: one deadline for a whole call and one byte budget counted as
+bytes arrive (a reply announcing 400 MB is refused unread); arrays are bounded in depth and length.
+Any failure ends the reader for the process: redis-py takes over, and its breaker judges the fault.
 """
 
 from __future__ import annotations
@@ -18,11 +13,10 @@ import socket
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.settings.remote_url import BadRemoteUrl, RemoteUrl
 
-DEFAULT_PORT = 6379
 MAX_LINE = 64 << 10  # a status, error or length line (Redis's own are a few dozen bytes)
 MAX_DEPTH = 4  # nested arrays in a reply (the peek script's is one level)
 MAX_ITEMS = 1 << 16  # elements of one array
@@ -47,24 +41,18 @@ class RespFault(KernelCacheError, OSError):
 
 
 class Endpoint:
-    """Where and as whom to connect, from a redis:// or unix:// URL (redis-py's forms, less TLS and
-    connection options)."""
+    """Where and as whom to connect, from a redis:// or unix:// URL (less TLS and connection options)."""
 
     def __init__(self, url: str, password: str | None = None):
-        parts = urlsplit(url)
-        query = parse_qs(parts.query, keep_blank_values=True)
-        if parts.scheme not in ("redis", "unix") or set(query) - {"db"} or parts.fragment:
-            raise RespUnusable(f"{parts.scheme}:// URL or options left to redis-py")
         try:
-            db_text = query["db"][-1] if "db" in query else (parts.path.lstrip("/") if parts.scheme == "redis" else "")
-            self.db = int(db_text) if db_text else 0
-            self.port = parts.port or DEFAULT_PORT if parts.scheme == "redis" else 0
-        except ValueError:
-            raise RespUnusable("a database or port that is not a number: redis-py says what is wrong") from None
-        self.host = parts.hostname or "localhost"
-        self.path = unquote(parts.path) if parts.scheme == "unix" else None
-        self.username = unquote(parts.username) if parts.username else None
-        self.password = password if password is not None else unquote(parts.password) if parts.password else None
+            parsed = RemoteUrl(url)
+        except BadRemoteUrl:
+            raise RespUnusable("a URL redis-py says what is wrong with") from None
+        if parsed.scheme == "rediss" or {name for name, _ in parsed.options} - {"db"} or parsed.parts.fragment:
+            raise RespUnusable(f"{parsed.scheme}:// URL or options left to redis-py")
+        self.host, self.port, self.path, self.db = parsed.host, parsed.port, parsed.path, parsed.db
+        self.username = parsed.username
+        self.password = password if password is not None else parsed.password
 
 
 class RespReader:

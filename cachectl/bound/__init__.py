@@ -1,0 +1,1 @@
+"""What bounds a cache: prune, clear, and the stored size bound (`config`)."""

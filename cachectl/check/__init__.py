@@ -1,0 +1,1 @@
+"""Whether a cache and its host are sound: verify, verify --rebuild, doctor."""

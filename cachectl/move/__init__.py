@@ -1,0 +1,1 @@
+"""Moving entries where no shared directory reaches: export and import of bundles."""

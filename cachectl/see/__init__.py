@@ -1,0 +1,1 @@
+"""Read-only views: list, show, stats (and its Prometheus format)."""

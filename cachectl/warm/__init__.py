@@ -1,0 +1,1 @@
+"""Filling a cache ahead of a job: prewarm from recipes or programs, and tune."""

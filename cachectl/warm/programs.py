@@ -1,0 +1,231 @@
+"""Prewarm from a program: `MODULE:FUNCTION` names a user function that describes a JAX program;
+it is lowered for `cuda` on this host (cross-platform lowering), which compiles every Triton kernel
+the GPU job will need into the cache.
+
+The program contract (documented for users in docs/cachectl.md, "prewarm"):
+    def my_programs(arch: str):           # `arch` is optional; cachectl passes it if accepted
+        return [(fn, (jax.ShapeDtypeStruct((4096,), jnp.float32), ...)), ...]
+Each item is `(fn, args)`, `(fn, args, kwargs)` or `(label, fn, args)` and is lowered with
+`jax.jit(fn).trace(*args, **kwargs).lower(lowering_platforms=("cuda",))`. A function that does its
+own lowering returns None. While it runs the process-wide store is this cache, configured with
+the target to compile for (`Config.target_arch`, which lowering.triton_call reads when no
+compute_capability is passed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kernel_cache
+from cachectl import entry_kinds
+from cachectl.inventory import read_raw
+from cachectl.warm.progress import Lowered, Outcome, Planned, PrewarmError, Report
+from cachectl.warm.worker_pool import run_in_pool, signals_held
+from compiler import parse_target
+from kernel_cache.entries import call_entry
+from kernel_cache.entries.entry import peek_meta
+from kernel_cache.entries.summary import META_KIND, EntrySummary
+from kernel_cache.levels.protocols import KeptLevel
+from kernel_cache.sanitize import echo
+from kernel_cache.settings.config import Config
+from kernel_cache.store import Store
+
+
+# Programs ----------------------------------------------------------------------------------
+def load_program(path: str) -> Any:
+    """Import `MODULE:FUNCTION` (the current directory is importable, as with `python -m`)."""
+    module_name, sep, func_name = path.partition(":")
+    if not sep or not module_name or not func_name:
+        raise PrewarmError(f"expected MODULE:FUNCTION, got {echo(path)}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        with signals_held():  # it imports JAX: an interrupt waits for the import's end (see signals_held)
+            module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PrewarmError(f"cannot import module '{module_name}': {type(exc).__name__}: {exc}") from exc
+    obj: object = module
+    for part in func_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise PrewarmError(f"module '{module_name}' has no attribute '{func_name}'")
+    if not callable(obj):
+        raise PrewarmError(f"{path} is not callable")
+    return obj
+
+
+def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Planned | Lowered]:
+    """Run the program function for `arch` with this cache, targeting `arch`, as the process store.
+    Yields Planned(number of programs), then per program its kernels (built: landed in the cache
+    meanwhile; present: already there, used) and failure, and Lowered; or, when the function itself
+    fails, one "failed" Outcome for the program."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
+    # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top;
+    # an interrupt meanwhile waits for the import's end (see signals_held)
+    with signals_held():
+        import jax
+
+    store = kernel_cache.configure(config.with_(target_arch=arch))
+    kept = [t for t in store.persistent_levels if isinstance(t, KeptLevel)]
+    seen = _known_keys(store)
+    used = _used_keys(store)
+    start = time.perf_counter()
+    try:
+        fn = load_program(path)
+        kwargs = {"arch": arch} if _accepts_arch(fn) else {}
+        programs = list(fn(**kwargs) or ())
+    except Exception as exc:
+        store.stats.flush()
+        yield Planned(1)
+        yield Outcome(path, arch, "failed", seconds=time.perf_counter() - start,
+                      error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        yield Lowered(path, arch)
+        return
+    yield Planned(len(programs))
+    before = set(seen)
+    present: set[str] = set()
+    for index, item in enumerate(programs):
+        label, item_start = f"{path}[{index}]", time.perf_counter()
+        try:
+            label, f, args, kw = program_item(item, label)
+            jax.jit(f).trace(*args, **kw).lower(lowering_platforms=("cuda",))
+        except Exception as exc:  # one bad program must not stop the others
+            yield Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
+                          error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        yield from _new_entries(kept[:1], seen, arch)  # the fastest level: where every build lands first
+        yield from _present_entries(kept, (used & before) - present, arch, present)
+        yield Lowered(label, arch)
+    store.stats.flush()
+    yield from _new_entries(kept, seen, arch)  # what landed only in a slower level (the local one busy)
+
+
+def _used_keys(store: Store) -> set[str]:
+    """The keys of the entries `store` serves from now on (hits, not builds), filled as it serves
+    them: every kernel hit (`stats.hit`), and the kernels of every call record served whole
+    (`stats.record_hit`: the record read again here for the kernels it names)."""
+    used: set[str] = set()
+    count, count_record = store.stats.hit, store.stats.record_hit
+
+    def hit(level: str, key: str, compile_seconds: float) -> None:
+        used.add(key)
+        count(level, key, compile_seconds)
+
+    def record_hit(level: str, key: str, compile_seconds: float) -> None:
+        found = store.get(key)
+        if found is not None:
+            with contextlib.suppress(ValueError):
+                used.update(call_entry.CallRecord.from_entry(found[0]).config_keys)
+        count_record(level, key, compile_seconds)
+
+    # this process's own store, for this prewarm
+    store.stats.hit = hit  # type: ignore[method-assign]
+    store.stats.record_hit = record_hit  # type: ignore[method-assign]
+    return used
+
+
+def program_item(item: Any, default_label: str) -> tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """(label, fn, args, kwargs) from (fn, args), (fn, args, kwargs) or (label, fn, args)."""
+    item = tuple(item)
+    if item and isinstance(item[0], str):
+        label, item = item[0], item[1:]
+    else:
+        label = (getattr(item[0], "__name__", None) if item else None) or default_label
+    if len(item) == 2:
+        return label, item[0], tuple(item[1]), {}
+    if len(item) == 3:
+        return label, item[0], tuple(item[1]), dict(item[2])
+    raise TypeError(f"{default_label}: expected (fn, args), (fn, args, kwargs) or (label, fn, args)")
+
+
+def _accepts_arch(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "arch" in params  # not via **kwargs: those often go on to triton_call
+
+
+def _known_keys(store: Store) -> set[str]:
+    return known_keys([t for t in store.persistent_levels if isinstance(t, KeptLevel)])
+
+
+def _new_entries(levels: list[KeptLevel], seen: set[str], arch: str) -> list[Outcome]:
+    """Kernels for `arch` in `levels` whose keys are not in `seen` (which grows by what is found)."""
+    out = []
+    for level in levels:
+        known = _known_keys_of(level)
+        for key in sorted(known - seen):
+            summary = _kernel_summary(level, key)
+            if summary is None or summary.arch not in ("?", arch):
+                continue  # a record, or built meanwhile by a worker lowering for another arch
+            out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
+        seen |= known
+    return out
+
+
+def _present_entries(levels: list[KeptLevel], keys: set[str], arch: str, reported: set[str]) -> list[Outcome]:
+    """Kernels among `keys` (entries that were there before and served a lowering): "present"."""
+    out = []
+    for key in sorted(keys):
+        reported.add(key)
+        level = next((t for t in levels if key in t), None)
+        summary = _kernel_summary(level, key) if level is not None else None
+        if summary is not None:
+            out.append(Outcome(summary.kernel, arch, "present", key=key))
+    return out
+
+
+def landed(levels: list[KeptLevel], before: set[str], reported: set[str]) -> list[Outcome]:
+    """Kernels in `levels` not in `before` nor `reported`, as "built" for their own arch: after an
+    interrupt, those the lowerings cut short had built (they are whole entries, kept)."""
+    out = []
+    for level in levels:
+        for key in sorted(_known_keys_of(level) - before - reported):
+            summary = _kernel_summary(level, key)
+            if summary is not None:
+                out.append(Outcome(summary.kernel, summary.arch, "built", key=key, seconds=summary.compile_seconds))
+        reported = reported | _known_keys_of(level)
+    return out
+
+
+def known_keys(levels: list[KeptLevel]) -> set[str]:
+    return set().union(*(_known_keys_of(level) for level in levels))
+
+
+def _kernel_summary(level: KeptLevel, key: str) -> EntrySummary | None:
+    """The entry's summary if it is a kernel (not a lowered-call record or a winner), else None."""
+    raw = read_raw(level, key)
+    meta = peek_meta(raw) if raw else {}
+    if meta.get(META_KIND, entry_kinds.KERNEL.name) != entry_kinds.KERNEL.name:
+        return None
+    return EntrySummary.from_meta(meta)
+
+
+def _known_keys_of(level: KeptLevel) -> set[str]:
+    return {r["key"] for r in level.listing()}
+
+
+def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:
+    """Lower the program once per arch: in this process, or one spawned worker per arch."""
+    try:
+        names = [parse_target(a).name for a in arches]
+    except (ValueError, TypeError) as exc:
+        raise PrewarmError(str(exc)) from None
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
+    load_program(path)  # fail fast, in this process, on a typo
+    if jobs <= 1 or len(names) == 1:
+        for arch in names:
+            for event in lower_program(path, arch, config):
+                report(event)
+        return
+    run_in_pool(lower_program, [(path, arch, config) for arch in names], [path] * len(names), jobs, report,
+                 multiprocessing.get_context("spawn"))
+

@@ -1,0 +1,157 @@
+"""The interfaces of the store's levels (kernel_cache/levels/), so the store walks them in order and
+cachectl asks a level for maintenance through a type, not by probing for methods: `Level`, the data
+path every level has, and `MaintainedLevel`, the maintenance an operator's tools use, which a level may
+lack (checked with isinstance). A level describes itself (`name`, `location`, `mode`, `writable`):
+nothing switches on a level's name to say where it is. (cachectl still names the remote level by
+class for its server description.)
+
+A level stores entries by content key, and the store treats every level alike, memory first: it
+reads them in order (`get`) and keeps an entry in each (`keep`: the entry and its bytes as the store
+writes them; a hit from below is copied up as the bytes it was read from, `Entry.stored`). Persistent
+levels keep bytes in the entry format; the memory level keeps decoded entries and answers the
+maintenance calls with nothing (no records, no lock, no debris). Keys are validated at every
+persistent level's door (`entry.check_key`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from kernel_cache.entries.entry import Entry
+
+
+@runtime_checkable
+class Level(Protocol):
+    """The data path every level has: read, write, ask, and take the per-key lock."""
+
+    @property
+    def name(self) -> str:
+        """'memory', 'disk', 'shared', 'remote': what stats and listings call it."""
+
+    @property
+    def writable(self) -> bool:
+        """False while writes are refused (read-only mount, full disk, a remote cooling
+        down after an error): puts are skipped."""
+
+    @property
+    def location(self) -> str:
+        """Where it lives, for messages and listings: a directory, an endpoint (never a password),
+        or "this process"."""
+
+    @property
+    def mode(self) -> str:
+        """How it is used now, in a word or two: "read-write", "read-only", "read-only (replica)",
+        "skipped (server failing)"."""
+
+    def get(self, key: str) -> Entry | None:
+        """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
+        RejectedEntry (not authenticated: left in place)."""
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        """Store encoded (possibly signed) entry bytes."""
+
+    def keep(self, entry: Entry, data: bytes) -> None:
+        """Keep `entry`, whose bytes as the store writes them are `data`: a persistent level writes
+        `data` (`put_raw`), the memory level keeps the decoded entry. What the store's put and its
+        backfill call, level by level, the memory level among them."""
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool | None]:
+        """Single-flight across processes: True when held, False when a wait for its holder ended
+        otherwise, None when it could not be taken and nobody holds it (the level failed): compile."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class MaintainedLevel(Protocol):
+    """What operators' tools and the LRU order need of a level that keeps entries beyond this
+    process; a level may lack it (asked with isinstance, never by probing for methods)."""
+
+    @property
+    def directory(self) -> Path | None:
+        """Where it lives (None: in this process, or not on a filesystem)."""
+
+    def delete(self, key: str) -> bool: ...
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
+
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes without counting as a use of the entry."""
+
+    def touch(self, keys: Iterable[str]) -> None:
+        """Count a use of these entries for the LRU order without reading them (a lowered-call
+        record served their kernels); deferred until `flush_touches`."""
+
+    def flush_touches(self) -> None:
+        """Write the uses `get` and `touch` deferred (at the next write, at close, at exit)."""
+
+    def remove_debris(self, older_than_seconds: float) -> list[tuple[str, int]]:
+        """Files crashed writers left behind, removed: [(path, bytes)]."""
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
+
+
+class FrontLevel(Protocol):
+    """What the store reads before every level (`Store.front_level`): a session's warm set."""
+
+    level: str  # the level its entries are served as, in the stats
+
+    def front_get(self, key: str) -> Entry | None: ...
+
+
+@runtime_checkable
+class TransientLevel(Protocol):
+    """A level that lasts only as long as the processes sharing it (a multi-process job's key-value
+    store): it coordinates their compiles beside the levels that last, not instead of them, so the
+    store takes its lock between the local level's and the cluster's."""
+
+    @property
+    def transient(self) -> bool: ...
+
+
+class _Directoried(Protocol):
+    @property
+    def directory(self) -> Path | None: ...
+
+    @property
+    def writable(self) -> bool: ...
+
+
+class InDirectory:
+    """How a level kept in a directory describes itself (the local and shared levels): its
+    directory, and whether it takes writes now."""
+
+    @property
+    def location(self: _Directoried) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self: _Directoried) -> str:
+        return "read-write" if self.writable else "read-only"
+
+
+@runtime_checkable
+class KeptLevel(Level, MaintainedLevel, Protocol):
+    """A level with both parts: what `cachectl` lists, verifies and prunes."""
+
+
+def holds(level: Level, key: str) -> bool:
+    """Whether `level` holds `key`, without reading it (a stat, EXISTS); a level that
+    cannot say does not."""
+    try:
+        return key in level
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def no_lock(key: str, timeout: float) -> Iterator[bool]:
+    """The lock of a level that is private to this process: nothing to wait for."""
+    yield True

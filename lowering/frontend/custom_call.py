@@ -1,0 +1,265 @@
+"""Assemble jaxlib's Triton call (plain or autotuned) from artifacts and emit the XLA custom call.
+
+Plain calls use the CUDA-graph-compatible FFI target where the plugin registers it; autotuned calls
+stay on the legacy target, where jaxlib's autotuner is known to work (illegal memory accesses were
+seen with autotuned kernels on the FFI target).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
+from jaxlib.mlir.dialects import stablehlo as hlo  # what jax's own `hlo` alias names
+
+from compiler import KernelSpec, TensorDesc
+from compiler import triton_compat as compiler_tc
+from kernel_cache import Config
+from kernel_cache.lazy import later
+
+from ..payload import deflate
+from ..payload import jaxlib_compat as compat
+from ..planning.aliasing import CallShape
+from ..planning.plan import CallInfo, KernelPlan, Launch
+
+if TYPE_CHECKING:
+    from compiler import Artifact
+
+    from ..payload import module_image
+else:  # the module image is built only for a call lowered kernel by kernel (a warm call's payload is its record's)
+    module_image = later("lowering.payload.module_image")
+
+_warned_aliases = False
+# Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
+_JAXLIB_SCALAR_TYPES = {"u1": "i1"}
+
+
+@dataclass(frozen=True)
+class ConfigCall:
+    """One config's compiled kernel and how to launch it."""
+
+    spec: KernelSpec
+    artifact: Artifact
+    key: str  # the artifact's content key
+    launch: Launch
+
+
+def _binary(platform: str, art: Artifact) -> str:
+    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+        fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(art.hsaco)  # type: ignore[arg-type]  # Artifact.from_entry refused a ROCm entry without it
+        return path
+    return art.ptx  # type: ignore[return-value]  # Artifact.from_entry refused a CUDA entry without it
+
+
+def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
+    ttir = (art.ttir or "") if debug else ""
+    fields = compat.KernelFields(
+        name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
+        binary=_binary(platform, art), ttir=ttir, compute_capability=compute_capability,
+        cluster_dims=tuple(art.cluster_dims), global_scratch_size=art.global_scratch_size,
+        global_scratch_align=art.global_scratch_align)
+    return compat.make_triton_kernel(module, fields)
+
+
+def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> list[Any]:
+    """One TritonParameter per runtime value the compiled kernel still takes, a tuple parameter's
+    leaves in order (jaxlib's parameters are flat; `position` counts flat values, as zeroing does)."""
+    spec = call.spec
+    names = [n for n in spec.kernel.arg_names if n not in call.launch.bound]
+    params: list[Any] = []
+    position = 0
+    descriptors = iter(call.artifact.extra.get("tensordesc_meta") or ())
+
+    def add(ty: Any, value: Any, path: tuple[int, ...]) -> None:
+        nonlocal position
+        if isinstance(ty, tuple):
+            for i, (item_ty, item) in enumerate(zip(ty, value)):
+                add(item_ty, item, (*path, i))
+            return
+        if ty == "constexpr":  # an int equal to 1, specialized away as Triton's launcher does
+            pass
+        elif ty.startswith("tensordesc"):
+            params.extend(_descriptor_parameters(module, value, next(descriptors, None), spec.name))
+        elif ty.startswith("*"):
+            aligned = ["tt.divisibility", 16] in spec.attrs.get(path, [])
+            params.append(module.create_array_parameter(call.launch.zeroed_bytes.get(position, 0),
+                                                        16 if aligned else 0))
+        else:
+            value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
+            params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
+        position += 1
+
+    for name, value in zip(names, args):
+        add(spec.signature[name], value, (spec.kernel.arg_names.index(name),))
+    return params
+
+
+def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str, Any] | None, kernel: str) -> list[Any]:
+    """A host-side TMA descriptor as jaxlib launches it: the descriptor (from the compiled kernel's
+    swizzle, element type and block), then its shape (i32 each) and strides (i64 each)."""
+    if meta is None:
+        raise compat.JaxlibSupportError(f"kernel '{kernel}' takes a TensorDescriptor but its compiled metadata "
+                                        f"describes none (Triton >= 3.7 records them)")
+    if meta.get("is_im2col") or meta.get("fp4_padded"):
+        raise NotImplementedError("im2col and fp4-padded TMA descriptors are not supported (nor by jax-triton 0.4)")
+    if desc.round_f32_to_tf32 and desc.dtype != "fp32":
+        raise ValueError(f"TMA descriptors with round_f32_to_tf32=True must have a float32 input type, got {desc.dtype}")
+    elem_type = compiler_tc.tma_host_elem_type(int(meta["elem_type"]), desc.round_f32_to_tf32)
+    out = [module.create_tma_descriptor_parameter(
+        elem_type=elem_type, swizzle=int(meta["swizzle"]), shape=list(desc.shape), strides=list(desc.strides),
+        block_shape=[int(b) for b in meta["block_size"]], oob_fill=1 if desc.padding == "nan" else 0)]
+    out += [module.create_scalar_parameter(int(d), "i32") for d in desc.shape]
+    out += [module.create_scalar_parameter(int(s), "i64") for s in desc.strides]
+    return out
+
+
+def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo,
+                    config: Config) -> bytes:
+    """The zlib-compressed TritonAnyKernelCall proto for these configs (a call lowered again is served
+    by its record: `lowering.records.call_records`)."""
+    return _serialize(platform, calls, args, compat.module_image_layout(platform, config), info)
+
+
+def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, info: CallInfo) -> bytes:
+    module = compat.triton_module(platform)
+    kernel_calls = []
+    for call in calls:
+        kernel = _kernel(module, platform, call.artifact, info.compute_capability, info.debug)
+        kernel_calls.append(module.TritonKernelCall(kernel, *call.launch.grid, _parameters(module, call, args)))
+    if len(kernel_calls) == 1:
+        launch = kernel_calls[0]
+    else:
+        launch = module.TritonAutotunedKernelCall(
+            f"{info.name} ({info.kernel_name}) {info.scalar_desc}",
+            [(k, c.launch.description) for k, c in zip(kernel_calls, calls)],
+            _autotune_aliases(info.aliases, info.num_inputs, info.in_sizes))
+    proto = launch.to_proto(info.name, info.serialized_metadata)
+    cubins = [c.artifact.blobs.get("cubin") for c in calls]  # the blobs themselves: asked once each
+    with_image = layout is not None and all(cubins)
+    if with_image:
+        proto = module_image.inject(proto, [module_image.ModuleImage(cast(bytes, cubin), c.artifact.name,
+                                                                      c.artifact.shared_mem)
+                                            for c, cubin in zip(calls, cubins)], layout)
+    return deflate.compress(proto, _fixed_parts(platform, calls, cubins if with_image else None))
+
+
+def _fixed_parts(platform: str, calls: Sequence[ConfigCall], cubins: Sequence[bytes | None] | None
+                 ) -> list[tuple[bytes, bytes]]:
+    """(bytes, their deflate run) of each kernel's PTX and cubin (`cubins`: those in the module image,
+    None: none), as the proto holds them."""
+    parts = []
+    for index, call in enumerate(calls):
+        art = call.artifact
+        ptx = art.blobs.get("ptx")
+        if platform == "cuda" and ptx:
+            parts.append((ptx, deflate.deflated(ptx, art.deflated("ptx"))))
+        cubin = cubins[index] if cubins is not None else None
+        if cubin:
+            parts.append((cubin, deflate.deflated(cubin, art.deflated("cubin"))))
+    return parts
+
+
+def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
+                      in_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(input buffer, output buffer counted after the inputs, bytes) for jaxlib to restore between
+    configs; empty, with one warning, where jaxlib would restore them wrongly."""
+    global _warned_aliases
+    if not aliases:
+        return []
+    if not compat.autotuned_aliases_supported():
+        if not _warned_aliases:
+            _warned_aliases = True
+            warnings.warn(
+                "this jaxlib (< 0.10.0) cannot restore aliased inputs between autotune configs; "
+                "input_output_aliases are not passed to the autotuner, so an in-place autotuned "
+                "kernel sees inputs modified by earlier configs", stacklevel=3)
+        return []
+    return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
+
+
+def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
+         autotuned: bool) -> Sequence[ir.Value[Any]]:
+    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order:
+    the call's custom_call_target ("" = choose) forces one target. Its cost_estimate is carried as
+    jax-triton 0.4 carries it, the `cost_estimate_json` attribute of the FFI target's backend config
+    (jaxlib's handler takes its attributes as a dictionary and reads `opaque` alone); on the legacy
+    target, whose backend config is the payload itself, as a frontend attribute of that name."""
+    call, platform = plan.call, plan.platform
+    name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
+    cost_estimate = call.cost_estimate
+    avals_out = plan.results  # the kernel's order: pointer outputs first
+    result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
+    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in avals_out])  # laid out row-major
+    use_ffi = not autotuned and compat.ffi_target_registered(platform)
+    if target_name == compat.FFI_TARGET and not use_ffi:
+        raise compat.JaxlibSupportError(
+            f"custom_call_target_name='{compat.FFI_TARGET}' needs a non-autotuned call and a jaxlib whose "
+            f"{platform} plugin registers that target")
+    if target_name == compat.LEGACY_TARGET:
+        use_ffi = False
+    backend_config: bytes | dict[str, ir.Attribute]
+    estimate = json.dumps(dict(cost_estimate)) if cost_estimate else None
+    if use_ffi:
+        target, api_version = compat.FFI_TARGET, 4
+        backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
+        if estimate is not None:
+            backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
+    else:
+        target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
+    op = _build_op(target, result_types, list(operands), backend_config, api_version, ranks, dict(plan.aliases),
+                   has_side_effect)
+    if estimate is not None and not use_ffi:
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
+    return op.results if plan.order.identity else plan.order.results(op.results)
+
+
+def _build_op(target: str, result_types: list[Any], operands: list[Any], backend_config: bytes | dict[str, Any],
+              api_version: int, ranks: tuple[list[int], list[int]], aliases: dict[int, int],
+              has_side_effect: bool) -> Any:
+    """The op `mlir.custom_call` builds for these arguments (row-major layouts of the operands' and the
+    results' `ranks`, no called computations), attribute for attribute: a test holds the two equal. Built here because
+    JAX's builder makes each layout through two numpy conversions and a type lookup: nearly half its
+    cost, and it runs once per Triton call lowered."""
+    if isinstance(backend_config, dict):  # as JAX's builder: an empty string, the dict beside it, api_version 1
+        config_attr, api_version = ir.StringAttr.get(""), 1
+    else:
+        config_attr = ir.StringAttr.get(backend_config)
+    index, (ranks_in, ranks_out) = ir.IndexType.get(), ranks
+    attributes = {
+        "call_target_name": ir.StringAttr.get(target),
+        "has_side_effect": ir.BoolAttr.get(has_side_effect),
+        "backend_config": config_attr,
+        "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), api_version),
+        "called_computations": ir.ArrayAttr.get([]),
+        "output_operand_aliases": ir.ArrayAttr.get([
+            hlo.OutputOperandAlias.get(output_tuple_indices=[output] if len(result_types) > 1 else [],
+                                       operand_index=operand, operand_tuple_indices=[])
+            for operand, output in aliases.items()]),
+        "operand_layouts": ir.ArrayAttr.get([ir.DenseIntElementsAttr.get(_row_major(rank), type=index)
+                                             for rank in ranks_in]),
+        "result_layouts": ir.ArrayAttr.get([ir.DenseIntElementsAttr.get(_row_major(rank), type=index)
+                                            for rank in ranks_out]),
+    }
+    op = hlo.CustomCallOp.build_generic(results=result_types, operands=operands, attributes=attributes)
+    if isinstance(backend_config, dict):
+        op.operation.attributes["mhlo.backend_config"] = ir.DictAttr.get(backend_config)
+    return op
+
+
+@functools.lru_cache(maxsize=64)
+def _row_major(rank: int) -> Any:  # an int64 ndarray (MLIR's stubs type the attribute's buffer narrowly)
+    """A rank's row-major layout (minor to major: rank-1 ... 0) as int64s, made once per rank."""
+    found = np.arange(rank - 1, -1, -1, dtype=np.int64)
+    found.flags.writeable = False
+    return found
