@@ -20,7 +20,7 @@ from test_cachectl_records import record_cache, record_copy  # noqa: F401  (fixt
 
 from kernel_cache import Config, Store
 from kernel_cache.entries import warm_set
-from kernel_cache.trust.cache_marker import ENTRIES_DIR
+from kernel_cache.levels.cache_marker import ENTRIES_DIR
 
 
 # list with a remote that does not answer ---------------------------------------------------------
