@@ -173,11 +173,14 @@ def _timed(fn: Callable[[], object], n: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=None, help="git revision to compare against")
+    parser.add_argument("--baseline-dir", type=Path, default=None,
+                        help="a tree holding the baseline's kernel_cache/ (where there is no git, e.g. on a GPU host)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs per side (median taken)")
     parser.add_argument("--no-compile", action="store_true", help="skip the Triton compile and toolchain rows")
     args = parser.parse_args()
-    rev = args.baseline or baseline_revision()
-    base_root = checkout(rev, Path(tempfile.mkdtemp(prefix="kc-bench-base-")))
+    rev = str(args.baseline_dir) if args.baseline_dir else args.baseline or baseline_revision()
+    base_root = (args.baseline_dir.resolve() if args.baseline_dir
+                 else checkout(rev, Path(tempfile.mkdtemp(prefix="kc-bench-base-"))))
     runs: dict[str, list[dict[str, float]]] = {
         name: [] for name in ("base", "ours", "signed", "base_stable", "ours_stable", "signed_stable")}
     key = os.urandom(32).hex()
@@ -188,7 +191,8 @@ def main() -> None:
             runs["signed" + suffix].append(hit_paths(ROOT, {"signing_key": key}, env_extra))
     m = {name: median_of(r) for name, r in runs.items()}
 
-    short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    short = args.baseline_dir.name if args.baseline_dir else subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     print(f"kernel-cache store benchmark (this host; medians of {args.rounds} alternating runs)")
     rows = [("memory level hit", "memory_p50", 1e6, "µs"), ("Store.get (memory)", "store_memory_p50", 1e6, "µs"),
             ("disk hit p50", "disk_p50", 1e3, "ms"), ("disk hit p95", "disk_p95", 1e3, "ms"),

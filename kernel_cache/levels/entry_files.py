@@ -243,6 +243,8 @@ class EntryFiles(InDirectory):
                   f"{self.label} {self.directory} is read-only ({why}): serving its entries, not writing new ones")
 
     def _read(self, parts: tuple[str, ...]) -> tuple[bytes, os.stat_result] | None:
+        if self.tree.absent(*parts):
+            return None
         for attempt in (1, 2):
             try:
                 return self.tree.read(*parts, max_bytes=self.max_entry_bytes)

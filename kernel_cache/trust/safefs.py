@@ -324,6 +324,25 @@ class Tree:
         except FileNotFoundError:
             return None
 
+    def absent(self, *parts: str) -> bool:
+        """True only when nothing is at root/parts: one stat from the kept descriptor of the first
+        level, a miss's whole cost (a link below it may be followed: a probe, never a read). False
+        where it cannot say (that level not kept yet, or replaced since)."""
+        with self._top_lock:
+            top = self._top.get(parts[0]) if len(parts) > 1 else None
+            if top is None:
+                return False
+            try:
+                os.stat("/".join(map(check_name, parts[1:])), dir_fd=top, follow_symlinks=False)
+                return False
+            except FileNotFoundError:
+                try:
+                    return os.fstat(top).st_nlink > 0  # a level deleted since: look again from the root
+                except OSError:
+                    return False
+            except OSError:
+                return False
+
     def read(self, *parts: str, max_bytes: int, head: int | None = None) -> tuple[bytes, os.stat_result] | None:
         """(content, fstat) of the regular file root/parts, or None if absent; only its first
         `head` bytes when given. Raises UnsafeFile for a symlink, FIFO, device, untrusted owner or
