@@ -1,16 +1,11 @@
 """Concurrent compiles take turns in Triton's front end, the biggest kernel first.
 
-Two reasons for turns at all: CPython 3.11's `ast` module is not safe to use from several threads at
-once ("AST constructor recursion depth mismatch", fixed in 3.12), and the front end (AST to TTIR) is
-Python that holds the GIL, so interleaving K front ends only makes all K finish late. The order is
-what matters on a cold module: a big kernel's front end done first starts its long MLIR/LLVM stages
-and ptxas (which release the GIL) while the small ones take their turns, instead of after them
-(docs/design.md, "Cold start"). The weight is a guess made before
-compiling (`compile.front_end_weight`); a wrong guess costs order, never correctness.
-
-A turn is held by one of this process's threads for one front end and given back in `finally`, so
-a wait ends when the compiles ahead of it have left the front end; a waiter interrupted (Ctrl-C)
-leaves the queue, so it never holds up the ones behind it.
+Turns at all: CPython 3.11's `ast` module is not safe to use from several threads at once ("AST
+constructor recursion depth mismatch", fixed in 3.12), and the front end (AST to TTIR) holds the GIL,
+so interleaving K front ends only makes all K finish late. Biggest first: a big kernel's front end
+done first starts its long MLIR/LLVM stages and ptxas (which release the GIL) while the small ones
+take their turns (docs/design.md, "Cold start"). The weight is a guess (`compile.front_end_weight`):
+a wrong one costs order, never correctness. A waiter interrupted (Ctrl-C) leaves the queue.
 """
 
 from __future__ import annotations
