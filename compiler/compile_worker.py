@@ -11,6 +11,7 @@ module prints cannot corrupt a frame (the parent sends stderr to /dev/null).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -96,14 +97,6 @@ def module_to_load(payload: bytes) -> str | None:
     return module if isinstance(module, str) and module and module not in sys.modules else None
 
 
-def load(module: str) -> None:
-    """Import a kernel's module (one the parent has imported); a failure is the next request's to meet."""
-    try:
-        importlib.import_module(module)
-    except Exception:
-        pass
-
-
 def compile_request(payload: bytes) -> tuple[int, bytes]:
     """(ENTRY, the entry) for a request, or (ERROR, why): any failure is the parent's to redo."""
     try:
@@ -149,7 +142,8 @@ def serve(fd_in: int, fd_out: int) -> None:
             write_frame(fd_out, *compile_request(payload))
         else:  # answered at once: the parent compiles this kernel while its module is imported here
             write_frame(fd_out, LOADING, json.dumps({"module": module}).encode())
-            load(module)
+            with contextlib.suppress(Exception):  # a failure is the next request's to meet
+                importlib.import_module(module)
             write_frame(fd_out, READY, ready)
 
 

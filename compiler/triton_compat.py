@@ -12,6 +12,7 @@ keys under the installed Triton, true under any configuration: module-level, not
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -33,8 +34,6 @@ except ImportError:  # pragma: no cover - older Triton
 
 from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.settings.environ_watch import EnvironMemo
-
-from .front_end_turns import FRONT_END
 
 if TYPE_CHECKING:
     from .target import Target
@@ -121,11 +120,8 @@ def triton_cache_key(fn: JITFunction) -> str:
     return str(fn.cache_key)
 
 
-# A read of a value the kernel's code depends on: (where it is read, the namespace or module, the path).
-Reader = tuple[str, Any, tuple[str, ...]]
-# id(JITFunction) -> (the function, its readers): a function's source is fixed at decoration.
-_MAX_FUNCTIONS = 8192
-_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(_MAX_FUNCTIONS)
+Reader = tuple[str, Any, tuple[str, ...]]  # a read the code depends on: (where, the namespace or module, the path)
+_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(8192)  # id(fn) -> (fn, its readers)
 _MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
 _PLAIN = (int, float, str, bool, bytes, type(None))
 
@@ -542,11 +538,11 @@ def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str,
 
 def run_stages(src: Any, target: Target, parsed_options: Any,
                on_stage: Callable[[str], None] | None = None, *, keep: Collection[str] | None = None,
-               weight: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+               front_end: contextlib.AbstractContextManager[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Triton's compile pipeline, as triton.compile runs it without its cache: (stage outputs by
     extension, every stage's or those in `keep`: an MLIR module not kept is never printed; metadata).
-    `on_stage(ext)` is called before each stage so errors can name it. The front end waits for its
-    turn (`front_end_turns`, heaviest `weight` first) behind other threads' compiles."""
+    `on_stage(ext)` is called before each stage so errors can name it. `front_end` is held around the
+    front end (AST to TTIR: a turn, `compile.FRONT_END`)."""
     from triton._C.libtriton import ir
 
     backend = make_backend(target)
@@ -566,7 +562,7 @@ def run_stages(src: Any, target: Target, parsed_options: Any,
     module_map = backend.get_module_map()
     if on_stage:
         on_stage("ast")
-    with FRONT_END.turn(weight):
+    with front_end or contextlib.nullcontext():
         module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
     outputs: dict[str, Any] = {}
     for ext, compile_ir in stages.items():
