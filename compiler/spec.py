@@ -19,10 +19,9 @@ from kernel_cache.value_class import FrozenValue
 from . import triton_compat as tc
 from .target import Target, parse_target
 
-POINTER_DTYPES = frozenset({
-    "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5", "fp8e4b15",
-    "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64",
-})
+SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
+                          "fp32", "fp64"})
+POINTER_DTYPES = SCALAR_TYPES | {"fp8e4nv", "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16"}  # a pointer may carry fp8 too
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 DEFAULT_OPTIONS: Mapping[str, Any] = MappingProxyType({"enable_fp_fusion": True, "debug": False})  # read-only
@@ -39,10 +38,6 @@ class Pointer(FrozenValue):
         if dtype.lstrip("*") not in POINTER_DTYPES:
             raise ValueError(f"unknown pointer element type {echo(dtype)}; expected one of {sorted(POINTER_DTYPES)}")
         self.__dict__.update(dtype=dtype.lstrip("*"), aligned=aligned)
-
-
-SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
-                          "fp32", "fp64"})
 
 
 class Scalar(FrozenValue):
