@@ -1,10 +1,8 @@
 """kernel-cache's compiler front end: Triton kernel spec -> content key -> compiled artifact.
 
-Knows Triton; knows nothing of JAX or of where artifacts are stored (see `kernel_cache`).
-What a warm process reads (the spec's values, the target, the toolchain fingerprint, Triton's
-differences) is imported with the package. What only a lookup by content key or a miss runs (the
-key, the store lookup and build, the artifact, `compile_spec` and the recipes) is imported at its
-first use: a warm process, which lowers from its call records, never loads it.
+Knows Triton; knows nothing of JAX or of where artifacts are stored (see `kernel_cache`). What only
+a lookup by content key or a miss runs (the key, the store, the artifact, `compile_spec`, recipes) is
+imported at its first use: a warm process, which lowers from its call records, never loads it.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -43,8 +41,7 @@ _LATER = {"Artifact": "_artifact", "get_or_compile": "_cached", "lookup": "_cach
 
 
 def __getattr__(name: str) -> Any:
-    """The names of the modules a warm process does not load, imported at their first use (and then
-    kept here, as an import at the top would have: the next read is a plain attribute read)."""
+    """A name of a module a warm process does not load, imported at its first use and kept here."""
     holder = _LATER.get(name)
     if holder is None:
         raise AttributeError(f"module 'compiler' has no attribute {name!r}")

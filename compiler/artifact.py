@@ -18,9 +18,7 @@ from kernel_cache.value_class import Value
 
 from .target import Target
 
-# Blob names; text stages are stored UTF-8 encoded.
-BINARY_BLOBS = ("cubin", "hsaco")
-TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")
+TEXT_BLOBS = ("ptx", "amdgcn", "ttir", "ttgir", "llir")  # blobs stored UTF-8 encoded
 KIND = "triton-kernel"  # what `kind` says in entries this module writes
 DEFLATED = ".deflate"  # blob name suffix: that blob as a raw-deflate run (see deflate_run)
 DEFLATED_BLOBS = ("ptx", "cubin")  # what a launcher embeds in a compressed message
@@ -89,7 +87,6 @@ class Artifact(Value):
         self.blobs = {} if blobs is None else blobs
         self.extra = {} if extra is None else extra
 
-    # Convenience accessors ---------------------------------------------------------------
     @property
     def ptx(self) -> str | None:
         return self._text("ptx")
@@ -114,7 +111,6 @@ class Artifact(Value):
         blob = self.blobs.get(name)
         return blob.decode() if blob is not None else None
 
-    # Store form ----------------------------------------------------------------------------
     def to_entry(self) -> tuple[dict[str, Any], dict[str, bytes]]:
         meta = {  # the fields cachectl reads back are named in kernel_cache.entries.summary
             META_KIND: KIND,

@@ -1,8 +1,5 @@
 """get_or_compile / lookup: the one place where the compiler meets the store.
 
-Log lines name the kernel by `KernelSpec.describe` (kernel, arch, launch config, constexprs), built
-only when a line is written; at DEBUG a compile also logs the summary of its key document.
-
 A caller holding a session passes its store and its memo of content keys (`session_keys`); with
 neither, the process session is looked up once, here, for both.
 """
@@ -50,8 +47,7 @@ def lookup(spec: KernelSpec, store: Store | None = None, *,
     found = store.lookup(key, label=spec.describe)
     if found is None:
         return None, key
-    artifact = _artifact(store, key, found)
-    return artifact, key
+    return _artifact(store, key, found), key
 
 
 def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, bytes]]) -> Artifact | None:
@@ -67,10 +63,8 @@ def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, byt
 
 def get_or_compile(spec: KernelSpec, store: Store | None = None, *, keys: KeyMemo | None = None,
                    known_missing: bool = False) -> tuple[Artifact, str]:
-    """The artifact for `spec` from `store` (default: kernel_cache's process store), compiling and
-    publishing it on a miss. Returns (artifact, key). `keys`: the session's memo of content keys.
-    `known_missing`: `lookup` just missed it (that was the miss's one read; under the build lock
-    only a presence probe)."""
+    """(artifact, key) for `spec` from `store` (default: the process store), compiled and published on
+    a miss. `known_missing`: `lookup` just missed it (under the build lock only a presence probe)."""
     store, keys = _session_parts(store, keys)
     key = content_key(spec, keys=keys)
 

@@ -1,8 +1,20 @@
-"""Spec -> Artifact: run Triton's stages for a named target, on any host (no GPU, no driver)."""
+"""Spec -> Artifact: run Triton's stages for a named target, on any host (no GPU, no driver).
+
+Concurrent compiles take turns in Triton's front end (`FRONT_END`): CPython 3.11's `ast` module is
+not safe to use from several threads at once ("AST constructor recursion depth mismatch", fixed in
+3.12), and the front end (AST to TTIR) holds the GIL, so interleaving K front ends only makes all K
+finish late. Biggest kernel first (a guess: a wrong one costs order, never correctness): its long
+MLIR/LLVM stages and ptxas, which release the GIL, start while the small ones take their turns.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from . import triton_compat as tc
@@ -28,10 +40,50 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+class Turns:
+    """A lock whose waiters are served heaviest first (first come, first served among equals)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._waiting: list[tuple[float, int]] = []  # (-weight, arrival): the heap's top goes next
+        self._arrivals = itertools.count()
+        self._held = False
+
+    def waiting(self) -> int:
+        """How many threads wait for a turn now."""
+        with self._changed:
+            return len(self._waiting)
+
+    @contextlib.contextmanager
+    def turn(self, weight: float = 0.0) -> Iterator[None]:
+        ticket = (-weight, next(self._arrivals))
+        with self._changed:
+            heapq.heappush(self._waiting, ticket)
+            try:
+                while self._held or self._waiting[0] != ticket:
+                    self._changed.wait()
+            except BaseException:  # interrupted while waiting (KeyboardInterrupt): leave the queue
+                self._waiting.remove(ticket)
+                heapq.heapify(self._waiting)
+                self._changed.notify_all()
+                raise
+            heapq.heappop(self._waiting)
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._held = False
+                self._changed.notify_all()
+
+
+FRONT_END = Turns()  # the process's one front end: every compile of every thread takes its turn here
+
+
 def front_end_weight(spec: KernelSpec) -> float:
     """A guess, before compiling, of how long `spec` compiles: its kernel's source length times its
     pipeline stages (a matmul's software pipelining multiplies the code LLVM and ptxas see). Orders
-    concurrent compiles' front ends (`front_end_turns`), nothing else."""
+    concurrent compiles' front ends (`FRONT_END`), nothing else."""
     source = getattr(spec.kernel, "src", "")
     return float(len(source if isinstance(source, str) else "") * max(1, spec.num_stages))
 
@@ -47,7 +99,7 @@ def compile_spec(spec: KernelSpec) -> Artifact:
         stages.append("ast")
         src = tc.ast_source(spec.kernel, dict(spec.signature), dict(spec.constexprs), dict(spec.attrs))
         outputs, metadata = tc.run_stages(src, spec.target, parsed, stages.append, keep=keep,
-                                          weight=front_end_weight(spec))
+                                          front_end=FRONT_END.turn(front_end_weight(spec)))
     except CompileError:
         raise
     except Exception as exc:

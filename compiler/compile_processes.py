@@ -7,16 +7,11 @@ overlap most of a compile with no importable kernel and no second `import triton
 finish (at most one per thread): an exiting program never waits for kernels nobody will lower.
 
 Worker processes take Triton's front end (AST to TTIR, which holds the GIL) out of this process:
-each (`compile_worker`: a fresh interpreter importing Triton once) compiles a spec sent as its recipe
-and returns the artifact in the store's entry format; the parent checks that the entry names the
-content key it computed and the store publishes it under its usual single-flight. `get_or_compile`
-is `compiler.get_or_compile` whose build, under the store's lock, borrows a worker: where every
-worker is busy it waits for the first back, up to WAIT_FOR_BUSY. With no worker ready, none back in
-time, or a kernel a worker cannot import by name (defined in `__main__` or a closure), the kernel
-compiles in the parent. A worker that dies, hangs past COMPILE_TIMEOUT or returns another key is
-killed and its kernel compiled in the parent; one that reports an error stays, and the parent
-compiles the kernel to raise the error itself. A worker asked for a kernel whose module it has not
-imported yet answers at once that it is loading it, and is lent again once the import is done.
+each (`compile_worker`) compiles a spec sent as its recipe and returns the entry, which the parent
+checks names its own content key before the store publishes it under its usual single-flight. With
+no worker ready, none back in time, or a kernel a worker cannot import by name, the kernel compiles
+in the parent; so does one whose worker failed (a worker that reports an error stays, one that dies,
+hangs or returns another key is killed).
 
 When workers pay (`scripts/bench_cold.py`, 16-core H200 host): a worker is ready 0.76-0.79 s after
 8 start at once (~120 MiB each); ready before the first miss, they lower a 14-kernel module in 0.43 s
@@ -28,9 +23,8 @@ node's processes sharing a cache directory no more than half its cores together 
 
 Started as `subprocess`es rather than through `multiprocessing`: a spawned child re-runs the
 program's `__main__` (a training script without a main guard would start again in every worker),
-and fork is unsafe in a process running JAX's threads. Workers idle for IDLE_SECONDS exit; at exit
-the package's exit sequence kills the rest; a worker also exits when its pipe closes. The module is
-long because the threads, the pool, its workers' pipes and the rule belong together.
+and fork is unsafe in a process running JAX's threads. The module is long because the threads, the
+pool, its workers' pipes and the rule belong together.
 """
 
 from __future__ import annotations
@@ -115,8 +109,7 @@ class _Worker:
         self.state = "starting"
 
     def ask(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes]:
-        """Send one frame and wait up to `timeout` seconds for the reply (a request is a few KiB:
-        the pipe takes it whole, whatever the worker does)."""
+        """One frame sent (a few KiB: the pipe takes it whole, whatever the worker does), its reply."""
         try:
             wire.write_frame(self.fd_in, kind, payload)
         except OSError as exc:
@@ -130,7 +123,7 @@ class _Worker:
         return kind, self._read(size, deadline)
 
     def ready(self, deadline: float) -> bool:
-        """Whether it says READY (its imports done) by `deadline`; a lost worker does not."""
+        """Whether it says READY (its imports done) by `deadline`."""
         try:
             return self.reply(deadline)[0] == wire.READY
         except WorkerLost as exc:
@@ -267,8 +260,8 @@ class Pool:
                          daemon=True).start()
 
     def _start(self, count: int, hello: bytes, slots: str | None) -> None:
-        """Start `count` workers, each holding one of the node's slots in the memo directory `slots`
-        (None: unbounded), and lend each once it is ready."""
+        """`count` workers, each holding a node's slot in the memo directory `slots` (None: unbounded),
+        each lent once ready."""
         started: list[_Worker] = []
         for begun in range(count):
             slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
@@ -317,10 +310,8 @@ class Pool:
         return None
 
     def borrow(self) -> _Worker | None:
-        """An idle worker, now marked busy. Where every ready worker is busy, the first to come back
-        within WAIT_FOR_BUSY: it compiles a queued kernel sooner than this process would, whose
-        compiles share the GIL with JAX's tracing. None where none is ready (starting, or importing a
-        kernel's module) or none came back in time: the caller compiles itself."""
+        """An idle worker, now marked busy, else the first busy one back within WAIT_FOR_BUSY (sooner
+        than this process, whose compiles share the GIL with JAX's tracing); None: compile here."""
         deadline = time.monotonic() + WAIT_FOR_BUSY
         with self._changed:
             while True:
@@ -335,8 +326,7 @@ class Pool:
                 self._changed.wait(left)
 
     def _ready_later(self, worker: _Worker) -> None:
-        """Lend `worker` again once it says READY (its import done), on a thread of its own; dropped
-        if it does not within READY_TIMEOUT."""
+        """Lend `worker` again once it says READY (a thread of its own waits), dropped if not in time."""
         with self._changed:
             worker.state = "loading"
             self._changed.notify_all()  # one busy worker fewer: a kernel waiting for one may stop waiting
@@ -481,11 +471,9 @@ def expect(config: Config, kernels: int, target: Target | None = None) -> int:
 
 
 def start_cold(config: Config, target: Target | None = None) -> int:
-    """A process about to compile (its first Triton call found no toolchain fingerprint to read: a new
-    node, or a new Triton): start the workers now, in the background, where the rule's host part
-    says they pay, so that they are ready by its first miss, which comes once JAX has traced the
-    whole jit. `target`: the one it most likely compiles for (workers warm up for it). Returns the
-    size wanted (0: none)."""
+    """A process about to compile (no toolchain fingerprint to read: a new node, or a new Triton):
+    start the workers now where the rule's host part says they pay, ready by its first miss, which
+    comes once JAX has traced the whole jit; each warms up for `target`. Returns the size wanted."""
     pool = _current()
     return _grown(pool, pool.wanted_cold(config), config, target)
 
@@ -529,9 +517,9 @@ def workers() -> list[tuple[int, str]]:
 
 
 def counts() -> dict[str, int]:
-    """Workers started; kernels compiled on a worker and in the parent; workers lost; replies refused;
-    kernels handed back while their worker imported their module; starts cut short, every slot of the
-    node held (`worker_slots`)."""
+    """What the pool did, by name: workers started; kernels compiled on a worker or in the parent;
+    workers lost; replies refused; kernels handed back while a worker imported their module; starts
+    cut short, every node slot held."""
     pool = _pool
     return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
 

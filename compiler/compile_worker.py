@@ -1,21 +1,17 @@
-"""A compile worker process: `main`, started by `compile_processes` (`python -m compiler.compile_worker`
-runs it too).
+"""A compile worker process (`main`), started by `compile_processes`: a fresh interpreter that imports
+Triton once, then compiles one spec per request until its input closes.
 
-A fresh interpreter that imports Triton and the compiler once, then compiles one spec per request
-until its input closes. A request is a spec's recipe (`recipe.to_recipe`: the kernel named by
-`module:qualname`, rebuilt here by importing that module); a reply is the artifact in the store's
-own entry format (`kernel_cache.entries.entry`: checksummed, no pickle), named by the content key
-computed here, which the parent compares with its own. The worker's session is configured, never
-read from the environment: memory only, its memo directory the parent's (which each request names),
-so the installed tools' fingerprint is the parent's memo's and nothing is written but that memo.
-
-Frames travel on the pipes the worker was started with, moved off fds 0 and 1 at start so that
-whatever a compile or a kernel's module prints cannot corrupt a frame (the parent sends stderr to
-/dev/null: a worker's output never reaches the user's terminal).
+A request is a spec's recipe (the kernel rebuilt here by importing its module); a reply is the entry
+(checksummed, no pickle) under the content key computed here, which the parent compares with its
+own. The worker's session is configured, never read from the environment: memory only, the parent's
+memo directory, so the tools' fingerprint is the parent's memo's and nothing else is written.
+Frames travel on the pipes moved off fds 0 and 1 at start, so that whatever a compile or a kernel's
+module prints cannot corrupt a frame (the parent sends stderr to /dev/null).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -84,30 +80,21 @@ def read_frame(fd: int) -> tuple[int, bytes] | None:
 
 
 def use_memo(memo_dir: str | None, first: bool = False) -> None:
-    """This process's session: memory only, the toolchain memo in the parent's directory (configured
-    at HELLO, `first`, so never from the environment; again where a request names another directory)."""
+    """This process's session: memory only, the toolchain memo in `memo_dir` (configured at HELLO,
+    `first`, so never from the environment; again where a request names another directory)."""
     wanted = None if memo_dir is None else Path(memo_dir)
     if first or kernel_cache.current_session().config.memo_dir != wanted:
         kernel_cache.configure(Config(toolchain_memo_dir=wanted))
 
 
 def module_to_load(payload: bytes) -> str | None:
-    """The module of a request's kernel where this process has not imported it yet (None: imported,
-    or not a request this can tell: `compile_request` answers it). A kernel's module may import a whole
-    framework (an ejKernel op imports JAX and ejKernel: seconds), which a compile must not wait for."""
+    """The module of a request's kernel where not imported yet (None: `compile_request` answers it). A
+    kernel's module may import a framework (an ejKernel op: JAX and ejKernel, seconds), which a compile must not wait for."""
     try:
         module = json.loads(payload)["recipe"]["kernel"].partition(":")[0]
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return module if isinstance(module, str) and module and module not in sys.modules else None
-
-
-def load(module: str) -> None:
-    """Import a kernel's module (one the parent has imported); a failure is the next request's to meet."""
-    try:
-        importlib.import_module(module)
-    except Exception:
-        pass
 
 
 def compile_request(payload: bytes) -> tuple[int, bytes]:
@@ -125,8 +112,7 @@ def compile_request(payload: bytes) -> tuple[int, bytes]:
 
 def warm_up(target: str) -> None:
     """One small compile before READY: a process's first compile sets up Triton's context, dialects
-    and LLVM's target, paid here while the parent's threads compile rather than by the first kernel
-    sent. Best effort: a failure here is the first request's to meet."""
+    and LLVM's target, paid here rather than by the first kernel sent. Best effort."""
     try:
         compiling.compile_spec(make_spec(examples.add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
                                          target=target))
@@ -156,7 +142,8 @@ def serve(fd_in: int, fd_out: int) -> None:
             write_frame(fd_out, *compile_request(payload))
         else:  # answered at once: the parent compiles this kernel while its module is imported here
             write_frame(fd_out, LOADING, json.dumps({"module": module}).encode())
-            load(module)
+            with contextlib.suppress(Exception):  # a failure is the next request's to meet
+                importlib.import_module(module)
             write_frame(fd_out, READY, ready)
 
 

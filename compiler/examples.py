@@ -63,7 +63,7 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, n_cols, eps, out_ptr, BLOCK: tl.conste
     tl.store(out_ptr + row * n_cols + offs, y * w + b, mask=mask)
 
 
-MATMUL_CONFIGS = [  # a constant: the autotune configs of matmul_kernel (never mutated)
+MATMUL_CONFIGS = [  # never mutated
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=4),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),
@@ -130,10 +130,8 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, sm_scale, o_ptr, HE
 
 
 def example_calls() -> list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]]:
-    """(label, kernel, runtime args, constexprs, launch params) for every example kernel compile.
-
-    The autotuned matmul contributes one entry per config, as a lowering would compile them.
-    """
+    """(label, kernel, runtime args, constexprs, launch params) for every example kernel compile: the
+    autotuned matmul's once per config, as a lowering compiles them."""
     calls: list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]] = [
         ("add", add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, {}),
         ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"SCALE": 0.5, "BLOCK": 1024}, {}),

@@ -1,11 +1,10 @@
 """What a compile reads besides the kernel and its arguments: the one statement of it.
 
 Triton's compile parses its options with defaults read from the environment (libdevice's path,
-ptxas options, the fp-fusion default, and whatever a later Triton adds), for a target, with a
-toolchain. The content key embeds `compile_inputs` (`compiler.key`); a lowered call's key and its
-signature hash `digest_of` the same function (`lowering.records.call_key`). So no key can follow an
-option or the environment in a way another does not: a record or a signature never serves a
-payload built under other inputs than a fresh compile would use.
+ptxas options, the fp-fusion default, whatever a later Triton adds), for a target, with a toolchain.
+The content key embeds `compile_inputs`; a lowered call's key and its signature hash `digest_of` the
+same function (`lowering.records.call_key`), so a record or a signature never serves a payload built
+under other inputs than a fresh compile would use.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ from .toolchain import toolchain_fingerprint
 def compile_inputs(target: Target, options: Mapping[str, Any], toolchain: dict[str, Any] | None = None
                    ) -> dict[str, Any]:
     """The inputs in canonical form: Triton's options as its compile parses them (every file they
-    name standing for its content: `compiler.portable`), the target, and the toolchain (installed
-    tools and Triton's cache-invalidating environment). Memoized per environment and installation
-    for the process's own toolchain (a lowered call's key and its kernels' content keys ask alike)."""
+    name standing for its content: `compiler.portable`), the target, and the toolchain. Memoized per
+    environment and installation for the process's own toolchain."""
     if toolchain is not None:
         return _document(target, options, toolchain)
     return _known(target, options)[0]
@@ -50,7 +48,7 @@ def _document(target: Target, options: Mapping[str, Any], toolchain: dict[str, A
 
 
 # (target, options) -> (the environment's state, the installed tools' generation, the document, its
-# digest): valid while both are unchanged (a fact of the process's environment and installation)
+# digest): valid while both are unchanged
 _known_inputs: dict[tuple[Any, ...], tuple[object, int, dict[str, Any], str]] = {}
 _MAX_KNOWN = 1024
 

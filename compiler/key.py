@@ -1,13 +1,9 @@
-"""The content key: the core's digest of a spec and its toolchain in the core's canonical encoding.
+"""The content key: the digest of a spec and its compile inputs in the core's canonical encoding.
 
-The encoding (`kernel_cache.entries.canonical`) tags every value with its type, so the int 1, the float 1.0,
-the bool True and the string "1" never collide; this module adds Triton's own values to it and the
-document carries our own format version: bumping it invalidates every key at once.
-
-A spec has one form, its canonical text (`KernelSpec.canonical_text`), by which it is equal and
-hashed; the key document is the persisted layout of what the key covers (the spec's parts, Triton's
-parsed options, the target and the toolchain), built from the spec on a memo miss. The memo is a
-session's (`session_keys`), passed in by the caller: this module never looks the session up.
+The encoding (`kernel_cache.entries.canonical`) tags every value with its type, so the int 1, the
+float 1.0, the bool True and the string "1" never collide; this module adds Triton's own values to it,
+and the document carries our own format version: bumping it invalidates every key at once. The memo
+of keys is a session's (`session_keys`), passed in by the caller: this module never looks the session up.
 """
 
 from __future__ import annotations
@@ -37,12 +33,8 @@ def canonical(value: Any) -> Any:
 
 
 def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything the key covers, in canonical form (useful for debugging a surprising miss)."""
-    return {**_own_parts(spec), **inputs.compile_inputs(spec.target, spec.triton_options(), toolchain)}
-
-
-def _own_parts(spec: KernelSpec) -> dict[str, Any]:
-    """The parts of the key document that are the spec's own (the rest: options, target, toolchain)."""
+    """Everything the key covers, in canonical form (useful for debugging a surprising miss): the spec's
+    own parts, then its compile inputs (`compiler.inputs`)."""
     constexprs, attrs = canonical([dict(spec.constexprs), {repr(k): v for k, v in spec.attrs.items()}])["list"]
     return {
         "format": KEY_FORMAT_VERSION,
@@ -51,6 +43,7 @@ def _own_parts(spec: KernelSpec) -> dict[str, Any]:
         "constexprs": constexprs,
         "attrs": attrs,
         "keep_ir": spec.keep_ir,
+        **inputs.compile_inputs(spec.target, spec.triton_options(), toolchain),
     }
 
 
@@ -73,14 +66,12 @@ def document_summary(document: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-_KEYS_LIMIT = 8192  # per memo: a session's keys (a model asks for the same ones on every trace)
-
 KeyMemo = BoundedMemo[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
 
 
 class _Keys(KeyMemo):
     __slots__ = ()
-    bound = _KEYS_LIMIT
+    bound = 8192  # a session's keys (a model asks for the same ones on every trace)
 
 
 _KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: _Keys())
@@ -94,11 +85,8 @@ def session_keys(session: Session) -> KeyMemo:
 
 def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys: KeyMemo | None = None) -> str:
     """The 32-hex-digit content address of `spec`'s compiled artifact: the digest of its key document.
-
-    `keys` (a session's, `session_keys`) memoizes it: a warm lowering of a model asks for the same
-    specs on every trace, and the document (parsed options, canonical constexprs) is the costly part
-    of a key. The memo is keyed by the spec (its canonical text, built once per spec) and the toolchain
-    fingerprint as it is now (Triton's environment included). Without `keys`, nothing is remembered."""
+    `keys` (`session_keys`) memoizes it by the spec and the toolchain fingerprint as it is now: a warm
+    lowering asks for the same specs on every trace, and the document is the costly part of a key."""
     tools = toolchain if toolchain is not None else toolchain_fingerprint(spec.target)
     if keys is None:
         return digest(key_document(spec, toolchain))

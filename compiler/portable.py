@@ -2,13 +2,9 @@
 
 Triton's parsed options name files by absolute path (libdevice and other extern libs), and its
 cache-invalidating environment may too (TRITON_LIBDEVICE_PATH, TRITON_PTXAS_PATH). Two nodes that
-install the same Triton at different paths (another venv, another user's conda env, a copied
-site-packages) must compute the same keys, or a shared cache silently stops sharing. So every
-absolute path to an existing file in a key document is replaced by the digest of the file's bytes,
-and a directory by the digest of its files' relative names and digests; what a path points to, not
-where it is, decides the kernel. Digests are memoized per path by (device, inode, size, mtime): a
-fact of the installed files keyed by their identity, true under any configuration, so the memo is
-module-level rather than the session's (see `kernel_cache.session`).
+install the same Triton at different paths (another venv, a copied site-packages) must compute the
+same keys, or a shared cache silently stops sharing. Digests are memoized per path by (device, inode,
+size, mtime): true under any configuration, so module-level rather than the session's.
 """
 
 from __future__ import annotations

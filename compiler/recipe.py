@@ -1,10 +1,9 @@
 """Recipes: a JSON description of a spec from which `cachectl prewarm` can rebuild it elsewhere.
 
-A recipe names the kernel by module and qualified name (re-imported later), so kernels defined in
-`__main__` or in a closure cannot be rebuilt; `from_recipe` then says so instead of guessing.
-Rebuilding imports the module a recipe names: cachectl prewarm imports only modules the operator
-allows (--allow-module), never one chosen by whoever wrote the cache. A process predicting what it
-will compile rebuilds only from what it has already imported (`imported_only`): nothing is imported.
+A recipe names the kernel by module and qualified name, so kernels defined in `__main__` or in a
+closure cannot be rebuilt; `from_recipe` then says so instead of guessing. Rebuilding imports the
+module a recipe names: cachectl prewarm imports only modules the operator allows (--allow-module),
+never one chosen by whoever wrote the cache.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """KernelSpec: everything that decides a kernel's binary, built the way Triton's launcher would.
 
-`make_spec` takes what a caller knows (the kernel, one entry per runtime argument — a pointer type
-such as "*fp32" or a Python scalar value — the constexprs and launch parameters, and a target) and
-derives Triton's signature, constexprs and specialization attributes with Triton's own rules:
-16-byte-aligned pointers and integers divisible by 16 get `tt.divisibility`, integers equal to 1
-become constexprs, `do_not_specialize` parameters are left alone.
+`make_spec` derives Triton's signature, constexprs and specialization attributes from what a caller
+knows with Triton's own rules: 16-byte-aligned pointers and integers divisible by 16 get
+`tt.divisibility`, integers equal to 1 become constexprs, `do_not_specialize` parameters are left alone.
 """
 
 from __future__ import annotations
@@ -21,11 +19,9 @@ from kernel_cache.value_class import FrozenValue
 from . import triton_compat as tc
 from .target import Target, parse_target
 
-# Triton element types a pointer may carry (dtype names Triton itself prints).
-POINTER_DTYPES = frozenset({
-    "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5", "fp8e4b15",
-    "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64",
-})
+SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
+                          "fp32", "fp64"})
+POINTER_DTYPES = SCALAR_TYPES | {"fp8e4nv", "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16"}  # a pointer may carry fp8 too
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 DEFAULT_OPTIONS: Mapping[str, Any] = MappingProxyType({"enable_fp_fusion": True, "debug": False})  # read-only
@@ -42,10 +38,6 @@ class Pointer(FrozenValue):
         if dtype.lstrip("*") not in POINTER_DTYPES:
             raise ValueError(f"unknown pointer element type {echo(dtype)}; expected one of {sorted(POINTER_DTYPES)}")
         self.__dict__.update(dtype=dtype.lstrip("*"), aligned=aligned)
-
-
-SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16",
-                          "fp32", "fp64"})
 
 
 class Scalar(FrozenValue):
@@ -129,10 +121,8 @@ class KernelSpec(FrozenValue):
 
     @property
     def canonical_text(self) -> str:
-        """This spec in the one canonical encoding (`kernel_cache.entries.canonical`, Triton's values through
-        `triton_value`): every field, the kernel by name and Triton's fingerprint, the signature in
-        parameter order. Built on first use and kept (the spec is frozen). Raises TypeError for a
-        value nothing can key, as the content key would."""
+        """This spec in the one canonical encoding (Triton's values through `triton_value`), built once:
+        every field, the kernel by name and fingerprint. TypeError for a value nothing can key."""
         found: str | None = self.__dict__.get("_canonical_text")
         if found is None:
             found = encode({
@@ -161,8 +151,8 @@ class KernelSpec(FrozenValue):
         return compile_options(self.num_warps, self.num_stages, self.num_ctas, self.options)
 
     def describe(self) -> str:
-        """The short form kernel-cache's log lines use: kernel, arch, launch config, constexprs and
-        options other than the defaults (`add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024`)."""
+        """The form log lines use: `add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024` (then options
+        other than the defaults)."""
         parts = [self.name, self.target.name, f"warps={self.num_warps}", f"stages={self.num_stages}",
                  f"ctas={self.num_ctas}"]
         parts += [f"{k}={_short(v)}" for k, v in self.constexprs.items()]
@@ -182,13 +172,11 @@ def _short(v: Any) -> str:
 
 
 def _check_scalar(name: str, value: Any) -> None:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, float)):
         return
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _UINT64_MAX:
             raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
-        return
-    if isinstance(value, float):
         return
     raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
                     f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
@@ -251,8 +239,8 @@ def compile_options(num_warps: int, num_stages: int, num_ctas: int, options: Map
 def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | None = None, *,
               target: "Target | str | int", num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
               keep_ir: bool = False, **options: Any) -> KernelSpec:
-    """Build the spec for `kernel` called with `args` (runtime arguments, in parameter order,
-    skipping parameters given in `constexprs`) and `constexprs` (by name)."""
+    """The spec for `kernel` called with `args` (each runtime argument in parameter order: a pointer
+    type such as "*fp32", a Pointer, Scalar, TensorDesc or Python scalar) and `constexprs` (by name)."""
     fn = tc.unwrap_jit(kernel)
     tgt = parse_target(target)
     constexprs = dict(constexprs or {})

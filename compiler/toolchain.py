@@ -2,23 +2,17 @@
 
 Triton's own `triton_key()` hashes all of libtriton and `backend.hash()` runs `ptxas --version` (a
 subprocess). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
-identity (path, size, mtime_ns) of the files they depend on. Reinstalling Triton or swapping ptxas
-changes the identity, which forces a recompute.
+identity (path, size, mtime_ns) of the files they depend on: a reinstall or another ptxas recomputes.
 
 A fresh node (no memo) need not hash libtriton either: the installer recorded every file's sha256
-in its distribution's RECORD, and `InstalledHashes` takes it from there, giving the very text
-`triton_key()` returns (so every node, fresh or not, gets the same keys). A recorded hash is used
-only where the file is a regular file (not a link) of the recorded size and not modified after the
-RECORD was written (mtime at most the RECORD's), and where no other distribution's RECORD lists it with
-another hash; any other file (an editable or source install, a file not listed, a file edited
-since) is hashed as before. What this relies on is what the memo already relies on: an in-place
-edit that keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed.
-
-Before deriving anything, a node without the memo asks the cluster's levels (`shared_memo`): a node
-that sees the very same files (their inode and ctime too) may have derived it already.
+in its distribution's RECORD (`InstalledHashes`), which gives the very text `triton_key()` returns,
+so every node gets the same keys. Any file the RECORD cannot vouch for (an editable install, a file
+not listed or edited since) is hashed. This relies on what the memo relies on: an in-place edit that
+keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed. Before deriving
+anything, a node without the memo asks the cluster's levels (`_shared_memoized`).
 
 The module is long because the fingerprint is one job from the installed files to the memo file:
-the identities, the RECORD's hashes, the memo's one read and one write per use.
+the identities, the RECORD's hashes, the memo's one read and one write per use, its cluster copy.
 """
 
 from __future__ import annotations
@@ -36,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import kernel_cache
+from kernel_cache.entries import memo_entry
 from kernel_cache.entries.canonical import digest
 from kernel_cache.levels import cache_marker
 from kernel_cache.settings.config import TOOLCHAIN_MEMO
 from kernel_cache.trust import safefs
 
-from . import shared_memo
 from . import triton_compat as tc
 from .target import Target
 
@@ -50,17 +44,9 @@ MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
-# Triton's cache-invalidating environment, read again only where the C environment changed (the content
-# keys' and the lowered calls' keys share it: `lowering.records.call_key` asks it per JAX module)
-triton_env = tc.triton_env
+triton_env = tc.triton_env  # shared with the lowered calls' keys (`lowering.records.call_key`)
 _primed = False
 generation = 0  # advanced whenever the installed tools are to be read anew (`clear_process_memo`)
-
-
-def default_memo_dir() -> Path | None:
-    """Where the memo lives: the process configuration's (kernel_cache.Config.memo_dir: the cache
-    directory, else the user's cache home; None when caching is disabled or there is no home)."""
-    return kernel_cache.current_config().memo_dir
 
 
 def _identity(path: str | None) -> list[Any]:
@@ -100,12 +86,11 @@ def _file_sha256(path: str) -> str:
 
 
 class InstalledHashes:
-    """The sha256 of a package's files as the installer recorded them in the RECORD of each
-    distribution installed beside it (`site_dir/*.dist-info/RECORD`), checked against the file.
+    """The sha256 of a package's files as the RECORD of each distribution beside it lists them.
 
-    `sha256(path)` answers from a RECORD where the file is a regular file (not a link) of the recorded size whose
-    mtime is not after that RECORD's, and every RECORD listing it agrees; otherwise it hashes the
-    bytes (counted in `hashed`)."""
+    `sha256(path)` answers from a RECORD where the file is a regular file (not a link) of the recorded
+    size whose mtime is not after that RECORD's, and every RECORD listing it agrees; otherwise it
+    hashes the bytes (counted in `hashed`)."""
 
     def __init__(self, package_dir: str):
         self.hashed: list[str] = []
@@ -171,9 +156,7 @@ def triton_build_key() -> str:
     return tc.triton_build_key(lambda paths: [hashes.sha256(path) for path in paths])
 
 
-# Memo directories this process has claimed as kernel-cache's (their marker checked or written):
-# a fact of the file system for the process, asked once per directory instead of once per memo.
-_claimed: set[str] = set()
+_claimed: set[str] = set()  # memo directories whose marker this process checked or wrote: asked once each
 
 
 class _Memo:
@@ -223,8 +206,7 @@ class _Memo:
 
 
 def _memo_of(memo_dir: Path | None) -> tuple[_Memo, kernel_cache.Store | None]:
-    """The memo file to use, and the process's store, whose cluster levels a node without the memo
-    asks, where no directory was named (the session's memo directory)."""
+    """The memo file to use, and where no directory was named, the session's store (its cluster levels)."""
     if memo_dir is not None:
         return _Memo(memo_dir), None
     session = kernel_cache.current_session()
@@ -240,11 +222,45 @@ def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo: 
             return _process_memo[ident]
         value = memo.get(ident)
         if not isinstance(value, str):
-            value = shared_memo.memoized(store, name, identity, compute) if store and store.cluster_levels \
+            value = _shared_memoized(store, name, identity, compute) if store and store.cluster_levels \
                 else compute()
             memo.put(ident, value)
         _process_memo[ident] = value
         return value
+
+
+def node_identity(identity: Any) -> Any:
+    """`identity` (a memo's: [path, size, mtime_ns] per file, nested in lists) with each file's inode
+    and ctime_ns added, which no copy, reinstall or edit keeps (the kernel sets ctime): one host's pods
+    or a site's shared installation share a memo, another host's copy of an image does not."""
+    if not isinstance(identity, list):
+        return identity
+    if (len(identity) == 3 and isinstance(identity[0], str) and os.path.isabs(identity[0])
+            and all(type(part) is int for part in identity[1:])):
+        try:
+            st = os.stat(identity[0])
+        except OSError:
+            return [*identity, None]
+        return [*identity, st.st_ino, st.st_ctime_ns]
+    return [node_identity(part) for part in identity]
+
+
+def _shared_memoized(store: kernel_cache.Store, name: str, identity: list[Any], compute: Callable[[], str]) -> str:
+    """Memo `name` from `store`'s cluster levels (the shared directory, the remote) where a node that
+    sees these very files (`node_identity`) derived it, else `compute()`d here and published there.
+
+    Never weaker than the node's own memo: the record must repeat that name and identity
+    (`memo_entry.text_for`), and is signed where a signing key is configured and verified on every
+    read (a forged, unsigned or damaged one is refused, counted, and the text derived here)."""
+    node = node_identity(identity)
+    key = memo_entry.memo_key(name, node)
+    entry = store.get_shared(key)
+    text = None if entry is None else memo_entry.text_for(entry, name, node)
+    if text is None:
+        text = compute()
+        if len(text.encode()) <= memo_entry.MAX_TEXT_BYTES:
+            store.put_shared(memo_entry.to_entry(name, node, text))
+    return text
 
 
 def _memoized_alone(name: str, identity: list[Any], compute: Callable[[], str]) -> str:
@@ -262,12 +278,10 @@ def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
 
 
 def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
-    """Start Triton's build key (the bulk of the fingerprint where Triton has no RECORD to trust:
-    hashing libtriton, where the memo is missing or stale) on a daemon thread, so that a
-    cold process pays for it while it imports and builds its model, not at its first lowering; where
-    the memo is fresh this reads one small file, where the RECORD serves it a few ms of reading.
-    `on_cold`: called first on that thread where the key must be computed (neither this node's memo
-    nor the cluster's holds it: a new node, or a new Triton), the sign of a process about to compile.
+    """Start Triton's build key on a daemon thread, so that a cold process pays for it (hashing
+    libtriton where no memo or RECORD serves it) while it builds its model, not at its first lowering.
+    `on_cold`: called first on that thread where neither this node's memo nor the cluster's holds the
+    key (a new node, or a new Triton): the sign of a process about to compile.
     (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""
     global _primed
     with _lock:
@@ -285,12 +299,9 @@ def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
 
 
 def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
-    """What identifies the tools that turn a spec into a binary for `target`.
-
-    The installed files are checked once per process and target (a Triton upgrade takes a new
-    process anyway); Triton's cache-invalidating environment variables are read again on every call
-    where the C environment changed (`EnvironMemo`).
-    """
+    """What identifies the tools that turn a spec into a binary for `target`: the installed files
+    checked once per process and target (an upgrade takes a new process anyway), Triton's
+    cache-invalidating environment read again where the C environment changed (`EnvironMemo`)."""
     return {**_installed_tools(target, memo_dir), "env": dict(triton_env.get())}
 
 
@@ -321,10 +332,9 @@ def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
-    """A short identity of the installed tools (not the environment), stored in entries so
-    `cachectl --stale` can tell entries built by another Triton/ptxas. Triton's cache-invalidating
-    environment variables are part of every content key instead: a cachectl run without the job's
-    TRITON_* settings must not call the job's entries stale."""
+    """A short identity of the installed tools, stored in entries so `cachectl --stale` can tell
+    entries built by another Triton/ptxas. Not the environment (every content key holds it): a cachectl
+    run without the job's TRITON_* settings must not call the job's entries stale."""
     tools = _installed_tools(target, memo_dir)
     return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 

@@ -5,16 +5,14 @@ directly (the lowering reads @triton.autotune / @triton.heuristics wrappers thro
 and the accessors after it), so a new Triton release means reading this file, not every package.
 Capabilities are detected by looking for attributes, not by comparing version strings. The module
 is long because it is that one place: splitting it would scatter what a Triton release changes
-(Triton's build key composed from recorded hashes among them).
-
-Its module-level memos are pure functions of their keys under the installed Triton (a backend per
-target, a JITFunction's parameter flags, parsed options per target and option set): true under any
-configuration, so they stay out of the session (see `kernel_cache.session`).
+(Triton's build key composed from recorded hashes among them). Its memos are pure functions of their
+keys under the installed Triton, true under any configuration: module-level, not the session's.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -37,9 +35,7 @@ except ImportError:  # pragma: no cover - older Triton
 from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.settings.environ_watch import EnvironMemo
 
-from .front_end_turns import FRONT_END
-
-if TYPE_CHECKING:  # annotations only: target.py imports nothing from here, but keep the shim leaf-like
+if TYPE_CHECKING:
     from .target import Target
 
 TRITON_VERSION: str = triton.__version__
@@ -119,30 +115,24 @@ def heuristic_values(heuristics: Any) -> dict[str, Callable[[dict[str, Any]], An
 
 
 def triton_cache_key(fn: JITFunction) -> str:
-    """Triton's own cache key for a kernel: its source, the @jit functions it calls and the constexpr
-    globals it names. Computed once per JITFunction by Triton and memoized there. Blind to values
-    read through a module attribute and to plain globals (`kernel_fingerprint` adds them)."""
+    """Triton's own cache key for a kernel (memoized by Triton per JITFunction): its source, the @jit
+    functions it calls and the constexpr globals it names."""
     return str(fn.cache_key)
 
 
-# A read of a value the kernel's code depends on: (where it is read, the namespace or module, the path).
-Reader = tuple[str, Any, tuple[str, ...]]
-# id(JITFunction) -> (the function, its readers): a function's source is fixed at decoration.
-_MAX_FUNCTIONS = 8192
-_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(_MAX_FUNCTIONS)
+Reader = tuple[str, Any, tuple[str, ...]]  # a read the code depends on: (where, the namespace or module, the path)
+_readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(8192)  # id(fn) -> (fn, its readers)
 _MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
 _PLAIN = (int, float, str, bool, bytes, type(None))
 
 
 def kernel_fingerprint(fn: Any) -> str:
-    """The kernel's fingerprint: Triton's cache key (source, called @jit functions, constexpr globals
-    by name) extended by the current values of the reads it is blind to. Two reads change the code
-    without changing Triton's key: a value read through a module attribute (`helpers.FACTOR`) and a
-    plain global (allowed under `TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1`). Each kernel's body, and each
-    @jit function it calls, is read once for them (`_readers_of`); every fingerprint reads their
-    values again, so a module edited between processes or a global set at run time is a new kernel.
-    A value is keyed by its `repr` where that is a value (numbers, strings, dtypes, tuples of them),
-    else by its type's name (a repr naming an address would make every process's key new)."""
+    """Triton's cache key extended by the current values of the reads it is blind to: a value read
+    through a module attribute (`helpers.FACTOR`) and a plain global (allowed under
+    `TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1`). Where those reads are is found once per @jit function
+    (`_readers_of`); their values are read on every call, so a global set at run time is a new kernel.
+    A value is keyed by its `repr` where that is a value, else by its type's name (a repr naming an
+    address would make every process's key new)."""
     own = triton_cache_key(fn)
     readers = _readers_of(fn)
     if not readers:
@@ -159,7 +149,7 @@ def _read(namespace: Any, path: tuple[str, ...]) -> Any:
 
 
 def value_text(value: Any) -> str:
-    """A value as its key sees it: `repr` for values (a constexpr by its value), else its type's name."""
+    """A value as its key sees it (`kernel_fingerprint`)."""
     if is_constexpr_value(value):
         value = value.value
     if _is_value(value):
@@ -326,7 +316,7 @@ def gpu_target(target: Target) -> Any:
     return GPUTarget(target.backend, target.arch, target.warp_size)
 
 
-@functools.cache  # a pure function of the target under the installed Triton (module-level on purpose)
+@functools.cache
 def make_backend(target: Target) -> Any:
     """A Triton backend object for a named target: no driver, no GPU needed."""
     return backend_class(target.backend)(gpu_target(target))
@@ -346,11 +336,10 @@ def specialize(backend_name: str, value: Any, *, is_const: bool = False, special
                align: bool = True) -> tuple[str, Any]:
     """(triton type, specialization) as Triton's launcher computes them for `value`.
 
-    `value` is a Python scalar or a pointer spelled "*fp32" (16-byte aligned when `align`).
-    These are the rules of Triton's native `specialize_impl` (3.5 - 3.9) for the argument kinds a
-    lowering passes; they are re-implemented because the native call imports torch and Triton's
-    gluon package on first use (seconds on a host with torch), and a warm lowering must not pay
-    that. tests/compiler/test_compiler.py checks them against the native function on every run.
+    `value` is a Python scalar or a pointer spelled "*fp32" (16-byte aligned when `align`). The rules
+    of Triton's native `specialize_impl` (3.5 - 3.9), re-implemented because the native call imports
+    torch and Triton's gluon package on first use (seconds on a host with torch);
+    tests/compiler/test_compiler.py checks them against the native function.
     """
     if isinstance(value, str):
         dtype = value.lstrip("*")
@@ -382,8 +371,7 @@ def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
     return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 
 
-# A pure function of its key (a JITFunction's parameters are fixed at decoration): module-level on
-# purpose. id(fn) -> (the function, kept so its id is not reused meanwhile, its flags, its defaults).
+# id(fn) -> (the function, kept so its id is not reused meanwhile, its flags, its defaults)
 Flags = tuple[tuple[str, bool, bool, bool, str], ...]
 _params: BoundedMemo[int, tuple[JITFunction, Flags, dict[str, Any]]] = BoundedMemo.of(8192)
 
@@ -391,18 +379,19 @@ _params: BoundedMemo[int, tuple[JITFunction, Flags, dict[str, Any]]] = BoundedMe
 def param_flags(fn: JITFunction) -> Flags:
     """Per parameter: (name, is_constexpr, do_not_specialize, do_not_specialize_on_alignment,
     annotation type or ""). Memoized per function (every lowered call asks)."""
-    found = _params.get(id(fn))
-    return found[1] if found is not None and found[0] is fn else _params_of(fn)[1]
+    return _params_of(fn)[1]
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
-    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`). Memoized per
-    function as `param_flags` is, with it; a copy each time."""
-    found = _params.get(id(fn))
-    return dict(found[2] if found is not None and found[0] is fn else _params_of(fn)[2])
+    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`), a copy each
+    time; memoized with `param_flags`."""
+    return dict(_params_of(fn)[2])
 
 
 def _params_of(fn: JITFunction) -> tuple[JITFunction, Flags, dict[str, Any]]:
+    found = _params.get(id(fn))
+    if found is not None and found[0] is fn:
+        return found
     flags, defaults = [], {}
     for p in fn.params:
         ann = getattr(p, "annotation_type", "") or ""
@@ -422,22 +411,13 @@ def cache_invalidating_env() -> dict[str, str]:
     return dict(get_cache_invalidating_env_vars())
 
 
-# Triton's cache-invalidating environment, read again only where the C environment changed. Its value
-# is a new object whenever it was read anew, so its identity also tells the memos of what Triton reads
-# from the environment (parsed options, compile inputs) whether they still stand.
+# Triton's cache-invalidating environment, read again only where the C environment changed: a new
+# object then, so its identity tells the memos of what Triton reads from the environment whether they stand.
 triton_env = EnvironMemo(cache_invalidating_env)
 
 
 TRITON_DIR = os.path.dirname(str(triton.__file__))  # the installed package (a process's Triton never moves)
 LIBTRITON = os.path.join(TRITON_DIR, "_C", f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}")
-
-
-def libtriton_path() -> str:
-    return LIBTRITON
-
-
-def triton_package_dir() -> str:
-    return TRITON_DIR
 
 
 # The sha256 of `inspect.getsource(triton_key)` (lines right-stripped, blank and comment-only lines
@@ -467,12 +447,10 @@ def triton_key_source_digest() -> str:
 
 
 def triton_build_key(sha256_of: Callable[[list[str]], list[str]] | None = None) -> str:
-    """Triton's hash of its own build: the text `triton_key()` returns.
-
-    With `sha256_of` (paths -> the hex sha256 of each file's bytes, found more cheaply than reading
-    them; asked once for every file) and a triton_key this shim knows, the same text composed here from the same files in the
-    same order; otherwise Triton's own function, which hashes all of libtriton: call only on a memo
-    miss."""
+    """Triton's hash of its own build: the text `triton_key()` returns. With `sha256_of` (paths -> each
+    file's hex sha256, found more cheaply than reading them) and a triton_key this shim knows, composed
+    here from the same files in the same order; otherwise Triton's own function, which hashes all of
+    libtriton: call only on a memo miss."""
     if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
         return _triton_key_from(sha256_of)
     return str(_triton_key_function()())
@@ -513,23 +491,19 @@ def ptxas_candidates(target: Target) -> list[str]:
     `ptxas --version`, which a warm process must not do."""
     if target.backend != "cuda":
         return []
-    bin_dir = os.path.join(triton_package_dir(), "backends", "nvidia", "bin")
+    bin_dir = os.path.join(TRITON_DIR, "backends", "nvidia", "bin")
     names = ("ptxas", "ptxas-blackwell")
     overrides = [os.environ.get(f"TRITON_{n.upper().replace('-', '_')}_PATH", "") for n in names]
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
-# A pure function of its key (target, options and the environment Triton's parse reads: libdevice's
-# path, ptxas options, fp-fusion default...) under the installed Triton: module-level on purpose, and
-# emptied when the C environment changed (`triton_env` read anew).
-_parsed_under: list[object] = []  # the environment `_parsed` was filled under
+_parsed_under: list[object] = []  # the environment `_parsed` was filled under (emptied when it changed)
 
 
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
-    """Triton's backend-specific options object from a plain dict (pure Python, no driver), as
-    Triton's compile parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`,
-    `PTXAS_OPTIONS`, ...). Memoized for hashable options while the environment is unchanged (the
-    object is a frozen dataclass; a model's kernels share a handful of option sets)."""
+    """Triton's backend-specific options object from a plain dict (no driver), as Triton's compile
+    parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`, `PTXAS_OPTIONS`, ...).
+    Memoized while the environment is unchanged (a frozen dataclass; a model shares a few option sets)."""
     try:
         ident = (target, tuple(sorted(options.items())))
         hash(ident)
@@ -564,14 +538,11 @@ def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str,
 
 def run_stages(src: Any, target: Target, parsed_options: Any,
                on_stage: Callable[[str], None] | None = None, *, keep: Collection[str] | None = None,
-               weight: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run Triton's compile pipeline stage by stage, as triton.compile does, without its cache.
-
-    Returns (stage outputs by extension, metadata filled in by the stages): every stage's, or only
-    those in `keep` (an MLIR module not kept is never printed). `on_stage(ext)` is called before
-    each stage so errors can name the stage. The front end waits for its turn (`front_end_turns`,
-    heaviest `weight` first) behind other threads' compiles.
-    """
+               front_end: contextlib.AbstractContextManager[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Triton's compile pipeline, as triton.compile runs it without its cache: (stage outputs by
+    extension, every stage's or those in `keep`: an MLIR module not kept is never printed; metadata).
+    `on_stage(ext)` is called before each stage so errors can name it. `front_end` is held around the
+    front end (AST to TTIR: a turn, `compile.FRONT_END`)."""
     from triton._C.libtriton import ir
 
     backend = make_backend(target)
@@ -591,7 +562,7 @@ def run_stages(src: Any, target: Target, parsed_options: Any,
     module_map = backend.get_module_map()
     if on_stage:
         on_stage("ast")
-    with FRONT_END.turn(weight):
+    with front_end or contextlib.nullcontext():
         module = src.make_ir(gpu_target(target), parsed_options, codegen_fns, module_map, context)
     outputs: dict[str, Any] = {}
     for ext, compile_ir in stages.items():

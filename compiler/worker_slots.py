@@ -1,15 +1,12 @@
 """Compile-worker slots: one bound on the workers of all the processes of a node that share a cache.
 
-The ranks of a job on one node start together, cold together, and each would start its own pool
-(half the cores each: 8 ranks on a 16-core node, 64 interpreters importing Triton at once, ~8 GiB),
-just when they all trace. A slot is a lock file, `<cache dir>/locks/compile-workers/<host>/<i>`
-(the directory of the toolchain memo: the cache directory where there is one); a parent
-takes a free one (a non-blocking `flock`) for each worker it starts and hands the locked descriptor
-to the worker, which holds it for its life. Whatever ends a worker (idle close, exit, kill -9) frees
-its slot with its descriptors, so no count goes stale and none needs cleaning up. The host's name in
-the path keeps a cache directory on a network filesystem from bounding several nodes as one. Where
-the directory cannot hold lock files (read-only, not flock-able, refused as unsafe), slots bound
-nothing: each pool's own bound stays.
+The ranks of a job on one node start cold together, and each would start its own pool (8 ranks on a
+16-core node: 64 interpreters importing Triton at once, ~8 GiB) just when they all trace. A slot is a
+lock file, `<memo dir>/locks/compile-workers/<host>/<i>`; a parent takes a free one (a non-blocking
+`flock`) for each worker it starts and hands the locked descriptor to the worker, which holds it for
+its life, so whatever ends a worker (even kill -9) frees its slot: no count goes stale. The host's
+name keeps a directory on a network filesystem from bounding several nodes as one. Where the
+directory cannot hold lock files, slots bound nothing: each pool's own bound stays.
 """
 
 from __future__ import annotations

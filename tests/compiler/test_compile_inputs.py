@@ -103,7 +103,7 @@ def _perturbations(name: str, descriptor: object) -> list[str]:
     if "int" in kind:
         return ["2"]
     if name.endswith("_PATH") or name.endswith("_DIR"):
-        return [os.path.join(tc.triton_package_dir(), "backends", "amd", "lib", "ocml.bc")]
+        return [os.path.join(tc.TRITON_DIR, "backends", "amd", "lib", "ocml.bc")]
     return ["-O1", "1"]
 
 
@@ -159,7 +159,7 @@ def test_every_option_and_variable_triton_parses_moves_the_three_keys_together(a
         options += content != base[0]
     assert options >= 5
     copy = os.path.join(os.environ["XDG_CACHE_HOME"], "libdevice-copy.bc")
-    shutil.copyfile(os.path.join(tc.triton_package_dir(), "backends", "nvidia", "lib", "libdevice.10.bc"), copy)
+    shutil.copyfile(os.path.join(tc.TRITON_DIR, "backends", "nvidia", "lib", "libdevice.10.bc"), copy)
     monkeypatch.setenv("TRITON_LIBDEVICE_PATH", copy)
     assert _keys() == base  # the same bytes at another path: the same kernel
 
@@ -208,7 +208,7 @@ def test_a_record_is_never_served_across_libdevices(tmp_path, use_store, monkeyp
     before = _compiles()
     assert _ptx(_lower(erf_program, VEC)) == first and _compiles() == before  # served: signature and record
     _fresh_process()
-    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", os.path.join(tc.triton_package_dir(), "backends", "amd", "lib", "ocml.bc"))
+    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", os.path.join(tc.TRITON_DIR, "backends", "amd", "lib", "ocml.bc"))
     with pytest.raises(Exception, match="__nv_erff"):
         _lower(erf_program, VEC)
     use_store(tmp_path / "fresh")  # the reference: a fresh cache under the same environment

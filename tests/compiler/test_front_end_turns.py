@@ -1,4 +1,4 @@
-"""Concurrent compiles' front ends go heaviest first (compiler/front_end_turns.py), and a compile
+"""Concurrent compiles' front ends go heaviest first (compiler/compile.py), and a compile
 of the example module prints no MLIR module it does not keep."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from compiler.front_end_turns import Turns
+from compiler.compile import Turns
 
 
 def _wait_for(predicate, seconds: float = 10.0) -> None:

@@ -199,11 +199,11 @@ def test_no_home_directory_means_a_process_only_memo(monkeypatch):
 
     try:
         kernel_cache.configure()  # the process configuration is read from the environment once
-        assert toolchain.default_memo_dir() is None
+        assert kernel_cache.current_config().memo_dir is None
         monkeypatch.setenv("KERNEL_CACHE_DISABLE", "1")
         monkeypatch.setenv("KERNEL_CACHE_DIR", "/nonexistent")
         kernel_cache.configure()
-        assert toolchain.default_memo_dir() is None
+        assert kernel_cache.current_config().memo_dir is None
         monkeypatch.delenv("KERNEL_CACHE_DISABLE")
         monkeypatch.delenv("KERNEL_CACHE_DIR")
         kernel_cache.configure()

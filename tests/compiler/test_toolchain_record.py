@@ -130,7 +130,7 @@ def libtriton_reads(monkeypatch) -> list[str]:
     """Every open() of libtriton in this process (Triton's triton_key and our hashing both open it)."""
     reads: list[str] = []
     real_open = builtins.open
-    lib = os.path.realpath(tc.libtriton_path())
+    lib = os.path.realpath(tc.LIBTRITON)
 
     def spying(file: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(file, (str, os.PathLike)) and os.path.realpath(file) == lib:
@@ -148,13 +148,13 @@ def test_a_fresh_node_takes_the_real_tritons_key_from_its_record_without_reading
     try:
         fresh = toolchain.installed_tools(spec.target, tmp_path / "fresh-node")  # no memo there
         assert libtriton_reads == []
-        hashes = toolchain.InstalledHashes(tc.triton_package_dir())
-        assert hashes.recorded(tc.libtriton_path()) is not None  # the RECORD vouched for it
+        hashes = toolchain.InstalledHashes(tc.TRITON_DIR)
+        assert hashes.recorded(tc.LIBTRITON) is not None  # the RECORD vouched for it
         toolchain.clear_process_memo()
         again = toolchain.installed_tools(spec.target, tmp_path / "another-node")
     finally:
         toolchain.clear_process_memo()
     assert fresh == again and libtriton_reads == []  # stable
     assert fresh["triton_build"] == tc.triton_build_key()  # Triton's own text: the same keys as today
-    assert hashes.recorded(tc.libtriton_path()) == toolchain._file_sha256(tc.libtriton_path())
+    assert hashes.recorded(tc.LIBTRITON) == toolchain._file_sha256(tc.LIBTRITON)
     assert libtriton_reads  # (that read it: the spy sees a read)

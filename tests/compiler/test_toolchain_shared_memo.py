@@ -1,4 +1,4 @@
-"""The toolchain memo shared through the cluster's levels (compiler.shared_memo): a fresh node (an
+"""The toolchain memo shared through the cluster's levels (compiler.toolchain): a fresh node (an
 empty cache directory) takes Triton's build key, the backend's hash and any file memo from a node
 that derived them for the very same files, and derives them itself when the record is forged,
 unsigned, of another key, or of files whose identity differs (a copy, a rewrite at the same size and
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import kernel_cache
-from compiler import make_spec, shared_memo, toolchain
+from compiler import make_spec, toolchain
 from compiler import triton_compat as tc
 from compiler.examples import add_kernel
 from kernel_cache import Config
@@ -112,7 +112,7 @@ def test_a_signed_record_of_another_identity_under_this_key_is_refused(node, plu
     record must repeat the reader's name and identity."""
     calls: list[str] = []
     store = node("reader")
-    identity = shared_memo.node_identity(toolchain._identity(str(plugin)))
+    identity = toolchain.node_identity(toolchain._identity(str(plugin)))
     elsewhere = [str(plugin.parent / "elsewhere.so"), *identity[1:]]
     forged = memo_entry.to_entry("layout", elsewhere, "forged")
     forged = kernel_cache.Entry(key=memo_entry.memo_key("layout", identity), meta=forged.meta, blobs=forged.blobs)
@@ -153,10 +153,10 @@ def test_the_remote_serves_the_memo_signed(node, plugin, server):
     assert calls == ["v1"] and store.stats.levels.get("backfills.disk", 0) == 0
 
     name = store.level("remote")._entry(memo_entry.memo_key(  # type: ignore[union-attr]
-        "layout", shared_memo.node_identity(toolchain._identity(str(plugin)))))
+        "layout", toolchain.node_identity(toolchain._identity(str(plugin)))))
     import redis
 
-    entry = memo_entry.to_entry("layout", shared_memo.node_identity(toolchain._identity(str(plugin))), "forged")
+    entry = memo_entry.to_entry("layout", toolchain.node_identity(toolchain._identity(str(plugin))), "forged")
     from kernel_cache.entries import entry as entry_format
 
     redis.Redis.from_url(server.url).set(name, Signer(OTHER_KEY).sign(entry_format.encode(entry)))
