@@ -108,7 +108,7 @@ def jobs(text: str) -> int:
     try:
         return positive(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {echo(text)}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive number of compiles at once, got {echo(text)}") from None
 
 
 def program(text: str) -> str:

@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "rebuilding imports the module, so recipes of other modules are skipped, and "
                         "with none given no recipe is rebuilt")
     p.add_argument("-j", "--jobs", type=arguments.jobs, default=os.cpu_count() or 1, metavar="N",
-                   help="worker processes (default: CPU count)")
+                   help="compiles at once (default: CPU count)")
 
     p = command("tune", "warm.tune.cmd_tune",
                 "on this GPU, time every config of each autotuned call of a program and keep the fastest")
@@ -214,7 +214,7 @@ def _run(argv: list[str] | None) -> int:
     except BrokenPipeError:  # `cachectl list | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (worker_pool.Terminated: 143)
+    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (interrupts.Terminated: 143)
         print("cachectl: interrupted", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))
     finally:

@@ -7,9 +7,11 @@ neither, the process session is looked up once, here, for both.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache import Store, current_session
+from kernel_cache.errors import KernelCacheError
 from kernel_cache.lazy import later
 from kernel_cache.telemetry.warnings_once import warn_once
 
@@ -23,12 +25,22 @@ else:
     compiling = later("compiler.compile")  # Triton's stages: imported at the first miss, never by a warm process
 
 log = logging.getLogger("kernel_cache.compiler")
+stopped = threading.Event()  # set by `compile_processes.cancel`: this process compiles nothing more
+
+
+class Cancelled(KernelCacheError, RuntimeError):
+    """A compile asked for, or ended, after `stopped`: nothing is published."""
 
 
 def compile_spec(spec: KernelSpec) -> Artifact:
     """Triton's stages for `spec` (`compiler.compile`, imported at the first miss): the name
-    get_or_compile calls, which tests and benchmarks may wrap."""
-    return compiling.compile_spec(spec)
+    get_or_compile calls, which tests and benchmarks may wrap. Once `stopped`, none starts, and one
+    under way raises `Cancelled` at its end rather than be published."""
+    if not stopped.is_set():
+        artifact = compiling.compile_spec(spec)
+        if not stopped.is_set():
+            return artifact
+    raise Cancelled(f"compiling {spec.name} was cancelled")
 
 
 def _session_parts(store: Store | None, keys: KeyMemo | None) -> tuple[Store, KeyMemo | None]:

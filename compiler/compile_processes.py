@@ -5,6 +5,7 @@ Threads dispatch: Triton's MLIR/LLVM passes release the GIL and ptxas is a subpr
 overlap most of a compile with no importable kernel and no second `import triton` (docs/design.md,
 "Cold start"). When the process exits, work still queued is cancelled and the compiles under way
 finish (at most one per thread): an exiting program never waits for kernels nobody will lower.
+`cancel` (an interrupted `cachectl prewarm`) also kills the workers and publishes nothing more.
 
 Worker processes take Triton's front end (AST to TTIR, which holds the GIL) out of this process:
 each (`compile_worker`) compiles a spec sent as its recipe and returns the entry, which the parent
@@ -532,6 +533,14 @@ def shutdown() -> None:
         pool, _pool = _pool, None
     if pool is not None and pool.pid == os.getpid():
         pool.close(0.0)
+
+
+def cancel() -> None:
+    """Compile nothing more in this process: what is queued is cancelled, every worker killed, and a
+    compile under way in a thread raises `cache_or_compile.Cancelled` at its end, unpublished."""
+    cache_or_compile.stopped.set()
+    _cancel_queued()
+    shutdown()
 
 
 def _close_at_exit() -> None:

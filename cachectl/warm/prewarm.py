@@ -1,7 +1,7 @@
 """cachectl prewarm: build kernels ahead of a job, from recorded recipes or from a program.
 
-An interrupt (Ctrl-C, SIGINT to this process alone, SIGTERM) stops the workers within about a
-second (see `worker_pool`), however the prewarm was started (a script's `cachectl prewarm &` starts it
+An interrupt (Ctrl-C, SIGINT to this process alone, SIGTERM) stops the compiles within about a
+second (see `interrupts`), however the prewarm was started (a script's `cachectl prewarm &` starts it
 ignoring SIGINT); what was built stays in the cache, the summary says "interrupted after N of M" with
 counts that add up to M, and the exit code is 130 (143 for SIGTERM).
 """
@@ -9,6 +9,7 @@ counts that add up to M, and the exit code is 130 (143 for SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from typing import Any
@@ -17,8 +18,9 @@ from cachectl import entry_kinds
 from cachectl.context import EXIT_OK, EXIT_PROBLEMS, CliError, Context
 from cachectl.inventory import entry_filter, scan_all
 from cachectl.warm import programs, recipes
+from cachectl.warm.interrupts import interrupts_stop_work
 from cachectl.warm.progress import Outcome, PrewarmError, Progress
-from cachectl.warm.worker_pool import interrupts_stop_work
+from compiler import compile_processes
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.store import Store
@@ -32,7 +34,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
     start = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
     try:
-        with interrupts_stop_work():  # SIGINT and SIGTERM stop the workers; what they built stays
+        with interrupts_stop_work():  # SIGINT and SIGTERM stop the compiles; what they built stays
             try:
                 if args.program:
                     _from_program(ctx, args, store, progress)
@@ -113,8 +115,10 @@ def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> 
     before = programs.known_keys(_local(ctx, store))
     progress.expect_programs(len(arches))
     try:
-        programs.run_program(args.program, arches, ctx.config, args.jobs, progress)
+        with contextlib.redirect_stdout(sys.stderr):  # what it prints: stdout is the summary's (JSON)
+            programs.run_program(args.program, arches, ctx.config, args.jobs, progress)
     except KeyboardInterrupt:
+        compile_processes.cancel()
         for outcome in programs.landed(_local(ctx, store), before, {o.key for o in progress.outcomes}):
             progress(outcome)
         raise
@@ -139,8 +143,10 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
                                       allowed=recipes.module_filter(args.allow_module))
     progress.expect(len(todo))
     try:
-        recipes.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
+        with contextlib.redirect_stdout(sys.stderr):  # Triton's report of a ptxas a Ctrl-C killed
+            recipes.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
     except KeyboardInterrupt:
+        compile_processes.cancel()
         local = _local(ctx, store)
         for outcome in recipes.landed(todo, {o.key for o in progress.outcomes}, lambda k: any(k in t for t in local)):
             progress(outcome)

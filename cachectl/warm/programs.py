@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import multiprocessing
 import os
 import sys
 import time
@@ -27,8 +26,8 @@ from typing import Any
 import kernel_cache
 from cachectl import entry_kinds
 from cachectl.inventory import read_raw
+from cachectl.warm.interrupts import signals_held
 from cachectl.warm.progress import Lowered, Outcome, Planned, PrewarmError, Report
-from cachectl.warm.worker_pool import run_in_pool, signals_held
 from compiler import parse_target
 from kernel_cache.entries import call_entry
 from kernel_cache.entries.entry import peek_meta
@@ -165,7 +164,7 @@ def _new_entries(levels: list[KeptLevel], seen: set[str], arch: str) -> list[Out
         for key in sorted(known - seen):
             summary = _kernel_summary(level, key)
             if summary is None or summary.arch not in ("?", arch):
-                continue  # a record, or built meanwhile by a worker lowering for another arch
+                continue  # a record, or a kernel for another arch
             out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
         seen |= known
     return out
@@ -214,18 +213,14 @@ def _known_keys_of(level: KeptLevel) -> set[str]:
 
 
 def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:
-    """Lower the program once per arch: in this process, or one spawned worker per arch."""
+    """Lower the program for one arch after another in this process, `jobs` compiles at once: on
+    the compile threads and the worker processes a lowering's rule starts (`compile_processes`)."""
     try:
         names = [parse_target(a).name for a in arches]
     except (ValueError, TypeError) as exc:
         raise PrewarmError(str(exc)) from None
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
     load_program(path)  # fail fast, in this process, on a typo
-    if jobs <= 1 or len(names) == 1:
-        for arch in names:
-            for event in lower_program(path, arch, config):
-                report(event)
-        return
-    run_in_pool(lower_program, [(path, arch, config) for arch in names], [path] * len(names), jobs, report,
-                 multiprocessing.get_context("spawn"))
-
+    for arch in names:
+        for event in lower_program(path, arch, config.with_(compile_workers=jobs)):
+            report(event)

@@ -65,6 +65,7 @@ class Progress:
         self.done = 0
         self.unit = "builds"
         self.bar = sys.stderr.isatty() and not ctx.json and not ctx.quiet
+        self.out = sys.stderr if ctx.json else sys.stdout  # this stdout: the compiles' own goes to stderr
         self._unplanned = 0  # program mode: lowerings that have not said how many programs they have
         self._planned = 0
 
@@ -98,7 +99,7 @@ class Progress:
             return
         line = (f"{outcome.status:<8} {outcome.arch:<7} {outcome.label:<28} {outcome.key[:12]:<12} "
                 f"{outcome.seconds:6.2f} s")  # errors are listed once, at the end
-        print(line.rstrip(), file=sys.stderr if self.ctx.json else sys.stdout, flush=True)
+        print(line.rstrip(), file=self.out, flush=True)
 
     def _show(self, status: str, label: str, arch: str) -> None:
         if not self.bar:

@@ -15,12 +15,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
 from cachectl.render import shown
 from cachectl.warm.progress import Outcome, Report
-from cachectl.warm.worker_pool import pool_context, run_in_pool
-from compiler import RecipeError, Target, content_key, from_recipe, get_or_compile, parse_target
+from compiler import RecipeError, Target, compile_processes, content_key, from_recipe, parse_target
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.settings.config import Config
 from kernel_cache.store import Store
@@ -194,42 +194,34 @@ def _target_name(target_json: dict[str, Any]) -> str:
     return shown(str(target_json.get("arch", "?")))
 
 
-_worker_store: Store | None = None  # each pool worker's own store (see _open_worker_store)
-
-
-def _open_worker_store(config: Config) -> None:
-    """Pool initializer: one store per worker process, with the parent's whole Config."""
-    global _worker_store
-    _worker_store = Store(config)
-
-
-def build_recipe(recipe: Recipe, arch: str, label: str, store: Store | None = None) -> Outcome:
-    """Compile one recipe for `arch` into the store (the worker's own unless given)."""
+def build_recipe(recipe: Recipe, arch: str, label: str, store: Store) -> Outcome:
+    """Compile one recipe for `arch` into `store` (on a worker process where one is idle)."""
     start = time.perf_counter()
+    module = str(recipe.get("kernel", "")).partition(":")[0]
     try:
-        spec = from_recipe(recipe, target=arch)
-        _, key = get_or_compile(spec, store if store is not None else _worker_store)
+        _, key = compile_processes.get_or_compile(from_recipe(recipe, target=arch), store)
     except Exception as exc:
-        return Outcome(label, arch, "failed", seconds=time.perf_counter() - start,
-                       error=f"{type(exc).__name__}: {exc}".splitlines()[0] + import_hint(exc),
-                       module=str(recipe.get("kernel", "")).partition(":")[0])
-    return Outcome(label, arch, "built", key=key, seconds=time.perf_counter() - start,
-                   module=str(recipe.get("kernel", "")).partition(":")[0])
+        return Outcome(label, arch, "failed", seconds=time.perf_counter() - start, module=module,
+                       error=f"{type(exc).__name__}: {exc}".splitlines()[0] + import_hint(exc))
+    return Outcome(label, arch, "built", key=key, seconds=time.perf_counter() - start, module=module)
 
 
-def run_recipe_builds(todo: list[Build], config: Config, jobs: int,
-                      report: Report, store: Store | None = None) -> None:
-    """Build every planned recipe in `jobs` worker processes (in this process when jobs == 1)."""
-    if not todo:
-        return
-    if jobs <= 1 or len(todo) == 1:
+def run_recipe_builds(todo: list[Build], config: Config, jobs: int, report: Report, store: Store) -> None:
+    """Build every planned recipe, `jobs` at once on the compile threads, each handed to one of
+    `jobs` worker processes where one is idle (`compile_processes`); one after another in this
+    thread with jobs == 1. Reported as each ends; an interrupt cancels the rest."""
+    if jobs <= 1 or len(todo) <= 1:
         for recipe, arch, label, _ in todo:
             report(build_recipe(recipe, arch, label, store))
         return
-    if store is not None:
-        store.stats.flush()
-    run_in_pool(build_recipe, [(r, a, lbl) for r, a, lbl, _ in todo], [lbl for _, _, lbl, _ in todo],
-                jobs, report, pool_context(), initializer=_open_worker_store, initargs=(config,))
+    config = config.with_(compile_workers=jobs)
+    compile_processes.override(min(jobs, len(todo)))
+    compile_processes.expect(config, len(todo), parse_target(todo[0][1]))
+    pending = {compile_processes.submit(config, build_recipe, r, a, lbl, store) for r, a, lbl, _ in todo}
+    while pending:  # woken often: a signal another thread took is handled here within 0.1 s
+        done, pending = wait(pending, 0.1, FIRST_COMPLETED)
+        for build in done:
+            report(build.result())
 
 
 def landed(todo: list[Build], reported: set[str], has_key: Callable[[str], bool]) -> list[Outcome]:

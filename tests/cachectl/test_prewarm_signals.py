@@ -185,11 +185,11 @@ def test_an_interrupt_during_jax_import_waits_for_its_end_then_stops(tmp_path, w
 
 
 def test_sigint_stops_the_work_though_the_process_started_ignoring_it():
-    from cachectl.warm import worker_pool
+    from cachectl.warm import interrupts
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with pytest.raises(KeyboardInterrupt), worker_pool.interrupts_stop_work():
+        with pytest.raises(KeyboardInterrupt), interrupts.interrupts_stop_work():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(2)  # raised here, at once
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back as it was
@@ -198,14 +198,14 @@ def test_sigint_stops_the_work_though_the_process_started_ignoring_it():
 
 
 def test_an_interrupt_in_a_held_block_is_raised_at_its_end():
-    from cachectl.warm import worker_pool
+    from cachectl.warm import interrupts
 
     done = []
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), worker_pool.interrupts_stop_work():
-        with worker_pool.signals_held():
+    with pytest.raises(KeyboardInterrupt), interrupts.interrupts_stop_work():
+        with interrupts.signals_held():
             os.kill(os.getpid(), signal.SIGINT)
-            with worker_pool.signals_held():  # nested: the outermost block's end raises it
+            with interrupts.signals_held():  # nested: the outermost block's end raises it
                 time.sleep(0.1)
             done.append("inner")
             time.sleep(0.1)
