@@ -2,20 +2,16 @@
 
 `KERNEL_CACHE_INTERCEPT=jax_triton,ejkernel` (or `all`), or `kernel_cache.intercept("jax_triton")`
 from code. The core knows each client only by the module whose loading arms it; the adapters live
-in the lowering floor and are found through the `kernel_cache.clients` entry-point group, loaded
-once the client's module has loaded (the client has imported JAX by then, so the core never does).
-An adapter takes over the client at the level every binding reaches (its primitive's lowering
-rule, or the helper its lowering rules call), so `from jax_triton import triton_call` made before
-or after makes no difference. Whatever goes wrong here warns once and leaves the client on its own
-path: interception never fails a program. The `.pth` file installed with the package calls
-`install_from_environment()` only when the variable is set (one `os.environ` lookup otherwise).
+in the lowering floor (the `kernel_cache.clients` entry-point group), loaded once the client's module
+has loaded (it has imported JAX by then, so the core never does). An adapter takes over the client
+where every binding reaches (its lowering rule), so `from jax_triton import triton_call` made
+before or after makes no difference. Whatever goes wrong here warns once and leaves the client on
+its own path: interception never fails a program.
 
 An adapter also carries the client's fixes for this JAX (jax-triton 0.4.1's DCE rule fails on JAX
-0.12 without it) and applies them before anything that can decline, the configuration included: a
-malformed setting, even a misspelt client in this variable, leaves the client on its own path,
-mended, with one warning naming the variable, never a program that no longer runs. So a list that
-names an unknown client still arms the clients it names (all of them where it names none), and
-their adapters decline with that warning when the client loads.
+0.12 without it) and applies them before anything that can decline: a malformed setting, even a
+misspelt client in this variable, leaves the client on its own path, mended, with one warning. So a
+list that names an unknown client still arms the clients it names (all of them where it names none).
 """
 
 from __future__ import annotations
@@ -90,16 +86,13 @@ def _arm_or_install(name: str) -> None:
 
 
 def status() -> dict[str, str]:
-    """Each client asked for in this process and where it stands."""
     with _lock:
         return dict(_state)
 
 
 def install_from_environment() -> None:
     """Called by the `.pth` file at interpreter start when KERNEL_CACHE_INTERCEPT is set; never raises.
-    A list naming an unknown client arms the known ones it names (or all): their adapters mend the
-    client and decline, each warning once when its client loads, so a program that imports none
-    hears nothing (a program of kernel-cache's own gets the ConfigError at its first call)."""
+    A malformed list warns only when a client it arms loads, so a program that imports none hears nothing."""
     text = os.environ.get(ENV, "")
     try:
         try:
@@ -117,7 +110,6 @@ def _words(text: str) -> list[str]:
 
 
 def _named(text: str) -> tuple[str, ...]:
-    """The known clients a malformed list names."""
     return tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES))
 
 

@@ -43,7 +43,7 @@ _FLOCK_COHERENT = {
 
 
 def filesystem_of(path: Path) -> tuple[str, set[str]]:
-    """(fs type, mount + super options) of the mount holding `path`, from /proc/self/mountinfo."""
+    """(fs type, mount + super options) of the mount holding `path`."""
     target = os.path.realpath(path)
     best: tuple[str, set[str]] = ("unknown", set())
     best_len = -1
@@ -75,7 +75,7 @@ def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
 
 
 def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
-    """Probe: can we flock a file here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)?"""
+    """Whether flock works here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)."""
     probe = (*parts, f".flock-probe.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         with tree.open_lock_file(*probe) as fd:
@@ -144,9 +144,8 @@ def _holder_is_dead(content: str) -> bool:
 
 def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bool:
     """Remove a soft marker whose holder is gone (not refreshed for `stale_after` seconds, or a dead
-    pid on this host; anything else at a lock path once as old). A plain rename (NFS and sshfs have
-    it) moves it aside; a peer's marker renamed in between is put back with link(), which never
-    overwrites."""
+    pid on this host). A rename (NFS and sshfs have it) moves it aside; a peer's marker renamed in
+    between is put back with link(), which never overwrites."""
     seen = tree.lstat(*parts)
     if seen is None:
         return False
@@ -185,8 +184,7 @@ def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bo
 def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
          stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False,
          poll: float = POLL_INTERVAL) -> Iterator[bool]:
-    """Hold the lock at root/parts; yields True if acquired, False if `done()` became true while
-    waiting (the result was published by the holder) or `timeout` seconds passed."""
+    """Hold the lock at root/parts: True if acquired, False if `done()` (published) or `timeout` came first."""
     with (_hold_flock(tree, parts, timeout, done, poll) if kind == "flock"
           else _hold_soft(tree, parts, timeout, stale_after, done, poll)) as held:
         yield held
@@ -263,9 +261,7 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
 
 
 def remove_if_free(tree: Tree, parts: tuple[str, ...], kind: str, stale_after: float) -> bool:
-    """Debris removal: delete the lock file if nobody holds it (flock: a non-blocking flock
-    succeeds, and the file is unlinked while we hold it; soft: the marker has not been refreshed
-    for `stale_after` seconds). Returns whether it was removed."""
+    """Delete the lock file if nobody holds it (flock: unlinked while we hold it; soft: stale)."""
     if kind == "soft":
         return break_if_stale(tree, parts, stale_after)
     st = tree.lstat(*parts)

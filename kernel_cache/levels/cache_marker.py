@@ -30,9 +30,7 @@ LOCAL, SHARED = "local", "shared"
 ENTRIES_DIR, LOCKS_DIR, STATS_DIR, QUARANTINE_DIR = "entries", "locks", "stats", "quarantine"  # the layout's folders
 KINDS = (LOCAL, SHARED)
 # What kernel-cache itself puts in a local cache directory (one written before the marker existed is
-# recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo,
-# the stored settings (`cachectl config max-size`), and the mark scripts/demo.py leaves in the directory
-# it creates before caching there.
+# recognised by holding nothing else), and the mark scripts/demo.py leaves in the directory it creates.
 DEMO_MARKER = ".kernel-cache-demo"
 LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, SETTINGS_FILE, MARKER,
                          DEMO_MARKER})
@@ -67,8 +65,7 @@ def kind_of(tree: Tree) -> str | None:
 
 def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> str | None:
     """Accept `tree` as a `kind` cache directory, writing the marker when `write` and it has none;
-    NotACacheDirectory (one line, naming what to do) otherwise. Returns what the directory held
-    before: `kind`, or None where it had no marker (so a caller need not read it again)."""
+    NotACacheDirectory otherwise. Returns `kind`, or None where it had no marker."""
     found = kind_of(tree)
     if found == kind:
         return found
@@ -93,8 +90,7 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> s
 
 
 def claim_directory(path: str) -> bool:
-    """Create `path` if missing and accept it as a local cache directory (marking it); False where it is
-    not one (a file kernel-cache keeps there, like the toolchain memo, is then kept elsewhere or not)."""
+    """Create `path` if missing and accept it as a local cache directory (marking it); False where it is not one."""
     try:
         tree = Tree(path, Owners.current(), create=True)
     except OSError:
