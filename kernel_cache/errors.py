@@ -1,5 +1,4 @@
-"""The error family: KernelCacheError, the base of every exception kernel-cache raises on purpose, and
-the store's typed failures, each carrying what an operator needs to act on it."""
+"""The error family: KernelCacheError and the store's typed failures."""
 
 from __future__ import annotations
 
@@ -30,6 +29,3 @@ class RejectedEntry(KernelCacheError):
 class ReentrantBuild(KernelCacheError, RuntimeError):
     """A builder asked the store for the very key it is building: it would wait on itself."""
 
-
-# Their former names ("tier" was the word for a level), still importable.
-TierUnavailable, TierReadOnly, TierUntrusted = LevelUnavailable, LevelReadOnly, LevelUntrusted

@@ -1,6 +1,5 @@
-"""The store's front level: one session's warm set (`kernel_cache.entries.warm_set`, the codec and
-why a set exists), loaded at the program's first ask, served before every level, and saved at exit
-where this process read or wrote keys it did not hold."""
+"""The store's front level: one session's warm set (`kernel_cache.entries.warm_set` says why), loaded
+at the program's first ask, served before every level, and saved at exit."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ class WarmSet:
                 self._signing[signature] = key
 
     def touch_later(self, keys: list[str]) -> None:
-        """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
-        where the set is inactive)."""
+        """Tell the levels' LRU order of a use of `keys` when the set is saved (at once where inactive)."""
         if not self.active:
             self._store.touch(keys)
             return

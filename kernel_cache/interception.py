@@ -49,8 +49,7 @@ class InterceptError(KernelCacheError, ValueError):
 
 
 class UnsupportedClient(KernelCacheError, RuntimeError):
-    """Raised by an adapter for a client version it does not know, or where the configuration is
-    malformed: the client is left on its own path."""
+    """An adapter's refusal (an unknown client version, a malformed configuration): the client keeps its path."""
 
 
 def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
@@ -69,8 +68,8 @@ def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
 
 
 def intercept(*clients: str) -> dict[str, str]:
-    """Serve `clients`' Triton calls from the store: now if the client is imported, else as soon as it
-    is. Returns each client's state ("installed", "armed", or "declined: reason")."""
+    """Serve `clients`' Triton calls from the store, now or as soon as the client is imported; each
+    client's state ("installed", "armed", or "declined: reason")."""
     names = parse_clients(",".join(clients), "intercept()") if clients else tuple(CLIENT_MODULES)
     for name in names:
         _arm_or_install(name)

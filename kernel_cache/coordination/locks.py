@@ -1,14 +1,11 @@
 """Cross-node per-key locks for the shared level: which kind to use, and soft-lock expiry.
 
 flock is a cross-node lock only where the filesystem forwards it to a lock manager; sshfs and NFS
-mounted with local_lock= lock on the calling node alone, so `auto` reads the filesystem type from
-/proc/self/mountinfo and uses a soft lock (an O_EXCL marker file) there. Its holder refreshes the
-marker's mtime, and waiters take over one not refreshed for `stale_after` seconds (or left by a
-dead process on this host).
-
-Locks only prevent duplicate compiles (correctness comes from the atomic publish), so a rare double
-holder costs a compile, never a wrong kernel. Lock files are reached through `safefs.Tree` and every
-wait is polled against a deadline: nothing here blocks in the kernel.
+mounted with local_lock= lock on the calling node alone, so `auto` uses a soft lock (an O_EXCL marker
+file) there. Its holder refreshes the marker's mtime; waiters take over one not refreshed for
+`stale_after` seconds (or left by a dead process on this host). Locks only prevent duplicate
+compiles (correctness comes from the atomic publish), so a rare double holder costs a compile,
+never a wrong kernel. Every wait is polled against a deadline: nothing here blocks in the kernel.
 """
 
 from __future__ import annotations
@@ -66,7 +63,6 @@ def filesystem_of(path: Path) -> tuple[str, set[str]]:
 
 
 def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
-    """Whether flock() on this filesystem excludes processes on other nodes too."""
     if fs_type in ("nfs", "nfs4"):
         return not ({"local_lock=flock", "local_lock=all", "nolock"} & options)
     if fs_type == "lustre":
@@ -90,7 +86,6 @@ def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
 
 
 def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
-    """'flock' or 'soft' for the lock directory root/parts, honouring KERNEL_CACHE_LOCK."""
     if mode not in LOCK_MODES:
         raise ValueError(f"lock mode {echo(mode)}: expected one of {', '.join(LOCK_MODES)}")
     if mode != "auto":
@@ -102,7 +97,7 @@ def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> 
 
 
 class _Heartbeat:
-    """Refreshes a held soft lock's mtime so waiters can tell a live holder from a dead one."""
+    """Refreshes a held soft lock's mtime: waiters tell a live holder from a dead one."""
 
     def __init__(self, tree: Tree, parts: tuple[str, ...], interval: float):
         self._tree, self._parts, self._interval = tree, parts, interval

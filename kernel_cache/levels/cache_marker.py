@@ -2,14 +2,10 @@
 Specification, https://bford.info/cachedir/, so backup tools skip the cache too) names the kind.
 
 Without it, a mistyped `KERNEL_CACHE_DIR=$HOME` would fill a home directory with `entries/`,
-`locks/` and `stats/`, and `cachectl import` would write entries next to a user's files. So a
-directory becomes a cache only when it is new, empty, or holds nothing but names kernel-cache
-itself makes (a cache written before the marker existed, which gains it on its first write); a
-local cache is never taken for a shared one or the other way round.
-
-The marker is written without fsync (two fsyncs would slow a fresh node on a slow disk): after a
-power cut it may be missing, empty or cut short, which reads as no marker (the start of ours, never
-another tool's), and the directory, holding nothing but kernel-cache's names, gains it again.
+`locks/` and `stats/`. So a directory becomes a cache only when it is new, empty, or holds nothing
+but names kernel-cache itself makes; a local cache is never taken for a shared one or the other way
+round. The marker is written without fsync (two fsyncs would slow a fresh node on a slow disk):
+after a power cut it may be missing or cut short, which reads as no marker, and it is written again.
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ def marker_text(kind: str) -> bytes:
 
 
 def kind_of(tree: Tree) -> str | None:
-    """'local' or 'shared' where the directory carries kernel-cache's marker; None where it has no
-    marker; '' where a marker is there but is not ours (another tool's cache)."""
+    """'local' or 'shared' where the directory carries our marker; None: no marker; '': another tool's."""
     try:
         found = tree.read(MARKER, max_bytes=_MAX_MARKER_BYTES)
     except (UnsafeFile, OSError):

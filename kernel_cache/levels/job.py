@@ -57,8 +57,8 @@ T = TypeVar("T")
 
 
 class JobClient(Protocol):
-    """The job's key-value store, as the level uses it (the lowering adapts JAX's client to it).
-    Faults are raised; absence and refusal of a create are answers."""
+    """The job's key-value store as the level uses it: faults are raised; absence and refusal of a
+    create are answers."""
 
     def get(self, name: str) -> bytes | None: ...
 
@@ -79,8 +79,7 @@ class JobLevel:
                  max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
                  lease_seconds: float = LEASE_SECONDS, lease_max_seconds: float = 600.0,
                  call_seconds: float = CALL_SECONDS, entry_seconds: float = ENTRY_SECONDS):
-        """`process` of `processes`: this process's place in the job. `max_bytes`: what this
-        process may put in all. `lease_max_seconds`: the longest a holder keeps its lease alive."""
+        """`max_bytes`: what this process may put in all; `lease_max_seconds`: the longest a lease is kept alive."""
         self.client = client
         self.process, self.processes = process, processes
         self.signer = signer
@@ -289,8 +288,8 @@ def _lapsed(value: bytes, unchanged_for: float, lease_seconds: float) -> bool:
 
 
 class _Calls:
-    """Calls run on daemon worker threads, each waited for at most its deadline: a hung coordinator
-    holds a worker, never the caller (and never the interpreter's exit)."""
+    """Calls on daemon worker threads, each waited for until its deadline: a hung coordinator holds a
+    worker, never the caller nor the interpreter's exit."""
 
     def __init__(self) -> None:
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -23,22 +23,19 @@ class Level(Protocol):
 
     @property
     def name(self) -> str:
-        """'memory', 'disk', 'shared', 'remote': what stats and listings call it."""
+        """'memory', 'disk', 'job', 'shared', 'remote'."""
 
     @property
     def writable(self) -> bool:
-        """False while writes are refused (read-only mount, full disk, a remote cooling
-        down after an error): puts are skipped."""
+        """False while writes are refused (read-only mount, full disk, a remote cooling down): puts are skipped."""
 
     @property
     def location(self) -> str:
-        """Where it lives, for messages and listings: a directory, an endpoint (never a password),
-        or "this process"."""
+        """Where it lives, for messages: a directory, an endpoint (never a password), "this process"."""
 
     @property
     def mode(self) -> str:
-        """How it is used now, in a word or two: "read-write", "read-only", "read-only (replica)",
-        "skipped (server failing)"."""
+        """How it is used now: "read-write", "read-only", "read-only (replica)", "skipped (server failing)"."""
 
     def get(self, key: str) -> Entry | None:
         """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
@@ -100,9 +97,8 @@ class FrontLevel(Protocol):
 
 @runtime_checkable
 class TransientLevel(Protocol):
-    """A level that lasts only as long as the processes sharing it (a multi-process job's key-value
-    store): it coordinates their compiles beside the levels that last, not instead of them, so the
-    store takes its lock between the local level's and the cluster's."""
+    """A level that lasts only as long as the processes sharing it (a job's key-value store): the
+    store takes its lock between the local level's and the cluster's, not instead of them."""
 
     @property
     def transient(self) -> bool: ...

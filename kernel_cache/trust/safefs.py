@@ -2,12 +2,9 @@
 
 A cache directory is hostile ground: any name in it may be a symlink, a FIFO (a reader blocks
 forever), a huge sparse file, or a file planted by an untrusted user. So a `Tree` walks below its
-root one `openat(O_DIRECTORY|O_NOFOLLOW)` at a time, checking each level's owner and mode; opens
-files O_NOFOLLOW|O_NONBLOCK and reads only regular files of a trusted owner, never past a cap;
+root one `openat(O_DIRECTORY|O_NOFOLLOW)` at a time, checking each level's owner and mode (`Owners`);
+opens files O_NOFOLLOW|O_NONBLOCK and reads only regular files of a trusted owner, never past a cap;
 creates only with O_EXCL; and deletes by name relative to a checked directory descriptor.
-
-Trust (`Owners`): nobody but trusted users can have written it: not world-writable, group-writable
-only by a trusted group, owned by this user, root or the trusted group.
 
 This module is long because every filesystem operation the store performs on ground other users
 can write is here, on purpose in one place to review.
@@ -85,7 +82,8 @@ def resolve_group(name: str) -> int:
 
 
 class Owners(FrozenValue):
-    """Whose files a reader accepts: this user, root, and optionally one named group."""
+    """Whose files a reader accepts: not world-writable, group-writable only by a trusted group, owned
+    by this user, root or the trusted group."""
 
     _fields = ("uids", "gid", "writer_gids")
     uids: frozenset[Any]  # None given: this user and root
@@ -194,9 +192,8 @@ class Tree:
             os.close(fd)
 
     def _open_dir(self, parts: tuple[str, ...], create: bool = False) -> int:
-        """An fd the caller closes. Reads start from a kept descriptor of the first level (checked
-        once: `entries/` is opened on every hit); creation always walks from the root, so writes
-        land in the live tree even if a level was replaced meanwhile."""
+        """Reads start from a kept descriptor of the first level (checked once: `entries/` is opened on
+        every hit); creation walks from the root, so writes land in the live tree."""
         start = 0
         with self._top_lock:
             top = self._top.get(parts[0]) if parts and not create else None
@@ -230,8 +227,7 @@ class Tree:
             raise
 
     def _forget_if_gone(self, first: str) -> bool:
-        """After a miss through a kept first-level descriptor: drop it if that directory was
-        deleted (an operator's rm -rf); True when the caller should look again."""
+        """Drop a kept first-level descriptor whose directory was deleted (rm -rf); True: look again."""
         with self._top_lock:
             top = self._top.get(first)
             if top is None:
@@ -367,8 +363,8 @@ class Tree:
 
     def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
                directories: bool = False) -> bool:
-        """Move a non-directory (with `directories`, anything) within the tree (quarantine); False
-        if it is gone, was replaced, or is a directory not asked for."""
+        """Move a non-directory (with `directories`, anything) within the tree; False if it is gone or
+        was replaced."""
         try:
             with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
                 name = check_name(src[-1])
