@@ -78,7 +78,8 @@ def intercept(*clients: str) -> dict[str, str]:
 
 def _arm_or_install(name: str) -> None:
     module = sys.modules.get(CLIENT_MODULES[name])
-    if module is not None and getattr(module, "__spec__", None) is not None and _initialized(module):
+    spec = getattr(module, "__spec__", None)
+    if module is not None and spec is not None and not getattr(spec, "_initializing", False):
         _install(name, module)
     else:
         _arm(name)
@@ -97,7 +98,7 @@ def install_from_environment() -> None:
         try:
             names = parse_clients(text)
         except InterceptError:
-            names = _named(text) or tuple(CLIENT_MODULES)
+            names = tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES)) or tuple(CLIENT_MODULES)
         for name in names:
             _arm_or_install(name)
     except Exception as exc:  # a bad variable must not stop every Python program on the machine
@@ -106,15 +107,6 @@ def install_from_environment() -> None:
 
 def _words(text: str) -> list[str]:
     return [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
-
-
-def _named(text: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES))
-
-
-def _initialized(module: ModuleType) -> bool:
-    spec = module.__spec__
-    return not getattr(spec, "_initializing", False)
 
 
 def _install(name: str, module: ModuleType) -> None:

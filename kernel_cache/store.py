@@ -319,13 +319,9 @@ class Store:
                                   f"cannot lock in the {level.name} level ({exc}); compiling without its lock")
                         continue
                     waited = time.perf_counter() - began
-                    if acquired is None:  # it could not be taken and nobody holds it: compile now
-                        if waited > UNCONTENDED:
-                            self.wait_budget.spend(waited)  # a live holder's wait, ended by a fault
-                        continue
-                    if acquired:
-                        if waited > UNCONTENDED:
-                            self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing
+                    if acquired is None or acquired:  # None: it could not be taken and nobody holds it
+                        if waited > UNCONTENDED:  # a takeover, a holder gone without publishing, or a fault
+                            self.wait_budget.spend(waited)
                         continue
                     outcome = self._lock_lost(level, key, label, waited)
                     if outcome == PUBLISHED:

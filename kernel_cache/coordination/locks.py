@@ -119,10 +119,6 @@ def _this_host() -> str:
     return socket.gethostname()
 
 
-def _marker() -> bytes:
-    return f"{os.getpid()}\n{_this_host()}\n".encode()
-
-
 def _holder_is_dead(content: str) -> bool:
     """A marker ('pid\nhost\n...') written on this host by a process that no longer exists."""
     lines = content.splitlines()
@@ -226,7 +222,7 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
             break_if_stale(tree, parts, stale_after)
             next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
         try:
-            mine = tree.write_new(*parts, data=_marker())
+            mine = tree.write_new(*parts, data=f"{os.getpid()}\n{_this_host()}\n".encode())
             break
         except FileExistsError:
             pass

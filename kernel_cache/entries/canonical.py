@@ -103,11 +103,7 @@ def canonical_text(value: Any, extend: Extension | None = None) -> str:
 def _dict_text(value: dict[Any, Any], extend: Extension | None) -> str:
     return '{"dict":[' + ",".join(["[" + (_string(k) if type(k) is str else canonical_text(k, extend)) + "," +
                                    (_string(v) if type(v) is str else canonical_text(v, extend)) + "]"
-                                   for k, v in sorted(value.items(), key=_by_key_repr)]) + "]}"
-
-
-def _by_key_repr(item: tuple[Any, Any]) -> str:
-    return repr(item[0])
+                                   for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]) + "]}"
 
 
 # The one hash of a document (content keys, winner keys, lowered-call keys, the toolchain summary):
