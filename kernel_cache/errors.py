@@ -4,9 +4,8 @@ from __future__ import annotations
 
 
 class KernelCacheError(Exception):
-    """The base of every exception kernel-cache raises on purpose: `except KernelCacheError` catches
-    them all. Each keeps its builtin base too (OSError, ValueError, RuntimeError), so a handler
-    written for that still matches."""
+    """The base of every exception kernel-cache raises on purpose; each keeps its builtin base too
+    (OSError, ValueError, RuntimeError), so a handler written for that still matches."""
 
 
 class LevelUnavailable(KernelCacheError, OSError):

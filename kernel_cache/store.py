@@ -38,9 +38,8 @@ Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
 
 class Store:
     def __init__(self, config: Config | None = None, *, read_only: bool = False):
-        """`read_only`: open the local level without writing (operators inspecting a cache that is
-        full, damaged, or on a read-only mount). A bound left at its default gives way to the one
-        stored in the cache directory (`cachectl config max-size`): `config` then holds that one."""
+        """`read_only`: open the local level without writing (an operator's look at a full, damaged or
+        read-only cache). A default bound gives way to the one stored in the cache directory."""
         config = config or Config()
         self.owners = Owners.current(config.trusted_gid)
         self.config = cache_settings.with_stored_bound(config, self.owners)  # read once, here
@@ -295,9 +294,8 @@ class Store:
     @contextlib.contextmanager
     def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[_Wait]:
         """Hold `key` across threads and processes. Every wait for another process is taken from the
-        process's waiting budget unless it ends in an entry served: a lock gained by a takeover or
-        after a holder gave up is charged here, one that ends in a publication is charged by the
-        caller (`_Wait.unserved`) if what was published cannot be served."""
+        waiting budget unless it ends in an entry served (one ending in a publication is charged by
+        the caller, `_Wait.unserved`, if what was published cannot be served)."""
         start = time.perf_counter()
         wait = _Wait()
         with self._key_locks.hold(key, label):

@@ -77,9 +77,8 @@ class CallRecord(FrozenValue):
         return chosen is not None and chosen == self.config_keys[0]
 
     def redirect(self, chosen: str | None) -> str | None:
-        """The key of the record a reader goes to instead of this one, given the winner stored now
-        under this record's winner key (`chosen`: that config's content key, None: no winner): the
-        winner's own record where the winner is one of this call's configs, else None (this one)."""
+        """The key of the winner's own record, where the winner stored now under this record's winner key
+        (`chosen`: its content key, or None) is one of this call's configs; else None (this one)."""
         if not self.winner_key or chosen is None or chosen not in self.config_keys:
             return None
         return winner_record_key(self.key, chosen)

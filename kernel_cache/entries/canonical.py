@@ -124,17 +124,14 @@ def digest(document: Any) -> str:
 
 
 def spliced_digest(head_text: str, rest: Any, extend: Extension | None = None, rest_head: str = "") -> str:
-    """`digest([head, rest])` where `head_text` is the canonical text of `head`, memoized by the
-    caller for a part many documents share (JSON text is compositional), `rest` the document's own
-    list; `rest_head`, where given, is the text of that list's first item, memoized too (the list
-    is then that item and `rest`'s)."""
+    """`digest([head, rest])` where `head_text` is the caller's memoized canonical text of `head` (JSON
+    text is compositional); `rest_head`, where given, the memoized text of `rest`'s list's first item."""
     if not rest_head:
         return digest_text("[" + head_text + "," + canonical_text(rest, extend) + "]")
     return digest_text("[" + head_text + ',{"list":[' + rest_head + "," + items_text(rest, extend) + "]}]")
 
 
 def items_text(values: list[Any], extend: Extension | None = None) -> str:
-    """The texts of a list's items, comma-separated: `canonical_text(values)` without the list's own
-    brackets, for a caller joining a list's memoized items with the rest of them."""
+    """`canonical_text(values)` without the list's own brackets, to join with memoized items."""
     whole = canonical_text(values, extend)
     return whole[len(_OPEN[list]):-2]

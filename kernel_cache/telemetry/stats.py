@@ -80,8 +80,7 @@ _recorders: tuple[Recorder, ...] = ()
 
 def add_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
     """Call `record_event(name, **kw)` and `record_duration(name, seconds, **kw)` for every event from
-    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `level=` for hits and
-    rejections): a telemetry library is called directly, with no function of ours between."""
+    now on, with jax.monitoring's names, directly (no function of ours between)."""
     global _recorders
     with _listeners_lock:
         if (record_event, record_duration) not in _recorders:

@@ -128,9 +128,8 @@ def check_name(name: str) -> str:
 
 
 class Tree:
-    """A directory opened once (its own path may hold symlinks: the user chose it) and everything
-    below it reached without following any. `owners=None` checks only each file's kind: for
-    content authenticated by signature instead of by who wrote it."""
+    """A directory opened once (its own path may hold symlinks: the user chose it) and everything below
+    it reached without following any. `owners=None`: for content authenticated by signature instead."""
 
     _fd = -1
     _top: dict[str, int] = {}
