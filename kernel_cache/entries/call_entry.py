@@ -27,7 +27,6 @@ from kernel_cache.entries.summary import (
     META_TARGET,
     META_TOOLCHAIN,
 )
-from kernel_cache.entries.summary import expect_text as _text
 from kernel_cache.value_class import FrozenValue
 
 KIND = "lowered-call"
@@ -100,11 +99,12 @@ class CallRecord(FrozenValue):
             raise ValueError(f"not a lowered-call record (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})")
         try:
             config_keys = tuple(meta["config_keys"])
-            record = cls(key=entry.key, kernel=_text(meta[META_NAME]), call_name=_text(meta["call_name"]),
-                         platform=_text(meta["platform"]), arch=_text(meta[META_ARCH]), target=dict(meta[META_TARGET]),
-                         toolchain=_text(meta[META_TOOLCHAIN]["summary"]), config_keys=config_keys,
+            record = cls(key=entry.key, kernel=expect_text(meta[META_NAME]), call_name=expect_text(meta["call_name"]),
+                         platform=expect_text(meta["platform"]), arch=expect_text(meta[META_ARCH]),
+                         target=dict(meta[META_TARGET]), toolchain=expect_text(meta[META_TOOLCHAIN]["summary"]),
+                         config_keys=config_keys,
                          compile_seconds=float(meta[META_COMPILE_SECONDS]), payload=entry.blobs.get(PAYLOAD_BLOB),
-                         winner_key=_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
+                         winner_key=expect_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed lowered-call record: {type(exc).__name__}: {exc}") from None
         if not config_keys or not all(isinstance(k, str) and KEY_PATTERN.fullmatch(k) for k in config_keys):
@@ -114,6 +114,13 @@ class CallRecord(FrozenValue):
         if record.payload is None and not record.winner_key:
             raise ValueError("lowered-call record holds neither a payload nor a winner key")
         return record
+
+
+def expect_text(value: Any) -> str:
+    """`value` where it is text (a record's field); TypeError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
 
 
 def winner_record_key(call_key: str, chosen: str) -> str:

@@ -132,12 +132,5 @@ def compile_seconds(meta: dict[str, Any]) -> float:
     return _number(meta.get(META_COMPILE_SECONDS)) or 0.0
 
 
-def expect_text(value: Any) -> str:
-    """`value` where it is text (a record's field); TypeError otherwise."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, got {type(value).__name__}")
-    return value
-
-
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.entries.call_entry import expect_text as _text
 from kernel_cache.entries.canonical import canonical as core_canonical
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import Entry, is_key
 from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
-from kernel_cache.entries.summary import expect_text as _text
 
 KIND = "autotune-winner"
 FORMAT = 2  # 2: key values in the one canonical encoding (format 1 left lists untagged and stringified dict keys)
