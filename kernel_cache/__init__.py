@@ -3,14 +3,10 @@
 Knows nothing of Triton or JAX. Configured from KERNEL_CACHE_* environment variables, or from
 code with `configure(Config(...))`.
 
-Logging: kernel-cache always logs to the `kernel_cache` logger (and its children), as any library
-does: INFO is one line per lookup (key, level, milliseconds, kernel, arch, launch config), DEBUG adds
-the content-key summary of each compile and single-flight lock waits. Your logging configuration
-decides what is shown (`logging.basicConfig(level=logging.INFO)` shows the lookup lines).
-KERNEL_CACHE_LOG=info or debug is for programs that configure no logging: kernel-cache then sets
-the logger's level, adds its own stderr handler and stops propagation to the root logger (so a
-root handler does not print each line twice). KERNEL_CACHE_LOG=off, like leaving it unset, adds
-nothing and changes nothing: the records reach your handlers, if any, and are otherwise dropped.
+Logging: to the `kernel_cache` logger, as any library: INFO is one line per lookup, DEBUG adds each
+compile's content-key summary and single-flight waits. KERNEL_CACHE_LOG=info or debug is for
+programs that configure no logging: kernel-cache then adds its own stderr handler and stops
+propagation (so a root handler does not print each line twice); off or unset changes nothing.
 Warnings (`KernelCacheWarning`) go through the `warnings` module.
 """
 
@@ -85,8 +81,7 @@ def configure(config: Config | None = None) -> Store:
 
 
 def current_session() -> Session:
-    """The process-wide session, created from the environment on first use. A lowering takes it
-    once and passes it (or its store and config) down."""
+    """The process-wide session, created from the environment on first use."""
     session = _default
     if session is None:
         with _creating:
@@ -98,13 +93,11 @@ def current_session() -> Session:
 
 
 def current_config() -> Config:
-    """The process-wide configuration (the session's): what every floor above reads instead of the
-    environment, so `configure()` reaches all of them."""
+    """The session's configuration: what every floor reads instead of the environment."""
     return current_session().config
 
 
 def default_store() -> Store:
-    """The process-wide store (the session's)."""
     return current_session().store
 
 
@@ -114,7 +107,6 @@ def _flush_at_exit() -> None:
         try:
             store = _default.store
             store.stats.flush()
-            # uses for the levels' LRU order, kept in memory so a warm process does not write per hit
             for level in store.persistent_levels:
                 if isinstance(level, MaintainedLevel):
                     with contextlib.suppress(Exception):

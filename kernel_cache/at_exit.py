@@ -1,10 +1,7 @@
-"""The package's one exit sequence: what must reach the cache when the interpreter exits, in the
-order it must. Compile worker processes are closed first (the compiler's, where a miss started
-them), then a program's warm sets are saved (saving reads and writes the store), then the counters and
-the uses kept for the levels' LRU order.
-Modules name their step (`add`); the one atexit registration is made when the first step is added,
-at first use as the separate hooks were (a process that never opened a store registers
-nothing), so the sequence runs before the exit hooks of libraries imported earlier (JAX's). A step
+"""The package's one exit sequence, in the order it must run: compile workers closed, then warm sets
+saved (which reads and writes the store), then the counters and the uses kept for the LRU order.
+The atexit registration is made when the first step is added (a process that never opened a store
+registers nothing), so it runs before the exit hooks of libraries imported earlier (JAX's). A step
 that fails never fails the program's exit, nor stops the steps after it.
 """
 
@@ -34,7 +31,6 @@ def add(step: str, run: Callable[[], None]) -> None:
 
 
 def run_steps() -> None:
-    """Every step added, in the sequence's order (what exit does)."""
     for step in STEPS:
         found = _steps.get(step)
         if found is not None:

@@ -14,18 +14,15 @@ V = TypeVar("V")
 
 
 class BoundedMemo(dict[K, V]):
-    """A memo of values that are pure functions of their keys, which stops growing at `bound`
-    entries (4096; `BoundedMemo.of(n)` for another): what it holds stays (never stale), what comes
-    later is computed again at each ask, so a process that asks for ever new keys (a long-running
-    server tracing new programs) holds a bounded amount. Reads are a plain dict's (`memo.get(key)`,
-    one lookup on a hot path), and so is making one (`BoundedMemo()`: no Python `__init__`)."""
+    """A memo of pure values that stops growing at `bound` entries (`BoundedMemo.of(n)` for another):
+    what comes later is computed again at each ask, so a long-running server tracing new programs
+    holds a bounded amount. Reads and making one are a plain dict's (no Python `__init__`)."""
 
     __slots__ = ()
     bound = 4096
 
     @classmethod
     def of(cls, bound: int) -> BoundedMemo[Any, Any]:
-        """An empty memo bounded at `bound` entries."""
         sized: type[BoundedMemo[Any, Any]] = type(f"BoundedMemo{bound}", (cls,), {"__slots__": (), "bound": bound})
         return sized()
 
@@ -38,8 +35,7 @@ class BoundedMemo(dict[K, V]):
 
 class SizedLRU(Generic[V]):
     """`size(value)` (or the size `put` is given) counts against `max_bytes`; a value larger than
-    `max_item_bytes` (default: the whole bound, where keeping it would evict everything else) is not
-    kept. Each value's size is kept beside it, so eviction never asks for it again."""
+    `max_item_bytes` (default: the whole bound) is not kept. Sizes are kept beside the values."""
 
     def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
                  max_item_bytes: int | None = None) -> None:

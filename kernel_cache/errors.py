@@ -1,13 +1,11 @@
-"""The error family: KernelCacheError, the base of every exception kernel-cache raises on purpose, and
-the store's typed failures, each carrying what an operator needs to act on it."""
+"""The error family: KernelCacheError and the store's typed failures."""
 
 from __future__ import annotations
 
 
 class KernelCacheError(Exception):
-    """The base of every exception kernel-cache raises on purpose: `except KernelCacheError` catches
-    them all. Each keeps its builtin base too (OSError, ValueError, RuntimeError), so a handler
-    written for that still matches."""
+    """The base of every exception kernel-cache raises on purpose; each keeps its builtin base too
+    (OSError, ValueError, RuntimeError), so a handler written for that still matches."""
 
 
 class LevelUnavailable(KernelCacheError, OSError):
@@ -30,6 +28,3 @@ class RejectedEntry(KernelCacheError):
 class ReentrantBuild(KernelCacheError, RuntimeError):
     """A builder asked the store for the very key it is building: it would wait on itself."""
 
-
-# Their former names ("tier" was the word for a level), still importable.
-TierUnavailable, TierReadOnly, TierUntrusted = LevelUnavailable, LevelReadOnly, LevelUntrusted

@@ -1,6 +1,5 @@
-"""The store's front level: one session's warm set (`kernel_cache.entries.warm_set`, the codec and
-why a set exists), loaded at the program's first ask, served before every level, and saved at exit
-where this process read or wrote keys it did not hold."""
+"""The store's front level: one session's warm set (`kernel_cache.entries.warm_set` says why), loaded
+at the program's first ask, served before every level, and saved at exit."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from kernel_cache.store import Store
 
 
 class WarmSet:
-    """One session's warm set: what it loaded (at its first ask) and what it read or wrote since.
-    Inactive where the store has no local level. Thread-safe."""
+    """One session's warm set: what it loaded and what it read or wrote since. Thread-safe."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -43,14 +41,13 @@ class WarmSet:
         return self.front_get(key)
 
     def begin(self, first: str, lineage: str | None = None) -> None:
-        """The program's first ask (a key or a signature) names its set: loaded here, once.
-        `lineage`: the first ask's name under any toolchain (see the module's docstring)."""
+        """The program's first ask (a key or a signature) names its set: loaded here, once."""
         if self._first is None:
             self._load(first, lineage)
 
     def front_get(self, key: str) -> Entry | None:
-        """The store's front level (`Store.front_level`): a member of the loaded set, noted as `get`
-        notes it; None before the set is loaded (a program's first ask, not the store, names it)."""
+        """A member of the loaded set, noted; None before the set is loaded (the program's first ask,
+        not the store, names it)."""
         entry = self._held.get(key)
         if entry is not None and key not in self._noted:
             self._served.add(key)
@@ -58,8 +55,7 @@ class WarmSet:
         return entry
 
     def signed(self, signature: str, lineage: str | None = None) -> Entry | None:
-        """The member the set names for `signature` (the first call loads the set of `signature`),
-        while the local index holds it, noted as `get` notes it; or None."""
+        """The member the set names for `signature` (the first call loads its set), noted; or None."""
         self.begin(signature, lineage)
         key = self._signed.get(signature)
         return None if key is None else self.get(key)
@@ -71,8 +67,7 @@ class WarmSet:
                 self._signing[signature] = key
 
     def touch_later(self, keys: list[str]) -> None:
-        """Tell the levels' LRU order of a use of `keys` when the set is saved (at exit; at once
-        where the set is inactive)."""
+        """Tell the levels' LRU order of a use of `keys` when the set is saved (at once where inactive)."""
         if not self.active:
             self._store.touch(keys)
             return
@@ -80,9 +75,8 @@ class WarmSet:
             self._served.update(keys)
 
     def predecessor(self) -> list[Entry]:
-        """The members of the set the first ask's lineage last named, where that is not this
-        program's own set (none was found for its first ask: another toolchain, environment or
-        target wrote it); empty otherwise. Read from the local level, not noted, never served."""
+        """The members of the set the first ask's lineage last named, where this program found no set
+        of its own; empty otherwise. Not noted, never served."""
         with self._lock:
             first, lineage, own = self._first, self._lineage, self._loaded
         if not self.active or first is None or lineage is None or own:
@@ -133,8 +127,8 @@ class WarmSet:
         return min(warm_set.MAX_BYTES, self._store.config.max_entry_bytes - (1 << 20))
 
     def save(self) -> bool:
-        """Write the set where it changed (see the module's docstring); whether it was written. The
-        members served from the set are told to the levels' LRU order (their own reads were not)."""
+        """Write the set where it changed; whether it was written. Members served from the set are
+        told to the levels' LRU order (their own reads were not)."""
         with self._lock:
             first, noted, held, served = self._first, dict(self._noted), dict(self._held), set(self._served)
             lineage = self._lineage

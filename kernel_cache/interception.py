@@ -2,20 +2,16 @@
 
 `KERNEL_CACHE_INTERCEPT=jax_triton,ejkernel` (or `all`), or `kernel_cache.intercept("jax_triton")`
 from code. The core knows each client only by the module whose loading arms it; the adapters live
-in the lowering floor and are found through the `kernel_cache.clients` entry-point group, loaded
-once the client's module has loaded (the client has imported JAX by then, so the core never does).
-An adapter takes over the client at the level every binding reaches (its primitive's lowering
-rule, or the helper its lowering rules call), so `from jax_triton import triton_call` made before
-or after makes no difference. Whatever goes wrong here warns once and leaves the client on its own
-path: interception never fails a program. The `.pth` file installed with the package calls
-`install_from_environment()` only when the variable is set (one `os.environ` lookup otherwise).
+in the lowering floor (the `kernel_cache.clients` entry-point group), loaded once the client's module
+has loaded (it has imported JAX by then, so the core never does). An adapter takes over the client
+where every binding reaches (its lowering rule), so `from jax_triton import triton_call` made
+before or after makes no difference. Whatever goes wrong here warns once and leaves the client on
+its own path: interception never fails a program.
 
 An adapter also carries the client's fixes for this JAX (jax-triton 0.4.1's DCE rule fails on JAX
-0.12 without it) and applies them before anything that can decline, the configuration included: a
-malformed setting, even a misspelt client in this variable, leaves the client on its own path,
-mended, with one warning naming the variable, never a program that no longer runs. So a list that
-names an unknown client still arms the clients it names (all of them where it names none), and
-their adapters decline with that warning when the client loads.
+0.12 without it) and applies them before anything that can decline: a malformed setting, even a
+misspelt client in this variable, leaves the client on its own path, mended, with one warning. So a
+list that names an unknown client still arms the clients it names (all of them where it names none).
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ class InterceptError(KernelCacheError, ValueError):
 
 
 class UnsupportedClient(KernelCacheError, RuntimeError):
-    """Raised by an adapter for a client version it does not know, or where the configuration is
-    malformed: the client is left on its own path."""
+    """An adapter's refusal (an unknown client version, a malformed configuration): the client keeps its path."""
 
 
 def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
@@ -73,8 +68,8 @@ def parse_clients(text: str, what: str = ENV) -> tuple[str, ...]:
 
 
 def intercept(*clients: str) -> dict[str, str]:
-    """Serve `clients`' Triton calls from the store: now if the client is imported, else as soon as it
-    is. Returns each client's state ("installed", "armed", or "declined: reason")."""
+    """Serve `clients`' Triton calls from the store, now or as soon as the client is imported; each
+    client's state ("installed", "armed", or "declined: reason")."""
     names = parse_clients(",".join(clients), "intercept()") if clients else tuple(CLIENT_MODULES)
     for name in names:
         _arm_or_install(name)
@@ -83,29 +78,27 @@ def intercept(*clients: str) -> dict[str, str]:
 
 def _arm_or_install(name: str) -> None:
     module = sys.modules.get(CLIENT_MODULES[name])
-    if module is not None and getattr(module, "__spec__", None) is not None and _initialized(module):
+    spec = getattr(module, "__spec__", None)
+    if module is not None and spec is not None and not getattr(spec, "_initializing", False):
         _install(name, module)
     else:
         _arm(name)
 
 
 def status() -> dict[str, str]:
-    """Each client asked for in this process and where it stands."""
     with _lock:
         return dict(_state)
 
 
 def install_from_environment() -> None:
     """Called by the `.pth` file at interpreter start when KERNEL_CACHE_INTERCEPT is set; never raises.
-    A list naming an unknown client arms the known ones it names (or all): their adapters mend the
-    client and decline, each warning once when its client loads, so a program that imports none
-    hears nothing (a program of kernel-cache's own gets the ConfigError at its first call)."""
+    A malformed list warns only when a client it arms loads, so a program that imports none hears nothing."""
     text = os.environ.get(ENV, "")
     try:
         try:
             names = parse_clients(text)
         except InterceptError:
-            names = _named(text) or tuple(CLIENT_MODULES)
+            names = tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES)) or tuple(CLIENT_MODULES)
         for name in names:
             _arm_or_install(name)
     except Exception as exc:  # a bad variable must not stop every Python program on the machine
@@ -114,16 +107,6 @@ def install_from_environment() -> None:
 
 def _words(text: str) -> list[str]:
     return [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
-
-
-def _named(text: str) -> tuple[str, ...]:
-    """The known clients a malformed list names."""
-    return tuple(dict.fromkeys(n for n in _words(text) if n in CLIENT_MODULES))
-
-
-def _initialized(module: ModuleType) -> bool:
-    spec = module.__spec__
-    return not getattr(spec, "_initializing", False)
 
 
 def _install(name: str, module: ModuleType) -> None:

@@ -1,16 +1,13 @@
 """The one way our own code defers importing our own code: `later("kernel_cache.levels.remote.level")`.
 
-A warm process should load only what it runs: no Redis client without a remote, no
-shared-directory level without a shared directory, no index repair on an undamaged index, none of
-the compiler's machinery without a miss. A module that needs such a module on a rare path holds
-`later(name)`, a stand-in that imports `name` at its first attribute access. The stand-in then puts
-the real module where it stood (each global of the module that called `later` still bound to it),
-so every later use is a plain attribute read of the real module (a test that patches the real
-module is seen); a reference kept elsewhere (a table row) hands each access on to the real module.
+A warm process should load only what it runs: no Redis client without a remote, none of the
+compiler's machinery without a miss. A module that needs such a module on a rare path holds
+`later(name)`, a stand-in that imports `name` at its first attribute access and then puts the real
+module where it stood (each global of the caller still bound to it), so every later use is a plain
+attribute read; a reference kept elsewhere (a table row) hands each access on.
 
-The floor test (`tests/architecture/test_floors.py`) reads every `later("...")` call as an import of that
-module: the name must be a string literal, absolute, and on the same floor or a lower one. An
-`import` statement inside a function stays refused; this is the only sanctioned deferral.
+The floor test reads every `later("...")` call as an import (a string literal, absolute, on the same
+floor or a lower one); an `import` inside a function stays refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One configuration of this process: its `Config`, its store, and the per-process memos of every floor.
 
 `configure()` replaces the session, so nothing remembered under one configuration (content keys,
-record texts, winners read from the old store, kernels touched in it, lowered payloads) survives
-into the next; the lowering takes the session once per call and passes it (or its store and
-config) down, and the floors keep their memos in it instead of in module globals.
-
-A floor declares each memo once, as a typed `SessionMemo` of its own module (`SessionMemo("what",
-factory)`, the factory given the session); `memo.of(session)` is that session's, made at its first
-use. The one mode a session is in, `tuning` (set while `cachectl tune` forces or records autotuned
-configs: nothing lowered is reused), is an attribute.
+record texts, winners, lowered payloads) survives into the next: the floors keep their memos in it
+(each a typed `SessionMemo` of its own module) instead of in module globals. `tuning` is set while
+`cachectl tune` forces or records autotuned configs (nothing lowered is reused).
 
 What stays module-level is a fact about this process's installed software or devices (the
 toolchain fingerprint, keyed by the identity of the files it hashes; jaxlib's capabilities; a
@@ -29,8 +24,7 @@ M = TypeVar("M")
 
 
 class SessionMemo(Generic[M]):
-    """One floor's per-session memo, declared at module level by the module that owns it: a typed
-    key into every session (never a string), made by `factory` at a session's first use."""
+    """One floor's per-session memo: a typed key into every session, made by `factory` at its first use."""
 
     __slots__ = ("factory", "name")
 
@@ -39,7 +33,6 @@ class SessionMemo(Generic[M]):
         self.factory = factory
 
     def of(self, session: Session) -> M:
-        """`session`'s memo (a dictionary hit once made)."""
         found: M | None = session.memos.get(self)
         return found if found is not None else session.made(self)
 
@@ -56,7 +49,6 @@ class Session:
         self._lock = threading.Lock()
 
     def made(self, memo: SessionMemo[M]) -> M:
-        """`memo`, made now unless another thread just did."""
         with self._lock:
             found: M | None = self.memos.get(memo)
             if found is None:

@@ -1,12 +1,10 @@
 """The store: a chain of levels (memory, local disk, shared directory, remote), read in order, behind
 one get-or-create, single-flight per key across threads, processes and nodes.
 
-A cache failure never fails the caller: an unusable or untrusted level is dropped with one warning
-and the store keeps working from memory; a corrupt entry is a miss, removed, and rebuilt; an entry
-rejected for who wrote it (unsigned, foreign key) is a miss, counted, and never copied into a
-faster level. With a signing key every entry written is signed (see kernel_cache.trust.signing). It is
-long because the chain, its counters and the single-flight lock are one place: what a lookup costs
-and what a compile waits for read together here.
+A cache failure never fails the caller: an unusable level is dropped with one warning; a corrupt
+entry is a miss, removed, and rebuilt; an entry rejected for who wrote it is a miss, counted, and
+never copied into a faster level. It is long because the chain, its counters and the single-flight
+lock are one place: what a lookup costs and what a compile waits for read together here.
 """
 
 from __future__ import annotations
@@ -40,9 +38,8 @@ Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
 
 class Store:
     def __init__(self, config: Config | None = None, *, read_only: bool = False):
-        """`read_only`: open the local level without writing (operators inspecting a cache that is
-        full, damaged, or on a read-only mount). A bound left at its default gives way to the one
-        stored in the cache directory (`cachectl config max-size`): `config` then holds that one."""
+        """`read_only`: open the local level without writing (an operator's look at a full, damaged or
+        read-only cache). A default bound gives way to the one stored in the cache directory."""
         config = config or Config()
         self.owners = Owners.current(config.trusted_gid)
         self.config = cache_settings.with_stored_bound(config, self.owners)  # read once, here
@@ -68,12 +65,10 @@ class Store:
         return self.levels[1:]
 
     def level(self, name: str) -> Level | None:
-        """The level called `name` ('memory', 'disk', 'shared', 'remote'), if in use."""
         return next((t for t in self.levels if t.name == name), None)
 
     def replace_level(self, name: str, level: Level | None) -> None:
-        """Put `level` where the level called `name` is (or would be, in the backends' order); None
-        removes it. cachectl uses it to inspect a damaged local cache through a read-only view."""
+        """Put `level` where the level called `name` is (or would be, in the backends' order); None removes it."""
         order = ["memory", *(backend.name for backend in backends.BACKENDS)]
         kept = [t for t in self.levels if t.name != name]
         if level is not None:
@@ -82,9 +77,8 @@ class Store:
         self.cluster_levels = self._cluster_levels()
 
     def add_transient(self, level: Level) -> None:
-        """Add `level`, which no configuration names (a multi-process job's key-value store, which
-        only the lowering can reach), right after the local level: read after this node's own
-        levels and before the cluster's, written with every entry, locked between them."""
+        """Add `level`, which no configuration names (a job's key-value store), right after the local
+        level: read after this node's own levels and before the cluster's, locked between them."""
         if self.config.disabled:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
@@ -93,18 +87,15 @@ class Store:
 
     @property
     def disk(self) -> Level | None:
-        """The node-local level (shorthand for level('disk'))."""
         return self.level("disk")
 
     @property
     def shared(self) -> Level | None:
-        """The shared-directory level (shorthand for level('shared'))."""
         return self.level("shared")
 
     def get(self, key: str) -> tuple[Entry, str] | None:
-        """(entry, level name) or None. The levels are read in order, memory first; a hit is copied
-        into every faster level (backfill) as the bytes it was stored as. Each persistent level
-        validates the key at its door (InvalidKey)."""
+        """(entry, level name) or None. A hit is copied into every faster level as the bytes it was
+        stored as (never encoded or signed again)."""
         if self.config.disabled:
             return None
         front = self.front
@@ -126,9 +117,8 @@ class Store:
         return None
 
     def front_level(self, warm: FrontLevel) -> None:
-        """Put `warm` (a session's warm set) in front of the levels: `get` answers from its loaded
-        members before it reads memory. It holds only entries of the local level still
-        holds, verified as that level's own; a later session's set takes its place."""
+        """Put `warm` (a session's warm set) in front of the levels, before memory; a later session's
+        set takes its place."""
         self.front = warm
 
     def put(self, entry: Entry) -> None:
@@ -136,9 +126,8 @@ class Store:
         self._put_in(self.levels, entry)
 
     def get_shared(self, key: str) -> Entry | None:
-        """The entry from the levels shared across nodes alone, verified as `get` verifies it and
-        copied nowhere: for what a node keeps in a memo of its own (the toolchain fingerprint) and
-        asks the cluster for only where that memo has nothing."""
+        """The entry from the levels shared across nodes alone, copied nowhere: for what a node keeps
+        in a memo of its own (the toolchain fingerprint) and asks the cluster for only on a miss."""
         if self.config.disabled:
             return None
         for level in self.cluster_levels:
@@ -152,8 +141,7 @@ class Store:
         self._put_in(self.cluster_levels, entry)
 
     def get_local(self, key: str) -> Entry | None:
-        """The entry from the local level alone, verified as `get` verifies it and copied nowhere:
-        for what only this node's processes write and read (a warm set)."""
+        """The entry from the local level alone, copied nowhere (a warm set)."""
         disk = self.disk
         return None if disk is None or self.config.disabled else self._level_get(disk, key)
 
@@ -163,8 +151,7 @@ class Store:
         self._put_in([disk] if disk is not None else [], entry)
 
     def held_locally(self, keys: Sequence[str]) -> set[str]:
-        """Which of `keys` the local level holds, one stat each; an
-        empty set where it cannot tell."""
+        """Which of `keys` the local level holds; an empty set where it cannot tell."""
         disk = self.disk
         if disk is None:
             return set()
@@ -175,8 +162,6 @@ class Store:
             return set()
 
     def _put_in(self, levels: list[Level], entry: Entry) -> None:
-        """`entry` written to `levels`, encoded (and signed) once for all the persistent ones among
-        them (the memory level keeps the entry itself)."""
         if self.config.disabled or not levels:
             return
         key_ok(entry.key) or check_key(entry.key)
@@ -190,9 +175,8 @@ class Store:
         return self.signer.sign(data) if self.signer is not None else data
 
     def lookup(self, key: str, label: lookup_log.Label = "") -> tuple[dict[str, Any], dict[str, bytes]] | None:
-        """(metadata, blobs) when some level holds `key`, counted and logged as a hit; else None.
-        Never builds: callers that can batch their misses use this first. `label` names the entry
-        in log lines: text, or a function called only when a line is written."""
+        """(metadata, blobs) when some level holds `key`, counted as a hit; else None. Never builds:
+        for callers that batch their misses."""
         start = time.perf_counter()
         found = self.get(key)
         if found is None:
@@ -204,9 +188,8 @@ class Store:
     def get_or_create(self, key: str, build: Builder, label: lookup_log.Label = "", *,
                       known_missing: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The entry for `key`, built at most once across threads and processes on a miss.
-        `known_missing`: the caller has just looked it up and missed (that was the miss's one read).
-        Under the lock a presence probe (a stat, EXISTS) tells whether a neighbour
-        built it meanwhile; only then is it read."""
+        `known_missing`: the caller has just missed it. Under the lock a presence probe (a stat,
+        EXISTS) tells whether a neighbour built it meanwhile; only then is it read."""
         start = time.perf_counter()
         found = None if known_missing else self.get(key)
         if found is not None:
@@ -247,8 +230,6 @@ class Store:
 
     # Internals ----------------------------------------------------------------------------
     def _cluster_levels(self) -> list[Level]:
-        """The levels shared across nodes (the shared directory, the remote), fastest first: kept
-        as `cluster_levels`, which a fresh node's toolchain memo asks before deriving anything."""
         return [t for t in self.persistent_levels if t is not self.disk]
 
     def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
@@ -270,8 +251,8 @@ class Store:
         return entry.meta, entry.blobs
 
     def _maintained(self, level: Level) -> TypeGuard[MaintainedLevel]:
-        """isinstance(level, MaintainedLevel), asked once per level class: a runtime-checkable
-        protocol's isinstance looks up every one of its members, and a record served asks."""
+        """isinstance(level, MaintainedLevel), once per level class: a runtime-checkable protocol's
+        isinstance looks up every member, and every record served asks."""
         kind = type(level)
         found = self._maintained_kinds.get(kind)
         if found is None:
@@ -313,9 +294,8 @@ class Store:
     @contextlib.contextmanager
     def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[_Wait]:
         """Hold `key` across threads and processes. Every wait for another process is taken from the
-        process's waiting budget unless it ends in an entry served: a lock gained by a takeover or
-        after a holder gave up is charged here, one that ends in a publication is charged by the
-        caller (`_Wait.unserved`) if what was published cannot be served."""
+        waiting budget unless it ends in an entry served (one ending in a publication is charged by
+        the caller, `_Wait.unserved`, if what was published cannot be served)."""
         start = time.perf_counter()
         wait = _Wait()
         with self._key_locks.hold(key, label):
@@ -337,13 +317,9 @@ class Store:
                                   f"cannot lock in the {level.name} level ({exc}); compiling without its lock")
                         continue
                     waited = time.perf_counter() - began
-                    if acquired is None:  # it could not be taken and nobody holds it: compile now
-                        if waited > UNCONTENDED:
-                            self.wait_budget.spend(waited)  # a live holder's wait, ended by a fault
-                        continue
-                    if acquired:
-                        if waited > UNCONTENDED:
-                            self.wait_budget.spend(waited)  # a takeover, or a holder gone without publishing
+                    if acquired is None or acquired:  # None: it could not be taken and nobody holds it
+                        if waited > UNCONTENDED:  # a takeover, a holder gone without publishing, or a fault
+                            self.wait_budget.spend(waited)
                         continue
                     outcome = self._lock_lost(level, key, label, waited)
                     if outcome == PUBLISHED:
@@ -354,8 +330,8 @@ class Store:
                 yield wait
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
-        """Why a wait for `level`'s lock ended without it. A wait that did not end in the entry being
-        published is taken from the process's waiting budget, and said once with what it really cost."""
+        """Why a wait for `level`'s lock ended without it; a wait not ended by a publication is
+        taken from the waiting budget."""
         if holds(level, key):
             return PUBLISHED
         self.wait_budget.spend(waited)
@@ -371,7 +347,6 @@ class Store:
         return "timed out"
 
     def _anywhere(self, key: str) -> bool:
-        """Whether some level holds `key`, without reading it (a level that cannot say: no)."""
         return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
     def _lock_levels(self) -> list[Level]:
@@ -400,7 +375,6 @@ class _Wait:
 
 
 def _read_failed(level: Level, exc: Exception) -> None:
-    """Say once per level and cause that reading `level` failed (the caller goes on without it)."""
     warn_once(f"read:{level.name}:{_cause(exc)}", f"reading the {level.name} level failed ({exc}); continuing without it")
 
 

@@ -3,20 +3,12 @@
 `@dataclass` compiles every method it adds from generated source when the class is created, and a
 warm process imports some thirty of them: together, more than it spends on its lookups. A class of a
 module every warm process imports subclasses `Value` or `FrozenValue` instead, names its fields in
-`_fields` (their order: equality, hashing and repr follow it) and writes its own `__init__`,
-compiled once into the module's bytecode: `self.__dict__.update(field=value, ...)`, which a frozen
-class's `__setattr__` does not see (one call where a frozen dataclass makes an `object.__setattr__`
-per field; copies and pickles restore `__dict__` the same way). The base gives what the dataclass
-would have:
-
-- `Value`: equality by the fields in order with an instance of the same class only (`NotImplemented`
-  otherwise), unhashable (a mutable dataclass's `__hash__ = None`), `Name(field=value, ...)` as
-  repr (a field in `_hidden` left out, as `field(repr=False)`) and `__match_args__`.
-- `FrozenValue`: the same, hashed by the fields, and no attribute assigned or deleted after
-  `__init__` (`dataclasses.FrozenInstanceError`, as a frozen dataclass raises).
-
-`dataclasses.fields`, `replace` and `asdict` do not apply to these: `replace(value, **changes)` here
-is `dataclasses.replace` for them (a new instance through `__init__`, checks included).
+`_fields` (equality, hashing and repr follow their order) and writes its own `__init__`:
+`self.__dict__.update(field=value, ...)`, which a frozen class's `__setattr__` does not see (one call
+where a frozen dataclass makes an `object.__setattr__` per field). The bases give what the dataclass
+would have (equality with the same class only, repr without `_hidden` fields, `__match_args__`;
+`FrozenValue`: hashing, and `FrozenInstanceError` on assignment). `replace` here is
+`dataclasses.replace` for them.
 """
 
 from __future__ import annotations

@@ -12,9 +12,8 @@ from kernel_cache.telemetry import lookup_log
 
 
 class KeyLocks:
-    """Per-key thread locks for single-flight. An entry lives only while some thread holds or
-    waits for it (the table stays as small as the compiles in flight), and a thread that asks
-    for a key it is already building gets ReentrantBuild instead of waiting on itself forever."""
+    """An entry lives only while some thread holds or waits for it; a thread that asks for a key it
+    is already building gets ReentrantBuild instead of waiting on itself forever."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()

@@ -1,14 +1,11 @@
 """Cross-node per-key locks for the shared level: which kind to use, and soft-lock expiry.
 
 flock is a cross-node lock only where the filesystem forwards it to a lock manager; sshfs and NFS
-mounted with local_lock= lock on the calling node alone, so `auto` reads the filesystem type from
-/proc/self/mountinfo and uses a soft lock (an O_EXCL marker file) there. Its holder refreshes the
-marker's mtime, and waiters take over one not refreshed for `stale_after` seconds (or left by a
-dead process on this host).
-
-Locks only prevent duplicate compiles (correctness comes from the atomic publish), so a rare double
-holder costs a compile, never a wrong kernel. Lock files are reached through `safefs.Tree` and every
-wait is polled against a deadline: nothing here blocks in the kernel.
+mounted with local_lock= lock on the calling node alone, so `auto` uses a soft lock (an O_EXCL marker
+file) there. Its holder refreshes the marker's mtime; waiters take over one not refreshed for
+`stale_after` seconds (or left by a dead process on this host). Locks only prevent duplicate
+compiles (correctness comes from the atomic publish), so a rare double holder costs a compile,
+never a wrong kernel. Every wait is polled against a deadline: nothing here blocks in the kernel.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ _FLOCK_COHERENT = {
 
 
 def filesystem_of(path: Path) -> tuple[str, set[str]]:
-    """(fs type, mount + super options) of the mount holding `path`, from /proc/self/mountinfo."""
+    """(fs type, mount + super options) of the mount holding `path`."""
     target = os.path.realpath(path)
     best: tuple[str, set[str]] = ("unknown", set())
     best_len = -1
@@ -66,7 +63,6 @@ def filesystem_of(path: Path) -> tuple[str, set[str]]:
 
 
 def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
-    """Whether flock() on this filesystem excludes processes on other nodes too."""
     if fs_type in ("nfs", "nfs4"):
         return not ({"local_lock=flock", "local_lock=all", "nolock"} & options)
     if fs_type == "lustre":
@@ -75,7 +71,7 @@ def flock_is_coherent(fs_type: str, options: set[str]) -> bool:
 
 
 def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
-    """Probe: can we flock a file here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)?"""
+    """Whether flock works here at all (some filesystems answer ENOLCK/ENOSYS/EOPNOTSUPP)."""
     probe = (*parts, f".flock-probe.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         with tree.open_lock_file(*probe) as fd:
@@ -90,7 +86,6 @@ def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
 
 
 def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
-    """'flock' or 'soft' for the lock directory root/parts, honouring KERNEL_CACHE_LOCK."""
     if mode not in LOCK_MODES:
         raise ValueError(f"lock mode {echo(mode)}: expected one of {', '.join(LOCK_MODES)}")
     if mode != "auto":
@@ -102,7 +97,7 @@ def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> 
 
 
 class _Heartbeat:
-    """Refreshes a held soft lock's mtime so waiters can tell a live holder from a dead one."""
+    """Refreshes a held soft lock's mtime: waiters tell a live holder from a dead one."""
 
     def __init__(self, tree: Tree, parts: tuple[str, ...], interval: float):
         self._tree, self._parts, self._interval = tree, parts, interval
@@ -124,10 +119,6 @@ def _this_host() -> str:
     return socket.gethostname()
 
 
-def _marker() -> bytes:
-    return f"{os.getpid()}\n{_this_host()}\n".encode()
-
-
 def _holder_is_dead(content: str) -> bool:
     """A marker ('pid\nhost\n...') written on this host by a process that no longer exists."""
     lines = content.splitlines()
@@ -144,9 +135,8 @@ def _holder_is_dead(content: str) -> bool:
 
 def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bool:
     """Remove a soft marker whose holder is gone (not refreshed for `stale_after` seconds, or a dead
-    pid on this host; anything else at a lock path once as old). A plain rename (NFS and sshfs have
-    it) moves it aside; a peer's marker renamed in between is put back with link(), which never
-    overwrites."""
+    pid on this host). A rename (NFS and sshfs have it) moves it aside; a peer's marker renamed in
+    between is put back with link(), which never overwrites."""
     seen = tree.lstat(*parts)
     if seen is None:
         return False
@@ -185,8 +175,7 @@ def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bo
 def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
          stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False,
          poll: float = POLL_INTERVAL) -> Iterator[bool]:
-    """Hold the lock at root/parts; yields True if acquired, False if `done()` became true while
-    waiting (the result was published by the holder) or `timeout` seconds passed."""
+    """Hold the lock at root/parts: True if acquired, False if `done()` (published) or `timeout` came first."""
     with (_hold_flock(tree, parts, timeout, done, poll) if kind == "flock"
           else _hold_soft(tree, parts, timeout, stale_after, done, poll)) as held:
         yield held
@@ -233,7 +222,7 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
             break_if_stale(tree, parts, stale_after)
             next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
         try:
-            mine = tree.write_new(*parts, data=_marker())
+            mine = tree.write_new(*parts, data=f"{os.getpid()}\n{_this_host()}\n".encode())
             break
         except FileExistsError:
             pass
@@ -263,9 +252,7 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
 
 
 def remove_if_free(tree: Tree, parts: tuple[str, ...], kind: str, stale_after: float) -> bool:
-    """Debris removal: delete the lock file if nobody holds it (flock: a non-blocking flock
-    succeeds, and the file is unlinked while we hold it; soft: the marker has not been refreshed
-    for `stale_after` seconds). Returns whether it was removed."""
+    """Delete the lock file if nobody holds it (flock: unlinked while we hold it; soft: stale)."""
     if kind == "soft":
         return break_if_stale(tree, parts, stale_after)
     st = tree.lstat(*parts)

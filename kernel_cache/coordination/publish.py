@@ -1,9 +1,6 @@
-"""Atomic publish of one file on a (possibly network) filesystem.
-
-A reader must see either no file or the whole file, never a partial one, even when the writer is
-killed mid-write or the disk fills up: write a uniquely named temp file in the target directory,
-fsync it, rename it over the final name (atomic on POSIX local filesystems and on NFS). A writer
-killed before the rename leaves only a hidden temp file, which `is_temp` recognises for pruning.
+"""Atomic publish of one file on a (possibly network) filesystem: a uniquely named temp file, fsynced,
+renamed over the final name, so a reader sees no file or the whole file even when the writer is
+killed or the disk fills. A writer killed before the rename leaves a temp file `is_temp` recognises.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ def is_temp(name: str) -> bool:
 
 
 def publish(tree: Tree, parts: tuple[str, ...], data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to root/parts atomically (temp file, fsync, rename; see safefs.Tree.publish;
-    `durable=False`: no fsync, for a file whose loss after a power cut costs nothing).
-    File modes follow the umask (0666 & ~umask), so a group-shared directory stays shareable."""
+    """Write `data` to root/parts atomically (`durable=False`: no fsync, for a file whose loss after a
+    power cut costs nothing); modes follow the umask, so a group-shared directory stays shareable."""
     tree.publish(*parts, data=data, temp_name=temp_name(parts[-1]), durable=durable)

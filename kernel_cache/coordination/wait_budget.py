@@ -1,9 +1,8 @@
 """One budget of waiting for other processes' compiles, per process, across every key.
 
-A lock timeout per key lets a model of 14 kernels whose holders are stuck wait 14 timeouts. The store
-instead spends one budget (KERNEL_CACHE_LOCK_TIMEOUT) on all its waits for cross-process locks:
-each wait may last what is left of it, what it really waited is taken from it, and once it is
-spent the process compiles without waiting for the rest of its run.
+A lock timeout per key lets a model of 14 kernels whose holders are stuck wait 14 timeouts; one
+budget (KERNEL_CACHE_LOCK_TIMEOUT) for all waits is spent once, then the process compiles without
+waiting.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Lowered-call records: a whole Triton call's launch payload, kept under a fingerprint of the call.
 
-A model lowers hundreds of Triton calls in a fresh process. Serving each of them kernel by kernel
-costs a content key, a store read and a proto per config; a record turns a call seen before (in
-any process) into one store read: the zlib-compressed proto jaxlib launches, exactly as the lowering
-rule built it from its kernels.
+Serving a call kernel by kernel costs a content key, a store read and a proto per config; a record
+turns a call seen before (in any process) into one store read: the zlib-compressed proto jaxlib
+launches. It is an ordinary entry (kind "lowered-call"), keyed by a fingerprint the lowering computes
+from everything the payload is built from (`lowering.records.call_records`). It holds a second copy
+of its kernels' binaries, so it still serves when they are pruned.
 
-The record is an ordinary entry (kind "lowered-call"), so every level, listing, prune, verify and
-bundle handles it like any other. Its key is a fingerprint the lowering computes from everything
-the payload is built from (see `lowering.records.call_records`); this module knows nothing of Triton or
-JAX. It holds a second copy of its kernels' binaries, so it still serves when they are pruned.
-
-An autotuned call lowered where persisted winners apply also names its winner key: a reader
-that finds a winner stored since then goes to that winner's own record instead (`redirect`), and
-lowers the winner alone where it finds none (see `lowering.records.call_records`).
+An autotuned call lowered where persisted winners apply also names its winner key: a reader that
+finds a winner stored since then goes to that winner's own record instead (`redirect`).
 """
 
 from __future__ import annotations
@@ -71,15 +66,9 @@ class CallRecord(FrozenValue):
     def autotuned(self) -> bool:
         return len(self.config_keys) > 1
 
-    def winner_record_key(self, chosen: str) -> str:
-        """Where the record of this call lowered as its persisted winner `chosen` alone lives."""
-        return winner_record_key(self.key, chosen)
-
     def serves(self, chosen: str | None) -> bool:
         """Whether this record's payload is what its call lowers to, given the winner stored now under
-        its winner key (`chosen`, as in `redirect`): a record without a winner key always; an
-        autotuned one while it does not redirect; a winner's own record (one config) while that
-        config is still the winner."""
+        its winner key (`chosen`, as in `redirect`)."""
         if not self.winner_key:
             return True
         if self.autotuned:
@@ -87,12 +76,11 @@ class CallRecord(FrozenValue):
         return chosen is not None and chosen == self.config_keys[0]
 
     def redirect(self, chosen: str | None) -> str | None:
-        """The key of the record a reader goes to instead of this one, given the winner stored now
-        under this record's winner key (`chosen`: that config's content key, None: no winner): the
-        winner's own record where the winner is one of this call's configs, else None (this one)."""
+        """The key of the winner's own record, where the winner stored now under this record's winner key
+        (`chosen`: its content key, or None) is one of this call's configs; else None (this one)."""
         if not self.winner_key or chosen is None or chosen not in self.config_keys:
             return None
-        return self.winner_record_key(chosen)
+        return winner_record_key(self.key, chosen)
 
     def to_entry(self) -> Entry:
         meta = {META_KIND: KIND, "format": FORMAT, META_NAME: self.kernel, META_ARCH: self.arch,
@@ -111,11 +99,12 @@ class CallRecord(FrozenValue):
             raise ValueError(f"not a lowered-call record (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})")
         try:
             config_keys = tuple(meta["config_keys"])
-            record = cls(key=entry.key, kernel=_text(meta[META_NAME]), call_name=_text(meta["call_name"]),
-                         platform=_text(meta["platform"]), arch=_text(meta[META_ARCH]), target=dict(meta[META_TARGET]),
-                         toolchain=_text(meta[META_TOOLCHAIN]["summary"]), config_keys=config_keys,
+            record = cls(key=entry.key, kernel=expect_text(meta[META_NAME]), call_name=expect_text(meta["call_name"]),
+                         platform=expect_text(meta["platform"]), arch=expect_text(meta[META_ARCH]),
+                         target=dict(meta[META_TARGET]), toolchain=expect_text(meta[META_TOOLCHAIN]["summary"]),
+                         config_keys=config_keys,
                          compile_seconds=float(meta[META_COMPILE_SECONDS]), payload=entry.blobs.get(PAYLOAD_BLOB),
-                         winner_key=_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
+                         winner_key=expect_text(meta.get("winner_key", "")), created=float(meta[META_CREATED]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed lowered-call record: {type(exc).__name__}: {exc}") from None
         if not config_keys or not all(isinstance(k, str) and KEY_PATTERN.fullmatch(k) for k in config_keys):
@@ -127,14 +116,20 @@ class CallRecord(FrozenValue):
         return record
 
 
+def expect_text(value: Any) -> str:
+    """`value` where it is text (a record's field); TypeError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
 def winner_record_key(call_key: str, chosen: str) -> str:
     """Where the record of the call keyed `call_key`, lowered as its winner `chosen` alone, lives."""
     return digest(["kernel-cache lowered call", WINNER_FORMAT, call_key, "winner", chosen])
 
 
 def problem(entry: Entry) -> str | None:
-    """Why `entry` is not a usable record, or None: well-formed, and its payload a complete zlib
-    stream. The lowered-call kind's check in `entry_kinds` (verify, bundle import)."""
+    """Why `entry` is not a usable record (malformed, or its payload no complete zlib stream), or None."""
     try:
         record = CallRecord.from_entry(entry)
     except ValueError as exc:
@@ -151,17 +146,10 @@ def problem(entry: Entry) -> str | None:
 
 
 def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """What list/show print for a record (None for other entries); tolerates anything. The
-    lowered-call kind's summary in `entry_kinds`."""
+    """What list/show print for a record (None for other entries); tolerates anything."""
     if meta.get(META_KIND) != KIND:
         return None
     keys = meta.get("config_keys")
     return {"call_name": str(meta.get("call_name", "")), "platform": str(meta.get("platform", "")),
             "kernels": [str(k) for k in keys] if isinstance(keys, list) else [],
             "winner_key": str(meta.get("winner_key", ""))}
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, got {type(value).__name__}")
-    return value

@@ -58,15 +58,8 @@ def _scalar(value: Any, extend: Extension | None) -> Any:
 _string = json.encoder.encode_basestring_ascii  # as json.dumps writes a string (ensure_ascii)
 
 
-def canonical_text(value: Any, extend: Extension | None = None) -> str:
-    """`digest.text(canonical(value, extend))`, written in one pass without building the tagged form
-    (a lowered call's fingerprint is encoded on every lowering, so the tagged form is not built). A test keeps
-    the two equal for every kind of value."""
-    return _text(value, extend)
-
-
 def _leaf(value: Any) -> str | None:
-    """The text of a plain leaf (the common case, written without recursing), or None."""
+    """The text of a plain leaf (the common case), or None."""
     kind = type(value)
     if kind is str:
         return _string(value)
@@ -83,44 +76,38 @@ def _leaf(value: Any) -> str | None:
     return None
 
 
-_OPEN: dict[type, str] = {list: '{"list":[', tuple: '{"tuple":['}  # a plain list's or tuple's opening, as _text writes it
+_OPEN: dict[type, str] = {list: '{"list":[', tuple: '{"tuple":['}  # a plain list's or tuple's opening
 
 
-def _text(value: Any, extend: Extension | None) -> str:
-    """`value`'s text. A list's or tuple's strings and ints, most of a key's leaves, are written inline
-    (no call per leaf), and each container's items are joined once: a lowered call's key is encoded
-    on every lowering."""
+def canonical_text(value: Any, extend: Extension | None = None) -> str:
+    """`text(canonical(value, extend))` in one pass, without building the tagged form (a test keeps
+    the two equal): a lowered call's key is encoded on every lowering, so a list's strings and ints
+    are written inline (no call per leaf) and each container's items are joined once."""
     kind = type(value)
     if kind is list or kind is tuple:
         return _OPEN[kind] + ",".join([_string(item) if type(item) is str else
                                        '{"int":"' + str(item) + '"}' if type(item) is int else
-                                       _text(item, extend) for item in value]) + "]}"
+                                       canonical_text(item, extend) for item in value]) + "]}"
     if kind is dict:
         return _dict_text(value, extend)
     leaf = _leaf(value)
     if leaf is not None:
         return leaf
     if isinstance(value, (list, tuple)):
-        return "{" + _string(kind.__name__) + ":[" + ",".join([_text(item, extend) for item in value]) + "]}"
+        return "{" + _string(kind.__name__) + ":[" + ",".join([canonical_text(item, extend) for item in value]) + "]}"
     if isinstance(value, dict):
         return _dict_text(value, extend)
     return text(_scalar(value, extend))
 
 
 def _dict_text(value: dict[Any, Any], extend: Extension | None) -> str:
-    return '{"dict":[' + ",".join(["[" + (_string(k) if type(k) is str else _text(k, extend)) + "," +
-                                   (_string(v) if type(v) is str else _text(v, extend)) + "]"
-                                   for k, v in sorted(value.items(), key=_by_key_repr)]) + "]}"
+    return '{"dict":[' + ",".join(["[" + (_string(k) if type(k) is str else canonical_text(k, extend)) + "," +
+                                   (_string(v) if type(v) is str else canonical_text(v, extend)) + "]"
+                                   for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]) + "]}"
 
 
-def _by_key_repr(item: tuple[Any, Any]) -> str:
-    return repr(item[0])
-
-
-# The one hash of a document ----------------------------------------------------------------------
-# Content keys (`compiler.key`), winner keys (`kernel_cache.entries.winner_entry`), lowered-call keys
-# (`lowering.records.call_key`) and the toolchain summary all hash a document in this encoding
-# with xxh3-128, here: one digest in the core, so no floor keeps a copy of its own.
+# The one hash of a document (content keys, winner keys, lowered-call keys, the toolchain summary):
+# xxh3-128, here, so no floor keeps a copy of its own.
 
 
 def text(document: Any) -> str:
@@ -129,7 +116,6 @@ def text(document: Any) -> str:
 
 
 def digest_text(document_text: str) -> str:
-    """The digest of a document given as its canonical text."""
     return str(xxhash.xxh3_128_hexdigest(document_text.encode()))
 
 
@@ -138,17 +124,14 @@ def digest(document: Any) -> str:
 
 
 def spliced_digest(head_text: str, rest: Any, extend: Extension | None = None, rest_head: str = "") -> str:
-    """`digest([head, rest])` where `head_text` is the canonical text of `head`, memoized by the
-    caller for a part many documents share (JSON text is compositional), `rest` the document's own
-    list; `rest_head`, where given, is the text of that list's first item, memoized too (the list
-    is then that item and `rest`'s)."""
+    """`digest([head, rest])` where `head_text` is the caller's memoized canonical text of `head` (JSON
+    text is compositional); `rest_head`, where given, the memoized text of `rest`'s list's first item."""
     if not rest_head:
         return digest_text("[" + head_text + "," + canonical_text(rest, extend) + "]")
     return digest_text("[" + head_text + ',{"list":[' + rest_head + "," + items_text(rest, extend) + "]}]")
 
 
 def items_text(values: list[Any], extend: Extension | None = None) -> str:
-    """The texts of a list's items, comma-separated: `canonical_text(values)` without the list's own
-    brackets, for a caller joining a list's memoized items with the rest of them."""
+    """`canonical_text(values)` without the list's own brackets, to join with memoized items."""
     whole = canonical_text(values, extend)
     return whole[len(_OPEN[list]):-2]

@@ -17,10 +17,8 @@ Layout (little-endian):
     mac       32 bytes   HMAC-SHA256 over everything before the trailer
 
 The xxh3 checksum catches accidents (flipped bits, truncation); anyone can recompute it, so it
-proves nothing about who wrote an entry. That is the signature's job.
-
-Nothing here is ever executed or unpickled. `decode` validates everything and raises
-`CorruptEntry`, which every level turns into a miss plus removal of the bad entry.
+proves nothing about who wrote an entry: that is the signature's job. Nothing here is ever executed
+or unpickled; `decode` raises `CorruptEntry`, which every level turns into a miss and a removal.
 """
 
 from __future__ import annotations
@@ -44,9 +42,7 @@ _FIELDS = struct.Struct("<8sHHIIQ")  # the header without its checksum
 _BLOB_NAME = struct.Struct("<H")
 _BLOB_SIZE = struct.Struct("<Q")
 MAX_BLOBS = 64
-# Largest entry a reader accepts unless configured otherwise (KERNEL_CACHE_MAX_ENTRY_BYTES): real
-# entries are KiB to a few MiB; a hostile file larger than this is refused unread.
-DEFAULT_MAX_ENTRY_BYTES = 256 << 20
+DEFAULT_MAX_ENTRY_BYTES = 256 << 20  # real entries are KiB to a few MiB; a larger file is refused unread
 MAX_META_DEPTH = 32  # our metadata nests 3 levels; deeper JSON is hostile (RecursionError bait)
 KEY_LENGTH = 32  # xxh3-128 as lower-case hex
 _KEY = KEY_PATTERN = re.compile(r"[0-9a-f]{32}")  # a key, whole: `KEY_PATTERN.fullmatch(name)`
@@ -74,8 +70,8 @@ def is_key(name: str) -> bool:
 
 
 def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
-    """(entry without trailer, trailer or None). Only a trailer whose header-declared position
-    and magic both fit is split off; anything else is left for `read_header` to reject."""
+    """(entry without trailer, trailer or None); a trailer whose position or magic does not fit is left
+    for `read_header` to reject."""
     if len(data) >= _HEADER.size + SIGNATURE_SIZE:
         start = len(data) - SIGNATURE_SIZE
         if data[start:start + len(SIGNATURE_MAGIC)] == SIGNATURE_MAGIC:
@@ -128,8 +124,7 @@ def _checksum(fields: bytes, payload: bytes | memoryview) -> bytes:
 
 
 def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, int, bytes]:
-    """(meta_len, n_blobs, payload_len, checksum) from the header at the start of `data`, checked
-    against the entry's whole size (`len(data)` unless `total_size` says otherwise)."""
+    """(meta_len, n_blobs, payload_len, checksum), checked against the entry's size (`total_size`, else `len(data)`)."""
     if len(data) < _HEADER.size:
         raise CorruptEntry(f"entry is truncated ({len(data)} bytes, header needs {_HEADER.size})")
     magic, version, _, meta_len, n_blobs, payload_len, checksum = _HEADER.unpack_from(data)
@@ -147,9 +142,8 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
 
 
 def _parse_meta(raw: bytes) -> dict[str, Any]:
-    """The metadata, parsed, then held to MAX_META_DEPTH: JSON deeper than the parser's recursion
-    limit fails in the parser (RecursionError, caught), anything between is measured on the parsed
-    value (cheaper than a string-stripping pass over the unparsed text)."""
+    """The metadata, held to MAX_META_DEPTH: past the parser's recursion limit it fails there
+    (RecursionError); below, it is measured on the parsed value (cheaper than a pass over the text)."""
     try:
         meta = json.loads(raw)
     except ValueError as exc:
@@ -164,8 +158,7 @@ def _parse_meta(raw: bytes) -> dict[str, Any]:
 
 
 def nesting(value: Any) -> int:
-    """How deeply a parsed JSON value's lists and objects nest (a scalar: 0), level by level without
-    recursion."""
+    """How deeply a parsed JSON value's lists and objects nest (a scalar: 0), without recursion."""
     deepest, level = 0, [value] if type(value) is dict or type(value) is list else []
     while level:
         deepest += 1
@@ -193,8 +186,7 @@ def json_depth(raw: bytes) -> int:
 
 
 def decode(data: bytes, expected_key: str | None = None) -> Entry:
-    """Parse and validate `data` (a signature trailer, if any, is ignored here: the store checks
-    it); with `expected_key`, also check it is the entry for that key."""
+    """Parse and validate `data` (a signature trailer is the store's to check)."""
     raw = data if type(data) is bytes else bytes(data)
     data, _ = split_signature(raw)
     meta_len, n_blobs, _, checksum = read_header(data)
@@ -237,8 +229,7 @@ def peek_meta(data: bytes) -> dict[str, Any]:
 
 
 def peek_meta_head(head: bytes, total_size: int) -> dict[str, Any]:
-    """The metadata of an entry of `total_size` bytes from its first bytes `head` (at least
-    `META_PEEK_BYTES` of them, or the whole entry): listings need not read blobs."""
+    """The metadata of an entry of `total_size` bytes from its first `META_PEEK_BYTES` bytes (or all of it)."""
     meta_len, _, _, _ = read_header(head, total_size=total_size)
     if len(head) < _HEADER.size + meta_len:
         raise CorruptEntry(f"entry metadata ({meta_len} bytes) is larger than listings read")

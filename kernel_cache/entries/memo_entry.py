@@ -1,18 +1,12 @@
-"""Memo records: a text derived from an identity, kept as an ordinary entry. Shared: one derived
-from installed files (a toolchain fingerprint, a plugin's layout), kept in the levels shared across
-nodes so a fresh node need not derive it again. Local: a warm set's lineage (`warm_set.LINEAGE`:
-the identity is a program's first call under any toolchain, the text the set last written for it).
-
-A node without its own memo (a new, empty cache directory) would otherwise rehash, rerun or rescan
-what every other node with the same installation already derived (Triton's build key, `ptxas
---version`, jaxlib's plugin layout: a large part of a fresh node's first lowering). A record is an ordinary
-entry (kind "installed-memo"): signed and verified like a kernel, listed, pruned and bundled like one.
+"""Memo records: a text derived from an identity, kept as an ordinary entry (kind "installed-memo").
+Shared: one derived from installed files (a toolchain fingerprint, a plugin's layout), so a fresh
+node need not rehash, rerun or rescan what every node with the same installation already derived (a
+large part of its first lowering). Local: a warm set's lineage (`warm_set.LINEAGE`).
 
 Its key is the digest of the memo's name and the identity of the files the text is derived from, as
-the writer's node saw them (`identity`: path, size, mtime, ctime and inode of each: a copy of the
-files, a reinstall or an edit on another node is another identity). The record repeats name and
-identity, and a reader takes its text only where they are its own (`text_for`), never by the key
-alone. This module knows nothing of Triton or JAX: the identity is the caller's.
+the writer's node saw them (path, size, mtime, ctime and inode of each: a reinstall or an edit is
+another identity). The record repeats name and identity, and a reader takes its text only where they
+are its own (`text_for`), never by the key alone.
 """
 
 from __future__ import annotations
@@ -31,8 +25,6 @@ MAX_TEXT_BYTES = 1 << 20  # a memo's text is a fingerprint or a small layout: mo
 
 
 def memo_key(name: str, identity: Any) -> str:
-    """Where the memo `name` of files with `identity` lives (the same on every node that sees the
-    files as having that identity)."""
     return digest({"kind": KIND, "format": FORMAT, "name": name, "identity": identity})
 
 
@@ -52,9 +44,7 @@ def text_for(entry: Entry, name: str, identity: Any) -> str | None:
 
 
 def problem(entry: Entry) -> str | None:
-    """Why `entry` is not a usable memo record, or None: its kind and format, a name, an identity
-    that gives its key, and one text blob of UTF-8 within MAX_TEXT_BYTES. The kind's check in
-    `entry_kinds` (verify, bundle import)."""
+    """Why `entry` is not a usable memo record, or None."""
     meta = entry.meta
     if meta.get(META_KIND) != KIND or meta.get("format") != FORMAT:
         return f"not an installed-memo record (kind={meta.get(META_KIND)!r}, format={meta.get('format')!r})"

@@ -1,8 +1,5 @@
-"""The metadata fields the compiler writes into an entry and the operator's tools read back.
-
-One typed view instead of bare strings in several modules: the compiler builds entries with
-these names (`META_*`), cachectl and prewarm read them through `EntrySummary.from_meta`, which
-tolerates anything (an entry from another version, or hostile content) and never raises.
+"""The metadata fields the compiler writes into an entry (`META_*`) and the operator's tools read back
+through `EntrySummary.from_meta`, which tolerates anything (another version's entry, hostile content).
 """
 
 from __future__ import annotations
@@ -131,8 +128,7 @@ def _signature(recipe: dict[str, Any]) -> str:
 
 
 def compile_seconds(meta: dict[str, Any]) -> float:
-    """What building the entry cost (0 when unknown): the one field every hit reads, without the
-    rest of the summary."""
+    """What building the entry cost (0 when unknown): the one field every hit reads."""
     return _number(meta.get(META_COMPILE_SECONDS)) or 0.0
 
 

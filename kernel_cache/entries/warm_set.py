@@ -3,35 +3,27 @@
 A warm process lowering a model reads one record per Triton call: each read is an index query, a
 safe open of a value file and its read, about a third of a warm lowering's time per kernel. A warm
 set is one ordinary entry (kind "warm-set") holding every entry a process read or wrote through it,
-in the order it did: each one's key, metadata and blob sizes in the set's metadata, the blobs back
-to back in its one blob, so one checksum, one metadata parse and no per-member header cover them
-all. The next process whose first ask is the same key reads the set instead: one index query and one
-file, plus one query that keeps only the members the local index still holds (an entry pruned,
-deleted or evicted since is never served from a set). The set is as trusted as the local level's own
-entries (same directory, same checks); `cachectl verify` checks each member as the kind it says it
-is.
+in order: each one's key, metadata and blob sizes in the set's metadata, the blobs back to back in
+its one blob, so one checksum and one metadata parse cover them all. The next process whose first
+ask is the same key reads the set instead, and keeps only the members the local index still holds
+(an entry pruned or evicted since is never served from a set). The set is as trusted as the local
+level's own entries; `cachectl verify` checks each member as the kind it says it is.
 
-Its key is the digest of the first key read: the same program starts with the same call, and a
-program that reads other keys later is served those from the store as before. At exit a set is
-written to the local level alone (never the cluster's), and only where this process read or wrote
+Its key is the digest of the first key (or signature) asked: the same program starts with the same
+call. At exit a set is written to the local level alone, and only where this process read or wrote
 keys it did not hold, or some of its members are gone: a warm process repeating its last run
 writes nothing. Members are this process's keys first, then the set's others still held, within
-MAX_MEMBERS and MAX_BYTES (and the store's entry size bound). This module knows nothing of Triton
-or JAX: what is noted is the caller's.
+MAX_MEMBERS and MAX_BYTES.
 
-A set is also named by its first ask's lineage (the caller's: the same call under any toolchain,
-environment or target): a small memo record (`memo_entry`, name `LINEAGE`) beside the set points
-from the lineage to the set last written for it. A process whose first ask finds no set of its own
-(an upgrade, another target) can read the set that lineage names (`predecessor`): what the program
-needed last time, under another toolchain, for the caller to compile ahead.
+A memo record (`memo_entry`, name `LINEAGE`) beside the set points from the first ask's lineage
+(the same call under any toolchain, environment or target) to the set last written for it: a
+process whose first ask finds no set of its own (an upgrade) reads what the program needed last
+time (`predecessor`), for the caller to compile ahead.
 
-A set also keeps the caller's signatures: a signature (a digest the caller computes before it knows
-an entry's key) -> the key of a member (`sign`, `signed`). The caller vouches that a signature names
-one key; the set keeps only the pairs whose member it holds, and serves a member only while the
-local index holds it. A set is then filed under the first key or signature asked of it.
+A set also keeps the caller's signatures (a digest computed before an entry's key is known) -> a
+member's key; the caller vouches that a signature names one key.
 
-This module is the set's codec; what a session loads, notes and saves at exit is the store's front
-level (`kernel_cache.front_level`).
+This module is the codec; what a session loads, notes and saves is `kernel_cache.front_level`.
 """
 
 from __future__ import annotations
@@ -57,9 +49,7 @@ def set_key(first_key: str) -> str:
 
 
 def to_entry(first_key: str, members: list[Entry], signed: dict[str, str] | None = None) -> Entry:
-    """The set of `members`, in this order: each one's key, metadata and blob sizes in the set's
-    metadata, their blobs back to back in its one blob (checksummed with it, as one entry); and the
-    `signed` signature -> key pairs whose key is a member."""
+    """The set of `members`, in this order, and the `signed` signature -> key pairs whose key is a member."""
     count = len(members)
     blobs = [sorted(m.blobs.items()) for m in members]
     listed = [[m.key, m.meta, [[name, len(data)] for name, data in own]] for m, own in zip(members, blobs)]
@@ -136,9 +126,8 @@ def _member_problem(member: Any) -> str | None:
 
 
 def problem(entry: Entry) -> str | None:
-    """Why `entry` is not a usable warm set, or None: its shape (each member a key, its metadata and
-    its blobs' sizes, adding up to the members blob). The kind's check in `entry_kinds`, which also
-    checks each member as the kind it says it is (verify, bundle import)."""
+    """Why `entry` is not a usable warm set, or None: its shape. The kind's check in `entry_kinds`,
+    which also checks each member as the kind it says it is."""
     try:
         members_of(entry)
     except ValueError as exc:

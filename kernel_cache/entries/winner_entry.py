@@ -1,19 +1,14 @@
 """Persisted autotune winners: which config of an autotuned kernel ran fastest, on one GPU model.
 
-A winner is a small entry the store keeps beside the kernels (kind "autotune-winner", JSON metadata,
-no blobs), so every level, listing, prune, verify and bundle handles it like any other entry. Its
-key is the core's digest over a document, in the one canonical encoding (`kernel_cache.entries.canonical`), of
-  - the kernel family: the sorted content keys of every config's compiled kernel. Each content
-    key already covers the kernel's source and callees, the signature, the constexprs (the
-    config's included), the launch options, the target arch and the toolchain, so a changed
-    kernel, config list, arch or Triton is another family;
+A winner is a small entry (kind "autotune-winner", JSON metadata, no blobs). Its key is the digest of
+  - the kernel family: the sorted content keys of every config's compiled kernel (each covers the
+    kernel's source, signature, constexprs, options, arch and toolchain, so a changed kernel,
+    config list, arch or Triton is another family);
   - the autotune-key values of the call, type-tagged (the int 1, the float 1.0 and True differ);
   - the GPU model (jax's `device_kind`, e.g. "NVIDIA H100 80GB HBM3").
 The record names the winning config by its content key, so a reader uses it only when that key is
-one of the configs it is about to launch. The key can be recomputed from the record itself:
-`problem` checks that, so a record moved under another key is refused.
-
-Knows nothing of Triton or JAX: the lowering computes the content keys and key values.
+one of the configs it is about to launch. `problem` recomputes the key from the record, so a record
+moved under another key is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.entries.call_entry import expect_text as _text
 from kernel_cache.entries.canonical import canonical as core_canonical
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import Entry, is_key
@@ -34,10 +30,7 @@ FORMAT = 2  # 2: key values in the one canonical encoding (format 1 left lists u
 RETIRED_FORMATS = frozenset({1})  # well-formed records no key of this version reaches: they age out
 
 
-def canonical(value: Any) -> Any:
-    """The autotune-key values as a winner key encodes them: the core's canonical form (every value
-    type-tagged: the int 1, the float 1.0, True and "1" differ); TypeError for what has none."""
-    return core_canonical(value)
+canonical = core_canonical  # the autotune-key values as a winner key encodes them
 
 
 def family(config_keys: Sequence[str]) -> str:
@@ -46,8 +39,7 @@ def family(config_keys: Sequence[str]) -> str:
 
 
 def winner_key(config_keys: Sequence[str], key_values: Any, device: str) -> str:
-    """The store key of the winner of this family, for these autotune-key values (canonical: see
-    `canonical`), on this GPU model."""
+    """The store key of the winner of this family, for these (canonical) key values, on this GPU model."""
     return digest({"kind": KIND, "format": FORMAT, "family": family(config_keys),
                     "key_values": key_values, "device": device})
 
@@ -127,8 +119,7 @@ class Winner:
 
 
 def problem(entry: Entry) -> str | None:
-    """Why a decoded winner entry cannot be used (None: it can): malformed, or filed under a key
-    that its own content does not give. The winner kind's check in `entry_kinds`."""
+    """Why a decoded winner entry cannot be used (malformed, or filed under another key), or None."""
     try:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
@@ -139,16 +130,14 @@ def problem(entry: Entry) -> str | None:
 
 
 def damage(entry: Entry) -> str | None:
-    """What `verify` and bundle import refuse: `problem`, except that a well-formed record of a
-    retired format is no damage (no key of this version reaches it; it ages out like any entry)."""
+    """`problem`, except that a well-formed record of a retired format is no damage (it ages out)."""
     if entry.meta.get(META_KIND) == KIND and entry.meta.get("format") in RETIRED_FORMATS:
         return None
     return problem(entry)
 
 
 def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """What listings show of a winner entry (None for other entries or a malformed record); the
-    winner kind's summary in `entry_kinds`."""
+    """What listings show of a winner entry (None for other entries or a malformed record)."""
     try:
         record = Winner.from_meta(meta)
     except ValueError:
@@ -157,12 +146,6 @@ def summary(meta: dict[str, Any]) -> dict[str, Any] | None:
     return {"config": record.best.description, "config_key": record.best.key, "seconds": record.best.seconds,
             "slowest_seconds": max(timed), "configs": len(record.configs), "device": record.device,
             "key_values": record.key_text, "label": record.label}
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, got {type(value).__name__}")
-    return value
 
 
 def _seconds(value: Any) -> float | None:

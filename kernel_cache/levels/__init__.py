@@ -2,12 +2,9 @@
 directory of entry files), `shared` (the same files on a cluster filesystem; both built on
 `entry_files`) and `remote` (Redis).
 
-`BACKENDS` lists the persistent ones fastest first, each with whether a Config names it, the module
-that opens it (its `open_from_config`) and where it would live; the store reads them in that order
-and backfills hits into the faster ones. Each level describes itself (`name`, `location`, `mode`,
-`writable`): nothing here switches on a level's name. A new backend is one module here and one row
+`BACKENDS` lists the persistent ones fastest first: a new backend is one module here and one row
 below. The shared and remote modules (and the Redis client) are imported only when a Config names
-them (`kernel_cache.lazy`): a process with a local cache alone never loads them.
+them: a process with a local cache alone never loads them.
 """
 
 from __future__ import annotations
@@ -31,9 +28,7 @@ else:
 
 class Backend(NamedTuple):
     """One persistent backend: its name, whether a Config names it (read without importing its
-    module), its module, opened through its `open_from_config`, and `location_in` (where it would
-    live, for a message about a level that did not open; an opened level says it itself:
-    `Level.location`)."""
+    module), and its module (`open_from_config`, and `location_in` for a level that did not open)."""
 
     name: str
     named_in: Callable[[Config], bool]

@@ -2,14 +2,10 @@
 Specification, https://bford.info/cachedir/, so backup tools skip the cache too) names the kind.
 
 Without it, a mistyped `KERNEL_CACHE_DIR=$HOME` would fill a home directory with `entries/`,
-`locks/` and `stats/`, and `cachectl import` would write entries next to a user's files. So a
-directory becomes a cache only when it is new, empty, or holds nothing but names kernel-cache
-itself makes (a cache written before the marker existed, which gains it on its first write); a
-local cache is never taken for a shared one or the other way round.
-
-The marker is written without fsync (two fsyncs would slow a fresh node on a slow disk): after a
-power cut it may be missing, empty or cut short, which reads as no marker (the start of ours, never
-another tool's), and the directory, holding nothing but kernel-cache's names, gains it again.
+`locks/` and `stats/`. So a directory becomes a cache only when it is new, empty, or holds nothing
+but names kernel-cache itself makes; a local cache is never taken for a shared one or the other way
+round. The marker is written without fsync (two fsyncs would slow a fresh node on a slow disk):
+after a power cut it may be missing or cut short, which reads as no marker, and it is written again.
 """
 
 from __future__ import annotations
@@ -30,9 +26,7 @@ LOCAL, SHARED = "local", "shared"
 ENTRIES_DIR, LOCKS_DIR, STATS_DIR, QUARANTINE_DIR = "entries", "locks", "stats", "quarantine"  # the layout's folders
 KINDS = (LOCAL, SHARED)
 # What kernel-cache itself puts in a local cache directory (one written before the marker existed is
-# recognised by holding nothing else): entries, locks, counters, JAX's executables, the toolchain memo,
-# the stored settings (`cachectl config max-size`), and the mark scripts/demo.py leaves in the directory
-# it creates before caching there.
+# recognised by holding nothing else), and the mark scripts/demo.py leaves in the directory it creates.
 DEMO_MARKER = ".kernel-cache-demo"
 LOCAL_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, STATS_DIR, XLA_SUBDIR, TOOLCHAIN_MEMO, SETTINGS_FILE, MARKER,
                          DEMO_MARKER})
@@ -48,8 +42,7 @@ def marker_text(kind: str) -> bytes:
 
 
 def kind_of(tree: Tree) -> str | None:
-    """'local' or 'shared' where the directory carries kernel-cache's marker; None where it has no
-    marker; '' where a marker is there but is not ours (another tool's cache)."""
+    """'local' or 'shared' where the directory carries our marker; None: no marker; '': another tool's."""
     try:
         found = tree.read(MARKER, max_bytes=_MAX_MARKER_BYTES)
     except (UnsafeFile, OSError):
@@ -67,8 +60,7 @@ def kind_of(tree: Tree) -> str | None:
 
 def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> str | None:
     """Accept `tree` as a `kind` cache directory, writing the marker when `write` and it has none;
-    NotACacheDirectory (one line, naming what to do) otherwise. Returns what the directory held
-    before: `kind`, or None where it had no marker (so a caller need not read it again)."""
+    NotACacheDirectory otherwise. Returns `kind`, or None where it had no marker."""
     found = kind_of(tree)
     if found == kind:
         return found
@@ -93,8 +85,7 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> s
 
 
 def claim_directory(path: str) -> bool:
-    """Create `path` if missing and accept it as a local cache directory (marking it); False where it is
-    not one (a file kernel-cache keeps there, like the toolchain memo, is then kept elsewhere or not)."""
+    """Create `path` if missing and accept it as a local cache directory (marking it); False where it is not one."""
     try:
         tree = Tree(path, Owners.current(), create=True)
     except OSError:

@@ -2,16 +2,14 @@
 `jax.distributed.initialize()` starts), shared by the job's processes for as long as the job runs.
 
 Every process of a job lowers the same program; without a shared directory or a Redis server each
-would compile every kernel. This level lets the first process that misses a key compile it and the
-others read what it published. The core knows no JAX: the level works on a `JobClient` (get,
-atomic create, overwrite, delete of bytes by name) that the lowering hands it when its session opens
-(`lowering/job.py`, through `lowering/jax_compat.py`).
+would compile every kernel. Here the first process that misses a key compiles it and the others read
+what it published. The core knows no JAX: the lowering hands the level a `JobClient` (`lowering/job.py`).
 
 Layout (under `kernel_cache/v1/`): `e/<key>` an entry's bytes exactly as the other levels store
 them (signed where a signing key is set); `p/<key>` a small marker written after the entry, so a
 waiter asks whether an entry is there without fetching it; `l/<key>/<n>` the n-th lease on the key.
-Entries are created, never overwritten (first writer wins), checked on every read like any level's
-(checksum, key, signature where a key is set); a damaged one is deleted and rebuilt.
+Entries are created, never overwritten (first writer wins), checked on every read like any level's;
+a damaged one is deleted and rebuilt.
 
 Single-flight: atomic create of `l/<key>/0` is the lease. Its value names the holder and a deadline
 (`kcj1:<holder>:<deadline, epoch ms>`), pushed forward by a heartbeat while the holder compiles, for
@@ -21,10 +19,9 @@ lifetime by the waiter's own clock (a holder whose clock runs ahead), belongs to
 waiter creates `l/<key>/<n+1>`, which only one of them can, and compiles. A process killed holding
 a lease so costs the others one lease lifetime at most, never the lock timeout.
 
-Faults: every call has a deadline (it runs on a worker thread; the caller stops waiting). The first
-call that times out or fails skips the level for the rest of the process, with one warning naming
-the cause and the fix; no call on the data path raises for the store's sake. What a process puts is
-bounded (KERNEL_CACHE_JOB_MAX_BYTES): past it, it stops putting and taking leases (one warning).
+Faults: every call has a deadline (it runs on a worker thread). The first call that times out or
+fails skips the level for the rest of the process, with one warning. What a process puts is bounded
+(KERNEL_CACHE_JOB_MAX_BYTES): past it, it stops putting and taking leases (one warning).
 
 This module is long because it is one level's whole protocol: its data path, its leases, and the
 deadline every call to the coordinator runs under.
@@ -60,11 +57,10 @@ T = TypeVar("T")
 
 
 class JobClient(Protocol):
-    """The job's key-value store, as the level uses it (the lowering adapts JAX's client to it).
-    Faults are raised; absence and refusal of a create are answers."""
+    """The job's key-value store as the level uses it: faults are raised; absence and refusal of a
+    create are answers."""
 
-    def get(self, name: str) -> bytes | None:
-        """The value at `name`, or None when there is none."""
+    def get(self, name: str) -> bytes | None: ...
 
     def create(self, name: str, value: bytes) -> bool:
         """Put `value` at `name` unless something is there (atomically): whether it was put."""
@@ -83,8 +79,7 @@ class JobLevel:
                  max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
                  lease_seconds: float = LEASE_SECONDS, lease_max_seconds: float = 600.0,
                  call_seconds: float = CALL_SECONDS, entry_seconds: float = ENTRY_SECONDS):
-        """`process` of `processes`: this process's place in the job. `max_bytes`: what this
-        process may put in all. `lease_max_seconds`: the longest a holder keeps its lease alive."""
+        """`max_bytes`: what this process may put in all; `lease_max_seconds`: the longest a lease is kept alive."""
         self.client = client
         self.process, self.processes = process, processes
         self.signer = signer
@@ -171,10 +166,8 @@ class JobLevel:
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[bool | None]:
-        """A lease on `key` across the job's processes: True when held (kept alive until released,
-        for at most `lease_max_seconds`); False when a wait for a live holder ended without it (the
-        entry published, or `timeout` passed); None when it could not be taken and nobody was seen
-        holding it (the level failed or is skipped): the caller compiles at once."""
+        """A lease on `key` across the job's processes, kept alive for at most `lease_max_seconds`
+        (True, False, None: as `Level.lock`)."""
         check_key(key)
         lease = self._acquire(key, timeout)
         if not isinstance(lease, _Held):
@@ -195,14 +188,13 @@ class JobLevel:
 
     # Leases --------------------------------------------------------------------------------
     def _acquire(self, key: str, timeout: float) -> _Held | bool | None:
-        """The lease taken (_Held), False (a live holder's wait ended), or None (it failed)."""
         if self.skipped is not None:
             return None
         deadline, pause, generation, waited = time.monotonic() + timeout, 0.02, 0, False
         seen: tuple[bytes, float] | None = None  # the lease value last seen, and since when (monotonic)
         while generation < MAX_GENERATIONS:
             name = f"{PREFIX}l/{key}/{generation}"
-            value = self._lease_value()
+            value = self._lease_value(f"{self.process}-{secrets.token_hex(4)}".encode())
             taken = self._call("take a lease", self.call_seconds, self.client.create, name, value)
             if taken is _FAILED:
                 return None
@@ -234,23 +226,21 @@ class JobLevel:
                 pause = min(pause * 2, MAX_POLL)
         return None
 
-    def _lease_value(self) -> bytes:
-        deadline_ms = int((time.time() + self.lease_seconds) * 1000)
-        return f"kcj1:{self.process}-{secrets.token_hex(4)}:{deadline_ms}".encode()
+    def _lease_value(self, holder: bytes) -> bytes:
+        return b"kcj1:" + holder + b":" + str(int((time.time() + self.lease_seconds) * 1000)).encode()
 
     def _heartbeat(self, lease: _Held, stop: threading.Event) -> None:
         holder = lease.value.split(b":")[1]
         while not stop.wait(self.lease_seconds / 3):
             if time.monotonic() - lease.taken > self.lease_max_seconds:
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            deadline_ms = int((time.time() + self.lease_seconds) * 1000)
-            value = b"kcj1:" + holder + b":" + str(deadline_ms).encode()
+            value = self._lease_value(holder)
             if self._call("keep a lease", self.call_seconds, self.client.overwrite, lease.name, value) is _FAILED:
                 return
 
     # Calls ---------------------------------------------------------------------------------
     def _call(self, what: str, seconds: float, op: Callable[..., T], *args: object) -> T | object:
-        """op(*args) within `seconds`, or _FAILED: the level is then skipped for the rest of the process."""
+        """op(*args) within `seconds`, or _FAILED (the level is then skipped)."""
         if self.skipped is not None:
             return _FAILED
         try:
@@ -290,7 +280,7 @@ class _Held:
 
 def _lapsed(value: bytes, unchanged_for: float, lease_seconds: float) -> bool:
     """Whether the lease `value` belongs to a dead holder: past its deadline, unchanged for more than
-    a lifetime (by this process's clock: the holder's may run ahead), or not a lease at all."""
+    a lifetime by this process's clock (the holder's may run ahead), or not a lease at all."""
     parts = value.split(b":")
     if len(parts) != 3 or parts[0] != b"kcj1" or not parts[2].isdigit():
         return True
@@ -298,8 +288,8 @@ def _lapsed(value: bytes, unchanged_for: float, lease_seconds: float) -> bool:
 
 
 class _Calls:
-    """Calls run on daemon worker threads, each waited for at most its deadline: a hung coordinator
-    holds a worker, never the caller (and never the interpreter's exit)."""
+    """Calls on daemon worker threads, each waited for until its deadline: a hung coordinator holds a
+    worker, never the caller nor the interpreter's exit."""
 
     def __init__(self) -> None:
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -1,6 +1,5 @@
-"""The in-process level: an LRU (`SizedLRU`) bounded by total bytes and by item count, thread-safe. It
-keeps decoded entries (a hit costs a dict lookup) and answers the Level protocol's maintenance calls
-with nothing: no records, no lock, no debris, no quarantine.
+"""The in-process level: an LRU bounded by total bytes and by item count, of decoded entries (a hit
+costs a dict lookup); the maintenance calls answer nothing.
 """
 
 from __future__ import annotations

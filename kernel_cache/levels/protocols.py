@@ -1,16 +1,10 @@
-"""The interfaces of the store's levels (kernel_cache/levels/), so the store walks them in order and
-cachectl asks a level for maintenance through a type, not by probing for methods: `Level`, the data
-path every level has, and `MaintainedLevel`, the maintenance an operator's tools use, which a level may
-lack (checked with isinstance). A level describes itself (`name`, `location`, `mode`, `writable`):
-nothing switches on a level's name to say where it is. (cachectl still names the remote level by
-class for its server description.)
+"""The interfaces of the store's levels: `Level`, the data path every level has, and `MaintainedLevel`,
+the maintenance an operator's tools use, which a level may lack (asked with isinstance, never by
+probing for methods). A level describes itself (`name`, `location`, `mode`, `writable`).
 
-A level stores entries by content key, and the store treats every level alike, memory first: it
-reads them in order (`get`) and keeps an entry in each (`keep`: the entry and its bytes as the store
-writes them; a hit from below is copied up as the bytes it was read from, `Entry.stored`). Persistent
-levels keep bytes in the entry format; the memory level keeps decoded entries and answers the
-maintenance calls with nothing (no records, no lock, no debris). Keys are validated at every
-persistent level's door (`entry.check_key`).
+Persistent levels keep bytes in the entry format and validate keys at their door
+(`entry.check_key`); the memory level keeps decoded entries and answers the maintenance calls with
+nothing.
 """
 
 from __future__ import annotations
@@ -29,22 +23,19 @@ class Level(Protocol):
 
     @property
     def name(self) -> str:
-        """'memory', 'disk', 'shared', 'remote': what stats and listings call it."""
+        """'memory', 'disk', 'job', 'shared', 'remote'."""
 
     @property
     def writable(self) -> bool:
-        """False while writes are refused (read-only mount, full disk, a remote cooling
-        down after an error): puts are skipped."""
+        """False while writes are refused (read-only mount, full disk, a remote cooling down): puts are skipped."""
 
     @property
     def location(self) -> str:
-        """Where it lives, for messages and listings: a directory, an endpoint (never a password),
-        or "this process"."""
+        """Where it lives, for messages: a directory, an endpoint (never a password), "this process"."""
 
     @property
     def mode(self) -> str:
-        """How it is used now, in a word or two: "read-write", "read-only", "read-only (replica)",
-        "skipped (server failing)"."""
+        """How it is used now: "read-write", "read-only", "read-only (replica)", "skipped (server failing)"."""
 
     def get(self, key: str) -> Entry | None:
         """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
@@ -55,8 +46,7 @@ class Level(Protocol):
 
     def keep(self, entry: Entry, data: bytes) -> None:
         """Keep `entry`, whose bytes as the store writes them are `data`: a persistent level writes
-        `data` (`put_raw`), the memory level keeps the decoded entry. What the store's put and its
-        backfill call, level by level, the memory level among them."""
+        `data` (`put_raw`), the memory level keeps the decoded entry."""
 
     def __contains__(self, key: object) -> bool: ...
 
@@ -69,8 +59,7 @@ class Level(Protocol):
 
 @runtime_checkable
 class MaintainedLevel(Protocol):
-    """What operators' tools and the LRU order need of a level that keeps entries beyond this
-    process; a level may lack it (asked with isinstance, never by probing for methods)."""
+    """What operators' tools and the LRU order need of a level that keeps entries beyond this process."""
 
     @property
     def directory(self) -> Path | None:
@@ -108,9 +97,8 @@ class FrontLevel(Protocol):
 
 @runtime_checkable
 class TransientLevel(Protocol):
-    """A level that lasts only as long as the processes sharing it (a multi-process job's key-value
-    store): it coordinates their compiles beside the levels that last, not instead of them, so the
-    store takes its lock between the local level's and the cluster's."""
+    """A level that lasts only as long as the processes sharing it (a job's key-value store): the
+    store takes its lock between the local level's and the cluster's, not instead of them."""
 
     @property
     def transient(self) -> bool: ...
@@ -125,8 +113,7 @@ class _Directoried(Protocol):
 
 
 class InDirectory:
-    """How a level kept in a directory describes itself (the local and shared levels): its
-    directory, and whether it takes writes now."""
+    """How a level kept in a directory (the local and shared levels) describes itself."""
 
     @property
     def location(self: _Directoried) -> str:
@@ -143,8 +130,7 @@ class KeptLevel(Level, MaintainedLevel, Protocol):
 
 
 def holds(level: Level, key: str) -> bool:
-    """Whether `level` holds `key`, without reading it (a stat, EXISTS); a level that
-    cannot say does not."""
+    """Whether `level` holds `key`, without reading it (a stat, EXISTS); a level that cannot say does not."""
     try:
         return key in level
     except Exception:

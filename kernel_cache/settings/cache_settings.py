@@ -2,15 +2,11 @@
 `ccache -M` in the cache: every process on that directory honours them, not only the one shell
 whose environment held a variable.
 
-One setting today: the local level's bound. It applies where the process's own configuration leaves
-the bound at its default; `KERNEL_CACHE_MAX_BYTES` (or `Config(max_bytes=...)` in code) overrides it.
-
-The file lies in a directory other users may be able to write, so it is read as every cache file
-is: through `safefs` (no link, no FIFO), at most `MAX_BYTES`, and only when you, root or the trusted
-group own it and nobody else can write it. A file that fails any of this, or holds anything but the
-JSON this module writes, is a `StoredSettingsError` (a `ConfigError`): cachectl stops on it, a
-program warns once and keeps the default. Read once per store (a process, or a `configure()`), never
-on a lookup.
+One setting today: the local level's bound, where the process's own configuration leaves it at its
+default. The file is read as every cache file is (through `safefs`, at most `MAX_BYTES`, only when
+trusted owners wrote it); a file that fails that, or holds anything but the JSON written here, is a
+`StoredSettingsError`: cachectl stops on it, a program warns once and keeps the default. Read once
+per store, never on a lookup.
 """
 
 from __future__ import annotations
@@ -52,8 +48,7 @@ class StoredSettings(FrozenValue):
 
 
 def parse(data: bytes, where: str) -> int | None:
-    """The bound in a settings file's bytes; StoredSettingsError for anything cachectl did not write.
-    Names a newer version may add are ignored."""
+    """The bound in a settings file's bytes (names a newer version may add are ignored)."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -69,7 +64,6 @@ def parse(data: bytes, where: str) -> int | None:
 
 
 def read(tree: Tree) -> StoredSettings:
-    """The settings stored in `tree` (a local cache directory opened with its owners' check)."""
     path = Path(tree.path) / SETTINGS_FILE
     try:
         found = tree.read(SETTINGS_FILE, max_bytes=MAX_BYTES)
@@ -84,9 +78,8 @@ def read(tree: Tree) -> StoredSettings:
 
 
 def load(directory: Path, owners: Owners) -> StoredSettings:
-    """The settings stored in the cache directory `directory`. Nothing (no error) where there is no
-    such directory or it is refused as a whole (not yours: the level itself says so, and reads
-    nothing from it)."""
+    """The settings stored in `directory`; nothing where it is missing or refused as a whole (the level
+    itself says so)."""
     try:
         tree = Tree(directory, owners)
     except OSError:
@@ -98,8 +91,8 @@ def load(directory: Path, owners: Owners) -> StoredSettings:
 
 
 def write(tree: Tree, max_bytes: int | None) -> Path:
-    """Store the bound in `tree` (None: remove it), atomically, writable by nobody but you
-    (mode 0644 whatever the umask: a file others may change is refused on read)."""
+    """Store the bound in `tree` (None: remove it), mode 0644 whatever the umask (a file others may
+    change is refused on read)."""
     path = Path(tree.path) / SETTINGS_FILE
     if max_bytes is None:
         with contextlib.suppress(FileNotFoundError):

@@ -1,9 +1,6 @@
-"""Every KERNEL_CACHE_* setting in one table, read once into a frozen Config that components receive.
-
-`SETTINGS` is the single source: `Config.from_env` parses it, `render_table` writes the README's
-table from it, and `cachectl config` shows each value and its source. Nothing else reads these
+"""Every KERNEL_CACHE_* setting in one table (`SETTINGS`), read once into a frozen Config that components
+receive; the README's table and `cachectl config` are written from it. Nothing else reads these
 variables (KERNEL_CACHE_INTERCEPT's start-up hook and the scripts' KERNEL_CACHE_STACK* aside).
-
 This module is long because it is the whole table, each setting's parser and checks included.
 """
 
@@ -82,8 +79,7 @@ def parse_flag(text: str, what: str = "flag") -> bool:
 
 
 def _expanded(text: str, what: str) -> Path:
-    """A path with `~` or `~user` expanded; a user (or a home) that does not exist is a ConfigError
-    naming `what`, not pathlib's RuntimeError."""
+    """A path with `~` or `~user` expanded; an unknown user is a ConfigError, not pathlib's RuntimeError."""
     try:
         return Path(text).expanduser()
     except RuntimeError:
@@ -233,8 +229,7 @@ def _clients(text: str, what: str) -> tuple[str, ...]:
 
 
 def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
-    """One or more Redis URLs redis-py can use (else ConfigError, secrets hidden); `source` names
-    where the text came from (the variable, or cachectl's --remote)."""
+    """One or more Redis URLs redis-py can use (else ConfigError, secrets hidden); `source`: the variable or option."""
     urls = remote_url.split_urls(text)
     if not urls:
         raise ConfigError(f"{source} names no server (redis://host:port/db, several "
@@ -247,8 +242,7 @@ def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
 
 
 def _password_file(text: str) -> str:
-    """The Redis password, read as the signing key is: a file of the user's that nobody else can
-    read or change, no link, no FIFO."""
+    """The Redis password, read as the signing key is (`signing.read_private_file`)."""
     path = _expanded(text.strip(), "KERNEL_CACHE_REMOTE_PASSWORD_FILE")
     try:
         raw = signing.read_private_file(path, "KERNEL_CACHE_REMOTE_PASSWORD_FILE", "password")
@@ -276,8 +270,8 @@ _PATH_FIELDS = frozenset({"dir", "shared_dir", "toolchain_memo_dir"})
 
 
 class _DefaultBound(int):
-    """The local bound left at its default, told apart from the same number given (`Config.max_bytes_given`):
-    only a default gives way to the bound stored in the cache directory (`kernel_cache.settings.cache_settings`)."""
+    """The local bound left at its default, told apart from the same number given: only a default gives
+    way to the bound stored in the cache directory."""
 
 
 DEFAULT_MAX_BYTES: int = _DefaultBound(8 << 30)
@@ -383,8 +377,8 @@ class Config(FrozenValue):
             raise ConfigError("KERNEL_CACHE_REMOTE_TTL must be at least 1s and KERNEL_CACHE_REMOTE_TIMEOUT positive")
 
     def _coerce(self) -> None:
-        """Sizes, durations and paths given as the environment spells them (`Config(max_bytes="1G")`)
-        are read the same way; any other wrong type is a ConfigError naming the field."""
+        """Sizes, durations and paths given as text (`Config(max_bytes="1G")`) are read as the environment's;
+        any other wrong type is a ConfigError naming the field."""
         for name in self._fields:
             value = getattr(self, name)
             if name in _SIZE_FIELDS and isinstance(value, str):
@@ -400,12 +394,10 @@ class Config(FrozenValue):
             object.__setattr__(self, name, value)
 
     def with_(self, **changes: Any) -> "Config":
-        """This configuration with `changes` (checked as a new one is; an unknown name is a TypeError)."""
         return Config(**{**{name: getattr(self, name) for name in self._fields}, **changes})
 
     @property
     def max_bytes_given(self) -> bool:
-        """Whether the bound was given (KERNEL_CACHE_MAX_BYTES, or in code) rather than left at its default."""
         return type(self.max_bytes) is not _DefaultBound
 
     @property
@@ -414,14 +406,12 @@ class Config(FrozenValue):
 
     @property
     def xla_dir(self) -> Path | None:
-        """Where JAX's compiled executables go with KERNEL_CACHE_XLA=1 (None: not kept)."""
         if self.disabled or not self.xla or self.dir is None:
             return None
         return self.dir / XLA_SUBDIR
 
     @property
     def compile_threads(self) -> int:
-        """Compiles that may run at once (KERNEL_CACHE_COMPILE_WORKERS, else the usable cores up to 16)."""
         if self.compile_workers > 0:
             return self.compile_workers
         try:
@@ -448,7 +438,7 @@ class Config(FrozenValue):
 
 def _parsed(setting: Setting, raw: str) -> Any:
     """`setting.parse(raw)`; what its parser did not foresee is one line naming the variable, not its
-    value (maybe a secret), never a traceback."""
+    value (maybe a secret)."""
     try:
         return setting.parse(raw, setting.env)
     except ConfigError:
@@ -458,8 +448,7 @@ def _parsed(setting: Setting, raw: str) -> Any:
 
 
 def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str]]:
-    """(setting, 'environment', 'default' or 'unused') for `cachectl config`: of two variables for one
-    value (the signing key, or its file), the one not set is 'unused' when the other is."""
+    """(setting, 'environment', 'default' or 'unused': the one of two variables for one value not set)."""
     env = os.environ if environ is None else environ
     given = {s.field for s in SETTINGS if env.get(s.env, "").strip()}
     return [(s, "environment" if env.get(s.env, "").strip() else "unused" if s.field in given else "default")
@@ -467,8 +456,7 @@ def sources(environ: Mapping[str, str] | None = None) -> list[tuple[Setting, str
 
 
 def spelled(setting: Setting, value: Any) -> str | None:
-    """`value` as one would write it in `setting`'s variable (`256M`, `10m`, `1`, `jax_triton,ejkernel`),
-    so `cachectl config` shows settings in the form the README and the environment use."""
+    """`value` as one would write it in `setting`'s variable (`256M`, `10m`, `1`, `jax_triton,ejkernel`)."""
     if value is None or value == () or (setting.field == "compile_workers" and not value):  # 0: the default
         return None
     if isinstance(value, bool):
@@ -491,7 +479,6 @@ def _spelled_number(value: float, units: list[tuple[str, float]], plain: str) ->
 
 
 def render_table() -> str:
-    """The README's configuration table, generated from SETTINGS."""
     rows = ["| variable | meaning | default |", "|---|---|---|"]
     rows += [f"| `{s.env}` | {s.help} | {s.default} |" for s in SETTINGS]
     return "\n".join(rows)

@@ -1,17 +1,14 @@
 """Whether the process's C environment may have changed since a value was read from it, without
 reading the values again.
 
-Triton reads its cache-invalidating variables with C `getenv`, one call per variable, and the
-lowering asks once per JAX module. `os.environ` cannot stand in for that read: `os.putenv`, C
-`setenv` and native libraries change the C environment without it. What every such change does
-change is the C `environ` array of "NAME=value" pointers: `setenv`/`putenv` put a new pointer in a
-slot or append one, `unsetenv` shifts the slots, `clearenv` empties the array. So an array whose
-slots (terminator included) are the same pointers as when a value was read holds the same strings,
-and the value still stands. The one change it cannot see is a program editing, in place, a string it
-gave `putenv()`; nothing in this field does that, and such a program must `putenv` again for any
-library that copies its environment (Python's `os.environ` among them).
-
-Where `environ` cannot be read (not a POSIX libc), `EnvironMemo.get` reads the value every time.
+Triton reads its cache-invalidating variables with C `getenv`, and the lowering asks once per JAX
+module. `os.environ` cannot stand in: `os.putenv`, C `setenv` and native libraries change the C
+environment without it. Every such change does change the C `environ` array of pointers (`setenv`
+puts a new pointer in a slot or appends one, `unsetenv` shifts the slots, `clearenv` empties it), so
+an array whose slots are the same pointers as when a value was read holds the same strings. The one
+change it cannot see is a program editing in place a string it gave `putenv()` (such a program must
+`putenv` again for any library that copies its environment). Where `environ` cannot be read, the
+value is read every time.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ _ENVIRON = _environ_symbol()  # bound to libc's `environ` variable itself: `.val
 
 
 def _slots() -> tuple[int, bytes] | None:
-    """(the environ array's address, its slots up to and including its NULL terminator), or None."""
+    """(the environ array's address, its slots and NULL terminator), or None."""
     if _ENVIRON is None:
         return None
     base = _ENVIRON.value

@@ -1,11 +1,7 @@
 """KERNEL_CACHE_REMOTE, read once for every reader of it: the URLs it lists (one server, or nodes of
-one Redis Cluster, separated by commas), each checked when the configuration is read and parsed
-(`RemoteUrl`) for the remote level's seeds, its small reader and its redis-py connections, and
-shown with its credentials hidden (`redacted`).
-
-No redis-py here: configuration is checked in every process. A URL redis-py could not parse is
-refused with what is wrong (scheme, port, host, database, an option's value, a character to
-percent-encode), never with the URL's secrets in the message.
+one Redis Cluster, separated by commas), checked and parsed (`RemoteUrl`), and shown with their
+credentials hidden (`redacted`). No redis-py here: configuration is checked in every process. A URL
+redis-py could not parse is refused with what is wrong, never with its secrets in the message.
 """
 
 from __future__ import annotations
@@ -81,8 +77,7 @@ class RemoteUrl:
         self.db = int(db) if db else 0
 
     def secrets(self) -> list[str]:
-        """Every credential the URL carries (user name, password, any option naming a password),
-        as written and percent-decoded."""
+        """Every credential the URL carries, as written and percent-decoded."""
         found = [p for p in (self.parts.username, self.parts.password) if p]
         found += [value for name, value in self.options if value and _secret(name)]
         return sorted({s for s in found} | {unquote(s) for s in found}, key=len, reverse=True)
@@ -108,7 +103,6 @@ def _check_options(options: list[tuple[str, str]]) -> None:
 
 
 def check_url(url: str) -> None:
-    """Raise BadRemoteUrl naming what redis-py would refuse or misread in `url`."""
     RemoteUrl(url)
 
 
@@ -122,14 +116,12 @@ def secrets_of(url: str, password: str | None = None) -> list[str]:
 
 
 def redacted(url: str) -> str:
-    """Server URLs with their credentials shown as *** (`redis://kc:***@host:6379/2`), for messages,
-    `cachectl config`, `stats` and `doctor`, one URL at a time. It reads the text, not `RemoteUrl`'s
-    parse, since it must take any text without raising (a URL refused is shown in the refusal).
-    redis-py takes as credentials everything before the last '@' of the network location (a
-    password may hold '@' and ':'; a bare `name@host` is one too) and the query's `username=` and
-    `*password*` options: those are hidden first (their values may hold '@'), then everything from
-    `//` to the last '@' but a user name before ':' (a URL with '/', '?' or '#' before that '@' does
-    not parse as meant: its name is hidden too)."""
+    """Server URLs with their credentials shown as *** (`redis://kc:***@host:6379/2`). It reads the
+    text, not `RemoteUrl`'s parse: it must take any text without raising. redis-py takes as
+    credentials everything before the last '@' of the network location (a password may hold '@' and
+    ':') and the query's `username=` and `*password*` options: those are hidden first (their values
+    may hold '@'), then everything from `//` to the last '@' but a user name before ':' (hidden too
+    where '/', '?' or '#' comes before that '@')."""
     return ",".join(_redacted_one(part) for part in _SPLIT.split(url))
 
 

@@ -19,8 +19,7 @@ COUNTERS_DB = "counters.db"
 
 
 def add(stats_dir: Path, amounts: Mapping[str, int], timeout: float) -> None:
-    """Add each amount to its counter (a missing one starting at 0), in one write transaction; the
-    table is created by the first write."""
+    """Add each amount to its counter (a missing one starting at 0), in one write transaction."""
     with _writing(stats_dir, timeout) as con:
         con.executemany("INSERT INTO counters (name, value) VALUES (?, ?)"
                         " ON CONFLICT (name) DO UPDATE SET value = value + excluded.value", amounts.items())
@@ -61,9 +60,8 @@ def _open_read_only(db: Path, timeout: float) -> sqlite3.Connection:
 
 @contextlib.contextmanager
 def _writing(stats_dir: Path, timeout: float) -> Iterator[sqlite3.Connection]:
-    """A write transaction on the table, made if need be, committed on success. The directory (made
-    by the local level through its checked tree) and the file must be what they were when the level
-    was checked: a link planted since is refused (OSError), never followed."""
+    """A write transaction on the table, made if need be. A link planted at the directory or the file
+    since the level checked them is refused (OSError), never followed."""
     db = stats_dir / COUNTERS_DB
     if not stat.S_ISDIR(os.lstat(stats_dir).st_mode):
         raise OSError(f"{stats_dir} is not a directory")

@@ -1,12 +1,9 @@
 """The lines kernel-cache logs per lookup, on the `kernel_cache` logger.
 
-INFO: one line per lookup, `KEY LEVEL MS ms  LABEL` (KERNEL_CACHE_LOG's handler prefixes `kernel-cache`;
-an application's own format names the logger instead) (level: memory, disk, shared or
-compile; the label is what the caller named the entry: the compiler gives kernel, arch, launch
-config and constexprs). DEBUG adds misses of `Store.lookup` and how long single-flight waited.
-Records are made whatever KERNEL_CACHE_LOG says (the application's logging configuration decides
-what is shown); each function first asks `isEnabledFor`, so a hit nobody listens to pays one check
-and the label is built only for a line that is written.
+INFO: one line per lookup, `KEY LEVEL MS ms  LABEL` (the label: what the caller named the entry).
+DEBUG adds misses of `Store.lookup` and how long single-flight waited. Each function first asks
+`isEnabledFor`, so a hit nobody listens to pays one check and the label is built only for a line
+that is written.
 """
 
 from __future__ import annotations
@@ -28,14 +25,12 @@ def label_text(label: Label, default: str = "-") -> str:
 
 
 def lookup(key: str, label: Label, level: str, start: float) -> None:
-    """INFO: a lookup served by `level` (or compiled), `start` its time.perf_counter()."""
     if log.isEnabledFor(logging.INFO):
         log.info("%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
                  label_text(label))
 
 
 def miss(key: str, label: Label, start: float) -> None:
-    """DEBUG: a lookup that found nothing (the caller compiles it, or not)."""
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
                   label_text(label))

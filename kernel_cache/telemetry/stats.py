@@ -1,11 +1,10 @@
 """Counters that survive the process: hits per level, misses, compiles, compile seconds saved.
 
-A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` (stats/counters.db,
-one transaction) after a compile, at most once a second otherwise, and at exit. Each counted event is
-also handed to listeners (a program's own; public as `kernel_cache.telemetry.events`) and recorders
-(jax.monitoring's, called directly), on the counting thread; what one raises is warned about once:
-telemetry never fails a lookup. Counters are best effort: every wait on their table is bounded by
-STATS_TIMEOUT, and a busy, full or read-only one only loses counts.
+A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` after a compile, at
+most once a second otherwise, and at exit. Each event also goes to listeners (public as
+`kernel_cache.telemetry.events`) and recorders (jax.monitoring's, called directly); what one raises
+is warned about once. Counters are best effort: every wait on their table is bounded by
+STATS_TIMEOUT, and a busy, full or read-only table only loses counts.
 
 This module is long because the counters and their events are one place: a hit is counted and sent
 without leaving it.
@@ -29,15 +28,13 @@ STATS_TIMEOUT = 1.0
 SKIP_AFTER_FAILURE = 60.0
 _MICRO = 1_000_000
 LEVELS = ("memory", "disk", "job", "shared", "remote")  # hits are counted per level
-# Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline): a lookup the
-# level did not answer, an entry written to it, a write that failed, a hit copied into it from below.
+# Per level, what the store counts as it walks the chain (`Stats.levels`, bumped inline).
 LEVEL_COUNTS = ("misses", "writes", "write_failures", "backfills")
 COUNTERS = (*(f"hits.{level}" for level in LEVELS), *(f"record_hits.{level}" for level in LEVELS),
             *(f"{what}.{level}" for what in LEVEL_COUNTS for level in LEVELS),
             "misses", "compiles", "errors", "rejected", "compile_us", "saved_us")
 
 
-# Event kinds, one per counter of kernel_cache.telemetry.stats.
 HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR = "hit", "record_hit", "miss", "compile", "rejected", "error"
 KINDS = (HIT, RECORD_HIT, MISS, COMPILE, REJECTED, ERROR)
 
@@ -83,8 +80,7 @@ _recorders: tuple[Recorder, ...] = ()
 
 def add_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
     """Call `record_event(name, **kw)` and `record_duration(name, seconds, **kw)` for every event from
-    now on, with jax.monitoring's names (`EVENT_NAMES`, `DURATION_NAMES`; `level=` for hits and
-    rejections): a telemetry library is called directly, with no function of ours between."""
+    now on, with jax.monitoring's names, directly (no function of ours between)."""
     global _recorders
     with _listeners_lock:
         if (record_event, record_duration) not in _recorders:
@@ -132,17 +128,14 @@ def _listener_failed(listener: object, exc: Exception) -> None:
 
 class Stats:
     def __init__(self, directory: Path | None = None, read_only: bool = False):
-        """`read_only`: read persisted counters without writing (an operator's look at a
-        full or read-only cache); nothing is flushed."""
+        """`read_only`: read persisted counters, flush nothing (an operator's look at a read-only cache)."""
         self._lock = threading.Lock()
         self._pending: Counter[str] = Counter()
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
-        # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock, as it walks
-        # the levels (best effort, like every counter here); taken into the others at each flush
+        # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock; taken at each flush
         self.levels: Counter[str] = Counter()
         self._last_flush = time.monotonic()
-        # where the counters' table lives (None: memory only, or read-only: nothing is written)
         self._stats_dir = None if directory is None or read_only else Path(directory) / STATS_DIR
         self._skip_until = 0.0
         self._unavailable = ""  # why persistent counters cannot be read or written, if so
@@ -166,8 +159,7 @@ class Stats:
         self._served(HIT, "hits", level, key, compile_seconds)
 
     def record_hit(self, level: str, key: str, compile_seconds: float) -> None:
-        """A lowered-call record (`key`) served a whole call from `level`: one record hit (its kernels
-        are not read, so they are not counted as hits); `compile_seconds`: what compiling them cost."""
+        """A lowered-call record (`key`) served a whole call from `level` (its kernels, unread, are no hits)."""
         self._served(RECORD_HIT, "record_hits", level, key, compile_seconds)
 
     def _served(self, kind: str, counter: str, level: str, key: str, compile_seconds: float) -> None:
@@ -196,8 +188,7 @@ class Stats:
         emit(ERROR)
 
     def rejected(self, level: str = "") -> None:
-        """An entry refused for who wrote it (unsigned, foreign key, untrusted owner), read from `level`
-        (the counter is one total; the level reaches event listeners)."""
+        """An entry refused for who wrote it (one total; the level reaches event listeners)."""
         with self._lock:
             self._bump("rejected", 1)
         emit(REJECTED, level)
@@ -216,8 +207,8 @@ class Stats:
             self.flush()
 
     def flush(self, walked: bool = True) -> None:
-        """Add this process's new counts to the persisted ones. `walked`: the levels' counts too
-        (every flush but a compile's, which keeps a cold lowering's writes few)."""
+        """Add this process's new counts to the persisted ones; `walked`: the levels' counts too (not at
+        a compile's flush, which keeps a cold lowering's writes few)."""
         with self._lock:
             if walked:
                 counts, self.levels = self.levels, Counter()

@@ -1,9 +1,8 @@
 """Warn once per cause: a cache problem is worth one line, not one line per kernel.
 
-Warnings are issued as coming from "kernel-cache" (module `kernel_cache`, no source line), not from
-whichever internal line noticed the problem: Python prints `kernel-cache:0: KernelCacheWarning:
-MESSAGE` and no code, and `warnings.filterwarnings(..., module="kernel_cache")` or the category
-selects them.
+Warnings say they come from "kernel-cache" (module `kernel_cache`, no source line), not from the
+internal line that noticed: Python prints `kernel-cache:0: KernelCacheWarning: MESSAGE`, and a
+filter on `module="kernel_cache"` or the category selects them.
 """
 
 from __future__ import annotations

@@ -2,12 +2,9 @@
 
 A cache directory is hostile ground: any name in it may be a symlink, a FIFO (a reader blocks
 forever), a huge sparse file, or a file planted by an untrusted user. So a `Tree` walks below its
-root one `openat(O_DIRECTORY|O_NOFOLLOW)` at a time, checking each level's owner and mode; opens
-files O_NOFOLLOW|O_NONBLOCK and reads only regular files of a trusted owner, never past a cap;
+root one `openat(O_DIRECTORY|O_NOFOLLOW)` at a time, checking each level's owner and mode (`Owners`);
+opens files O_NOFOLLOW|O_NONBLOCK and reads only regular files of a trusted owner, never past a cap;
 creates only with O_EXCL; and deletes by name relative to a checked directory descriptor.
-
-Trust (`Owners`): nobody but trusted users can have written it: not world-writable, group-writable
-only by a trusted group, owned by this user, root or the trusted group.
 
 This module is long because every filesystem operation the store performs on ground other users
 can write is here, on purpose in one place to review.
@@ -41,8 +38,8 @@ _fault_hook: Callable[[str, str], None] | None = None
 
 
 def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
-    """Install `hook(point, path)` (None: remove it), called at each of FAULT_POINTS; returns the
-    previous one. The one way to inject a fault into the store (a killed writer, ENOSPC)."""
+    """Install `hook(point, path)`, called at each of FAULT_POINTS (tests inject a killed writer,
+    ENOSPC); returns the previous one."""
     global _fault_hook
     previous, _fault_hook = _fault_hook, hook
     return previous
@@ -76,7 +73,6 @@ def _group(gid: int) -> str:
 
 
 def resolve_group(name: str) -> int:
-    """A group name or number -> gid; KeyError naming it if there is no such group."""
     text = str(name).strip()
     if text.isdigit():
         return int(text)
@@ -86,7 +82,8 @@ def resolve_group(name: str) -> int:
 
 
 class Owners(FrozenValue):
-    """Whose files a reader accepts: this user, root, and optionally one named group."""
+    """Whose files a reader accepts: not world-writable, group-writable only by a trusted group, owned
+    by this user, root or the trusted group."""
 
     _fields = ("uids", "gid", "writer_gids")
     uids: frozenset[Any]  # None given: this user and root
@@ -104,7 +101,7 @@ class Owners(FrozenValue):
         return cls(uids=frozenset({os.geteuid(), 0}), gid=group, writer_gids=frozenset(gids))
 
     def problem(self, st: os.stat_result) -> str | None:
-        """Why a file or directory with this stat may have been written by an untrusted user, or None."""
+        """Why a file with this stat may have been written by an untrusted user, or None."""
         mode = st.st_mode
         if not mode & _WRITABLE_BY_OTHERS and st.st_uid in self.uids:
             return None  # the common case, first
@@ -131,9 +128,8 @@ def check_name(name: str) -> str:
 
 
 class Tree:
-    """A directory opened once (its own path may hold symlinks: the user chose it) and everything
-    below it reached without following any. `owners=None` checks only each file's kind: for
-    content authenticated by signature instead of by who wrote it."""
+    """A directory opened once (its own path may hold symlinks: the user chose it) and everything below
+    it reached without following any. `owners=None`: for content authenticated by signature instead."""
 
     _fd = -1
     _top: dict[str, int] = {}
@@ -168,7 +164,7 @@ class Tree:
             pass
 
     def reopen(self) -> None:
-        """After ESTALE on a network filesystem: the directory was replaced under us."""
+        """After ESTALE: the directory was replaced under us."""
         fd = self._open_root()
         with self._top_lock:
             old, self._fd = self._fd, fd
@@ -187,8 +183,7 @@ class Tree:
     # Directories --------------------------------------------------------------------------
     @contextlib.contextmanager
     def directory(self, *parts: str, create: bool = False) -> Iterator[int]:
-        """A checked descriptor of root/parts..., each level opened without following symlinks;
-        with `create`, missing levels are made (mode 0777 & ~umask; setgid is inherited)."""
+        """A checked descriptor of root/parts; with `create`, missing levels are made (0777 & ~umask)."""
         fd = self._open_dir(parts, create)
         try:
             yield fd
@@ -196,9 +191,8 @@ class Tree:
             os.close(fd)
 
     def _open_dir(self, parts: tuple[str, ...], create: bool = False) -> int:
-        """An fd the caller closes. Reads start from a kept descriptor of the first level (checked
-        once: `entries/` is opened on every hit); creation always walks from the root, so writes
-        land in the live tree even if a level was replaced meanwhile."""
+        """Reads start from a kept descriptor of the first level (checked once: `entries/` is opened on
+        every hit); creation walks from the root, so writes land in the live tree."""
         start = 0
         with self._top_lock:
             top = self._top.get(parts[0]) if parts and not create else None
@@ -232,8 +226,7 @@ class Tree:
             raise
 
     def _forget_if_gone(self, first: str) -> bool:
-        """After a miss through a kept first-level descriptor: drop it if that directory was
-        deleted (an operator's rm -rf); True when the caller should look again."""
+        """Drop a kept first-level descriptor whose directory was deleted (rm -rf); True: look again."""
         with self._top_lock:
             top = self._top.get(first)
             if top is None:
@@ -254,8 +247,7 @@ class Tree:
         return exc
 
     def listdir(self, *parts: str) -> list[tuple[str, os.stat_result]]:
-        """(name, lstat) of every entry in root/parts (symlinks reported as links, not followed);
-        [] when the directory is missing."""
+        """(name, lstat) of every entry in root/parts; [] when the directory is missing."""
         try:
             with self.directory(*parts) as fd:
                 out = []
@@ -272,9 +264,8 @@ class Tree:
 
     def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
              max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
-        """Everything below root/parts as ([(parts, lstat)], truncated), parents before children:
-        iterative (a planted 10,000-level tree is no recursion), no link followed, and bounded: at
-        most `max_depth` levels and `max_names` names, `truncated` saying the bound was hit."""
+        """Everything below root/parts as ([(parts, lstat)], truncated), parents first: iterative (a
+        planted 10,000-level tree is no recursion) and bounded, `truncated` saying a bound was hit."""
         found: list[tuple[tuple[str, ...], os.stat_result]] = []
         pending, truncated = [(tuple(parts), 0)], False
         while pending:
@@ -295,9 +286,8 @@ class Tree:
         return found, truncated
 
     def remove_tree(self, *parts: str, max_names: int = WALK_MAX_NAMES) -> bool:
-        """Remove the directory root/parts and what it holds (a directory planted at an entry path,
-        quarantined debris), bottom-up, never following a link; bounded like `walk`. True when it
-        is gone; False when something in it could not be removed (another user's, too deep)."""
+        """Remove the directory root/parts and what it holds, bottom-up, bounded like `walk`; False
+        when something in it could not be removed (another user's, too deep)."""
         found, truncated = self.walk(*parts, max_names=max_names)
         for sub, st in reversed(found):  # children before their parents
             with contextlib.suppress(OSError):
@@ -312,7 +302,6 @@ class Tree:
         return not truncated
 
     def rmdir(self, *parts: str) -> None:
-        """Remove the empty directory root/parts (rmdir never follows a link: a symlink there fails)."""
         with self.directory(*parts[:-1]) as dfd:
             os.rmdir(check_name(parts[-1]), dir_fd=dfd)
 
@@ -344,9 +333,8 @@ class Tree:
                 return False
 
     def read(self, *parts: str, max_bytes: int, head: int | None = None) -> tuple[bytes, os.stat_result] | None:
-        """(content, fstat) of the regular file root/parts, or None if absent; only its first
-        `head` bytes when given. Raises UnsafeFile for a symlink, FIFO, device, untrusted owner or
-        a file over `max_bytes`."""
+        """(content, fstat) of the regular file root/parts (its first `head` bytes), or None if absent.
+        UnsafeFile for a symlink, FIFO, device, untrusted owner or a file over `max_bytes`."""
         for attempt in (1, 2):
             try:
                 dfd = self._open_dir(parts[:-1])
@@ -362,8 +350,7 @@ class Tree:
         return None
 
     def write_new(self, *parts: str, data: bytes) -> os.stat_result:
-        """Create root/parts with `data` and return its stat; fails (FileExistsError) if the name
-        exists in any form (file, link, FIFO)."""
+        """Create root/parts with `data`; FileExistsError if the name exists in any form."""
         with self.directory(*parts[:-1], create=True) as dfd:
             fd = os.open(check_name(parts[-1]), _NEW_FLAGS, 0o666, dir_fd=dfd)
             try:
@@ -373,15 +360,14 @@ class Tree:
                 os.close(fd)
 
     def publish(self, *parts: str, data: bytes, temp_name: str, durable: bool = True) -> None:
-        """Atomically make root/parts hold `data` (see `_replace_atomically`, `durable` too)."""
         with self.directory(*parts[:-1], create=True) as dfd:
             with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
                                      self._where((*parts[:-1], temp_name)), durable) as f:
                 f.write(data)
 
     def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
-        """Remove root/parts if it is not a directory (a symlink is removed itself, never its
-        target); with `expect_ino`, only if it is still that file. Returns whether it was removed."""
+        """Remove root/parts if it is not a directory (a symlink itself, never its target); with
+        `expect_ino`, only if it is still that file."""
         try:
             with self.directory(*parts[:-1]) as dfd:
                 name = check_name(parts[-1])
@@ -395,8 +381,8 @@ class Tree:
 
     def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
                directories: bool = False) -> bool:
-        """Move a non-directory (with `directories`, anything) within the tree (quarantine); False
-        if it is gone, was replaced, or is a directory not asked for."""
+        """Move a non-directory (with `directories`, anything) within the tree; False if it is gone or
+        was replaced."""
         try:
             with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
                 name = check_name(src[-1])
@@ -409,13 +395,12 @@ class Tree:
             return False
 
     def touch(self, *parts: str) -> None:
-        """Set mtime to now without following a link (needs only write access, like `touch`)."""
+        """Set mtime to now (needs only write access, like `touch`)."""
         with self.directory(*parts[:-1]) as dfd:
             os.utime(check_name(parts[-1]), dir_fd=dfd, follow_symlinks=False)
 
     @contextlib.contextmanager
     def open_lock_file(self, *parts: str) -> Iterator[int]:
-        """An fd of the regular lock file root/parts, created if missing, never through a link."""
         with self.directory(*parts[:-1], create=True) as dfd:
             fd = os.open(check_name(parts[-1]), _LOCK_FLAGS, 0o666, dir_fd=dfd)
             try:
@@ -431,10 +416,9 @@ class Tree:
 @contextlib.contextmanager
 def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str,
                         durable: bool = True) -> Iterator[BinaryIO]:
-    """The one atomic write: a file object on `tmp` (created O_EXCL), fsynced and renamed over
-    `final` on a clean exit, removed on any failure, so a reader sees the old file or the whole new
-    one. `durable=False` skips the fsyncs: only for a file whose loss after a power cut means
-    recomputing it (a memo), never for an entry."""
+    """The one atomic write: `tmp` (created O_EXCL), fsynced and renamed over `final`, removed on any
+    failure, so a reader sees the old file or the whole new one. `durable=False` skips the fsyncs:
+    only for a file whose loss after a power cut means recomputing it, never for an entry."""
     fd = os.open(tmp, _NEW_FLAGS, 0o666, dir_fd=dir_fd)  # 0666 & ~umask: group-shared dirs stay shared
     try:
         with os.fdopen(fd, "wb") as f:
@@ -456,8 +440,7 @@ def _replace_atomically(dir_fd: int, final: str, tmp: str, tmp_path: str,
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], durable: bool = True) -> Iterator[BinaryIO]:
-    """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way
-    (`durable`: see `_replace_atomically`)."""
+    """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way."""
     path = os.fspath(path)
     parent, name = os.path.split(os.path.abspath(path))
     tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -476,8 +459,7 @@ def write_file(path: str | os.PathLike[str], data: bytes, durable: bool = True) 
 
 
 def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
-    """A small file outside any cache tree (the toolchain memo) read under the same rules: no
-    link, no FIFO, at most `max_bytes`; None when it is missing."""
+    """A small file outside any cache tree read under the same rules; None when it is missing."""
     parent, name = os.path.split(os.path.abspath(os.fspath(path)))
     try:
         dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
@@ -493,8 +475,6 @@ def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
 
 def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
             where: str = "", head: int | None = None) -> tuple[bytes, os.stat_result]:
-    """Read the regular file `name` in `dir_fd` under the rules above (FileNotFoundError if absent);
-    `where` names it in errors."""
     try:
         fd = os.open(check_name(name), _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:

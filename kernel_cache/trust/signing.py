@@ -7,10 +7,9 @@ KERNEL_CACHE_SIGNING_KEY), every entry this process writes carries
 shared level or a bundle must carry a valid one for the same key, or they are rejected.
 
 The MAC covers the whole entry, not only its checksum: xxh3 is not collision-resistant, so a MAC
-over the checksum alone would let a forger swap in a colliding payload. Cost: one SHA-256 pass
-over the entry per shared hit (scripts/bench_store.py measures it).
-The key id (first 8 bytes of a SHA-256 of the key under a fixed label) tells readers which key an
-entry was signed with without revealing it.
+over the checksum alone would let a forger swap in a colliding payload. Cost: one SHA-256 pass over
+the entry per shared hit (scripts/bench_store.py measures it). The key id (a SHA-256 of the key under
+a fixed label, cut to 8 bytes) names the key without revealing it.
 """
 
 from __future__ import annotations
@@ -76,8 +75,7 @@ class Signer:
         return None
 
     def streamed_problem(self, body_chunks: Iterable[bytes], trailer: bytes) -> str | None:
-        """`problem` for an entry read piece by piece (a large remote value): the body's MAC is
-        computed as the chunks arrive, none of them kept."""
+        """`problem` for an entry read piece by piece (a large remote value), no chunk kept."""
         problem = self.trailer_problem(trailer)
         if problem is not None:
             return problem
@@ -102,9 +100,7 @@ class Signer:
 
 
 def load_key_file(path: Path) -> bytes:
-    """The key in `path`: a regular file of this user, not readable or writable by anyone else
-    (like ssh private keys), of at least MIN_KEY_BYTES. Surrounding whitespace is stripped so
-    `echo KEY > file` works. Every refusal names KERNEL_CACHE_SIGNING_KEY_FILE, the setting used."""
+    """The key in `path` (see `read_private_file`), of at least MIN_KEY_BYTES."""
     key = read_private_file(path, "KERNEL_CACHE_SIGNING_KEY_FILE", "key")
     if len(key) < MIN_KEY_BYTES:
         raise SigningKeyError(f"KERNEL_CACHE_SIGNING_KEY_FILE={escaped(path)}: {_too_short(len(key))}")
@@ -112,9 +108,9 @@ def load_key_file(path: Path) -> bytes:
 
 
 def read_private_file(path: Path, what: str, kind: str) -> bytes:
-    """A small secret (a signing key, a server password) from `path`, stripped: a regular file of
-    this user or root that nobody else may read or change, opened without following a link and
-    without blocking on a FIFO. SigningKeyError naming `what` otherwise (the path escaped: one line)."""
+    """A small secret from `path`, stripped (`echo KEY > file` works): a regular file of this user or
+    root that nobody else may read or change (like ssh private keys), opened without following a link
+    or blocking on a FIFO. SigningKeyError naming `what` otherwise."""
     shown = escaped(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
