@@ -19,9 +19,6 @@ from .planning.target_arch import NoTargetError
 from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 
-# Importing does nothing else: the session (its store, the XLA opt-in, the fingerprint's head start)
-# starts at the first Triton call (`lowering.first_use`). A malformed setting is raised there too.
-
 # jax-triton 0.4's name for the custom call target its calls use (autotuned calls here too).
 CUSTOM_CALL_TARGET_NAME = LEGACY_TARGET
 # The jax-triton API level `triton_call` implements, for code that checks it: 0.3.1's arguments and

@@ -4,11 +4,9 @@
 """Example JAX programs calling Triton kernels through `lowering.triton_call`: the program set the
 demo and the benchmarks run, and a template for your own.
 
-Kernels come from `compiler.examples` and take jax-triton's argument order (inputs and scalars, then
-outputs, then constexprs), so these programs run unchanged under `import jax_triton as jt`: adds at
-4 block sizes, scaled adds at 2 scales, a softmax, a layernorm and a 6-config autotuned matmul
-(9 programs, 14 kernels). `programs()` is what `cachectl prewarm lowering.examples:programs`
-lowers; `references()` and `random_inputs()` check the results on a GPU.
+Kernels come from `compiler.examples` and take jax-triton's argument order, so these programs run
+unchanged under `import jax_triton as jt` (9 programs, 14 kernels). `programs()` is what
+`cachectl prewarm lowering.examples:programs` lowers; `references()` checks the results on a GPU.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""The session at first use: importing `lowering` opens no store, creates no directory, starts no
-thread and changes no JAX setting. The first Triton call bound or lowered under a session (the one
-`kernel_cache.current_session()` gives, created from the environment, or a later `configure()`'s)
-opens its store and then, once per session:
-  - where it is one of several processes of a `jax.distributed` job, the store gains the job's
-    key-value store as a level (`lowering.job`), so the job compiles each kernel once;
-  - KERNEL_CACHE_XLA=1: JAX's persistent compilation cache is pointed at the store's `xla/`
-    (`lowering.xla_cache`); where JAX already decided it had no cache, it decides again;
-  - where compiles run at once, the toolchain fingerprint starts computing in the background, so
-    a cold process's first lowering does not wait for it (`compiler.toolchain`); where it must be
-    computed (no memo of it on this node or the cluster: a new node, a new Triton), the process is
-    about to compile, and the compile worker processes start once it has bound a second distinct
-    call, where the host pays for them (`compiler.compile_processes.start_cold`): ready by the first
-    miss where the trace outlasts their start-up, since that miss comes only once JAX has traced the
-    whole jit. A program of one call never starts them: their start-up, beside its one compile,
-    slowed its lowering by up to half on a 16-core host.
+"""The session at first use: importing `lowering` does nothing; the first Triton call bound or
+lowered under a session opens its store and then, once per session:
+  - in a process of a multi-process `jax.distributed` job, adds the job's key-value store as a
+    level (`lowering.job`), so the job compiles each kernel once;
+  - KERNEL_CACHE_XLA=1: points JAX's persistent compilation cache at the store's `xla/` (`lowering.xla_cache`);
+  - where compiles run at once, starts the toolchain fingerprint in the background, so a cold
+    process's first lowering does not wait for it; where it must be computed (a new node, a new
+    Triton) the process is about to compile, and the compile worker processes start once it has
+    bound a second distinct call (`compile_processes.start_cold`): ready by the first miss, which
+    comes only once JAX has traced the whole jit. A program of one call never starts them: their
+    start-up, beside its one compile, slowed its lowering by up to half on a 16-core host.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ else:
 
 
 def session() -> kernel_cache.Session:
-    """The process's session, its first use by a Triton call seen to (a dictionary hit afterwards;
-    the lowering rule makes the same check inline)."""
+    """The process's session, its first use seen to (the lowering rule makes the same check inline)."""
     current = kernel_cache.current_session()
     if STARTED not in current.memos:
         STARTED.of(current)
@@ -61,9 +55,8 @@ STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first
 
 
 class _ColdStart:
-    """Starts the compile workers of a process about to compile once it has bound two distinct calls
-    (`bound`, from each binding until two were seen, and `cold`, from the fingerprint's thread, in
-    either order: a warm process hears no `cold`, and its bindings stop reporting after the second)."""
+    """Starts the compile workers once the process is cold (`cold`, from the fingerprint's thread) and
+    has bound two distinct calls (`bound`), in either order; bindings stop reporting after the second."""
 
     def __init__(self, config: kernel_cache.Config) -> None:
         self._config = config
@@ -94,10 +87,9 @@ class _ColdStart:
 
 
 def _likely_target(config: kernel_cache.Config) -> Target | None:
-    """What this process will most likely compile for, as its first bound call leaves it unsaid (the
-    platform comes at lowering): the configured arch, else the CUDA device's, read as a lowering reads
-    it (`target_arch`) but only where JAX has already started its backends (never started from this
-    thread); None where neither says (workers then set Triton up at their first compile instead)."""
+    """What this process will most likely compile for: the configured arch, else the CUDA device's,
+    only where JAX has already started its backends (never started from this thread); None where
+    neither says (workers then set Triton up at their first compile instead)."""
     try:
         if config.target_arch is not None:
             return parse_target(config.target_arch)

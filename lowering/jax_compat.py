@@ -54,8 +54,6 @@ def adapt_foreign_dce_rule(primitive: Any) -> None:
     """Another library's DCE rule written for the two arguments of earlier JAX (jax-triton 0.4.1's
     fails at trace time on JAX 0.12: `takes 2 positional arguments but 3 were given`), registered
     again to take whatever this JAX passes; a rule of other arity, or one already adapted, is left."""
-    # of whatever arity this JAX's annotation says (JAX 0.12 types its rules with three arguments): the
-    # arity that counts is the one the rule's signature has
     theirs: Callable[..., Any] | None = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
     if theirs is None or hasattr(theirs, "_kernel_cache_dce_rule"):
         return
@@ -68,7 +66,6 @@ def adapt_foreign_dce_rule(primitive: Any) -> None:
 
 
 def register_discharge_rule(primitive: Any, impl: DischargeImpl) -> None:
-    """`impl` as the primitive's state discharge rule (how JAX removes its Ref operands)."""
     if _state_discharge is None:  # pragma: no cover
         return
     if hasattr(_state_discharge, "DischargeContext"):
@@ -131,8 +128,7 @@ def backends_started() -> bool:
 
 
 class JobStore:
-    """`jax.distributed`'s key-value client as `kernel_cache.levels.job.JobClient`: bytes by name,
-    a missing key answered None, an existing one refusing a create answered False."""
+    """`jax.distributed`'s key-value client as `kernel_cache.levels.job.JobClient`."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -162,9 +158,9 @@ class JobStore:
 
 
 def job_store() -> tuple[JobStore, int, int] | None:
-    """(the job's key-value store, this process's id, the number of processes) where
-    `jax.distributed` is initialized with more than one process and its client has the byte calls;
-    None otherwise (asking starts nothing: no backend, no connection)."""
+    """(the job's key-value store, this process's id, the number of processes) where `jax.distributed`
+    is initialized with several processes and its client has the byte calls; None otherwise (asking
+    starts nothing)."""
     try:
         from jax._src import distributed
     except ImportError:

@@ -1,9 +1,7 @@
 """A multi-process JAX job's key-value store as a level of the session's store: where
 `jax.distributed` is initialized with more than one process (and KERNEL_CACHE_JOB is not 0), the
-processes of the job share the kernels they compile through it, each compiled once per job
-(`kernel_cache.levels.job`). Joined once per session, at its first use (`lowering.first_use`): a
-job must call `jax.distributed.initialize()` before its first Triton call. A process alone never
-touches it.
+job compiles each kernel once (`kernel_cache.levels.job`). Joined at the session's first use: a job
+must call `jax.distributed.initialize()` before its first Triton call.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ else:
 
 
 def join(store: Store) -> bool:
-    """Add the job's key-value store to `store` where this process is one of several of a job;
-    whether it did."""
+    """Add the job's key-value store to `store` where this process is one of a job's; whether it did."""
     config = store.config
     if config.disabled or not config.job:
         return False

@@ -1,9 +1,8 @@
 """jax-triton 0.4's `TensorDescriptor`: a host-side TMA descriptor argument over an array.
 
 Where jaxlib has `create_tma_descriptor_parameter` and Triton is 3.7 or newer, a call passing one
-compiles it as Triton's `tensordesc<dtype[block]>` parameter and launches it as jax-triton 0.4 does:
-the descriptor (swizzle, element type and block from the compiled kernel's metadata), then its shape
-and strides as scalars (`lowering.frontend.custom_call`). Elsewhere the call fails with what is missing.
+compiles it as Triton's `tensordesc<dtype[block]>` parameter and launches it as jax-triton 0.4 does
+(`lowering.frontend.custom_call`). Elsewhere the call fails with what is missing.
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ def supported() -> bool:
 
 
 def refuse(position: int) -> None:
-    """Raise the error for a TensorDescriptor at argument `position`."""
     missing = []
     if not compat.tma_descriptors_in_jaxlib():
         missing.append(f"jaxlib {'.'.join(map(str, compat.jaxlib_version()))} has no create_tma_descriptor_parameter "

@@ -13,14 +13,9 @@ decoded and checked, executables cannot):
 - every directory above KERNEL_CACHE_DIR is owned by you or root and, where others may write it,
   sticky (as /tmp is), so no one can move the cache away and put one of theirs in its place.
 Otherwise JAX's cache stays off for kernel-cache's part, with one warning naming why. A directory
-the user gave JAX (`jax_compilation_cache_dir`) is the user's choice and left alone.
-
-Applied when a session's store opens, at its first Triton call (`lowering.first_use`), never at
-import; a program that configures kernel-cache itself gets it at the first call after `configure()`.
-Where JAX already decided it has no persistent cache (it compiled something first), it is asked to
-decide again, so the program's compiles from then on (those holding Triton calls included) use it.
-The executables are specific to the GPU model and driver of the node that built them: keep them
-node-local, never in the shared level.
+the user gave JAX (`jax_compilation_cache_dir`) is left alone. Applied at a session's first Triton
+call; where JAX already decided it has no persistent cache, it is asked to decide again. The
+executables are specific to the node's GPU model and driver: node-local, never in the shared level.
 """
 
 from __future__ import annotations
@@ -86,8 +81,7 @@ class XlaDirRefused(KernelCacheError):
 
 
 def private_xla_dir(store: Store) -> Path:
-    """`<dir>/xla`, created 0700 if missing, after checking the whole rule above; XlaDirRefused
-    naming the first problem otherwise."""
+    """`<dir>/xla`, created 0700 if missing, under the rule above; XlaDirRefused naming the first problem."""
     config = store.config
     if config.dir is None:
         raise XlaDirRefused("no KERNEL_CACHE_DIR")

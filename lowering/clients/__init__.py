@@ -1,9 +1,8 @@
 """Adapters that serve other libraries' Triton calls from the store, their code unchanged.
 
 Loaded by `kernel_cache.intercept` (or KERNEL_CACHE_INTERCEPT) through the `kernel_cache.clients`
-entry points once the client has loaded: `jax_triton`, `ejkernel` (their own `triton_kernel_call`
-primitives) and `transformer_engine` (the `triton_call_lowering` helper its primitives call;
-experimental). `tally()` counts, per client, calls served here and calls left to the client.
+entry points once the client has loaded. `tally()` counts, per client, calls served here and calls
+left to the client.
 """
 
 from .served import UnsupportedCall, UnsupportedClient, tally

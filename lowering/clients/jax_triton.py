@@ -2,10 +2,8 @@
 
 0.3 binds scalars, outputs and aliases as parameters of their own (`primitive_client.translate`).
 0.4 binds one pytree (`in_tree`) of the kernel's runtime parameters in order: arrays, static scalars
-(`_StaticArg`), tuples of them (Triton tuple parameters) and output placeholders (`_OutputPlaceholder`)
-for the outputs that get a pointer; an output aliased to an input gets none (`aliasing`), and
-`jax.Ref` arguments have already become such aliases when JAX discharged them, before lowering.
-TensorDescriptor arguments become kernel-cache's own (the same fields). Which one is installed is
+(`_StaticArg`), tuples of them and output placeholders (`_OutputPlaceholder`) for the outputs that
+get a pointer (`jax.Ref` arguments are such aliases once discharged). Which one is installed is
 decided by what its lowering rule takes; calls kernel-cache cannot express (outputs before inputs, a
 descriptor where jaxlib or Triton lacks them) go to jax-triton's own lowering with one warning.
 """
@@ -67,8 +65,8 @@ def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, 
 
 
 def _parameters(module: ModuleType, in_tree: Any, avals_in: Any) -> tuple[list[Any], list[int]]:
-    """(the kernel's input parameters in order: array avals and `_StaticArg`s, a tuple parameter as a
-    tuple; the output placeholders' ordinals, which must all come after the inputs)."""
+    """(the kernel's input parameters in order, a tuple parameter as a tuple; the output placeholders'
+    ordinals, which must all come after the inputs)."""
     special = (module._StaticArg, module._OutputPlaceholder)
     descriptor = getattr(module, "TensorDescriptor", None)
 
@@ -93,7 +91,6 @@ def _parameters(module: ModuleType, in_tree: Any, avals_in: Any) -> tuple[list[A
 
 
 def _ours(value: Any, descriptor: Any) -> Any:
-    """jax-triton's TensorDescriptor as kernel-cache's (the same fields); anything else unchanged."""
     if descriptor is None or not isinstance(value, descriptor):
         return value
     return TensorDescriptor(value.base, tuple(value.shape), tuple(value.strides), tuple(value.block_shape),

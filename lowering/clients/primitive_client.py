@@ -1,13 +1,11 @@
 """Clients with their own jax-triton-style `triton_kernel_call` primitive (jax-triton 0.3 and 0.4,
 ejKernel).
 
-Their `triton_call` binds their primitive; we register a lowering rule for it that reads its
-parameters and lowers through `rule.lower_call`, as `lowering.triton_call` does. Every binding of
-their `triton_call`, made before or after, reaches that rule. Scalars keep the Triton type the
+We register a lowering rule for their primitive that lowers through `rule.lower_call`, so every
+binding of their `triton_call`, made before or after, reaches it. Scalars keep the Triton type the
 client gave them (jax-triton 0.3 types Python floats as fp64), so the kernels are the client's own.
 Where the client's DCE rule takes fewer arguments than this JAX passes (JAX 0.12 added the inputs'
-liveness), it is adapted, so the client's calls trace at all: first, so a client we then decline (an
-unknown version, a malformed setting) still runs on its own path.
+liveness), it is adapted first, so a client we then decline still traces on its own path.
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ class PrimitiveClient:
 
 
 def install(client: PrimitiveClient, module: ModuleType) -> None:
-    """Replace `module`'s primitive lowering rules (cuda, rocm) with ours; theirs is the fallback. The
-    client's DCE rule is mended for this JAX before anything here can decline."""
+    """Replace `module`'s primitive lowering rules (cuda, rocm) with ours; theirs is the fallback."""
     if getattr(module, "triton_kernel_call_p", None) is not None:
         jax_compat.adapt_foreign_dce_rule(module.triton_kernel_call_p)
     check_version(client.name, client.distribution, client.lowest, client.below)
@@ -72,8 +69,8 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
 
 
 def _note_binds(client: PrimitiveClient, module: ModuleType, primitive: Any) -> None:
-    """The client's calls compile ahead too (`lowering.compile_ahead.ahead`): binding its primitive notes the call,
-    translated only if a miss starts the compiles. Installed once per primitive."""
+    """Binding the client's primitive notes the call for compile-ahead, translated only if a miss
+    starts the compiles."""
     if getattr(primitive.bind, "_kernel_cache_notes", False):
         return
     bind = primitive.bind

@@ -50,7 +50,6 @@ def check_version(client: str, distribution: str, lowest: tuple[int, ...], below
 
 
 def check_parameters(client: str, what: str, found: set[str], known: set[str]) -> None:
-    """A capability check beside the version: the function we replace takes what we expect."""
     if found != known:
         extra, missing = sorted(found - known), sorted(known - found)
         raise UnsupportedClient(f"{client}'s {what} takes parameters kernel-cache does not expect "
@@ -58,9 +57,8 @@ def check_parameters(client: str, what: str, found: set[str], known: set[str]) -
 
 
 def check_configuration() -> None:
-    """The configuration every call would be lowered with, read once before taking a client over: a
-    malformed setting declines the client (one warning, naming the variable and how to fix it)
-    instead of sending each call to the client with a warning of its own."""
+    """A malformed setting declines the client once, instead of sending each call to the client with a
+    warning of its own."""
     try:
         kernel_cache.current_config()
     except kernel_cache.ConfigError as exc:
@@ -71,8 +69,7 @@ def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple[Any
           own: Callable[[], Any], noted: Mapping[str, Any] | None = None) -> Any:
     """Lower one client call through `rule.lower_call` with the parameters `translate()` gives; the
     client's own lowering (`own()`), after one warning per cause, when `translate` raises
-    UnsupportedCall or our lowering fails where theirs may not. `noted`: the client's parameters as
-    its bind noted them for compile-ahead."""
+    UnsupportedCall or our lowering fails."""
     try:
         params = translate()
     except UnsupportedCall as exc:

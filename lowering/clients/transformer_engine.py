@@ -2,19 +2,15 @@
 
 TE's primitives call `transformer_engine.jax.triton_extensions.utils.triton_call_lowering(ctx,
 kernel_fn, *array_args, grid=..., input_output_aliases=..., constexprs=..., [num_warps, num_stages,
-enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on every process
-(a dict keyed by md5, in memory only) and emits jaxlib's call. We replace that helper, in its module
-and wherever TE bound it by name, with one that lowers through `rule.lower_call`: `constexprs` are
-compile-time constants (TE puts scalar runtime arguments there too), the arrays are the kernel's
-other parameters in order, TE's defaults (read from the installed function's signature) apply.
-Gated on that signature, not on a version. transformer-engine-jax (TE's CUDA extension) cannot be
-built on a CPU host; the tests run TE 2.20.2's own utils.py (from the pure-Python `transformer-engine`
-wheel, TE's package __init__ bypassed) and a stand-in of the same signature. As in TE, an autotune
-config's values win over the caller's constexprs and every config is compiled. TE's in-place kernels
-(its row-id-map passes) have pointers for their inputs only, TE passing the aliased outputs' buffers
-as arguments they never read: lowered as jax-triton 0.4 reads aliases, without those. As TE compiles,
-pointers carry no 16-byte alignment hint (`aligned_pointers=False`): the same PTX, so the same loads
-and the same order of every reduction, bit for bit with TE's own path.
+enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on every process (in
+memory only). We replace that helper, in its module and wherever TE bound it by name, with one that
+lowers through `rule.lower_call`: `constexprs` are compile-time constants (TE puts scalar runtime
+arguments there too), the arrays the kernel's other parameters in order, with TE's defaults read from
+the installed function's signature, on which it is gated (not on a version). The tests run TE 2.20.2's
+own utils.py (transformer-engine-jax cannot be built on a CPU host) and a stand-in of the same
+signature. TE's in-place kernels have pointers for their inputs only: lowered as jax-triton 0.4
+reads aliases. As TE compiles, pointers carry no 16-byte alignment hint: the same PTX, so results
+bit for bit with TE's own path.
 """
 
 from __future__ import annotations
@@ -82,9 +78,8 @@ def _translate(ctx: Any, kernel_fn: Any, defaults: dict[str, Any], kwargs: dict[
         constexprs.pop(name, None)
     aliases = sorted((int(i), int(o)) for i, o in dict(args.get("input_output_aliases") or {}).items())
     name = kernel_name(kernel_fn)
-    # TE binds the kernel's pointer parameters to the inputs then the outputs, as many as the kernel
-    # has: its in-place kernels (the row-id-map passes) take none for their aliased outputs, which is
-    # jax-triton 0.4's reading of input_output_aliases (no scalars among TE's arrays: same indices)
+    # TE's in-place kernels take no pointer for their aliased outputs: jax-triton 0.4's reading (no
+    # scalars among TE's arrays: same indices)
     try:
         pointerless = pointerless_aliases(name, runtime_param_names(kernel_fn, constexprs), len(ctx.avals_in),
                                           len(ctx.avals_out), aliases)

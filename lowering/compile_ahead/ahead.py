@@ -2,17 +2,13 @@
 
 JAX traces a whole jitted function before it lowers any of it, so when the first Triton call of a
 module misses the store, every other call of that module has already been bound. Binding notes the
-call (its parameters and operand avals: a few microseconds, nothing planned or hashed); the first
-miss in a lowering rule (`start`) hands every noted call to the compile workers, which plan it as its
-rule will (`plan.KernelPlan`), skip what the store holds and compile the rest. Each rule then finds
-its kernels built or joins the build under way (the store's single-flight, in-process and across
-ranks), so a module of K kernels lowers cold in about the time of its slowest compiles. The first
-miss of a process also hands over what the program compiled last time under another toolchain or
-target (`predict`: after an upgrade, the jits traced later find their kernels built). Where the
-miss hands enough kernels ahead on a large enough host, worker processes take the compiles out of
-this process's GIL (`compiler.compile_processes`, which also cancels at exit what is still queued).
-A warm process never misses, so it never plans anything twice. A call that cannot be planned ahead
-(a client's parameters, a mistake the rule will report) is left to its rule.
+call (a few microseconds, nothing planned or hashed); the first miss (`start`) hands every noted call
+to the compile workers, which plan it as its rule will, skip what the store holds and compile the
+rest. Each rule then finds its kernels built or joins the build under way (the store's single-flight),
+so a module of K kernels lowers cold in about the time of its slowest compiles. The first miss of a
+process also hands over what the program compiled last time under another toolchain or target
+(`predict`). A warm process never misses, so it never plans anything twice. A call that cannot be
+planned ahead is left to its rule, which reports what is wrong.
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ MAX_NOTED = 4096  # calls kept between misses (a long-running process traces man
 Translate = Callable[[Sequence[Any], Mapping[str, Any]], "tuple[Sequence[Any], Mapping[str, Any]] | None"]
 
 
-
 class Operand(NamedTuple):
     """What planning reads of an operand: not the tracer itself, which would keep its trace alive."""
 
@@ -61,9 +56,8 @@ _lock = threading.Lock()
 
 
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
-    """Remember a bound call until a miss starts it (cheap: nothing is planned or keyed here). The
-    first bound call of a session starts it (`first_use`: the fingerprint's head start); in a process
-    about to compile, the second distinct one starts its compile workers."""
+    """Remember a bound call until a miss starts it. The first bound call of a session starts it
+    (`first_use`); in a process about to compile, the second distinct one starts its compile workers."""
     starter = first_use.session().memos[first_use.STARTED].cold_start
     noted = _operands(operands)
     _noted.append((noted, params, translate))
@@ -85,9 +79,8 @@ def _identity(operands: tuple[Operand, ...], params: Mapping[str, Any]) -> int |
 def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] = (),
           params: Mapping[str, Any] | None = None) -> int:
     """A lowering rule missed on the call (`avals_in`, `params`): hand every call noted after its own
-    to the compile workers. Returns how many. JAX lowers a module's calls in the order it bound them,
-    so the notes up to the missing call's own are done with: older ones belong to modules lowered (or
-    dropped) before, and its own is its rule's to compile. Nothing of this runs on a warm lowering."""
+    to the compile workers; how many. JAX lowers a module's calls in the order it bound them, so the
+    notes up to the missing call's own belong to modules lowered before, or are its rule's to compile."""
     with _lock:
         noted = list(_noted)
         _noted.clear()
@@ -136,7 +129,7 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
                 return
             avals_in, params = translated
         plan = plan_bound(platform, avals_in, params, session.config)
-        if winners.tuning_active(session):  # (tuning records each call site as its rule lowers it)
+        if session.tuning is not None:  # tuning records each call site as its rule lowers it
             specs = plan.specs()
         else:  # the rule will lower a persisted winner alone
             specs = winners.narrowed(plan, session)[1]

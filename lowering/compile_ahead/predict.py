@@ -1,13 +1,10 @@
 """Compile what the program compiled last time, before it is traced.
 
-After an upgrade (Triton, jaxlib, kernel-cache, Triton's environment: every key and signature is new)
-or on another GPU model, a program's first miss finds no warm set of its own, but its first call's
-lineage (`call_key.signed_call`: the same call under any toolchain) still names the set it wrote
-last time. Its kernel members carry recipes: each whose kernel this process has already imported
-(never importing anything a recipe names: `from_recipe(imported_only=True)`) is rebuilt as a spec
-for this process's target and compiled at once, so that the jits traced later find their kernels in
-the store. Once per session, at its first miss. A wrong guess (a kernel the program no longer calls)
-costs only compile work.
+After an upgrade (every key and signature new) or on another GPU model, a program's first miss
+finds no warm set of its own, but its first call's lineage (`call_key.signed_call`) still names the
+set it wrote last time. Each kernel member whose kernel this process has already imported (a recipe
+never imports anything) is rebuilt as a spec for this target and compiled at once, so the jits traced
+later find their kernels in the store. Once per session; a wrong guess costs only compile work.
 """
 
 from __future__ import annotations
@@ -31,9 +28,7 @@ _ASKED: SessionMemo[list[bool]] = SessionMemo("lowering.compile_ahead.predict", 
 
 
 def predicted(session: kernel_cache.Session, target: compiler.Target) -> list[compiler.KernelSpec]:
-    """The specs to compile ahead for `target` (the missing call's) at this session's first miss
-    (empty at every later one, and where the program found its own warm set or none names a
-    predecessor)."""
+    """The specs to compile ahead for `target` at this session's first miss (empty at every later one)."""
     asked = _ASKED.of(session)
     if asked:
         return []

@@ -2,11 +2,8 @@
 keywords: out_shape/out_type, backend_options, has_side_effect, cost_estimate).
 
 Arrays are passed in order, then one pointer per output; Python/NumPy scalars become scalar kernel
-arguments fixed at trace time. A keyword naming a runtime parameter is that parameter's operand, an
-array or a scalar (jax-triton 0.4, `_bind_keywords`: where 0.4 cannot bind a scalar keyword it is
-compiled in as a constant, as jax-triton 0.3 compiles every keyword); other keywords are constexprs.
-TensorDescriptor and jax.Ref arguments (0.4) are refused with what they would need (see
-lowering.tensor_descriptor).
+arguments fixed at trace time. A keyword naming a runtime parameter is that parameter's operand
+(jax-triton 0.4, `_bind_keywords`); other keywords are constexprs.
 """
 
 from __future__ import annotations
@@ -39,15 +36,8 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float, np.generic))
 
 
-def _scalar(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        value = value.item()
-    return value
-
-
 def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> FrozenItems:
-    """The mapping, its items sorted, each value hashable (they are part of the traced call); the
-    error names the key, in jax-triton's words for backend_options."""
+    """The mapping's items sorted, each value hashable: they are part of the traced call."""
     items = tuple(sorted((mapping or {}).items()))
     for key, value in items:
         try:
@@ -58,8 +48,7 @@ def _hashable_items(mapping: Mapping[str, Any] | None, what: str) -> FrozenItems
 
 
 def cost_estimate_param(estimate: Mapping[str, Any] | None) -> FrozenItems | None:
-    """jax-triton 0.4's cost_estimate ({"flops": ..., "bytes_accessed": ..., "transcendentals": ...}),
-    checked and made hashable; XLA's scheduler reads it from the custom call."""
+    """jax-triton 0.4's cost_estimate, checked and made hashable; XLA's scheduler reads it from the custom call."""
     if not estimate:
         return None
     known = ("flops", "bytes_accessed", "transcendentals")
@@ -121,22 +110,16 @@ def _tuple_parameters(name: str, param_names: Sequence[str], top: list[Any], tre
                     f"fill {counts[0]} with the outputs, flattened (jax-triton 0.3) {num_flat + num_out}")
 
 
-def _keyword_operand(value: Any) -> bool:
-    """Whether a keyword's value can be an operand (jax-triton 0.4): an array, a Ref or a scalar."""
-    return _is_scalar(value) or hasattr(value, "shape")
-
-
 def _bind_keywords(kernel: Any, top: list[Any], metaparams: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """(the arguments with the keyword operands placed at their parameters, the metaparameters left).
 
     jax-triton 0.4: a keyword naming a runtime parameter is that parameter's operand, an array or a
-    scalar (passed at run time as a positional one is); one naming a parameter the positional
-    arguments already fill is Python's "multiple values" TypeError. jax-triton 0.3 compiles every
-    keyword in as a constant; that reading is kept for a scalar keyword where 0.4's cannot bind it
-    (a parameter the positional arguments fill once it is a constant, or one after the outputs'
-    parameters, which a launch of inputs then outputs cannot place): the same results either way."""
+    scalar; one naming a parameter the positional arguments fill is Python's "multiple values"
+    TypeError. jax-triton 0.3 compiles every keyword in as a constant; that reading is kept for a
+    scalar keyword 0.4's cannot bind (a parameter the positional arguments fill once it is a constant,
+    or one after the outputs'): the same results either way."""
     declared = runtime_param_names(kernel, {})
-    candidates = {k: v for k, v in metaparams.items() if k in declared and _keyword_operand(v)}
+    candidates = {k: v for k, v in metaparams.items() if k in declared and (_is_scalar(v) or hasattr(v, "shape"))}
     arrays = [k for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")]
     strays = [k for k in arrays if k not in candidates]
     if strays:
@@ -172,8 +155,7 @@ def _bind_keywords(kernel: Any, top: list[Any], metaparams: Mapping[str, Any]) -
 
 def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int | None,
                     backend_options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(launch parameters, the other Triton options): jax-triton 0.4 may pass num_warps, num_stages and
-    num_ctas inside backend_options instead; given both ways is an error."""
+    """(launch parameters, the other Triton options): jax-triton 0.4 may pass them in backend_options."""
     launch: dict[str, Any] = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas}
     options = dict(backend_options or {})
     for key in LAUNCH_KEYS:
@@ -187,7 +169,6 @@ def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int
 
 
 def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
-    """The flat output ShapeDtypeStructs and their tree, from out_shape or (jax-triton 0.4) out_type."""
     if out_shape is None and out_type is None:
         raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
     if out_shape is not None and out_type is not None:
@@ -248,7 +229,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
     arrays, scalars = [], []
     for position, arg in enumerate(flat_args):
         if _is_scalar(arg):
-            scalars.append((position, _scalar(arg)))
+            scalars.append((position, arg.item() if isinstance(arg, np.generic) else arg))
         else:
             arrays.append(arg)
     devices.check_arrays(arrays)

@@ -73,8 +73,8 @@ def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability
 
 
 def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> list[Any]:
-    """One TritonParameter per runtime value the compiled kernel still takes, a tuple parameter's
-    leaves in order (jaxlib's parameters are flat; `position` counts flat values, as zeroing does)."""
+    """One TritonParameter per runtime value the compiled kernel still takes (jaxlib's are flat:
+    `position` counts flat values, as zeroing does)."""
     spec = call.spec
     names = [n for n in spec.kernel.arg_names if n not in call.launch.bound]
     params: list[Any] = []
@@ -126,12 +126,8 @@ def _descriptor_parameters(module: ModuleType, desc: TensorDesc, meta: dict[str,
 
 def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], info: CallInfo,
                     config: Config) -> bytes:
-    """The zlib-compressed TritonAnyKernelCall proto for these configs (a call lowered again is served
-    by its record: `lowering.records.call_records`)."""
-    return _serialize(platform, calls, args, compat.module_image_layout(platform, config), info)
-
-
-def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], layout: Any, info: CallInfo) -> bytes:
+    """The zlib-compressed TritonAnyKernelCall proto for these configs."""
+    layout: Any = compat.module_image_layout(platform, config)
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
@@ -156,8 +152,7 @@ def _serialize(platform: str, calls: Sequence[ConfigCall], args: Sequence[Any], 
 
 def _fixed_parts(platform: str, calls: Sequence[ConfigCall], cubins: Sequence[bytes | None] | None
                  ) -> list[tuple[bytes, bytes]]:
-    """(bytes, their deflate run) of each kernel's PTX and cubin (`cubins`: those in the module image,
-    None: none), as the proto holds them."""
+    """(bytes, their deflate run) of each kernel's PTX and of the cubins in the module image."""
     parts = []
     for index, call in enumerate(calls):
         art = call.artifact
@@ -190,11 +185,10 @@ def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
 
 def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
-    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order:
-    the call's custom_call_target ("" = choose) forces one target. Its cost_estimate is carried as
-    jax-triton 0.4 carries it, the `cost_estimate_json` attribute of the FFI target's backend config
-    (jaxlib's handler takes its attributes as a dictionary and reads `opaque` alone); on the legacy
-    target, whose backend config is the payload itself, as a frontend attribute of that name."""
+    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order. The
+    cost_estimate goes where jax-triton 0.4 puts it, `cost_estimate_json` in the FFI target's backend
+    config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
+    payload itself, as a frontend attribute of that name."""
     call, platform = plan.call, plan.platform
     name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
     cost_estimate = call.cost_estimate
@@ -227,10 +221,9 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
 def _build_op(target: str, result_types: list[Any], operands: list[Any], backend_config: bytes | dict[str, Any],
               api_version: int, ranks: tuple[list[int], list[int]], aliases: dict[int, int],
               has_side_effect: bool) -> Any:
-    """The op `mlir.custom_call` builds for these arguments (row-major layouts of the operands' and the
-    results' `ranks`, no called computations), attribute for attribute: a test holds the two equal. Built here because
-    JAX's builder makes each layout through two numpy conversions and a type lookup: nearly half its
-    cost, and it runs once per Triton call lowered."""
+    """The op `mlir.custom_call` builds for these arguments, attribute for attribute (a test holds the
+    two equal): JAX's builder makes each layout through two numpy conversions and a type lookup,
+    nearly half its cost, once per Triton call lowered."""
     if isinstance(backend_config, dict):  # as JAX's builder: an empty string, the dict beside it, api_version 1
         config_attr, api_version = ir.StringAttr.get(""), 1
     else:
@@ -259,7 +252,6 @@ def _build_op(target: str, result_types: list[Any], operands: list[Any], backend
 
 @functools.lru_cache(maxsize=64)
 def _row_major(rank: int) -> Any:  # an int64 ndarray (MLIR's stubs type the attribute's buffer narrowly)
-    """A rank's row-major layout (minor to major: rank-1 ... 0) as int64s, made once per rank."""
     found = np.arange(rank - 1, -1, -1, dtype=np.int64)
     found.flags.writeable = False
     return found

@@ -1,8 +1,7 @@
 """Refuse multi-device calls outside shard_map: a Triton kernel sees one device's buffers only (the
-eager check here; the lowering rule's own, `rule.check_lowering_context`, on its warm path).
-
-Inside `shard_map` each device launches the kernel on its own shard, which is what the kernel
-author wrote; under a plain multi-device `jit`, XLA would have to partition an opaque custom call.
+eager check here; the lowering rule's own is `rule.check_lowering_context`). Inside `shard_map` each
+device launches the kernel on its own shard; under a plain multi-device `jit`, XLA would have to
+partition an opaque custom call.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ class MultiDeviceError(KernelCacheError, ValueError):
 
 
 def check_arrays(arrays: Sequence[Any]) -> None:
-    """Eager check on concrete arrays: all on one and the same device."""
     first = None
     for index, array in enumerate(arrays):
         sharding = getattr(array, "sharding", None)

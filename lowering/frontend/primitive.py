@@ -2,9 +2,8 @@
 and refusals for jvp/vmap.
 
 `jax.Ref` operands (jax-triton 0.4) are written in place: the call declares a read and a write
-effect per Ref, and when JAX discharges them (before lowering) it becomes a pure call with one more
-output per Ref, aliased to that operand and given no pointer of its own (`lowering.planning.aliasing`).
-Lowering rules are registered by `lowering.frontend.rule` for cuda and rocm.
+effect per Ref, and discharged (before lowering) it becomes a pure call with one more output per
+Ref, aliased to that operand and given no pointer of its own (`lowering.planning.aliasing`).
 """
 
 from __future__ import annotations

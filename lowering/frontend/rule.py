@@ -1,9 +1,7 @@
 """The lowering rule: the call served (`call_records.serve`: its record, or its kernels) -> one custom call.
 
-No Triton compile happens here when the store is warm: a call lowered before is one record read
-(`lowering.records.call_records`), a new call's kernels come from `kernel_cache` by content key
-(`lowering.planning.kernels`, the serving path's last tier, given from here). The rule takes the
-session once and passes it down.
+A warm store means no Triton compile here: a call lowered before is one record read, a new call's
+kernels come from the store by content key. The rule takes the session once and passes it down.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[A
 
 def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[str, Any],
                noted: Mapping[str, Any] | None = None) -> Sequence[Any]:
-    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them): served
-    by `call_records.serve` (the one serving path), emitted as one custom call. `noted`: the
-    parameters its bind noted for compile-ahead (a client's own, before translation)."""
+    """Lower one call (`triton_kernel_call_p`'s parameters, or a client's translated to them). `noted`:
+    the parameters its bind noted for compile-ahead (a client's own, before translation)."""
     check_lowering_context(ctx)
     session = kernel_cache.current_session()
     if first_use.STARTED not in session.memos:
@@ -45,9 +42,8 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
 
 
 def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: Mapping[str, Any] | None) -> None:
-    """The payload built kernel by kernel (specs, content keys, store reads or compiles), then recorded
-    in `slot`. The first miss starts the compiles of every other call traced so far (`ahead`), after
-    this one's own."""
+    """The payload built kernel by kernel, then recorded in `slot`. The first miss starts the compiles
+    of every other call traced so far (`ahead`)."""
     session = slot.session
     plan, specs, choice = winners.narrowed(slot.plan, session)
     on_miss = functools.partial(ahead.start, plan.platform, session, avals_in, noted)
@@ -59,8 +55,7 @@ def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: M
 
 
 def check_lowering_context(ctx: Any) -> None:
-    """A program partitioned over several devices must be inside shard_map (`devices`): a Triton
-    kernel sees one device's buffers only."""
+    """A program partitioned over several devices must be inside shard_map (`devices`)."""
     axis_context = ctx.module_context.axis_context
     manual = getattr(axis_context, "manual_axes", None)
     if manual:  # inside shard_map: per-device code

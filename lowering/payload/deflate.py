@@ -1,13 +1,10 @@
 """A zlib stream assembled from pieces, so a call's large fixed parts are deflated once, not per call.
 
-jaxlib takes a Triton call as one zlib stream. Most of its bytes are a kernel's PTX and cubin, the
-same for every call of that kernel, so deflating them at every lowering is wasted work. Here
-each piece is an independent raw-deflate run (fresh dictionary, no back-reference into another
-piece) ending on a byte boundary (Z_FULL_FLUSH), and such runs may be concatenated: the stream is the
-zlib header, the runs in order (all level 1: jaxlib inflates any level), an empty final block and
-the Adler-32 of all the raw bytes. Fixed parts come deflated from `Artifact` (stored with the entry)
-or from a small per-process memo; the per-call parts around them (grid, parameters, names) are
-deflated here.
+jaxlib takes a Triton call as one zlib stream; most of its bytes are a kernel's PTX and cubin, the
+same for every call of that kernel. Each piece is an independent raw-deflate run (fresh dictionary)
+ending on a byte boundary (Z_FULL_FLUSH), and such runs concatenate: the stream is the zlib header,
+the runs in order (all level 1: jaxlib inflates any level), an empty final block and the Adler-32 of
+all the raw bytes. Fixed parts come deflated with their entry or from a per-process memo.
 """
 
 from __future__ import annotations

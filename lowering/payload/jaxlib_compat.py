@@ -55,10 +55,8 @@ def jaxlib_version() -> tuple[int, ...]:
 
 @functools.cache
 def triton_module(platform: str) -> ModuleType:
-    """The plugin's `_triton` extension for `platform` ("cuda" or "rocm").
-
-    Cross-lowering for a platform whose plugin is absent (rocm on a CUDA box) borrows the other
-    plugin's module: the proto it writes is the same message."""
+    """The plugin's `_triton` extension for `platform`; cross-lowering for a platform whose plugin is
+    absent borrows the other plugin's: the proto it writes is the same message."""
     from jaxlib import plugin_support
 
     module = plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton")
@@ -78,7 +76,8 @@ def triton_module(platform: str) -> ModuleType:
 
 
 @functools.cache
-def _owns_module(platform: str) -> bool:
+def plugin_installed(platform: str) -> bool:
+    """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
     from jaxlib import plugin_support
 
     return plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton") is not None
@@ -86,9 +85,8 @@ def _owns_module(platform: str) -> bool:
 
 @functools.cache
 def ffi_target_registered(platform: str) -> bool:
-    """Whether the plugin registers the CUDA-graph-compatible FFI target for Triton calls
-    (never for a platform whose own plugin is absent)."""
-    if not _owns_module(platform):
+    """Whether the platform's own plugin registers the CUDA-graph-compatible FFI target for Triton calls."""
+    if not plugin_installed(platform):
         return False
     module = triton_module(platform)
     registrations: Any = getattr(module, "registrations", None)
@@ -96,8 +94,7 @@ def ffi_target_registered(platform: str) -> bool:
 
 
 def tma_descriptors_in_jaxlib() -> bool:
-    """Whether the CUDA plugin can pass TMA descriptor parameters (what jax-triton 0.4's
-    TensorDescriptor needs), decided by the function itself, not by a version."""
+    """Whether the CUDA plugin can pass TMA descriptor parameters (jax-triton 0.4's TensorDescriptor)."""
     try:
         return hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
     except JaxlibSupportError:
@@ -107,14 +104,10 @@ def tma_descriptors_in_jaxlib() -> bool:
 def tma_descriptors_in_triton() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("triton.tools.tensor_descriptor") is not None and \
-        _triton_version() >= (3, 7)
-
-
-def _triton_version() -> tuple[int, ...]:
     import triton
 
-    return tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2] if p.isdigit())
+    version = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2] if p.isdigit())
+    return importlib.util.find_spec("triton.tools.tensor_descriptor") is not None and version >= (3, 7)
 
 
 def autotuned_aliases_supported() -> bool:
@@ -122,8 +115,7 @@ def autotuned_aliases_supported() -> bool:
 
 
 def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
-    """What a lowered call's payload depends on in jaxlib, as one value for its record's key: the
-    version, the module-image layout (or None), and whether autotuned calls may alias."""
+    """What a lowered call's payload depends on in jaxlib, for its record's key."""
     return [jaxlib_version(), _layout_text(module_image_layout(platform, config)), autotuned_aliases_supported()]
 
 
@@ -132,15 +124,10 @@ def _layout_text(layout: ModuleImageLayout | None) -> str:
     return repr(layout)
 
 
-def plugin_installed(platform: str) -> bool:
-    """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
-    return _owns_module(platform)
-
-
 def plugin_takes_module_image(platform: str) -> bool:
     """Whether the plugin accepts a precompiled binary (jaxlib > 0.11.0), whatever
-    KERNEL_CACHE_MODULE_IMAGE says (`cachectl doctor`; lowering asks `module_image_layout`)."""
-    return platform == "cuda" and _owns_module(platform) and _layout_in_plugin(platform) is not None
+    KERNEL_CACHE_MODULE_IMAGE says (`cachectl doctor`)."""
+    return platform == "cuda" and plugin_installed(platform) and _layout_in_plugin(platform) is not None
 
 
 # TritonKernel constructor ----------------------------------------------------------------------
@@ -191,7 +178,7 @@ class KernelFields(FrozenValue):
 
 
 def make_triton_kernel(module: ModuleType, fields: KernelFields) -> Any:
-    """Build `module.TritonKernel` with whichever constructor this jaxlib has (memoized per class)."""
+    """`module.TritonKernel` built with whichever constructor this jaxlib has (memoized per class)."""
     cls = module.TritonKernel
     ctor = _ctor_choice.get(cls)
     if ctor is not None:
@@ -278,18 +265,16 @@ def _required(schema: proto.MessageSchema, field_name: str) -> int:
 
 
 def module_image_layout(platform: str, config: kernel_cache.Config) -> ModuleImageLayout | None:
-    """Where this platform's plugin reads a precompiled binary, or None if it always runs ptxas.
-
-    Only CUDA has the field; a borrowed plugin (cross-lowering rocm on a CUDA box) never counts.
-    KERNEL_CACHE_MODULE_IMAGE=0 turns it off (jaxlib then runs ptxas on the PTX, as jax-triton)."""
-    if platform != "cuda" or not _owns_module(platform) or not config.module_image:
+    """Where this platform's own plugin reads a precompiled binary (CUDA only), or None if it always
+    runs ptxas; KERNEL_CACHE_MODULE_IMAGE=0 turns it off (jaxlib then runs ptxas, as jax-triton)."""
+    if platform != "cuda" or not plugin_installed(platform) or not config.module_image:
         return None
     return _layout_in_plugin(platform)
 
 
 @functools.cache
 def _layout_in_plugin(platform: str) -> ModuleImageLayout | None:
-    """Read from the plugin binary once per plugin build (a scan of the binary), then from the memo."""
+    """Scanned from the plugin binary once per plugin build, then from the memo."""
     path = getattr(triton_module(platform), "__file__", None)
     if not path:
         return None

@@ -1,8 +1,8 @@
 """Put each kernel's cached cubin into the serialized call, so jaxlib loads it instead of running ptxas.
 
 jaxlib's Python `TritonKernel` cannot set `module_image`; we append the field to every
-`TritonKernel` message of a serialized `TritonAnyKernelCall`, in call order (one kernel for a plain
-call, one per config for an autotuned call). Field numbers come from the plugin's own schema.
+`TritonKernel` message of a serialized `TritonAnyKernelCall`, in call order. Field numbers come from
+the plugin's own schema.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ def _image_message(image: ModuleImage, layout: ModuleImageLayout) -> bytes:
 
 
 def _with_image(call: bytes, image: ModuleImage, layout: ModuleImageLayout) -> bytes:
-    """A TritonKernelCall whose kernel carries `image`."""
     out = []
     for f in pw.decode(call):
         if f.number == layout.kernel_field and f.wire_type == pw.LEN:

@@ -1,20 +1,16 @@
 """The protobuf wire format, as far as the payload needs it: a minimal reader/writer, and the Triton
 proto schema a jaxlib GPU plugin was built with, read from the plugin binary itself.
 
-jaxlib serializes its Triton protos in C++ and ships no Python protobuf module, and we must both read
-the proto descriptor embedded in the plugin and add a field the Python constructor cannot set
+jaxlib ships no Python protobuf module, and we must both read the proto descriptor embedded in the
+plugin (the serialized FileDescriptorProto of `jaxlib/gpu/triton.proto`: which fields this jaxlib
+understands, without comparing versions) and add a field the Python constructor cannot set
 (`module_image`). Fields are kept as an ordered list so re-encoding an untouched message gives back
-the same bytes.
-
-The plugin's `_triton` extension embeds the serialized FileDescriptorProto of
-`jaxlib/gpu/triton.proto`. Reading it tells us which fields this jaxlib understands (for example
-whether `TritonKernel` has `module_image`) without comparing version strings. (Reader and schema
-share this file: reading a schema is thousands of small decodes, on a cold process's first call.)
+the same bytes. Reader and schema share this file: reading a schema is thousands of small decodes,
+on a cold process's first call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, NamedTuple, cast
 
 from kernel_cache.errors import KernelCacheError
@@ -62,9 +58,9 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def iter_fields(data: bytes) -> Iterator[Field]:
-    """Yield the top-level fields of one message; raises WireError on malformed input."""
-    pos = 0
+def decode(data: bytes) -> list[Field]:
+    """The top-level fields of one message; WireError on malformed input."""
+    fields, pos = [], 0
     while pos < len(data):
         tag, pos = read_varint(data, pos)
         number, wire_type = tag >> 3, tag & 7
@@ -86,11 +82,8 @@ def iter_fields(data: bytes) -> Iterator[Field]:
             raise WireError(f"unsupported wire type {wire_type}")
         if pos > len(data):
             raise WireError("truncated field")
-        yield Field(number, wire_type, value)
-
-
-def decode(data: bytes) -> list[Field]:
-    return list(iter_fields(data))
+        fields.append(Field(number, wire_type, value))
+    return fields
 
 
 def encode_field(field: Field) -> bytes:
@@ -110,8 +103,7 @@ def encode(fields: "list[Field]") -> bytes:
 
 
 def first(fields: "list[Field]", number: int, default: Any = None) -> Any:
-    """The value of the first field with `number` (proto3 messages here never repeat scalars); int or
-    bytes by the field's wire type, which the caller knows, hence Any."""
+    """The value of the first field with `number`: int or bytes by its wire type, which the caller knows."""
     for f in fields:
         if f.number == number:
             return f.value
@@ -162,8 +154,7 @@ def _message(raw: bytes, prefix: str, out: dict[str, MessageSchema]) -> None:
 
 
 def schemas_from_binary(data: bytes) -> dict[str, MessageSchema]:
-    """Messages of the embedded triton.proto descriptor, keyed by full name ("jax_triton.TritonKernel").
-    Empty when the binary embeds no readable descriptor."""
+    """Messages of the embedded triton.proto descriptor by full name ("jax_triton.TritonKernel"); {} where none."""
     start = 0
     while (hit := data.find(PROTO_PATH, start)) >= 0:
         start = hit + 1

@@ -1,3 +1,2 @@
-"""Planning a call: the call's parameters as one value (`bound_call`, `frozen_items`), its target,
-configs (autotune, heuristics), argument types, launches and output order, before anything is read
-from the store."""
+"""Planning a call before anything is read from the store: its parameters as one value, its target,
+configs, argument types, launches and output order."""

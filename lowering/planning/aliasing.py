@@ -3,13 +3,11 @@
 jax-triton 0.3 passes every output as a pointer after the inputs, aliased or not: an in-place
 kernel `add_inplace(x_ptr, y_ptr, n, out_ptr)` with `input_output_aliases={1: 0}` gets y's buffer
 twice. jax-triton 0.4 passes none for an aliased output: `add_inplace(x_ptr, y_ptr, n)` writes into
-y's buffer, which becomes the output. A call says which it means by the kernel's runtime parameter
-count: inputs + scalars + every output (0.3) or + the unaliased outputs only (0.4). Where the count
-fits neither, or both cannot be told apart, the error names both readings.
+y's buffer. A call says which it means by the kernel's runtime parameter count.
 
-The custom call hands jaxlib its buffers as inputs then outputs, and the kernel's pointers take
-them in that order; so where aliased outputs have no pointer (`OutputOrder`), the call's results
-put the pointer outputs first and the aliased ones last, and the lowering restores the user's order.
+The custom call hands jaxlib its buffers as inputs then outputs, and the kernel's pointers take them
+in that order; so where aliased outputs have no pointer, the call's results put them last and the
+lowering restores the user's order (`OutputOrder`).
 """
 
 from __future__ import annotations
@@ -25,8 +23,8 @@ if TYPE_CHECKING:
 
 def pointerless_aliases(kernel_name: str, param_names: Sequence[str], num_inputs: int, num_outputs: int,
                         aliases: Sequence[tuple[int, int]]) -> bool:
-    """True for jax-triton 0.4's reading (aliased outputs get no pointer), False for 0.3's. `num_inputs`
-    counts arrays and scalars; `param_names` are the kernel's runtime parameters."""
+    """True for jax-triton 0.4's reading (aliased outputs get no pointer), False for 0.3's; an error
+    naming both where the count fits neither. `num_inputs` counts arrays and scalars."""
     if not aliases:
         return False  # both readings agree: every output is a pointer after the inputs
     every, unaliased = num_inputs + num_outputs, num_inputs + num_outputs - len(aliases)
@@ -74,20 +72,18 @@ class OutputOrder(FrozenValue):
         return cls(order, len(kept), order == tuple(range(num_outputs)))
 
     def results(self, values: Sequence[Any]) -> list[Any]:
-        """The user's outputs from the call's results."""
         out: list[Any] = [None] * len(values)
         for k, o in enumerate(self.order):
             out[o] = values[k]
         return out
 
     def position(self, output: int) -> int:
-        """Where the user's output index sits among the call's results."""
         return self.order.index(output)
 
 
 class CallShape(NamedTuple):
-    """What the custom call's emission reads of a plan (`custom_call.emit`), known from the call and
-    its output avals alone: a call served by its signature (`call_key.signature`) is emitted from this."""
+    """What `custom_call.emit` reads of a plan, known from the call and its output avals alone: a call
+    served by its signature is emitted from this."""
 
     call: BoundCall
     platform: str
@@ -107,8 +103,7 @@ class CallShape(NamedTuple):
 
 
 def outputs(call: BoundCall, avals_out: Sequence[Any]) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...]]:
-    """(the results' order, the output avals in the kernel's order, (input, result position) aliases):
-    in jax-triton 0.4's in-place reading aliased outputs get no pointer and go last among the results."""
+    """(the results' order, the output avals in the kernel's order, (input, result position) aliases)."""
     order = OutputOrder.of(len(avals_out), call.input_output_aliases.items(), call.pointerless_aliases)
     results = [avals_out[o] for o in order.order]
     return order, results, tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases.items())

@@ -56,8 +56,7 @@ class BoundCall(FrozenValue):
 
     @classmethod
     def of(cls, params: Mapping[str, Any]) -> "BoundCall":
-        """From the primitive's parameters; an unknown name is a TypeError naming it (a client's
-        translation that drifted from ours)."""
+        """An unknown parameter is a TypeError naming it (a client's translation that drifted from ours)."""
         unknown = set(params) - _NAMES
         if unknown:
             raise TypeError(f"unknown triton_kernel_call parameters: {', '.join(sorted(unknown))}")

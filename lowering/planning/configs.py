@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
-from kernel_cache.value_class import FrozenValue, Value
+from kernel_cache.value_class import FrozenValue
 
 from .bound_call import BoundCall
 
@@ -34,20 +34,12 @@ class LaunchConfig(FrozenValue):
                              description=description)
 
 
-class _Raw(Value):  # a config being resolved (mutable while heuristics are applied)
-    _fields = ("kwargs", "num_warps", "num_stages", "num_ctas", "description")
+class _Raw(NamedTuple):  # a config being resolved: heuristics set their values in `kwargs`
     kwargs: dict[str, Any]
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
-
-    def __init__(self, kwargs: dict[str, Any], num_warps: int, num_stages: int, num_ctas: int, description: str) -> None:
-        self.kwargs = kwargs
-        self.num_warps = num_warps
-        self.num_stages = num_stages
-        self.num_ctas = num_ctas
-        self.description = description
 
 
 def _from_triton(config: Any) -> _Raw:
@@ -76,7 +68,7 @@ def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mappi
 
 def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any],
                       metaparams: Mapping[str, Any]) -> list[Any]:
-    """Keep the `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs does."""
+    """The `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs keeps."""
     _, perf_model, top_k = triton_compat.prune_hooks(tuner)
     if perf_model is None:
         return configs
@@ -110,10 +102,9 @@ Unwrapped = tuple[tuple[Any, ...], Any]  # a kernel's wrappers, outermost first,
 
 
 def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]:
-    """Where Triton binds the positional runtime arguments (inputs, scalars, outputs): the kernel's
-    parameters, in its own order, that are not constexprs (annotated, or set by the caller, an
-    autotune config or a heuristic). The one place that names arguments: heuristics, perf models,
-    prune functions and descriptions all see these names."""
+    """The kernel's parameters Triton binds the positional runtime arguments to, in order: those not
+    constexprs (annotated, or set by the caller, an autotune config or a heuristic). Heuristics, perf
+    models, prune functions and descriptions all see these names."""
     return _runtime_names(triton_compat.unwrapped(kernel), metaparams)
 
 
@@ -125,7 +116,6 @@ def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str
 
 
 def _named(kernel: Unwrapped, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
-    """{parameter name: value} for the runtime arguments, as Triton's launch binds them."""
     names = _runtime_names(kernel, metaparams)
     if len(runtime_values) > len(names):
         raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
@@ -143,8 +133,8 @@ def kernel_name(kernel: Any) -> str:
 
 def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[str, Any],
              metaparams: Mapping[str, Any]) -> list[_Raw]:
-    """The configs once the wrappers (outermost first) have had their say: an Autotuner's replace
-    the ones given, a Heuristics sets its values in each of the configs below it."""
+    """The configs once the wrappers (outermost first) had their say: an Autotuner's replace those
+    given, a Heuristics sets its values in each config below it."""
     if not wrappers:
         return configs
     wrapper, inner = wrappers[0], wrappers[1:]
@@ -159,8 +149,7 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[st
 
 def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[str, Any], num_warps: int | None,
              num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
-    """(the JITFunction, its launch configs). A plain kernel gives one config from the caller's
-    launch parameters; an Autotuner gives its surviving configs."""
+    """(the JITFunction, its launch configs): a plain kernel's one from the caller's launch parameters."""
     wrappers, fn = kernel
     default = _Raw({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
                    DEFAULT_NUM_STAGES if num_stages is None else num_stages,
@@ -172,9 +161,8 @@ def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[
 
 
 class Resolved(NamedTuple):
-    """A call's kernel resolved: its runtime arguments by name, the JITFunction, and per config its
-    constexprs and launch parameters, its grid and the outputs it zeroes (the user's indices, sorted).
-    (A tuple: built on every call, without a frozen dataclass's setattr per field.)"""
+    """A call's kernel resolved; per config its grid and the outputs it zeroes (the user's indices,
+    sorted). A tuple: built on every call, without a frozen dataclass's setattr per field."""
 
     named: dict[str, Any]
     fn: Any
@@ -200,15 +188,14 @@ def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
 
 
 def _scalar_args(named: Mapping[str, Any]) -> dict[str, Any]:
-    """The scalar runtime arguments by name, which a callable grid or zeroed_outputs sees beside the
-    constexprs, as Triton's launcher passes them: a scalar keyword such as `n_elements=n` is a runtime
-    argument in jax-triton 0.4's reading, a constexpr in 0.3's, and `meta["n_elements"]` reads it in both."""
+    """The scalar runtime arguments, which a callable grid or zeroed_outputs sees beside the constexprs
+    as Triton's launcher passes them: `meta["n_elements"]` then reads a scalar keyword in jax-triton
+    0.4's reading (a runtime argument) and in 0.3's (a constexpr)."""
     return {name: value.value if isinstance(value, Scalar) else value for name, value in named.items()
             if isinstance(value, (bool, int, float, Scalar))}
 
 
 def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:
-    """Evaluate a grid / zeroed_outputs that may be a callable of the config's metaparameters."""
     return value(dict(constexprs)) if callable(value) else value
 
 

@@ -1,11 +1,9 @@
 """A read-only mapping for the primitive's parameters that jax-triton 0.4 keeps as mappings.
 
-`metaparams`, `backend_options`, `input_output_aliases` and `cost_estimate` are mappings there
-(`"BLOCK_SIZE" in eqn.params["metaparams"]`), so tools that read jaxprs ask them as mappings. A
-parameter is also part of the traced equation: JAX compares and hashes it whenever it caches a
-trace or a lowering. So the mapping is the tuple of its items (sorted by the binder) underneath:
-equal to, and hashed as, that tuple by the tuple's own C code (nothing of ours runs when JAX
-compares calls), and read as a mapping by everyone else.
+`metaparams`, `backend_options`, `input_output_aliases` and `cost_estimate` are mappings there, so
+tools that read jaxprs ask them as mappings. A parameter is also compared and hashed whenever JAX
+caches a trace or a lowering, so the mapping is the tuple of its items underneath: equal to, and
+hashed as, that tuple by the tuple's own C code (nothing of ours runs when JAX compares calls).
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ class FrozenItems(tuple[tuple[Any, Any], ...]):
     items = tuple.__iter__  # the (key, value) pairs in order, read by the tuple's own iterator
 
     def pairs(self) -> tuple[tuple[Any, Any], ...]:
-        """The items as the plain tuple the mapping is equal to and hashed as."""
-        return tuple(tuple.__iter__(self))
+            return tuple(tuple.__iter__(self))
 
     def keys(self) -> list[Any]:
         return [key for key, _ in tuple.__iter__(self)]

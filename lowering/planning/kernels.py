@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 import compiler
 import kernel_cache  # noqa: F401  (imported with lowering, not inside the first lowering, which it would slow)
-from compiler import KernelSpec, Target
+from compiler import KernelSpec
 from kernel_cache import Session
 from kernel_cache.lazy import later
 
 from ..tensor_descriptor import TensorDescriptor
-from .configs import LaunchConfig
 
 if TYPE_CHECKING:
     from compiler import Artifact, cache_or_compile, compile_processes, key
@@ -59,58 +58,36 @@ def _typed_scalar(value: Any) -> Any:
     return value
 
 
-def runtime_args(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]],
-                 out_dtypes: Sequence[Any], aligned: bool = True) -> list[Any]:
-    """The kernel's runtime arguments in order: inputs with scalars at their positions, then outputs.
-    `aligned`: pointers carry Triton's 16-byte alignment hint (False: as a caller compiling without
-    specialization attributes has them, TransformerEngine's own path)."""
-    pointer: Any = pointer_type if aligned else (lambda d: compiler.Pointer(pointer_type(d), aligned=False))
-    args: list[Any] = [pointer(d) for d in in_dtypes]
-    for position, value in scalars:  # positions are ascending, counted over arrays and scalars
-        args.insert(position, _typed_scalar(value))
-    return args + [pointer(d) for d in out_dtypes]
-
-
 def argument_types(in_dtypes: Sequence[Any], scalars: Sequence[tuple[int, Any]], out_dtypes: Sequence[Any],
                    arg_tree: Any, aligned: bool = True) -> list[Any]:
-    """The kernel's runtime argument types in order (`runtime_args`), its inputs grouped as its
-    parameters take them (`arg_tree`: a tuple parameter as one tuple) with TensorDescriptors as the
-    compiler's TensorDesc (`descriptors`); the outputs' pointer types after them."""
-    flat = runtime_args(in_dtypes, scalars, out_dtypes, aligned)
-    inputs = flat[:len(in_dtypes) + len(scalars)]
+    """The kernel's runtime argument types in order: the inputs with the scalars at their positions,
+    grouped as its parameters take them (`arg_tree`: a tuple parameter as one tuple), then the outputs.
+    `aligned`: pointers carry Triton's 16-byte alignment hint (False: as TransformerEngine compiles)."""
+    pointer: Any = pointer_type if aligned else (lambda d: compiler.Pointer(pointer_type(d), aligned=False))
+    inputs: list[Any] = [pointer(d) for d in in_dtypes]
+    for position, value in scalars:  # positions are ascending, counted over arrays and scalars
+        inputs.insert(position, _typed_scalar(value))
     grouped = inputs if arg_tree is None else list(arg_tree.unflatten(inputs))
-    return descriptors(grouped) + flat[len(inputs):]
+    return [_descriptor(v) for v in grouped] + [pointer(d) for d in out_dtypes]
 
 
-def descriptors(values: list[Any]) -> list[Any]:
-    """Runtime argument types with each TensorDescriptor (its base already a pointer type) as the
-    compiler's TensorDesc; tuples kept."""
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, tuple):
-            return tuple(convert(v) for v in value)
-        if isinstance(value, TensorDescriptor):
-            return compiler.TensorDesc(
-                dtype=str(value.base).lstrip("*"), block_shape=tuple(int(b) for b in value.block_shape),
-                layout=None if value.layout is None else repr(value.layout), shape=tuple(int(d) for d in value.shape),
-                strides=tuple(int(s) for s in value.strides), padding=value.padding,
-                round_f32_to_tf32=bool(value.round_f32_to_tf32))
-        return value
-    return [convert(v) for v in values]
-
-
-def specs_for(fn: Any, args: Sequence[Any], configs: Sequence[LaunchConfig], target: Target,
-              options: Mapping[str, Any]) -> list[KernelSpec]:
-    return [compiler.make_spec(fn, args, dict(c.constexprs), target=target, num_warps=c.num_warps,
-                               num_stages=c.num_stages, num_ctas=c.num_ctas, **options)
-            for c in configs]
+def _descriptor(value: Any) -> Any:
+    """A TensorDescriptor (its base already a pointer type) as the compiler's TensorDesc, in tuples too."""
+    if isinstance(value, tuple):
+        return tuple(_descriptor(v) for v in value)
+    if isinstance(value, TensorDescriptor):
+        return compiler.TensorDesc(
+            dtype=str(value.base).lstrip("*"), block_shape=tuple(int(b) for b in value.block_shape),
+            layout=None if value.layout is None else repr(value.layout), shape=tuple(int(d) for d in value.shape),
+            strides=tuple(int(s) for s in value.strides), padding=value.padding,
+            round_f32_to_tf32=bool(value.round_f32_to_tf32))
+    return value
 
 
 def fetch(specs: Sequence[KernelSpec], session: Session,
           on_miss: Callable[[], object] | None = None) -> list[tuple[Artifact, str]]:
-    """(artifact, content key) for `specs`, in order. Hits are plain store reads of the session's
-    store; misses compile on the compile workers (the first in this thread), after `on_miss()` (a
-    cold process: `ahead.start`)."""
+    """(artifact, content key) for `specs`, in order: hits are plain store reads; misses compile on the
+    compile workers (the first in this thread), after `on_miss()`."""
     store, keys = session.store, key.session_keys(session)
     found = [cache_or_compile.lookup(spec, store, keys=keys) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
@@ -130,9 +107,8 @@ def fetch(specs: Sequence[KernelSpec], session: Session,
 
 
 def _build(spec: KernelSpec, store: Any, keys: key.KeyMemo, pooled: bool) -> tuple[Artifact, str]:
-    """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build
-    (the lookup was the miss's one read). `pooled`: on an idle worker process where one runs (compiles
-    one at a time never start or import the pool)."""
+    """A spec `fetch` just missed: under the build lock the store only probes for a neighbour's build.
+    `pooled`: on an idle worker process where one runs (compiles one at a time never import the pool)."""
     if pooled:
         return compile_processes.get_or_compile(spec, store, keys=keys, known_missing=True)
     return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=True)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jax import core
 
-from compiler import KernelSpec, Target
+from compiler import KernelSpec, Target, make_spec
 from kernel_cache import Config
 from kernel_cache.value_class import Value
 
@@ -79,8 +79,7 @@ class KernelPlan:
     @classmethod
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
            config: Config, evaluation: "Evaluation | None" = None) -> "KernelPlan":
-        """The plan of `call` lowered for `platform`, its operands and results of these avals.
-        `evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
+        """`evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
         target = target_of(platform, call.compute_capability, config)
         meta = dict(call.metaparams.items())
         evaluation = evaluation if evaluation is not None else Evaluation(avals_in, avals_out, call)
@@ -110,7 +109,8 @@ class KernelPlan:
         return plan
 
     def specs(self) -> list[KernelSpec]:
-        return kernels.specs_for(self.fn, self.args, self.configs, self.target, self.options)
+        return [make_spec(self.fn, self.args, dict(c.constexprs), target=self.target, num_warps=c.num_warps,
+                          num_stages=c.num_stages, num_ctas=c.num_ctas, **self.options) for c in self.configs]
 
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
@@ -123,10 +123,9 @@ def call_options(call: BoundCall) -> dict[str, Any]:
 
 
 class Evaluation(Value):
-    """A call's user functions evaluated once per lowering: heuristics, the prune hook and perf
-    model, a grid and zeroed outputs written as functions (per config), as jax-triton evaluates
-    them. The signature reads what they evaluated to, the plan the rest of the resolution; neither
-    calls them again. What they raised is raised again to each reader, not re-evaluated."""
+    """A call's user functions (heuristics, prune hook, perf model, a grid and zeroed outputs written as
+    functions) evaluated once per lowering: the signature and the plan both read it. What they raised
+    is raised again to each reader, not re-evaluated."""
 
     _fields = ("avals_in", "avals_out", "call", "done", "error")
     avals_in: Sequence[Any]
@@ -150,8 +149,7 @@ class Evaluation(Value):
         return self.done
 
     def launches(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
-        """(per config, its grid and the outputs it zeroes): what a grid or zeroed_outputs written as a
-        function evaluates to (a call's signature holds these values in place of the functions)."""
+        """(per config, its grid and the outputs it zeroes), as the signature holds them."""
         resolved = self.resolved()[4]
         return resolved.grids, resolved.zeroed
 
@@ -161,7 +159,6 @@ ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[A
 
 
 def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> ResolvedCall:
-    """(output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)."""
     order, results, aliases = outputs(call, avals_out)
     inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
     return order, results, aliases, inputs, resolve(call, inputs + results[:order.pointers])
@@ -174,16 +171,13 @@ def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
 
 @functools.lru_cache(maxsize=256)
 def _target(platform: str, compute_capability: Any, configured: Any) -> Target:
-    """(platform, the call's compute capability, the configured arch) -> its target: parsed and
-    checked once per process (a fact of the installation and its devices, like `target_arch`'s own
-    memos), so a warm call's plan does not ask `target_arch` again."""
+    """Kept per process, so a warm call's plan does not ask `target_arch` again."""
     return resolve_target(platform, compute_capability, configured)
 
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
                   avals_out: Sequence[Any]) -> list[dict[int, int]]:
-    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes (the user's
-    indices); nothing to work out where no config zeroes any."""
+    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes."""
     if not any(zeroed):
         return [{} for _ in zeroed]
     positions = _zero_positions(order, tuple(call.input_output_aliases.items()), call.scalars, len(avals_in))
@@ -214,13 +208,11 @@ def dtype_name(dtype: Any) -> str:
 
 
 def dtype_names(dtypes: Sequence[Any]) -> list[str]:
-    """`dtype_name` of each (a call's avals in one ask)."""
     return [_dtype(dtype)[0] for dtype in dtypes]
 
 
 @functools.lru_cache(maxsize=256)
 def _dtype(dtype: Any) -> tuple[str, int]:
-    """A dtype -> (its name, its item size): every operand asks."""
     return np.dtype(dtype).name, int(np.dtype(dtype).itemsize)
 
 
@@ -255,6 +247,6 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
 
 
 def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
-    """The plan of a call as it was bound (`triton_kernel_call_p` parameters), before its rule runs."""
+    """The plan of a call as it was bound, before its rule runs."""
     avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
     return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params), config)

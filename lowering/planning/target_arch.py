@@ -22,8 +22,7 @@ class NoTargetError(KernelCacheError, RuntimeError):
 
 
 def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
-    """The compile target for lowering to `platform` ("cuda" or "rocm"): the call's own, else the
-    configured one (`Config.target_arch`), else the device's."""
+    """The compile target for `platform`: the call's own, else the configured one, else the device's."""
     if compute_capability is not None:
         return _checked(platform, compute_capability)
     if configured:

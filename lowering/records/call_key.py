@@ -1,43 +1,25 @@
-"""A lowered call's key: a pure function of its plan (and facts of the installation), computed
-without building a kernel spec, a content key or a proto. The key covers everything the payload is
-built from:
-  - the kernel function: its name, Triton's own cache key (source, called @jit functions, globals)
-    and its parameters' flags (do_not_specialize, annotations);
-  - the runtime arguments (pointer types, scalar values), the launch options, and per config its
-    constexprs, warps, stages, CTAs, grid, zeroed outputs and description;
-  - the call's name, aliases, operand shapes and dtypes, serialized metadata and debug flag;
-  - the target, the toolchain fingerprint, jaxlib's version and module-image layout, the GPU model
-    winners are looked up for (where they apply), and the source of this project's compiler and
-    lowering packages (an edited module is a new key, never a stale payload).
-The document is in the core's one canonical encoding (`kernel_cache.entries.canonical`, with the compiler's
-Triton values and this floor's `Scalar` and `TensorDesc`) and hashed by its digest: the int 1, the
-float 1.0, True and "1" differ; anything that has no canonical form (an object keyed by identity)
-makes the call keyless, and it is lowered kernel by kernel, unrecorded.
+"""A lowered call's key: a pure function of its plan and facts of the installation, computed
+without building a kernel spec, a content key or a proto. It covers everything the payload is built
+from: the kernel (name, Triton's cache key, parameter flags), the runtime argument types, options and
+each config's launch, the call's fields and shapes, the target, toolchain, jaxlib's capabilities, the
+GPU model winners are looked up for, and the source of the compiler and lowering packages (an edited
+module is a new key, never a stale payload). It is hashed in the core's canonical encoding
+(`kernel_cache.entries.canonical`): the int 1, the float 1.0, True and "1" differ; a value with no
+canonical form makes the call keyless, lowered kernel by kernel, unrecorded. What many calls share is
+encoded once and spliced in as text: per process and target (`static_text`), per JAX module (`module_text`).
 
-What many calls share is encoded once and spliced in as text (JSON text is compositional): the
-installation's part per target and the kernel function's own, for the process (`installation_text`,
-`function_text`), joined per function and target in the record store's session memo (`static_text`);
-Triton's environment with jaxlib's capabilities per JAX module (`module_text`).
-
-A call's signature (`signature`) names its record as exactly, from what the rule is given, unplanned:
-the plan is a pure function of the platform, the operands' and results' avals, the primitive's
-parameters, the target, the installation and the kernel, so their digest, where each has a value
-form (`value_form`), names one plan and so one key; the program's warm set keeps signature -> key
-from the run before (`call_records.find_signed`). Planning is most of a warm lowering; the signature
-costs a third of planning and keying. Only calls whose every input has a value form have one: the
-@triton.jit function by Triton's fingerprint, its parameters' flags and its constexpr defaults (which
-the plan reads and a global can set); an Autotuner around it by its keys, its configs' every field and
-the GPU model its winners are looked up for; a grid and zeroed outputs written as functions by what
-they evaluate to per config (all the plan keeps of them); no tuple parameters. A heuristic, a prune
-hook or perf model and a pre_hook (functions whose effect only the plan evaluates) leave the call to
-its plan.
+A call's signature (`signature`) names the same record from what the rule is given, unplanned: the
+plan is a pure function of its inputs, so their digest, where each has a value form (`value_form`),
+names one plan and so one key; the program's warm set keeps signature -> key from the run before.
+It costs a third of planning and keying. A heuristic, a prune hook, a perf model or a pre_hook
+(functions only the plan evaluates) and tuple parameters leave the call without one.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import xxhash
@@ -66,14 +48,13 @@ StaticMemo = BoundedMemo[tuple[Any, ...], tuple[Any, str]]
 
 def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
     """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
-    model winners are looked up for (None: they do not apply to this call); `module`: the JAX module
-    being lowered (`module_text`); `static`: the memo of `static_text`. Each config is keyed with its
-    compile inputs (`compiler.inputs.digest_of` the options its spec is given): what the
-    content keys of its kernels embed, so the two keys move together under any option or environment."""
+    model winners are looked up for (None: they do not apply). Each config is keyed with its compile
+    inputs, as its kernels' content keys are, so the two keys move together."""
     try:
         configs = [[dict(c.constexprs), c.num_warps, c.num_stages, c.num_ctas, launch.grid,
                     sorted(launch.zeroed_bytes.items()), c.description, sorted(launch.bound),
-                    config_inputs(plan.target, c.num_warps, c.num_stages, c.num_ctas, plan.options)]
+                    compile_inputs.digest_of(plan.target, compile_options(c.num_warps, c.num_stages, c.num_ctas,
+                                                                          plan.options))]
                    for c, launch in zip(plan.configs, plan.launches, strict=True)]
         head = static_text(plan.fn, plan.target, plan.platform, static)
         rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
@@ -82,33 +63,20 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
         return None
 
 
-def config_inputs(target: Target, num_warps: int, num_stages: int, num_ctas: int, options: Mapping[str, Any]) -> str:
-    """The compile inputs' digest of a config launched so (`compiler.inputs`): what its spec's content key embeds."""
-    return compile_inputs.digest_of(target, compile_options(num_warps, num_stages, num_ctas, options))
-
-
-def call_inputs(target: Target, call: BoundCall, env: object) -> str:
-    """The compile inputs' digest of a call's options, unplanned: what its signature hashes. Its warps
-    and stages are taken at their defaults: the signature holds the call's own (and its configs'),
-    and what the environment decides is the same for every config, so the calls of a program share a
-    handful of digests. `env`: Triton's environment as just read (`triton_compat.triton_env`), whose
-    identity says whether a digest stands."""
-    ident = (target, call.num_ctas, call.enable_fp_fusion, call.debug, call.backend_options)
-    return _inputs_digest(ident, target, env, lambda: compile_options(
-        DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES, call.num_ctas, call_options(call)))
-
-
-# A call's options (and CTAs) -> (the environment's state then, the installed tools' generation
-# then, the digest of its compile inputs): valid while both are unchanged (a fact of the
-# process's environment and installation, so module-level; see `kernel_cache.session`). A signed
-# call asks here without entering the compiler's modules.
+# A call's options -> (the environment, the installed tools' generation, its compile inputs' digest):
+# valid while both are unchanged, so module-level. A signed call asks here without entering the compiler.
 _inputs: dict[tuple[Any, ...], tuple[object, int, str]] = {}
 
 
-def _inputs_digest(ident: tuple[Any, ...], target: Target, env: object, options: Callable[[], dict[str, Any]]) -> str:
+def call_inputs(target: Target, call: BoundCall, env: object) -> str:
+    """The compile inputs' digest of a call's options, unplanned, at the default warps and stages (the
+    signature holds the call's own), so a program's calls share a handful of digests. `env`: Triton's
+    environment as just read, whose identity says whether a digest stands."""
+    ident = (target, call.num_ctas, call.enable_fp_fusion, call.debug, call.backend_options)
     found = _inputs.get(ident)  # TypeError for an unhashable option: the call is keyless
     if found is None or found[0] is not env or found[1] != toolchain.generation:
-        found = (env, toolchain.generation, compile_inputs.digest_of(target, options()))
+        options = compile_options(DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES, call.num_ctas, call_options(call))
+        found = (env, toolchain.generation, compile_inputs.digest_of(target, options))
         if len(_inputs) >= 1024:
             _inputs.clear()
         _inputs[ident] = found
@@ -120,9 +88,8 @@ SIGNATURE_FORMAT = 3  # 3: the call's compile inputs (compiler.inputs) at its ow
 
 def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
               module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None) -> str | None:
-    """The call's signature (see the module's docstring), or None where some input has no value form.
-    Its document starts otherwise than every key's, so the two never name one another. `evaluation`:
-    the call's user functions, evaluated once for this lowering (its plan reads the same values)."""
+    """The call's signature, or None where some input has no value form (its document starts otherwise
+    than every key's, so the two never name one another)."""
     found = signed_call(platform, avals_in, avals_out, params, module, config, static, evaluation)
     return None if found is None else found[0]
 
@@ -130,10 +97,9 @@ def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], 
 def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
                 module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None
                 ) -> tuple[str, str] | None:
-    """(the call's signature, its lineage), or None where some input has no value form. The lineage
-    names the same call under any toolchain, environment, jaxlib or target: the kernel by module and
-    name, and the call's value form. It finds what the program compiled before an upgrade (a warm
-    set's predecessor), a guess whose only cost when wrong is compile work."""
+    """(the call's signature, its lineage), or None. The lineage names the same call under any
+    toolchain, environment, jaxlib or target (the kernel by module and name, and the call's value form):
+    it finds what the program compiled before an upgrade, a guess that costs only compile work when wrong."""
     if params.get("arg_tree") is not None:
         return None
     try:
@@ -161,11 +127,8 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
 
 
 def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:
-    """The key's text for what one kernel function (`fn`, the @jit function under any wrappers) on
-    one target shares across its calls: the installation's part (`installation_text`) and the
-    function itself (Triton's environment and jaxlib's capabilities are read per module:
-    `module_text`). The function is kept with the text, so the memo never answers for another
-    function that reuses its id."""
+    """The key's text for what one @jit function on one target shares across its calls. The function
+    is kept with the text, so the memo never answers for another function that reuses its id."""
     fingerprint = tc.kernel_fingerprint(fn)
     memo_key = (id(fn), fingerprint, target, platform)
     found = memo.get(memo_key)
@@ -178,18 +141,14 @@ def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str
 
 @functools.lru_cache(maxsize=8192)  # (kernel function, its Triton fingerprint) -> its part of the key
 def function_text(fn: Any, fingerprint: str) -> str:
-    """The items' text of the kernel function's own part of the key: its name, Triton's fingerprint
-    and its parameters' flags (encoded once: every lowering of the function asks). A pure function of the
-    function and its fingerprint (its parameters are fixed at decoration, as `param_flags` keeps
-    them), so kept for the process (a function is told apart from an equal one by identity)."""
+    """The kernel function's part of the key: its name, Triton's fingerprint and its parameters' flags
+    (fixed at decoration), so kept for the process."""
     return items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
 
 
 def installation_text(platform: str, target: Target) -> str:
-    """The items' text of what every call on `target` shares in this installation: format, code,
-    platform, target and installed toolchain. Kept for the process (a fact of the installed
-    software), per reading of the installed tools (`toolchain.generation`: a test that reads them
-    anew gets a new text)."""
+    """What every call on `target` shares in this installation, kept per reading of the installed
+    tools (`toolchain.generation`)."""
     return _installation_text(platform, target, code_identity(), toolchain.generation)
 
 
@@ -203,13 +162,10 @@ _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's ow
 
 
 def module_text(module: Any, platform: str, config: Config, env: dict[str, str] | None = None) -> str:
-    """The text of Triton's cache-invalidating environment and jaxlib's capabilities, read and encoded
-    once per JAX module lowered (a jit of hundreds of Triton calls reads them once; Triton's read,
-    a getenv per variable, only where the C environment changed: `triton_compat.triton_env`). Nothing runs between the
-    lowering rules of one module that could change them, and the next module reads them again. Kept
-    in the module's own `lowering_cache` dict, so it lives and dies with the module: neither a strong
-    reference to the module (which would keep it alive and slow every later lowering) nor its MLIR context (JAX
-    0.12 reuses one context for up to 10 modules per thread)."""
+    """The text of Triton's cache-invalidating environment and jaxlib's capabilities, once per JAX
+    module lowered (nothing between one module's lowering rules can change them). Kept in the module's
+    own `lowering_cache` dict, so it dies with the module: not keyed by the module (a strong reference
+    slows every later lowering) nor by its MLIR context (JAX 0.12 reuses one for up to 10 modules)."""
     cache = getattr(module, "lowering_cache", None)
     memo_key = (_MODULE_MEMO_KEY, platform)
     if isinstance(cache, dict) and memo_key in cache:
@@ -224,18 +180,14 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
 
 @functools.lru_cache(maxsize=256)
 def _module_part(env_items: tuple[tuple[str, str], ...], capabilities: tuple[Any, ...], types: tuple[type, ...]) -> str:
-    """(Triton's environment, jaxlib's capabilities and their types) -> their text: what a module
-    reads changes rarely, its encoding is kept (a pure function of the values; the types keep 1 and
-    True apart)."""
+    """Their text, kept: it changes rarely (the types keep 1 and True apart in the memo)."""
     return canonical_text([list(env_items), *capabilities], lowering_value)
 
 
 @functools.cache
 def code_identity() -> str:
-    """xxh3 of the compiler and lowering packages' sources, every module of every subpackage by its
-    path: a payload is only reused by the code that would build it the same way (computed once per
-    process: a fact of the installed files). Raises TypeError (the call is
-    then not recorded) where the sources cannot be read, e.g. an install of compiled files only."""
+    """xxh3 of the compiler and lowering packages' sources: a payload is only reused by the code that
+    would build it the same way. TypeError (calls not recorded) where the sources cannot be read."""
     hasher, read = xxhash.xxh3_128(), 0
     for package in (compiler, __import__((__package__ or "lowering").partition(".")[0])):
         root = os.path.dirname(package.__file__ or "")
@@ -253,8 +205,7 @@ def code_identity() -> str:
 
 
 def lowering_value(value: Any) -> Any:
-    """The tagged form of the values only a lowering passes (a typed scalar, a TMA descriptor), then
-    Triton's (`compiler.key.triton_value`): the canonical encoder's extension for a call's key."""
+    """The canonical encoder's extension for a call's key: a typed scalar, a TMA descriptor, then Triton's values."""
     kind = type(value)
     if kind is compiler.Scalar:
         return {"scalar": [value.type, canonical(value.value, lowering_value)]}

@@ -1,22 +1,17 @@
 """The one serving path of a lowered call, and the records it serves.
 
 `serve` takes a call from the lowering rule to its payload through these tiers, in this order:
-  1. this session: a call it served before, by signature (`_Memos.served`: another jit, a re-trace);
-  2. the program's warm set: the record its last run named for the signature (`kernel_cache.entries.warm_set`);
-  3. the call planned and keyed (`call_key.call_key`): its record from the store, whose front level
-     is the program's warm set (`Store.front_level`), then memory, disk, shared and remote; a record
-     of an autotuned call follows a winner stored since (`CallRecord.redirect`);
-  4. kernel by kernel: the rule's `build` fetches or compiles each kernel by content key and
-     `Slot.remember` writes the record.
-A record served is one record hit (its kernels are not read: they are only told to the levels' LRU
-order). A call served by its key, or just recorded, is signed for the next process (`sign`). The
-signature (`call_key.signature`) is what the rule is given, hashed where every input has a value
-form; a call without one is planned on every lowering.
+  1. this session: a call it served before, by signature (another jit, a re-trace);
+  2. the program's warm set: the record its last run named for the signature;
+  3. the call planned and keyed (`call_key.call_key`): its record from the store, the warm set in
+     front (`Store.front_level`); a record of an autotuned call follows a winner stored since;
+  4. kernel by kernel: the rule's `build`, then `Slot.remember` writes the record.
+A record served is one record hit: its kernels are not read, only told to the levels' LRU order. A
+call served by its key, or just recorded, is signed for the next process (`sign`); a call whose
+inputs have no value form has no signature and is planned on every lowering.
 
-KERNEL_CACHE_CALL_RECORDS=0 keeps records out of the store: they live in this session only (a
-model's layers lowering the same call again). The key is the call's one key: the store's record and
-this session's copy use it alike. ROCm payloads name a temporary file: never recorded. Tuning
-(`session.tuning`, `winners.tuning`) bypasses every tier but the last: nothing lowered may be reused.
+KERNEL_CACHE_CALL_RECORDS=0 keeps records in this session only. ROCm payloads name a temporary
+file: never recorded. Tuning bypasses every tier but the last: nothing lowered may be reused.
 The module is long because it is the serving path whole: its tiers, and the record slot the last fills.
 """
 
@@ -48,8 +43,7 @@ if TYPE_CHECKING:
 FORMAT = 2  # 2: one canonical encoder (kernel_cache.entries.canonical) instead of this module's tagged tuples
 @dataclass
 class Slot:
-    """Where one call's record lives (`key` None: this call is not recorded), and what it held:
-    `payload` and the number of kernels it launches (None: lower kernel by kernel)."""
+    """Where one call's record lives (`key` None: not recorded), and its payload once found or built."""
 
     key: str | None
     plan: KernelPlan
@@ -103,8 +97,7 @@ class Served(NamedTuple):
 
 def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
           session: Session, module: Any, build: Callable[[Slot], None]) -> Served:
-    """The call (`triton_kernel_call_p`'s parameters) through the tiers in the module's docstring.
-    `module`: the JAX module being lowered; `build(slot)`: the last tier, which fills `slot`'s payload."""
+    """The call through the tiers in the module's docstring; `build(slot)`, the last, fills `slot`'s payload."""
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     call = BoundCall(**params)
     evaluation = Evaluation(avals_in, avals_out, call)  # the user's functions, run once for this lowering
@@ -128,9 +121,8 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
 
 
 def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
-    """The record slot of this call (its fingerprint, decided before any kernel is looked up) and,
-    for a call seen before, its payload: one store read (records off: from this session's memo).
-    `module`: the JAX module being lowered (what cannot change within it is read once per module)."""
+    """The record slot of this call, keyed before any kernel is looked up, and for a call seen
+    before its payload: one store read. `module`: the JAX module being lowered."""
     config = session.config
     device = winners.gpu_model(plan.platform, config) if len(plan.configs) > 1 and config.winners else None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
@@ -146,9 +138,8 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
 def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
                 session: Session, module: Any = None, evaluation: Evaluation | None = None
                 ) -> tuple[str | None, tuple[call_entry.CallRecord, str] | None]:
-    """(the call's signature, or None where it has none or none is asked (ROCm, tuning); the record
-    that serves it unplanned and the level it comes from: this session's (tiers 1), else the one the
-    program's warm set names for it (tier 2), where it holds a payload of its own; or None)."""
+    """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves
+    it unplanned, tier 1 or 2, with the level it comes from, or None)."""
     if platform != "cuda" or session.tuning is not None:
         return None, None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
@@ -164,9 +155,8 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
 
 
 def _signed(signature: str, lineage: str, session: Session, memos: "_Memos") -> tuple[call_entry.CallRecord, str] | None:
-    """(the record the program's warm set names for `signature`, the level it was read from), where
-    it holds a payload of its own, a winner stored since followed (its own record, signed for the next
-    process); None: the call is planned and found by its key."""
+    """(the record the program's warm set names for `signature`, its level), a winner stored since
+    followed, where it holds a payload of its own; None: the call is planned and found by its key."""
     warm = memos.warm_set(session.store)
     entry = warm.signed(signature, lineage)
     if entry is None:
@@ -181,15 +171,13 @@ def _signed(signature: str, lineage: str, session: Session, memos: "_Memos") -> 
 
 
 def sign(slot: Slot, signature: str) -> None:
-    """`signature` names this call's record (just served by its key, or written): the warm set keeps
-    the pair for the next process: the record whose payload it lowered to (the call's own, or its
-    persisted winner's own record, which `find_signed` serves while that winner is still stored)."""
+    """The warm set keeps `signature` -> the record whose payload this call lowered to (its own, or its
+    winner's own record, which `find_signed` serves while that winner is still stored)."""
     if slot.signable is not None and slot.payload is not None and slot.session.config.call_records:
         slot.memos.warm_set(slot.session.store).sign(signature, slot.signable)
 
 
 def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str, start: float) -> None:
-    """One record hit (its kernels are not read: only told to the LRU order), logged."""
     store = session.store
     store.stats.record_hit(level, record.key, record.compile_seconds)
     _touch_kernels(memos.warm_set(store), memos.touched, record.config_keys)
@@ -199,7 +187,6 @@ def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, lev
 
 
 def _serve(slot: Slot) -> None:
-    """Fill `slot` from its record, counted as one record hit."""
     assert slot.key is not None
     start = time.perf_counter()
     found = _read(slot.session, slot.memos, slot.key)
@@ -219,9 +206,8 @@ def _serve(slot: Slot) -> None:
 
 def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str
                     ) -> tuple[call_entry.CallRecord, str] | None:
-    """The record a reader of `record` (read from `level`) is served, given the winner stored now
-    under its winner key: `record` itself where it serves, else the winner's own record, read; None
-    where that record is not stored (the call is lowered as the winner alone, which records it)."""
+    """`record` where it serves the winner stored now under its winner key, else the winner's own
+    record; None where that is not stored (the call is lowered as the winner alone, which records it)."""
     if not record.winner_key:
         return record, level
     chosen = winners.stored_winner(session, record.winner_key)
@@ -233,11 +219,9 @@ def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRe
 
 
 def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
-    """Tell the LRU order that a record's kernels are in use (once per session): they are never
-    read while their record serves, and a size-bounded level must not evict them first (a new
-    kernel-cache version or toolchain fingerprints every call anew, and then needs them). Told at
-    exit with the warm set's own members (the levels record uses at exit anyway), so a call pays
-    nothing for it."""
+    """Tell the LRU order, once per session and at exit, that a record's kernels are in use: never
+    read while their record serves, a size-bounded level must not evict them first (a new toolchain
+    keys every call anew, and then needs them)."""
     new = [key for key in keys if key not in touched]
     if new:
         if len(touched) < 1 << 16:
@@ -262,8 +246,8 @@ def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallR
 
 
 def _decoded(memos: "_Memos", entry: Entry) -> call_entry.CallRecord | None:
-    """`entry` as a record, checked once per entry read (the memory level and the warm set answer
-    with the same entry again); None for another kind or a malformed record (lowered and recorded again)."""
+    """`entry` as a record, checked once per entry object (the memory level and the warm set answer
+    with the same one again); None for another kind or a malformed record (lowered and recorded again)."""
     decoded = memos.decoded.get(entry.key)
     if decoded is not None and decoded[0] is entry:
         return decoded[1]
@@ -277,10 +261,7 @@ def _decoded(memos: "_Memos", entry: Entry) -> call_entry.CallRecord | None:
 
 @dataclass
 class _Memos:
-    """This module's session memos: the static part's text per kernel function and target, the
-    kernels whose use the levels have been told of, each record decoded from the entry it was
-    read as (kept with it: the memory level answers with the same entry, which is then not checked
-    again), and (records off) the records of this session."""
+    """This module's session memos (records off: `records` holds the session's records)."""
 
     static: call_key.StaticMemo = field(default_factory=BoundedMemo)
     decoded: BoundedMemo[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=BoundedMemo)
@@ -291,8 +272,7 @@ class _Memos:
     served_bytes: int = 0
 
     def remember(self, signature: str, record: call_entry.CallRecord) -> None:
-        """`record` served the call signed `signature`: the session serves it again (tier 1), within
-        MAX_SERVED calls and MAX_SERVED_BYTES of payloads (later calls take the tiers after it)."""
+        """Serve `signature` from `record` again (tier 1), within MAX_SERVED calls and MAX_SERVED_BYTES."""
         size = len(record.payload or b"") + 512
         if signature not in self.served and len(self.served) < MAX_SERVED and \
                 self.served_bytes + size <= MAX_SERVED_BYTES:
@@ -301,7 +281,6 @@ class _Memos:
     warm: WarmSet | None = None  # the records read and written, for this program's next process
 
     def warm_set(self, store: Store) -> WarmSet:
-        """This session's warm set, in front of the store's levels from its creation on."""
         warm = self.warm
         if warm is None:
             warm = self.warm = WarmSet(store)
@@ -309,7 +288,7 @@ class _Memos:
         return warm
 
 
-_MEMOS = SessionMemo("lowering.records.call_records", lambda _: _Memos())  # this module's session memo
+_MEMOS = SessionMemo("lowering.records.call_records", lambda _: _Memos())
 MAX_SERVED = 4096  # calls the session serves again by signature
 MAX_SERVED_BYTES = 64 << 20  # their payloads' bytes
 def record_label(kernel: str, kernels: int) -> str:

@@ -1,17 +1,12 @@
 """Learn autotune winners on the GPU: time every config of every autotuned call site of a program,
 on the program's real arguments, and store the fastest (`cachectl tune`).
 
-How a site is timed: the whole program is lowered with that site forced to one config and every
-other site to its best config so far (so nothing autotunes at launch), compiled, run `warmup`
-times, then `reps` times, each run blocked on; the median step time is the config's time. The
-program as a whole is timed, not the kernel alone: the kernel runs on its real inputs, in its
-real place (intermediates of earlier calls included), and a config that costs elsewhere (a fusion
-it breaks, memory traffic) is charged for it. Sites are tuned one after the other.
-
-Each run gets fresh device copies of the arguments, made before the timer starts: a donated
-argument or an in-place kernel (input_output_aliases) then sees the original inputs at every
-run, as jaxlib's autotuner restores aliased inputs between configs. A config that fails to
-compile or run is recorded with its error and never wins.
+A site is timed with the whole program lowered with that site forced to one config and every other
+site to its best so far (nothing autotunes at launch): the median blocked step time over `reps` runs
+after `warmup`. The program as a whole is timed, not the kernel alone, so a config that costs
+elsewhere (a fusion it breaks, memory traffic) is charged for it. Each run gets fresh device copies
+of the arguments, made before the timer starts, so a donated argument or an in-place kernel sees the
+original inputs, as jaxlib's autotuner restores aliased inputs. A config that fails never wins.
 """
 
 from __future__ import annotations
@@ -107,10 +102,8 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
 
 
 def _record(program: Program) -> None:
-    """Lower `program` once as a run would, its winners applying: each call narrowed to its winner is
-    recorded (the winner's own lowered-call record, signed in this process's warm set), so the next
-    process reads it instead of building its payload. Nothing compiles: tuning stored every kernel.
-    Only a cost saved is lost where this fails (the next run records the calls itself)."""
+    """Lower `program` once as a run would, its winners applying, so each call's winner record is
+    written for the next process. Nothing compiles; where this fails the next run records them itself."""
     try:
         _lower(program)
     except Exception as exc:  # it lowered while tuning: a failure now is logged, the winners stay stored
@@ -164,16 +157,11 @@ def _tune_site(session: kernel_cache.Session, program: Program, site: winners.Si
     return SiteResult(program.label, site, timings, record, time.perf_counter() - start)
 
 
-def fresh_copies(tree: Any) -> Any:
-    """New device buffers for every array in `tree` (what a donated or aliased argument consumes)."""
-    return jax.tree_util.tree_map(lambda a: a.copy() if isinstance(a, jax.Array) else a, tree)
-
-
 def time_compiled(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any], reps: int, warmup: int) -> float:
     """Median seconds of one blocked run of `compiled`, each run on fresh copies of the arguments."""
     samples = []
     for run in range(warmup + reps):
-        a, kw = fresh_copies((tuple(args), dict(kwargs)))
+        a, kw = jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, (tuple(args), dict(kwargs)))
         jax.block_until_ready((a, kw))  # type: ignore[no-untyped-call]  # unannotated in jax
         start = time.perf_counter()
         jax.block_until_ready(compiled(*a, **kw))  # type: ignore[no-untyped-call]  # (as above)

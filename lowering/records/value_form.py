@@ -1,16 +1,11 @@
 """The value form of a call's inputs: what its signature (`call_key.signature`) hashes.
 
-Each input becomes plain values and string-tagged tuples, hashed as marshal writes them (each value
-with its type code; version 0 writes no back-references, so equal values give equal bytes whatever
-their identity). An int, a bool, None, a str and bytes are themselves (marshal tells their types
-apart: 1, True, None, '1', b'1'); everything else is a tuple tagged by a string: a float by its hex
-("F"), a tuple, list or dict by its items ("T", "L", "D"), numpy's values by their type and bytes, a
-class by its qualified name, a typed scalar or descriptor by its fields, a @jit function passed as a
-constexpr by Triton's fingerprint (as the key has it), so a user's tuple never reads as a tagged value
-and the int 1, the float 1.0, True and "1" differ. Anything known by identity alone (a function, an
-object without a value) has no form: a TypeError, as the key's encoder raises for what it cannot key.
-A kernel's Autotuner is by its keys and its configs' fields (`kernel_form`); a grid function by the
-values its caller evaluated.
+Each input becomes plain values and string-tagged tuples, hashed as marshal writes them (version 0
+writes no back-references, so equal values give equal bytes whatever their identity). An int, a bool,
+None, a str and bytes are themselves (marshal tells their types apart); everything else is a tuple
+tagged by a string, so a user's tuple never reads as a tagged value and the int 1, the float 1.0,
+True and "1" differ. Anything known by identity alone (a function, an object without a value) has no
+form: a TypeError, as the key's encoder raises for what it cannot key.
 """
 
 from __future__ import annotations
@@ -32,11 +27,9 @@ from ..planning.plan import Evaluation, dtype_name, dtype_names
 
 def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
               params: Mapping[str, Any], evaluation: Evaluation) -> bytes:
-    """The bytes a call's own inputs are hashed as: its avals, what the plan reads of its kernel beyond
-    its @jit function's fingerprint (`kernel_form`) and its parameters but the kernel, those given as
-    functions by what they evaluated to in `evaluation` (tagged "E": never a value's form; asked only
-    once the kernel has a form, so a call that has none runs no user function here); TypeError where
-    one has no form, or a function raised."""
+    """The bytes a call's own inputs are hashed as: its avals, its kernel (`kernel_form`) and its other
+    parameters, those given as functions by what they evaluated to (tagged "E": never a value's form;
+    asked only once the kernel has a form). TypeError where one has no form, or a function raised."""
     kernel = kernel_form(fn, wrappers, device)
     evaluated = _evaluated(params, evaluation)
     return marshal.dumps((avals([*avals_in, *avals_out]), len(avals_in), kernel,
@@ -45,9 +38,8 @@ def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappe
 
 
 def _evaluated(params: Mapping[str, Any], evaluation: Evaluation) -> dict[str, Any]:
-    """A grid and zeroed outputs written as functions, by what they evaluate to per config (all the
-    plan keeps of them, in its launches): {parameter: its values}; {} where both are values. TypeError
-    where a function raised (the call is planned, and its plan reports the error)."""
+    """{parameter: its values per config} for a grid and zeroed outputs written as functions (all the
+    plan keeps of them). TypeError where a function raised (the call's plan reports the error)."""
     grid, zeroed = params.get("grid"), params.get("zeroed_outputs")
     if not (callable(grid) or callable(zeroed)):
         return {}
@@ -60,10 +52,9 @@ def _evaluated(params: Mapping[str, Any], evaluation: Evaluation) -> dict[str, A
 
 
 def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
-    """What a plan reads of a kernel besides its @jit function's (`fn`) fingerprint: its constexpr
-    defaults (a global can set them), each Autotuner around it by its keys and its configs' every
-    field, and the GPU model its winners are looked up for (`device`). TypeError for a Heuristics
-    wrapper, a prune hook or perf model (functions), or a config field without a form (a pre_hook)."""
+    """What a plan reads of a kernel besides its fingerprint: its constexpr defaults (a global can set
+    them), each Autotuner by its keys and configs' every field, and the GPU model of its winners.
+    TypeError for a Heuristics wrapper, a prune hook or perf model, or a pre_hook."""
     tuners = []
     for wrapper in wrappers:
         hooks = tc.prune_hooks(wrapper) if tc.is_autotuner(wrapper) else None
@@ -75,7 +66,6 @@ def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
 
 
 def _fields(config: Any) -> dict[str, Any]:
-    """A triton.Config's every field (kwargs, warps, stages, CTAs, registers, its pre_hook...)."""
     fields = getattr(config, "__dict__", None)
     if type(fields) is not dict:
         raise TypeError(f"no value form for a config of {type(config).__name__}")
@@ -83,7 +73,7 @@ def _fields(config: Any) -> dict[str, Any]:
 
 
 def avals(values: Sequence[Any]) -> tuple[Any, ...]:
-    """What planning reads of each aval: its shape and dtype (and its weak type, to be exact)."""
+    """Each aval's shape, dtype and weak type."""
     for aval in values:
         if type(aval) is not core.ShapedArray:
             raise TypeError(f"no value form for an aval of {type(aval).__name__}")
@@ -95,8 +85,6 @@ _PLAIN = frozenset({int, bool, type(None), str, bytes})
 
 
 def form(value: Any) -> Any:
-    """`value` as plain values and tagged tuples, equal (and marshalled alike) only for type-exactly
-    equal values (see the module's docstring); TypeError for anything known by identity alone."""
     kind = type(value)
     if kind in _PLAIN:
         return value

@@ -1,14 +1,8 @@
 """Persisted autotune winners at lowering time: an autotuned call whose winner is in the store is
 lowered as one plain call of the winning config (the FFI target where registered: CUDA-graph
-capturable, no autotuning at first launch). No winner, or one naming none of the current configs:
-the call stays autotuned, as before.
-
-The winner key (see `kernel_cache.entries.winner_entry`) is computed from the content keys of the configs'
-kernels, the autotune-key values and the GPU model; store lookups are memoized per session, so a
-warm process pays one dictionary lookup per call after the first.
-
-`tuning()` is how `lowering.records.tune` drives the lowering: it records the autotuned call sites of a
-program, and forces chosen configs per site while timing them.
+capturable, no autotuning at first launch); otherwise it stays autotuned. The winner key is computed
+from the configs' content keys, the autotune-key values and the GPU model; lookups are memoized per
+session. `tuning()` is how `lowering.records.tune` records a program's sites and forces configs.
 """
 
 from __future__ import annotations
@@ -81,11 +75,6 @@ class Choice(FrozenValue):
         self.__dict__.update(index=index, key=key, family=family)
 
 
-def tuning_active(session: kernel_cache.Session) -> bool:
-    """Inside `tuning()`: configs are forced or recorded, so nothing lowered may be reused."""
-    return session.tuning is not None
-
-
 def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
     """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
     under_way: Tuning | None = session.tuning
@@ -137,9 +126,9 @@ def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None
 @contextlib.contextmanager
 def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = None,
            record: list[Site] | None = None) -> Iterator[None]:
-    """While inside: lower each autotuned site whose winner key `forced` names as that config alone
-    (every other site autotuned, stored winners ignored), and append every site seen to `record`.
-    The tuning belongs to `session`: a `configure()` meanwhile starts a session that is not tuning."""
+    """While inside: lower each site `forced` names as that config alone (the rest autotuned, stored
+    winners ignored) and append every site seen to `record`. A `configure()` meanwhile starts a
+    session that is not tuning."""
     saved = session.tuning
     session.tuning = Tuning(dict(forced or {}), record)
     try:
@@ -167,9 +156,9 @@ def _device_kind(platform: str) -> str | None:
 
 def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],
                avals_out: Sequence[Any]) -> tuple[Any, str]:
-    """(canonical key values, text): the values of the autotuner's `key` arguments, as Triton keys
-    its cache (arrays by shape and dtype), plus the shapes and dtypes of every operand: a winner is
-    tuned for one problem size even when the kernel's key leaves a size out."""
+    """(canonical key values, text): the autotuner's `key` arguments as Triton keys its cache, plus
+    every operand's shape and dtype: a winner is tuned for one problem size even where the key leaves
+    a size out."""
     names = _tuner_keys(kernel)
     available = {**metaparams, **named}
     chosen = [(n, _value(available[n])) for n in names if n in available]
