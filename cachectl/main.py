@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
-    p = command("verify", "check.verify.cmd_verify_or_rebuild",
+    p = command("verify", "check.verify.cmd_verify",
                 "check every entry's format and checksum (--rebuild: recompile kernels and compare the bytes)")
     p.add_argument("--repair", action="store_true",
                    help="remove bad entries (with --rebuild: replace those that differ with the rebuild, signed)")

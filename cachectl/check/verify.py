@@ -23,6 +23,8 @@ else:
 
 
 def cmd_verify(ctx: Context, args: Any) -> int:
+    if args.rebuild or args.sample is not None or args.all or args.allow_module:
+        return rebuild.cmd(ctx, args)  # rebuild.cmd refuses its options without --rebuild
     checked = 0
     bad: list[BadEntry] = []
     store = ctx.store()
