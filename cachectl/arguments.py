@@ -84,23 +84,21 @@ def arch_list(text: str) -> list[str]:
 
 
 def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {echo(text)}")
-    return value
+    return _at_least(0, text, "a number >= 0")
 
 
 def positive(text: str) -> int:
-    """A count of at least 1: every refusal says so, whatever was given (0, -5, 'x')."""
+    return _at_least(1, text, "a positive number")
+
+
+def _at_least(lowest: int, text: str, what: str) -> int:
+    """Every refusal says what is expected, whatever was given (0, -5, 'x')."""
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {echo(text)}")
+        value = lowest - 1
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {echo(text)}")
     return value
 
 

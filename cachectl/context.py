@@ -49,6 +49,7 @@ class CliError(KernelCacheError):
         super().__init__(message)
         self.code = code
 
+
 def _environment_config(flagged_remote: str | None) -> Config:
     """The KERNEL_CACHE_* configuration, a malformed setting a CliError naming where it was written:
     a --remote URL is checked as the flag's (it replaces KERNEL_CACHE_REMOTE, which is then not read)."""
@@ -80,7 +81,6 @@ class Context:
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}
         command = getattr(args, "command", "")
-        self._command = command
         self.stored, self.stored_problem = self._stored_settings(command)
         self.bound_source = BOUND_ENVIRONMENT if config.max_bytes_given else BOUND_DEFAULT
         if not config.max_bytes_given and self.stored.max_bytes is not None:  # as every process on the directory
@@ -178,7 +178,6 @@ class Context:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
-
 
 
 def check_local_directory(directory: Path, create: bool) -> None:

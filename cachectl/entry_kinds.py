@@ -1,10 +1,7 @@
-"""The kinds of entry a store holds, each registered once with everything the tools need of it.
-
-Every tool asks here instead of comparing `kind` strings: `verify` and bundle import check an entry
-with its kind's `problem`, list and `--json` summarise it with its `summary`, list, stats and
-Prometheus name and count it by `tag` and nouns, `cachectl show` renders it with its `show` view. A
-new kind is one `register` call. The kernel kind's name is spelled here, not imported from the
-compiler (a test compares them); a view is named as "module:function": the views import this registry.
+"""The kinds of entry a store holds, each registered once with everything the tools need of it, so
+that no tool compares `kind` strings and a new kind is one `register` call. The kernel kind's name is
+spelled here, not imported from the compiler (a test compares them); a view is named as
+"module:function": the views import this registry.
 """
 
 from __future__ import annotations

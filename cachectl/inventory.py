@@ -225,11 +225,8 @@ def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
 
 def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | None,
                now: float | None = None) -> list[EntryInfo]:
-    """The entries to remove from ONE level, in removal order.
-
-    First every entry the selection matches (when the selection is not empty), then, if the rest
-    is still larger than `max_bytes`, the least recently used of the rest until it fits.
-    """
+    """The entries to remove from ONE level, in removal order: every entry the selection matches (when
+    it is not empty), then the least recently used of the rest until the rest fits in `max_bytes`."""
     now = time.time() if now is None else now
     doomed = [] if selection.is_empty else [i for i in infos if selection.matches(i, now)]
     if max_bytes is not None:

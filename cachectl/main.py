@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     filters(p, destructive=True)
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
 
-    p = command("verify", "check.verify.cmd_verify_or_rebuild",
+    p = command("verify", "check.verify.cmd_verify",
                 "check every entry's format and checksum (--rebuild: recompile kernels and compare the bytes)")
     p.add_argument("--repair", action="store_true",
                    help="remove bad entries (with --rebuild: replace those that differ with the rebuild, signed)")
@@ -188,36 +188,31 @@ def _handler(dotted: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with notices.in_cachectl_words():
-        return _run(argv)
-
-
-def _run(argv: list[str] | None) -> int:
     ctx = None
-    try:
-        args = build_parser().parse_args(argv)
-        if getattr(args, "command", "") == "prewarm":
-            _stop_on_sigint()
-        ctx = Context(args)
-        return int(_handler(args.handler)(ctx, args))
-    except CliError as exc:
-        print(f"cachectl: {exc}", file=sys.stderr)
-        if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
-            print(json.dumps({"schema": JSON_SCHEMA, "error": str(exc), "exit_code": exc.code}))
-        return exc.code
-    except LevelUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
-        why = notices.explained(str(exc))
-        print(f"cachectl: {why}", file=sys.stderr)
-        if "--json" in (argv if argv is not None else sys.argv[1:]):
-            print(json.dumps({"schema": JSON_SCHEMA, "error": why, "exit_code": EXIT_PROBLEMS}))
-        return EXIT_PROBLEMS
-    except BrokenPipeError:  # `cachectl list | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (interrupts.Terminated: 143)
-        print("cachectl: interrupted", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 130))
-    finally:
-        if ctx is not None:
-            ctx.close()
+    with notices.in_cachectl_words():
+        try:
+            args = build_parser().parse_args(argv)
+            if getattr(args, "command", "") == "prewarm":
+                _stop_on_sigint()
+            ctx = Context(args)
+            return int(_handler(args.handler)(ctx, args))
+        except CliError as exc:
+            return _failed(argv, str(exc), exc.code)
+        except LevelUnavailable as exc:  # a level failed mid-command (a remote server fault): said, never "0 entries"
+            return _failed(argv, notices.explained(str(exc)), EXIT_PROBLEMS)
+        except BrokenPipeError:  # `cachectl list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+        except KeyboardInterrupt as exc:  # prewarm turns SIGTERM into one too (interrupts.Terminated: 143)
+            print("cachectl: interrupted", file=sys.stderr)
+            return int(getattr(exc, "exit_code", 130))
+        finally:
+            if ctx is not None:
+                ctx.close()
 
+
+def _failed(argv: list[str] | None, why: str, code: int) -> int:
+    print(f"cachectl: {why}", file=sys.stderr)
+    if "--json" in (argv if argv is not None else sys.argv[1:]):  # scripts read errors where they read data
+        print(json.dumps({"schema": JSON_SCHEMA, "error": why, "exit_code": code}))
+    return code

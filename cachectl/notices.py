@@ -15,7 +15,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TextIO
 
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 
@@ -68,14 +68,8 @@ def in_cachectl_words() -> Iterator[None]:
             text = str(message)
             if os.getpid() == command and text.startswith(REMOTE) and any(n in text for n in _RAISED_AGAIN):
                 return
-            _print(f"cachectl: {text}", file or sys.stderr)
+            with contextlib.suppress(OSError):  # stderr closed: a warning must not fail the command
+                print(f"cachectl: {text}", file=file or sys.stderr)
 
         warnings.showwarning = show
         yield
-
-
-def _print(text: str, file: Any) -> None:
-    try:
-        print(text, file=file)
-    except OSError:  # stderr closed: a warning must not fail the command
-        pass

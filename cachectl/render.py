@@ -8,7 +8,6 @@ from cachectl.context import BOUND_ENVIRONMENT, BOUND_STORED, Context
 from kernel_cache.sanitize import escaped
 
 
-# Formatting ------------------------------------------------------------------------------
 def human_size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -75,9 +75,8 @@ class Check:
 
 
 def cmd_doctor(ctx: Context, args: Any) -> int:
-    """Check the cache directories, the signing key, the toolchain, jaxlib and the GPU, changing
-    nothing: what the checks derive (a plugin's schema, the toolchain's fingerprint) is memoized in
-    a session without levels, so no directory is created and nothing is written to a remote."""
+    """Changes nothing: what the checks derive (a plugin's schema, the toolchain's fingerprint) is memoized
+    in a session without levels, so no directory is created and nothing is written to a remote."""
     configure(Config(disabled=True))
     config = ctx.config
     owners = Owners.current(config.trusted_gid)
@@ -114,8 +113,7 @@ def _local(config: Config, owners: Owners) -> list[Check]:
         return [Check("cache-dir", WARN, "not set: caching in memory only (kernels are compiled again in every "
                       "new process)", "set KERNEL_CACHE_DIR (or pass --dir) to a directory on a local disk")]
     directory = Path(directory)
-    rows = [_local_dir(directory, owners)]
-    rows.append(_filesystem_row("cache-fs", directory, local=True))
+    rows = [_local_dir(directory, owners), _filesystem_row("cache-fs", directory, local=True)]
     if rows[0].status == OK:
         rows.append(_size(directory, config))
     return rows
@@ -279,8 +277,8 @@ def _trusted(owners: Owners) -> str:
     return f"owned by {who}, writable by no one else"
 
 
-def _level(path: Path, owners: Owners | None, kind: str = "dir") -> list[tuple[Path, str, str]]:
-    """A level below the top: never a symbolic link, the right kind, and (with `owners`) trusted."""
+def _level(path: Path, owners: Owners | None) -> list[tuple[Path, str, str]]:
+    """A level below the top: never a symbolic link, a directory, and (with `owners`) trusted."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -289,11 +287,9 @@ def _level(path: Path, owners: Owners | None, kind: str = "dir") -> list[tuple[P
         return [(path, f"cannot be examined ({exc.strerror})", f"check the permissions of {path.parent}")]
     if stat.S_ISLNK(st.st_mode):
         return [(path, "is a symbolic link (never followed below a cache directory)",
-                 f"replace {path} with a real {'directory' if kind == 'dir' else 'file'}")]
-    if kind == "dir" and not stat.S_ISDIR(st.st_mode):
+                 f"replace {path} with a real directory")]
+    if not stat.S_ISDIR(st.st_mode):
         return [(path, "is not a directory", f"remove {path} (kernel-cache recreates it)")]
-    if kind == "file" and not stat.S_ISREG(st.st_mode):
-        return [(path, "is not a regular file", f"remove {path}")]
     return _untrusted(path, st, owners)
 
 
@@ -320,7 +316,7 @@ def _existing_parent(path: Path) -> Path | None:
     return None
 
 
-# Signing key ------------------------------------------------------------------------------------------
+# The remote level and the signing key -----------------------------------------------------------------
 def _deployment(info: dict[str, object]) -> str:
     """' (a cluster of 3 masters)', ' (a read-only replica)' or '' (one primary)."""
     if info.get("cluster"):

@@ -22,14 +22,9 @@ else:
     rebuild = later("cachectl.check.rebuild")  # it imports Triton: loaded only for --rebuild
 
 
-def cmd_verify_or_rebuild(ctx: Context, args: Any) -> int:
-    """With --rebuild (or an option of its) the entries are recompiled and compared (`rebuild`)."""
-    if args.rebuild or args.sample is not None or args.all or args.allow_module:
-        return rebuild.cmd(ctx, args)
-    return cmd_verify(ctx, args)
-
-
 def cmd_verify(ctx: Context, args: Any) -> int:
+    if args.rebuild or args.sample is not None or args.all or args.allow_module:
+        return rebuild.cmd(ctx, args)  # rebuild.cmd refuses its options without --rebuild
     checked = 0
     bad: list[BadEntry] = []
     store = ctx.store()

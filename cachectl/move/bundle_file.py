@@ -13,41 +13,27 @@ the installed toolchain before it lands.
 What export writes, import takes: a sound entry of every kind export writes (all but warm sets)
 passes import's checks in any cache. A kernel, lowered call or winner must name the target and
 toolchain it was built for (one that names none is rejected, one of another toolchain skipped as
-stale); a memo names neither and need not (`EntryKind.toolchain_bound`): its key is the digest of
-its name and of what its text was derived from, checked like its other fields, and a reader takes
-the text only where that is its own.
+stale); a memo names neither and need not (`EntryKind.toolchain_bound` says why).
 
-Reading is a bounded stream, so a hostile bundle (a gzip bomb, a million members, a manifest of
-100k nested brackets) costs at most one member plus the manifest in memory:
-- The gzip stream is decompressed in chunks of at most `_CHUNK` bytes, through a reader that counts
-  every byte the decompressor produces (tar headers, padding, skipped members: everything, not
-  what the tar headers claim) and stops past `MAX_TOTAL_BYTES`.
-- The tar format is parsed here, one 512-byte header at a time (ustar, with pax and GNU long-name
-  extension headers of at most `_MAX_EXTENSION_BYTES`). Nothing is looked up by name, nothing is
-  extracted, links and devices are only names to reject.
-- Caps on the member count (`MAX_MEMBERS`), each member's size (`MAX_ENTRY_BYTES`, checked before
-  its data is read), the manifest's size (`MAX_MANIFEST_BYTES`) and its JSON nesting depth
-  (`MAX_JSON_DEPTH`, checked before `json.loads`). The first cap exceeded stops the read with a
-  BundleError that names the cap. Each cap is a keyword argument of `read_bundle`/`import_bundle`.
+Reading is a bounded stream (`tar_stream`), so a hostile bundle (a gzip bomb, a million members, a
+manifest of 100k nested brackets) costs at most one member plus the manifest in memory. Every byte
+the decompressor produces counts (headers, padding, skipped members: not what the headers claim)
+against `MAX_TOTAL_BYTES`; nothing is looked up by name or extracted, links and devices are only
+names to reject; the member count (`MAX_MEMBERS`), each member's size (`MAX_ENTRY_BYTES`, checked
+before its data is read), the manifest's (`MAX_MANIFEST_BYTES`) and its JSON nesting depth
+(`MAX_JSON_DEPTH`, checked before `json.loads`) are capped. The first cap exceeded stops the read
+with a BundleError that names it; each cap is a keyword argument of `read_bundle`/`import_bundle`.
 
 Order of members: the manifest must be checked before any entry lands, and a stream cannot seek
-back to it. `export_bundle` writes `manifest.json` first, so a current bundle is read in one pass.
-Bundles written before that hold it last (or anywhere); for those the file is read twice: a first
-pass, under the same caps, only looks for the manifest and checks it (skipping other members'
-data without keeping it), the second hands out the entries. Nothing is buffered across members in
-either case.
+back to it. `export_bundle` writes it first, so its bundles are read in one pass; a bundle that
+holds it elsewhere is read twice, the first pass (under the same caps) only finding and checking
+it. Nothing is buffered across members either way.
 
-Import is all or nothing per bundle: `stage_bundle` reads the whole stream, decodes and checks
-every entry and copies the good ones into a private staging spool (in memory up to
-`STAGING_MEMORY_BYTES`, beyond that an unnamed temporary file in TMPDIR, gone when the import
-ends; never more than the total-size cap). Only a bundle read to its end, every entry its manifest
-lists found, is published (`StagedBundle.publish`); a damaged or truncated bundle, or one past a
-cap, raises before anything lands. Single entries that fail their checks are rejected, each with
-its reason, and the others are published. Publishing can still stop part-way (a full disk, a level
-that refuses writes); then every entry's fate is reported: imported, already present, stale,
-rejected (why), failed (why), not reached, or evicted (a bounded level dropped it again for a later
-entry of the same bundle). Given the level's bound, entries that cannot fit in it are refused
-before any lands (NoRoom): they would evict the cache's own entries and then each other.
+Import is all or nothing per bundle: `stage_bundle` reads and checks the whole stream into a
+private spool (in memory up to `STAGING_MEMORY_BYTES`, beyond that an unnamed temporary file in
+TMPDIR), and only a bundle read to its end, every entry its manifest lists found, is published
+(`StagedBundle.publish`, which reports every entry's fate, also when publishing stops part-way).
+Single entries that fail their checks are rejected, each with its reason.
 """
 
 from __future__ import annotations
@@ -186,22 +172,13 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-# Bounded reading -------------------------------------------------------------------------------
-
-
-# JSON nesting ------------------------------------------------------------------------------------
-
-
 # Reading ------------------------------------------------------------------------------------------
 def read_bundle(path: Path, *, max_members: int | None = None, max_entry_bytes: int | None = None,
                 max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
                 max_json_depth: int | None = None) -> Iterator[tuple[str, bytes | None, str]]:
-    """(key, bytes, "") per well-formed entry member, (member name, None, reason) per bad one.
-
-    Nothing is handed out before the manifest is checked. A cap exceeded (the module constants,
-    unless given here) stops the read with BundleError; entries handed out before stay handed out
-    (import_bundle stages them, so nothing of such a bundle lands).
-    """
+    """(key, bytes, "") per well-formed entry member, (member name, None, reason) per bad one, none
+    before the manifest is checked. A cap exceeded (the module constants, unless given here) stops the
+    read with BundleError, after the entries already handed out (import_bundle stages them: none lands)."""
     caps = _caps(max_members, max_entry_bytes, max_total_bytes, max_manifest_bytes, max_json_depth)
     yield from _members(Path(path), caps, {})
 
@@ -421,13 +398,10 @@ def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] 
         return _Staged(key, str(exc))
     except RecursionError:
         return _Staged(key, "entry metadata is nested too deeply")
-    problem = entry_kinds.problem(entry)
-    if problem is not None:  # what verify would refuse of its kind (a malformed winner or lowered-call record)
+    if (problem := entry_kinds.problem(entry)) is not None:  # what verify refuses (a malformed winner or call record)
         return _Staged(key, problem)
-    if accept is not None:
-        refusal = accept(data)
-        if refusal is not None:
-            return _Staged(key, refusal)
+    if accept is not None and (refusal := accept(data)) is not None:
+        return _Staged(key, refusal)
     summary = EntrySummary.from_meta(entry.meta)
     return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain,
                    toolchain_bound=entry_kinds.kind_of(entry.meta).toolchain_bound)
@@ -438,8 +412,7 @@ def import_bundle(path: Path, level: Level, installed: Callable[[dict[str, Any]]
                   max_members: int | None = None, max_entry_bytes: int | None = None,
                   max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
                   max_json_depth: int | None = None) -> ImportResult:
-    """Stage the bundle at `path` (stage_bundle: every check, nothing lands if it cannot be read
-    whole) and publish its good entries into `level` (StagedBundle.publish)."""
+    """`stage_bundle`, then `StagedBundle.publish` into `level`: nothing lands unless read whole."""
     with stage_bundle(path, accept=accept, max_members=max_members, max_entry_bytes=max_entry_bytes,
                       max_total_bytes=max_total_bytes, max_manifest_bytes=max_manifest_bytes,
                       max_json_depth=max_json_depth) as staged:

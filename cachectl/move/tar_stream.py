@@ -32,26 +32,13 @@ from cachectl.render import shown
 from kernel_cache.errors import KernelCacheError
 
 _BLOCK = 512
-
-
 _CHUNK = 1 << 20  # the most the decompressor is asked for at once
-
-
 _MAX_EXTENSION_BYTES = 64 << 10  # one pax or GNU long-name header
-
-
 _MAX_EXTENSIONS = 16  # extension headers in a row before one member
-
-
 _REGULAR = (b"0", b"\0", b"7")
-
-
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, FIFOs: a header only
 
-
 MANIFEST = "manifest.json"
-
-
 ENTRY_MEMBER = re.compile(r"^entries/([0-9a-f]{32})\.kce$")
 
 
@@ -88,13 +75,13 @@ def human(n: float) -> str:
 class _Decompressed:
     """The decompressed bytes of a gzip file, read in bounded chunks and counted as produced."""
 
-    def __init__(self, raw: BinaryIO, path: Path, caps: Caps):
+    # how a stop is reported: set by TarStream, which knows where in the bundle the read is
+    damaged: Callable[[str], BundleError]
+    capped: Callable[[str], BundleError]
+
+    def __init__(self, raw: BinaryIO, caps: Caps):
         self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
-        self._path, self._limit = path, caps.total_bytes
-        self.produced = 0
-        # how a stop is reported; TarStream, which knows where in the bundle the read is, sets both
-        self.damaged: Callable[[str], BundleError] = lambda what: BundleError(f"{path} is damaged: {what}")
-        self.capped: Callable[[str], BundleError] = lambda what: BundleError(f"{path}: stopped reading: {what}")
+        self._limit, self.produced = caps.total_bytes, 0
 
     def read(self, n: int) -> bytes:
         """Up to n bytes (fewer only at the end of the stream)."""
@@ -318,7 +305,7 @@ def open_stream(path: Path, caps: Caps) -> Iterator[TarStream]:
         if raw.read(2) != b"\x1f\x8b":
             raise NotABundle(f"{path} is not a kernel-cache bundle (not gzip-compressed)")
         raw.seek(0)
-        yield TarStream(_Decompressed(raw, path, caps), path, caps)
+        yield TarStream(_Decompressed(raw, caps), path, caps)
 
 
 def manifest_too_large(path: Path, size: int, caps: Caps) -> BundleError:

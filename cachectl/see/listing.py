@@ -61,8 +61,7 @@ def cmd_list(ctx: Context, args: Any) -> int:
 
 
 def total_line(infos: list[EntryInfo]) -> str:
-    """list's last line: '23 entries (14 kernels, 9 lowered calls), 852.8 KiB'. It starts with
-    'N entries' as it always did, for scripts that read it."""
+    """list's last line, '23 entries (14 kernels, 9 lowered calls), 852.8 KiB': scripts read its leading 'N entries'."""
     detail = breakdown(infos)
     return (f"{len(infos)} entries" + (f" ({detail})" if detail else "")
             + f", {human_size(sum(i.size_bytes for i in infos))}")

@@ -1,12 +1,10 @@
 """`cachectl stats --format prometheus`: the stats report in Prometheus' text exposition format, as
 node-exporter's textfile collector reads it.
 
-Every number is one `cachectl stats --json` reports (the same report, rendered differently), under
-a `kernel_cache_` name, each series labelled with the cache directory (`dir`), so that two caches on
-one node make two series. `kernel_cache_hits_total` holds both kinds of hit `stats` counts, by level
-and `kind`: `kernel` (its `hits`) and `call` (its `record_hits`, a lowered-call record serving a whole
-call), so that a sum over the family is every lookup served. The whole text is built before anything
-is printed, so a failing run prints nothing to stdout and exits non-zero: the textfile recipe
+Every number is one `cachectl stats --json` reports, under a `kernel_cache_` name, each series
+labelled with the cache directory (`dir`), so that two caches on one node make two series. The whole
+text is built before anything is printed, so a failing run prints nothing to stdout and exits
+non-zero: the textfile recipe
 
     cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
 

@@ -139,13 +139,12 @@ def show_call(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
 
 def show_winner(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """An autotune winner: what it is for, which config won, every config's time."""
+    print(f"key          {entry.key}  ({info.level})")
     try:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
-        print(f"key          {entry.key}  ({info.level})")
         say_unreadable("winner", exc)
         return
-    print(f"key          {entry.key}  ({info.level})")
     print(f"winner of    {record.kernel} (autotuned, {len(record.configs)} configs)")
     print(f"gpu          {record.device}  arch {record.arch}")
     print(f"key values   {record.key_text}")
