@@ -24,7 +24,7 @@ class WarmSet:
         self._first: str | None = None
         self._lineage: str | None = None  # the first ask's lineage, where the caller gave one
         self._loaded = 0  # members the loaded set listed
-        self._held: dict[str, Entry] = {}  # its members the local index still holds
+        self._held: dict[str, Entry] = {}  # its members the local level still holds
         self._signed: dict[str, str] = {}  # its signatures (signature -> member key)
         self._signing: dict[str, str] = {}  # signatures told by this session (`sign`)
         self._served: set[str] = set()  # served from the set, or otherwise used unread: told at save

@@ -1,11 +1,11 @@
 """Warm sets: the entries one program read, kept together so its next process reads them in one go.
 
-A warm process lowering a model reads one record per Triton call: each read is an index query, a
-safe open of a value file and its read, about a third of a warm lowering's time per kernel. A warm
+A warm process lowering a model reads one record per Triton call: each read is a safe open of
+an entry file and its read, about a third of a warm lowering's time per kernel. A warm
 set is one ordinary entry (kind "warm-set") holding every entry a process read or wrote through it,
 in order: each one's key, metadata and blob sizes in the set's metadata, the blobs back to back in
 its one blob, so one checksum and one metadata parse cover them all. The next process whose first
-ask is the same key reads the set instead, and keeps only the members the local index still holds
+ask is the same key reads the set instead, and keeps only the members the local level still holds
 (an entry pruned or evicted since is never served from a set). The set is as trusted as the local
 level's own entries; `cachectl verify` checks each member as the kind it says it is.
 
