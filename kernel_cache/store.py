@@ -67,15 +67,6 @@ class Store:
     def level(self, name: str) -> Level | None:
         return next((t for t in self.levels if t.name == name), None)
 
-    def replace_level(self, name: str, level: Level | None) -> None:
-        """Put `level` where the level called `name` is (or would be, in the backends' order); None removes it."""
-        order = ["memory", *(backend.name for backend in backends.BACKENDS)]
-        kept = [t for t in self.levels if t.name != name]
-        if level is not None:
-            kept.append(level)
-        self.levels = sorted(kept, key=lambda t: order.index(t.name) if t.name in order else len(order))
-        self.cluster_levels = self._cluster_levels()
-
     def add_transient(self, level: Level) -> None:
         """Add `level`, which no configuration names (a job's key-value store), right after the local
         level: read after this node's own levels and before the cluster's, locked between them."""

@@ -31,7 +31,7 @@ from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
 from kernel_cache.errors import LevelUnavailable, LevelUntrusted
 from kernel_cache.levels import cache_marker
 from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, STATS_DIR
-from kernel_cache.levels.entry_files import READ_ONLY_ERRNOS, EntryFiles
+from kernel_cache.levels.entry_files import EntryFiles
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry.counters import COUNTERS_DB
 from kernel_cache.telemetry.warnings_once import warn_once
@@ -73,11 +73,9 @@ class DiskLevel(EntryFiles):
         except UnsafeFile as exc:
             self.tree.close()
             raise _untrusted(exc) from None
-        except OSError as exc:
+        except OSError as exc:  # (a read-only directory is no error: `_start` opens it read-only)
             self.tree.close()
-            if exc.errno not in READ_ONLY_ERRNOS:
-                raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-            self.writable, self.lock_kind = False, None
+            raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
         except BaseException:
             self.tree.close()
             raise
