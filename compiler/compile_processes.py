@@ -535,12 +535,19 @@ def shutdown() -> None:
         pool.close(0.0)
 
 
-def cancel() -> None:
+def cancel(grace: float = 0.0) -> None:
     """Compile nothing more in this process: what is queued is cancelled, every worker killed, and a
-    compile under way in a thread raises `cache_or_compile.Cancelled` at its end, unpublished."""
+    compile under way in a thread raises `cache_or_compile.Cancelled` at its end, unpublished.
+    `grace`: wait at most that long for those ends, so what they print (Triton's report of a ptxas
+    the signal killed) still goes where the caller sends it."""
     cache_or_compile.stopped.set()
     _cancel_queued()
     shutdown()
+    threads = _threads
+    if threads is not None and grace > 0:
+        deadline = time.monotonic() + grace
+        for thread in list(threads._threads):  # the executor's own: they end once nothing is queued
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _close_at_exit() -> None:

@@ -71,13 +71,21 @@ def _raising(make: Callable[[], BaseException]) -> Callable[[int, FrameType | No
     def handle(signum: int, frame: FrameType | None) -> None:
         global _held, _held_since
         if _holding or _writing(frame):
-            if _held is None:
+            if _held is None:  # `_nudge` sends SIGALRM until it is raised (a held block raises it at its end)
                 _held, _held_since = make, time.monotonic()
-            if not _holding:  # a held block raises it at its end
-                signal.setitimer(signal.ITIMER_REAL, 0.005)  # look again soon (_release)
             return
         raise make()
     return handle
+
+
+def _nudge(stop: threading.Event, main: int) -> None:
+    """While an interrupt is held, SIGALRM to the main thread every 5 ms (`_release`). Sent to that
+    thread: a process-wide timer's signal may be taken by another thread (compile threads run), and
+    the main thread's sleep or wait would run to its end. A thread of its own, started outside any
+    handler: a handler that starts one can be interrupted by the very signal it waits for."""
+    while not stop.wait(0.005):
+        if _held is not None and not _holding:
+            signal.pthread_kill(main, signal.SIGALRM)
 
 
 def _release(signum: int, frame: FrameType | None) -> None:
@@ -86,8 +94,7 @@ def _release(signum: int, frame: FrameType | None) -> None:
     if _held is None or _holding:
         return
     if _writing(frame) and time.monotonic() - _held_since < WRITE_GRACE:
-        signal.setitimer(signal.ITIMER_REAL, 0.005)
-        return
+        return  # asked again in 5 ms
     make, _held = _held, None
     raise make()
 
@@ -130,15 +137,19 @@ def interrupts_stop_work() -> Iterator[None]:
     signal.signal(signal.SIGALRM, _release)
     gc.callbacks.insert(0, _collection_starts)  # around every other callback: see _writing
     gc.callbacks.append(_collection_ends)
+    stop = threading.Event()
+    nudging = threading.Thread(target=_nudge, args=(stop, threading.get_ident()), daemon=True,
+                               name="kernel-cache-interrupts")
+    nudging.start()
     try:
         yield
     finally:
+        stop.set()
+        nudging.join()  # no SIGALRM after the handlers are put back
         for callback in (_collection_starts, _collection_ends):
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(callback)
         held, _held = _held, None
-        if held is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     if held is not None:  # it came during the last write: the work is done, the interrupt still counts

@@ -26,6 +26,7 @@ from kernel_cache.levels.protocols import KeptLevel
 from kernel_cache.store import Store
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it; SIGTERM (Terminated) gives 143
+STOP_GRACE = 2.0  # after an interrupt, the longest wait for the compiles under way in threads to end
 
 
 def cmd_prewarm(ctx: Context, args: Any) -> int:
@@ -114,14 +115,14 @@ def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> 
     arches = args.arch or ["sm_90"]
     before = programs.known_keys(_local(ctx, store))
     progress.expect_programs(len(arches))
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # what it prints: stdout is the summary's (JSON)
+    with contextlib.redirect_stdout(sys.stderr):  # what it prints: stdout is the summary's (JSON)
+        try:
             programs.run_program(args.program, arches, ctx.config, args.jobs, progress)
-    except KeyboardInterrupt:
-        compile_processes.cancel()
-        for outcome in programs.landed(_local(ctx, store), before, {o.key for o in progress.outcomes}):
-            progress(outcome)
-        raise
+        except KeyboardInterrupt:
+            compile_processes.cancel(STOP_GRACE)
+            for outcome in programs.landed(_local(ctx, store), before, {o.key for o in progress.outcomes}):
+                progress(outcome)
+            raise
 
 
 def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> None:
@@ -142,15 +143,15 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
     todo = recipes.plan_recipe_builds(found, args.arch, has_key, progress,
                                       allowed=recipes.module_filter(args.allow_module))
     progress.expect(len(todo))
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # Triton's report of a ptxas a Ctrl-C killed
+    with contextlib.redirect_stdout(sys.stderr):  # Triton's report of a ptxas a Ctrl-C killed
+        try:
             recipes.run_recipe_builds(todo, ctx.config, args.jobs, progress, store=store)
-    except KeyboardInterrupt:
-        compile_processes.cancel()
-        local = _local(ctx, store)
-        for outcome in recipes.landed(todo, {o.key for o in progress.outcomes}, lambda k: any(k in t for t in local)):
-            progress(outcome)
-        raise
+        except KeyboardInterrupt:
+            compile_processes.cancel(STOP_GRACE)
+            local = _local(ctx, store)
+            for outcome in recipes.landed(todo, {o.key for o in progress.outcomes}, lambda k: any(k in t for t in local)):
+                progress(outcome)
+            raise
     if no_recipe and ctx.verbose:
         ctx.say(f"{no_recipe} kernels record no recipe and were skipped")
 
