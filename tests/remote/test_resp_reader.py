@@ -47,6 +47,17 @@ def test_the_urls_it_leaves_to_redis_py(url):
         Endpoint(url)
 
 
+def _read_command(conn: socket.socket) -> None:
+    """One whole command, an array of N bulk strings (1 + 2N lines): a reply sent after a part of it
+    leaves the rest unread, and closing with unread bytes resets the client's connection."""
+    data = b""
+    while b"\r\n" not in data or data.count(b"\r\n") < 1 + 2 * int(data[1:data.index(b"\r\n")]):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+
+
 def _serve_once(reply: bytes, close: bool = False) -> tuple[str, threading.Thread]:
     """A one-connection server that reads one command, sends `reply`, then waits for the client to
     close (`close`: closes at once)."""
@@ -55,7 +66,7 @@ def _serve_once(reply: bytes, close: bool = False) -> tuple[str, threading.Threa
     def run() -> None:
         conn, _ = listener.accept()
         with conn:
-            conn.recv(65536)
+            _read_command(conn)
             conn.sendall(reply)
             if not close:
                 conn.recv(1)  # until the client closes
