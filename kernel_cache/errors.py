@@ -16,10 +16,6 @@ class LevelUntrusted(LevelUnavailable):
     """The level's directory could have been written by users you did not agree to trust."""
 
 
-class LevelReadOnly(KernelCacheError, OSError):
-    """The level serves hits but cannot take writes (read-only mount, full disk)."""
-
-
 class RejectedEntry(KernelCacheError):
     """An entry refused for who wrote it (unsigned, another key, bad signature), not for damage:
     it is a miss, counted, never copied into a faster level, and left in place."""

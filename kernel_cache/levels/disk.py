@@ -64,8 +64,8 @@ class DiskLevel(EntryFiles):
             for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):  # every level a reader relies on, checked
                 with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
                     pass
-            for name in COUNTERS_FILES:  # SQLite would follow a link (and block on a FIFO) when the counters are read
-                _check_regular(self.tree, STATS_DIR, name)
+            for name in COUNTERS_FILES:  # read through SQLite, which opens them by path
+                self.tree.check_regular(STATS_DIR, name)
             cache_marker.check(self.tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=not read_only)
             may_write = not read_only and os.access(self.directory, os.W_OK)
             self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
@@ -88,12 +88,10 @@ class DiskLevel(EntryFiles):
     def remove_debris(self, older_than_seconds: float = 3600.0) -> list[tuple[str, int]]:
         """The shared sweep, plus the index layout's files and the flat lock files it kept."""
         removed = super().remove_debris(older_than_seconds)
-        for name, st in self.tree.listdir(ENTRIES_DIR):
-            if name in OLD_LAYOUT and self.tree.unlink(ENTRIES_DIR, name, expect_ino=st.st_ino):
-                removed.append((os.path.join(self.directory, ENTRIES_DIR, name), st.st_size))
-        for name, st in self.tree.listdir(STATS_DIR):
-            if name in OLD_LAYOUT and self.tree.unlink(STATS_DIR, name, expect_ino=st.st_ino):
-                removed.append((os.path.join(self.directory, STATS_DIR, name), st.st_size))
+        for sub in (ENTRIES_DIR, STATS_DIR):
+            for name, st in self.tree.listdir(sub):
+                if name in OLD_LAYOUT and self.tree.unlink(sub, name, expect_ino=st.st_ino):
+                    removed.append((os.path.join(self.directory, sub, name), st.st_size))
         for name, st in self.tree.listdir(LOCKS_DIR):
             if name.endswith(".lock") and stat.S_ISREG(st.st_mode) and locks.remove_if_free(
                     self.tree, (LOCKS_DIR, name), "flock", older_than_seconds):
@@ -131,18 +129,6 @@ class DiskLevel(EntryFiles):
         with self._volume_lock:
             self._volume = volume
         return evicted
-
-
-def _check_regular(tree: Tree, *parts: str) -> None:
-    """UnsafeFile where root/parts is there but is no regular file of a trusted owner."""
-    st = tree.lstat(*parts)
-    if st is None:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafeFile(os.path.join(tree.path, *parts), "is not a regular file")
-    problem = tree.owners.problem(st) if tree.owners is not None else None
-    if problem:
-        raise UnsafeFile(os.path.join(tree.path, *parts), problem, owner=True)
 
 
 def _untrusted(exc: UnsafeFile) -> LevelUntrusted:

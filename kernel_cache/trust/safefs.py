@@ -313,6 +313,15 @@ class Tree:
         except FileNotFoundError:
             return None
 
+    def check_regular(self, *parts: str) -> None:
+        """UnsafeFile where root/parts is there but is no regular file this tree's owners wrote: for a
+        file another library opens by path (SQLite follows a link and blocks on a FIFO)."""
+        st = self.lstat(*parts)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(self._where(parts), "is not a regular file")
+        if st is not None:
+            self._check(st, parts)
+
     def absent(self, *parts: str) -> bool:
         """True only when nothing is at root/parts: one stat from the kept descriptor of the first
         level, a miss's whole cost (a link below it may be followed: a probe, never a read). False

@@ -37,7 +37,6 @@ from cachectl.move.bundle_file import (
     stage_bundle,
 )
 from kernel_cache.entries.entry import Entry, encode
-from kernel_cache.errors import LevelReadOnly
 from kernel_cache.trust.signing import Signer
 
 KEYS = [f"{i:02x}" * 16 for i in range(0xa1, 0xa6)]  # five keys with distinct prefixes (a1a1…, a2a2…)
@@ -96,7 +95,7 @@ class DictLevel:
     def put_raw(self, key, data):
         self.writes += 1
         if self.fail_from is not None and self.writes >= self.fail_from:
-            raise LevelReadOnly("local cache is read-only here (disk full)")
+            raise OSError("local cache is read-only here (disk full)")
         if self.keep:
             self.data[key] = data
 
@@ -200,7 +199,7 @@ def test_cachectl_names_what_was_imported_and_what_was_not(tmp_path, capsys, mon
     def full_after_two(self, key, data):
         writes.append(key)
         if len(writes) > 2:
-            raise LevelReadOnly(f"local cache {self.directory} is read-only here (disk full)")
+            raise OSError(f"local cache {self.directory} is read-only here (disk full)")
         put_raw(self, key, data)
 
     monkeypatch.setattr(DiskLevel, "put_raw", full_after_two)
