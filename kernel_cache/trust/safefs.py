@@ -334,12 +334,10 @@ class Tree:
                 os.stat("/".join(map(check_name, parts[1:])), dir_fd=top, follow_symlinks=False)
                 return False
             except FileNotFoundError:
-                try:
-                    return os.fstat(top).st_nlink > 0  # a level deleted since: look again from the root
-                except OSError:
-                    return False
+                pass
             except OSError:
                 return False
+        return not self._forget_if_gone(parts[0])  # a level deleted since: looked up again from the root
 
     def read(self, *parts: str, max_bytes: int, head: int | None = None) -> tuple[bytes, os.stat_result] | None:
         """(content, fstat) of the regular file root/parts (its first `head` bytes), or None if absent.
