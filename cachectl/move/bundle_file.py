@@ -5,35 +5,21 @@ This module is long because it is the bundle format's one reader and writer: the
 the two orders of members, and an import that stages the whole bundle before anything lands.
 
 A bundle is a gzip'd tar holding `manifest.json` and one `entries/<key>.kce` per entry, each in the
-ordinary entry format. Import never extracts to disk and never trusts the archive: every member
-name is checked, every entry is decoded (format, checksum, key), a winner's or lowered call's
-record is checked as `verify` checks it, and, when the caller can tell, the entry is compared with
-the installed toolchain before it lands.
+ordinary entry format. Import never extracts to disk and never trusts the archive: it reads a
+bounded stream (`tar_stream`: a hostile bundle costs at most one member plus the manifest in
+memory), checks every member name, decodes every entry (format, checksum, key), checks its record
+as `verify` does and, when the caller can tell, compares it with the installed toolchain. A kernel,
+lowered call or winner must name the target and toolchain it was built for; a memo names neither
+and need not (`EntryKind.toolchain_bound` says why).
 
-What export writes, import takes: a sound entry of every kind export writes (all but warm sets)
-passes import's checks in any cache. A kernel, lowered call or winner must name the target and
-toolchain it was built for (one that names none is rejected, one of another toolchain skipped as
-stale); a memo names neither and need not (`EntryKind.toolchain_bound` says why).
-
-Reading is a bounded stream (`tar_stream`), so a hostile bundle (a gzip bomb, a million members, a
-manifest of 100k nested brackets) costs at most one member plus the manifest in memory. Every byte
-the decompressor produces counts (headers, padding, skipped members: not what the headers claim)
-against `MAX_TOTAL_BYTES`; nothing is looked up by name or extracted, links and devices are only
-names to reject; the member count (`MAX_MEMBERS`), each member's size (`MAX_ENTRY_BYTES`, checked
-before its data is read), the manifest's (`MAX_MANIFEST_BYTES`) and its JSON nesting depth
-(`MAX_JSON_DEPTH`, checked before `json.loads`) are capped. The first cap exceeded stops the read
-with a BundleError that names it; each cap is a keyword argument of `read_bundle`/`import_bundle`.
-
-Order of members: the manifest must be checked before any entry lands, and a stream cannot seek
-back to it. `export_bundle` writes it first, so its bundles are read in one pass; a bundle that
-holds it elsewhere is read twice, the first pass (under the same caps) only finding and checking
-it. Nothing is buffered across members either way.
+The manifest must be checked before any entry lands, and a stream cannot seek back to it:
+`export_bundle` writes it first, so its bundles are read in one pass; a bundle that holds it
+elsewhere is read twice, the first pass only finding and checking it.
 
 Import is all or nothing per bundle: `stage_bundle` reads and checks the whole stream into a
 private spool (in memory up to `STAGING_MEMORY_BYTES`, beyond that an unnamed temporary file in
 TMPDIR), and only a bundle read to its end, every entry its manifest lists found, is published
 (`StagedBundle.publish`, which reports every entry's fate, also when publishing stops part-way).
-Single entries that fail their checks are rejected, each with its reason.
 """
 
 from __future__ import annotations
@@ -49,16 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cachectl import entry_kinds
-from cachectl.move.tar_stream import (
-    ENTRY_MEMBER,
-    MANIFEST,
-    BundleError,
-    Caps,
-    NotABundle,
-    TarStream,
-    manifest_too_large,
-    open_stream,
-)
+from cachectl.move.tar_stream import ENTRY_MEMBER, MANIFEST, BundleError, NotABundle, TarStream, open_stream
 from cachectl.render import shown
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
@@ -69,13 +46,7 @@ from kernel_cache.trust.safefs import atomic_file
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
 BUNDLE_VERSION = 1
-
-# Caps on what reading one bundle may cost (each overridable per call, see read_bundle).
-MAX_MEMBERS = 100_000  # tar members, the manifest included
-MAX_ENTRY_BYTES = DEFAULT_MAX_ENTRY_BYTES  # one member: the same default cap as every level
-MAX_TOTAL_BYTES = 16 << 30  # everything the decompressor produces
-MAX_MANIFEST_BYTES = 16 << 20
-MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep
+MAX_JSON_DEPTH = 32  # a manifest is 3 levels deep; checked before json.loads (the stream's caps: tar_stream)
 STAGING_MEMORY_BYTES = 64 << 20  # staged entries beyond this go to an unnamed temporary file
 
 # What happened to one entry of a bundle (ImportResult.fates)
@@ -173,29 +144,20 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 # Reading ------------------------------------------------------------------------------------------
-def read_bundle(path: Path, *, max_members: int | None = None, max_entry_bytes: int | None = None,
-                max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
-                max_json_depth: int | None = None) -> Iterator[tuple[str, bytes | None, str]]:
-    """(key, bytes, "") per well-formed entry member, (member name, None, reason) per bad one, none
-    before the manifest is checked. A cap exceeded (the module constants, unless given here) stops the
-    read with BundleError, after the entries already handed out (import_bundle stages them: none lands)."""
-    caps = _caps(max_members, max_entry_bytes, max_total_bytes, max_manifest_bytes, max_json_depth)
-    yield from _members(Path(path), caps, {})
-
-
-def _members(path: Path, caps: Caps, manifest: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
-    """read_bundle's members; `manifest` receives the checked manifest before the first is handed out."""
-    with open_stream(path, caps) as tar:
+def _members(path: Path, entry_bytes: int, manifest: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
+    """(key, bytes, "") per well-formed entry member, (member name, None, reason) per bad one;
+    `manifest` receives the checked manifest before the first is handed out."""
+    with open_stream(path, entry_bytes) as tar:
         for member in tar:
             if member.name == MANIFEST and member.isfile:
-                manifest.update(_check_manifest(tar.read(member), path, caps))
-                if member.index == 0:  # a current bundle: go on in this pass
+                manifest.update(_check_manifest(tar.read(member), path))
+                if tar.count == 1:  # a current bundle: go on in this pass
                     yield from _entries(tar, manifest_seen=True)
                     return
                 break
         else:
             raise NotABundle(f"{path} has no {MANIFEST}: not a kernel-cache bundle")
-    with open_stream(path, caps) as tar:  # manifest not first (written before it was): read again
+    with open_stream(path, entry_bytes) as tar:  # manifest not first (written before it was): read again
         yield from _entries(tar, manifest_seen=False)
 
 
@@ -214,20 +176,9 @@ def _entries(tar: TarStream, manifest_seen: bool) -> Iterator[tuple[str, bytes |
         yield match.group(1), tar.read(member), ""
 
 
-def _caps(members: int | None, entry_bytes: int | None, total_bytes: int | None, manifest_bytes: int | None,
-          json_depth_: int | None) -> Caps:
-    given = {"members": members, "entry_bytes": entry_bytes, "total_bytes": total_bytes,
-             "manifest_bytes": manifest_bytes, "json_depth": json_depth_}
-    defaults = {"members": MAX_MEMBERS, "entry_bytes": MAX_ENTRY_BYTES, "total_bytes": MAX_TOTAL_BYTES,
-                "manifest_bytes": MAX_MANIFEST_BYTES, "json_depth": MAX_JSON_DEPTH}  # read now: patchable
-    return Caps(**{k: defaults[k] if v is None else int(v) for k, v in given.items()})
-
-
-def _check_manifest(raw: bytes, path: Path, caps: Caps) -> dict[str, Any]:
-    if len(raw) > caps.manifest_bytes:
-        raise manifest_too_large(path, len(raw), caps)
-    if json_depth(raw) > caps.json_depth:
-        raise NotABundle(f"{path}: {MANIFEST} nests deeper than {caps.json_depth} levels (the JSON depth "
+def _check_manifest(raw: bytes, path: Path) -> dict[str, Any]:
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise NotABundle(f"{path}: {MANIFEST} nests deeper than {MAX_JSON_DEPTH} levels (the JSON depth "
                          f"cap): not a kernel-cache bundle")
     try:
         manifest = json.loads(raw)
@@ -340,9 +291,7 @@ class StagedBundle:
 
 
 def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,
-                 max_members: int | None = None, max_entry_bytes: int | None = None,
-                 max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
-                 max_json_depth: int | None = None) -> StagedBundle:
+                 max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> StagedBundle:
     """Read the whole bundle at `path`, check every entry (format, checksum, key, its record as
     `verify` checks it, and `accept(raw)`: a string it returns is a reason to reject the entry, a
     missing or wrong signature, say) and stage the good ones.
@@ -353,13 +302,12 @@ def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None =
     each case nothing is staged and nothing lands anywhere.
     """
     path = Path(path)
-    caps = _caps(max_members, max_entry_bytes, max_total_bytes, max_manifest_bytes, max_json_depth)
     manifest: dict[str, Any] = {}
     items: list[_Staged] = []
     seen: set[str] = set()
     spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(max_size=STAGING_MEMORY_BYTES)
     try:
-        for key, data, reason in _members(path, caps, manifest):
+        for key, data, reason in _members(path, max_entry_bytes, manifest):
             if data is None:
                 items.append(_Staged(key, reason))
                 continue
@@ -367,7 +315,11 @@ def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None =
             item = _check_entry(key, data, accept)
             if not item.reason:
                 item.offset = spool.tell()
-                _stage(spool, data)
+                try:
+                    spool.write(data)
+                except OSError as exc:
+                    raise StagingError(f"cannot stage the bundle's entries in {tempfile.gettempdir()} "
+                                       f"({exc.strerror or exc}); set TMPDIR to a directory with room") from None
             items.append(item)
         listed = _listed_keys(manifest)
         missing = [k for k in listed if k not in seen]
@@ -381,14 +333,6 @@ def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None =
             exc.expected = len(_listed_keys(manifest)) or None
         raise
     return StagedBundle(path, len(listed) or None, items, spool)
-
-
-def _stage(spool: "tempfile.SpooledTemporaryFile[bytes]", data: bytes) -> None:
-    try:
-        spool.write(data)
-    except OSError as exc:
-        raise StagingError(f"cannot stage the bundle's entries in {tempfile.gettempdir()} ({exc.strerror or exc}); "
-                           f"set TMPDIR to a directory with room") from None
 
 
 def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] | None) -> _Staged:
@@ -406,14 +350,3 @@ def _check_entry(key: str, data: bytes, accept: Callable[[bytes], "str | None"] 
     return _Staged(key, size=len(data), target=summary.target, toolchain=summary.toolchain,
                    toolchain_bound=entry_kinds.kind_of(entry.meta).toolchain_bound)
 
-
-def import_bundle(path: Path, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
-                  allow_stale: bool = False, *, accept: Callable[[bytes], "str | None"] | None = None,
-                  max_members: int | None = None, max_entry_bytes: int | None = None,
-                  max_total_bytes: int | None = None, max_manifest_bytes: int | None = None,
-                  max_json_depth: int | None = None) -> ImportResult:
-    """`stage_bundle`, then `StagedBundle.publish` into `level`: nothing lands unless read whole."""
-    with stage_bundle(path, accept=accept, max_members=max_members, max_entry_bytes=max_entry_bytes,
-                      max_total_bytes=max_total_bytes, max_manifest_bytes=max_manifest_bytes,
-                      max_json_depth=max_json_depth) as staged:
-        return staged.publish(level, installed, allow_stale)

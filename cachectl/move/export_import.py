@@ -105,11 +105,6 @@ def _key_setting() -> str:
                 "a signing key")
 
 
-def _bound_name(ctx: Context) -> str:
-    """What sets the local bound here, as the operator changes it."""
-    return "cachectl config max-size" if ctx.bound_source == BOUND_STORED else "KERNEL_CACHE_MAX_BYTES"
-
-
 def cmd_import(ctx: Context, args: Any) -> int:
     if not args.file.is_file():
         raise CliError(f"no bundle at {args.file}")
@@ -137,20 +132,25 @@ def cmd_import(ctx: Context, args: Any) -> int:
             needed, bound = human_size(exc.needed), human_size(exc.room)
             if needed == bound:  # the sizes differ below the shown precision
                 needed, bound = f"{exc.needed} bytes", f"{exc.room} bytes"
+            setting = "cachectl config max-size" if ctx.bound_source == BOUND_STORED else "KERNEL_CACHE_MAX_BYTES"
             return _nothing_imported(ctx, args, exc, why=(
-                f"they take {needed}, more than the local level holds ({_bound_name(ctx)}={bound}): importing "
-                f"them would evict this cache's entries and then each other; raise {_bound_name(ctx)} or "
+                f"they take {needed}, more than the local level holds ({setting}={bound}): importing "
+                f"them would evict this cache's entries and then each other; raise {setting} or "
                 f"import with --level shared"))
     if ctx.json:
-        ctx.emit_json({"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),
-                       "rejected": [{"member": m, "reason": r} for m, r in result.rejected],
-                       "failed": [{"key": k, "reason": r} for k, r in result.failed],
-                       "not_reached": result.not_reached, "evicted": result.evicted, "expected": result.expected,
-                       "fates": [{"member": f.member, "fate": f.fate, "reason": f.reason} for f in result.fates],
-                       "bytes": result.bytes, "level": level.name})
+        ctx.emit_json(_result_json(result, level.name))
     else:
         _say_fates(ctx, result, level.name)
     return EXIT_PROBLEMS if result.rejected or not result.complete else EXIT_OK
+
+
+def _result_json(result: ImportResult, level: str) -> dict[str, Any]:
+    return {"imported": len(result.imported), "present": len(result.present), "stale": len(result.stale),
+            "rejected": [{"member": m, "reason": r} for m, r in result.rejected],
+            "failed": [{"key": k, "reason": r} for k, r in result.failed],
+            "not_reached": result.not_reached, "evicted": result.evicted, "expected": result.expected,
+            "fates": [{"member": f.member, "fate": f.fate, "reason": f.reason} for f in result.fates],
+            "bytes": result.bytes, "level": level}
 
 
 def _nothing_imported(ctx: Context, args: Any, exc: Exception, why: str | None = None) -> int:
@@ -158,8 +158,7 @@ def _nothing_imported(ctx: Context, args: Any, exc: Exception, why: str | None =
     message = f"imported 0{f' of {expected}' if expected else ''} entries: {why or exc}"
     print(f"cachectl: {message}", file=sys.stderr)
     if ctx.json:  # the usual document, plus what an error carries
-        ctx.emit_json({"imported": 0, "present": 0, "stale": 0, "rejected": [], "failed": [], "not_reached": [],
-                       "evicted": [], "expected": expected, "fates": [], "bytes": 0, "level": args.level,
+        ctx.emit_json({**_result_json(ImportResult(expected=expected), args.level),
                        "at_entry": getattr(exc, "at_entry", None), "error": message, "exit_code": EXIT_PROBLEMS})
     return EXIT_PROBLEMS
 

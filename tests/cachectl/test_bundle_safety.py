@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env
 
-from cachectl.move import bundle_file
-from cachectl.move.bundle_file import BundleError, export_bundle, import_bundle, read_bundle
+from cachectl.move import bundle_file, tar_stream
+from cachectl.move.bundle_file import BundleError, export_bundle, stage_bundle
 from kernel_cache.entries.entry import Entry, encode
 
 KEYS = [f"{i:032x}" for i in range(1, 6)]
@@ -41,6 +41,11 @@ class DictLevel:
     def put_raw(self, key, data):
         assert isinstance(data, bytes)
         self.data[key] = data
+
+
+def import_bundle(path: Path, level, **options) -> bundle_file.ImportResult:
+    with stage_bundle(path, **options) as staged:
+        return staged.publish(level)
 
 
 def entry_bytes(key: str, size: int = 2000) -> bytes:
@@ -203,17 +208,20 @@ def test_path_tricks_links_and_devices_rejected_without_touching_the_filesystem(
 # Caps -------------------------------------------------------------------------------------------
 BOMB_CHILD = textwrap.dedent("""
     import json, resource, sys, tracemalloc
-    from cachectl.move.bundle_file import BundleError, import_bundle
+    from cachectl.move import tar_stream
+    from cachectl.move.bundle_file import BundleError, stage_bundle
 
     class DictLevel(dict):
         def put_raw(self, key, data):
             self[key] = data
 
     path, caps = sys.argv[1], json.loads(sys.argv[2])
+    tar_stream.MAX_TOTAL_BYTES = caps.pop("MAX_TOTAL_BYTES", tar_stream.MAX_TOTAL_BYTES)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
     try:
-        import_bundle(path, DictLevel(), **caps)
+        with stage_bundle(path, **caps) as staged:
+            staged.publish(DictLevel())
         error = None
     except BundleError as exc:
         error = str(exc)
@@ -234,7 +242,7 @@ def gzip_bomb(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("caps, cap_named", [
-    ({"max_total_bytes": 8 * MiB}, "total-size cap"),  # counted as decompressed, not from the header
+    ({"MAX_TOTAL_BYTES": 8 * MiB}, "total-size cap"),  # counted as decompressed, not from the header
     ({"max_entry_bytes": 8 * MiB}, "per-entry cap"),  # refused from the header, before any data
 ])
 def test_gzip_bomb_stops_at_the_cap_with_low_memory(gzip_bomb, caps, cap_named):
@@ -247,22 +255,26 @@ def test_gzip_bomb_stops_at_the_cap_with_low_memory(gzip_bomb, caps, cap_named):
     assert report["rss_growth"] < 32 * MiB, report
 
 
-def test_total_cap_counts_every_decompressed_byte(tmp_path):
+def test_total_cap_counts_every_decompressed_byte(tmp_path, monkeypatch):
     """Members each under the entry cap, skipped junk included, add up past the total cap."""
     junk = [member(f"junk/{i}", 1 * MiB) for i in range(12)]
     path = write_bundle(tmp_path / "many.kcb", [member("manifest.json", MANIFEST)] + junk)
+    monkeypatch.setattr(tar_stream, "MAX_TOTAL_BYTES", 8 * MiB)
     with pytest.raises(BundleError, match="expands to more than 8 MiB .the total-size cap.; .* exported in parts"):
-        import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB, max_total_bytes=8 * MiB)
-    assert import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB, max_total_bytes=16 * MiB).imported == []
+        import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB)
+    monkeypatch.setattr(tar_stream, "MAX_TOTAL_BYTES", 16 * MiB)
+    assert import_bundle(path, DictLevel(), max_entry_bytes=2 * MiB).imported == []
 
 
-def test_too_many_members(tmp_path):
+def test_too_many_members(tmp_path, monkeypatch):
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(50)])
     level = DictLevel()
+    monkeypatch.setattr(tar_stream, "MAX_MEMBERS", 10)
     with pytest.raises(BundleError, match="more than 10 members .the member-count cap."):
-        import_bundle(path, level, max_members=10)
-    assert len(import_bundle(path, level, max_members=51).rejected) == 50
+        import_bundle(path, level)
+    monkeypatch.setattr(tar_stream, "MAX_MEMBERS", 51)
+    assert len(import_bundle(path, level).rejected) == 50
 
 
 @pytest.mark.parametrize("manifest_first", [True, False])
@@ -279,17 +291,19 @@ def test_member_over_the_entry_cap(tmp_path, manifest_first):
 
 
 @pytest.mark.parametrize("manifest_first", [True, False])
-def test_oversize_manifest(tmp_path, manifest_first):
+def test_oversize_manifest(tmp_path, monkeypatch, manifest_first):
     padded = json.dumps({"format": "kernel-cache-bundle", "version": 1, "entries": [],
                          "padding": "x" * (2 * MiB)}).encode()
     manifest = [member("manifest.json", padded)]
     path = write_bundle(tmp_path / "fat.kcb", manifest + good_members() if manifest_first
                         else good_members() + manifest)
     level = DictLevel()
+    monkeypatch.setattr(tar_stream, "MAX_MANIFEST_BYTES", 1 * MiB)
     with pytest.raises(BundleError, match="manifest.json holds 2 MiB, over the 1 MiB manifest cap"):
-        import_bundle(path, level, max_manifest_bytes=1 * MiB)
+        import_bundle(path, level)
     assert level.data == {}
-    assert len(import_bundle(path, level, max_manifest_bytes=4 * MiB).imported) == 2
+    monkeypatch.setattr(tar_stream, "MAX_MANIFEST_BYTES", 4 * MiB)
+    assert len(import_bundle(path, level).imported) == 2
 
 
 @pytest.mark.parametrize("manifest", [
@@ -352,7 +366,7 @@ def test_damaged_and_foreign_files(tmp_path):
                           ("empty.kcb", b"")]:
         (tmp_path / name).write_bytes(content)
         with pytest.raises(BundleError, match="not a kernel-cache bundle"):
-            list(read_bundle(tmp_path / name))
+            stage_bundle(tmp_path / name)
     nomanifest = write_bundle(tmp_path / "nomanifest.kcb", good_members())
     with pytest.raises(BundleError, match="has no manifest.json"):
         import_bundle(nomanifest, DictLevel())
@@ -362,7 +376,7 @@ def test_cachectl_import_reports_the_cap(tmp_path, monkeypatch):
     """Through the CLI: the cap's BundleError is one line on stderr, exit 1."""
     path = write_bundle(tmp_path / "many.kcb",
                         [member("manifest.json", MANIFEST)] + [member(f"junk/{i}", b"x") for i in range(20)])
-    code = (f"import sys; from cachectl import main; from cachectl.move import bundle_file; bundle_file.MAX_MEMBERS = 10; "
+    code = (f"import sys; from cachectl import main; from cachectl.move import tar_stream; tar_stream.MAX_MEMBERS = 10; "
             f"sys.exit(main(['--dir', {str(tmp_path / 'cache')!r}, 'import', {str(path)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=120)

@@ -19,7 +19,7 @@ from cachectl.check.verify import verify
 from cachectl.entry_kinds import EntryKind
 from cachectl.inventory import EntryInfo
 from cachectl.main import main
-from cachectl.move.bundle_file import export_bundle, import_bundle
+from cachectl.move.bundle_file import export_bundle, stage_bundle
 from cachectl.see import show
 from kernel_cache import Config, Store, value_class
 from kernel_cache.entries import call_entry, memo_entry, warm_set, winner_entry
@@ -238,5 +238,6 @@ def test_verify_and_bundle_import_refuse_what_the_kind_refuses(gadget_cache, tmp
 
     export_bundle(tmp_path / "b.kcb", raws)
     landed = Level()
-    result = import_bundle(tmp_path / "b.kcb", landed)
+    with stage_bundle(tmp_path / "b.kcb") as staged:
+        result = staged.publish(landed)
     assert result.rejected == [(KEYS[4], "gadget has no wheels")] and set(landed) == {KEYS[3], KEYS[5]}

@@ -33,7 +33,6 @@ from cachectl.move.bundle_file import (
     BundleError,
     NotABundle,
     export_bundle,
-    import_bundle,
     stage_bundle,
 )
 from kernel_cache.entries.entry import Entry, encode
@@ -54,6 +53,11 @@ def entry_bytes(key: str, size: int = 3000) -> bytes:
 def good_bundle(path: Path, keys=KEYS) -> Path:
     export_bundle(path, [(k, entry_bytes(k), {"kernel": "synthetic_kernel"}) for k in keys])
     return path
+
+
+def import_bundle(path: Path, level) -> bundle_file.ImportResult:
+    with stage_bundle(path) as staged:
+        return staged.publish(level)
 
 
 def cut_bundle(good: Path, path: Path, entry: int) -> Path:
