@@ -43,10 +43,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
                     _from_recipes(ctx, args, store, progress)
             except KeyboardInterrupt as exc:  # Terminated (SIGTERM) too
                 interrupted = exc
-    except PrewarmError as exc:
-        progress.finish()
-        raise CliError(str(exc)) from None
-    except ValueError as exc:  # an unknown --arch name
+    except (PrewarmError, ValueError) as exc:  # ValueError: an unknown --arch name
         progress.finish()
         raise CliError(str(exc)) from None
     progress.finish()
@@ -120,7 +117,7 @@ def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> 
             programs.run_program(args.program, arches, ctx.config, args.jobs, progress)
         except KeyboardInterrupt:
             compile_processes.cancel(STOP_GRACE)
-            for outcome in programs.landed(_local(ctx, store), before, {o.key for o in progress.outcomes}):
+            for outcome in programs.new_kernels(_local(ctx, store), before | {o.key for o in progress.outcomes}):
                 progress(outcome)
             raise
 
@@ -141,7 +138,7 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
                 "(e.g. 'mylib.*') for the kernel modules you trust")
     has_key = lambda key: any(key in t for t in ctx.kept())  # noqa: E731
     todo = recipes.plan_recipe_builds(found, args.arch, has_key, progress,
-                                      allowed=recipes.module_filter(args.allow_module))
+                                      recipes.module_filter(args.allow_module))
     progress.expect(len(todo))
     with contextlib.redirect_stdout(sys.stderr):  # Triton's report of a ptxas a Ctrl-C killed
         try:

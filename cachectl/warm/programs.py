@@ -74,7 +74,7 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
 
     store = kernel_cache.configure(config.with_(target_arch=arch))
     kept = [t for t in store.persistent_levels if isinstance(t, KeptLevel)]
-    seen = _known_keys(store)
+    seen = known_keys(kept)
     used = _used_keys(store)
     start = time.perf_counter()
     try:
@@ -99,11 +99,11 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
         except Exception as exc:  # one bad program must not stop the others
             yield Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
                           error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-        yield from _new_entries(kept[:1], seen, arch)  # the fastest level: where every build lands first
+        yield from new_kernels(kept[:1], seen, arch)  # the fastest level: where every build lands first
         yield from _present_entries(kept, (used & before) - present, arch, present)
         yield Lowered(label, arch)
     store.stats.flush()
-    yield from _new_entries(kept, seen, arch)  # what landed only in a slower level (the local one busy)
+    yield from new_kernels(kept, seen, arch)  # what landed only in a slower level (the local one busy)
 
 
 def _used_keys(store: Store) -> set[str]:
@@ -152,20 +152,18 @@ def _accepts_arch(fn: Any) -> bool:
     return "arch" in params  # not via **kwargs: those often go on to triton_call
 
 
-def _known_keys(store: Store) -> set[str]:
-    return known_keys([t for t in store.persistent_levels if isinstance(t, KeptLevel)])
-
-
-def _new_entries(levels: list[KeptLevel], seen: set[str], arch: str) -> list[Outcome]:
-    """Kernels for `arch` in `levels` whose keys are not in `seen` (which grows by what is found)."""
+def new_kernels(levels: list[KeptLevel], seen: set[str], arch: str | None = None) -> list[Outcome]:
+    """Kernels in `levels` whose keys are not in `seen` (which grows by what is found), as "built":
+    those for `arch`, or with none each for its own (after an interrupt: those the lowerings cut
+    short had built, whole entries, kept)."""
     out = []
     for level in levels:
         known = _known_keys_of(level)
         for key in sorted(known - seen):
             summary = _kernel_summary(level, key)
-            if summary is None or summary.arch not in ("?", arch):
+            if summary is None or arch is not None and summary.arch not in ("?", arch):
                 continue  # a record, or a kernel for another arch
-            out.append(Outcome(summary.kernel, arch, "built", key=key, seconds=summary.compile_seconds))
+            out.append(Outcome(summary.kernel, arch or summary.arch, "built", key=key, seconds=summary.compile_seconds))
         seen |= known
     return out
 
@@ -179,19 +177,6 @@ def _present_entries(levels: list[KeptLevel], keys: set[str], arch: str, reporte
         summary = _kernel_summary(level, key) if level is not None else None
         if summary is not None:
             out.append(Outcome(summary.kernel, arch, "present", key=key))
-    return out
-
-
-def landed(levels: list[KeptLevel], before: set[str], reported: set[str]) -> list[Outcome]:
-    """Kernels in `levels` not in `before` nor `reported`, as "built" for their own arch: after an
-    interrupt, those the lowerings cut short had built (they are whole entries, kept)."""
-    out = []
-    for level in levels:
-        for key in sorted(_known_keys_of(level) - before - reported):
-            summary = _kernel_summary(level, key)
-            if summary is not None:
-                out.append(Outcome(summary.kernel, summary.arch, "built", key=key, seconds=summary.compile_seconds))
-        reported = reported | _known_keys_of(level)
     return out
 
 

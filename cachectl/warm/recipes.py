@@ -103,27 +103,17 @@ def _not_allowed(module: str, command: str = "prewarm") -> str:
             + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""))
 
 
-def _recipe_identity(recipe: Recipe) -> str:
-    return json.dumps({k: v for k, v in recipe.items() if k != "target"}, sort_keys=True)
-
-
 def _label(recipe: object) -> str:
     kernel = recipe.get("kernel") if isinstance(recipe, dict) else None
     return shown(kernel.rpartition(":")[2]) if isinstance(kernel, str) else "?"
 
 
 def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_key: Callable[[str], bool],
-                       report: Report, allowed: Callable[[str], bool] | Iterable[str] = ()
-                       ) -> list[Build]:
+                       report: Report, allowed: Callable[[str], bool]) -> list[Build]:
     """[(recipe, arch, label, key)] still to build. Entries already present and recipes that
-    cannot be rebuilt (kernel not importable) are reported here and not returned.
-
-    `allowed` (a predicate on dotted module names, or fnmatch patterns) says which modules may be
-    imported; the default allows none. Recipes naming any other module, or malformed names, are
-    reported "skipped" without importing anything.
+    cannot be rebuilt (kernel not importable) are reported here and not returned. Recipes naming a
+    module `allowed` refuses, or malformed names, are reported "skipped" without importing anything.
     """
-    if not callable(allowed):
-        allowed = module_filter(allowed)
     targets: list[Target | None] = [parse_target(a) for a in arches] if arches else [None]
     todo: list[Build] = []
     seen: set[tuple[str, str]] = set()
@@ -136,7 +126,7 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
             continue
         unreachable = not_importable(recipe)
         denied = next((m for m in modules if not allowed(m)), None)
-        identity = _recipe_identity(recipe)
+        identity = json.dumps({k: v for k, v in recipe.items() if k != "target"}, sort_keys=True)
         recorded = recipe.get("target")
         own: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
         for target in targets:

@@ -41,7 +41,8 @@ def add_recipe() -> dict:
 
 def plan(recipes, allowed, has_key=lambda key: True, arches=None):
     outcomes = []
-    todo = prewarm.plan_recipe_builds(recipes, arches, has_key, outcomes.append, allowed=allowed)
+    allowed = allowed if callable(allowed) else prewarm.module_filter(allowed)
+    todo = prewarm.plan_recipe_builds(recipes, arches, has_key, outcomes.append, allowed)
     return todo, outcomes
 
 
@@ -112,5 +113,5 @@ def test_allowed_module_is_imported_and_planned(add_recipe, marker_module):
 
 def test_default_allows_nothing(add_recipe):
     todo, outcomes = [], []
-    todo = prewarm.plan_recipe_builds([add_recipe], None, lambda key: False, outcomes.append)
+    todo = prewarm.plan_recipe_builds([add_recipe], None, lambda key: False, outcomes.append, prewarm.module_filter([]))
     assert todo == [] and [(o.status, o.module) for o in outcomes] == [("skipped", "compiler.examples")]
