@@ -1,7 +1,5 @@
 """What cachectl does to a store's entries, without printing: list, count, select, prune, verify.
-
-Knows nothing of Triton: whether an entry is stale is decided by a callable the caller passes in.
-"""
+Knows nothing of Triton: whether an entry is stale is the context's to say."""
 
 from __future__ import annotations
 
@@ -22,8 +20,6 @@ from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.levels.protocols import KeptLevel
 
-# target json ({backend, arch, warp_size}) -> the installed toolchain's summary, or None if unknown
-InstalledToolchain = Callable[[dict[str, Any]], "str | None"]
 SORT_KEYS = ("last_used", "created", "size", "kernel", "arch", "hits", "key")
 
 
@@ -183,20 +179,12 @@ def scan_all(ctx: Context, levels: list[KeptLevel], with_stale: bool,
             if unreachable is None:
                 raise LevelUnavailable(why) from None
             unreachable.append((level, why))
-    if with_stale:
-        mark_stale(infos, ctx.installed_toolchain)
+    if with_stale:  # stale: built by another toolchain than the installed one
+        for info in infos:
+            target = EntrySummary.from_meta(info.meta).target
+            current = ctx.installed_toolchain(target) if not info.error and isinstance(target, dict) else None
+            info.stale = None if current is None else info.toolchain != current
     return infos
-
-
-def mark_stale(infos: Iterable[EntryInfo], installed: InstalledToolchain) -> None:
-    """Set `stale` on each entry: True when its toolchain summary differs from the installed one."""
-    for info in infos:
-        target = EntrySummary.from_meta(info.meta).target
-        if info.error or not isinstance(target, dict):
-            info.stale = None
-            continue
-        current = installed(target)
-        info.stale = None if current is None else info.toolchain != current
 
 
 def sort_entries(infos: list[EntryInfo], by: str) -> list[EntryInfo]:

@@ -76,27 +76,22 @@ def render(report: Mapping[str, Any]) -> str:
         if not samples:  # no level: the family is left out, not declared empty
             continue
         full = PREFIX + name
-        lines.append(f"# HELP {full} {_escape_help(help_text)}")
+        lines.append(f"# HELP {full} {_escaped(help_text)}")
         lines.append(f"# TYPE {full} {kind}")
         lines.extend(f"{full}{_labels({**base, **labels})} {_value(value)}" for labels, value in samples)
     return "\n".join(lines) + "\n"
 
 
 def _labels(labels: Mapping[str, str]) -> str:
-    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
+    escaped = {k: _escaped(v).replace('"', '\\"') for k, v in labels.items()}
+    return "{" + ",".join(f'{k}="{v}"' for k, v in escaped.items()) + "}"
 
 
-def _escape_label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(text: str) -> str:
+def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _value(value: float | int) -> str:
     """Integers as integers, floats as Python's shortest round-trip repr (what --json prints)."""
-    if isinstance(value, bool):
-        return str(int(value))
     return str(value) if isinstance(value, int) else repr(float(value))
 

@@ -45,7 +45,10 @@ class _LevelStats(TypedDict):
 def cmd_stats(ctx: Context, args: Any) -> int:
     """Exit 1 when a level could not be reached (its row says so), but for the Prometheus format: there
     the text says it (`kernel_cache_level_reachable 0`) and the textfile recipe must replace the last file."""
-    fmt = stats_format(ctx, args)
+    fmt = getattr(args, "format", None)  # --json is --format json; with another --format it is refused
+    if ctx.json and fmt not in (None, "json"):
+        raise CliError(f"--json and --format {fmt} disagree: pass one of them")
+    fmt = "json" if ctx.json else fmt or "text"
     store = ctx.store()
     if args.zero:
         store.stats.zero()
@@ -164,27 +167,14 @@ def _print(ctx: Context, report: dict[str, Any], infos: list[EntryInfo]) -> None
             print(f"{'most hit' if n == 0 else '':<21}{row['key'][:12]}  {row['kernel']}  {row['arch']}  {row['hits']}")
 
 
-def stats_format(ctx: Context, args: Any) -> str:
-    """text, json or prometheus: --json is --format json; with another --format it is refused."""
-    chosen = getattr(args, "format", None)
-    if ctx.json and chosen not in (None, "json"):
-        raise CliError(f"--json and --format {chosen} disagree: pass one of them")
-    return "json" if ctx.json else chosen or "text"
-
-
 def writable_here(level: KeptLevel) -> bool:
     """Whether the user running cachectl could write to `level`. cachectl opens the directory levels
     read-only (it only looks), so their own answer is no: ask the filesystem instead, as a job of this
     user would find it (a read-only mount refuses even root). A remote answers for itself."""
     if level.writable or not isinstance(level, (DiskLevel, SharedLevel)):
         return level.writable
-    directory = level.directory
-    entries = directory / ENTRIES_DIR
-    return _may_write(directory) and (not entries.exists() or _may_write(entries))
-
-
-def _may_write(directory: os.PathLike[str]) -> bool:
-    return os.access(directory, os.W_OK | os.X_OK)
+    entries = level.directory / ENTRIES_DIR
+    return os.access(level.directory, os.W_OK | os.X_OK) and (not entries.exists() or os.access(entries, os.W_OK | os.X_OK))
 
 
 def _xla_executables(ctx: Context) -> dict[str, Any] | None:
