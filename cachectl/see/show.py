@@ -1,5 +1,6 @@
-"""cachectl show: one entry's metadata, rendered by the view its kind names (`EntryKind.show`,
-"module:function", imported when show runs); the views of the kinds this version writes are here."""
+"""cachectl show: one entry's key, then its metadata as the view its kind names renders it
+(`EntryKind.show`, "module:function", imported when show runs); the views of the kinds this version
+writes are here."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def cmd_show(ctx: Context, args: Any) -> int:
                        "last_used": info.last_used, "blobs": blobs, "meta": entry.meta, "kind": info.kind,
                        **info.summaries()})
         return EXIT_OK
+    print(f"key          {entry.key}  ({info.level})")
     view(entry_kinds.kind_of(entry.meta))(entry, info, ShowArgs(hits=hits, cached={i.key for i in infos}, verbose=ctx.verbose))
     return EXIT_OK
 
@@ -91,7 +93,6 @@ def show_kernel(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """A kernel (and an entry of a kind this version does not know); with -v its whole metadata too."""
     meta, summary = entry.meta, EntrySummary.from_meta(entry.meta)
     blobs = {name: len(data) for name, data in sorted(entry.blobs.items())}
-    print(f"key          {entry.key}  ({info.level})")
     print(f"kernel       {summary.kernel}")
     print(f"arch         {summary.arch}  warps={meta.get('num_warps')} stages={meta.get('num_stages')}"
           f" ctas={meta.get('num_ctas')} shared_mem={meta.get('shared_mem')}")
@@ -113,7 +114,6 @@ def show_kernel(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
 def show_call(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """A lowered-call record: the call it serves, its kernels (still cached beside it or not: it keeps
     its own copy) and its payload, or the winner it points at."""
-    print(f"key          {entry.key}  ({info.level})")
     try:
         record = CallRecord.from_entry(entry)
     except ValueError as exc:
@@ -139,7 +139,6 @@ def show_call(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
 
 def show_winner(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """An autotune winner: what it is for, which config won, every config's time."""
-    print(f"key          {entry.key}  ({info.level})")
     try:
         record = Winner.from_meta(entry.meta)
     except ValueError as exc:
@@ -160,7 +159,6 @@ def show_winner(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
 
 def show_memo(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """A memo record: its name, the files' identity as the node that wrote it saw them, and its text."""
-    print(f"key          {entry.key}  ({info.level})")
     why = memo_problem(entry)
     if why is not None:
         say_unreadable("memo", why)
@@ -181,7 +179,6 @@ def show_memo(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
 def show_warm_set(entry: Entry, info: EntryInfo, args: ShowArgs) -> None:
     """A warm set: the program's first ask and its members in the order the program read them, each
     still held beside it or not (a member no longer held is never served from the set)."""
-    print(f"key          {entry.key}  ({info.level})")
     try:
         members = members_of(entry)  # its shape checked, as `warm_set.problem` checks it
     except ValueError as exc:

@@ -1,16 +1,8 @@
-"""Prewarm from a program: `MODULE:FUNCTION` names a user function that describes a JAX program;
-it is lowered for `cuda` on this host (cross-platform lowering), which compiles every Triton kernel
-the GPU job will need into the cache.
-
-The program contract (documented for users in docs/cachectl.md, "prewarm"):
-    def my_programs(arch: str):           # `arch` is optional; cachectl passes it if accepted
-        return [(fn, (jax.ShapeDtypeStruct((4096,), jnp.float32), ...)), ...]
-Each item is `(fn, args)`, `(fn, args, kwargs)` or `(label, fn, args)` and is lowered with
-`jax.jit(fn).trace(*args, **kwargs).lower(lowering_platforms=("cuda",))`. A function that does its
-own lowering returns None. While it runs the process-wide store is this cache, configured with
-the target to compile for (`Config.target_arch`, which lowering.triton_call reads when no
-compute_capability is passed).
-"""
+"""Prewarm from a program: `MODULE:FUNCTION` names a user function returning JAX programs (the
+contract: docs/cachectl.md, "prewarm"); each is lowered for `cuda` on this host, which compiles
+every Triton kernel the GPU job will need into the cache. While it runs the process-wide store is
+this cache, its `target_arch` the one to compile for (what triton_call reads without a
+compute_capability)."""
 
 from __future__ import annotations
 
@@ -62,10 +54,8 @@ def load_program(path: str) -> Any:
 
 
 def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Planned | Lowered]:
-    """Run the program function for `arch` with this cache, targeting `arch`, as the process store.
-    Yields Planned(number of programs), then per program its kernels (built: landed in the cache
-    meanwhile; present: already there, used) and failure, and Lowered; or, when the function itself
-    fails, one "failed" Outcome for the program."""
+    """Yields Planned(number of programs), then per program its kernels (built: landed in the cache
+    meanwhile; present: already there, used), its failure, and Lowered."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
     # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top;
     # an interrupt meanwhile waits for the import's end (see signals_held)
@@ -79,7 +69,10 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
     start = time.perf_counter()
     try:
         fn = load_program(path)
-        kwargs = {"arch": arch} if _accepts_arch(fn) else {}
+        takes_arch = False  # a callable without a signature is passed none
+        with contextlib.suppress(TypeError, ValueError):
+            takes_arch = "arch" in inspect.signature(fn).parameters  # not via **kwargs: those go on to triton_call
+        kwargs = {"arch": arch} if takes_arch else {}
         programs = list(fn(**kwargs) or ())
     except Exception as exc:
         store.stats.flush()
@@ -107,9 +100,8 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
 
 
 def _used_keys(store: Store) -> set[str]:
-    """The keys of the entries `store` serves from now on (hits, not builds), filled as it serves
-    them: every kernel hit (`stats.hit`), and the kernels of every call record served whole
-    (`stats.record_hit`: the record read again here for the kernels it names)."""
+    """The keys of the kernels `store` serves from now on (hits, not builds), filled as it serves
+    them: a call record served whole counts the kernels it names."""
     used: set[str] = set()
     count, count_record = store.stats.hit, store.stats.record_hit
 
@@ -124,7 +116,6 @@ def _used_keys(store: Store) -> set[str]:
                 used.update(call_entry.CallRecord.from_entry(found[0]).config_keys)
         count_record(level, key, compile_seconds)
 
-    # this process's own store, for this prewarm
     store.stats.hit = hit  # type: ignore[method-assign]
     store.stats.record_hit = record_hit  # type: ignore[method-assign]
     return used
@@ -142,14 +133,6 @@ def program_item(item: Any, default_label: str) -> tuple[str, Callable[..., Any]
     if len(item) == 3:
         return label, item[0], tuple(item[1]), dict(item[2])
     raise TypeError(f"{default_label}: expected (fn, args), (fn, args, kwargs) or (label, fn, args)")
-
-
-def _accepts_arch(fn: Any) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "arch" in params  # not via **kwargs: those often go on to triton_call
 
 
 def new_kernels(levels: list[KeptLevel], seen: set[str], arch: str | None = None) -> list[Outcome]:

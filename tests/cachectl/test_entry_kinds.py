@@ -214,7 +214,7 @@ def test_a_registered_kind_is_listed_counted_and_labelled(gadget_cache, capsys):
 
 def test_a_registered_kind_is_shown_by_its_own_view(gadget_cache, capsys):
     code, out = cachectl(capsys, "--dir", gadget_cache, "show", KEYS[3])
-    assert code == 0 and out == f"gadget {KEYS[3]} with 4 wheels, hits 0\n"
+    assert code == 0 and out == f"key          {KEYS[3]}  (disk)\ngadget {KEYS[3]} with 4 wheels, hits 0\n"
     code, out = cachectl(capsys, "--dir", gadget_cache, "show", KEYS[3], "--json")
     assert json.loads(out)["gadget"] == {"wheels": 4}
     code, out = cachectl(capsys, "--dir", gadget_cache, "show", KEYS[5])  # unknown: shown as a kernel is
