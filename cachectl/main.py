@@ -60,13 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    def filters(p: argparse.ArgumentParser, level: bool = True, destructive: bool = False) -> None:
+    def filters(p: argparse.ArgumentParser, destructive: bool = False) -> None:
         p.add_argument("--kernel", metavar="GLOB", help="kernel name (glob, e.g. 'matmul*')")
         p.add_argument("--arch", type=arguments.arch_list, metavar="ARCHES", help="target arch(es), e.g. sm_90,sm_80")
         p.add_argument("--older-than", type=arguments.duration, metavar="AGE", help="not used for AGE (e.g. 30d, 12h)")
         p.add_argument("--stale", action="store_true", help="built by another toolchain than the installed one")
-        if level:
-            _level_option(p, destructive)
+        _level_option(p, destructive)
 
     p = command("list", "see.listing.cmd_list", "list cached kernels")
     filters(p)

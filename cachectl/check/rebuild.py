@@ -1,16 +1,14 @@
 """cachectl verify --rebuild: recompile kernel entries from their recipes and compare the bytes.
 
 A signature says who wrote an entry, not that it is right. A kernel is deterministic for its key and
-toolchain, so each chosen entry is rebuilt from its recorded recipe (`compiler.compile_spec`, the
-store untouched), the recipe's key checked against the entry's, and the blobs and the metadata a
-launcher reads compared byte for byte; `--repair` writes the rebuild over an entry that differs.
-Measured on a CPU-only host (Triton 3.9; each example kernel compiled twice, in two processes and,
-with keep_ir, in one): every blob identical, of the metadata only `compile_seconds` differed. Triton
-writes the kernel's source path into the ttir, ptx and cubin, which the (portable) key does not
-cover: a kernel installed at another path gives the same key and other bytes, a mismatch that names
-both paths. As in prewarm, only modules matched by --allow-module are imported (`recipes`), and
-never a kernel defined in a script. This module is long because choosing the sample, rebuilding it
-and saying what was skipped and why are one pass over the same checks.
+toolchain (measured: two compiles of each example kernel, Triton 3.9, differ only in
+`compile_seconds`), so each chosen entry is rebuilt from its recorded recipe (the store untouched),
+the recipe's key checked against the entry's, and the blobs and the metadata a launcher reads
+compared byte for byte; `--repair` writes the rebuild over an entry that differs. Triton writes the
+kernel's source path into the ttir, ptx and cubin, which the (portable) key does not cover: a
+kernel installed at another path gives the same key and other bytes, a mismatch that names both
+paths. As in prewarm, only modules matched by --allow-module are imported (`recipes`), and never a
+kernel defined in a script.
 """
 
 from __future__ import annotations
@@ -98,7 +96,7 @@ def cmd(ctx: Context, args: Any) -> int:
         for info, recipe, module in chosen:
             check = check_entry(levels[info.level], info, recipe, module, rebuilds)
             if check.status == "mismatch" and args.repair:
-                repair(ctx.store(), levels[info.level], check, rebuilds.get(info.key))
+                repair(ctx.store(), levels[info.level], check, rebuilds[info.key])
             (skipped if check.status == "skipped" else checks).append(check)  # skipped: gone since listed
             progress(check.outcome())
     finally:
@@ -209,10 +207,10 @@ def _path_note(stored: dict[str, bytes], rebuilt: dict[str, bytes]) -> str:
             f"ptx and cubin, so a kernel installed at another path never compares equal")
 
 
-def repair(store: Store, level: KeptLevel, check: Check, rebuilt: Rebuilt | str | None) -> None:
+def repair(store: Store, level: KeptLevel, check: Check, rebuilt: Rebuilt | str) -> None:
     """Write the rebuild over the entry in `level`: encoded by the store, so signed with the configured
     key as every entry it writes. Sets `check.repaired`, or says in `check.reason` why not."""
-    if not isinstance(rebuilt, Rebuilt) or rebuilt.key != check.key:
+    if isinstance(rebuilt, str) or rebuilt.key != check.key:
         check.reason += "; not replaced: no rebuild gives this key"
         return
     if not level.writable:
@@ -256,16 +254,6 @@ def _report(ctx: Context, args: Any, checks: list[Check], skipped: list[Check], 
         ctx.say("no --allow-module given: rebuilding a recipe imports the module it names, which whoever "
                 "wrote the cache chose, so nothing was rebuilt; pass --allow-module PATTERN (e.g. 'mylib.*') "
                 "for the kernel modules you trust")
-    ctx.say(_summary(args, checks, skipped, others, not_sampled, seconds))
-    if left:
-        print(f"cachectl: {_entries(len(left), 'kernel ')} left that this toolchain does not rebuild from the recipe"
-              + ("" if args.repair else " ('cachectl verify --rebuild --repair' replaces those that differ)"), file=sys.stderr)
-    return EXIT_PROBLEMS if left else EXIT_OK
-
-
-def _summary(args: Any, checks: list[Check], skipped: list[Check], others: list[EntryInfo],
-             not_sampled: int, seconds: float) -> str:
-    count = Counter(c.status for c in checks)
     text = (f"compared {_entries(len(checks), 'kernel ')}" + (" chosen at random" if not_sampled else "")
             + f" with their rebuild: {count['equal']} equal, {count['mismatch']} differ"
             + (f" ({sum(c.repaired for c in checks)} replaced)" if args.repair else "")
@@ -279,7 +267,11 @@ def _summary(args: Any, checks: list[Check], skipped: list[Check], others: list[
         text += f"; skipped {len(skipped)} (" + ", ".join(f"{n} {w}" for w, n in sorted(why.items())) + ")"
     if others:
         text += f"; not rebuilt: {breakdown(others)}"
-    return text + f" in {seconds:.1f} s"
+    ctx.say(text + f" in {seconds:.1f} s")
+    if left:
+        print(f"cachectl: {_entries(len(left), 'kernel ')} left that this toolchain does not rebuild from the recipe"
+              + ("" if args.repair else " ('cachectl verify --rebuild --repair' replaces those that differ)"), file=sys.stderr)
+    return EXIT_PROBLEMS if left else EXIT_OK
 
 
 def _entries(n: int, what: str = "") -> str:
