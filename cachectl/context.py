@@ -50,19 +50,6 @@ class CliError(KernelCacheError):
         self.code = code
 
 
-def _environment_config(flagged_remote: str | None) -> Config:
-    """The KERNEL_CACHE_* configuration, a malformed setting a CliError naming where it was written:
-    a --remote URL is checked as the flag's (it replaces KERNEL_CACHE_REMOTE, which is then not read)."""
-    environ: Mapping[str, str] = os.environ
-    try:
-        if flagged_remote:
-            check_remote(flagged_remote, "--remote")
-            environ = {name: value for name, value in os.environ.items() if name != "KERNEL_CACHE_REMOTE"}
-        return Config.from_env(environ)
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-
-
 class Context:
     """One cachectl run: its options, configuration and (lazily) its store."""
 
@@ -71,13 +58,18 @@ class Context:
         self.json = getattr(args, "json", False)
         self.quiet = getattr(args, "quiet", False)
         self.verbose = getattr(args, "verbose", False)
-        config = _environment_config(getattr(args, "remote", None))
-        directory = getattr(args, "dir", None) or config.dir
-        shared = getattr(args, "shared_dir", None) or config.shared_dir
-        remote = getattr(args, "remote", None) or config.remote
+        remote = getattr(args, "remote", None)
+        environ: Mapping[str, str] = os.environ
+        try:  # a malformed setting: a CliError naming where it was written
+            if remote:  # checked as the flag's: it replaces KERNEL_CACHE_REMOTE, which is then not read
+                check_remote(remote, "--remote")
+                environ = {name: value for name, value in os.environ.items() if name != "KERNEL_CACHE_REMOTE"}
+            config = Config.from_env(environ)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
         # the settings this command line gave (--dir, --shared-dir, --remote), over the environment's
         self.from_command_line = {field for field in ("dir", "shared_dir", "remote") if getattr(args, field, None)}
-        self.config = config.with_(dir=directory, shared_dir=shared, remote=remote, disabled=False)
+        self.config = config.with_(**{field: getattr(args, field) for field in self.from_command_line}, disabled=False)
         self._store: Store | None = None
         self._toolchains: dict[str, str | None] = {}
         command = getattr(args, "command", "")

@@ -39,11 +39,12 @@ class _SettingRow(TypedDict):
 def cmd_config(ctx: Context, args: Any) -> int:
     """Every KERNEL_CACHE_* setting: its effective value and whether the environment set it (the local
     bound: or the cache directory); `config max-size` shows or stores the bound."""
+    if args.value is not None and getattr(args, "setting", None) is None:
+        raise CliError("a value needs a setting to store it as: cachectl config max-size SIZE")
+    if ctx.stored_problem is not None and args.value is None:  # `config max-size SIZE` alone rewrites it
+        raise CliError(f"{ctx.stored_problem} (rewrite it with 'cachectl config max-size SIZE', or remove it)")
     if getattr(args, "setting", None) == "max-size":
         return _max_size(ctx, args.value)
-    if args.value is not None:
-        raise CliError("a value needs a setting to store it as: cachectl config max-size SIZE")
-    _refuse_a_refused_file(ctx)
     rows: list[_SettingRow] = []
     for setting, source in sources():
         value = getattr(ctx.config, setting.field)
@@ -72,17 +73,11 @@ def cmd_config(ctx: Context, args: Any) -> int:
     return EXIT_OK
 
 
-def _refuse_a_refused_file(ctx: Context) -> None:
-    if ctx.stored_problem is not None:
-        raise CliError(f"{ctx.stored_problem} (rewrite it with 'cachectl config max-size SIZE', or remove it)")
-
-
 def _max_size(ctx: Context, value: str | None) -> int:
     directory = ctx.config.dir
     if directory is None:
         raise CliError("no cache directory: pass --dir DIR or set KERNEL_CACHE_DIR (the bound is stored there)")
     if value is None:
-        _refuse_a_refused_file(ctx)
         if ctx.json:
             ctx.emit_json({"max_bytes": ctx.config.max_bytes, "source": ctx.bound_source, "stored": ctx.stored.to_json()})
         else:
