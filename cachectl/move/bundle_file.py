@@ -214,10 +214,8 @@ class _Staged:
 
 
 class StagedBundle:
-    """A bundle read to its end and checked, its good entries held in a private spool until published.
-
-    Use as a context manager (or call close()): the spool is freed when it ends.
-    """
+    """A bundle read to its end and checked, its good entries held in a private spool (freed when
+    the context ends) until published."""
 
     def __init__(self, path: Path, expected: int | None, items: list[_Staged],
                  spool: "tempfile.SpooledTemporaryFile[bytes]"):
@@ -227,20 +225,14 @@ class StagedBundle:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
         self._spool.close()
 
     def publish(self, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
                 allow_stale: bool = False, room: int | None = None) -> ImportResult:
-        """Put the good entries into `level`, in bundle order. `installed(target)` gives the installed
-        toolchain's summary for a target: entries of another toolchain are skipped as stale (their
-        keys could never be looked up here) unless `allow_stale`. `room` is the level's size bound:
-        when the entries to write take more, NoRoom is raised before any is written. The first entry
-        the level does not keep stops the publishing: it is FAILED (with why), the good ones after it
-        NOT_REACHED. An entry written but gone at the end (a bounded level evicted it for a later
-        one) is EVICTED."""
+        """Put the good entries into `level`, in bundle order; entries of another toolchain than
+        `installed(target)` are stale (their keys are never looked up here). Past `room` (the level's
+        bound) nothing is written: the entries would evict each other. The first entry the level
+        does not keep stops the publishing."""
         result = ImportResult(expected=self.expected)
         plan = [(item, self._verdict(item, level, installed, allow_stale)) for item in self.items]
         if room is not None:
@@ -292,15 +284,9 @@ class StagedBundle:
 
 def stage_bundle(path: Path, *, accept: Callable[[bytes], "str | None"] | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> StagedBundle:
-    """Read the whole bundle at `path`, check every entry (format, checksum, key, its record as
-    `verify` checks it, and `accept(raw)`: a string it returns is a reason to reject the entry, a
-    missing or wrong signature, say) and stage the good ones.
-
-    Raises NotABundle when the file is no bundle at all, BundleError when it is a bundle that cannot
-    be read to its end (damaged, truncated, past a cap, an entry its manifest lists missing; the
-    error's `at_entry` says where, when known), StagingError when there is no room to stage: in
-    each case nothing is staged and nothing lands anywhere.
-    """
+    """Read the whole bundle at `path`, check every entry (as `verify` does, and `accept(raw)`: a
+    string it returns rejects the entry) and stage the good ones. NotABundle, BundleError (damaged,
+    truncated, past a cap, a listed entry missing) or StagingError: nothing staged, nothing lands."""
     path = Path(path)
     manifest: dict[str, Any] = {}
     items: list[_Staged] = []

@@ -1,17 +1,8 @@
 """`cachectl stats --format prometheus`: the stats report in Prometheus' text exposition format, as
-node-exporter's textfile collector reads it.
-
-Every number is one `cachectl stats --json` reports, under a `kernel_cache_` name, each series
-labelled with the cache directory (`dir`), so that two caches on one node make two series. The whole
-text is built before anything is printed, so a failing run prints nothing to stdout and exits
-non-zero: the textfile recipe
-
-    cachectl stats --format prometheus > "$DIR/kernel_cache.prom.$$" && mv "$DIR/kernel_cache.prom.$$" "$DIR/kernel_cache.prom"
-
-never leaves a partial file where the collector looks (it reads only *.prom, and mv is atomic
-within a directory). A level cachectl could not reach (a remote server down) is no failed run here:
-its `kernel_cache_level_reachable` is 0 and the run exits 0, so the file is replaced and says so,
-instead of the last file's numbers standing for a level that is gone.
+node-exporter's textfile collector reads it (the recipe: docs/cachectl.md). Every number is one
+`stats --json` reports, each series labelled with the cache directory. The text is built whole
+before it is printed, so a failed run leaves no partial file; an unreachable level is no failed run
+(`kernel_cache_level_reachable 0`), so the last file's numbers never stand for a level that is gone.
 """
 
 from __future__ import annotations

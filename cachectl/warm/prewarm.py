@@ -1,10 +1,6 @@
-"""cachectl prewarm: build kernels ahead of a job, from recorded recipes or from a program.
-
-An interrupt (Ctrl-C, SIGINT to this process alone, SIGTERM) stops the compiles within about a
-second (see `interrupts`), however the prewarm was started (a script's `cachectl prewarm &` starts it
-ignoring SIGINT); what was built stays in the cache, the summary says "interrupted after N of M" with
-counts that add up to M, and the exit code is 130 (143 for SIGTERM).
-"""
+"""cachectl prewarm: build kernels ahead of a job, from recorded recipes or from a program. An
+interrupt stops the compiles (`interrupts`); what was built stays, and the summary's counts add up
+to the total (docs/cachectl.md, "prewarm")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """cachectl tune: learn the winning config of every autotuned call of a program on this GPU, once,
-and keep it in the cache; later processes lower those calls as plain calls of their winner.
-
-`MODULE:FUNCTION` names a function returning what prewarm's programs return, with real arguments
-(arrays) instead of shapes: a list of `(fn, args)`, `(fn, args, kwargs)` or `(label, fn, args)`.
-A jitted `fn` (with its own `donate_argnums`, say) is used as it is; anything else is jitted. As in
-prewarm's program mode, the module named on the command line runs as the operator asked.
-"""
+and keep it in the cache; later processes lower those calls as plain calls of their winner. The
+program is prewarm's, with real arguments instead of shapes (docs/cachectl.md, "tune")."""
 
 from __future__ import annotations
 
