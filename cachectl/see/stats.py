@@ -83,17 +83,15 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
     store = ctx.store()
     levels: dict[str, _LevelStats] = {}
     for level in ctx.kept():
-        where = level.location
-        if level.name in unreachable:
-            levels[level.name] = {"path": where, "entries": None, "bytes": None, "kinds": {}, "writable": False,
-                                "reachable": False, "error": unreachable[level.name], "over_max_bytes": False}
-            continue
+        error = unreachable.get(level.name)  # then none of its entries were listed
         mine = [i for i in infos if i.level == level.name]
         size = sum(i.size_bytes for i in mine)
-        levels[level.name] = {"path": where, "entries": len(mine), "bytes": size, "kinds": counts(mine),
-                            "writable": writable_here(level), "reachable": True, "error": None,
-                            # only the local level has a configured bound (the shared one is pruned by cachectl)
-                            "over_max_bytes": level.name == "disk" and size > ctx.config.max_bytes}
+        levels[level.name] = {"path": level.location, "entries": None if error is not None else len(mine),
+                              "bytes": None if error is not None else size, "kinds": counts(mine),
+                              "writable": error is None and writable_here(level), "reachable": error is None,
+                              "error": error,
+                              # only the local level has a configured bound (the shared one is pruned by cachectl)
+                              "over_max_bytes": level.name == "disk" and size > ctx.config.max_bytes}
     created = [i.created for i in infos]
     report: dict[str, Any] = {
         "dir": str(ctx.config.dir), "entries": len(infos), "kinds": counts(infos),
