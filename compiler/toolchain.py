@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import functools
 import hashlib
 import json
 import os
@@ -68,7 +67,7 @@ def _triton_identity() -> list[Any]:
 
 def _backend_identity(target: Target) -> list[Any]:
     pkg = tc.TRITON_DIR
-    backend_dir = "nvidia" if target.backend == "cuda" else "amd"
+    backend_dir = tc.BACKEND_DIRS[target.backend]
     return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
         + [_identity(p) for p in tc.ptxas_candidates(target)]
 
@@ -302,15 +301,12 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
     """What identifies the tools that turn a spec into a binary for `target`: the installed files
     checked once per process and target (an upgrade takes a new process anyway), Triton's
     cache-invalidating environment read again where the C environment changed (`EnvironMemo`)."""
-    return {**_installed_tools(target, memo_dir), "env": dict(triton_env.get())}
+    return {**installed_tools(target, memo_dir), "env": dict(triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
-    """The toolchain fingerprint without Triton's environment (which callers read per use)."""
-    return dict(_installed_tools(target, memo_dir))
-
-
-def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
+    """The toolchain fingerprint without Triton's environment (which callers read per use), made once
+    per process, target and memo directory and shared: read it, never change it."""
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
@@ -330,12 +326,11 @@ def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
     return cached
 
 
-@functools.lru_cache(maxsize=64)
 def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
     """A short identity of the installed tools, stored in entries so `cachectl --stale` can tell
     entries built by another Triton/ptxas. Not the environment (every content key holds it): a cachectl
     run without the job's TRITON_* settings must not call the job's entries stale."""
-    tools = _installed_tools(target, memo_dir)
+    tools = installed_tools(target, memo_dir)
     return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 
 
@@ -347,4 +342,3 @@ def clear_process_memo() -> None:
         generation += 1
         _process_memo.clear()
         _per_target.clear()
-        toolchain_summary.cache_clear()
