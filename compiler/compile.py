@@ -49,11 +49,6 @@ class Turns:
         self._arrivals = itertools.count()
         self._held = False
 
-    def waiting(self) -> int:
-        """How many threads wait for a turn now."""
-        with self._changed:
-            return len(self._waiting)
-
     @contextlib.contextmanager
     def turn(self, weight: float = 0.0) -> Iterator[None]:
         ticket = (-weight, next(self._arrivals))

@@ -67,14 +67,8 @@ def document_summary(document: dict[str, Any]) -> str:
 
 
 KeyMemo = BoundedMemo[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
-
-
-class _Keys(KeyMemo):
-    __slots__ = ()
-    bound = 8192  # a session's keys (a model asks for the same ones on every trace)
-
-
-_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: _Keys())
+# a session's keys, 8192 of them (a model asks for the same ones on every trace)
+_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: BoundedMemo.of(8192))
 
 
 def session_keys(session: Session) -> KeyMemo:
