@@ -51,7 +51,7 @@ from kernel_cache.settings.config import Config
 from . import cache_or_compile, recipe, worker_slots
 from . import compile_worker as wire
 from .artifact import Artifact
-from .key import KeyMemo, content_key
+from .key import KeyMemo
 from .spec import KernelSpec
 from .target import Target
 
@@ -146,7 +146,7 @@ def portable(spec: KernelSpec) -> dict[str, Any] | None:
     made at run time), every constexpr and option a value a recipe carries."""
     try:
         made = recipe.to_recipe(spec)
-        same = recipe.loaded_kernel(made["kernel"]) is spec.kernel
+        same = recipe.import_kernel(made["kernel"], imported_only=True) is spec.kernel
     except Exception:  # not a recipe, or its kernel not held here by that name
         return None
     module = sys.modules.get(made["kernel"].partition(":")[0])
@@ -354,9 +354,7 @@ class Pool:
             if found is not None:
                 return found
         self._count("parent")
-        artifact = cache_or_compile.compile_spec(spec)
-        meta, blobs = artifact.to_entry()
-        return meta, blobs, artifact.compile_seconds
+        return cache_or_compile.build_here(spec, key)
 
     def _on(self, worker: _Worker, spec: KernelSpec, key: str,
             request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
@@ -432,14 +430,9 @@ def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = Non
     made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
     if pool is None or made is None:
         return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=known_missing)
-    key = content_key(spec, keys=keys)
     request = json.dumps({"recipe": made, "memo_dir": str(memo_dir)}).encode()
-    found = store.get_or_create(key, lambda: pool.build(spec, key, request), label=spec.describe,
-                                known_missing=known_missing)
-    try:
-        return Artifact.from_entry(*found), key
-    except (KeyError, TypeError, ValueError):  # not a usable artifact: the parent's own path drops and rebuilds it
-        return cache_or_compile.get_or_compile(spec, store, keys=keys)
+    return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=known_missing,
+                                           build_on=lambda spec, key: pool.build(spec, key, request))
 
 
 def override(workers: int | None) -> None:

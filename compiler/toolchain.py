@@ -76,12 +76,9 @@ MAX_RECORD_BYTES = 64 << 20
 
 
 def _file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes, read in 1 MiB chunks (as Triton hashes libtriton)."""
-    h = hashlib.sha256()
+    """The hex sha256 of a file's bytes (as Triton hashes libtriton), read in chunks."""
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class InstalledHashes:
