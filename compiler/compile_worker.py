@@ -28,8 +28,8 @@ from kernel_cache.errors import KernelCacheError
 from kernel_cache.settings.config import Config
 
 from . import compile as compiling
+from . import examples, recipe
 from . import key as content
-from . import recipe
 from .spec import make_spec
 
 # Frame kinds. Parent -> worker: HELLO (once: its sys.path, a target to warm up for), REQUEST (a
@@ -130,11 +130,9 @@ def serve(fd_in: int, fd_out: int) -> None:
     paths = [p for p in setup.get("path", []) if isinstance(p, str)]
     sys.path[:] = paths + [p for p in sys.path if p not in paths]  # the parent's modules, as it imports them
     use_memo(setup.get("memo_dir"), first=True)
-    from .examples import add_kernel  # imported here, not by the parent: the example kernels' module ready
-
     if isinstance(setup.get("warm"), str):  # one small compile sets up Triton's context, dialects and LLVM's
         with contextlib.suppress(Exception):  # target before READY, not at the first kernel sent (best effort)
-            compiling.compile_spec(make_spec(add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
+            compiling.compile_spec(make_spec(examples.add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
                                              target=setup["warm"]))
     ready = json.dumps({"pid": os.getpid()}).encode()
     write_frame(fd_out, READY, ready)
