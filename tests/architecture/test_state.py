@@ -24,7 +24,7 @@ MODULE_STATE = {
     "compiler/triton_compat.py:make_backend": f"{PURE} (the target) under the installed Triton",
     "compiler/triton_compat.py:_params": f"{PURE} (a JITFunction's parameters' flags and constexpr defaults)",
     "compiler/triton_compat.py:specialize": f"{PURE} (a value's Triton type and specialization)",
-    "compiler/toolchain.py:toolchain_summary": f"{FACT}: the installed tools' short identity per target",
+    "compiler/triton_compat.py:BACKEND_DIRS": CONSTANT,
     "compiler/triton_compat.py:_parsed": f"{PURE} (target and options) under the installed Triton",
     "compiler/triton_compat.py:triton_env": f"{PURE} (the C environment, as its array of strings)",
     "lowering/frontend/custom_call.py:_row_major": f"{PURE} (a rank -> its row-major layout)",
