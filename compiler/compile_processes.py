@@ -20,7 +20,11 @@ where the threads take 0.79 s (serially 3.0 s); started at that miss they come t
 start in a process about to compile (`start_cold`, at its second distinct Triton call), or at a miss
 once MIN_KERNELS kernels were handed ahead (`expect`); only on a host of at least MIN_CORES usable
 cores with more than one compile thread; at most the compile threads and half the cores, and a
-node's processes sharing a cache directory no more than half its cores together (`worker_slots`).
+node's processes sharing a cache directory no more than half its cores together (`take_slot`: ranks
+starting cold together would otherwise start a pool each). A slot is a lock file,
+`<memo dir>/locks/compile-workers/<host>/<i>`, held by its worker for its life, so whatever ends a
+worker (even kill -9) frees it: no count goes stale. The host's name keeps a directory on a network
+filesystem from bounding several nodes as one.
 
 Started as `subprocess`es rather than through `multiprocessing`: a spawned child re-runs the
 program's `__main__` (a training script without a main guard would start again in every worker),
@@ -31,6 +35,7 @@ pool, its workers' pipes and the rule belong together.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -44,11 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache import Store, at_exit
+from kernel_cache.coordination.publish import host_tag
 from kernel_cache.entries import entry as entries
 from kernel_cache.entries.summary import META_COMPILE_SECONDS
+from kernel_cache.errors import KernelCacheError
+from kernel_cache.levels.cache_marker import LOCKS_DIR
 from kernel_cache.settings.config import Config
+from kernel_cache.trust.safefs import Owners, Tree
 
-from . import cache_or_compile, recipe, worker_slots
+from . import cache_or_compile, recipe
 from . import compile_worker as wire
 from .artifact import Artifact
 from .key import KeyMemo
@@ -71,7 +80,7 @@ _BOOT = (f"import os, sys\ntry:\n    os.nice({NICE})\nexcept OSError:\n    pass\
 
 
 def node_slots() -> int:
-    """Workers of all this node's processes together (`worker_slots`): the rule's share of the cores."""
+    """Workers of all this node's processes together (`take_slot`): the rule's share of the cores."""
     return max(1, usable_cores() // 2)
 
 
@@ -80,6 +89,33 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+UNBOUNDED = -1  # `take_slot`'s answer where slots cannot be kept: start the worker without one
+
+
+def take_slot(memo_dir: Path, capacity: int) -> int | None:
+    """A locked descriptor of a free node slot among `capacity` (the caller hands it to one worker
+    and closes its own copy), None when every slot is held, or UNBOUNDED where the directory cannot
+    hold lock files (each pool's own bound stays)."""
+    try:
+        tree = Tree(memo_dir, Owners.current(), create=True)
+    except (OSError, KernelCacheError):
+        return UNBOUNDED
+    try:
+        for index in range(capacity):
+            try:
+                with tree.open_lock_file(LOCKS_DIR, "compile-workers", host_tag(), str(index)) as fd:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # held: by a worker of this process or of a neighbour
+                    return os.dup(fd)  # the lock lives on with the duplicate (one open file)
+            except (OSError, KernelCacheError):
+                return UNBOUNDED
+        return None
+    finally:
+        tree.close()
 
 
 class _Worker:
@@ -217,7 +253,7 @@ class Pool:
         each lent once ready."""
         started: list[_Worker] = []
         for begun in range(count):
-            slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
+            slot = take_slot(Path(slots), node_slots()) if slots is not None else UNBOUNDED
             if slot is None:  # every slot of the node held: the rest would find none either
                 with self._changed:
                     self._starting -= count - begun
@@ -249,13 +285,14 @@ class Pool:
         try:
             proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True,
-                                    pass_fds=() if slot == worker_slots.UNBOUNDED else (slot,))
+                                    pass_fds=() if slot == UNBOUNDED else (slot,))
             worker = _Worker(proc)
             wire.write_frame(worker.stdin.fileno(), wire.HELLO, hello)
         except OSError as exc:
             log.debug("a compile worker could not start: %s", exc)
         finally:
-            worker_slots.release(slot)  # the worker's copy holds it now
+            if slot != UNBOUNDED:
+                os.close(slot)  # the worker's copy holds it now
         with self._changed:
             self._starting -= 1
             if worker is not None and not self._closed:
