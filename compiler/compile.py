@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from . import triton_compat as tc
 from .artifact import TEXT_BLOBS, Artifact
@@ -28,16 +28,6 @@ _ALWAYS_KEPT = frozenset({"ptx", "cubin", "amdgcn", "hsaco", "ttir"})
 _EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_fusion",
                "launch_cooperative_grid", "launch_pdl", "maxnreg",
                "tensordesc_meta")  # per host-side TMA descriptor: swizzle, element type, block (the launcher needs them)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
 
 
 class Turns:
@@ -111,4 +101,4 @@ def compile_spec(spec: KernelSpec) -> Artifact:
         global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
         toolchain={"summary": toolchain_summary(spec.target), "triton_version": tc.TRITON_VERSION},
         compile_seconds=seconds, recipe=to_recipe(spec), blobs=blobs,
-        extra={k: _jsonable(metadata[k]) for k in _EXTRA_META if k in metadata})
+        extra={k: json.loads(json.dumps(metadata[k], default=str)) for k in _EXTRA_META if k in metadata})
