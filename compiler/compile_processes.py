@@ -99,23 +99,17 @@ def take_slot(memo_dir: Path, capacity: int) -> int | None:
     and closes its own copy), None when every slot is held, or UNBOUNDED where the directory cannot
     hold lock files (each pool's own bound stays)."""
     try:
-        tree = Tree(memo_dir, Owners.current(), create=True)
-    except (OSError, KernelCacheError):
-        return UNBOUNDED
-    try:
-        for index in range(capacity):
-            try:
+        with contextlib.closing(Tree(memo_dir, Owners.current(), create=True)) as tree:
+            for index in range(capacity):
                 with tree.open_lock_file(LOCKS_DIR, "compile-workers", host_tag(), str(index)) as fd:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
                         continue  # held: by a worker of this process or of a neighbour
                     return os.dup(fd)  # the lock lives on with the duplicate (one open file)
-            except (OSError, KernelCacheError):
-                return UNBOUNDED
         return None
-    finally:
-        tree.close()
+    except (OSError, KernelCacheError):
+        return UNBOUNDED
 
 
 class _Worker:
@@ -124,16 +118,11 @@ class _Worker:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None
-        self.proc, self.pid, self.stdin, self.stdout = proc, proc.pid, proc.stdin, proc.stdout
+        self.proc, self.stdin, self.stdout = proc, proc.stdin, proc.stdout
         self.state = "starting"
 
-    def ask(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes]:
-        """One frame sent (a few KiB: the pipe takes it whole, whatever the worker does), its reply.
-        OSError where the worker died, hung or garbled it."""
-        wire.write_frame(self.stdin.fileno(), kind, payload)
-        return self.reply(time.monotonic() + timeout)
-
     def reply(self, deadline: float) -> tuple[int, bytes]:
+        """The worker's next frame by `deadline`; OSError where it died, hung or garbled it."""
         frame = wire.read_frame(self.stdout.fileno(), deadline)
         if frame is None:
             raise wire.FrameError(f"exited (status {self.proc.poll()})")
@@ -144,7 +133,7 @@ class _Worker:
         try:
             return self.reply(deadline)[0] == wire.READY
         except OSError as exc:
-            log.debug("compile worker %d: %s", self.pid, exc)
+            log.debug("compile worker %d: %s", self.proc.pid, exc)
             return False
 
 
@@ -164,31 +153,17 @@ def _stop(workers: list[_Worker], grace: float) -> None:
         worker.stdout.close()
 
 
-def _rebuildable(value: Any) -> bool:
-    """Whether every value of a recipe's part is one a worker rebuilds as this process has it."""
-    if isinstance(value, dict):
-        jit = value.get("jit")
-        if "repr" in value or isinstance(jit, str) and (jit.startswith("__main__:") or "<locals>" in jit):
-            return False
-        return all(_rebuildable(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_rebuildable(v) for v in value)
-    return True
-
-
 def portable(spec: KernelSpec) -> dict[str, Any] | None:
-    """`spec`'s recipe where a worker can rebuild the very spec from it, else None: its kernel found
-    by `module:qualname` in a module imported by name (not `__main__`, not a closure, not a module
-    made at run time), every constexpr and option a value a recipe carries."""
+    """`spec`'s recipe where a worker rebuilds the very spec from it, else None: rebuilt here from
+    the kernels this process holds by name (not `__main__`, not a closure), every constexpr and
+    option a value a recipe carries, its kernel's module one a worker can import by name."""
     try:
         made = recipe.to_recipe(spec)
-        same = recipe.import_kernel(made["kernel"], imported_only=True) is spec.kernel
-    except Exception:  # not a recipe, or its kernel not held here by that name
+        same = recipe.from_recipe(made, imported_only=True) == spec
+    except Exception:  # not a recipe, or a kernel not held here by that name
         return None
     module = sys.modules.get(made["kernel"].partition(":")[0])
-    if not same or getattr(module, "__spec__", None) is None:
-        return None
-    return made if _rebuildable(made["constexprs"]) and _rebuildable(made["options"]) else None
+    return made if same and getattr(module, "__spec__", None) is not None else None
 
 
 class Pool:
@@ -357,7 +332,7 @@ class Pool:
 
     def snapshot(self) -> list[tuple[int, str]]:
         with self._changed:
-            return [(w.pid, w.state) for w in self._workers]
+            return [(w.proc.pid, w.state) for w in self._workers]
 
     def close(self, grace: float) -> None:
         """Every worker told to exit, then killed after `grace` seconds."""
@@ -397,10 +372,11 @@ class Pool:
             request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
         """The entry `worker` compiled, checked; None (the worker given back or dropped) otherwise."""
         try:
-            kind, payload = worker.ask(wire.REQUEST, request, COMPILE_TIMEOUT)
+            wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
+            kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
             got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
         except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
-            log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.pid, exc)
+            log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
             self._count("lost" if isinstance(exc, OSError) else "refused")
             self.drop(worker)
             return None
@@ -408,7 +384,7 @@ class Pool:
             self._count("worker")
             self.give_back(worker)
             return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
-        log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.pid, payload[:2000])
+        log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
         if kind == wire.LOADING:  # importing the kernel's module: this kernel is the parent's, later ones the worker's
             self._count("loading")
             self._ready_later(worker)
