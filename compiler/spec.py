@@ -109,11 +109,11 @@ class KernelSpec(FrozenValue):
     keep_ir: bool  # keep TTIR/TTGIR/LLIR text in the artifact (debugging)
 
     def __init__(self, kernel: Any, signature: Mapping[str, Any], constexprs: Mapping[str, Any],
-                 attrs: Mapping[tuple[Any, ...], list[Any]], target: Target, num_warps: int = 4, num_stages: int = 3,
-                 num_ctas: int = 1, options: Mapping[str, Any] | None = None, keep_ir: bool = False) -> None:
+                 attrs: Mapping[tuple[Any, ...], list[Any]], target: Target, num_warps: int, num_stages: int,
+                 num_ctas: int, options: Mapping[str, Any], keep_ir: bool) -> None:
         self.__dict__.update(kernel=kernel, signature=signature, constexprs=constexprs, attrs=attrs, target=target,
-                             num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                             options={} if options is None else options, keep_ir=keep_ir)
+                             num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, options=options,
+                             keep_ir=keep_ir)
 
     @property
     def name(self) -> str:

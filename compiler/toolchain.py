@@ -75,12 +75,6 @@ def _backend_identity(target: Target) -> list[Any]:
 MAX_RECORD_BYTES = 64 << 20
 
 
-def _file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes (as Triton hashes libtriton), read in chunks."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 class InstalledHashes:
     """The sha256 of a package's files as the RECORD of each distribution beside it lists them.
 
@@ -143,7 +137,8 @@ class InstalledHashes:
         if found is not None:
             return found
         self.hashed.append(path)
-        return _file_sha256(path)
+        with open(path, "rb") as f:  # as Triton hashes libtriton, read in chunks
+            return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def triton_build_key() -> str:

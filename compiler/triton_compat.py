@@ -407,8 +407,7 @@ def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
     for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
                          (os.path.join(triton_path, "backends"), "triton.backends.")):
         files += [_module_origin(lib) for lib in pkgutil.walk_packages([path], prefix=prefix)]
-    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
-    files.append(os.path.join(triton_path, "_C", f"libtriton.{ext}"))
+    files.append(os.path.join(triton_path, "_C", os.path.basename(LIBTRITON)))
     language_path = os.path.join(triton_path, "language")
     files += [_module_origin(lib) for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
     return f"{cache.__version__}" + "-".join(sha256_of(files))
@@ -460,12 +459,8 @@ def _parsed(target: Target, items: tuple[tuple[str, Any], ...]) -> Any:
 
 
 def options_to_json(parsed: Any) -> dict[str, Any]:
-    out = {}
-    for k, v in sorted(parsed.__dict__.items()):
-        if isinstance(v, tuple):
-            v = [list(x) if isinstance(x, tuple) else x for x in v]
-        out[k] = v
-    return out
+    return {k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple) else v
+            for k, v in sorted(parsed.__dict__.items())}
 
 
 def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str, Any], attrs: dict[str, Any]) -> Any:
