@@ -434,28 +434,11 @@ def ptxas_candidates(target: Target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
-_parsed_under: list[object] = []  # the environment `_parsed` was filled under (emptied when it changed)
-
-
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
     """Triton's backend-specific options object from a plain dict (no driver), as Triton's compile
     parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`, `PTXAS_OPTIONS`, ...).
-    Memoized while the environment is unchanged (a frozen dataclass; a model shares a few option sets)."""
-    try:
-        ident = (target, tuple(sorted(options.items())))
-        hash(ident)
-    except TypeError:  # an unhashable option value: parse every time
-        return make_backend(target).parse_options(dict(options))
-    now = triton_env.get()
-    if not _parsed_under or _parsed_under[0] is not now:  # identity: a value read anew, equal or not
-        _parsed.cache_clear()
-        _parsed_under[:] = [now]
-    return _parsed(*ident)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(target: Target, items: tuple[tuple[str, Any], ...]) -> Any:
-    return make_backend(target).parse_options(dict(items))
+    Not memoized: a miss compiles for seconds, and a warm lowering's inputs are (`compiler.inputs`)."""
+    return make_backend(target).parse_options(dict(options))
 
 
 def options_to_json(parsed: Any) -> dict[str, Any]:
