@@ -37,7 +37,7 @@ def key_document(spec: KernelSpec) -> dict[str, Any]:
         "constexprs": constexprs,
         "attrs": attrs,
         "keep_ir": spec.keep_ir,
-        **inputs.compile_inputs(spec.target, spec.triton_options()),
+        **inputs.compile_inputs(spec.target, spec.triton_options())[0],
     }
 
 

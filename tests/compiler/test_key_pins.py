@@ -31,16 +31,16 @@ WINNER_INPUTS = [  # (config keys, autotune-key values as lowering.records.winne
 
 
 def current_pins() -> dict:
-    from compiler import content_key, inputs, toolchain
+    from compiler import content_key, toolchain
     from compiler.examples import example_specs
     from kernel_cache.entries import winner_entry as winners
 
-    real = inputs.toolchain_fingerprint
-    inputs.toolchain_fingerprint, toolchain.generation = lambda target: TOOLCHAIN, toolchain.generation + 1
+    real = toolchain.toolchain_fingerprint
+    toolchain.toolchain_fingerprint, toolchain.generation = lambda target: TOOLCHAIN, toolchain.generation + 1
     try:
         content = {f"{label}@{arch}": content_key(spec) for arch in ("sm_90", "sm_80") for label, spec in example_specs(arch)}
     finally:  # the memo of compile inputs made under the pinned toolchain is stale from here
-        inputs.toolchain_fingerprint, toolchain.generation = real, toolchain.generation + 1
+        toolchain.toolchain_fingerprint, toolchain.generation = real, toolchain.generation + 1
     return {
         "content": content,
         "winner": [winners.winner_key(keys, winners.canonical(values), device) for keys, values, device in WINNER_INPUTS],
