@@ -6,6 +6,7 @@ neither, the process session is looked up once, here, for both.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -93,10 +94,7 @@ def get_or_compile(spec: KernelSpec, store: Store | None = None, *, keys: KeyMem
     (under the build lock only a presence probe)."""
     store, keys = _session_parts(store, keys)
     key = content_key(spec, keys=keys)
-
-    def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
-        return build_on(spec, key)
-
+    build = functools.partial(build_on, spec, key)
     found = store.get_or_create(key, build, label=spec.describe, known_missing=known_missing)
     artifact = _artifact(store, key, found)
     if artifact is None:  # the unusable entry is gone: build it again

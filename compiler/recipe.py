@@ -31,7 +31,7 @@ def _encode_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"v": value}
     if tc.is_jit_function(value):
-        return {"jit": f"{value.fn.__module__}:{value.fn.__qualname__}"}
+        return {"jit": kernel_path(value)}
     if type(value).__name__ == "dtype" and hasattr(value, "name"):
         return {"tl.dtype": str(value)}
     if type(value).__name__ == "constexpr" and hasattr(value, "value"):
@@ -112,12 +112,11 @@ def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None, *,
     resolve = functools.partial(import_kernel, imported_only=imported_only)
     fn = resolve(recipe["kernel"])
     tgt = parse_target(target) if target is not None else Target.from_json(recipe["target"])
-    attrs = {tuple(k): v for k, v in recipe["attrs"]}
     if tgt.backend != recipe["target"]["backend"]:
         raise RecipeError(f"a {recipe['target']['backend']} recipe cannot be rebuilt for {tgt.name}")
     return KernelSpec(
         kernel=fn, signature={k: _tuples(v) for k, v in recipe["signature"]},
-        constexprs={k: _decode_value(v, resolve) for k, v in recipe["constexprs"].items()}, attrs=attrs,
-        target=tgt, num_warps=recipe["num_warps"], num_stages=recipe["num_stages"],
-        num_ctas=recipe["num_ctas"], options={k: _decode_value(v, resolve) for k, v in recipe["options"].items()},
-        keep_ir=recipe.get("keep_ir", False))
+        constexprs={k: _decode_value(v, resolve) for k, v in recipe["constexprs"].items()},
+        attrs={tuple(k): v for k, v in recipe["attrs"]}, target=tgt, num_warps=recipe["num_warps"],
+        num_stages=recipe["num_stages"], num_ctas=recipe["num_ctas"],
+        options={k: _decode_value(v, resolve) for k, v in recipe["options"].items()}, keep_ir=recipe.get("keep_ir", False))

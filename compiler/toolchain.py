@@ -66,10 +66,8 @@ def _triton_identity() -> list[Any]:
 
 
 def _backend_identity(target: Target) -> list[Any]:
-    pkg = tc.TRITON_DIR
-    backend_dir = tc.BACKEND_DIRS[target.backend]
-    return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
-        + [_identity(p) for p in tc.ptxas_candidates(target)]
+    backend = os.path.join(tc.TRITON_DIR, "backends", tc.BACKEND_DIRS[target.backend], "compiler.py")
+    return [target.backend, str(target.arch), _identity(backend)] + [_identity(p) for p in tc.ptxas_candidates(target)]
 
 
 MAX_RECORD_BYTES = 64 << 20
