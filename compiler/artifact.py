@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_cache.entries.summary import (
@@ -14,7 +15,6 @@ from kernel_cache.entries.summary import (
     META_TARGET,
     META_TOOLCHAIN,
 )
-from kernel_cache.value_class import Value
 
 from .target import Target
 
@@ -34,58 +34,25 @@ def deflate_run(data: bytes) -> bytes:
     return c.compress(data) + c.flush(zlib.Z_FULL_FLUSH)
 
 
-class Artifact(Value):
-    """One compiled kernel. `recipe` says how to rebuild it (used by `cachectl prewarm`)."""
+@dataclass
+class Artifact:
+    """One compiled kernel. `recipe` says how to rebuild it (used by `cachectl prewarm`). A dataclass:
+    only a lookup or a miss imports it, never a warm process (`kernel_cache.value_class`)."""
 
-    _fields = ("name", "target", "num_warps", "num_ctas", "num_stages", "shared_mem", "cluster_dims",
-               "global_scratch_size", "global_scratch_align", "toolchain", "compile_seconds", "recipe", "blobs",
-               "extra")
     name: str  # the symbol in the binary
     target: Target
     num_warps: int
     num_ctas: int
     num_stages: int
     shared_mem: int
-    cluster_dims: tuple[Any, ...]
-    global_scratch_size: int
-    global_scratch_align: int
-    toolchain: dict[str, Any]
-    compile_seconds: float
-    recipe: dict[str, Any] | None
-    blobs: dict[str, bytes]
-    extra: dict[str, Any]  # other Triton metadata worth keeping
-
-    def __init__(
-        self,
-        name: str,
-        target: Target,
-        num_warps: int,
-        num_ctas: int,
-        num_stages: int,
-        shared_mem: int,
-        cluster_dims: tuple[Any, ...] = (1, 1, 1),
-        global_scratch_size: int = 0,
-        global_scratch_align: int = 1,
-        toolchain: dict[str, Any] | None = None,
-        compile_seconds: float = 0.0,
-        recipe: dict[str, Any] | None = None,
-        blobs: dict[str, bytes] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.target = target
-        self.num_warps = num_warps
-        self.num_ctas = num_ctas
-        self.num_stages = num_stages
-        self.shared_mem = shared_mem
-        self.cluster_dims = cluster_dims
-        self.global_scratch_size = global_scratch_size
-        self.global_scratch_align = global_scratch_align
-        self.toolchain = {} if toolchain is None else toolchain
-        self.compile_seconds = compile_seconds
-        self.recipe = recipe
-        self.blobs = {} if blobs is None else blobs
-        self.extra = {} if extra is None else extra
+    cluster_dims: tuple[Any, ...] = (1, 1, 1)
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
+    toolchain: dict[str, Any] = field(default_factory=dict)
+    compile_seconds: float = 0.0
+    recipe: dict[str, Any] | None = None
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # other Triton metadata worth keeping
 
     @property
     def ptx(self) -> str | None:

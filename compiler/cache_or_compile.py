@@ -6,8 +6,10 @@ neither, the process session is looked up once, here, for both.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache import Store, current_session
@@ -73,21 +75,26 @@ def _artifact(store: Store, key: str, found: tuple[dict[str, Any], dict[str, byt
         return None
 
 
+Build = Callable[[KernelSpec, str], tuple[dict[str, Any], dict[str, bytes], float]]  # a miss's entry
+
+
+def build_here(spec: KernelSpec, key: str) -> tuple[dict[str, Any], dict[str, bytes], float]:
+    """The entry of `spec` (under `key`) compiled in this thread."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s compiling %s: key covers %s", key[:12], spec.describe(), document_summary(key_document(spec)))
+    art = compile_spec(spec)
+    meta, blobs = art.to_entry()
+    return meta, blobs, art.compile_seconds
+
+
 def get_or_compile(spec: KernelSpec, store: Store | None = None, *, keys: KeyMemo | None = None,
-                   known_missing: bool = False) -> tuple[Artifact, str]:
-    """(artifact, key) for `spec` from `store` (default: the process store), compiled and published on
-    a miss. `known_missing`: `lookup` just missed it (under the build lock only a presence probe)."""
+                   known_missing: bool = False, build_on: Build = build_here) -> tuple[Artifact, str]:
+    """(artifact, key) for `spec` from `store` (default: the process store), compiled (`build_on`:
+    here, or on a worker process) and published on a miss. `known_missing`: `lookup` just missed it
+    (under the build lock only a presence probe)."""
     store, keys = _session_parts(store, keys)
     key = content_key(spec, keys=keys)
-
-    def build() -> tuple[dict[str, Any], dict[str, bytes], float]:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s compiling %s: key covers %s", key[:12], spec.describe(),
-                      document_summary(key_document(spec)))
-        art = compile_spec(spec)
-        meta, blobs = art.to_entry()
-        return meta, blobs, art.compile_seconds
-
+    build = functools.partial(build_on, spec, key)
     found = store.get_or_create(key, build, label=spec.describe, known_missing=known_missing)
     artifact = _artifact(store, key, found)
     if artifact is None:  # the unusable entry is gone: build it again

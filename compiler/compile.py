@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from . import triton_compat as tc
 from .artifact import TEXT_BLOBS, Artifact
@@ -30,16 +30,6 @@ _EXTRA_META = ("tmem_size", "num_warpgroups", "ptx_version", "arch", "enable_fp_
                "tensordesc_meta")  # per host-side TMA descriptor: swizzle, element type, block (the launcher needs them)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
-
-
 class Turns:
     """A lock whose waiters are served heaviest first (first come, first served among equals)."""
 
@@ -48,11 +38,6 @@ class Turns:
         self._waiting: list[tuple[float, int]] = []  # (-weight, arrival): the heap's top goes next
         self._arrivals = itertools.count()
         self._held = False
-
-    def waiting(self) -> int:
-        """How many threads wait for a turn now."""
-        with self._changed:
-            return len(self._waiting)
 
     @contextlib.contextmanager
     def turn(self, weight: float = 0.0) -> Iterator[None]:
@@ -116,4 +101,4 @@ def compile_spec(spec: KernelSpec) -> Artifact:
         global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
         toolchain={"summary": toolchain_summary(spec.target), "triton_version": tc.TRITON_VERSION},
         compile_seconds=seconds, recipe=to_recipe(spec), blobs=blobs,
-        extra={k: _jsonable(metadata[k]) for k in _EXTRA_META if k in metadata})
+        extra={k: json.loads(json.dumps(metadata[k], default=str)) for k in _EXTRA_META if k in metadata})

@@ -20,7 +20,11 @@ where the threads take 0.79 s (serially 3.0 s); started at that miss they come t
 start in a process about to compile (`start_cold`, at its second distinct Triton call), or at a miss
 once MIN_KERNELS kernels were handed ahead (`expect`); only on a host of at least MIN_CORES usable
 cores with more than one compile thread; at most the compile threads and half the cores, and a
-node's processes sharing a cache directory no more than half its cores together (`worker_slots`).
+node's processes sharing a cache directory no more than half its cores together (`take_slot`: ranks
+starting cold together would otherwise start a pool each). A slot is a lock file,
+`<memo dir>/locks/compile-workers/<host>/<i>`, held by its worker for its life, so whatever ends a
+worker (even kill -9) frees it: no count goes stale. The host's name keeps a directory on a network
+filesystem from bounding several nodes as one.
 
 Started as `subprocess`es rather than through `multiprocessing`: a spawned child re-runs the
 program's `__main__` (a training script without a main guard would start again in every worker),
@@ -30,10 +34,11 @@ pool, its workers' pipes and the rule belong together.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -44,16 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache import Store, at_exit
+from kernel_cache.coordination.publish import host_tag
 from kernel_cache.entries import entry as entries
 from kernel_cache.entries.summary import META_COMPILE_SECONDS
 from kernel_cache.errors import KernelCacheError
+from kernel_cache.levels.cache_marker import LOCKS_DIR
 from kernel_cache.settings.config import Config
+from kernel_cache.trust.safefs import Owners, Tree
 
-from . import cache_or_compile, recipe, worker_slots
+from . import cache_or_compile, recipe
 from . import compile_worker as wire
-from . import triton_compat as tc
 from .artifact import Artifact
-from .key import KeyMemo, content_key
+from .key import KeyMemo
 from .spec import KernelSpec
 from .target import Target
 
@@ -72,16 +79,8 @@ _BOOT = (f"import os, sys\ntry:\n    os.nice({NICE})\nexcept OSError:\n    pass\
          f"sys.path.insert(0, {_ROOT!r})\nfrom compiler.compile_worker import main\nmain()")
 
 
-class WorkerLost(KernelCacheError, RuntimeError):
-    """A compile worker died, hung or garbled its reply: its kernel is compiled in the parent."""
-
-    def __init__(self, pid: int, what: str):
-        self.pid = pid
-        super().__init__(f"compile worker {pid} {what}")
-
-
 def node_slots() -> int:
-    """Workers of all this node's processes together (`worker_slots`): the rule's share of the cores."""
+    """Workers of all this node's processes together (`take_slot`): the rule's share of the cores."""
     return max(1, usable_cores() // 2)
 
 
@@ -92,10 +91,25 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
+UNBOUNDED = -1  # `take_slot`'s answer where slots cannot be kept: start the worker without one
+
+
+def take_slot(memo_dir: Path, capacity: int) -> int | None:
+    """A locked descriptor of a free node slot among `capacity` (the caller hands it to one worker
+    and closes its own copy), None when every slot is held, or UNBOUNDED where the directory cannot
+    hold lock files (each pool's own bound stays)."""
+    try:
+        with contextlib.closing(Tree(memo_dir, Owners.current(), create=True)) as tree:
+            for index in range(capacity):
+                with tree.open_lock_file(LOCKS_DIR, "compile-workers", host_tag(), str(index)) as fd:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # held: by a worker of this process or of a neighbour
+                    return os.dup(fd)  # the lock lives on with the duplicate (one open file)
+        return None
+    except (OSError, KernelCacheError):
+        return UNBOUNDED
 
 
 class _Worker:
@@ -104,105 +118,52 @@ class _Worker:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None
-        self.proc = proc
-        self.pid = proc.pid
-        self.fd_in, self.fd_out = proc.stdin.fileno(), proc.stdout.fileno()
+        self.proc, self.stdin, self.stdout = proc, proc.stdin, proc.stdout
         self.state = "starting"
 
-    def ask(self, kind: int, payload: bytes, timeout: float) -> tuple[int, bytes]:
-        """One frame sent (a few KiB: the pipe takes it whole, whatever the worker does), its reply."""
-        try:
-            wire.write_frame(self.fd_in, kind, payload)
-        except OSError as exc:
-            raise WorkerLost(self.pid, f"cannot be written to ({exc})") from exc
-        return self.reply(time.monotonic() + timeout)
-
     def reply(self, deadline: float) -> tuple[int, bytes]:
-        kind, size = wire.HEADER.unpack(self._read(wire.HEADER.size, deadline))
-        if size > wire.MAX_FRAME:
-            raise WorkerLost(self.pid, f"announced a reply of {size} bytes")
-        return kind, self._read(size, deadline)
+        """The worker's next frame by `deadline`; OSError where it died, hung or garbled it."""
+        frame = wire.read_frame(self.stdout.fileno(), deadline)
+        if frame is None:
+            raise wire.FrameError(f"exited (status {self.proc.poll()})")
+        return frame
 
     def ready(self, deadline: float) -> bool:
         """Whether it says READY (its imports done) by `deadline`."""
         try:
             return self.reply(deadline)[0] == wire.READY
-        except WorkerLost as exc:
-            log.debug("%s", exc)
+        except OSError as exc:
+            log.debug("compile worker %d: %s", self.proc.pid, exc)
             return False
-
-    def _read(self, size: int, deadline: float) -> bytes:
-        parts: list[bytes] = []
-        left = size
-        while left:
-            if not _readable(self.fd_out, deadline - time.monotonic()):
-                raise WorkerLost(self.pid, "did not answer in time")
-            chunk = os.read(self.fd_out, min(left, 1 << 20))
-            if not chunk:
-                raise WorkerLost(self.pid, f"exited (status {self.proc.poll()})")
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
-
-    def close_input(self) -> None:
-        """Its pipe closed: the worker exits once the frame it is compiling (if any) is answered."""
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def end(self, deadline: float) -> None:
-        """Wait for it until `deadline`, then kill it; reaped either way."""
-        try:
-            self.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:
+    """Each worker's pipe closed (it exits once the frame it compiles, if any, is answered), then
+    killed after `grace` seconds; reaped either way."""
     for worker in workers:
-        worker.close_input()
+        with contextlib.suppress(OSError):
+            worker.stdin.close()
     deadline = time.monotonic() + grace
     for worker in workers:
-        worker.end(deadline)
-
-
-def _rebuildable(value: Any) -> bool:
-    """Whether every value of a recipe's part is one a worker rebuilds as this process has it."""
-    if isinstance(value, dict):
-        jit = value.get("jit")
-        if "repr" in value or isinstance(jit, str) and (jit.startswith("__main__:") or "<locals>" in jit):
-            return False
-        return all(_rebuildable(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_rebuildable(v) for v in value)
-    return True
+        try:
+            worker.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.proc.kill()
+            worker.proc.wait()
+        worker.stdout.close()
 
 
 def portable(spec: KernelSpec) -> dict[str, Any] | None:
-    """`spec`'s recipe where a worker can rebuild the very spec from it, else None: its kernel found
-    by `module:qualname` in a module imported by name (not `__main__`, not a closure, not a module
-    made at run time), every constexpr and option a value a recipe carries."""
+    """`spec`'s recipe where a worker rebuilds the very spec from it, else None: rebuilt here from
+    the kernels this process holds by name (not `__main__`, not a closure), every constexpr and
+    option a value a recipe carries, its kernel's module one a worker can import by name."""
     try:
         made = recipe.to_recipe(spec)
-        module_name, _, qualname = made["kernel"].partition(":")
-    except Exception:
+        same = recipe.from_recipe(made, imported_only=True) == spec
+    except Exception:  # not a recipe, or a kernel not held here by that name
         return None
-    module = sys.modules.get(module_name)
-    if module_name == "__main__" or "<locals>" in qualname or getattr(module, "__spec__", None) is None:
-        return None
-    found: Any = module
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    try:
-        same = tc.unwrap_jit(found) is spec.kernel
-    except TypeError:
-        return None
-    return made if same and _rebuildable(made["constexprs"]) and _rebuildable(made["options"]) else None
+    module = sys.modules.get(made["kernel"].partition(":")[0])
+    return made if same and getattr(module, "__spec__", None) is not None else None
 
 
 class Pool:
@@ -245,27 +206,29 @@ class Pool:
         return 0 if threads <= 1 or cores < MIN_CORES else min(threads, cores // 2)
 
     # Workers -------------------------------------------------------------------------------
-    def grow(self, count: int, warm: str | None = None, memo_dir: str | None = None) -> None:
-        """Have `count` workers: the missing ones start on a thread, so the caller goes on at once.
-        `warm`: a target each compiles a small kernel for before it is lent (`compile_worker.warm_up`)."""
+    def grow(self, count: int, config: Config, target: Target | None) -> int:
+        """Have `count` workers (returned): the missing ones start on a thread, so the caller goes on
+        at once, each warmed up for `target` before it is lent (`compile_worker.serve`)."""
+        memo_dir = None if config.memo_dir is None else str(config.memo_dir)
         with self._changed:
             missing = count - len(self._workers) - self._starting
-            if self._closed or missing <= 0:
-                return
+            if self._closed or missing <= 0 or memo_dir is None:
+                return count
             self._starting += missing  # counted at once: a second miss starts no more
         at_exit.add("compile workers", _close_at_exit)
-        hello = json.dumps({"path": [p for p in sys.path if isinstance(p, str)], "warm": warm,
-                            "memo_dir": memo_dir}).encode()
+        hello = json.dumps({"path": [p for p in sys.path if isinstance(p, str)],
+                            "warm": None if target is None else target.name, "memo_dir": memo_dir}).encode()
         slots = memo_dir if self.forced is None else None  # a forced size (tests, benchmarks) is not bounded
         threading.Thread(target=self._start, args=(missing, hello, slots), name="kernel-cache-processes-start",
                          daemon=True).start()
+        return count
 
     def _start(self, count: int, hello: bytes, slots: str | None) -> None:
         """`count` workers, each holding a node's slot in the memo directory `slots` (None: unbounded),
         each lent once ready."""
         started: list[_Worker] = []
         for begun in range(count):
-            slot = worker_slots.take(Path(slots), node_slots()) if slots is not None else worker_slots.UNBOUNDED
+            slot = take_slot(Path(slots), node_slots()) if slots is not None else UNBOUNDED
             if slot is None:  # every slot of the node held: the rest would find none either
                 with self._changed:
                     self._starting -= count - begun
@@ -284,7 +247,11 @@ class Pool:
                     self._changed.notify_all()
             if not ready:
                 self.drop(worker)
-        self._reap_later()
+        with self._changed:
+            if self._reaping or not self._workers:
+                return
+            self._reaping = True
+        self._reap()  # this thread closes the workers once idle
 
     def _spawn(self, hello: bytes, slot: int) -> _Worker | None:
         """One worker started and greeted, handed `slot` (a locked descriptor, or UNBOUNDED) to hold
@@ -293,13 +260,14 @@ class Pool:
         try:
             proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, bufsize=0, close_fds=True, start_new_session=True,
-                                    pass_fds=() if slot == worker_slots.UNBOUNDED else (slot,))
+                                    pass_fds=() if slot == UNBOUNDED else (slot,))
             worker = _Worker(proc)
-            wire.write_frame(worker.fd_in, wire.HELLO, hello)
+            wire.write_frame(worker.stdin.fileno(), wire.HELLO, hello)
         except OSError as exc:
             log.debug("a compile worker could not start: %s", exc)
         finally:
-            worker_slots.release(slot)  # the worker's copy holds it now
+            if slot != UNBOUNDED:
+                os.close(slot)  # the worker's copy holds it now
         with self._changed:
             self._starting -= 1
             if worker is not None and not self._closed:
@@ -356,10 +324,7 @@ class Pool:
             if worker in self._workers:
                 self._workers.remove(worker)
             self._changed.notify_all()
-        worker.close_input()
-        if worker.proc.poll() is None:
-            worker.proc.kill()
-        worker.end(time.monotonic())
+        _stop([worker], 0.0)
 
     def has_workers(self) -> bool:
         with self._changed:
@@ -367,7 +332,7 @@ class Pool:
 
     def snapshot(self) -> list[tuple[int, str]]:
         with self._changed:
-            return [(w.pid, w.state) for w in self._workers]
+            return [(w.proc.pid, w.state) for w in self._workers]
 
     def close(self, grace: float) -> None:
         """Every worker told to exit, then killed after `grace` seconds."""
@@ -376,13 +341,6 @@ class Pool:
             workers, self._workers = self._workers, []
             self._changed.notify_all()
         _stop(workers, grace)
-
-    def _reap_later(self) -> None:
-        with self._changed:
-            if self._reaping or not self._workers:
-                return
-            self._reaping = True
-        threading.Thread(target=self._reap, name="kernel-cache-processes-reaper", daemon=True).start()
 
     def _reap(self) -> None:
         """Close the workers once none has been lent for IDLE_SECONDS."""
@@ -408,42 +366,32 @@ class Pool:
             if found is not None:
                 return found
         self._count("parent")
-        artifact = cache_or_compile.compile_spec(spec)
-        meta, blobs = artifact.to_entry()
-        return meta, blobs, artifact.compile_seconds
+        return cache_or_compile.build_here(spec, key)
 
     def _on(self, worker: _Worker, spec: KernelSpec, key: str,
             request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
         """The entry `worker` compiled, checked; None (the worker given back or dropped) otherwise."""
         try:
-            kind, payload = worker.ask(wire.REQUEST, request, COMPILE_TIMEOUT)
-        except WorkerLost as exc:
-            log.debug("compiling %s in the parent: %s", spec.name, exc)
-            self._count("lost")
+            wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
+            kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
+            got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
+        except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
+            log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
+            self._count("lost" if isinstance(exc, OSError) else "refused")
             self.drop(worker)
             return None
+        if got is not None:
+            self._count("worker")
+            self.give_back(worker)
+            return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
+        log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
         if kind == wire.LOADING:  # importing the kernel's module: this kernel is the parent's, later ones the worker's
-            log.debug("compiling %s in the parent: worker %d imports its module", spec.name, worker.pid)
             self._count("loading")
             self._ready_later(worker)
-            return None
-        if kind == wire.ERROR:
-            log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.pid, payload[:2000])
+        else:  # an ERROR: the worker stays
             self._count("refused")
             self.give_back(worker)
-            return None
-        try:
-            if kind != wire.ENTRY:
-                raise entries.CorruptEntry(f"a reply of kind {kind}")
-            got = entries.decode(payload, expected_key=key)  # checksummed, and for our key
-        except entries.CorruptEntry as exc:  # other sources or environment than ours: no further use
-            log.debug("compiling %s in the parent: worker %d's entry refused (%s)", spec.name, worker.pid, exc)
-            self._count("refused")
-            self.drop(worker)
-            return None
-        self._count("worker")
-        self.give_back(worker)
-        return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
+        return None
 
     def _count(self, what: str) -> None:
         with self._changed:
@@ -454,13 +402,20 @@ _lock = threading.Lock()
 _pool: Pool | None = None
 
 
+def _mine() -> Pool | None:
+    """This process's pool where it has one (a forked child's is not its parent's)."""
+    pool = _pool
+    return pool if pool is not None and pool.pid == os.getpid() else None
+
+
 def _current() -> Pool:
     """This process's pool (made at its first use; a forked child gets its own)."""
     global _pool
     with _lock:
-        if _pool is None or _pool.pid != os.getpid():
-            _pool = Pool()
-        return _pool
+        pool = _mine()
+        if pool is None:
+            pool = _pool = Pool()
+        return pool
 
 
 def expect(config: Config, kernels: int, target: Target | None = None) -> int:
@@ -468,7 +423,7 @@ def expect(config: Config, kernels: int, target: Target | None = None) -> int:
     pays, make it that size (workers start in the background, each warmed up for `target`).
     Returns the size wanted (0: none)."""
     pool = _current()
-    return _grown(pool, pool.wanted(config, kernels), config, target)
+    return pool.grow(pool.wanted(config, kernels), config, target)
 
 
 def start_cold(config: Config, target: Target | None = None) -> int:
@@ -476,33 +431,21 @@ def start_cold(config: Config, target: Target | None = None) -> int:
     start the workers now where the rule's host part says they pay, ready by its first miss, which
     comes once JAX has traced the whole jit; each warms up for `target`. Returns the size wanted."""
     pool = _current()
-    return _grown(pool, pool.wanted_cold(config), config, target)
-
-
-def _grown(pool: Pool, wanted: int, config: Config, target: Target | None) -> int:
-    """`pool` grown to `wanted` workers (none: 0), each warmed up for `target`; returns `wanted`."""
-    if wanted > 0 and config.memo_dir is not None:
-        pool.grow(wanted, None if target is None else target.name, str(config.memo_dir))
-    return wanted
+    return pool.grow(pool.wanted_cold(config), config, target)
 
 
 def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = None,
                    known_missing: bool = False) -> tuple[Artifact, str]:
     """`compiler.get_or_compile`, compiling on a worker process where one is idle and can rebuild
     `spec` (`portable`); in this thread otherwise."""
-    pool = _pool if _pool is not None and _pool.pid == os.getpid() else None
+    pool = _mine()
     memo_dir = store.config.memo_dir
     made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
     if pool is None or made is None:
         return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=known_missing)
-    key = content_key(spec, keys=keys)
     request = json.dumps({"recipe": made, "memo_dir": str(memo_dir)}).encode()
-    found = store.get_or_create(key, lambda: pool.build(spec, key, request), label=spec.describe,
-                                known_missing=known_missing)
-    try:
-        return Artifact.from_entry(*found), key
-    except (KeyError, TypeError, ValueError):  # not a usable artifact: the parent's own path drops and rebuilds it
-        return cache_or_compile.get_or_compile(spec, store, keys=keys)
+    return cache_or_compile.get_or_compile(spec, store, keys=keys, known_missing=known_missing,
+                                           build_on=lambda spec, key: pool.build(spec, key, request))
 
 
 def override(workers: int | None) -> None:
@@ -513,16 +456,16 @@ def override(workers: int | None) -> None:
 
 def workers() -> list[tuple[int, str]]:
     """(pid, state) of each worker started and not yet closed."""
-    pool = _pool
-    return pool.snapshot() if pool is not None and pool.pid == os.getpid() else []
+    pool = _mine()
+    return [] if pool is None else pool.snapshot()
 
 
 def counts() -> dict[str, int]:
     """What the pool did, by name: workers started; kernels compiled on a worker or in the parent;
     workers lost; replies refused; kernels handed back while a worker imported their module; starts
     cut short, every node slot held."""
-    pool = _pool
-    return dict(pool.counts) if pool is not None and pool.pid == os.getpid() else {}
+    pool = _mine()
+    return {} if pool is None else dict(pool.counts)
 
 
 def shutdown() -> None:
@@ -530,8 +473,8 @@ def shutdown() -> None:
     `expect` starts a new pool."""
     global _pool
     with _lock:
-        pool, _pool = _pool, None
-    if pool is not None and pool.pid == os.getpid():
+        pool, _pool = _mine(), None
+    if pool is not None:
         pool.close(0.0)
 
 
@@ -554,8 +497,8 @@ def _close_at_exit() -> None:
     """The exit sequence's first step, after the compile threads have finished: every worker killed
     and reaped (an idle one holds nothing to save, and one still importing Triton would only delay
     the exit), and the pool left closed, so that nothing starts another."""
-    pool = _pool
-    if pool is not None and pool.pid == os.getpid():
+    pool = _mine()
+    if pool is not None:
         pool.close(0.0)
 
 

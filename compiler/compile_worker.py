@@ -15,8 +15,10 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,31 +52,40 @@ def write_frame(fd: int, kind: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def read_exactly(fd: int, size: int) -> bytes | None:
-    """`size` bytes from a blocking pipe; None at end of input before the first byte."""
+def read_exactly(fd: int, size: int, deadline: float | None = None) -> bytes:
+    """`size` bytes from a blocking pipe (b"" where it closed before the first byte), each part by
+    `deadline` where one is given (the parent's read of a worker that may hang)."""
     parts: list[bytes] = []
     left = size
     while left:
+        if deadline is not None and not _readable(fd, deadline - time.monotonic()):
+            raise FrameError("no answer in time")
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             if left == size:
-                return None
+                return b""
             raise FrameError(f"pipe closed {left} bytes before the end of a frame")
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
 
 
-def read_frame(fd: int) -> tuple[int, bytes] | None:
+def _readable(fd: int, timeout: float) -> bool:
+    poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
+def read_frame(fd: int, deadline: float | None = None) -> tuple[int, bytes] | None:
     """The next frame, or None when the other end closed the pipe between frames."""
-    header = read_exactly(fd, HEADER.size)
-    if header is None:
+    header = read_exactly(fd, HEADER.size, deadline)
+    if not header:
         return None
     kind, size = HEADER.unpack(header)
     if size > MAX_FRAME:
         raise FrameError(f"frame of {size} bytes announced (at most {MAX_FRAME})")
-    payload = read_exactly(fd, size) if size else b""
-    if payload is None:
+    payload = read_exactly(fd, size, deadline)
+    if len(payload) != size:
         raise FrameError("pipe closed after a frame header")
     return kind, payload
 
@@ -110,16 +121,6 @@ def compile_request(payload: bytes) -> tuple[int, bytes]:
         return ERROR, json.dumps({"error": type(exc).__name__, "message": str(exc)[-4000:]}).encode()
 
 
-def warm_up(target: str) -> None:
-    """One small compile before READY: a process's first compile sets up Triton's context, dialects
-    and LLVM's target, paid here rather than by the first kernel sent. Best effort."""
-    try:
-        compiling.compile_spec(make_spec(examples.add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
-                                         target=target))
-    except Exception:
-        pass
-
-
 def serve(fd_in: int, fd_out: int) -> None:
     """HELLO, then READY, then a reply per request until the parent closes the pipe."""
     hello = read_frame(fd_in)
@@ -129,8 +130,10 @@ def serve(fd_in: int, fd_out: int) -> None:
     paths = [p for p in setup.get("path", []) if isinstance(p, str)]
     sys.path[:] = paths + [p for p in sys.path if p not in paths]  # the parent's modules, as it imports them
     use_memo(setup.get("memo_dir"), first=True)
-    if isinstance(setup.get("warm"), str):
-        warm_up(setup["warm"])
+    if isinstance(setup.get("warm"), str):  # one small compile sets up Triton's context, dialects and LLVM's
+        with contextlib.suppress(Exception):  # target before READY, not at the first kernel sent (best effort)
+            compiling.compile_spec(make_spec(examples.add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 64},
+                                             target=setup["warm"]))
     ready = json.dumps({"pid": os.getpid()}).encode()
     write_frame(fd_out, READY, ready)
     while (frame := read_frame(fd_in)) is not None:
@@ -158,6 +161,3 @@ def main() -> None:
     except (FrameError, BrokenPipeError):
         pass  # the parent went away or broke the protocol: nothing to answer
 
-
-if __name__ == "__main__":
-    main()

@@ -132,20 +132,19 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, seq_len, sm_scale, o_ptr, HE
 def example_calls() -> list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]]:
     """(label, kernel, runtime args, constexprs, launch params) for every example kernel compile: the
     autotuned matmul's once per config, as a lowering compiles them."""
-    calls: list[tuple[str, Any, list[Any], dict[str, Any], dict[str, Any]]] = [
+    mm_args: list[Any] = ["*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1, "*fp16"]
+    return [
         ("add", add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"BLOCK": 1024}, {}),
         ("scaled_add", scaled_add_kernel, ["*fp32", "*fp32", 4096, "*fp32"], {"SCALE": 0.5, "BLOCK": 1024}, {}),
         ("softmax", softmax_kernel, ["*fp32", 1000, "*fp32"], {"BLOCK": 1024}, {}),
         ("layernorm", layernorm_kernel, ["*fp32", "*fp32", "*fp32", 768, 1e-5, "*fp32"], {"BLOCK": 1024},
          {"num_warps": 8}),
+        *((f"matmul[{i}]", matmul_kernel, mm_args, dict(cfg.kwargs), {"num_warps": cfg.num_warps,
+                                                                     "num_stages": cfg.num_stages})
+          for i, cfg in enumerate(MATMUL_CONFIGS)),
+        ("flash_attention", flash_attention_fwd_kernel, ["*fp16", "*fp16", "*fp16", 1024, 0.125, "*fp16"],
+         {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_warps": 4, "num_stages": 2}),
     ]
-    mm_args: list[Any] = ["*fp16", "*fp16", 512, 512, 512, 512, 1, 512, 1, 512, 1, "*fp16"]
-    for i, cfg in enumerate(MATMUL_CONFIGS):
-        calls.append((f"matmul[{i}]", matmul_kernel, mm_args, dict(cfg.kwargs),
-                      {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}))
-    calls.append(("flash_attention", flash_attention_fwd_kernel, ["*fp16", "*fp16", "*fp16", 1024, 0.125, "*fp16"],
-                  {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_warps": 4, "num_stages": 2}))
-    return calls
 
 
 def example_specs(target: str = "sm_90") -> list[tuple[str, KernelSpec]]:

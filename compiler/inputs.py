@@ -14,38 +14,11 @@ from typing import Any
 
 from kernel_cache.entries.canonical import canonical, digest
 
-from . import toolchain as toolchain_module
+from . import toolchain
 from . import triton_compat as tc
 from .portable import portable
 from .spec import triton_value
 from .target import Target
-from .toolchain import toolchain_fingerprint
-
-
-def compile_inputs(target: Target, options: Mapping[str, Any], toolchain: dict[str, Any] | None = None
-                   ) -> dict[str, Any]:
-    """The inputs in canonical form: Triton's options as its compile parses them (every file they
-    name standing for its content: `compiler.portable`), the target, and the toolchain. Memoized per
-    environment and installation for the process's own toolchain."""
-    if toolchain is not None:
-        return _document(target, options, toolchain)
-    return _known(target, options)[0]
-
-
-def digest_of(target: Target, options: Mapping[str, Any]) -> str:
-    """The digest of `compile_inputs(target, options)`: what a lowered call's key and signature hash.
-    TypeError for an option value without a canonical form (the call is then keyless)."""
-    return _known(target, options)[1]
-
-
-def _document(target: Target, options: Mapping[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
-    parsed = tc.parse_options(target, dict(options))
-    return {
-        "options": canonical(portable(tc.options_to_json(parsed)), triton_value),
-        "target": target.json,
-        "toolchain": portable(toolchain),
-    }
-
 
 # (target, options) -> (the environment's state, the installed tools' generation, the document, its
 # digest): valid while both are unchanged
@@ -53,19 +26,33 @@ _known_inputs: dict[tuple[Any, ...], tuple[object, int, dict[str, Any], str]] = 
 _MAX_KNOWN = 1024
 
 
-def _known(target: Target, options: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+def compile_inputs(target: Target, options: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The inputs in canonical form, and their digest: Triton's options as its compile parses them
+    (every file they name standing for its content: `compiler.portable`), the target, and the
+    toolchain. Memoized per environment and installation."""
     try:
         ident: tuple[Any, ...] | None = (target, tuple(sorted(options.items())))
         hash(ident)
     except TypeError:  # an unhashable option value: derived every time
         ident = None
-    now, generation = tc.triton_env.get(), toolchain_module.generation
+    now, generation = tc.triton_env.get(), toolchain.generation
     found = _known_inputs.get(ident) if ident is not None else None
     if found is None or found[0] is not now or found[1] != generation:
-        document = _document(target, options, toolchain_fingerprint(target))
+        parsed = tc.parse_options(target, dict(options))
+        document = {
+            "options": canonical(portable(tc.options_to_json(parsed)), triton_value),
+            "target": target.json,
+            "toolchain": portable(toolchain.toolchain_fingerprint(target)),
+        }
         found = (now, generation, document, digest(document))
         if ident is not None:
             if len(_known_inputs) >= _MAX_KNOWN:
                 _known_inputs.clear()
             _known_inputs[ident] = found
     return found[2], found[3]
+
+
+def digest_of(target: Target, options: Mapping[str, Any]) -> str:
+    """The digest of `compile_inputs(target, options)`: what a lowered call's key and signature hash.
+    TypeError for an option value without a canonical form (the call is then keyless)."""
+    return compile_inputs(target, options)[1]

@@ -13,29 +13,23 @@ from typing import Any
 
 from kernel_cache import Session
 from kernel_cache.bounded_memo import BoundedMemo
-from kernel_cache.entries.canonical import canonical as core_canonical
-from kernel_cache.entries.canonical import digest
+from kernel_cache.entries.canonical import canonical, digest
 from kernel_cache.entries.canonical import text as _text
 from kernel_cache.session import SessionMemo
 
 from . import inputs
 from . import triton_compat as tc
-from .spec import KernelSpec
-from .spec import triton_value as triton_value  # the floor's extension of the canonical encoding
+from .spec import KernelSpec, triton_value
 from .toolchain import toolchain_fingerprint
 
 KEY_FORMAT_VERSION = 2  # 2: paths in options and Triton's environment stand for their content (compiler.portable)
 
 
-def canonical(value: Any) -> Any:
-    """`kernel_cache.entries.canonical` with Triton's values: what a content key encodes."""
-    return core_canonical(value, triton_value)
-
-
-def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> dict[str, Any]:
+def key_document(spec: KernelSpec) -> dict[str, Any]:
     """Everything the key covers, in canonical form (useful for debugging a surprising miss): the spec's
     own parts, then its compile inputs (`compiler.inputs`)."""
-    constexprs, attrs = canonical([dict(spec.constexprs), {repr(k): v for k, v in spec.attrs.items()}])["list"]
+    constexprs, attrs = canonical([dict(spec.constexprs), {repr(k): v for k, v in spec.attrs.items()}],
+                                  triton_value)["list"]
     return {
         "format": KEY_FORMAT_VERSION,
         "kernel": {"name": spec.name, "fingerprint": tc.kernel_fingerprint(spec.kernel)},
@@ -43,7 +37,7 @@ def key_document(spec: KernelSpec, toolchain: dict[str, Any] | None = None) -> d
         "constexprs": constexprs,
         "attrs": attrs,
         "keep_ir": spec.keep_ir,
-        **inputs.compile_inputs(spec.target, spec.triton_options(), toolchain),
+        **inputs.compile_inputs(spec.target, spec.triton_options())[0],
     }
 
 
@@ -67,14 +61,8 @@ def document_summary(document: dict[str, Any]) -> str:
 
 
 KeyMemo = BoundedMemo[tuple[KernelSpec, str], str]  # (spec, toolchain text) -> content key
-
-
-class _Keys(KeyMemo):
-    __slots__ = ()
-    bound = 8192  # a session's keys (a model asks for the same ones on every trace)
-
-
-_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: _Keys())
+# a session's keys, 8192 of them (a model asks for the same ones on every trace)
+_KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: BoundedMemo.of(8192))
 
 
 def session_keys(session: Session) -> KeyMemo:
@@ -83,19 +71,15 @@ def session_keys(session: Session) -> KeyMemo:
     return _KEYS.of(session)
 
 
-def content_key(spec: KernelSpec, toolchain: dict[str, Any] | None = None, keys: KeyMemo | None = None) -> str:
+def content_key(spec: KernelSpec, keys: KeyMemo | None = None) -> str:
     """The 32-hex-digit content address of `spec`'s compiled artifact: the digest of its key document.
     `keys` (`session_keys`) memoizes it by the spec and the toolchain fingerprint as it is now: a warm
     lowering asks for the same specs on every trace, and the document is the costly part of a key."""
-    tools = toolchain if toolchain is not None else toolchain_fingerprint(spec.target)
     if keys is None:
-        return digest(key_document(spec, toolchain))
+        return digest(key_document(spec))
     try:
-        slot = (spec, _text(tools))
+        slot = (spec, _text(toolchain_fingerprint(spec.target)))
         key = keys.get(slot)
     except TypeError:  # a value the canonical encoding does not know: the document says which, or keys it
-        return digest(key_document(spec, toolchain))
-    if key is None:
-        key = digest(key_document(spec, toolchain))
-        keys.remember(slot, key)
-    return key
+        return digest(key_document(spec))
+    return key if key is not None else keys.remember(slot, digest(key_document(spec)))

@@ -9,6 +9,7 @@ size, mtime): true under any configuration, so module-level rather than the sess
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import threading
@@ -17,7 +18,6 @@ from typing import Any
 import xxhash
 
 MAX_DIRECTORY_FILES = 10_000  # a directory with more files keeps its path (correct, just not portable)
-_CHUNK = 1 << 20
 _memo: dict[str, tuple[tuple[int, ...], str]] = {}
 _lock = threading.Lock()
 
@@ -53,11 +53,8 @@ def _file_digest(path: str, st: os.stat_result) -> str:
         found = _memo.get(path)
     if found is not None and found[0] == identity:
         return found[1]
-    h = xxhash.xxh3_128()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    result = str(h.hexdigest())
+        result = str(hashlib.file_digest(f, xxhash.xxh3_128).hexdigest())
     with _lock:
         _memo[path] = (identity, result)
     return result

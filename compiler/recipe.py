@@ -8,6 +8,7 @@ never one chosen by whoever wrote the cache.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Callable
@@ -30,7 +31,7 @@ def _encode_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"v": value}
     if tc.is_jit_function(value):
-        return {"jit": f"{value.fn.__module__}:{value.fn.__qualname__}"}
+        return {"jit": kernel_path(value)}
     if type(value).__name__ == "dtype" and hasattr(value, "name"):
         return {"tl.dtype": str(value)}
     if type(value).__name__ == "constexpr" and hasattr(value, "value"):
@@ -59,31 +60,20 @@ def kernel_path(fn: Any) -> str:
     return f"{fn.fn.__module__}:{fn.fn.__qualname__}"
 
 
-def import_kernel(path: str) -> Any:
+def import_kernel(path: str, imported_only: bool = False) -> Any:
+    """The @jit function `path` names, its module imported where not yet (`imported_only`: as this
+    process already holds it, RecipeError where it does not)."""
     module_name, _, qualname = path.partition(":")
     if module_name == "__main__" or "<locals>" in qualname:
         raise RecipeError(f"kernel {path} was defined in a script or closure and cannot be re-imported;"
                           f" move it into an importable module to prewarm it")
+    obj = sys.modules.get(module_name)
+    if obj is None and imported_only:
+        raise RecipeError(f"kernel {path} is not imported in this process")
     try:
-        obj = importlib.import_module(module_name)
+        obj = obj or importlib.import_module(module_name)
     except Exception as exc:  # ImportError, but also whatever the module raises on import
         raise RecipeError(f"cannot import module '{module_name}' of kernel {path}: {exc}") from exc
-    return _kernel_in(obj, module_name, qualname)
-
-
-def loaded_kernel(path: str) -> Any:
-    """The kernel `path` names as this process already holds it (its module imported): RecipeError
-    where it does not; nothing is imported."""
-    module_name, _, qualname = path.partition(":")
-    obj = sys.modules.get(module_name)
-    if obj is None or module_name == "__main__" or "<locals>" in qualname:
-        raise RecipeError(f"kernel {path} is not imported in this process")
-    return _kernel_in(obj, module_name, qualname)
-
-
-def _kernel_in(module: Any, module_name: str, qualname: str) -> Any:
-    """The kernel `qualname` names in `module` (imported or already held), its @jit unwrapped."""
-    obj = module
     try:
         for part in qualname.split("."):
             obj = getattr(obj, part)
@@ -119,15 +109,14 @@ def from_recipe(recipe: dict[str, Any], target: "Target | str | None" = None, *,
     `imported_only`: from kernels this process already imported, never importing one (RecipeError)."""
     if recipe.get("version") != RECIPE_VERSION:
         raise RecipeError(f"unsupported recipe version {recipe.get('version')!r}")
-    resolve = loaded_kernel if imported_only else import_kernel
+    resolve = functools.partial(import_kernel, imported_only=imported_only)
     fn = resolve(recipe["kernel"])
     tgt = parse_target(target) if target is not None else Target.from_json(recipe["target"])
-    attrs = {tuple(k): v for k, v in recipe["attrs"]}
     if tgt.backend != recipe["target"]["backend"]:
         raise RecipeError(f"a {recipe['target']['backend']} recipe cannot be rebuilt for {tgt.name}")
     return KernelSpec(
         kernel=fn, signature={k: _tuples(v) for k, v in recipe["signature"]},
-        constexprs={k: _decode_value(v, resolve) for k, v in recipe["constexprs"].items()}, attrs=attrs,
-        target=tgt, num_warps=recipe["num_warps"], num_stages=recipe["num_stages"],
-        num_ctas=recipe["num_ctas"], options={k: _decode_value(v, resolve) for k, v in recipe["options"].items()},
-        keep_ir=recipe.get("keep_ir", False))
+        constexprs={k: _decode_value(v, resolve) for k, v in recipe["constexprs"].items()},
+        attrs={tuple(k): v for k, v in recipe["attrs"]}, target=tgt, num_warps=recipe["num_warps"],
+        num_stages=recipe["num_stages"], num_ctas=recipe["num_ctas"],
+        options={k: _decode_value(v, resolve) for k, v in recipe["options"].items()}, keep_ir=recipe.get("keep_ir", False))

@@ -109,11 +109,11 @@ class KernelSpec(FrozenValue):
     keep_ir: bool  # keep TTIR/TTGIR/LLIR text in the artifact (debugging)
 
     def __init__(self, kernel: Any, signature: Mapping[str, Any], constexprs: Mapping[str, Any],
-                 attrs: Mapping[tuple[Any, ...], list[Any]], target: Target, num_warps: int = 4, num_stages: int = 3,
-                 num_ctas: int = 1, options: Mapping[str, Any] | None = None, keep_ir: bool = False) -> None:
+                 attrs: Mapping[tuple[Any, ...], list[Any]], target: Target, num_warps: int, num_stages: int,
+                 num_ctas: int, options: Mapping[str, Any], keep_ir: bool) -> None:
         self.__dict__.update(kernel=kernel, signature=signature, constexprs=constexprs, attrs=attrs, target=target,
-                             num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                             options={} if options is None else options, keep_ir=keep_ir)
+                             num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, options=options,
+                             keep_ir=keep_ir)
 
     @property
     def name(self) -> str:
@@ -188,29 +188,26 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def _leaf_type(tgt: Target, name: str, value: Any, no_spec: bool, no_align: bool,
-               ann: str | None) -> tuple[str, Any]:
+def _leaf_type(name: str, value: Any, no_spec: bool, no_align: bool, ann: str | None) -> tuple[str, Any]:
     """(Triton type, specialization attribute) of one runtime value, as Triton's launcher types it."""
     if isinstance(value, str):
         value = Pointer(value)
     if isinstance(value, Pointer):
-        ty, spec_attr = tc.specialize(tgt.backend, value.dtype, specialize=not no_spec,
-                                      align=value.aligned and not no_align)
-        return ("*" + value.dtype if not ty.startswith("*") else ty), spec_attr
+        return tc.specialize(value.dtype, specialize=not no_spec, align=value.aligned and not no_align)
     if isinstance(value, Scalar):
         _check_scalar(name, value.value)
         return value.type, None
     if isinstance(value, TensorDesc):  # specialized as an aligned pointer to its elements, as jax-triton 0.4 does
-        return value.type_name, tc.specialize(tgt.backend, value.dtype, specialize=not no_spec, align=not no_align)[1]
+        return value.type_name, tc.specialize(value.dtype, specialize=not no_spec, align=not no_align)[1]
     _check_scalar(name, value)
     do_spec = not no_spec
     if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
         do_spec = False  # Triton never specializes annotated float/bool scalars
-    ty, spec_attr = tc.specialize(tgt.backend, value, specialize=do_spec, align=not no_align)
+    ty, spec_attr = tc.specialize(value, specialize=do_spec, align=not no_align)
     return (ann if ann else ty), spec_attr  # an annotated scalar keeps its declared type, as in Triton's launcher
 
 
-def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int, ...], no_spec: bool,
+def _tuple_types(name: str, value: tuple[Any, ...], path: tuple[int, ...], no_spec: bool,
                  no_align: bool, attrs: dict[tuple[Any, ...], Any]) -> tuple[Any, ...]:
     """The nested signature of a tuple parameter; each leaf's attribute keyed by its path (param
     index, then the index in each tuple). An int equal to 1 inside a tuple stays a runtime value
@@ -219,11 +216,11 @@ def _tuple_types(tgt: Target, name: str, value: tuple[Any, ...], path: tuple[int
     for i, item in enumerate(value):
         where = (*path, i)
         if isinstance(item, tuple):
-            types.append(_tuple_types(tgt, name, item, where, no_spec, no_align, attrs))
+            types.append(_tuple_types(name, item, where, no_spec, no_align, attrs))
             continue
-        ty, spec_attr = _leaf_type(tgt, name, item, no_spec, no_align, None)
+        ty, spec_attr = _leaf_type(name, item, no_spec, no_align, None)
         if ty == "constexpr":
-            ty, spec_attr = tc.specialize(tgt.backend, item, specialize=False, align=not no_align)
+            ty, spec_attr = tc.specialize(item, specialize=False, align=not no_align)
         types.append(ty)
         if isinstance(spec_attr, str):
             attrs[where] = spec_attr  # parsed with the others, in one call (`make_spec`)
@@ -269,9 +266,9 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
             continue
         value = next(arg_iter)
         if isinstance(value, tuple):  # a Triton tuple parameter: one type and attribute per leaf
-            signature[name] = _tuple_types(tgt, name, value, (index,), no_spec, no_align, attrs)
+            signature[name] = _tuple_types(name, value, (index,), no_spec, no_align, attrs)
             continue
-        ty, spec_attr = _leaf_type(tgt, name, value, no_spec, no_align, ann)
+        ty, spec_attr = _leaf_type(name, value, no_spec, no_align, ann)
         if ty == "constexpr":  # an int equal to 1, as Triton's launcher specializes it
             signature[name] = "constexpr"
             all_constexprs[name] = value

@@ -21,7 +21,7 @@ class Target(FrozenValue):
     warp_size: int
 
     name: str  # the user-facing spelling, sm_90 or gfx942 (derived: not a field)
-    json: dict[str, Any]  # the JSON form, made once and shared: read it, never change it (`to_json` copies)
+    json: dict[str, Any]  # the JSON form, made once and shared: read it, never change it
 
     def __init__(self, backend: str, arch: int | str, warp_size: int) -> None:
         name = f"sm_{arch}" if backend == "cuda" else str(arch)
@@ -30,9 +30,6 @@ class Target(FrozenValue):
 
     def __str__(self) -> str:
         return self.name
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.json)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Target":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import functools
 import hashlib
 import json
 import os
@@ -67,22 +66,11 @@ def _triton_identity() -> list[Any]:
 
 
 def _backend_identity(target: Target) -> list[Any]:
-    pkg = tc.TRITON_DIR
-    backend_dir = "nvidia" if target.backend == "cuda" else "amd"
-    return [target.backend, str(target.arch), _identity(os.path.join(pkg, "backends", backend_dir, "compiler.py"))] \
-        + [_identity(p) for p in tc.ptxas_candidates(target)]
+    backend = os.path.join(tc.TRITON_DIR, "backends", tc.BACKEND_DIRS[target.backend], "compiler.py")
+    return [target.backend, str(target.arch), _identity(backend)] + [_identity(p) for p in tc.ptxas_candidates(target)]
 
 
 MAX_RECORD_BYTES = 64 << 20
-
-
-def _file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes, read in 1 MiB chunks (as Triton hashes libtriton)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class InstalledHashes:
@@ -147,7 +135,8 @@ class InstalledHashes:
         if found is not None:
             return found
         self.hashed.append(path)
-        return _file_sha256(path)
+        with open(path, "rb") as f:  # as Triton hashes libtriton, read in chunks
+            return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def triton_build_key() -> str:
@@ -159,74 +148,59 @@ def triton_build_key() -> str:
 _claimed: set[str] = set()  # memo directories whose marker this process checked or wrote: asked once each
 
 
-class _Memo:
-    """A JSON dict on disk, read at most once and written at most once per use (`save`): unreadable
-    or unwritable files just mean recomputing."""
-
-    def __init__(self, directory: Path | None):
-        self.path = Path(directory) / MEMO_FILE if directory is not None else None
-        self._data: dict[str, Any] | None = None
-        self._new: dict[str, str] = {}
-
-    def get(self, key: str) -> Any:
-        if self._data is None:
-            self._data = self._read()
-        return self._data.get(key)
-
-    def put(self, key: str, value: str) -> None:
-        self._new[key] = value
-
-    def _read(self) -> dict[str, Any]:
-        if self.path is None:
-            return {}
-        try:
-            raw = safefs.read_file(self.path, MAX_MEMO_BYTES)
-            data = json.loads(raw) if raw else {}
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def save(self) -> None:
-        """Write what `put` added over what the file held when read (a value another process wrote
-        meanwhile is lost to this write: it is recomputed once)."""
-        if self.path is None or not self._new:
-            return
-        try:
-            directory = str(self.path.parent)
-            if directory not in _claimed:
-                if not cache_marker.claim_directory(directory):
-                    return  # not a kernel-cache directory: never written into (recomputed next time)
-                _claimed.add(directory)
-            data = {**(self._data if self._data is not None else self._read()), **self._new}
-            # no fsync: a memo lost or torn by a crash is recomputed
-            safefs.write_file(self.path, json.dumps(data, sort_keys=True).encode(), durable=False)
-        except OSError:
-            pass  # unwritable: recomputed next time
-        self._new = {}
+def _read_memo(path: Path) -> dict[str, Any]:
+    try:
+        raw = safefs.read_file(path, MAX_MEMO_BYTES)
+        data = json.loads(raw) if raw else {}
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}  # unreadable: recomputed
 
 
-def _memo_of(memo_dir: Path | None) -> tuple[_Memo, kernel_cache.Store | None]:
-    """The memo file to use, and where no directory was named, the session's store (its cluster levels)."""
-    if memo_dir is not None:
-        return _Memo(memo_dir), None
-    session = kernel_cache.current_session()
-    return _Memo(session.config.memo_dir), session.store
+def _save_memo(path: Path, new: dict[str, str]) -> None:
+    """`new` written over what the file holds now (a value another process writes meanwhile may be
+    lost: it is recomputed once); never into a directory that is not kernel-cache's."""
+    try:
+        directory = str(path.parent)
+        if directory not in _claimed:
+            if not cache_marker.claim_directory(directory):
+                return
+            _claimed.add(directory)
+        # no fsync: a memo lost or torn by a crash is recomputed
+        safefs.write_file(path, json.dumps({**_read_memo(path), **new}, sort_keys=True).encode(), durable=False)
+    except OSError:
+        pass  # unwritable: recomputed next time
 
 
-def _memoized(name: str, identity: list[Any], compute: Callable[[], str], memo: _Memo, store: kernel_cache.Store | None) -> str:
-    """`compute()`'s text for (`name`, `identity`): from this process, else the memo file, else the
-    cluster's levels, else computed (and put in `memo`, saved by the caller)."""
-    ident = json.dumps([name, identity], sort_keys=True)
-    with _lock:
-        if ident in _process_memo:
-            return _process_memo[ident]
-        value = memo.get(ident)
-        if not isinstance(value, str):
-            value = _shared_memoized(store, name, identity, compute) if store and store.cluster_levels \
-                else compute()
-            memo.put(ident, value)
-        _process_memo[ident] = value
-        return value
+def _memoized(wanted: dict[str, tuple[list[Any], Callable[[], str]]], memo_dir: Path | None = None) -> dict[str, str]:
+    """Per name, `compute()`'s text for its identity: from this process, else the memo file in
+    `memo_dir` (default: the session's, then also its cluster's levels), else computed. The file is
+    read at most once and written at most once for all of them."""
+    store: kernel_cache.Store | None = None
+    if memo_dir is None:
+        session = kernel_cache.current_session()
+        memo_dir, store = session.config.memo_dir, session.store
+    path = None if memo_dir is None else Path(memo_dir) / MEMO_FILE
+    on_disk: dict[str, Any] | None = None
+    new: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    try:
+        for name, (identity, compute) in wanted.items():
+            ident = json.dumps([name, identity], sort_keys=True)
+            with _lock:
+                if ident not in _process_memo:
+                    if on_disk is None:
+                        on_disk = {} if path is None else _read_memo(path)
+                    value = on_disk.get(ident)
+                    if not isinstance(value, str):
+                        value = new[ident] = _shared_memoized(store, name, identity, compute) \
+                            if store and store.cluster_levels else compute()
+                    _process_memo[ident] = value
+                texts[name] = _process_memo[ident]
+    finally:
+        if path is not None and new:
+            _save_memo(path, new)
+    return texts
 
 
 def node_identity(identity: Any) -> Any:
@@ -263,18 +237,10 @@ def _shared_memoized(store: kernel_cache.Store, name: str, identity: list[Any], 
     return text
 
 
-def _memoized_alone(name: str, identity: list[Any], compute: Callable[[], str]) -> str:
-    memo, store = _memo_of(None)
-    try:
-        return _memoized(name, identity, compute, memo, store)
-    finally:
-        memo.save()
-
-
 def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
     """A text derived from one file (a schema read out of a plugin binary, ...), kept in the same
     memo as the toolchain fingerprint and recomputed when the file's size or mtime changes."""
-    return _memoized_alone(name, _identity(path), compute)
+    return _memoized({name: (_identity(path), compute)})[name]
 
 
 def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
@@ -294,7 +260,7 @@ def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
             on_cold()
         return triton_build_key()
 
-    threading.Thread(target=lambda: _memoized_alone("triton_key", _triton_identity(), computed),
+    threading.Thread(target=lambda: _memoized({"triton_key": (_triton_identity(), computed)}),
                      name="kernel-cache-toolchain", daemon=True).start()
 
 
@@ -302,40 +268,31 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
     """What identifies the tools that turn a spec into a binary for `target`: the installed files
     checked once per process and target (an upgrade takes a new process anyway), Triton's
     cache-invalidating environment read again where the C environment changed (`EnvironMemo`)."""
-    return {**_installed_tools(target, memo_dir), "env": dict(triton_env.get())}
+    return {**installed_tools(target, memo_dir), "env": dict(triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
-    """The toolchain fingerprint without Triton's environment (which callers read per use)."""
-    return dict(_installed_tools(target, memo_dir))
-
-
-def _installed_tools(target: Target, memo_dir: Path | None) -> dict[str, Any]:
+    """The toolchain fingerprint without Triton's environment (which callers read per use), made once
+    per process, target and memo directory and shared: read it, never change it."""
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
     if cached is None:
-        memo, store = _memo_of(memo_dir)
-        try:
-            cached = {
-                "triton_version": tc.TRITON_VERSION,
-                "triton_build": _memoized("triton_key", _triton_identity(), triton_build_key, memo, store),
-                "backend": _memoized("backend_hash", _backend_identity(target),
-                                     lambda: tc.backend_toolchain_hash(target), memo, store),
-            }
-        finally:
-            memo.save()  # one write for both
+        found = _memoized({"triton_key": (_triton_identity(), triton_build_key),
+                           "backend_hash": (_backend_identity(target), lambda: tc.backend_toolchain_hash(target))},
+                          memo_dir)  # one write for both
+        cached = {"triton_version": tc.TRITON_VERSION, "triton_build": found["triton_key"],
+                  "backend": found["backend_hash"]}
         with _lock:
             _per_target[slot] = cached
     return cached
 
 
-@functools.lru_cache(maxsize=64)
 def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
     """A short identity of the installed tools, stored in entries so `cachectl --stale` can tell
     entries built by another Triton/ptxas. Not the environment (every content key holds it): a cachectl
     run without the job's TRITON_* settings must not call the job's entries stale."""
-    tools = _installed_tools(target, memo_dir)
+    tools = installed_tools(target, memo_dir)
     return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 
 
@@ -347,4 +304,3 @@ def clear_process_memo() -> None:
         generation += 1
         _process_memo.clear()
         _per_target.clear()
-        toolchain_summary.cache_clear()

@@ -1,4 +1,4 @@
-"""Every difference between Triton releases (3.5 – 3.9) that kernel-cache touches, in one place.
+"""Every difference between Triton releases (3.6 – 3.9) that kernel-cache touches, in one place.
 
 The rest of the compiler package, and the lowering, call these helpers and never reach into Triton
 directly (the lowering reads @triton.autotune / @triton.heuristics wrappers through `wrapper_chain`
@@ -24,13 +24,10 @@ from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import triton
+from triton.language.core import constexpr
 from triton.runtime.autotuner import Autotuner, Heuristics
-from triton.runtime.jit import JITFunction
-
-try:  # Triton 3.5+: @jit functions and constexpr functions share a base
-    from triton.runtime.jit import JITCallable as _JIT_CALLABLE
-except ImportError:  # pragma: no cover - older Triton
-    _JIT_CALLABLE = JITFunction  # type: ignore[misc, assignment, unused-ignore]
+from triton.runtime.cache import triton_key
+from triton.runtime.jit import JITCallable, JITFunction  # JITCallable: a @jit or a constexpr function
 
 from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.settings.environ_watch import EnvironMemo
@@ -39,6 +36,7 @@ if TYPE_CHECKING:
     from .target import Target
 
 TRITON_VERSION: str = triton.__version__
+BACKEND_DIRS = {"cuda": "nvidia", "hip": "amd"}  # a target's backend: its package under triton/backends
 K = TypeVar("K")
 
 def is_jit_function(obj: Any) -> bool:
@@ -56,34 +54,21 @@ def unwrap_jit(obj: Any) -> JITFunction:
 
 
 def is_autotuner(obj: Any) -> bool:
-    """An @triton.autotune wrapper: its configs, keys and prune hooks below, what it wraps in `wrapped`."""
+    """An @triton.autotune wrapper: its configs, keys and prune hooks below, what it wraps in `.fn`."""
     return isinstance(obj, Autotuner)
-
-
-def is_heuristics(obj: Any) -> bool:
-    """An @triton.heuristics wrapper: its values in `heuristic_values`, what it wraps in `wrapped`."""
-    return isinstance(obj, Heuristics)
 
 
 def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
     """(the Autotuner and Heuristics wrappers around `kernel`, outermost first; the JITFunction under
     them): one question where a lowering walks a kernel's wrappers on every call."""
-    if isinstance(kernel, JITFunction):
-        return (), kernel
-    wrappers = tuple(wrapper_chain(kernel))
-    return wrappers, unwrap_jit(wrapped(wrappers[-1]) if wrappers else kernel)
-
-
-def wrapped(wrapper: Any) -> Any:
-    """What an Autotuner or Heuristics wraps: another wrapper or the JITFunction."""
-    return wrapper.fn
+    return tuple(wrapper_chain(kernel)), unwrap_jit(kernel)
 
 
 def wrapper_chain(kernel: Any) -> Iterator[Any]:
-    """The Autotuner and Heuristics wrappers around a kernel, outermost first."""
-    while is_autotuner(kernel) or is_heuristics(kernel):
+    """The Autotuner and Heuristics wrappers around a kernel, outermost first (each wraps `.fn`)."""
+    while isinstance(kernel, (Autotuner, Heuristics)):
         yield kernel
-        kernel = wrapped(kernel)
+        kernel = kernel.fn
 
 
 def autotune_configs(tuner: Any) -> list[Any]:
@@ -114,12 +99,6 @@ def heuristic_values(heuristics: Any) -> dict[str, Callable[[dict[str, Any]], An
     return dict(heuristics.values)
 
 
-def triton_cache_key(fn: JITFunction) -> str:
-    """Triton's own cache key for a kernel (memoized by Triton per JITFunction): its source, the @jit
-    functions it calls and the constexpr globals it names."""
-    return str(fn.cache_key)
-
-
 Reader = tuple[str, Any, tuple[str, ...]]  # a read the code depends on: (where, the namespace or module, the path)
 _readers: BoundedMemo[int, tuple[Any, tuple[Reader, ...]]] = BoundedMemo.of(8192)  # id(fn) -> (fn, its readers)
 _MAX_READERS = 256  # past this many reads in one kernel's call tree, the rest are not followed
@@ -133,7 +112,7 @@ def kernel_fingerprint(fn: Any) -> str:
     (`_readers_of`); their values are read on every call, so a global set at run time is a new kernel.
     A value is keyed by its `repr` where that is a value, else by its type's name (a repr naming an
     address would make every process's key new)."""
-    own = triton_cache_key(fn)
+    own = str(fn.cache_key)  # Triton's, memoized per function: its source, its @jit callees, constexpr globals
     readers = _readers_of(fn)
     if not readers:
         return own
@@ -150,7 +129,7 @@ def _read(namespace: Any, path: tuple[str, ...]) -> Any:
 
 def value_text(value: Any) -> str:
     """A value as its key sees it (`kernel_fingerprint`)."""
-    if is_constexpr_value(value):
+    if isinstance(value, constexpr):
         value = value.value
     if _is_value(value):
         return repr(value)
@@ -182,7 +161,8 @@ def _collect(fn: Any, out: list[Reader], seen: set[int]) -> None:
         return
     seen.add(id(fn))
     try:
-        source, globals_, nonlocals = jit_source(fn)
+        source, globals_ = str(fn.src), fn.fn.__globals__  # what its body can name, its closure's too
+        nonlocals = dict(inspect.getclosurevars(fn.fn).nonlocals)
         if not _may_read_blind(fn.fn.__code__, globals_, nonlocals, out, seen):
             return  # every name it uses is Triton's, a constexpr or a @jit function (followed): no parse
         tree = ast.parse(textwrap.dedent(source))
@@ -233,11 +213,11 @@ def _may_read_blind(code: types.CodeType, globals_: dict[str, Any], nonlocals: d
 def _kind(value: Any) -> str | None:
     """How a value a kernel names bears on its key: "jit" (followed: Triton hashes its own key),
     "module", "constexpr", "value" (data Triton's key may miss), or None (a function, a class, nothing)."""
-    if is_jit_callable(value):
+    if isinstance(value, JITCallable):
         return "jit"
     if isinstance(value, types.ModuleType):
         return "module"
-    if is_constexpr_value(value):  # callable, like a function: asked first
+    if isinstance(value, constexpr):  # callable, like a function: asked first
         return "constexpr"
     if value is None or isinstance(value, type) or callable(value):
         return None
@@ -270,44 +250,14 @@ def _consider(where: str, namespace: Any, path: tuple[str, ...], value: Any, out
         out.append(("global" if named else "attribute", namespace, path))
 
 
-def is_jit_callable(obj: Any) -> bool:
-    """A @jit function or anything Triton hashes by its own key when a kernel calls it."""
-    return isinstance(obj, _JIT_CALLABLE)
-
-
-def is_constexpr_value(obj: Any) -> bool:
-    """A `tl.constexpr(...)` instance (what Triton's key covers when a kernel names it as a global)."""
-    from triton.language.core import constexpr
-
-    return isinstance(obj, constexpr)
-
-
-def jit_source(fn: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(a @jit callable's source, its globals, its closure's nonlocals): what its body can name."""
-    python_fn = fn.fn
-    return str(fn.src), python_fn.__globals__, dict(inspect.getclosurevars(python_fn).nonlocals)
-
-
 def backend_class(backend_name: str) -> Any:
     """The compiler class of a backend ('cuda'/'hip') without instantiating it or its driver."""
     from triton.backends import backends
 
-    for entry in backends.values():
-        compiler_cls = entry.compiler
-        probe = types.SimpleNamespace(backend=backend_name, arch=0, warp_size=0)
-        try:
-            if compiler_cls.supports_target(probe):
-                return compiler_cls
-        except Exception:  # a backend that looks deeper at the target is not ours
-            continue
-    raise ValueError(f"the installed Triton has no '{backend_name}' backend "
-                     f"(available: {sorted(backends)})")
-
-
-def available_backends() -> list[str]:
-    from triton.backends import backends
-
-    return sorted(backends)
+    found = backends.get(BACKEND_DIRS.get(backend_name, backend_name))
+    if found is None:
+        raise ValueError(f"the installed Triton has no '{backend_name}' backend (available: {sorted(backends)})")
+    return found.compiler
 
 
 def gpu_target(target: Target) -> Any:
@@ -332,19 +282,16 @@ def int_type(value: int) -> str:
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 specialize differently
-def specialize(backend_name: str, value: Any, *, is_const: bool = False, specialize: bool = True,
-               align: bool = True) -> tuple[str, Any]:
+def specialize(value: Any, *, specialize: bool = True, align: bool = True) -> tuple[str, Any]:
     """(triton type, specialization) as Triton's launcher computes them for `value`.
 
     `value` is a Python scalar or a pointer spelled "*fp32" (16-byte aligned when `align`). The rules
-    of Triton's native `specialize_impl` (3.5 - 3.9), re-implemented because the native call imports
+    of Triton's native `specialize_impl` (3.6 - 3.9, the same for every backend), re-implemented because the native call imports
     torch and Triton's gluon package on first use (seconds on a host with torch);
     tests/compiler/test_compiler.py checks them against the native function.
     """
     if isinstance(value, str):
-        dtype = value.lstrip("*")
-        ty = ("*k" if is_const else "*") + dtype
-        return ty, ("D" if align else "") if specialize else None
+        return "*" + value.lstrip("*"), ("D" if align else "") if specialize else None
     if isinstance(value, bool):
         return "u1", None
     if isinstance(value, int):
@@ -427,19 +374,10 @@ LIBTRITON = os.path.join(TRITON_DIR, "_C", f"libtriton.{sysconfig.get_config_var
 KNOWN_TRITON_KEYS = frozenset({"4e968c6ee769dee92e4ffbd0579aa4168bb1347d2d05c26939d22ab9ab5f0471"})
 
 
-def _triton_key_function() -> Callable[[], str]:
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:  # older layouts kept it in compiler
-        from triton.compiler.compiler import triton_key
-    return triton_key  # type: ignore[no-any-return]
-
-
 def triton_key_source_digest() -> str:
     """Which text of triton_key the installed Triton has ("" where its source cannot be read)."""
-    fn = _triton_key_function()
     try:
-        lines = inspect.getsource(fn).splitlines()
+        lines = inspect.getsource(triton_key).splitlines()
     except (OSError, TypeError):
         return ""
     kept = [line.rstrip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
@@ -453,7 +391,7 @@ def triton_build_key(sha256_of: Callable[[list[str]], list[str]] | None = None) 
     libtriton: call only on a memo miss."""
     if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
         return _triton_key_from(sha256_of)
-    return str(_triton_key_function()())
+    return str(triton_key())
 
 
 def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
@@ -469,8 +407,7 @@ def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
     for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
                          (os.path.join(triton_path, "backends"), "triton.backends.")):
         files += [_module_origin(lib) for lib in pkgutil.walk_packages([path], prefix=prefix)]
-    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
-    files.append(os.path.join(triton_path, "_C", f"libtriton.{ext}"))
+    files.append(os.path.join(triton_path, "_C", os.path.basename(LIBTRITON)))
     language_path = os.path.join(triton_path, "language")
     files += [_module_origin(lib) for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
     return f"{cache.__version__}" + "-".join(sha256_of(files))
@@ -497,37 +434,16 @@ def ptxas_candidates(target: Target) -> list[str]:
     return [p for p in overrides if p] + [os.path.join(bin_dir, n) for n in names]
 
 
-_parsed_under: list[object] = []  # the environment `_parsed` was filled under (emptied when it changed)
-
-
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
     """Triton's backend-specific options object from a plain dict (no driver), as Triton's compile
     parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`, `PTXAS_OPTIONS`, ...).
-    Memoized while the environment is unchanged (a frozen dataclass; a model shares a few option sets)."""
-    try:
-        ident = (target, tuple(sorted(options.items())))
-        hash(ident)
-    except TypeError:  # an unhashable option value: parse every time
-        return make_backend(target).parse_options(dict(options))
-    now = triton_env.get()
-    if not _parsed_under or _parsed_under[0] is not now:  # identity: a value read anew, equal or not
-        _parsed.cache_clear()
-        _parsed_under[:] = [now]
-    return _parsed(*ident)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(target: Target, items: tuple[tuple[str, Any], ...]) -> Any:
-    return make_backend(target).parse_options(dict(items))
+    Not memoized: a miss compiles for seconds, and a warm lowering's inputs are (`compiler.inputs`)."""
+    return make_backend(target).parse_options(dict(options))
 
 
 def options_to_json(parsed: Any) -> dict[str, Any]:
-    out = {}
-    for k, v in sorted(parsed.__dict__.items()):
-        if isinstance(v, tuple):
-            v = [list(x) if isinstance(x, tuple) else x for x in v]
-        out[k] = v
-    return out
+    return {k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple) else v
+            for k, v in sorted(parsed.__dict__.items())}
 
 
 def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str, Any], attrs: dict[str, Any]) -> Any:

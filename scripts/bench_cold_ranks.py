@@ -1,8 +1,8 @@
 """Several ranks of a job on one node, cold at once: their compile workers together, and the slowest lowering.
 
 Why: the ranks of a job start together on a node whose cache is empty, and each would start its own
-pool of compile workers; the node's slots (`compiler.worker_slots`) bound them together. This starts
-N processes at once, each lowering the example module as `scripts/bench_cold.py`'s `auto` path does
+pool of compile workers; the node's slots (`compiler.compile_processes.take_slot`) bound them
+together. This starts N processes at once, each lowering the example module as `scripts/bench_cold.py`'s `auto` path does
 (the pool's own rule) on one shared KERNEL_CACHE_DIR, cross-lowered for sm_90 (N processes on one GPU
 would only measure its memory), and prints per N, bounded by the slots and not (`unbounded`: each
 rank's rule alone): the slowest rank's `lower`, the workers all ranks started, those refused a slot,

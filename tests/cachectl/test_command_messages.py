@@ -141,7 +141,7 @@ def script_kernel_cache(cache):
 
     target = parse_target("sm_90")
     recipe = {**to_recipe(dict(example_specs("sm_90"))["add"]), "kernel": "__main__:add_kernel"}
-    meta = {"kind": "triton-kernel", "name": "add_kernel", "arch": "sm_90", "target": target.to_json(),
+    meta = {"kind": "triton-kernel", "name": "add_kernel", "arch": "sm_90", "target": dict(target.json),
             "toolchain": {"summary": toolchain_summary(target, cache)}}
     store = Store(Config(dir=cache))
     for warps in (2, 4, 8):

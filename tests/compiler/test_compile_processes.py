@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from conftest import ROOT, child_env
 
-from compiler import compile_processes, content_key, make_spec, worker_slots
+from compiler import compile_processes, content_key, make_spec
 from kernel_cache import Store
 from kernel_cache.settings.config import Config
 
@@ -301,9 +301,14 @@ def test_a_compile_never_waits_for_a_worker_to_import_its_kernels_module(pool, t
     del sys.modules["kc_slow_module"]
 
 
+def release(slot) -> None:
+    if slot is not None and slot != compile_processes.UNBOUNDED:
+        os.close(slot)
+
+
 def slot_free(memo_dir) -> bool:
-    slot = worker_slots.take(memo_dir, 1)
-    worker_slots.release(slot)
+    slot = compile_processes.take_slot(memo_dir, 1)
+    release(slot)
     return slot is not None
 
 
@@ -328,13 +333,13 @@ def test_a_node_s_processes_share_one_bound_on_workers(tmp_path, monkeypatch):
 
 def test_slots_bound_nothing_where_the_directory_cannot_hold_them(tmp_path):
     (tmp_path / "memo").write_text("a file where the directory should be")
-    assert worker_slots.take(tmp_path / "memo", 1) == worker_slots.UNBOUNDED
-    held = worker_slots.take(tmp_path / "cache", 2)
+    assert compile_processes.take_slot(tmp_path / "memo", 1) == compile_processes.UNBOUNDED
+    held = compile_processes.take_slot(tmp_path / "cache", 2)
     assert held is not None and held >= 0
-    other = worker_slots.take(tmp_path / "cache", 2)
-    assert other is not None and other >= 0 and worker_slots.take(tmp_path / "cache", 2) is None
-    worker_slots.release(other)
-    again = worker_slots.take(tmp_path / "cache", 2)
+    other = compile_processes.take_slot(tmp_path / "cache", 2)
+    assert other is not None and other >= 0 and compile_processes.take_slot(tmp_path / "cache", 2) is None
+    release(other)
+    again = compile_processes.take_slot(tmp_path / "cache", 2)
     assert again is not None and again >= 0
-    worker_slots.release(again)
-    worker_slots.release(held)
+    release(again)
+    release(held)

@@ -40,7 +40,7 @@ def _queue(turns: Turns, weights: list[float]) -> list[float]:
         thread = threading.Thread(target=waiter, args=(weight,))
         thread.start()
         threads.append(thread)
-        _wait_for(lambda n=n: turns.waiting() == n + 1)
+        _wait_for(lambda n=n: len(turns._waiting) == n + 1)
     release.set()
     for thread in [first, *threads]:
         thread.join(10)
@@ -71,7 +71,7 @@ def test_equal_weights_go_in_arrival_order() -> None:
     for n in range(4):
         threads.append(threading.Thread(target=waiter, args=(n,)))
         threads[-1].start()
-        _wait_for(lambda n=n: turns.waiting() == n + 1)
+        _wait_for(lambda n=n: len(turns._waiting) == n + 1)
     release.set()
     for thread in [first, *threads]:
         thread.join(10)
@@ -151,7 +151,7 @@ def test_a_waiter_interrupted_leaves_the_queue_and_holds_up_nobody() -> None:
     heavy = threading.Thread(target=interrupted)
     heavy.start()
     heavy.join(10)
-    assert raised and turns.waiting() == 0
+    assert raised and len(turns._waiting) == 0
     release.set()
     first.join(10)
     done = threading.Event()

@@ -114,11 +114,13 @@ def test_key_changes_with_a_variable_set_behind_os_environ(monkeypatch):
     assert content_key(spec) == before
 
 
-def test_key_changes_with_the_toolchain():
+def test_key_changes_with_the_toolchain(monkeypatch):
     spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
-    fp = toolchain.toolchain_fingerprint(spec.target)
+    before, tools = content_key(spec), toolchain.installed_tools(spec.target)
     for field, value in [("triton_version", "9.9.9"), ("triton_build", "0" * 64), ("backend", "ptxas 99")]:
-        assert content_key(spec, {**fp, field: value}) != content_key(spec, fp)
+        monkeypatch.setattr(toolchain, "installed_tools", lambda *_, changed={**tools, field: value}: changed)
+        monkeypatch.setattr(toolchain, "generation", toolchain.generation + 1)  # the tools read anew
+        assert content_key(spec) != before
 
 
 def test_key_is_equal_across_processes_and_the_warm_path_skips_triton_key_and_ptxas(tmp_path):
@@ -252,15 +254,16 @@ def test_a_spec_is_equal_and_hashed_by_its_canonical_text():
 
 def test_content_key_takes_its_memo_and_never_looks_the_session_up(monkeypatch):
     spec = make_spec(add_kernel, ["*fp32", "*fp32", 64, "*fp32"], {"BLOCK": 64}, target=90)
-    tools = toolchain.toolchain_fingerprint(spec.target)
-    expected = content_key(spec, tools)
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    expected = content_key(spec)  # the installed tools read once per process: never again below
 
     def no_session():
         raise AssertionError("compiler.key looked the session up")
 
     monkeypatch.setattr(kernel_cache, "current_session", no_session)
     keys = BoundedMemo.of(64)
-    assert content_key(spec, tools) == content_key(spec, tools, keys) == expected
+    assert content_key(spec) == content_key(spec, keys) == expected
     assert list(keys.values()) == [expected]
-    assert content_key(spec, {**tools, "env": {"TRITON_DEFAULT_FP_FUSION": "false"}}, keys) != expected
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert content_key(spec, keys) != expected
     assert len(keys) == 2  # the toolchain as it is now is part of the memo's key

@@ -85,12 +85,12 @@ def test_the_library_does_not_turn_a_home_directory_into_a_cache(home):
 
 
 def test_the_toolchain_memo_is_never_written_into_a_directory_that_is_not_a_cache(home, tmp_path):
-    from compiler.toolchain import MEMO_FILE, _Memo
+    from compiler.toolchain import MEMO_FILE, _save_memo
 
-    _stored(_Memo(home), "probe", "value")
+    _save_memo(home / MEMO_FILE, {"probe": "value"})
     assert not (home / MEMO_FILE).exists()
     fresh = tmp_path / "memo-home" / "kernel-cache"
-    _stored(_Memo(fresh), "probe", "value")
+    _save_memo(fresh / MEMO_FILE, {"probe": "value"})
     assert json.loads((fresh / MEMO_FILE).read_text()) == {"probe": "value"}
     assert cache_marker.MARKER in os.listdir(fresh)
 
@@ -107,22 +107,15 @@ def test_the_toolchain_memo_is_written_without_fsync_and_a_torn_one_is_recompute
     cache = tmp_path / "cache"
     cache_marker.claim_directory(str(cache))
     synced.clear()
-    _stored(toolchain._Memo(cache), "probe", "value")
-    assert synced == [] and toolchain._Memo(cache).get("probe") == "value"
+    toolchain._save_memo(cache / toolchain.MEMO_FILE, {"probe": "value"})
+    assert synced == [] and toolchain._read_memo(cache / toolchain.MEMO_FILE)["probe"] == "value"
     with safefs.atomic_file(tmp_path / "bundle.bin") as f:  # everything else stays durable
         f.write(b"bundle")
     assert len(synced) >= 1
     (cache / toolchain.MEMO_FILE).write_bytes(b'{"probe": "val')  # torn by a crash
-    assert toolchain._Memo(cache).get("probe") is None
-    memo = toolchain._Memo(cache)
-    assert toolchain._memoized("probe", ["id"], lambda: "recomputed", memo, None) == "recomputed"
-    memo.save()
-    assert toolchain._Memo(cache).get(json.dumps(["probe", ["id"]])) == "recomputed"
-
-
-def _stored(memo, key: str, value: str) -> None:
-    memo.put(key, value)
-    memo.save()
+    assert toolchain._read_memo(cache / toolchain.MEMO_FILE) == {}
+    assert toolchain._memoized({"probe": (["id"], lambda: "recomputed")}, cache) == {"probe": "recomputed"}
+    assert toolchain._read_memo(cache / toolchain.MEMO_FILE)[json.dumps(["probe", ["id"]])] == "recomputed"
 
 
 def test_a_new_cache_carries_the_marker_and_an_old_one_gains_it_on_its_first_write(tmp_path):

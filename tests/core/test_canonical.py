@@ -12,7 +12,7 @@ import pytest
 
 import compiler
 from compiler.examples import add_kernel
-from compiler.key import triton_value
+from compiler.spec import triton_value
 from kernel_cache.entries.canonical import canonical, canonical_text, digest, digest_text, items_text, spliced_digest, text
 from lowering.records.call_key import lowering_value as _lowering_value
 

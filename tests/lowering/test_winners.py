@@ -60,7 +60,7 @@ def site_of(fn=inplace) -> winners.Site:
 def record_for(site: winners.Site, winner: int, device: str | None = None, **changes) -> winner_entry.Winner:
     timings = tuple(winner_entry.ConfigTiming(k, d, 1e-3 * (1 + abs(i - winner)))
                     for i, (k, d) in enumerate(zip(site.config_keys, site.descriptions)))
-    record = winner_entry.Winner(kernel=site.kernel, arch=site.spec.target.name, target=site.spec.target.to_json(),
+    record = winner_entry.Winner(kernel=site.kernel, arch=site.spec.target.name, target=dict(site.spec.target.json),
                                  toolchain=toolchain_summary(site.spec.target), device=device or site.device,
                                  key_values=site.key_values, key_text=site.key_text, configs=timings, winner=winner,
                                  reps=20, label="test")
