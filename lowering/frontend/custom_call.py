@@ -13,9 +13,8 @@ import os
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
@@ -43,30 +42,23 @@ _warned_aliases = False
 _JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
 
-@dataclass(frozen=True)
-class ConfigCall:
+class ConfigCall(NamedTuple):
     """One config's compiled kernel and how to launch it."""
 
     spec: KernelSpec
     artifact: Artifact
-    key: str  # the artifact's content key
     launch: Launch
 
 
-def _binary(platform: str, art: Artifact) -> str:
-    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
-        fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)  # type: ignore[arg-type]  # Artifact.from_entry refused a ROCm entry without it
-        return path
-    return art.ptx  # type: ignore[return-value]  # Artifact.from_entry refused a CUDA entry without it
-
-
 def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
-    ttir = (art.ttir or "") if debug else ""
+    binary: Any = art.ptx  # Artifact.from_entry refused a CUDA entry without it, a ROCm one without its HSACO
+    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+        fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(art.hsaco)  # type: ignore[arg-type]  # (as above)
     fields = compat.KernelFields(
         name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
-        binary=_binary(platform, art), ttir=ttir, compute_capability=compute_capability,
+        binary=binary, ttir=(art.ttir or "") if debug else "", compute_capability=compute_capability,
         cluster_dims=tuple(art.cluster_dims), global_scratch_size=art.global_scratch_size,
         global_scratch_align=art.global_scratch_align)
     return compat.make_triton_kernel(module, fields)

@@ -48,10 +48,9 @@ def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: M
     plan, specs, choice = winners.narrowed(slot.plan, session)
     on_miss = functools.partial(ahead.start, plan.platform, session, avals_in, noted)
     fetched = kernels.fetch(specs, session, on_miss=on_miss)
-    calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
-             for spec, (art, key), launch in zip(specs, fetched, plan.launches)]
+    calls = [custom_call.ConfigCall(spec, art, launch) for spec, (art, _), launch in zip(specs, fetched, plan.launches)]
     payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session.config)
-    slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
+    slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.config is not None)
 
 
 def check_lowering_context(ctx: Any) -> None:

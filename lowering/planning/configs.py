@@ -11,44 +11,30 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
-from kernel_cache.value_class import FrozenValue
 
 from .bound_call import BoundCall
 
 DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES = 4, 3  # Triton's, where neither the call nor a config says
 
 
-class LaunchConfig(FrozenValue):
-    """One candidate launch: constexprs and launch parameters, plus how to describe it."""
+class LaunchConfig(NamedTuple):
+    """One candidate launch: constexprs and launch parameters, plus how to describe it. While the
+    wrappers resolve it, `constexprs` holds the config's own kwargs, where heuristics set their values."""
 
-    _fields = ("constexprs", "num_warps", "num_stages", "num_ctas", "description")
-    constexprs: Mapping[str, Any]  # {**metaparams, **config.kwargs, **heuristics}
-    num_warps: int
-    num_stages: int
-    num_ctas: int
-    description: str
-
-    def __init__(self, constexprs: Mapping[str, Any], num_warps: int, num_stages: int, num_ctas: int,
-                 description: str) -> None:
-        self.__dict__.update(constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                             description=description)
-
-
-class _Raw(NamedTuple):  # a config being resolved: heuristics set their values in `kwargs`
-    kwargs: dict[str, Any]
+    constexprs: dict[str, Any]  # {**defaults, **metaparams, **config.kwargs, **heuristics}
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
 
 
-def _from_triton(config: Any) -> _Raw:
-    return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else DEFAULT_NUM_WARPS,
+def _from_triton(config: Any) -> LaunchConfig:
+    return LaunchConfig(dict(config.kwargs), config.num_warps if config.num_warps is not None else DEFAULT_NUM_WARPS,
                 config.num_stages if config.num_stages is not None else DEFAULT_NUM_STAGES,
                 getattr(config, "num_ctas", 1) or 1, str(config))
 
 
-def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[_Raw]:
+def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[LaunchConfig]:
     configs = triton_compat.autotune_configs(tuner)
     for i, config in enumerate(configs):
         if getattr(config, "pre_hook", None) is not None:
@@ -131,8 +117,8 @@ def kernel_name(kernel: Any) -> str:
         return repr(kernel)
 
 
-def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[str, Any],
-             metaparams: Mapping[str, Any]) -> list[_Raw]:
+def _resolve(wrappers: tuple[Any, ...], configs: list[LaunchConfig], named_args: dict[str, Any],
+             metaparams: Mapping[str, Any]) -> list[LaunchConfig]:
     """The configs once the wrappers (outermost first) had their say: an Autotuner's replace those
     given, a Heuristics sets its values in each config below it."""
     if not wrappers:
@@ -143,7 +129,7 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[st
     configs = _resolve(inner, configs, named_args, metaparams)
     for config in configs:
         for name, heuristic in triton_compat.heuristic_values(wrapper).items():
-            config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
+            config.constexprs[name] = heuristic({**named_args, **metaparams, **config.constexprs})
     return configs
 
 
@@ -151,13 +137,12 @@ def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[
              num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
     """(the JITFunction, its launch configs): a plain kernel's one from the caller's launch parameters."""
     wrappers, fn = kernel
-    default = _Raw({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
+    default = LaunchConfig({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
                    DEFAULT_NUM_STAGES if num_stages is None else num_stages,
                    num_ctas, "default")
     raw = _resolve(wrappers, [default], named_args, metaparams)
     defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
-    return fn, [LaunchConfig({**defaults, **metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas,
-                             c.description) for c in raw]
+    return fn, [c._replace(constexprs={**defaults, **metaparams, **c.constexprs}) for c in raw]
 
 
 class Resolved(NamedTuple):

@@ -142,37 +142,22 @@ class Evaluation(Value):
             if self.error is not None:
                 raise self.error
             try:
-                self.done = _resolved_call(self.avals_in, self.avals_out, self.call)
+                order, results, aliases = outputs(self.call, self.avals_out)
+                inputs = _grouped(self.call.arg_tree, _runtime_values(self.avals_in, self.call.scalars))
+                self.done = order, results, aliases, inputs, resolve(self.call, inputs + results[:order.pointers])
             except Exception as error:
                 self.error = error
                 raise
         return self.done
-
-    def launches(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
-        """(per config, its grid and the outputs it zeroes), as the signature holds them."""
-        resolved = self.resolved()[4]
-        return resolved.grids, resolved.zeroed
 
 
 # (output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)
 ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]
 
 
-def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> ResolvedCall:
-    order, results, aliases = outputs(call, avals_out)
-    inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
-    return order, results, aliases, inputs, resolve(call, inputs + results[:order.pointers])
-
-
 def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
     """The target a call is lowered for: its own compute capability, else the configured arch."""
-    return _target(platform, compute_capability, config.target_arch)
-
-
-@functools.lru_cache(maxsize=256)
-def _target(platform: str, compute_capability: Any, configured: Any) -> Target:
-    """Kept per process, so a warm call's plan does not ask `target_arch` again."""
-    return resolve_target(platform, compute_capability, configured)
+    return resolve_target(platform, compute_capability, config.target_arch)
 
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
@@ -249,4 +234,4 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
 def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
     """The plan of a call as it was bound, before its rule runs."""
     avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params), config)
+    return KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)

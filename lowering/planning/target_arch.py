@@ -21,23 +21,12 @@ class NoTargetError(KernelCacheError, RuntimeError):
     """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
 
 
+@functools.lru_cache(maxsize=256)  # asked once per call: resolved once per arch
 def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
     """The compile target for `platform`: the call's own, else the configured one, else the device's."""
-    if compute_capability is not None:
-        return _checked(platform, compute_capability)
-    if configured:
-        return _checked(platform, configured)
-    return _checked(platform, _device_arch(platform))
-
-
-@functools.lru_cache(maxsize=64)
-def _checked(platform: str, arch: "int | str") -> Target:  # asked once per call: parsed once per arch
-    return _check(platform, parse_target(arch))
-
-
-def _check(platform: str, target: Target) -> Target:
-    want = "cuda" if platform == "cuda" else "hip"
-    if target.backend != want:
+    arch = compute_capability if compute_capability is not None else (configured or _device_arch(platform))
+    target = parse_target(arch)
+    if target.backend != ("cuda" if platform == "cuda" else "hip"):
         raise ValueError(f"target {target.name} is not a {platform} architecture "
                          f"(check compute_capability / {ENV_VAR})")
     return target

@@ -1,4 +1,4 @@
-"""The value form of a call's inputs: what its signature (`call_key.signature`) hashes.
+"""The value form of a call's inputs: what its signature (`call_key.signed_call`) hashes.
 
 Each input becomes plain values and string-tagged tuples, hashed as marshal writes them (version 0
 writes no back-references, so equal values give equal bytes whatever their identity). An int, a bool,
@@ -44,11 +44,11 @@ def _evaluated(params: Mapping[str, Any], evaluation: Evaluation) -> dict[str, A
     if not (callable(grid) or callable(zeroed)):
         return {}
     try:
-        grids, zeroes = evaluation.launches()
+        resolved = evaluation.resolved()[4]
     except Exception as error:  # the user's function, or parameters planning refuses: its plan says which
         raise TypeError("a function of the call raised: its plan reports it") from error
-    return {name: values for name, value, values in (("grid", grid, grids), ("zeroed_outputs", zeroed, zeroes))
-            if callable(value)}
+    return {name: values for name, value, values in (("grid", grid, resolved.grids),
+                                                     ("zeroed_outputs", zeroed, resolved.zeroed)) if callable(value)}
 
 
 def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:

@@ -50,7 +50,7 @@ def test_triton_kernel_constructor_of_each_jaxlib_generation(arity, scratch, exp
 def test_global_scratch_without_jaxlib_support_is_refused():
     module = _fake_kernel_class(7, False)
     with pytest.raises(compat.JaxlibSupportError, match="global scratch"):
-        compat.make_triton_kernel(module, compat.KernelFields(**{**FIELDS.__dict__, "global_scratch_size": 64}))
+        compat.make_triton_kernel(module, FIELDS._replace(global_scratch_size=64))
 
 
 def test_real_jaxlib_constructor_and_targets():
