@@ -42,11 +42,9 @@ from . import value_form
 from .winners import gpu_model
 
 FORMAT = 3  # 3: each config's compile inputs as the content key states them (compiler.inputs)
-# A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
-StaticMemo = BoundedMemo[tuple[Any, ...], tuple[Any, str]]
 
 
-def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
+def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config) -> str | None:
     """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
     model winners are looked up for (None: they do not apply). Each config is keyed with its compile
     inputs, as its kernels' content keys are, so the two keys move together."""
@@ -56,7 +54,7 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
                     compile_inputs.digest_of(plan.target, compile_options(c.num_warps, c.num_stages, c.num_ctas,
                                                                           plan.options))]
                    for c, launch in zip(plan.configs, plan.launches, strict=True)]
-        head = static_text(plan.fn, plan.target, plan.platform, static)
+        head = static_text(plan.fn, plan.target, plan.platform)
         rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
         return spliced_digest(head, rest, lowering_value, rest_head=module_text(module, plan.platform, config))
     except TypeError:
@@ -86,27 +84,20 @@ def call_inputs(target: Target, call: BoundCall, env: object) -> str:
 SIGNATURE_FORMAT = 3  # 3: the call's compile inputs (compiler.inputs) at its own options
 
 
-def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-              module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None) -> str | None:
-    """The call's signature, or None where some input has no value form (its document starts otherwise
-    than every key's, so the two never name one another)."""
-    found = signed_call(platform, avals_in, avals_out, params, module, config, static, evaluation)
-    return None if found is None else found[0]
-
-
 def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-                module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None
-                ) -> tuple[str, str] | None:
-    """(the call's signature, its lineage), or None. The lineage names the same call under any
-    toolchain, environment, jaxlib or target (the kernel by module and name, and the call's value form):
-    it finds what the program compiled before an upgrade, a guess that costs only compile work when wrong."""
+                module: Any, config: Config, evaluation: Evaluation | None = None) -> tuple[str, str] | None:
+    """(the call's signature, its lineage), or None where some input has no value form (a signature's
+    document starts otherwise than every key's, so the two never name one another). The lineage names
+    the same call under any toolchain, environment, jaxlib or target (the kernel by module and name,
+    and the call's value form): it finds what the program compiled before an upgrade, a guess that
+    costs only compile work when wrong."""
     if params.get("arg_tree") is not None:
         return None
     try:
         call = evaluation.call if evaluation is not None else BoundCall(**params)
         wrappers, fn = tc.unwrapped(call.kernel)
         target = target_of(platform, call.compute_capability, config)
-        head = static_text(fn, target, platform, static)
+        head = static_text(fn, target, platform)
         env = triton_env.get()  # one read of the environment for the whole signature
         modules = module_text(module, platform, config, env)
         inputs = call_inputs(target, call, env)
@@ -126,36 +117,25 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     return str(hasher.hexdigest()), str(lineage.hexdigest())
 
 
-def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:
-    """The key's text for what one @jit function on one target shares across its calls. The function
-    is kept with the text, so the memo never answers for another function that reuses its id."""
+# (id of a kernel function, its Triton fingerprint, target, platform, installed tools' generation) ->
+# (the function, its text): keyed by id, as the function's own hash is Triton's cache key, computed per ask
+_static: BoundedMemo[tuple[Any, ...], tuple[Any, str]] = BoundedMemo()
+
+
+def static_text(fn: Any, target: Target, platform: str) -> str:
+    """The key's text for what one @jit function on one target shares across its calls in this
+    installation: the code, target and tools, the function's name, fingerprint and parameters' flags
+    (fixed at decoration). The function is kept with the text, so the memo never answers for another
+    function that reuses its id."""
     fingerprint = tc.kernel_fingerprint(fn)
-    memo_key = (id(fn), fingerprint, target, platform)
-    found = memo.get(memo_key)
+    memo_key = (id(fn), fingerprint, target, platform, toolchain.generation)
+    found = _static.get(memo_key)
     if found is None or found[0] is not fn:
-        own = function_text(fn, fingerprint)
-        found = (fn, '{"list":[' + installation_text(platform, target) + "," + own + "]}")
-        memo.remember(memo_key, found)
+        installation = items_text(["kernel-cache lowered call", FORMAT, code_identity(), platform, target.json,
+                                   installed_tools(target)], lowering_value)
+        own = items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
+        found = _static.remember(memo_key, (fn, '{"list":[' + installation + "," + own + "]}"))
     return found[1]
-
-
-@functools.lru_cache(maxsize=8192)  # (kernel function, its Triton fingerprint) -> its part of the key
-def function_text(fn: Any, fingerprint: str) -> str:
-    """The kernel function's part of the key: its name, Triton's fingerprint and its parameters' flags
-    (fixed at decoration), so kept for the process."""
-    return items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
-
-
-def installation_text(platform: str, target: Target) -> str:
-    """What every call on `target` shares in this installation, kept per reading of the installed
-    tools (`toolchain.generation`)."""
-    return _installation_text(platform, target, code_identity(), toolchain.generation)
-
-
-@functools.lru_cache(maxsize=256)
-def _installation_text(platform: str, target: Target, code: str, generation: int) -> str:
-    return items_text(["kernel-cache lowered call", FORMAT, code, platform, target.json, installed_tools(target)],
-                      lowering_value)
 
 
 _MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
