@@ -22,11 +22,4 @@ from jax import monitoring
 from kernel_cache.telemetry import events
 
 RECORDER = (monitoring.record_event, monitoring.record_event_duration_secs)
-
-
-def install() -> None:
-    """Record kernel-cache's events with jax.monitoring (idempotent)."""
-    events.add_recorder(*RECORDER)
-
-
-install()
+events.add_recorder(*RECORDER)
