@@ -25,7 +25,7 @@ from kernel_cache.session import SessionMemo
 from kernel_cache.store import Store
 
 from . import jax_compat, xla_cache
-from .planning.target_arch import resolve_target
+from .planning.plan import resolve_target
 
 if TYPE_CHECKING:
     from compiler import compile_processes

@@ -24,7 +24,7 @@ from ..planning import aliasing
 from ..planning.configs import kernel_name, runtime_param_names
 from ..planning.frozen_items import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
-from . import devices
+from . import rule
 from .primitive import triton_kernel_call_p
 
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options
@@ -232,7 +232,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
             scalars.append((position, arg.item() if isinstance(arg, np.generic) else arg))
         else:
             arrays.append(arg)
-    devices.check_arrays(arrays)
+    rule.check_arrays(arrays)
     aliases = tuple(sorted((int(i), int(o)) for i, o in (input_output_aliases or {}).items()))
     if len({o for _, o in aliases}) != len(aliases):
         raise ValueError(f"input_output_aliases must map each output from at most one input, got "

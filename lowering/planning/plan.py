@@ -10,29 +10,27 @@ rule asks for (same spec, same content key).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from jax import core
 
-from compiler import KernelSpec, Target, make_spec
+from compiler import KernelSpec, Target, make_spec, parse_target
 from kernel_cache import Config
+from kernel_cache.errors import KernelCacheError
 from kernel_cache.value_class import Value
 
+from ..payload.jaxlib_compat import triton_module
 from . import kernels
 from .aliasing import OutputOrder, outputs
 from .bound_call import BoundCall
 from .configs import LaunchConfig, Resolved, resolve
-from .target_arch import resolve_target
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """How one config is launched: known from the call and its config alone, before any kernel is read."""
 
     grid: tuple[int, int, int]
@@ -55,8 +53,7 @@ class CallInfo(NamedTuple):
     debug: bool
 
 
-@dataclass(frozen=True)
-class KernelPlan:
+class KernelPlan(NamedTuple):
     call: BoundCall  # what the user asked
     platform: str
     target: Target
@@ -100,13 +97,10 @@ class KernelPlan:
             aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(map(_nbytes, avals_in)),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
         shapes = [(tuple(map(int, a.shape)), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
-        plan = object.__new__(cls)  # the frozen dataclass's __init__ would set 19 fields one object.__setattr__ each
-        plan.__dict__.update(
-            call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
-            options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
-            avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
-            launches=launches, info=info, shapes=shapes)
-        return plan
+        return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
+                   options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
+                   avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
+                   launches=launches, info=info, shapes=shapes)
 
     def specs(self) -> list[KernelSpec]:
         return [make_spec(self.fn, self.args, dict(c.constexprs), target=self.target, num_warps=c.num_warps,
@@ -114,7 +108,7 @@ class KernelPlan:
 
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
-        return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+        return self._replace(configs=[self.configs[index]], launches=[self.launches[index]])
 
 
 def call_options(call: BoundCall) -> dict[str, Any]:
@@ -143,7 +137,11 @@ class Evaluation(Value):
                 raise self.error
             try:
                 order, results, aliases = outputs(self.call, self.avals_out)
-                inputs = _grouped(self.call.arg_tree, _runtime_values(self.avals_in, self.call.scalars))
+                flat = list(self.avals_in)  # the positional runtime args before the outputs: scalars at their places
+                for position, value in self.call.scalars:
+                    flat.insert(position, value)
+                tree = self.call.arg_tree  # a tuple parameter as one tuple, as the kernel takes it
+                inputs = flat if tree is None else list(tree.unflatten(flat))
                 self.done = order, results, aliases, inputs, resolve(self.call, inputs + results[:order.pointers])
             except Exception as error:
                 self.error = error
@@ -156,8 +154,49 @@ ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[A
 
 
 def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
-    """The target a call is lowered for: its own compute capability, else the configured arch."""
+    """The target a call is lowered for: its own compute capability, else the configured arch
+    (KERNEL_CACHE_TARGET_ARCH), else the device's. The configured one comes before the device so that
+    cross-lowering and prewarming on a GPU-less host are explicit; on a GPU host the device decides."""
     return resolve_target(platform, compute_capability, config.target_arch)
+
+
+ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
+
+
+class NoTargetError(KernelCacheError, RuntimeError):
+    """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
+
+
+@functools.lru_cache(maxsize=256)  # asked once per call: resolved once per arch
+def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
+    """The compile target for `platform`: the call's own, else the configured one, else the device's."""
+    arch = compute_capability if compute_capability is not None else (configured or _device_arch(platform))
+    target = parse_target(arch)
+    if target.backend != ("cuda" if platform == "cuda" else "hip"):
+        raise ValueError(f"target {target.name} is not a {platform} architecture "
+                         f"(check compute_capability / {ENV_VAR})")
+    return target
+
+
+@functools.cache
+def _device_arch(platform: str) -> "int | str":
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        example = "compute_capability=90" if platform == "cuda" else "compute_capability='gfx942'"
+        raise NoTargetError(
+            f"lowering a Triton kernel for '{platform}' needs the GPU architecture, and this host has "
+            f"no {platform} device to read it from: pass {example} to triton_call, or set "
+            f"{ENV_VAR} (e.g. sm_90 or gfx942)")
+    device = devices[0]
+    if platform == "cuda":
+        major, _, minor = str(device.compute_capability).partition(".")
+        return int(major) * 10 + int(minor or 0)
+    return str(triton_module("rocm").get_arch_details(device.id).split(":")[0])
 
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
@@ -199,19 +238,6 @@ def dtype_names(dtypes: Sequence[Any]) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _dtype(dtype: Any) -> tuple[str, int]:
     return np.dtype(dtype).name, int(np.dtype(dtype).itemsize)
-
-
-def _runtime_values(in_avals: Sequence[Any], scalars: Sequence[tuple[int, Any]]) -> list[Any]:
-    """The inputs with the scalars at their positions: the positional runtime args before the outputs."""
-    values = list(in_avals)
-    for position, value in scalars:
-        values.insert(position, value)
-    return values
-
-
-def _grouped(arg_tree: Any, flat: list[Any]) -> list[Any]:
-    """The flat runtime inputs as the kernel's parameters take them (a tuple parameter as one tuple)."""
-    return flat if arg_tree is None else list(arg_tree.unflatten(flat))
 
 
 def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:

@@ -265,8 +265,7 @@ def test_jvp_and_vmap_point_to_custom_rules():
 def test_arrays_on_several_devices_are_refused_outside_shard_map():
     from types import SimpleNamespace
 
-    from lowering.frontend.devices import check_arrays
-    from lowering.frontend.rule import check_lowering_context
+    from lowering.frontend.rule import check_arrays, check_lowering_context
 
     two = SimpleNamespace(sharding=SimpleNamespace(device_set={"gpu0", "gpu1"}))
     with pytest.raises(jt.MultiDeviceError, match="shard_map"):
