@@ -59,8 +59,7 @@ def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability
     fields = compat.KernelFields(
         name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
         binary=binary, ttir=(art.ttir or "") if debug else "", compute_capability=compute_capability,
-        cluster_dims=tuple(art.cluster_dims), global_scratch_size=art.global_scratch_size,
-        global_scratch_align=art.global_scratch_align)
+        global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align)
     return compat.make_triton_kernel(module, fields)
 
 

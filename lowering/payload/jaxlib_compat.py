@@ -3,8 +3,7 @@
 Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
 registers, the arity of `TritonKernel`'s constructor, and the Triton proto schema embedded in the
 plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
-leaves no trace but the version number. It is long because it holds every generation's constructor
-and the module_image layout, their value classes written out (`kernel_cache.value_class`).
+leaves no trace but the version number.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ LEGACY_TARGET = "triton_kernel_call"
 FFI_TARGET = "triton_kernel_call_ffi"
 # jaxlib releases before this one corrupt aliased inputs when the autotuner runs (jax #35218).
 AUTOTUNED_ALIASES_MIN_JAXLIB = (0, 10, 0)
-
-_PLUGIN_PLATFORM = {"cuda": "cuda", "rocm": "rocm"}
 
 
 class JaxlibSupportError(KernelCacheError, RuntimeError):
@@ -58,7 +55,7 @@ def triton_module(platform: str) -> ModuleType:
     absent borrows the other plugin's: the proto it writes is the same message."""
     from jaxlib import plugin_support
 
-    module = plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton")
+    module = plugin_support.import_from_plugin(platform, "_triton")
     if module is None:
         other = "rocm" if platform == "cuda" else "cuda"
         module = plugin_support.import_from_plugin(other, "_triton")
@@ -79,7 +76,7 @@ def plugin_installed(platform: str) -> bool:
     """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
     from jaxlib import plugin_support
 
-    return plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton") is not None
+    return plugin_support.import_from_plugin(platform, "_triton") is not None
 
 
 @functools.cache
@@ -125,7 +122,7 @@ def plugin_takes_module_image(platform: str) -> bool:
 
 
 # TritonKernel constructor ----------------------------------------------------------------------
-def _ctor_7(cls: Any, k: KernelFields) -> Any:  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
+def _ctor_7(cls: Any, k: KernelFields) -> Any:  # (name, num_warps, num_ctas, smem, ptx, ttir, cc)
     return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
 
 
@@ -134,16 +131,7 @@ def _ctor_7_scratch(cls: Any, k: KernelFields) -> Any:  # jaxlib > 0.11.0 also t
                global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
 
 
-def _ctor_9(cls: Any, k: KernelFields) -> Any:  # 0.4.24 - 0.8.1: (name, num_warps, smem, ptx, ttir, cc, cluster x, y, z)
-    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability,
-               *k.cluster_dims)
-
-
-def _ctor_6(cls: Any, k: KernelFields) -> Any:  # <= 0.4.23: (name, num_warps, smem, ptx, ttir, cc)
-    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability)
-
-
-_CTORS = (_ctor_7_scratch, _ctor_7, _ctor_9, _ctor_6)
+_CTORS = (_ctor_7_scratch, _ctor_7)  # jaxlib >= 0.8.2 (the supported floor is 0.10.2)
 _ctor_choice: dict[Any, Callable[[Any, KernelFields], Any]] = {}  # TritonKernel class -> its constructor
 
 
@@ -157,7 +145,6 @@ class KernelFields(NamedTuple):
     binary: str  # PTX text (CUDA) or the path of an HSACO file (ROCm)
     ttir: str
     compute_capability: int
-    cluster_dims: tuple[int, ...] = (1, 1, 1)
     global_scratch_size: int = 0
     global_scratch_align: int = 1
 

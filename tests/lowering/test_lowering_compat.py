@@ -19,7 +19,7 @@ from lowering.payload.module_image import ModuleImage, inject
 from lowering.payload.proto import schemas_from_binary
 
 FIELDS = compat.KernelFields(name="k", num_warps=4, num_ctas=1, shared_mem=128, binary="PTX", ttir="",
-                             compute_capability=90, cluster_dims=(1, 1, 1))
+                             compute_capability=90)
 
 
 def _fake_kernel_class(arity: int, scratch: bool):
@@ -33,8 +33,6 @@ def _fake_kernel_class(arity: int, scratch: bool):
 
 
 @pytest.mark.parametrize("arity,scratch,expected", [
-    (6, False, ("k", 4, 128, "PTX", "", 90)),
-    (9, False, ("k", 4, 128, "PTX", "", 90, 1, 1, 1)),
     (7, False, ("k", 4, 1, 128, "PTX", "", 90)),
     (7, True, ("k", 4, 1, 128, "PTX", "", 90)),
 ])
