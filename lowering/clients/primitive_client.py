@@ -28,7 +28,7 @@ from ..compile_ahead import ahead
 from ..frontend.api import grid_param, zeroed_param
 from ..payload import jaxlib_compat as compat
 from ..planning.frozen_items import FrozenItems
-from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
+from .served import UnsupportedCall, UnsupportedClient, check_configuration, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).
 COMMON_PARAMS = frozenset({
@@ -60,7 +60,10 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
     primitive, lowering = module.triton_kernel_call_p, module.triton_kernel_call_lowering
     signature = inspect.signature(lowering).parameters.values()
     keywords = {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
-    check_parameters(client.name, "triton_kernel_call lowering rule", keywords, set(client.params))
+    if keywords != client.params:
+        extra, missing = sorted(keywords - client.params), sorted(client.params - keywords)
+        raise UnsupportedClient(f"{client.name}'s triton_kernel_call lowering rule takes parameters kernel-cache "
+                                f"does not expect (new: {extra or 'none'}, gone: {missing or 'none'})")
     check_configuration()
     for platform, backend in client.backends:
         own = functools.partial(lowering, getattr(module, backend))

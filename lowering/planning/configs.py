@@ -28,12 +28,6 @@ class LaunchConfig(NamedTuple):
     description: str
 
 
-def _from_triton(config: Any) -> LaunchConfig:
-    return LaunchConfig(dict(config.kwargs), config.num_warps if config.num_warps is not None else DEFAULT_NUM_WARPS,
-                config.num_stages if config.num_stages is not None else DEFAULT_NUM_STAGES,
-                getattr(config, "num_ctas", 1) or 1, str(config))
-
-
 def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[LaunchConfig]:
     configs = triton_compat.autotune_configs(tuner)
     for i, config in enumerate(configs):
@@ -49,7 +43,9 @@ def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mappi
     if prune is not None:
         kept = list(prune(kept, named_args))
     kept = _perf_model_top_k(tuner, kept, named_args, metaparams)
-    return [_from_triton(c) for c in kept]
+    return [LaunchConfig(dict(c.kwargs), c.num_warps if c.num_warps is not None else DEFAULT_NUM_WARPS,
+                         c.num_stages if c.num_stages is not None else DEFAULT_NUM_STAGES,
+                         getattr(c, "num_ctas", 1) or 1, str(c)) for c in kept]
 
 
 def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any],

@@ -25,9 +25,6 @@ class FrozenItems(tuple[tuple[Any, Any], ...]):
 
     items = tuple.__iter__  # the (key, value) pairs in order, read by the tuple's own iterator
 
-    def pairs(self) -> tuple[tuple[Any, Any], ...]:
-            return tuple(tuple.__iter__(self))
-
     def keys(self) -> list[Any]:
         return [key for key, _ in tuple.__iter__(self)]
 
@@ -53,7 +50,7 @@ class FrozenItems(tuple[tuple[Any, Any], ...]):
         return any(name == key for name, _ in tuple.__iter__(self))
 
     def __getnewargs__(self) -> tuple[tuple[tuple[Any, Any], ...]]:  # copy and pickle
-        return (self.pairs(),)
+        return (tuple(tuple.__iter__(self)),)
 
     def __repr__(self) -> str:
         return f"FrozenItems({dict(tuple.__iter__(self))!r})"

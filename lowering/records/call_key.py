@@ -106,15 +106,12 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
         own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluation)
     except TypeError:  # not a kernel (its plan says so), or some input has no value form
         return None
-    hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs,
-                                        "")).encode())
-    hasher.update(own)
     python_fn = getattr(fn, "fn", fn)  # the decorated Python function: the name a recipe gives the kernel
-    lineage = xxhash.xxh3_128("\0".join(("kernel-cache call lineage", str(SIGNATURE_FORMAT), platform,
-                                         getattr(python_fn, "__module__", ""), getattr(python_fn, "__qualname__", ""),
-                                         "")).encode())
-    lineage.update(own)
-    return str(hasher.hexdigest()), str(lineage.hexdigest())
+    signature = ("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs, "")
+    lineage = ("kernel-cache call lineage", str(SIGNATURE_FORMAT), platform, getattr(python_fn, "__module__", ""),
+               getattr(python_fn, "__qualname__", ""), "")
+    return (str(xxhash.xxh3_128_hexdigest("\0".join(signature).encode() + own)),
+            str(xxhash.xxh3_128_hexdigest("\0".join(lineage).encode() + own)))
 
 
 # (id of a kernel function, its Triton fingerprint, target, platform, installed tools' generation) ->

@@ -61,15 +61,8 @@ def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
         if hooks is None or hooks.early_config_prune is not None or hooks.perf_model is not None:
             raise TypeError("no value form for a Heuristics wrapper or an Autotuner's prune hooks")
         tuners.append((tuple(tc.autotune_keys(wrapper)),
-                       tuple([form(_fields(config)) for config in tc.autotune_configs(wrapper)])))
+                       tuple([form(vars(config)) for config in tc.autotune_configs(wrapper)])))
     return form(tc.constexpr_defaults(fn)), tuple(tuners), device
-
-
-def _fields(config: Any) -> dict[str, Any]:
-    fields = getattr(config, "__dict__", None)
-    if type(fields) is not dict:
-        raise TypeError(f"no value form for a config of {type(config).__name__}")
-    return fields
 
 
 def avals(values: Sequence[Any]) -> tuple[Any, ...]:

@@ -138,7 +138,10 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
     """(canonical key values, text): the autotuner's `key` arguments as Triton keys its cache, plus
     every operand's shape and dtype: a winner is tuned for one problem size even where the key leaves
     a size out."""
-    names = _tuner_keys(kernel)
+    names: list[str] = []
+    for wrapper in triton_compat.wrapper_chain(kernel):
+        if triton_compat.is_autotuner(wrapper):
+            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
     available = {**metaparams, **named}
     chosen = [(n, _value(available[n])) for n in names if n in available]
     operands = [_value(a) for a in avals_in], [_value(a) for a in avals_out]
@@ -146,14 +149,6 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
     text = ", ".join(f"{n}={_show(v)}" for n, v in chosen)
     text += ("; " if text else "") + ", ".join(map(_show, operands[0])) + " -> " + ", ".join(map(_show, operands[1]))
     return values, text
-
-
-def _tuner_keys(kernel: Any) -> list[str]:
-    names: list[str] = []
-    for wrapper in triton_compat.wrapper_chain(kernel):
-        if triton_compat.is_autotuner(wrapper):
-            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
-    return names
 
 
 def _value(value: Any) -> Any:
