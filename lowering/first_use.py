@@ -35,14 +35,6 @@ else:
     job_level = later("kernel_cache.levels.job")  # only in a process of a multi-process job
 
 
-def session() -> kernel_cache.Session:
-    """The process's session, its first use seen to (the lowering rule makes the same check inline)."""
-    current = kernel_cache.current_session()
-    if STARTED not in current.memos:
-        STARTED.of(current)
-    return current
-
-
 class _Started:
     """The set-up importing leaves to the first call, done once per session as its memo is made."""
 

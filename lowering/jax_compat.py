@@ -1,13 +1,7 @@
-"""Every difference between JAX releases that the primitive and `triton_call` touch, in one place,
-decided by capability (jaxlib's differences are in `lowering.payload.jaxlib_compat`):
-- a primitive's DCE rule: JAX 0.12 passes (used outputs, live inputs, equation), earlier releases
-  (used outputs, equation); ours and the clients' rules are registered to take either;
-- a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
-  out_avals) before the operands;
-- `jax.Ref` values: `AbstractRef` is their abstract value, `TransformedRef` a view of one;
-- whether JAX's backends are up (`backends_started`), asked without starting one;
-- a multi-process job's key-value store (`job_store`): `jax.distributed`'s client, its byte calls and
-  its answers for a missing or an existing key (errors whose text starts NOT_FOUND / ALREADY_EXISTS).
+"""Every difference between JAX releases, and every private JAX module, that the primitive and
+`triton_call` touch, in one place, decided by capability (jaxlib's differences are in
+`lowering.payload.jaxlib_compat`): JAX 0.12 passes a DCE rule the inputs' liveness and a discharge
+rule a `DischargeContext`, earlier releases neither.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from jax import tree_util
 from .. import tensor_descriptor
 from ..frontend.api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
 from ..planning import aliasing
-from ..planning.frozen_items import FrozenItems
+from ..planning.bound_call import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
 from . import primitive_client
 from .primitive_client import COMMON_PARAMS, PrimitiveClient, client_scalar

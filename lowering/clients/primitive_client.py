@@ -27,7 +27,7 @@ from .. import jax_compat
 from ..compile_ahead import ahead
 from ..frontend.api import grid_param, zeroed_param
 from ..payload import jaxlib_compat as compat
-from ..planning.frozen_items import FrozenItems
+from ..planning.bound_call import FrozenItems
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).

@@ -30,10 +30,6 @@ class UnsupportedCall(KernelCacheError, ValueError):
     """One call asks for something the adapter does not lower (the client lowers it itself)."""
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:4])
-
-
 def check_version(client: str, distribution: str, lowest: tuple[int, ...], below: tuple[int, ...]) -> str:
     """The installed version of `distribution`, if within [lowest, below); else UnsupportedClient."""
     try:
@@ -41,7 +37,7 @@ def check_version(client: str, distribution: str, lowest: tuple[int, ...], below
     except importlib.metadata.PackageNotFoundError:
         raise UnsupportedClient(f"{client} is importable but {distribution} is not installed as a package, so "
                                 f"its version is unknown") from None
-    if not lowest <= version_tuple(version) < below:
+    if not lowest <= tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4]) < below:
         raise UnsupportedClient(f"{distribution} {version} is not a version kernel-cache knows (it knows "
                                 f"{'.'.join(map(str, lowest))} up to, not including, {'.'.join(map(str, below))})")
     return version

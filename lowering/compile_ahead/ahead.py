@@ -58,7 +58,7 @@ _lock = threading.Lock()
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
     """Remember a bound call until a miss starts it. The first bound call of a session starts it
     (`first_use`); in a process about to compile, the second distinct one starts its compile workers."""
-    starter = first_use.session().memos[first_use.STARTED].cold_start
+    starter = first_use.STARTED.of(kernel_cache.current_session()).cold_start
     noted = _operands(operands)
     _noted.append((noted, params, translate))
     if starter is not None and starter.waiting:  # a process that may be about to compile, no workers yet

@@ -21,8 +21,8 @@ from .. import jax_compat, tensor_descriptor
 from ..compile_ahead import ahead
 from ..payload import jaxlib_compat as compat
 from ..planning import aliasing
+from ..planning.bound_call import FrozenItems
 from ..planning.configs import kernel_name, runtime_param_names
-from ..planning.frozen_items import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
 from . import rule
 from .primitive import triton_kernel_call_p

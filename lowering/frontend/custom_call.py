@@ -138,22 +138,14 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
         proto = module_image.inject(proto, [module_image.ModuleImage(cast(bytes, cubin), c.artifact.name,
                                                                       c.artifact.shared_mem)
                                             for c, cubin in zip(calls, cubins)], layout)
-    return deflate.compress(proto, _fixed_parts(platform, calls, cubins if with_image else None))
-
-
-def _fixed_parts(platform: str, calls: Sequence[ConfigCall], cubins: Sequence[bytes | None] | None
-                 ) -> list[tuple[bytes, bytes]]:
-    """(bytes, their deflate run) of each kernel's PTX and of the cubins in the module image."""
-    parts = []
-    for index, call in enumerate(calls):
-        art = call.artifact
-        ptx = art.blobs.get("ptx")
+    parts = []  # (bytes, their deflate run) of each kernel's PTX and of the cubins in the module image
+    for call, cubin in zip(calls, cubins):
+        art, ptx = call.artifact, call.artifact.blobs.get("ptx")
         if platform == "cuda" and ptx:
             parts.append((ptx, deflate.deflated(ptx, art.deflated("ptx"))))
-        cubin = cubins[index] if cubins is not None else None
-        if cubin:
+        if with_image and cubin:
             parts.append((cubin, deflate.deflated(cubin, art.deflated("cubin"))))
-    return parts
+    return deflate.compress(proto, parts)
 
 
 def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
@@ -180,12 +172,9 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     cost_estimate goes where jax-triton 0.4 puts it, `cost_estimate_json` in the FFI target's backend
     config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
     payload itself, as a frontend attribute of that name."""
-    call, platform = plan.call, plan.platform
-    name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
-    cost_estimate = call.cost_estimate
-    avals_out = plan.results  # the kernel's order: pointer outputs first
-    result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
-    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in avals_out])  # laid out row-major
+    call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
+    result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
+    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major
     use_ffi = not autotuned and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
@@ -194,16 +183,16 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     if target_name == compat.LEGACY_TARGET:
         use_ffi = False
     backend_config: bytes | dict[str, ir.Attribute]
-    estimate = json.dumps(dict(cost_estimate)) if cost_estimate else None
+    estimate = json.dumps(dict(call.cost_estimate)) if call.cost_estimate else None
     if use_ffi:
         target, api_version = compat.FFI_TARGET, 4
-        backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
+        backend_config = {"name": ir.StringAttr.get(call.name), "opaque": ir.StringAttr.get(payload)}
         if estimate is not None:
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
     op = _build_op(target, result_types, list(operands), backend_config, api_version, ranks, dict(plan.aliases),
-                   has_side_effect)
+                   call.has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)

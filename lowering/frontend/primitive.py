@@ -19,8 +19,8 @@ from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's s
 from jax.interpreters import ad, batching
 
 from .. import jax_compat
+from ..planning.bound_call import FrozenItems
 from ..planning.configs import kernel_name
-from ..planning.frozen_items import FrozenItems
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True

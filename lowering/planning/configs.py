@@ -67,12 +67,8 @@ def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any]
 
 def set_by_wrappers(kernel: Any) -> set[str]:
     """Names the kernel's Autotuner configs and Heuristics set: constexprs, whatever the annotation."""
-    return _set_by(triton_compat.unwrapped(kernel)[0])
-
-
-def _set_by(wrappers: tuple[Any, ...]) -> set[str]:
     names: set[str] = set()
-    for wrapper in wrappers:
+    for wrapper in triton_compat.unwrapped(kernel)[0]:
         if triton_compat.is_autotuner(wrapper):
             names.update(k for config in triton_compat.autotune_configs(wrapper) for k in config.kwargs)
         else:
@@ -92,17 +88,9 @@ def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]
 
 def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str]:
     wrappers, fn = kernel
-    constexprs = set(metaparams) | _set_by(wrappers) if wrappers else metaparams
+    constexprs = set(metaparams) | set_by_wrappers(wrappers[0]) if wrappers else metaparams  # [0]: the outermost
     return [name for name, is_constexpr, *_ in triton_compat.param_flags(fn)
             if not is_constexpr and name not in constexprs]
-
-
-def _named(kernel: Unwrapped, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
-    names = _runtime_names(kernel, metaparams)
-    if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
-                        f"got {len(runtime_values)} (inputs, scalars and outputs together)")
-    return dict(zip(names, runtime_values))
 
 
 def kernel_name(kernel: Any) -> str:
@@ -156,7 +144,11 @@ def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
     meta = dict(call.metaparams.items())
     kernel = triton_compat.unwrapped(call.kernel)
-    named = _named(kernel, runtime_values, meta)
+    names = _runtime_names(kernel, meta)
+    if len(runtime_values) > len(names):
+        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+                        f"got {len(runtime_values)} (inputs, scalars and outputs together)")
+    named = dict(zip(names, runtime_values))
     fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)
     grid, zeroed_outputs = call.grid, call.zeroed_outputs
     if not (callable(grid) or callable(zeroed_outputs)):  # the same for every config: evaluated once

@@ -96,7 +96,7 @@ class KernelPlan(NamedTuple):
             compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
             aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(map(_nbytes, avals_in)),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
-        shapes = [(tuple(map(int, a.shape)), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
+        shapes = [(tuple(map(int, a.shape)), dtype_info(a.dtype)[0]) for a in (*avals_in, *results)]
         return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
                    options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
                    avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
@@ -201,42 +201,28 @@ def _device_arch(platform: str) -> "int | str":
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
                   avals_out: Sequence[Any]) -> list[dict[int, int]]:
-    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes."""
+    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes. An output's
+    position is its own pointer's (after the inputs and scalars), or, for an aliased output without
+    one (jax-triton 0.4), the input's."""
     if not any(zeroed):
         return [{} for _ in zeroed]
-    positions = _zero_positions(order, tuple(call.input_output_aliases.items()), call.scalars, len(avals_in))
+    num_args = len(avals_in) + len(call.scalars)
+    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}  # by the user's output index
+    scalar_at = {p for p, _ in call.scalars}
+    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
+    for i, o in call.input_output_aliases.items():
+        positions.setdefault(int(o), array_at[int(i)])
     out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
     return [{positions[i]: out_sizes[i] for i in outputs} for outputs in zeroed]
 
 
-def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
-                    num_inputs: int) -> dict[int, int]:
-    """{the user's output index: the runtime argument jaxlib zeroes for it}: an output's own pointer
-    (after the inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
-    num_args = num_inputs + len(scalars)
-    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}
-    scalar_at = {p for p, _ in scalars}
-    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
-    for i, o in aliases:
-        positions.setdefault(int(o), array_at[int(i)])
-    return positions
-
-
 def _nbytes(aval: Any) -> int:
-    return math.prod(map(int, aval.shape)) * _dtype(aval.dtype)[1]
+    return math.prod(map(int, aval.shape)) * dtype_info(aval.dtype)[1]
 
 
-def dtype_name(dtype: Any) -> str:
-    """numpy's name of a dtype (memoized: numpy computes it anew each time)."""
-    return _dtype(dtype)[0]
-
-
-def dtype_names(dtypes: Sequence[Any]) -> list[str]:
-    return [_dtype(dtype)[0] for dtype in dtypes]
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype(dtype: Any) -> tuple[str, int]:
+@functools.lru_cache(maxsize=256)  # numpy computes a dtype's name anew each time
+def dtype_info(dtype: Any) -> tuple[str, int]:
+    """(numpy's name of a dtype, its item size)."""
     return np.dtype(dtype).name, int(np.dtype(dtype).itemsize)
 
 

@@ -1,14 +1,9 @@
-"""A lowered call's key: a pure function of its plan and facts of the installation, computed
-without building a kernel spec, a content key or a proto. It covers everything the payload is built
-from: the kernel (name, Triton's cache key, parameter flags), the runtime argument types, options and
-each config's launch, the call's fields and shapes, the target, toolchain, jaxlib's capabilities, the
-GPU model winners are looked up for, and the source of the compiler and lowering packages (an edited
-module is a new key, never a stale payload). It is hashed in the core's canonical encoding
-(`kernel_cache.entries.canonical`): the int 1, the float 1.0, True and "1" differ; a value with no
-canonical form makes the call keyless, lowered kernel by kernel, unrecorded. What many calls share is
-encoded once and spliced in as text: per process and target (`static_text`), per JAX module (`module_text`).
+"""A lowered call's key: a pure function of its plan and facts of the installation (the source of the
+compiler and lowering packages among them: an edited module is a new key, never a stale payload),
+computed without building a kernel spec, a content key or a proto, in the core's canonical encoding
+(a value with no canonical form makes the call keyless: lowered kernel by kernel, unrecorded).
 
-A call's signature (`signature`) names the same record from what the rule is given, unplanned: the
+A call's signature (`signed_call`) names the same record from what the rule is given, unplanned: the
 plan is a pure function of its inputs, so their digest, where each has a value form (`value_form`),
 names one plan and so one key; the program's warm set keeps signature -> key from the run before.
 It costs a third of planning and keying. A heuristic, a prune hook, a perf model or a pre_hook

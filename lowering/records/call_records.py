@@ -12,7 +12,6 @@ inputs have no value form has no signature and is planned on every lowering.
 
 KERNEL_CACHE_CALL_RECORDS=0 keeps records in this session only. ROCm payloads name a temporary
 file: never recorded. Tuning bypasses every tier but the last: nothing lowered may be reused.
-The module is long because it is the serving path whole: its tiers, and the record slot the last fills.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ class Slot:
 
     key: str | None
     plan: KernelPlan
-    winners_apply: bool
     session: Session
     memos: "_Memos"
     payload: bytes | None = None
@@ -64,20 +62,20 @@ class Slot:
         keys = tuple(key for _, key in fetched)
         seconds = sum(art.compile_seconds for art, _ in fetched)
         if not chosen:
-            self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
+            self._put(self.key, keys, seconds, payload, winner_key)
             self.signable = self.key
             return
         self.signable = call_entry.winner_record_key(self.key, keys[0])
-        self._put(self.signable, keys, seconds, payload, winner_key or "")
+        self._put(self.signable, keys, seconds, payload, winner_key)
         if _read(self.session, self.memos, self.key) is None:  # the call's own record points readers at its winner
-            self._put(self.key, tuple(family), 0.0, None, winner_key or "")
+            self._put(self.key, tuple(family), 0.0, None, winner_key)
 
-    def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
+    def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str | None) -> None:
         plan = self.plan
         record = call_entry.CallRecord(
             key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
             arch=plan.target.name, target=plan.target.json, toolchain=toolchain_summary(plan.target),
-            config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
+            config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key or "")
         if self.session.config.call_records:
             entry = record.to_entry()
             self.session.store.put(entry)
@@ -126,7 +124,7 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     config = session.config
     device = winners.gpu_model(plan.platform, config) if len(plan.configs) > 1 and config.winners else None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
-    slot = Slot(None, plan, device is not None, session, memos)
+    slot = Slot(None, plan, session, memos)
     if plan.platform != "cuda" or session.tuning is not None:  # tuning: nothing lowered may be reused
         return slot
     slot.key = call_key.call_key(plan, device, module, config)
@@ -175,7 +173,14 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
 def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str, start: float) -> None:
     store = session.store
     store.stats.record_hit(level, record.key, record.compile_seconds)
-    _touch_kernels(memos.warm_set(store), memos.touched, record.config_keys)
+    warm = memos.warm_set(store)
+    # The LRU order is told once per session and at exit that the record's kernels are in use: never read
+    # while their record serves, a size-bounded level must not evict them first (a new toolchain needs them).
+    new = [key for key in record.config_keys if key not in memos.touched]
+    if new:
+        if len(memos.touched) < 1 << 16:
+            memos.touched.update(new)
+        warm.touch_later(new)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel, count = record.kernel, len(record.config_keys)
         lookup_log.lookup(record.key, lambda: record_label(kernel, count), level, start)
@@ -193,17 +198,6 @@ def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRe
     redirect = record.redirect(chosen)
     found = _read(session, memos, redirect) if redirect is not None else None
     return found if found is not None and found[0].serves(chosen) else None
-
-
-def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
-    """Tell the LRU order, once per session and at exit, that a record's kernels are in use: never
-    read while their record serves, a size-bounded level must not evict them first (a new toolchain
-    keys every call anew, and then needs them)."""
-    new = [key for key in keys if key not in touched]
-    if new:
-        if len(touched) < 1 << 16:
-            touched.update(new)
-        warm.touch_later(new)
 
 
 def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallRecord, str] | None:

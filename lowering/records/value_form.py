@@ -21,8 +21,8 @@ from jax import core
 from compiler import triton_compat as tc
 from kernel_cache.value_class import FrozenValue
 
-from ..planning.frozen_items import FrozenItems
-from ..planning.plan import Evaluation, dtype_name, dtype_names
+from ..planning.bound_call import FrozenItems
+from ..planning.plan import Evaluation, dtype_info
 
 
 def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
@@ -70,8 +70,7 @@ def avals(values: Sequence[Any]) -> tuple[Any, ...]:
     for aval in values:
         if type(aval) is not core.ShapedArray:
             raise TypeError(f"no value form for an aval of {type(aval).__name__}")
-    names = dtype_names([aval.dtype for aval in values])
-    return tuple([(tuple(map(int, aval.shape)), name, bool(aval.weak_type)) for aval, name in zip(values, names)])
+    return tuple([(tuple(map(int, aval.shape)), dtype_info(aval.dtype)[0], bool(aval.weak_type)) for aval in values])
 
 
 _PLAIN = frozenset({int, bool, type(None), str, bytes})
@@ -94,7 +93,7 @@ def form(value: Any) -> Any:
     if isinstance(value, np.generic):
         return ("N", kind.__module__, kind.__qualname__, value.tobytes())
     if isinstance(value, np.dtype):
-        return ("ND", value.str, dtype_name(value))
+        return ("ND", value.str, dtype_info(value)[0])
     if isinstance(value, type):  # a dtype given as its scalar type (jnp.float32): by its qualified name
         return ("C", value.__module__, value.__qualname__)
     if isinstance(value, FrozenValue):  # a typed scalar, a descriptor: by their fields' values

@@ -118,8 +118,7 @@ def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = Non
 
 def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
     """The GPU model winners are looked up for: the configured one, else the visible device's."""
-    configured = config.gpu_model
-    return configured if configured else _device_kind(platform)
+    return config.gpu_model or _device_kind(platform)
 
 
 @functools.cache

@@ -28,8 +28,7 @@ import kernel_cache
 from compiler import triton_compat as tc
 from compiler.spec import compile_options
 from lowering import triton_call
-from lowering.planning.bound_call import BoundCall
-from lowering.planning.frozen_items import FrozenItems
+from lowering.planning.bound_call import BoundCall, FrozenItems
 from lowering.planning.plan import KernelPlan
 from lowering.records import call_key
 

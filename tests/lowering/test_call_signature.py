@@ -31,7 +31,7 @@ from kernel_cache import front_level
 from kernel_cache.entries import call_entry, warm_set
 from lowering import examples as ep
 from lowering.planning import plan
-from lowering.planning.frozen_items import FrozenItems
+from lowering.planning.bound_call import FrozenItems
 from lowering.records import call_key, call_records
 
 
