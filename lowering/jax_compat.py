@@ -134,17 +134,15 @@ def job_store() -> tuple[JobStore, int, int] | None:
     """(the job's key-value store, this process's id, the number of processes) where `jax.distributed`
     is initialized with several processes and its client has the byte calls; None otherwise (asking
     starts nothing)."""
-    try:
-        from jax._src import distributed
-    except ImportError:
-        return None
+    from jax._src import distributed
+
     state = distributed.global_state
-    client, processes = getattr(state, "client", None), getattr(state, "num_processes", None)
+    client, processes = state.client, state.num_processes
     if client is None or not isinstance(processes, int) or processes < 2:
         return None
     if not all(hasattr(client, call) for call in ("key_value_try_get_bytes", "key_value_set_bytes", "key_value_delete")):
         return None
-    return JobStore(client), int(getattr(state, "process_id", 0) or 0), processes
+    return JobStore(client), int(state.process_id), processes
 
 
 def _status(exc: Exception) -> str:

@@ -56,11 +56,10 @@ def apply(store: Store) -> Path | None:
                   f"the executables it finds there as code, so kernel-cache hands it only a directory nobody "
                   f"else can write (README: 'Trust model'); XLA compiles as usual")
         return None
-    changed = current != str(directory)
     jax.config.update("jax_compilation_cache_dir", str(directory))  # type: ignore[no-untyped-call]  # unannotated in jax
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # type: ignore[no-untyped-call]  # (as above)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)  # type: ignore[no-untyped-call]  # (as above)
-    if changed:
+    if current != str(directory):
         jax_compat.redecide_persistent_cache()
     return directory
 

@@ -14,9 +14,8 @@ import functools
 import inspect
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.interpreters import mlir
@@ -36,11 +35,9 @@ COMMON_PARAMS = frozenset({
     "num_ctas", "compute_capability", "enable_fp_fusion", "input_output_aliases", "zeroed_outputs", "debug",
     "serialized_metadata"})
 _TARGETS = {compat.LEGACY_TARGET: "", compat.FFI_TARGET: compat.FFI_TARGET}
-_BACKENDS = (("cuda", "get_cuda_backend"), ("rocm", "get_hip_backend"))
 
 
-@dataclass(frozen=True)
-class PrimitiveClient:
+class PrimitiveClient(NamedTuple):
     name: str  # as KERNEL_CACHE_INTERCEPT spells it
     distribution: str  # the pip package, for its version
     lowest: tuple[int, ...]  # versions known to work: [lowest, below)
@@ -49,7 +46,8 @@ class PrimitiveClient:
     # (client, module, its primitive's parameters, the lowering's ctx) -> rule.lower_call's parameters
     translate: Callable[["PrimitiveClient", ModuleType, dict[str, Any], Any], dict[str, Any]] = (
         lambda client, module, params, ctx: translate(client, params))
-    backends: tuple[tuple[str, str], ...] = _BACKENDS  # (platform, the module's target function its rule takes)
+    # (platform, the module's target function its rule takes)
+    backends: tuple[tuple[str, str], ...] = (("cuda", "get_cuda_backend"), ("rocm", "get_hip_backend"))
 
 
 def install(client: PrimitiveClient, module: ModuleType) -> None:

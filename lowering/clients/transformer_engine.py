@@ -46,8 +46,7 @@ def install(module: ModuleType) -> None:
         raise UnsupportedClient(f"TE's triton_call_lowering takes ({', '.join(parameters)}), not a signature "
                                 f"kernel-cache knows")
     check_configuration()
-    defaults = dict(_TE_DEFAULTS)
-    defaults.update({n: p.default for n, p in parameters.items() if p.default is not p.empty})
+    defaults = {**_TE_DEFAULTS, **{n: p.default for n, p in parameters.items() if p.default is not p.empty}}
     ours = functools.wraps(own)(functools.partial(_lower, own, defaults))
     ours.__kernel_cache_client__ = CLIENT  # type: ignore[attr-defined]
     for name, loaded in list(sys.modules.items()):  # modules that bound it by name before now

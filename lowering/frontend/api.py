@@ -175,8 +175,7 @@ def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
         raise TypeError("pass either out_shape or out_type, not both")
     shapes = out_shape if out_shape is not None else out_type
     shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
-    flat, tree = tree_util.tree_flatten(shapes)
-    return list(flat), tree
+    return tree_util.tree_flatten(shapes)  # (flat list, tree)
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,

@@ -38,8 +38,6 @@ else:  # the module image is built only for a call lowered kernel by kernel (a w
     module_image = later("lowering.payload.module_image")
 
 _warned_aliases = False
-# Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
-_JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
 
 class ConfigCall(NamedTuple):
@@ -88,7 +86,7 @@ def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> li
                                                         16 if aligned else 0))
         else:
             value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
-            params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
+            params.append(module.create_scalar_parameter(value, "i1" if ty == "u1" else ty))  # jaxlib's name for u1
         position += 1
 
     for name, value in zip(names, args):
@@ -175,13 +173,11 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
     result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
     ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major
-    use_ffi = not autotuned and compat.ffi_target_registered(platform)
+    use_ffi = not autotuned and target_name != compat.LEGACY_TARGET and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
             f"custom_call_target_name='{compat.FFI_TARGET}' needs a non-autotuned call and a jaxlib whose "
             f"{platform} plugin registers that target")
-    if target_name == compat.LEGACY_TARGET:
-        use_ffi = False
     backend_config: bytes | dict[str, ir.Attribute]
     estimate = json.dumps(dict(call.cost_estimate)) if call.cost_estimate else None
     if use_ffi:

@@ -82,11 +82,7 @@ def plugin_installed(platform: str) -> bool:
 @functools.cache
 def ffi_target_registered(platform: str) -> bool:
     """Whether the platform's own plugin registers the CUDA-graph-compatible FFI target for Triton calls."""
-    if not plugin_installed(platform):
-        return False
-    module = triton_module(platform)
-    registrations: Any = getattr(module, "registrations", None)
-    return bool(registrations) and FFI_TARGET in registrations()
+    return plugin_installed(platform) and FFI_TARGET in triton_module(platform).registrations()
 
 
 def tma_descriptors_in_jaxlib() -> bool:

@@ -78,18 +78,15 @@ class KernelPlan(NamedTuple):
            config: Config, evaluation: "Evaluation | None" = None) -> "KernelPlan":
         """`evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
         target = target_of(platform, call.compute_capability, config)
-        meta = dict(call.metaparams.items())
         evaluation = evaluation if evaluation is not None else Evaluation(avals_in, avals_out, call)
         order, results, aliases, inputs, resolved = evaluation.resolved()
-        pointed = results[:order.pointers]
-        named = resolved.named
-        args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
-                                      call.arg_tree, aligned=call.aligned_pointers)
-        options = call_options(call)
+        args = kernels.argument_types([a.dtype for a in avals_in], call.scalars,
+                                      [a.dtype for a in results[:order.pointers]], call.arg_tree,
+                                      aligned=call.aligned_pointers)
         zeroed_bytes = _zeroed_bytes(resolved.zeroed, order, call, avals_in, avals_out)
         launches = [Launch(grid=grid, zeroed_bytes=zeroed, description=c.description, bound=frozenset(c.constexprs))
                     for c, grid, zeroed in zip(resolved.configs, resolved.grids, zeroed_bytes, strict=True)]
-        leaf_names = _leaf_names(list(named), inputs)
+        leaf_names = _leaf_names(list(resolved.named), inputs)
         info = CallInfo(
             name=call.name, kernel_name=resolved.fn.__name__,
             scalar_desc=str({leaf_names[p]: v for p, v in call.scalars}),
@@ -98,9 +95,9 @@ class KernelPlan(NamedTuple):
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
         shapes = [(tuple(map(int, a.shape)), dtype_info(a.dtype)[0]) for a in (*avals_in, *results)]
         return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
-                   options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
-                   avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
-                   launches=launches, info=info, shapes=shapes)
+                   options=call_options(call), named=resolved.named, metaparams=dict(call.metaparams.items()),
+                   leaf_names=leaf_names, order=order, avals_in=list(avals_in), avals_out=list(avals_out),
+                   results=results, aliases=aliases, launches=launches, info=info, shapes=shapes)
 
     def specs(self) -> list[KernelSpec]:
         return [make_spec(self.fn, self.args, dict(c.constexprs), target=self.target, num_warps=c.num_warps,

@@ -130,16 +130,13 @@ def static_text(fn: Any, target: Target, platform: str) -> str:
     return found[1]
 
 
-_MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
-
-
 def module_text(module: Any, platform: str, config: Config, env: dict[str, str] | None = None) -> str:
     """The text of Triton's cache-invalidating environment and jaxlib's capabilities, once per JAX
     module lowered (nothing between one module's lowering rules can change them). Kept in the module's
     own `lowering_cache` dict, so it dies with the module: not keyed by the module (a strong reference
     slows every later lowering) nor by its MLIR context (JAX 0.12 reuses one for up to 10 modules)."""
     cache = getattr(module, "lowering_cache", None)
-    memo_key = (_MODULE_MEMO_KEY, platform)
+    memo_key = ("lowering.records.call_key", platform)  # our entry in the module's own per-module cache
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
     env_items = tuple(sorted((env if env is not None else triton_env.get()).items()))

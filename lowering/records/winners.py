@@ -65,11 +65,10 @@ def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPla
     tuning, the forced one) where there is one: then one plain call, no autotuning at launch."""
     specs = plan.specs()
     under_way: Tuning | None = session.tuning
-    if len(specs) < 2 or not (under_way is not None or session.config.winners):
+    applies = len(specs) > 1 and (under_way is not None or session.config.winners)
+    device = gpu_model(plan.platform, session.config) if applies else None
+    if device is None:  # one config, winners off, or cross-lowering with no GPU model to look a winner up by
         return plan, specs, Choice(None)
-    device = gpu_model(plan.platform, session.config)
-    if device is None:
-        return plan, specs, Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
     keys = compiler.session_keys(session)
     config_keys = [compiler.content_key(spec, keys=keys) for spec in specs]
     values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)

@@ -46,7 +46,6 @@ MODULE_STATE = {
     "lowering/clients/transformer_engine.py:_REQUIRED": CONSTANT,
     "lowering/clients/transformer_engine.py:_TE_DEFAULTS": CONSTANT,
     "lowering/compile_ahead/ahead.py:_noted": f"{PROCESS}: the calls it traced and has not lowered",
-    "lowering/frontend/custom_call.py:_JAXLIB_SCALAR_TYPES": CONSTANT,
     "lowering/frontend/custom_call.py:_warned_aliases": f"{PROCESS}: a warning said once per process",
     "lowering/payload/deflate.py:_runs": f"{PURE} (a raw part's digest -> its compressed run)",
     "lowering/payload/jaxlib_compat.py:_ctor_choice": f"{FACT}: jaxlib's TritonKernel constructor per class",
