@@ -10,12 +10,11 @@ from typing import Any
 
 from . import first_use, utils, xla_cache  # noqa: F401  (first_use: the session at the first call)
 from . import monitoring as _monitoring  # noqa: F401  (kernel-cache's counters as jax.monitoring events)
-from .frontend import rule as _rule  # noqa: F401  (registers the cuda/rocm lowering rules)
 from .frontend.api import triton_call
-from .frontend.devices import MultiDeviceError
 from .frontend.primitive import triton_kernel_call_p
+from .frontend.rule import MultiDeviceError  # (the module registers the cuda/rocm lowering rules)
 from .payload.jaxlib_compat import LEGACY_TARGET, JaxlibSupportError, triton_module
-from .planning.target_arch import NoTargetError
+from .planning.plan import NoTargetError
 from .tensor_descriptor import TensorDescriptor
 from .utils import cdiv, next_power_of_2, strides_from_shape
 

@@ -1,6 +1,5 @@
-# mypy: disable-error-code="no-untyped-def,untyped-decorator,no-untyped-call"
-# (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself; and
-# jax leaves ShapeDtypeStruct's constructor unannotated.)
+# mypy: disable-error-code="no-untyped-call"
+# (jax leaves ShapeDtypeStruct's constructor unannotated.)
 """Example JAX programs calling Triton kernels through `lowering.triton_call`: the program set the
 demo and the benchmarks run, and a template for your own.
 
@@ -19,10 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import triton
-import triton.language as tl
 
 import lowering as jt
-from compiler.examples import MATMUL_CONFIGS  # noqa: F401  (re-exported for tests)
 from compiler.examples import add_kernel as add
 from compiler.examples import layernorm_kernel as layernorm
 from compiler.examples import matmul_kernel as matmul
@@ -35,15 +32,6 @@ EPS = 1e-5
 # An autotuned add (two configs) for in-place calls with aliases, which the autotuner must restore.
 tuned_add = triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2),
                                      triton.Config({"BLOCK": 512}, num_warps=4)], key=["n"])(add)
-
-
-@triton.jit
-def row_sum_atomic(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
-    """out[0] += sum of each row: correct only on a zeroed output."""
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
-    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
 
 
 # Programs --------------------------------------------------------------------------------------

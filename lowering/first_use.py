@@ -1,7 +1,8 @@
 """The session at first use: importing `lowering` does nothing; the first Triton call bound or
 lowered under a session opens its store and then, once per session:
-  - in a process of a multi-process `jax.distributed` job, adds the job's key-value store as a
-    level (`lowering.job`), so the job compiles each kernel once;
+  - in a process of a multi-process `jax.distributed` job (KERNEL_CACHE_JOB not 0), adds the job's
+    key-value store as a level (`join_job`), so the job compiles each kernel once: a job must call
+    `jax.distributed.initialize()` before its first Triton call;
   - KERNEL_CACHE_XLA=1: points JAX's persistent compilation cache at the store's `xla/` (`lowering.xla_cache`);
   - where compiles run at once, starts the toolchain fingerprint in the background, so a cold
     process's first lowering does not wait for it; where it must be computed (a new node, a new
@@ -21,29 +22,24 @@ from compiler.target import Target, parse_target
 from compiler.toolchain import prime_in_background
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
+from kernel_cache.store import Store
 
-from . import jax_compat, job, xla_cache
-from .planning.target_arch import resolve_target
+from . import jax_compat, xla_cache
+from .planning.plan import resolve_target
 
 if TYPE_CHECKING:
     from compiler import compile_processes
+    from kernel_cache.levels import job as job_level
 else:
     compile_processes = later("compiler.compile_processes")  # imported only by a process about to compile
-
-
-def session() -> kernel_cache.Session:
-    """The process's session, its first use seen to (the lowering rule makes the same check inline)."""
-    current = kernel_cache.current_session()
-    if STARTED not in current.memos:
-        STARTED.of(current)
-    return current
+    job_level = later("kernel_cache.levels.job")  # only in a process of a multi-process job
 
 
 class _Started:
     """The set-up importing leaves to the first call, done once per session as its memo is made."""
 
     def __init__(self, current: kernel_cache.Session) -> None:
-        job.join(current.store)
+        join_job(current.store)
         xla_cache.apply(current.store)
         self.cold_start: _ColdStart | None = None  # told of each binding while `waiting`
         if current.config.compile_threads > 1:  # compiles on threads, maybe on worker processes
@@ -52,6 +48,19 @@ class _Started:
 
 
 STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first use does has been done
+
+
+def join_job(store: Store) -> bool:
+    """Add the job's key-value store to `store` where this process is one of a job's; whether it did."""
+    config = store.config
+    found = None if config.disabled or not config.job else jax_compat.job_store()
+    if found is None:
+        return False
+    client, process, processes = found
+    store.add_transient(job_level.JobLevel(
+        client, process, processes, signer=store.signer, max_bytes=config.job_max_bytes,
+        max_entry_bytes=config.max_entry_bytes, lease_max_seconds=config.lock_timeout))
+    return True
 
 
 class _ColdStart:

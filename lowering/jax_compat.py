@@ -1,13 +1,7 @@
-"""Every difference between JAX releases that the primitive and `triton_call` touch, in one place,
-decided by capability (jaxlib's differences are in `lowering.payload.jaxlib_compat`):
-- a primitive's DCE rule: JAX 0.12 passes (used outputs, live inputs, equation), earlier releases
-  (used outputs, equation); ours and the clients' rules are registered to take either;
-- a state discharge rule: JAX 0.12 passes a `DischargeContext`, earlier releases (in_avals,
-  out_avals) before the operands;
-- `jax.Ref` values: `AbstractRef` is their abstract value where this JAX has Refs;
-- whether JAX's backends are up (`backends_started`), where this JAX can say so without starting one;
-- a multi-process job's key-value store (`job_store`): `jax.distributed`'s client, its byte calls and
-  its answers for a missing or an existing key (errors whose text starts NOT_FOUND / ALREADY_EXISTS).
+"""Every difference between JAX releases, and every private JAX module, that the primitive and
+`triton_call` touch, in one place, decided by capability (jaxlib's differences are in
+`lowering.payload.jaxlib_compat`): JAX 0.12 passes a DCE rule the inputs' liveness and a discharge
+rule a `DischargeContext`, earlier releases neither.
 """
 
 from __future__ import annotations
@@ -18,19 +12,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src.state import discharge as _state_discharge
+from jax._src.state.types import AbstractRef, ReadEffect, TransformedRef, WriteEffect
 from jax.interpreters import partial_eval as pe
-
-try:
-    from jax._src.state import discharge as _state_discharge
-    from jax._src.state import types as _state_types
-
-    AbstractRef: Any = _state_types.AbstractRef
-    ReadEffect: Any = _state_types.ReadEffect
-    WriteEffect: Any = _state_types.WriteEffect
-    TransformedRef: Any = getattr(_state_types, "TransformedRef", None)
-except ImportError:  # pragma: no cover - a JAX without Refs
-    _state_discharge = None  # type: ignore[assignment]  # the module's absence is what None means
-    AbstractRef = ReadEffect = WriteEffect = TransformedRef = None
 
 # (used outputs per output, the equation) -> (used inputs per input, the equation or None)
 DceRule = Callable[[list[bool], Any], "tuple[list[bool], Any]"]
@@ -40,8 +24,6 @@ DischargeImpl = Callable[[Sequence[Any], Sequence[Any], Sequence[Any], dict[str,
 
 def register_dce_rule(primitive: Any, rule: DceRule) -> None:
     """`rule` as the primitive's DCE rule, whatever this JAX passes before the equation."""
-    if not hasattr(pe, "dce_rules"):
-        return
 
     def adapted(used_outputs: list[bool], *rest: Any) -> Any:
         return rule(used_outputs, rest[-1])
@@ -54,7 +36,7 @@ def adapt_foreign_dce_rule(primitive: Any) -> None:
     """Another library's DCE rule written for the two arguments of earlier JAX (jax-triton 0.4.1's
     fails at trace time on JAX 0.12: `takes 2 positional arguments but 3 were given`), registered
     again to take whatever this JAX passes; a rule of other arity, or one already adapted, is left."""
-    theirs: Callable[..., Any] | None = pe.dce_rules.get(primitive) if hasattr(pe, "dce_rules") else None
+    theirs: Callable[..., Any] | None = pe.dce_rules.get(primitive)
     if theirs is None or hasattr(theirs, "_kernel_cache_dce_rule"):
         return
     try:
@@ -66,8 +48,6 @@ def adapt_foreign_dce_rule(primitive: Any) -> None:
 
 
 def register_discharge_rule(primitive: Any, impl: DischargeImpl) -> None:
-    if _state_discharge is None:  # pragma: no cover
-        return
     if hasattr(_state_discharge, "DischargeContext"):
         def rule(ctx: Any, /, *operands: Any, **params: Any) -> Any:
             return impl(ctx.in_avals, ctx.out_avals, operands, params)
@@ -78,13 +58,13 @@ def register_discharge_rule(primitive: Any, impl: DischargeImpl) -> None:
 
 
 def is_ref_aval(aval: Any) -> bool:
-    return AbstractRef is not None and isinstance(aval, AbstractRef)
+    return isinstance(aval, AbstractRef)
 
 
 def is_ref(value: Any) -> bool:
     """Whether `value` is a jax.Ref (a scalar never is: jax.typeof of an int beyond int32 raises on
     some JAX versions)."""
-    if AbstractRef is None or isinstance(value, (bool, int, float, complex, np.generic)):
+    if isinstance(value, (bool, int, float, complex, np.generic)):
         return False
     try:
         return isinstance(jax.typeof(value), AbstractRef)
@@ -94,37 +74,30 @@ def is_ref(value: Any) -> bool:
 
 def ref_effects(avals_in: Sequence[Any]) -> set[Any]:
     """A read and a write effect per Ref operand: a kernel may do either, and JAX cannot tell which."""
-    if ReadEffect is None:
-        return set()
     return {effect(i) for i, aval in enumerate(avals_in) if is_ref_aval(aval) for effect in (ReadEffect, WriteEffect)}
 
 
 def is_transformed_ref(value: Any) -> bool:
     """A view of a Ref (ref.at[...], a bitcast): kernel-cache passes whole buffers only."""
-    return TransformedRef is not None and isinstance(value, TransformedRef)
+    return isinstance(value, TransformedRef)
 
 
 def redecide_persistent_cache() -> None:
     """JAX decides once per process, at its first compile, whether its persistent cache is used; a
     directory set after that is ignored until the decision is reset (`compilation_cache.reset_cache`,
-    in every supported JAX). Where a JAX lacks it, the directory applies to the next process."""
+    in every supported JAX)."""
     from jax._src import compilation_cache
 
-    reset = getattr(compilation_cache, "reset_cache", None)
-    if reset is not None:
-        reset()
+    compilation_cache.reset_cache()
 
 
 def backends_started() -> bool:
     """Whether JAX has started its backends (asking never starts one: from a background thread a
     backend's start can be cut short by the interpreter's exit, which aborts the process; and on a
-    GPU host it takes seconds). False where this JAX cannot say."""
-    try:
-        from jax._src import xla_bridge
+    GPU host it takes seconds)."""
+    from jax._src import xla_bridge
 
-        return bool(xla_bridge.backends_are_initialized())
-    except (ImportError, AttributeError):
-        return False
+    return bool(xla_bridge.backends_are_initialized())
 
 
 class JobStore:
@@ -161,17 +134,15 @@ def job_store() -> tuple[JobStore, int, int] | None:
     """(the job's key-value store, this process's id, the number of processes) where `jax.distributed`
     is initialized with several processes and its client has the byte calls; None otherwise (asking
     starts nothing)."""
-    try:
-        from jax._src import distributed
-    except ImportError:
-        return None
+    from jax._src import distributed
+
     state = distributed.global_state
-    client, processes = getattr(state, "client", None), getattr(state, "num_processes", None)
+    client, processes = state.client, state.num_processes
     if client is None or not isinstance(processes, int) or processes < 2:
         return None
     if not all(hasattr(client, call) for call in ("key_value_try_get_bytes", "key_value_set_bytes", "key_value_delete")):
         return None
-    return JobStore(client), int(getattr(state, "process_id", 0) or 0), processes
+    return JobStore(client), int(state.process_id), processes
 
 
 def _status(exc: Exception) -> str:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import jax
 
-import kernel_cache
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import XLA_SUBDIR
@@ -38,18 +37,17 @@ from kernel_cache.trust.safefs import Owners
 from . import jax_compat
 
 
-def apply(store: kernel_cache.Store | None = None) -> Path | None:
+def apply(store: Store) -> Path | None:
     """Point JAX's persistent cache at the store's `xla/` when it may be trusted; returns it (None:
     not enabled, JAX already has a directory of the user's, or refused with a warning)."""
-    config = store.config if store is not None else kernel_cache.Config.from_env()
-    wanted = config.xla_dir
+    wanted = store.config.xla_dir
     if wanted is None:
         return None
     current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined, unused-ignore]  # jax < 0.12: set at run time (0.12 types it)
-    if current and not _same(Path(current), wanted):
+    if current and Path(current) != wanted and os.path.realpath(current) != os.path.realpath(wanted):
         return None  # the user's own setting wins
     try:
-        directory = private_xla_dir(store if store is not None else kernel_cache.default_store())
+        directory = private_xla_dir(store)
     except (XlaDirRefused, OSError) as exc:
         if current:  # an earlier apply() in this process handed it over: take it back
             jax.config.update("jax_compilation_cache_dir", None)  # type: ignore[no-untyped-call]  # unannotated in jax
@@ -58,17 +56,12 @@ def apply(store: kernel_cache.Store | None = None) -> Path | None:
                   f"the executables it finds there as code, so kernel-cache hands it only a directory nobody "
                   f"else can write (README: 'Trust model'); XLA compiles as usual")
         return None
-    changed = current != str(directory)
     jax.config.update("jax_compilation_cache_dir", str(directory))  # type: ignore[no-untyped-call]  # unannotated in jax
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # type: ignore[no-untyped-call]  # (as above)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)  # type: ignore[no-untyped-call]  # (as above)
-    if changed:
+    if current != str(directory):
         jax_compat.redecide_persistent_cache()
     return directory
-
-
-def _same(a: Path, b: Path) -> bool:
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
 MAX_CHECKED = 100_000  # names in an existing xla/ looked at before tightening it; more: refused

@@ -1,8 +1,7 @@
 """Adapters that serve other libraries' Triton calls from the store, their code unchanged.
 
 Loaded by `kernel_cache.intercept` (or KERNEL_CACHE_INTERCEPT) through the `kernel_cache.clients`
-entry points once the client has loaded. `tally()` counts, per client, calls served here and calls
-left to the client.
+entry points once the client has loaded.
 """
 
 from .served import UnsupportedCall, UnsupportedClient, tally

@@ -20,15 +20,11 @@ from jax import tree_util
 from .. import tensor_descriptor
 from ..frontend.api import LAUNCH_KEYS, cost_estimate_param, grid_param, zeroed_param
 from ..planning import aliasing
-from ..planning.frozen_items import FrozenItems
+from ..planning.bound_call import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
 from . import primitive_client
 from .primitive_client import COMMON_PARAMS, PrimitiveClient, client_scalar
 from .served import UnsupportedCall
-
-V04_PARAMS = frozenset({"fn", "name", "in_tree", "out_shapes", "grid", "compute_capability", "backend_options",
-                        "input_output_aliases", "zeroed_outputs", "serialized_metadata", "metaparams",
-                        "has_side_effect", "cost_estimate"})
 
 
 def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -100,8 +96,10 @@ def _ours(value: Any, descriptor: Any) -> Any:
 V03 = PrimitiveClient(name="jax_triton", distribution="jax-triton", lowest=(0, 3), below=(0, 4),
                       params=COMMON_PARAMS)
 V04 = PrimitiveClient(name="jax_triton", distribution="jax-triton", lowest=(0, 4), below=(0, 5),
-                      params=V04_PARAMS, translate=translate_04,
-                      backends=(("cuda", "make_cuda_target"), ("rocm", "make_hip_target")))
+                      params=frozenset({"fn", "name", "in_tree", "out_shapes", "grid", "compute_capability",
+                                        "backend_options", "input_output_aliases", "zeroed_outputs",
+                                        "serialized_metadata", "metaparams", "has_side_effect", "cost_estimate"}),
+                      translate=translate_04, backends=(("cuda", "make_cuda_target"), ("rocm", "make_hip_target")))
 
 
 def install(module: ModuleType) -> None:

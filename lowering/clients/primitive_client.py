@@ -14,9 +14,8 @@ import functools
 import inspect
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.interpreters import mlir
@@ -27,8 +26,8 @@ from .. import jax_compat
 from ..compile_ahead import ahead
 from ..frontend.api import grid_param, zeroed_param
 from ..payload import jaxlib_compat as compat
-from ..planning.frozen_items import FrozenItems
-from .served import UnsupportedCall, check_configuration, check_parameters, check_version, serve
+from ..planning.bound_call import FrozenItems
+from .served import UnsupportedCall, UnsupportedClient, check_configuration, check_version, serve
 
 # The parameters both clients' lowering rules name (everything else is a metaparameter).
 COMMON_PARAMS = frozenset({
@@ -36,11 +35,9 @@ COMMON_PARAMS = frozenset({
     "num_ctas", "compute_capability", "enable_fp_fusion", "input_output_aliases", "zeroed_outputs", "debug",
     "serialized_metadata"})
 _TARGETS = {compat.LEGACY_TARGET: "", compat.FFI_TARGET: compat.FFI_TARGET}
-_BACKENDS = (("cuda", "get_cuda_backend"), ("rocm", "get_hip_backend"))
 
 
-@dataclass(frozen=True)
-class PrimitiveClient:
+class PrimitiveClient(NamedTuple):
     name: str  # as KERNEL_CACHE_INTERCEPT spells it
     distribution: str  # the pip package, for its version
     lowest: tuple[int, ...]  # versions known to work: [lowest, below)
@@ -49,7 +46,8 @@ class PrimitiveClient:
     # (client, module, its primitive's parameters, the lowering's ctx) -> rule.lower_call's parameters
     translate: Callable[["PrimitiveClient", ModuleType, dict[str, Any], Any], dict[str, Any]] = (
         lambda client, module, params, ctx: translate(client, params))
-    backends: tuple[tuple[str, str], ...] = _BACKENDS  # (platform, the module's target function its rule takes)
+    # (platform, the module's target function its rule takes)
+    backends: tuple[tuple[str, str], ...] = (("cuda", "get_cuda_backend"), ("rocm", "get_hip_backend"))
 
 
 def install(client: PrimitiveClient, module: ModuleType) -> None:
@@ -60,7 +58,10 @@ def install(client: PrimitiveClient, module: ModuleType) -> None:
     primitive, lowering = module.triton_kernel_call_p, module.triton_kernel_call_lowering
     signature = inspect.signature(lowering).parameters.values()
     keywords = {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
-    check_parameters(client.name, "triton_kernel_call lowering rule", keywords, set(client.params))
+    if keywords != client.params:
+        extra, missing = sorted(keywords - client.params), sorted(client.params - keywords)
+        raise UnsupportedClient(f"{client.name}'s triton_kernel_call lowering rule takes parameters kernel-cache "
+                                f"does not expect (new: {extra or 'none'}, gone: {missing or 'none'})")
     check_configuration()
     for platform, backend in client.backends:
         own = functools.partial(lowering, getattr(module, backend))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,18 +21,13 @@ from kernel_cache.telemetry.warnings_once import warn_once
 from ..frontend import rule
 from ..planning.configs import kernel_name
 
-_tally: Counter[tuple[str, str]] = Counter()  # (client, "served" or "fallback") -> calls
+_tally: dict[str, dict[str, int]] = {}  # client -> {"served": calls, "fallback": calls}
 _lock = threading.Lock()
-__all__ = ["UnsupportedCall", "UnsupportedClient", "check_configuration", "check_parameters", "check_version", "serve",
-           "tally"]
+__all__ = ["UnsupportedCall", "UnsupportedClient", "check_configuration", "check_version", "serve", "tally"]
 
 
 class UnsupportedCall(KernelCacheError, ValueError):
     """One call asks for something the adapter does not lower (the client lowers it itself)."""
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:4])
 
 
 def check_version(client: str, distribution: str, lowest: tuple[int, ...], below: tuple[int, ...]) -> str:
@@ -43,17 +37,10 @@ def check_version(client: str, distribution: str, lowest: tuple[int, ...], below
     except importlib.metadata.PackageNotFoundError:
         raise UnsupportedClient(f"{client} is importable but {distribution} is not installed as a package, so "
                                 f"its version is unknown") from None
-    if not lowest <= version_tuple(version) < below:
+    if not lowest <= tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4]) < below:
         raise UnsupportedClient(f"{distribution} {version} is not a version kernel-cache knows (it knows "
                                 f"{'.'.join(map(str, lowest))} up to, not including, {'.'.join(map(str, below))})")
     return version
-
-
-def check_parameters(client: str, what: str, found: set[str], known: set[str]) -> None:
-    if found != known:
-        extra, missing = sorted(found - known), sorted(known - found)
-        raise UnsupportedClient(f"{client}'s {what} takes parameters kernel-cache does not expect "
-                                f"(new: {extra or 'none'}, gone: {missing or 'none'})")
 
 
 def check_configuration() -> None:
@@ -80,23 +67,23 @@ def serve(client: str, kernel: Any, platform: str, ctx: Any, operands: tuple[Any
         name = kernel_name(kernel)
         return _fall_back(client, f"{type(exc).__name__}:{name}",
                           f"lowering kernel '{name}' failed here: {type(exc).__name__}: {exc}", own)
-    with _lock:
-        _tally[(client, "served")] += 1
+    _count(client, "served")
     return out
 
 
 def _fall_back(client: str, cause: str, why: str, own: Callable[[], Any]) -> Any:
-    with _lock:
-        _tally[(client, "fallback")] += 1
+    _count(client, "fallback")
     warn_once(f"intercept-call:{client}:{cause}",
               f"kernel-cache left a {client} call to {client}'s own compile path: {why}")
     return own()
 
 
+def _count(client: str, what: str) -> None:
+    with _lock:
+        _tally.setdefault(client, {"served": 0, "fallback": 0})[what] += 1
+
+
 def tally() -> dict[str, dict[str, int]]:
     """{client: {"served": n, "fallback": m}} for this process."""
     with _lock:
-        out: dict[str, dict[str, int]] = {}
-        for (client, what), n in _tally.items():
-            out.setdefault(client, {"served": 0, "fallback": 0})[what] = n
-        return out
+        return {client: dict(counts) for client, counts in _tally.items()}

@@ -6,11 +6,9 @@ enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on 
 memory only). We replace that helper, in its module and wherever TE bound it by name, with one that
 lowers through `rule.lower_call`: `constexprs` are compile-time constants (TE puts scalar runtime
 arguments there too), the arrays the kernel's other parameters in order, with TE's defaults read from
-the installed function's signature, on which it is gated (not on a version). The tests run TE 2.20.2's
-own utils.py (transformer-engine-jax cannot be built on a CPU host) and a stand-in of the same
-signature. TE's in-place kernels have pointers for their inputs only: lowered as jax-triton 0.4
-reads aliases. As TE compiles, pointers carry no 16-byte alignment hint: the same PTX, so results
-bit for bit with TE's own path.
+the installed function's signature, on which it is gated (not on a version). TE's in-place kernels
+have pointers for their inputs only: lowered as jax-triton 0.4 reads aliases. As TE compiles,
+pointers carry no 16-byte alignment hint: the same PTX, so results bit for bit with TE's own path.
 """
 
 from __future__ import annotations
@@ -25,8 +23,8 @@ import numpy as np
 
 from ..frontend.api import grid_param
 from ..planning.aliasing import pointerless_aliases
+from ..planning.bound_call import FrozenItems
 from ..planning.configs import kernel_name, runtime_param_names, set_by_wrappers
-from ..planning.frozen_items import FrozenItems
 from .served import UnsupportedCall, UnsupportedClient, check_configuration, serve
 
 CLIENT = "transformer_engine"
@@ -35,7 +33,6 @@ _OPTIONAL = {"input_output_aliases", "constexprs", "num_warps", "num_stages", "n
 # TE's launch defaults when its signature names none (TE 2.x: Triton's own; its very first release used 32
 # warps and 1 stage, which it dropped as an 8x slowdown); fp fusion off, as TE compiles.
 _TE_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "enable_fp_fusion": False}
-_PACKAGE = "transformer_engine."
 
 
 def install(module: ModuleType) -> None:
@@ -49,12 +46,11 @@ def install(module: ModuleType) -> None:
         raise UnsupportedClient(f"TE's triton_call_lowering takes ({', '.join(parameters)}), not a signature "
                                 f"kernel-cache knows")
     check_configuration()
-    defaults = dict(_TE_DEFAULTS)
-    defaults.update({n: p.default for n, p in parameters.items() if p.default is not p.empty})
+    defaults = {**_TE_DEFAULTS, **{n: p.default for n, p in parameters.items() if p.default is not p.empty}}
     ours = functools.wraps(own)(functools.partial(_lower, own, defaults))
     ours.__kernel_cache_client__ = CLIENT  # type: ignore[attr-defined]
     for name, loaded in list(sys.modules.items()):  # modules that bound it by name before now
-        if loaded is not None and (name == module.__name__ or name.startswith(_PACKAGE)) \
+        if loaded is not None and (name == module.__name__ or name.startswith("transformer_engine.")) \
                 and getattr(loaded, "triton_call_lowering", None) is own:
             loaded.triton_call_lowering = ours  # type: ignore[attr-defined]  # a module: ModuleType declares no such attribute
 

@@ -39,7 +39,7 @@ log = logging.getLogger("kernel_cache.lowering")
 
 MAX_NOTED = 4096  # calls kept between misses (a long-running process traces many programs)
 # Turns a noted call's parameters into triton_kernel_call_p's (a client adapter's translation); None: ours
-Translate = Callable[[Sequence[Any], Mapping[str, Any]], "tuple[Sequence[Any], Mapping[str, Any]] | None"]
+Translate = Callable[[Sequence[Any], Mapping[str, Any]], "tuple[Sequence[Any], Mapping[str, Any]]"]
 
 
 class Operand(NamedTuple):
@@ -58,7 +58,7 @@ _lock = threading.Lock()
 def note(operands: Sequence[Any], params: Mapping[str, Any], translate: Translate | None = None) -> None:
     """Remember a bound call until a miss starts it. The first bound call of a session starts it
     (`first_use`); in a process about to compile, the second distinct one starts its compile workers."""
-    starter = first_use.session().memos[first_use.STARTED].cold_start
+    starter = first_use.STARTED.of(kernel_cache.current_session()).cold_start
     noted = _operands(operands)
     _noted.append((noted, params, translate))
     if starter is not None and starter.waiting:  # a process that may be about to compile, no workers yet
@@ -86,20 +86,21 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
         _noted.clear()
     if session.config.compile_threads <= 1:  # one compile at a time: no threads to start
         return 0
-    target = _target(platform, params, session.config)
+    try:  # the missing call's target (worker processes warm up for it)
+        target: compiler.Target | None = target_of(platform, (params or {}).get("compute_capability"), session.config)
+    except Exception:  # its rule reports what is wrong
+        target = None
     taken = [(*n, _identity(n[0], n[1])) for n in noted]
     own = _identity(_operands(avals_in), params) if params is not None else None
     idents = [n[3] for n in taken]
     if own is not None and own in idents:  # its latest binding: what came before was lowered, or is this
         taken = taken[len(idents) - idents[::-1].index(own):]
-    seen: set[int] = set()
+    seen: set[int | None] = set()
     calls = []
     for avals_in, params, translate, ident in taken:
-        if ident is not None:  # a call bound again (JAX re-tracing a jaxpr) is planned once
-            if ident in seen:
-                continue
+        if ident is None or ident not in seen:  # a call bound again (JAX re-tracing a jaxpr) is planned once
             seen.add(ident)
-        calls.append((avals_in, params, translate))
+            calls.append((avals_in, params, translate))
     # what the program compiled last time under another toolchain or target (once, at the first miss)
     ahead = predict.predicted(session, target) if target is not None else []
     compile_processes.expect(session.config, len(calls) + len(ahead), target)  # worker processes, where they pay
@@ -111,23 +112,12 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     return len(calls) + len(ahead)
 
 
-def _target(platform: str, params: Mapping[str, Any] | None, config: kernel_cache.Config) -> compiler.Target | None:
-    """The missing call's target (worker processes warm up for it), None where it has none."""
-    try:
-        return target_of(platform, (params or {}).get("compute_capability"), config)
-    except Exception:  # its rule reports what is wrong
-        return None
-
-
 def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any],
                       translate: Translate | None, session: kernel_cache.Session) -> None:
     store = session.store
     try:
         if translate is not None:
-            translated = translate(avals_in, params)
-            if translated is None:
-                return
-            avals_in, params = translated
+            avals_in, params = translate(avals_in, params)
         plan = plan_bound(platform, avals_in, params, session.config)
         if session.tuning is not None:  # tuning records each call site as its rule lowers it
             specs = plan.specs()

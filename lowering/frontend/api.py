@@ -21,10 +21,10 @@ from .. import jax_compat, tensor_descriptor
 from ..compile_ahead import ahead
 from ..payload import jaxlib_compat as compat
 from ..planning import aliasing
+from ..planning.bound_call import FrozenItems
 from ..planning.configs import kernel_name, runtime_param_names
-from ..planning.frozen_items import FrozenItems
 from ..tensor_descriptor import TensorDescriptor
-from . import devices
+from . import rule
 from .primitive import triton_kernel_call_p
 
 LAUNCH_KEYS = ("num_warps", "num_stages", "num_ctas")  # Triton launch options, also allowed in backend_options
@@ -175,8 +175,7 @@ def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
         raise TypeError("pass either out_shape or out_type, not both")
     shapes = out_shape if out_shape is not None else out_type
     shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
-    flat, tree = tree_util.tree_flatten(shapes)
-    return list(flat), tree
+    return tree_util.tree_flatten(shapes)  # (flat list, tree)
 
 
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
@@ -232,7 +231,7 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
             scalars.append((position, arg.item() if isinstance(arg, np.generic) else arg))
         else:
             arrays.append(arg)
-    devices.check_arrays(arrays)
+    rule.check_arrays(arrays)
     aliases = tuple(sorted((int(i), int(o)) for i, o in (input_output_aliases or {}).items()))
     if len({o for _, o in aliases}) != len(aliases):
         raise ValueError(f"input_output_aliases must map each output from at most one input, got "

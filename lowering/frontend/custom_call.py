@@ -13,9 +13,8 @@ import os
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
@@ -39,36 +38,26 @@ else:  # the module image is built only for a call lowered kernel by kernel (a w
     module_image = later("lowering.payload.module_image")
 
 _warned_aliases = False
-# Triton scalar type -> the name jaxlib's create_scalar_parameter knows it by.
-_JAXLIB_SCALAR_TYPES = {"u1": "i1"}
 
 
-@dataclass(frozen=True)
-class ConfigCall:
+class ConfigCall(NamedTuple):
     """One config's compiled kernel and how to launch it."""
 
     spec: KernelSpec
     artifact: Artifact
-    key: str  # the artifact's content key
     launch: Launch
 
 
-def _binary(platform: str, art: Artifact) -> str:
-    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
-        fd, path = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)  # type: ignore[arg-type]  # Artifact.from_entry refused a ROCm entry without it
-        return path
-    return art.ptx  # type: ignore[return-value]  # Artifact.from_entry refused a CUDA entry without it
-
-
 def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
-    ttir = (art.ttir or "") if debug else ""
+    binary: Any = art.ptx  # Artifact.from_entry refused a CUDA entry without it, a ROCm one without its HSACO
+    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+        fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(art.hsaco)  # type: ignore[arg-type]  # (as above)
     fields = compat.KernelFields(
         name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
-        binary=_binary(platform, art), ttir=ttir, compute_capability=compute_capability,
-        cluster_dims=tuple(art.cluster_dims), global_scratch_size=art.global_scratch_size,
-        global_scratch_align=art.global_scratch_align)
+        binary=binary, ttir=(art.ttir or "") if debug else "", compute_capability=compute_capability,
+        global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align)
     return compat.make_triton_kernel(module, fields)
 
 
@@ -97,7 +86,7 @@ def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> li
                                                         16 if aligned else 0))
         else:
             value = getattr(value, "value", value)  # a compiler.Scalar carries its own type
-            params.append(module.create_scalar_parameter(value, _JAXLIB_SCALAR_TYPES.get(ty, ty)))
+            params.append(module.create_scalar_parameter(value, "i1" if ty == "u1" else ty))  # jaxlib's name for u1
         position += 1
 
     for name, value in zip(names, args):
@@ -147,22 +136,14 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
         proto = module_image.inject(proto, [module_image.ModuleImage(cast(bytes, cubin), c.artifact.name,
                                                                       c.artifact.shared_mem)
                                             for c, cubin in zip(calls, cubins)], layout)
-    return deflate.compress(proto, _fixed_parts(platform, calls, cubins if with_image else None))
-
-
-def _fixed_parts(platform: str, calls: Sequence[ConfigCall], cubins: Sequence[bytes | None] | None
-                 ) -> list[tuple[bytes, bytes]]:
-    """(bytes, their deflate run) of each kernel's PTX and of the cubins in the module image."""
-    parts = []
-    for index, call in enumerate(calls):
-        art = call.artifact
-        ptx = art.blobs.get("ptx")
+    parts = []  # (bytes, their deflate run) of each kernel's PTX and of the cubins in the module image
+    for call, cubin in zip(calls, cubins):
+        art, ptx = call.artifact, call.artifact.blobs.get("ptx")
         if platform == "cuda" and ptx:
             parts.append((ptx, deflate.deflated(ptx, art.deflated("ptx"))))
-        cubin = cubins[index] if cubins is not None else None
-        if cubin:
+        if with_image and cubin:
             parts.append((cubin, deflate.deflated(cubin, art.deflated("cubin"))))
-    return parts
+    return deflate.compress(proto, parts)
 
 
 def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
@@ -189,30 +170,25 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     cost_estimate goes where jax-triton 0.4 puts it, `cost_estimate_json` in the FFI target's backend
     config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
     payload itself, as a frontend attribute of that name."""
-    call, platform = plan.call, plan.platform
-    name, has_side_effect, target_name = call.name, call.has_side_effect, call.custom_call_target
-    cost_estimate = call.cost_estimate
-    avals_out = plan.results  # the kernel's order: pointer outputs first
-    result_types = [compat.ir_type(ctx, aval) for aval in avals_out]
-    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in avals_out])  # laid out row-major
-    use_ffi = not autotuned and compat.ffi_target_registered(platform)
+    call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
+    result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
+    ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major
+    use_ffi = not autotuned and target_name != compat.LEGACY_TARGET and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
         raise compat.JaxlibSupportError(
             f"custom_call_target_name='{compat.FFI_TARGET}' needs a non-autotuned call and a jaxlib whose "
             f"{platform} plugin registers that target")
-    if target_name == compat.LEGACY_TARGET:
-        use_ffi = False
     backend_config: bytes | dict[str, ir.Attribute]
-    estimate = json.dumps(dict(cost_estimate)) if cost_estimate else None
+    estimate = json.dumps(dict(call.cost_estimate)) if call.cost_estimate else None
     if use_ffi:
         target, api_version = compat.FFI_TARGET, 4
-        backend_config = {"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(payload)}
+        backend_config = {"name": ir.StringAttr.get(call.name), "opaque": ir.StringAttr.get(payload)}
         if estimate is not None:
             backend_config["cost_estimate_json"] = ir.StringAttr.get(estimate)
     else:
         target, api_version, backend_config = compat.LEGACY_TARGET, 2, payload
     op = _build_op(target, result_types, list(operands), backend_config, api_version, ranks, dict(plan.aliases),
-                   has_side_effect)
+                   call.has_side_effect)
     if estimate is not None and not use_ffi:
         op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get({"cost_estimate_json": ir.StringAttr.get(estimate)})
     return op.results if plan.order.identity else plan.order.results(op.results)

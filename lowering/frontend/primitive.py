@@ -19,7 +19,8 @@ from jax._src.core import Primitive  # jax.extend.core's, without jax.extend's s
 from jax.interpreters import ad, batching
 
 from .. import jax_compat
-from ..planning.frozen_items import FrozenItems
+from ..planning.bound_call import FrozenItems
+from ..planning.configs import kernel_name
 
 triton_kernel_call_p = Primitive("triton_kernel_call")
 triton_kernel_call_p.multiple_results = True
@@ -65,20 +66,13 @@ JAX_TRITON_NO_VMAP = ("jax_triton.triton_call does not support batching with jax
 
 
 def _no_jvp(*_: Any, **params: Any) -> NoReturn:
-    raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be differentiated "
+    raise NotImplementedError(f"kernel-cache: kernel '{kernel_name(params.get('kernel'))}' cannot be differentiated "
                               f"automatically. {JAX_TRITON_NO_AUTODIFF}")
 
 
 def _no_vmap(*_: Any, **params: Any) -> NoReturn:
-    raise NotImplementedError(f"kernel-cache: kernel '{_kernel_name(params)}' cannot be batched automatically "
+    raise NotImplementedError(f"kernel-cache: kernel '{kernel_name(params.get('kernel'))}' cannot be batched automatically "
                               f"(or launch a grid over the batch inside the kernel). {JAX_TRITON_NO_VMAP}")
-
-
-def _kernel_name(params: dict[str, Any]) -> str:
-    kernel = params.get("kernel")
-    while kernel is not None and not hasattr(kernel, "__name__") and hasattr(kernel, "fn"):
-        kernel = kernel.fn
-    return getattr(kernel, "__name__", "?")
 
 
 def _never_dce(used_outputs: Sequence[bool], eqn: Any) -> tuple[list[bool], Any]:

@@ -13,14 +13,41 @@ from typing import Any
 from jax.interpreters import mlir
 
 import kernel_cache
+from kernel_cache.errors import KernelCacheError
 
 from .. import first_use
 from ..compile_ahead import ahead
 from ..planning import kernels
 from ..records import call_records, winners
 from . import custom_call
-from .devices import HINT, MultiDeviceError
 from .primitive import triton_kernel_call_p
+
+HINT = "call triton_call inside jax.shard_map so that each device runs the kernel on its own shard"
+
+
+class MultiDeviceError(KernelCacheError, ValueError):
+    """A Triton call would span several devices outside shard_map."""
+
+
+def check_arrays(arrays: Sequence[Any]) -> None:
+    """Multi-device calls are refused outside shard_map: a Triton kernel sees one device's buffers only
+    (inside it each device launches the kernel on its own shard; under a plain multi-device `jit`, XLA
+    would have to partition an opaque custom call)."""
+    first = None
+    for index, array in enumerate(arrays):
+        sharding = getattr(array, "sharding", None)
+        device_set = getattr(sharding, "device_set", None)
+        if not device_set:
+            continue  # a tracer or a NumPy array: checked at lowering time
+        if len(device_set) > 1:
+            raise MultiDeviceError(f"triton_call argument {index} is sharded over {len(device_set)} "
+                                   f"devices; {HINT}")
+        device = next(iter(device_set))
+        if first is None:
+            first = (index, device)
+        elif device != first[1]:
+            raise MultiDeviceError(f"triton_call arguments {first[0]} and {index} are on different devices "
+                                   f"({first[1]} and {device}); put them on one device or {HINT}")
 
 
 def _lower(platform: str, ctx: Any, *operands: Any, **params: Any) -> Sequence[Any]:
@@ -48,14 +75,13 @@ def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: M
     plan, specs, choice = winners.narrowed(slot.plan, session)
     on_miss = functools.partial(ahead.start, plan.platform, session, avals_in, noted)
     fetched = kernels.fetch(specs, session, on_miss=on_miss)
-    calls = [custom_call.ConfigCall(spec=spec, artifact=art, key=key, launch=launch)
-             for spec, (art, key), launch in zip(specs, fetched, plan.launches)]
+    calls = [custom_call.ConfigCall(spec, art, launch) for spec, (art, _), launch in zip(specs, fetched, plan.launches)]
     payload = custom_call.serialized_call(plan.platform, calls, plan.args, plan.info, session.config)
-    slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.index is not None)
+    slot.remember(payload, fetched, choice.family, choice.key, chosen=choice.config is not None)
 
 
 def check_lowering_context(ctx: Any) -> None:
-    """A program partitioned over several devices must be inside shard_map (`devices`)."""
+    """A program partitioned over several devices must be inside shard_map (`check_arrays`: the eager check)."""
     axis_context = ctx.module_context.axis_context
     manual = getattr(axis_context, "manual_axes", None)
     if manual:  # inside shard_map: per-device code

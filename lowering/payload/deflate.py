@@ -24,7 +24,7 @@ _FINAL = b"\x03\x00"  # an empty final block (fixed Huffman, end-of-block code o
 _runs = SizedLRU.of_bytes(max_bytes=128 << 20)  # raw part digest -> its run, for entries stored without runs
 
 
-def deflated(raw: bytes, stored: bytes | None = None) -> bytes:
+def deflated(raw: bytes, stored: bytes | None) -> bytes:
     """The run for a fixed part: `stored` when the entry carried it, else from the memo or made now."""
     if stored is not None:
         return stored

@@ -3,8 +3,7 @@
 Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
 registers, the arity of `TritonKernel`'s constructor, and the Triton proto schema embedded in the
 plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
-leaves no trace but the version number. It is long because it holds every generation's constructor
-and the module_image layout, their value classes written out (`kernel_cache.value_class`).
+leaves no trace but the version number.
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ import json
 import logging
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import kernel_cache
 from compiler.toolchain import memoized_for_file
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.value_class import FrozenValue
 
 from . import proto
 
@@ -29,8 +27,6 @@ LEGACY_TARGET = "triton_kernel_call"
 FFI_TARGET = "triton_kernel_call_ffi"
 # jaxlib releases before this one corrupt aliased inputs when the autotuner runs (jax #35218).
 AUTOTUNED_ALIASES_MIN_JAXLIB = (0, 10, 0)
-
-_PLUGIN_PLATFORM = {"cuda": "cuda", "rocm": "rocm"}
 
 
 class JaxlibSupportError(KernelCacheError, RuntimeError):
@@ -59,7 +55,7 @@ def triton_module(platform: str) -> ModuleType:
     absent borrows the other plugin's: the proto it writes is the same message."""
     from jaxlib import plugin_support
 
-    module = plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton")
+    module = plugin_support.import_from_plugin(platform, "_triton")
     if module is None:
         other = "rocm" if platform == "cuda" else "cuda"
         module = plugin_support.import_from_plugin(other, "_triton")
@@ -80,17 +76,13 @@ def plugin_installed(platform: str) -> bool:
     """Whether jaxlib's own GPU plugin for `platform`, with its Triton extension, is installed."""
     from jaxlib import plugin_support
 
-    return plugin_support.import_from_plugin(_PLUGIN_PLATFORM[platform], "_triton") is not None
+    return plugin_support.import_from_plugin(platform, "_triton") is not None
 
 
 @functools.cache
 def ffi_target_registered(platform: str) -> bool:
     """Whether the platform's own plugin registers the CUDA-graph-compatible FFI target for Triton calls."""
-    if not plugin_installed(platform):
-        return False
-    module = triton_module(platform)
-    registrations: Any = getattr(module, "registrations", None)
-    return bool(registrations) and FFI_TARGET in registrations()
+    return plugin_installed(platform) and FFI_TARGET in triton_module(platform).registrations()
 
 
 def tma_descriptors_in_jaxlib() -> bool:
@@ -116,12 +108,7 @@ def autotuned_aliases_supported() -> bool:
 
 def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
     """What a lowered call's payload depends on in jaxlib, for its record's key."""
-    return [jaxlib_version(), _layout_text(module_image_layout(platform, config)), autotuned_aliases_supported()]
-
-
-@functools.cache  # a pure function of the layout: its repr is asked once per JAX module lowered
-def _layout_text(layout: ModuleImageLayout | None) -> str:
-    return repr(layout)
+    return [jaxlib_version(), repr(module_image_layout(platform, config)), autotuned_aliases_supported()]
 
 
 def plugin_takes_module_image(platform: str) -> bool:
@@ -131,7 +118,7 @@ def plugin_takes_module_image(platform: str) -> bool:
 
 
 # TritonKernel constructor ----------------------------------------------------------------------
-def _ctor_7(cls: Any, k: KernelFields) -> Any:  # jaxlib >= 0.8.2: (name, num_warps, num_ctas, smem, ptx, ttir, cc)
+def _ctor_7(cls: Any, k: KernelFields) -> Any:  # (name, num_warps, num_ctas, smem, ptx, ttir, cc)
     return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
 
 
@@ -140,24 +127,13 @@ def _ctor_7_scratch(cls: Any, k: KernelFields) -> Any:  # jaxlib > 0.11.0 also t
                global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
 
 
-def _ctor_9(cls: Any, k: KernelFields) -> Any:  # 0.4.24 - 0.8.1: (name, num_warps, smem, ptx, ttir, cc, cluster x, y, z)
-    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability,
-               *k.cluster_dims)
-
-
-def _ctor_6(cls: Any, k: KernelFields) -> Any:  # <= 0.4.23: (name, num_warps, smem, ptx, ttir, cc)
-    return cls(k.name, k.num_warps, k.shared_mem, k.binary, k.ttir, k.compute_capability)
-
-
-_CTORS = (_ctor_7_scratch, _ctor_7, _ctor_9, _ctor_6)
+_CTORS = (_ctor_7_scratch, _ctor_7)  # jaxlib >= 0.8.2 (the supported floor is 0.10.2)
 _ctor_choice: dict[Any, Callable[[Any, KernelFields], Any]] = {}  # TritonKernel class -> its constructor
 
 
-class KernelFields(FrozenValue):
+class KernelFields(NamedTuple):
     """What `TritonKernel` needs, whatever its constructor looks like."""
 
-    _fields = ("name", "num_warps", "num_ctas", "shared_mem", "binary", "ttir", "compute_capability", "cluster_dims",
-               "global_scratch_size", "global_scratch_align")
     name: str
     num_warps: int
     num_ctas: int
@@ -165,50 +141,39 @@ class KernelFields(FrozenValue):
     binary: str  # PTX text (CUDA) or the path of an HSACO file (ROCm)
     ttir: str
     compute_capability: int
-    cluster_dims: tuple[int, ...]
-    global_scratch_size: int
-    global_scratch_align: int
-
-    def __init__(self, name: str, num_warps: int, num_ctas: int, shared_mem: int, binary: str, ttir: str,
-                 compute_capability: int, cluster_dims: tuple[int, ...] = (1, 1, 1), global_scratch_size: int = 0,
-                 global_scratch_align: int = 1) -> None:
-        self.__dict__.update(name=name, num_warps=num_warps, num_ctas=num_ctas, shared_mem=shared_mem, binary=binary,
-                             ttir=ttir, compute_capability=compute_capability, cluster_dims=cluster_dims,
-                             global_scratch_size=global_scratch_size, global_scratch_align=global_scratch_align)
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
 
 
 def make_triton_kernel(module: ModuleType, fields: KernelFields) -> Any:
     """`module.TritonKernel` built with whichever constructor this jaxlib has (memoized per class)."""
     cls = module.TritonKernel
     ctor = _ctor_choice.get(cls)
-    if ctor is not None:
-        return _checked(ctor, cls, fields)
-    errors = []
-    for candidate in _CTORS:
-        try:
-            kernel = candidate(cls, fields)
-        except TypeError as exc:  # wrong arity / keywords: try the next generation's form
-            errors.append(f"{candidate.__name__}: {exc}")
-            continue
-        _ctor_choice[cls] = candidate
-        return _checked(candidate, cls, fields, built=kernel)
-    raise JaxlibSupportError("jaxlib's TritonKernel matches no known constructor:\n  " + "\n  ".join(errors))
-
-
-def _checked(ctor: Callable[[Any, KernelFields], Any], cls: Any, fields: KernelFields, built: Any = None) -> Any:
+    if ctor is None:
+        errors = []
+        for candidate in _CTORS:
+            try:
+                kernel = candidate(cls, fields)
+            except TypeError as exc:  # wrong arity / keywords: try the next generation's form
+                errors.append(f"{candidate.__name__}: {exc}")
+                continue
+            _ctor_choice[cls] = ctor = candidate
+            break
+        else:
+            raise JaxlibSupportError("jaxlib's TritonKernel matches no known constructor:\n  " + "\n  ".join(errors))
+    else:
+        kernel = ctor(cls, fields)
     if fields.global_scratch_size and ctor is not _ctor_7_scratch:
         raise JaxlibSupportError(
             f"kernel '{fields.name}' needs {fields.global_scratch_size} bytes of global scratch memory, "
             f"which this jaxlib cannot allocate (needs jaxlib > 0.11.0)")
-    return built if built is not None else ctor(cls, fields)
+    return kernel
 
 
 # module_image: the precompiled cubin inside the proto --------------------------------------------
-class ModuleImageLayout(FrozenValue):
+class ModuleImageLayout(NamedTuple):
     """Field numbers to write a cubin into `TritonKernel` (read from the plugin's own schema)."""
 
-    _fields = ("kernel_field", "image_field", "object_file", "kernel_name", "shared_mem_bytes", "config_field",
-               "config_call_field", "any_call_field", "any_autotuned_field")
     kernel_field: int  # TritonKernelCall.kernel
     image_field: int  # TritonKernel.module_image
     object_file: int
@@ -218,14 +183,6 @@ class ModuleImageLayout(FrozenValue):
     config_call_field: int  # Config.kernel_call
     any_call_field: int  # TritonAnyKernelCall.kernel_call
     any_autotuned_field: int  # TritonAnyKernelCall.autotuned_kernel_call
-
-    def __init__(self, kernel_field: int, image_field: int, object_file: int, kernel_name: int,
-                 shared_mem_bytes: int | None, config_field: int, config_call_field: int, any_call_field: int,
-                 any_autotuned_field: int) -> None:
-        self.__dict__.update(kernel_field=kernel_field, image_field=image_field, object_file=object_file,
-                             kernel_name=kernel_name, shared_mem_bytes=shared_mem_bytes, config_field=config_field,
-                             config_call_field=config_call_field, any_call_field=any_call_field,
-                             any_autotuned_field=any_autotuned_field)
 
 
 def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageLayout | None:
@@ -243,22 +200,16 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
         return ModuleImageLayout(
             kernel_field=_required(call, "kernel"), image_field=image[0],
             object_file=_required(image_msg, "object_file"), kernel_name=_required(image_msg, "kernel_name"),
-            shared_mem_bytes=_number(image_msg, "shared_mem_bytes"), config_field=_required(tuned, "configs"),
+            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=_required(tuned, "configs"),
             config_call_field=_required(config, "kernel_call"), any_call_field=_required(any_call, "kernel_call"),
             any_autotuned_field=_required(any_call, "autotuned_kernel_call"))
     except KeyError:
         return None
 
 
-def _number(schema: proto.MessageSchema, field_name: str) -> int | None:
-    """`MessageSchema.number`, read here: a schema is read field by field on a cold first call."""
-    entry = schema.fields.get(field_name)
-    return entry[0] if entry else None
-
-
 def _required(schema: proto.MessageSchema, field_name: str) -> int:
     """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
-    number = _number(schema, field_name)
+    number = schema.number(field_name)
     if not number:
         raise KeyError(field_name)
     return number
@@ -290,4 +241,4 @@ def _scan_plugin(path: str) -> dict[str, Any] | None:
         log.debug("cannot read %s for its proto schema: %s", path, exc)
         return None
     layout = layout_from_schemas(proto.schemas_from_binary(data))
-    return None if layout is None else {name: getattr(layout, name) for name in layout._fields}
+    return None if layout is None else layout._asdict()

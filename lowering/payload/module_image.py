@@ -8,34 +8,28 @@ the plugin's own schema.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 from . import proto as pw
 from .jaxlib_compat import ModuleImageLayout
 
 
-@dataclass(frozen=True)
-class ModuleImage:
+class ModuleImage(NamedTuple):
     object_file: bytes  # cubin
     kernel_name: str
     shared_mem_bytes: int
 
 
-def _image_message(image: ModuleImage, layout: ModuleImageLayout) -> bytes:
-    fields = [pw.Field(layout.object_file, pw.LEN, image.object_file),
-              pw.Field(layout.kernel_name, pw.LEN, image.kernel_name.encode())]
-    if layout.shared_mem_bytes:
-        fields.append(pw.Field(layout.shared_mem_bytes, pw.VARINT, image.shared_mem_bytes))
-    return pw.encode(fields)
-
-
 def _with_image(call: bytes, image: ModuleImage, layout: ModuleImageLayout) -> bytes:
+    message = [pw.Field(layout.object_file, pw.LEN, image.object_file),
+               pw.Field(layout.kernel_name, pw.LEN, image.kernel_name.encode())]
+    if layout.shared_mem_bytes:
+        message.append(pw.Field(layout.shared_mem_bytes, pw.VARINT, image.shared_mem_bytes))
     out = []
     for f in pw.decode(call):
         if f.number == layout.kernel_field and f.wire_type == pw.LEN:
             kernel = [g for g in pw.decode(cast(bytes, f.value)) if g.number != layout.image_field]  # LEN: bytes
-            kernel.append(pw.Field(layout.image_field, pw.LEN, _image_message(image, layout)))
+            kernel.append(pw.Field(layout.image_field, pw.LEN, pw.encode(message)))
             f = pw.Field(f.number, pw.LEN, pw.encode(kernel))
         out.append(f)
     return pw.encode(out)

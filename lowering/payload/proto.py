@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.value_class import FrozenValue
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -124,15 +123,11 @@ _MSG_NAME, _MSG_FIELD, _MSG_NESTED = 1, 2, 3
 _FIELD_NAME, _FIELD_NUMBER, _FIELD_TYPE, _FIELD_TYPE_NAME = 1, 3, 5, 6
 
 
-class MessageSchema(FrozenValue):
+class MessageSchema(NamedTuple):
     """One message: field name -> (number, descriptor type, type name)."""
 
-    _fields = ("name", "fields")
     name: str
     fields: dict[str, tuple[int, int, str]]
-
-    def __init__(self, name: str, fields: dict[str, tuple[int, int, str]] | None = None) -> None:
-        self.__dict__.update(name=name, fields={} if fields is None else fields)
 
     def number(self, field_name: str) -> int | None:
         entry = self.fields.get(field_name)
@@ -142,7 +137,7 @@ class MessageSchema(FrozenValue):
 def _message(raw: bytes, prefix: str, out: dict[str, MessageSchema]) -> None:
     fields = decode(raw)
     name = prefix + first(fields, _MSG_NAME, b"").decode()
-    schema = MessageSchema(name)
+    schema = MessageSchema(name, {})
     for raw_field in all_of(fields, _MSG_FIELD):
         f = decode(raw_field)
         schema.fields[first(f, _FIELD_NAME, b"").decode()] = (

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kernel_cache.value_class import FrozenValue
-
 if TYPE_CHECKING:
     from .bound_call import BoundCall
 
@@ -53,16 +51,12 @@ def array_indices(aliases: Sequence[tuple[int, int]], scalar_positions: Sequence
     return tuple(sorted(out))
 
 
-class OutputOrder(FrozenValue):
+class OutputOrder(NamedTuple):
     """The custom call's result order where aliased outputs have no pointer: pointer outputs first."""
 
-    _fields = ("order", "pointers", "identity")
     order: tuple[int, ...]  # order[k] = the user's output index of the call's result k
     pointers: int  # how many of them the kernel receives a pointer for (the first ones)
     identity: bool  # the call's results are already in the user's order
-
-    def __init__(self, order: tuple[int, ...], pointers: int, identity: bool) -> None:
-        self.__dict__.update(order=order, pointers=pointers, identity=identity)
 
     @classmethod
     def of(cls, num_outputs: int, aliases: Iterable[tuple[int, int]], pointerless: bool) -> "OutputOrder":
@@ -77,33 +71,20 @@ class OutputOrder(FrozenValue):
             out[o] = values[k]
         return out
 
-    def position(self, output: int) -> int:
-        return self.order.index(output)
-
 
 class CallShape(NamedTuple):
     """What `custom_call.emit` reads of a plan, known from the call and its output avals alone: a call
-    served by its signature is emitted from this."""
+    served by its signature is emitted from this (`CallShape(call, platform, *outputs(call, avals_out))`)."""
 
     call: BoundCall
     platform: str
+    order: OutputOrder
     results: list[Any]
     aliases: tuple[tuple[int, int], ...]
-    order: OutputOrder
-
-    @classmethod
-    def of(cls, platform: str, avals_out: Sequence[Any], call: BoundCall) -> "CallShape":
-        order, results, aliases = outputs(call, avals_out)
-        return cls(call, platform, results, aliases, order)
-
-    @property
-    def fn(self) -> Any:
-        """The kernel, as a plan names it (a plain @triton.jit function: the only kind served by signature)."""
-        return self.call.kernel
 
 
 def outputs(call: BoundCall, avals_out: Sequence[Any]) -> tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...]]:
     """(the results' order, the output avals in the kernel's order, (input, result position) aliases)."""
     order = OutputOrder.of(len(avals_out), call.input_output_aliases.items(), call.pointerless_aliases)
     results = [avals_out[o] for o in order.order]
-    return order, results, tuple((int(i), order.position(int(o))) for i, o in call.input_output_aliases.items())
+    return order, results, tuple((int(i), order.order.index(int(o))) for i, o in call.input_output_aliases.items())

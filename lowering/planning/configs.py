@@ -11,44 +11,24 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from compiler import Scalar, triton_compat
-from kernel_cache.value_class import FrozenValue
 
 from .bound_call import BoundCall
 
 DEFAULT_NUM_WARPS, DEFAULT_NUM_STAGES = 4, 3  # Triton's, where neither the call nor a config says
 
 
-class LaunchConfig(FrozenValue):
-    """One candidate launch: constexprs and launch parameters, plus how to describe it."""
+class LaunchConfig(NamedTuple):
+    """One candidate launch: constexprs and launch parameters, plus how to describe it. While the
+    wrappers resolve it, `constexprs` holds the config's own kwargs, where heuristics set their values."""
 
-    _fields = ("constexprs", "num_warps", "num_stages", "num_ctas", "description")
-    constexprs: Mapping[str, Any]  # {**metaparams, **config.kwargs, **heuristics}
-    num_warps: int
-    num_stages: int
-    num_ctas: int
-    description: str
-
-    def __init__(self, constexprs: Mapping[str, Any], num_warps: int, num_stages: int, num_ctas: int,
-                 description: str) -> None:
-        self.__dict__.update(constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                             description=description)
-
-
-class _Raw(NamedTuple):  # a config being resolved: heuristics set their values in `kwargs`
-    kwargs: dict[str, Any]
+    constexprs: dict[str, Any]  # {**defaults, **metaparams, **config.kwargs, **heuristics}
     num_warps: int
     num_stages: int
     num_ctas: int
     description: str
 
 
-def _from_triton(config: Any) -> _Raw:
-    return _Raw(dict(config.kwargs), config.num_warps if config.num_warps is not None else DEFAULT_NUM_WARPS,
-                config.num_stages if config.num_stages is not None else DEFAULT_NUM_STAGES,
-                getattr(config, "num_ctas", 1) or 1, str(config))
-
-
-def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[_Raw]:
+def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mapping[str, Any]) -> list[LaunchConfig]:
     configs = triton_compat.autotune_configs(tuner)
     for i, config in enumerate(configs):
         if getattr(config, "pre_hook", None) is not None:
@@ -63,7 +43,9 @@ def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mappi
     if prune is not None:
         kept = list(prune(kept, named_args))
     kept = _perf_model_top_k(tuner, kept, named_args, metaparams)
-    return [_from_triton(c) for c in kept]
+    return [LaunchConfig(dict(c.kwargs), c.num_warps if c.num_warps is not None else DEFAULT_NUM_WARPS,
+                         c.num_stages if c.num_stages is not None else DEFAULT_NUM_STAGES,
+                         getattr(c, "num_ctas", 1) or 1, str(c)) for c in kept]
 
 
 def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any],
@@ -85,12 +67,8 @@ def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any]
 
 def set_by_wrappers(kernel: Any) -> set[str]:
     """Names the kernel's Autotuner configs and Heuristics set: constexprs, whatever the annotation."""
-    return _set_by(triton_compat.unwrapped(kernel)[0])
-
-
-def _set_by(wrappers: tuple[Any, ...]) -> set[str]:
     names: set[str] = set()
-    for wrapper in wrappers:
+    for wrapper in triton_compat.unwrapped(kernel)[0]:
         if triton_compat.is_autotuner(wrapper):
             names.update(k for config in triton_compat.autotune_configs(wrapper) for k in config.kwargs)
         else:
@@ -110,17 +88,9 @@ def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]
 
 def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str]:
     wrappers, fn = kernel
-    constexprs = set(metaparams) | _set_by(wrappers) if wrappers else metaparams
+    constexprs = set(metaparams) | set_by_wrappers(wrappers[0]) if wrappers else metaparams  # [0]: the outermost
     return [name for name, is_constexpr, *_ in triton_compat.param_flags(fn)
             if not is_constexpr and name not in constexprs]
-
-
-def _named(kernel: Unwrapped, runtime_values: list[Any], metaparams: Mapping[str, Any]) -> dict[str, Any]:
-    names = _runtime_names(kernel, metaparams)
-    if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
-                        f"got {len(runtime_values)} (inputs, scalars and outputs together)")
-    return dict(zip(names, runtime_values))
 
 
 def kernel_name(kernel: Any) -> str:
@@ -131,8 +101,8 @@ def kernel_name(kernel: Any) -> str:
         return repr(kernel)
 
 
-def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[str, Any],
-             metaparams: Mapping[str, Any]) -> list[_Raw]:
+def _resolve(wrappers: tuple[Any, ...], configs: list[LaunchConfig], named_args: dict[str, Any],
+             metaparams: Mapping[str, Any]) -> list[LaunchConfig]:
     """The configs once the wrappers (outermost first) had their say: an Autotuner's replace those
     given, a Heuristics sets its values in each config below it."""
     if not wrappers:
@@ -143,7 +113,7 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[_Raw], named_args: dict[st
     configs = _resolve(inner, configs, named_args, metaparams)
     for config in configs:
         for name, heuristic in triton_compat.heuristic_values(wrapper).items():
-            config.kwargs[name] = heuristic({**named_args, **metaparams, **config.kwargs})
+            config.constexprs[name] = heuristic({**named_args, **metaparams, **config.constexprs})
     return configs
 
 
@@ -151,13 +121,12 @@ def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[
              num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
     """(the JITFunction, its launch configs): a plain kernel's one from the caller's launch parameters."""
     wrappers, fn = kernel
-    default = _Raw({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
+    default = LaunchConfig({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
                    DEFAULT_NUM_STAGES if num_stages is None else num_stages,
                    num_ctas, "default")
     raw = _resolve(wrappers, [default], named_args, metaparams)
     defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
-    return fn, [LaunchConfig({**defaults, **metaparams, **c.kwargs}, c.num_warps, c.num_stages, c.num_ctas,
-                             c.description) for c in raw]
+    return fn, [c._replace(constexprs={**defaults, **metaparams, **c.constexprs}) for c in raw]
 
 
 class Resolved(NamedTuple):
@@ -175,7 +144,11 @@ def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
     meta = dict(call.metaparams.items())
     kernel = triton_compat.unwrapped(call.kernel)
-    named = _named(kernel, runtime_values, meta)
+    names = _runtime_names(kernel, meta)
+    if len(runtime_values) > len(names):
+        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+                        f"got {len(runtime_values)} (inputs, scalars and outputs together)")
+    named = dict(zip(names, runtime_values))
     fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)
     grid, zeroed_outputs = call.grid, call.zeroed_outputs
     if not (callable(grid) or callable(zeroed_outputs)):  # the same for every config: evaluated once

@@ -10,29 +10,27 @@ rule asks for (same spec, same content key).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from jax import core
 
-from compiler import KernelSpec, Target, make_spec
+from compiler import KernelSpec, Target, make_spec, parse_target
 from kernel_cache import Config
+from kernel_cache.errors import KernelCacheError
 from kernel_cache.value_class import Value
 
+from ..payload.jaxlib_compat import triton_module
 from . import kernels
 from .aliasing import OutputOrder, outputs
 from .bound_call import BoundCall
 from .configs import LaunchConfig, Resolved, resolve
-from .target_arch import resolve_target
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """How one config is launched: known from the call and its config alone, before any kernel is read."""
 
     grid: tuple[int, int, int]
@@ -55,8 +53,7 @@ class CallInfo(NamedTuple):
     debug: bool
 
 
-@dataclass(frozen=True)
-class KernelPlan:
+class KernelPlan(NamedTuple):
     call: BoundCall  # what the user asked
     platform: str
     target: Target
@@ -81,32 +78,26 @@ class KernelPlan:
            config: Config, evaluation: "Evaluation | None" = None) -> "KernelPlan":
         """`evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
         target = target_of(platform, call.compute_capability, config)
-        meta = dict(call.metaparams.items())
         evaluation = evaluation if evaluation is not None else Evaluation(avals_in, avals_out, call)
         order, results, aliases, inputs, resolved = evaluation.resolved()
-        pointed = results[:order.pointers]
-        named = resolved.named
-        args = kernels.argument_types([a.dtype for a in avals_in], call.scalars, [a.dtype for a in pointed],
-                                      call.arg_tree, aligned=call.aligned_pointers)
-        options = call_options(call)
+        args = kernels.argument_types([a.dtype for a in avals_in], call.scalars,
+                                      [a.dtype for a in results[:order.pointers]], call.arg_tree,
+                                      aligned=call.aligned_pointers)
         zeroed_bytes = _zeroed_bytes(resolved.zeroed, order, call, avals_in, avals_out)
         launches = [Launch(grid=grid, zeroed_bytes=zeroed, description=c.description, bound=frozenset(c.constexprs))
                     for c, grid, zeroed in zip(resolved.configs, resolved.grids, zeroed_bytes, strict=True)]
-        leaf_names = _leaf_names(list(named), inputs)
+        leaf_names = _leaf_names(list(resolved.named), inputs)
         info = CallInfo(
             name=call.name, kernel_name=resolved.fn.__name__,
             scalar_desc=str({leaf_names[p]: v for p, v in call.scalars}),
             compute_capability=int(target.arch) if target.backend == "cuda" else 0,  # an int for cuda
             aliases=aliases, num_inputs=len(avals_in), in_sizes=tuple(map(_nbytes, avals_in)),
             serialized_metadata=bytes(call.serialized_metadata), debug=call.debug)
-        shapes = [(tuple(map(int, a.shape)), _dtype(a.dtype)[0]) for a in (*avals_in, *results)]
-        plan = object.__new__(cls)  # the frozen dataclass's __init__ would set 19 fields one object.__setattr__ each
-        plan.__dict__.update(
-            call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
-            options=options, named=named, metaparams=meta, leaf_names=leaf_names, order=order,
-            avals_in=list(avals_in), avals_out=list(avals_out), results=results, aliases=aliases,
-            launches=launches, info=info, shapes=shapes)
-        return plan
+        shapes = [(tuple(map(int, a.shape)), dtype_info(a.dtype)[0]) for a in (*avals_in, *results)]
+        return cls(call=call, platform=platform, target=target, fn=resolved.fn, configs=resolved.configs, args=args,
+                   options=call_options(call), named=resolved.named, metaparams=dict(call.metaparams.items()),
+                   leaf_names=leaf_names, order=order, avals_in=list(avals_in), avals_out=list(avals_out),
+                   results=results, aliases=aliases, launches=launches, info=info, shapes=shapes)
 
     def specs(self) -> list[KernelSpec]:
         return [make_spec(self.fn, self.args, dict(c.constexprs), target=self.target, num_warps=c.num_warps,
@@ -114,7 +105,7 @@ class KernelPlan:
 
     def only(self, index: int) -> "KernelPlan":
         """This plan with config `index` alone (a persisted autotune winner's)."""
-        return dataclasses.replace(self, configs=[self.configs[index]], launches=[self.launches[index]])
+        return self._replace(configs=[self.configs[index]], launches=[self.launches[index]])
 
 
 def call_options(call: BoundCall) -> dict[str, Any]:
@@ -142,91 +133,94 @@ class Evaluation(Value):
             if self.error is not None:
                 raise self.error
             try:
-                self.done = _resolved_call(self.avals_in, self.avals_out, self.call)
+                order, results, aliases = outputs(self.call, self.avals_out)
+                flat = list(self.avals_in)  # the positional runtime args before the outputs: scalars at their places
+                for position, value in self.call.scalars:
+                    flat.insert(position, value)
+                tree = self.call.arg_tree  # a tuple parameter as one tuple, as the kernel takes it
+                inputs = flat if tree is None else list(tree.unflatten(flat))
+                self.done = order, results, aliases, inputs, resolve(self.call, inputs + results[:order.pointers])
             except Exception as error:
                 self.error = error
                 raise
         return self.done
-
-    def launches(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, ...]]]:
-        """(per config, its grid and the outputs it zeroes), as the signature holds them."""
-        resolved = self.resolved()[4]
-        return resolved.grids, resolved.zeroed
 
 
 # (output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)
 ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]
 
 
-def _resolved_call(avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> ResolvedCall:
-    order, results, aliases = outputs(call, avals_out)
-    inputs = _grouped(call.arg_tree, _runtime_values(avals_in, call.scalars))
-    return order, results, aliases, inputs, resolve(call, inputs + results[:order.pointers])
-
-
 def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
-    """The target a call is lowered for: its own compute capability, else the configured arch."""
-    return _target(platform, compute_capability, config.target_arch)
+    """The target a call is lowered for: its own compute capability, else the configured arch
+    (KERNEL_CACHE_TARGET_ARCH), else the device's. The configured one comes before the device so that
+    cross-lowering and prewarming on a GPU-less host are explicit; on a GPU host the device decides."""
+    return resolve_target(platform, compute_capability, config.target_arch)
 
 
-@functools.lru_cache(maxsize=256)
-def _target(platform: str, compute_capability: Any, configured: Any) -> Target:
-    """Kept per process, so a warm call's plan does not ask `target_arch` again."""
-    return resolve_target(platform, compute_capability, configured)
+ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
+
+
+class NoTargetError(KernelCacheError, RuntimeError):
+    """Lowering for a GPU platform with no GPU visible and no explicit architecture."""
+
+
+@functools.lru_cache(maxsize=256)  # asked once per call: resolved once per arch
+def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
+    """The compile target for `platform`: the call's own, else the configured one, else the device's."""
+    arch = compute_capability if compute_capability is not None else (configured or _device_arch(platform))
+    target = parse_target(arch)
+    if target.backend != ("cuda" if platform == "cuda" else "hip"):
+        raise ValueError(f"target {target.name} is not a {platform} architecture "
+                         f"(check compute_capability / {ENV_VAR})")
+    return target
+
+
+@functools.cache
+def _device_arch(platform: str) -> "int | str":
+    import jax
+
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        example = "compute_capability=90" if platform == "cuda" else "compute_capability='gfx942'"
+        raise NoTargetError(
+            f"lowering a Triton kernel for '{platform}' needs the GPU architecture, and this host has "
+            f"no {platform} device to read it from: pass {example} to triton_call, or set "
+            f"{ENV_VAR} (e.g. sm_90 or gfx942)")
+    device = devices[0]
+    if platform == "cuda":
+        major, _, minor = str(device.compute_capability).partition(".")
+        return int(major) * 10 + int(minor or 0)
+    return str(triton_module("rocm").get_arch_details(device.id).split(":")[0])
 
 
 def _zeroed_bytes(zeroed: Sequence[tuple[int, ...]], order: OutputOrder, call: BoundCall, avals_in: Sequence[Any],
                   avals_out: Sequence[Any]) -> list[dict[int, int]]:
-    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes."""
+    """Per config, {runtime-argument position: bytes to zero} for the outputs it zeroes. An output's
+    position is its own pointer's (after the inputs and scalars), or, for an aliased output without
+    one (jax-triton 0.4), the input's."""
     if not any(zeroed):
         return [{} for _ in zeroed]
-    positions = _zero_positions(order, tuple(call.input_output_aliases.items()), call.scalars, len(avals_in))
+    num_args = len(avals_in) + len(call.scalars)
+    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}  # by the user's output index
+    scalar_at = {p for p, _ in call.scalars}
+    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
+    for i, o in call.input_output_aliases.items():
+        positions.setdefault(int(o), array_at[int(i)])
     out_sizes = [_nbytes(a) for a in avals_out]  # the user's order, as zeroed_outputs counts
     return [{positions[i]: out_sizes[i] for i in outputs} for outputs in zeroed]
 
 
-def _zero_positions(order: OutputOrder, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, Any]],
-                    num_inputs: int) -> dict[int, int]:
-    """{the user's output index: the runtime argument jaxlib zeroes for it}: an output's own pointer
-    (after the inputs and scalars), or, for an aliased output without one (jax-triton 0.4), the input's."""
-    num_args = num_inputs + len(scalars)
-    positions = {o: num_args + k for k, o in enumerate(order.order[:order.pointers])}
-    scalar_at = {p for p, _ in scalars}
-    array_at = [p for p in range(num_args) if p not in scalar_at]  # array i's runtime position
-    for i, o in aliases:
-        positions.setdefault(int(o), array_at[int(i)])
-    return positions
-
-
 def _nbytes(aval: Any) -> int:
-    return math.prod(map(int, aval.shape)) * _dtype(aval.dtype)[1]
+    return math.prod(map(int, aval.shape)) * dtype_info(aval.dtype)[1]
 
 
-def dtype_name(dtype: Any) -> str:
-    """numpy's name of a dtype (memoized: numpy computes it anew each time)."""
-    return _dtype(dtype)[0]
-
-
-def dtype_names(dtypes: Sequence[Any]) -> list[str]:
-    return [_dtype(dtype)[0] for dtype in dtypes]
-
-
-@functools.lru_cache(maxsize=256)
-def _dtype(dtype: Any) -> tuple[str, int]:
+@functools.lru_cache(maxsize=256)  # numpy computes a dtype's name anew each time
+def dtype_info(dtype: Any) -> tuple[str, int]:
+    """(numpy's name of a dtype, its item size)."""
     return np.dtype(dtype).name, int(np.dtype(dtype).itemsize)
-
-
-def _runtime_values(in_avals: Sequence[Any], scalars: Sequence[tuple[int, Any]]) -> list[Any]:
-    """The inputs with the scalars at their positions: the positional runtime args before the outputs."""
-    values = list(in_avals)
-    for position, value in scalars:
-        values.insert(position, value)
-    return values
-
-
-def _grouped(arg_tree: Any, flat: list[Any]) -> list[Any]:
-    """The flat runtime inputs as the kernel's parameters take them (a tuple parameter as one tuple)."""
-    return flat if arg_tree is None else list(arg_tree.unflatten(flat))
 
 
 def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
@@ -249,4 +243,4 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
 def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
     """The plan of a call as it was bound, before its rule runs."""
     avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, BoundCall.of(params), config)
+    return KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)

@@ -1,14 +1,9 @@
-"""A lowered call's key: a pure function of its plan and facts of the installation, computed
-without building a kernel spec, a content key or a proto. It covers everything the payload is built
-from: the kernel (name, Triton's cache key, parameter flags), the runtime argument types, options and
-each config's launch, the call's fields and shapes, the target, toolchain, jaxlib's capabilities, the
-GPU model winners are looked up for, and the source of the compiler and lowering packages (an edited
-module is a new key, never a stale payload). It is hashed in the core's canonical encoding
-(`kernel_cache.entries.canonical`): the int 1, the float 1.0, True and "1" differ; a value with no
-canonical form makes the call keyless, lowered kernel by kernel, unrecorded. What many calls share is
-encoded once and spliced in as text: per process and target (`static_text`), per JAX module (`module_text`).
+"""A lowered call's key: a pure function of its plan and facts of the installation (the source of the
+compiler and lowering packages among them: an edited module is a new key, never a stale payload),
+computed without building a kernel spec, a content key or a proto, in the core's canonical encoding
+(a value with no canonical form makes the call keyless: lowered kernel by kernel, unrecorded).
 
-A call's signature (`signature`) names the same record from what the rule is given, unplanned: the
+A call's signature (`signed_call`) names the same record from what the rule is given, unplanned: the
 plan is a pure function of its inputs, so their digest, where each has a value form (`value_form`),
 names one plan and so one key; the program's warm set keeps signature -> key from the run before.
 It costs a third of planning and keying. A heuristic, a prune hook, a perf model or a pre_hook
@@ -42,11 +37,9 @@ from . import value_form
 from .winners import gpu_model
 
 FORMAT = 3  # 3: each config's compile inputs as the content key states them (compiler.inputs)
-# A static part's memo: (kernel function, its Triton fingerprint, target, platform) -> (function, text)
-StaticMemo = BoundedMemo[tuple[Any, ...], tuple[Any, str]]
 
 
-def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, static: StaticMemo) -> str | None:
+def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config) -> str | None:
     """The key of `plan`'s record (None: something in it has no canonical form). `device`: the GPU
     model winners are looked up for (None: they do not apply). Each config is keyed with its compile
     inputs, as its kernels' content keys are, so the two keys move together."""
@@ -56,7 +49,7 @@ def call_key(plan: KernelPlan, device: str | None, module: Any, config: Config, 
                     compile_inputs.digest_of(plan.target, compile_options(c.num_warps, c.num_stages, c.num_ctas,
                                                                           plan.options))]
                    for c, launch in zip(plan.configs, plan.launches, strict=True)]
-        head = static_text(plan.fn, plan.target, plan.platform, static)
+        head = static_text(plan.fn, plan.target, plan.platform)
         rest = [device, plan.args, plan.options, configs, list(plan.info), plan.shapes]
         return spliced_digest(head, rest, lowering_value, rest_head=module_text(module, plan.platform, config))
     except TypeError:
@@ -86,27 +79,20 @@ def call_inputs(target: Target, call: BoundCall, env: object) -> str:
 SIGNATURE_FORMAT = 3  # 3: the call's compile inputs (compiler.inputs) at its own options
 
 
-def signature(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-              module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None) -> str | None:
-    """The call's signature, or None where some input has no value form (its document starts otherwise
-    than every key's, so the two never name one another)."""
-    found = signed_call(platform, avals_in, avals_out, params, module, config, static, evaluation)
-    return None if found is None else found[0]
-
-
 def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-                module: Any, config: Config, static: StaticMemo, evaluation: Evaluation | None = None
-                ) -> tuple[str, str] | None:
-    """(the call's signature, its lineage), or None. The lineage names the same call under any
-    toolchain, environment, jaxlib or target (the kernel by module and name, and the call's value form):
-    it finds what the program compiled before an upgrade, a guess that costs only compile work when wrong."""
+                module: Any, config: Config, evaluation: Evaluation | None = None) -> tuple[str, str] | None:
+    """(the call's signature, its lineage), or None where some input has no value form (a signature's
+    document starts otherwise than every key's, so the two never name one another). The lineage names
+    the same call under any toolchain, environment, jaxlib or target (the kernel by module and name,
+    and the call's value form): it finds what the program compiled before an upgrade, a guess that
+    costs only compile work when wrong."""
     if params.get("arg_tree") is not None:
         return None
     try:
         call = evaluation.call if evaluation is not None else BoundCall(**params)
         wrappers, fn = tc.unwrapped(call.kernel)
         target = target_of(platform, call.compute_capability, config)
-        head = static_text(fn, target, platform, static)
+        head = static_text(fn, target, platform)
         env = triton_env.get()  # one read of the environment for the whole signature
         modules = module_text(module, platform, config, env)
         inputs = call_inputs(target, call, env)
@@ -115,50 +101,33 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
         own = value_form.call_form(avals_in, avals_out, fn, wrappers, device, params, evaluation)
     except TypeError:  # not a kernel (its plan says so), or some input has no value form
         return None
-    hasher = xxhash.xxh3_128("\0".join(("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs,
-                                        "")).encode())
-    hasher.update(own)
     python_fn = getattr(fn, "fn", fn)  # the decorated Python function: the name a recipe gives the kernel
-    lineage = xxhash.xxh3_128("\0".join(("kernel-cache call lineage", str(SIGNATURE_FORMAT), platform,
-                                         getattr(python_fn, "__module__", ""), getattr(python_fn, "__qualname__", ""),
-                                         "")).encode())
-    lineage.update(own)
-    return str(hasher.hexdigest()), str(lineage.hexdigest())
+    signature = ("kernel-cache call signature", str(SIGNATURE_FORMAT), head, modules, inputs, "")
+    lineage = ("kernel-cache call lineage", str(SIGNATURE_FORMAT), platform, getattr(python_fn, "__module__", ""),
+               getattr(python_fn, "__qualname__", ""), "")
+    return (str(xxhash.xxh3_128_hexdigest("\0".join(signature).encode() + own)),
+            str(xxhash.xxh3_128_hexdigest("\0".join(lineage).encode() + own)))
 
 
-def static_text(fn: Any, target: Target, platform: str, memo: StaticMemo) -> str:
-    """The key's text for what one @jit function on one target shares across its calls. The function
-    is kept with the text, so the memo never answers for another function that reuses its id."""
+# (id of a kernel function, its Triton fingerprint, target, platform, installed tools' generation) ->
+# (the function, its text): keyed by id, as the function's own hash is Triton's cache key, computed per ask
+_static: BoundedMemo[tuple[Any, ...], tuple[Any, str]] = BoundedMemo()
+
+
+def static_text(fn: Any, target: Target, platform: str) -> str:
+    """The key's text for what one @jit function on one target shares across its calls in this
+    installation: the code, target and tools, the function's name, fingerprint and parameters' flags
+    (fixed at decoration). The function is kept with the text, so the memo never answers for another
+    function that reuses its id."""
     fingerprint = tc.kernel_fingerprint(fn)
-    memo_key = (id(fn), fingerprint, target, platform)
-    found = memo.get(memo_key)
+    memo_key = (id(fn), fingerprint, target, platform, toolchain.generation)
+    found = _static.get(memo_key)
     if found is None or found[0] is not fn:
-        own = function_text(fn, fingerprint)
-        found = (fn, '{"list":[' + installation_text(platform, target) + "," + own + "]}")
-        memo.remember(memo_key, found)
+        installation = items_text(["kernel-cache lowered call", FORMAT, code_identity(), platform, target.json,
+                                   installed_tools(target)], lowering_value)
+        own = items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
+        found = _static.remember(memo_key, (fn, '{"list":[' + installation + "," + own + "]}"))
     return found[1]
-
-
-@functools.lru_cache(maxsize=8192)  # (kernel function, its Triton fingerprint) -> its part of the key
-def function_text(fn: Any, fingerprint: str) -> str:
-    """The kernel function's part of the key: its name, Triton's fingerprint and its parameters' flags
-    (fixed at decoration), so kept for the process."""
-    return items_text([fn.__name__, fingerprint, [list(flags) for flags in tc.param_flags(fn)]], lowering_value)
-
-
-def installation_text(platform: str, target: Target) -> str:
-    """What every call on `target` shares in this installation, kept per reading of the installed
-    tools (`toolchain.generation`)."""
-    return _installation_text(platform, target, code_identity(), toolchain.generation)
-
-
-@functools.lru_cache(maxsize=256)
-def _installation_text(platform: str, target: Target, code: str, generation: int) -> str:
-    return items_text(["kernel-cache lowered call", FORMAT, code, platform, target.json, installed_tools(target)],
-                      lowering_value)
-
-
-_MODULE_MEMO_KEY = "lowering.records.call_key"  # our entry in a JAX module's own per-module cache
 
 
 def module_text(module: Any, platform: str, config: Config, env: dict[str, str] | None = None) -> str:
@@ -167,7 +136,7 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
     own `lowering_cache` dict, so it dies with the module: not keyed by the module (a strong reference
     slows every later lowering) nor by its MLIR context (JAX 0.12 reuses one for up to 10 modules)."""
     cache = getattr(module, "lowering_cache", None)
-    memo_key = (_MODULE_MEMO_KEY, platform)
+    memo_key = ("lowering.records.call_key", platform)  # our entry in the module's own per-module cache
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
     env_items = tuple(sorted((env if env is not None else triton_env.get()).items()))

@@ -7,12 +7,11 @@
      front (`Store.front_level`); a record of an autotuned call follows a winner stored since;
   4. kernel by kernel: the rule's `build`, then `Slot.remember` writes the record.
 A record served is one record hit: its kernels are not read, only told to the levels' LRU order. A
-call served by its key, or just recorded, is signed for the next process (`sign`); a call whose
+call served by its key, or just recorded, is signed for the next process; a call whose
 inputs have no value form has no signature and is planned on every lowering.
 
 KERNEL_CACHE_CALL_RECORDS=0 keeps records in this session only. ROCm payloads name a temporary
 file: never recorded. Tuning bypasses every tier but the last: nothing lowered may be reused.
-The module is long because it is the serving path whole: its tiers, and the record slot the last fills.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from kernel_cache.front_level import WarmSet
 from kernel_cache.session import SessionMemo
 from kernel_cache.telemetry import lookup_log
 
-from ..planning.aliasing import CallShape
+from ..planning.aliasing import CallShape, outputs
 from ..planning.bound_call import BoundCall
 from ..planning.plan import Evaluation, KernelPlan
 from . import call_key, winners
@@ -40,14 +39,12 @@ if TYPE_CHECKING:
     from compiler import Artifact
 
 
-FORMAT = 2  # 2: one canonical encoder (kernel_cache.entries.canonical) instead of this module's tagged tuples
 @dataclass
 class Slot:
     """Where one call's record lives (`key` None: not recorded), and its payload once found or built."""
 
     key: str | None
     plan: KernelPlan
-    winners_apply: bool
     session: Session
     memos: "_Memos"
     payload: bytes | None = None
@@ -65,20 +62,20 @@ class Slot:
         keys = tuple(key for _, key in fetched)
         seconds = sum(art.compile_seconds for art, _ in fetched)
         if not chosen:
-            self._put(self.key, keys, seconds, payload, (winner_key or "") if self.winners_apply else "")
+            self._put(self.key, keys, seconds, payload, winner_key)
             self.signable = self.key
             return
         self.signable = call_entry.winner_record_key(self.key, keys[0])
-        self._put(self.signable, keys, seconds, payload, winner_key or "")
+        self._put(self.signable, keys, seconds, payload, winner_key)
         if _read(self.session, self.memos, self.key) is None:  # the call's own record points readers at its winner
-            self._put(self.key, tuple(family), 0.0, None, winner_key or "")
+            self._put(self.key, tuple(family), 0.0, None, winner_key)
 
-    def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str) -> None:
+    def _put(self, key: str, keys: tuple[str, ...], seconds: float, payload: bytes | None, winner_key: str | None) -> None:
         plan = self.plan
         record = call_entry.CallRecord(
             key=key, kernel=plan.fn.__name__, call_name=plan.call.name, platform=plan.platform,
             arch=plan.target.name, target=plan.target.json, toolchain=toolchain_summary(plan.target),
-            config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key)
+            config_keys=keys, compile_seconds=seconds, payload=payload, winner_key=winner_key or "")
         if self.session.config.call_records:
             entry = record.to_entry()
             self.session.store.put(entry)
@@ -107,14 +104,15 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
         record, level = found
         _count(session, memos, record, level, start)
         memos.remember(signature, record)
-        return Served(CallShape.of(platform, avals_out, call), record.payload or b"", len(record.config_keys))
+        return Served(CallShape(call, platform, *outputs(call, avals_out)), record.payload or b"", len(record.config_keys))
     plan = KernelPlan.of(platform, avals_in, avals_out, call, session.config, evaluation)
     slot = find(plan, session, module=module)
     if slot.payload is None:
         build(slot)
     assert slot.payload is not None
     if signature is not None:
-        sign(slot, signature)
+        if slot.signable is not None and session.config.call_records:  # signed for the record lowered to
+            memos.warm_set(session.store).sign(signature, slot.signable)
         if slot.record is not None:
             memos.remember(signature, slot.record)
     return Served(plan, slot.payload, slot.kernels)
@@ -126,12 +124,18 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
     config = session.config
     device = winners.gpu_model(plan.platform, config) if len(plan.configs) > 1 and config.winners else None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
-    slot = Slot(None, plan, device is not None, session, memos)
+    slot = Slot(None, plan, session, memos)
     if plan.platform != "cuda" or session.tuning is not None:  # tuning: nothing lowered may be reused
         return slot
-    slot.key = call_key.call_key(plan, device, module, config, memos.static)
-    if slot.key is not None:
-        _serve(slot)
+    slot.key = call_key.call_key(plan, device, module, config)
+    start = time.perf_counter()
+    found = _read(session, memos, slot.key) if slot.key is not None else None
+    found = _winner_applied(session, memos, *found) if found is not None else None  # None: the winner alone, below
+    if found is not None and found[0].payload is not None:  # None: its winner is gone, lowered autotuned below
+        record, level = found
+        _count(session, memos, record, level, start)
+        slot.payload, slot.kernels = record.payload, len(record.config_keys)
+        slot.record, slot.signable = record, record.key
     return slot
 
 
@@ -139,69 +143,47 @@ def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
                 session: Session, module: Any = None, evaluation: Evaluation | None = None
                 ) -> tuple[str | None, tuple[call_entry.CallRecord, str] | None]:
     """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves
-    it unplanned, tier 1 or 2, with the level it comes from, or None)."""
+    it unplanned, tier 1 or 2, with the level it comes from, or None). Tier 2 is the record the
+    program's warm set names for the signature, a winner stored since followed, where it holds a
+    payload of its own; the warm set keeps signature -> the record whose payload the call lowered to
+    (its own, or its winner's own record, served while that winner is still stored)."""
     if platform != "cuda" or session.tuning is not None:
         return None, None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
-    signed = call_key.signed_call(platform, avals_in, avals_out, params, module, session.config, memos.static,
-                                  evaluation)
+    signed = call_key.signed_call(platform, avals_in, avals_out, params, module, session.config, evaluation)
     if signed is None:
         return None, None
     signature, lineage = signed
     record = memos.served.get(signature)
     if record is not None:
         return signature, (record, "memory")
-    return signature, _signed(signature, lineage, session, memos) if session.config.call_records else None
-
-
-def _signed(signature: str, lineage: str, session: Session, memos: "_Memos") -> tuple[call_entry.CallRecord, str] | None:
-    """(the record the program's warm set names for `signature`, its level), a winner stored since
-    followed, where it holds a payload of its own; None: the call is planned and found by its key."""
+    if not session.config.call_records:
+        return signature, None
     warm = memos.warm_set(session.store)
     entry = warm.signed(signature, lineage)
-    if entry is None:
-        return None
-    record = _decoded(memos, entry)
+    record = None if entry is None else _decoded(memos, entry)
     found = None if record is None else _winner_applied(session, memos, record, warm.level)
     if found is None or found[0].payload is None:
-        return None  # a record its key must decide, or a pointer: planned and found by its key
-    if found[0].key != entry.key:  # a winner stored since: its own record, signed for the next process
+        return signature, None  # a record its key must decide, or a pointer: planned and found by its key
+    if found[0] is not record:  # a winner stored since: its own record, signed for the next process
         warm.sign(signature, found[0].key)
-    return found
-
-
-def sign(slot: Slot, signature: str) -> None:
-    """The warm set keeps `signature` -> the record whose payload this call lowered to (its own, or its
-    winner's own record, which `find_signed` serves while that winner is still stored)."""
-    if slot.signable is not None and slot.payload is not None and slot.session.config.call_records:
-        slot.memos.warm_set(slot.session.store).sign(signature, slot.signable)
+    return signature, found
 
 
 def _count(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str, start: float) -> None:
     store = session.store
     store.stats.record_hit(level, record.key, record.compile_seconds)
-    _touch_kernels(memos.warm_set(store), memos.touched, record.config_keys)
+    warm = memos.warm_set(store)
+    # The LRU order is told once per session and at exit that the record's kernels are in use: never read
+    # while their record serves, a size-bounded level must not evict them first (a new toolchain needs them).
+    new = [key for key in record.config_keys if key not in memos.touched]
+    if new:
+        if len(memos.touched) < 1 << 16:
+            memos.touched.update(new)
+        warm.touch_later(new)
     if lookup_log.log.isEnabledFor(logging.INFO):
         kernel, count = record.kernel, len(record.config_keys)
         lookup_log.lookup(record.key, lambda: record_label(kernel, count), level, start)
-
-
-def _serve(slot: Slot) -> None:
-    assert slot.key is not None
-    start = time.perf_counter()
-    found = _read(slot.session, slot.memos, slot.key)
-    if found is None:
-        return
-    found = _winner_applied(slot.session, slot.memos, *found)
-    if found is None:
-        return  # lowered below as the winner alone, which records it
-    record, level = found
-    if record.payload is None:
-        return  # its winner is gone: lowered autotuned below, which records that
-    _count(slot.session, slot.memos, record, level, start)
-    slot.payload, slot.kernels = record.payload, len(record.config_keys)
-    slot.record = record
-    slot.signable = record.key
 
 
 def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRecord, level: str
@@ -216,17 +198,6 @@ def _winner_applied(session: Session, memos: "_Memos", record: call_entry.CallRe
     redirect = record.redirect(chosen)
     found = _read(session, memos, redirect) if redirect is not None else None
     return found if found is not None and found[0].serves(chosen) else None
-
-
-def _touch_kernels(warm: WarmSet, touched: set[str], keys: Sequence[str]) -> None:
-    """Tell the LRU order, once per session and at exit, that a record's kernels are in use: never
-    read while their record serves, a size-bounded level must not evict them first (a new toolchain
-    keys every call anew, and then needs them)."""
-    new = [key for key in keys if key not in touched]
-    if new:
-        if len(touched) < 1 << 16:
-            touched.update(new)
-        warm.touch_later(new)
 
 
 def _read(session: Session, memos: "_Memos", key: str) -> tuple[call_entry.CallRecord, str] | None:
@@ -263,13 +234,13 @@ def _decoded(memos: "_Memos", entry: Entry) -> call_entry.CallRecord | None:
 class _Memos:
     """This module's session memos (records off: `records` holds the session's records)."""
 
-    static: call_key.StaticMemo = field(default_factory=BoundedMemo)
     decoded: BoundedMemo[str, tuple[Entry, call_entry.CallRecord]] = field(default_factory=BoundedMemo)
     touched: set[str] = field(default_factory=set)
     records: SizedLRU[call_entry.CallRecord] = field(
         default_factory=lambda: SizedLRU(lambda r: len(r.payload or b"") + 512, 64 << 20))
     served: dict[str, call_entry.CallRecord] = field(default_factory=dict)  # signature -> its record, served here
     served_bytes: int = 0
+    warm: WarmSet | None = None  # the records read and written, for this program's next process
 
     def remember(self, signature: str, record: call_entry.CallRecord) -> None:
         """Serve `signature` from `record` again (tier 1), within MAX_SERVED calls and MAX_SERVED_BYTES."""
@@ -278,7 +249,6 @@ class _Memos:
                 self.served_bytes + size <= MAX_SERVED_BYTES:
             self.served[signature] = record
             self.served_bytes += size
-    warm: WarmSet | None = None  # the records read and written, for this program's next process
 
     def warm_set(self, store: Store) -> WarmSet:
         warm = self.warm
@@ -291,6 +261,8 @@ class _Memos:
 _MEMOS = SessionMemo("lowering.records.call_records", lambda _: _Memos())
 MAX_SERVED = 4096  # calls the session serves again by signature
 MAX_SERVED_BYTES = 64 << 20  # their payloads' bytes
+
+
 def record_label(kernel: str, kernels: int) -> str:
     """How the lookup log names a call record served: 'matmul_kernel call record (6 kernels)'."""
     return f"{kernel} call record ({kernels} kernel{'' if kernels == 1 else 's'})"

@@ -84,8 +84,8 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
             best.setdefault(site.key, site.config_keys[0])
         for index, site in enumerate(sites):
             report("site", (program.label, site, index, len(sites)))
-            if any(r.site.key == site.key for r in results):
-                done = next(r for r in results if r.site.key == site.key)
+            done = next((r for r in results if r.site.key == site.key), None)
+            if done is not None:
                 result = SiteResult(program.label, site, done.timings, done.record, 0.0, duplicate=True)
             else:
                 result = _tune_site(session, program, site, best, reps, warmup, report)
@@ -95,19 +95,14 @@ def tune(programs: Sequence[Program], *, reps: int = 20, warmup: int = 3,
                     best[site.key] = result.record.best.key
             results.append(result)
             report("done", result)
-    for program in programs:
-        _record(program)
+    for program in programs:  # lowered once as a run would, winners applying: each call's winner record written
+        try:
+            _lower(program)
+        except Exception as exc:  # it lowered while tuning: logged, the winners stay stored (the next run records)
+            log.warning("kernel-cache: %s: recording the tuned calls failed: %s: %s", program.label,
+                        type(exc).__name__, exc)
     store.stats.flush()
     return results
-
-
-def _record(program: Program) -> None:
-    """Lower `program` once as a run would, its winners applying, so each call's winner record is
-    written for the next process. Nothing compiles; where this fails the next run records them itself."""
-    try:
-        _lower(program)
-    except Exception as exc:  # it lowered while tuning: a failure now is logged, the winners stay stored
-        log.warning("kernel-cache: %s: recording the tuned calls failed: %s: %s", program.label, type(exc).__name__, exc)
 
 
 def discover(program: Program, session: kernel_cache.Session) -> list[winners.Site]:

@@ -1,4 +1,4 @@
-"""The value form of a call's inputs: what its signature (`call_key.signature`) hashes.
+"""The value form of a call's inputs: what its signature (`call_key.signed_call`) hashes.
 
 Each input becomes plain values and string-tagged tuples, hashed as marshal writes them (version 0
 writes no back-references, so equal values give equal bytes whatever their identity). An int, a bool,
@@ -21,8 +21,8 @@ from jax import core
 from compiler import triton_compat as tc
 from kernel_cache.value_class import FrozenValue
 
-from ..planning.frozen_items import FrozenItems
-from ..planning.plan import Evaluation, dtype_name, dtype_names
+from ..planning.bound_call import FrozenItems
+from ..planning.plan import Evaluation, dtype_info
 
 
 def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappers: Sequence[Any], device: str | None,
@@ -44,11 +44,11 @@ def _evaluated(params: Mapping[str, Any], evaluation: Evaluation) -> dict[str, A
     if not (callable(grid) or callable(zeroed)):
         return {}
     try:
-        grids, zeroes = evaluation.launches()
+        resolved = evaluation.resolved()[4]
     except Exception as error:  # the user's function, or parameters planning refuses: its plan says which
         raise TypeError("a function of the call raised: its plan reports it") from error
-    return {name: values for name, value, values in (("grid", grid, grids), ("zeroed_outputs", zeroed, zeroes))
-            if callable(value)}
+    return {name: values for name, value, values in (("grid", grid, resolved.grids),
+                                                     ("zeroed_outputs", zeroed, resolved.zeroed)) if callable(value)}
 
 
 def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
@@ -61,15 +61,8 @@ def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
         if hooks is None or hooks.early_config_prune is not None or hooks.perf_model is not None:
             raise TypeError("no value form for a Heuristics wrapper or an Autotuner's prune hooks")
         tuners.append((tuple(tc.autotune_keys(wrapper)),
-                       tuple([form(_fields(config)) for config in tc.autotune_configs(wrapper)])))
+                       tuple([form(vars(config)) for config in tc.autotune_configs(wrapper)])))
     return form(tc.constexpr_defaults(fn)), tuple(tuners), device
-
-
-def _fields(config: Any) -> dict[str, Any]:
-    fields = getattr(config, "__dict__", None)
-    if type(fields) is not dict:
-        raise TypeError(f"no value form for a config of {type(config).__name__}")
-    return fields
 
 
 def avals(values: Sequence[Any]) -> tuple[Any, ...]:
@@ -77,8 +70,7 @@ def avals(values: Sequence[Any]) -> tuple[Any, ...]:
     for aval in values:
         if type(aval) is not core.ShapedArray:
             raise TypeError(f"no value form for an aval of {type(aval).__name__}")
-    names = dtype_names([aval.dtype for aval in values])
-    return tuple([(tuple(map(int, aval.shape)), name, bool(aval.weak_type)) for aval, name in zip(values, names)])
+    return tuple([(tuple(map(int, aval.shape)), dtype_info(aval.dtype)[0], bool(aval.weak_type)) for aval in values])
 
 
 _PLAIN = frozenset({int, bool, type(None), str, bytes})
@@ -101,7 +93,7 @@ def form(value: Any) -> Any:
     if isinstance(value, np.generic):
         return ("N", kind.__module__, kind.__qualname__, value.tobytes())
     if isinstance(value, np.dtype):
-        return ("ND", value.str, dtype_name(value))
+        return ("ND", value.str, dtype_info(value)[0])
     if isinstance(value, type):  # a dtype given as its scalar type (jnp.float32): by its qualified name
         return ("C", value.__module__, value.__qualname__)
     if isinstance(value, FrozenValue):  # a typed scalar, a descriptor: by their fields' values

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -19,7 +19,6 @@ import kernel_cache
 from compiler import KernelSpec, triton_compat
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
-from kernel_cache.value_class import FrozenValue
 
 from ..planning.plan import KernelPlan
 
@@ -29,10 +28,9 @@ else:
     winner_entry = later("kernel_cache.entries.winner_entry")  # read only where a winner is stored, or on a miss
 
 
-class Site(FrozenValue):
+class Site(NamedTuple):
     """One autotuned call site, as lowering saw it."""
 
-    _fields = ("key", "kernel", "config_keys", "descriptions", "key_values", "key_text", "spec", "device")
     key: str  # the winner key
     kernel: str
     config_keys: tuple[str, ...]
@@ -42,67 +40,47 @@ class Site(FrozenValue):
     spec: KernelSpec  # the first config's (target, toolchain)
     device: str
 
-    def __init__(self, key: str, kernel: str, config_keys: tuple[str, ...], descriptions: tuple[str, ...],
-                 key_values: Any, key_text: str, spec: KernelSpec, device: str) -> None:
-        self.__dict__.update(key=key, kernel=kernel, config_keys=config_keys, descriptions=descriptions,
-                             key_values=key_values, key_text=key_text, spec=spec, device=device)
-
 
 # session memo: winner key -> its config's content key (None: no winner)
 _STORED: SessionMemo[dict[str, str | None]] = SessionMemo("lowering.records.winners.stored", lambda _: {})
 
 
-class Tuning(FrozenValue):
+class Tuning(NamedTuple):
     """A tuning under way in a session (`tuning()`): the configs it forces, the sites it records."""
 
-    _fields = ("forced", "recorder")
     forced: Mapping[str, str]  # winner key -> config key to lower
     recorder: list[Site] | None  # where the sites of a lowering go
 
-    def __init__(self, forced: Mapping[str, str], recorder: list[Site] | None) -> None:
-        self.__dict__.update(forced=forced, recorder=recorder)
 
-
-class Choice(FrozenValue):
+class Choice(NamedTuple):
     """What persisted winners decide for one autotuned call."""
 
-    _fields = ("index", "key", "family")
-    index: int | None  # the config to lower alone; None: lower the call autotuned
-    key: str | None  # the winner key looked up (None: winners do not apply to this call)
-    family: tuple[str, ...]  # every config's content key (where a winner key was computed)
-
-    def __init__(self, index: int | None, key: str | None = None, family: tuple[str, ...] = ()) -> None:
-        self.__dict__.update(index=index, key=key, family=family)
+    config: int | None  # the index of the config to lower alone; None: lower the call autotuned
+    key: str | None = None  # the winner key looked up (None: winners do not apply to this call)
+    family: tuple[str, ...] = ()  # every config's content key (where a winner key was computed)
 
 
-def choose(plan: KernelPlan, specs: Sequence[KernelSpec], session: kernel_cache.Session) -> Choice:
-    """Which config of `plan` to lower alone (`index` None: lower the call autotuned)."""
+def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPlan, list[KernelSpec], Choice]:
+    """`plan`, its specs and the winners' choice, narrowed to the persisted winner's config (while
+    tuning, the forced one) where there is one: then one plain call, no autotuning at launch."""
+    specs = plan.specs()
     under_way: Tuning | None = session.tuning
-    if len(specs) < 2 or not (under_way is not None or session.config.winners):
-        return Choice(None)
-    forced, recorder = (under_way.forced, under_way.recorder) if under_way is not None else (None, None)
-    device = gpu_model(plan.platform, session.config)
-    if device is None:
-        return Choice(None)  # cross-lowering with no GPU model named: nothing to look a winner up by
+    applies = len(specs) > 1 and (under_way is not None or session.config.winners)
+    device = gpu_model(plan.platform, session.config) if applies else None
+    if device is None:  # one config, winners off, or cross-lowering with no GPU model to look a winner up by
+        return plan, specs, Choice(None)
     keys = compiler.session_keys(session)
     config_keys = [compiler.content_key(spec, keys=keys) for spec in specs]
     values, text = key_values(plan.call.kernel, plan.named, plan.metaparams, plan.avals_in, plan.avals_out)
     key = winner_entry.winner_key(config_keys, values, device)
-    if recorder is not None:
-        recorder.append(Site(key, specs[0].name, tuple(config_keys), tuple(c.description for c in plan.configs),
-                             values, text, specs[0], device))
-    chosen = forced.get(key) if forced is not None else stored_winner(session, key)
-    return Choice(config_keys.index(chosen) if chosen in config_keys else None, key, tuple(config_keys))
-
-
-def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPlan, list[KernelSpec], Choice]:
-    """`plan`, its specs and the winners' choice, narrowed to the persisted winner's config where one
-    is stored (then one plain call, no autotuning at launch)."""
-    specs = plan.specs()
-    choice = choose(plan, specs, session)
-    if choice.index is None:
-        return plan, specs, choice
-    return plan.only(choice.index), [specs[choice.index]], choice
+    if under_way is not None and under_way.recorder is not None:
+        under_way.recorder.append(Site(key, specs[0].name, tuple(config_keys),
+                                       tuple(c.description for c in plan.configs), values, text, specs[0], device))
+    chosen = under_way.forced.get(key) if under_way is not None else stored_winner(session, key)
+    if chosen not in config_keys:
+        return plan, specs, Choice(None, key, tuple(config_keys))
+    index = config_keys.index(chosen)
+    return plan.only(index), [specs[index]], Choice(index, key, tuple(config_keys))
 
 
 def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
@@ -139,8 +117,7 @@ def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = Non
 
 def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
     """The GPU model winners are looked up for: the configured one, else the visible device's."""
-    configured = config.gpu_model
-    return configured if configured else _device_kind(platform)
+    return config.gpu_model or _device_kind(platform)
 
 
 @functools.cache
@@ -159,7 +136,10 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
     """(canonical key values, text): the autotuner's `key` arguments as Triton keys its cache, plus
     every operand's shape and dtype: a winner is tuned for one problem size even where the key leaves
     a size out."""
-    names = _tuner_keys(kernel)
+    names: list[str] = []
+    for wrapper in triton_compat.wrapper_chain(kernel):
+        if triton_compat.is_autotuner(wrapper):
+            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
     available = {**metaparams, **named}
     chosen = [(n, _value(available[n])) for n in names if n in available]
     operands = [_value(a) for a in avals_in], [_value(a) for a in avals_out]
@@ -167,14 +147,6 @@ def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, A
     text = ", ".join(f"{n}={_show(v)}" for n, v in chosen)
     text += ("; " if text else "") + ", ".join(map(_show, operands[0])) + " -> " + ", ".join(map(_show, operands[1]))
     return values, text
-
-
-def _tuner_keys(kernel: Any) -> list[str]:
-    names: list[str] = []
-    for wrapper in triton_compat.wrapper_chain(kernel):
-        if triton_compat.is_autotuner(wrapper):
-            names += [k for k in triton_compat.autotune_keys(wrapper) if k not in names]
-    return names
 
 
 def _value(value: Any) -> Any:

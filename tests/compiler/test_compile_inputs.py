@@ -27,10 +27,8 @@ import compiler
 import kernel_cache
 from compiler import triton_compat as tc
 from compiler.spec import compile_options
-from kernel_cache.bounded_memo import BoundedMemo
 from lowering import triton_call
-from lowering.planning.bound_call import BoundCall
-from lowering.planning.frozen_items import FrozenItems
+from lowering.planning.bound_call import BoundCall, FrozenItems
 from lowering.planning.plan import KernelPlan
 from lowering.records import call_key
 
@@ -76,9 +74,9 @@ def _keys() -> tuple[str, str | None, str | None]:
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
     (spec,) = plan.specs()
-    key = call_key.call_key(plan, None, None, config, BoundedMemo.of(64))
-    signature = call_key.signature(platform, avals_in, avals_out, params, None, config, BoundedMemo.of(64))
-    return compiler.content_key(spec), key, signature
+    key = call_key.call_key(plan, None, None, config)
+    signed = call_key.signed_call(platform, avals_in, avals_out, params, None, config)
+    return compiler.content_key(spec), key, None if signed is None else signed[0]
 
 
 def _knobs() -> list[tuple[str, object]]:
@@ -193,7 +191,7 @@ def _keys_with(params: dict) -> tuple[str, str | None]:
     platform, avals_in, avals_out, _ = _ADD_CALL
     config = kernel_cache.current_config()
     plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
-    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config, BoundedMemo.of(64))
+    return compiler.content_key(plan.specs()[0]), call_key.call_key(plan, None, None, config)
 
 
 # --- a served payload against a fresh compile ------------------------------------------------------

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 from conftest import run_python
 from test_lowering import subprocess_path
 
@@ -67,12 +69,21 @@ def test_autotuned_in_place_kernel_restores_aliased_inputs():
     _close(got, want, jnp.float32)  # x + y once, not x + k*y after k configs were timed
 
 
+@triton.jit
+def row_sum_atomic(x_ptr, n_cols, out_ptr, BLOCK: tl.constexpr):
+    """out[0] += sum of each row: correct only on a zeroed output."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+
+
 def test_zeroed_outputs():
     x = ep.random_inputs([jax.ShapeDtypeStruct((64, 100), jnp.float32)])[0]
 
     @jax.jit
     def total(x):
-        return jt.triton_call(x, 100, kernel=ep.row_sum_atomic, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
+        return jt.triton_call(x, 100, kernel=row_sum_atomic, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32),
                               grid=(64,), zeroed_outputs=(0,), BLOCK=128)
 
     for _ in range(3):  # an un-zeroed output would accumulate across calls

@@ -1,4 +1,4 @@
-"""A lowered call's signature (`call_key.signature`): a new process serves a call its program's warm set
+"""A lowered call's signature (`call_key.signed_call`): a new process serves a call its program's warm set
 signed with no plan and no key, emitting the same custom call (a plain call, one whose grid is a
 function, an autotuned one); the signature is deterministic across processes and changes with every
 input the plan reads, type-exactly (1, 1.0, True and numpy's int32 differ), with the kernel, its
@@ -28,11 +28,10 @@ import kernel_cache
 from compiler import Scalar
 from compiler import triton_compat as tc
 from kernel_cache import front_level
-from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries import call_entry, warm_set
 from lowering import examples as ep
 from lowering.planning import plan
-from lowering.planning.frozen_items import FrozenItems
+from lowering.planning.bound_call import FrozenItems
 from lowering.records import call_key, call_records
 
 
@@ -66,10 +65,15 @@ def add_call():
     return _call_of(fn, shapes)
 
 
+def _signature(*args) -> str | None:
+    signed = call_key.signed_call(*args)
+    return None if signed is None else signed[0]
+
+
 def _sig(call, **changes) -> str | None:
     platform, avals_in, avals_out, params = call
-    return call_key.signature(platform, changes.pop("avals_in", avals_in), changes.pop("avals_out", avals_out),
-                              {**params, **changes}, None, kernel_cache.current_config(), BoundedMemo.of(64))
+    return _signature(platform, changes.pop("avals_in", avals_in), changes.pop("avals_out", avals_out),
+                      {**params, **changes}, None, kernel_cache.current_config())
 
 
 def test_a_new_process_serves_each_signed_call_unplanned(tmp_path, use_store):  # noqa: F811
@@ -162,7 +166,7 @@ def test_the_signature_changes_with_every_input_type_exactly(add_call, monkeypat
         "kernel": _sig(add_call, kernel=ep.scaled_add),
         "record key": call_key.call_key(plan.KernelPlan.of(platform, avals_in, avals_out, plan.BoundCall(**params),
                                                            kernel_cache.current_config()),
-                                        None, None, kernel_cache.current_config(), BoundedMemo.of(64)),
+                                        None, None, kernel_cache.current_config()),
     }
     real_defaults = tc.constexpr_defaults
     monkeypatch.setattr(tc, "constexpr_defaults", lambda fn: {**real_defaults(fn), "BLOCK": 64})
@@ -253,8 +257,8 @@ def test_an_autotuned_call_is_signed_by_its_configs_keys_and_gpu_model(add_call)
     }
     config = kernel_cache.current_config()
     for model in ("GPU A", "GPU B"):
-        variants[model] = call_key.signature(*call, None, config.with_(gpu_model=model), BoundedMemo.of(64))
-    off = [call_key.signature(*call, None, config.with_(gpu_model=model, winners=False), BoundedMemo.of(64))
+        variants[model] = _signature(*call, None, config.with_(gpu_model=model))
+    off = [_signature(*call, None, config.with_(gpu_model=model, winners=False))
            for model in ("GPU A", "GPU B")]
     assert off[0] == off[1] is not None  # winners off: no GPU model is looked up, none is signed
     assert None not in variants.values(), [k for k, v in variants.items() if v is None]

@@ -32,7 +32,7 @@ def test_parts_missing_repeated_or_overlapping_are_deflated_as_usual():
     assert zlib.decompress(deflate.compress(payload, _runs(PTX, PTX[100:9000], b"not there" * 600))) == payload
     # a part whose run does not match its bytes would corrupt the stream: runs come only from
     # deflated(), keyed by a digest of the bytes
-    assert deflate.deflated(CUBIN) == deflate_run(CUBIN) == deflate.deflated(CUBIN, None)
+    assert deflate.deflated(CUBIN, None) == deflate_run(CUBIN) == deflate.deflated(CUBIN, None)
 
 
 def test_a_bytes_lru_keeps_its_byte_budget():

@@ -20,7 +20,7 @@ from conftest import ROOT, child_env
 from redis_server import free_port
 
 from kernel_cache import Config, Store
-from lowering import jax_compat, job
+from lowering import first_use, jax_compat
 
 CHILD = ROOT / "tests" / "support" / "job_child.py"
 KERNELS = 14  # the example programs' kernels (the autotuned matmul's six configs among them)
@@ -130,12 +130,12 @@ def test_the_client_answers_as_the_level_asks(distributed_state):
 
 def test_the_store_joins_a_job_of_several_processes_only(tmp_path, distributed_state):
     store = Store(Config(dir=tmp_path / "a"))
-    assert job.join(store) and [t.name for t in store.levels] == ["memory", "disk", "job"]
+    assert first_use.join_job(store) and [t.name for t in store.levels] == ["memory", "disk", "job"]
     assert "process 2 of 4" in store.level("job").location
-    assert not job.join(Store(Config(dir=tmp_path / "b", job=False)))
-    assert not job.join(Store(Config(disabled=True)))
+    assert not first_use.join_job(Store(Config(dir=tmp_path / "b", job=False)))
+    assert not first_use.join_job(Store(Config(disabled=True)))
     distributed_state.num_processes = 1
     lone = Store(Config(dir=tmp_path / "c"))
-    assert not job.join(lone) and lone.level("job") is None
+    assert not first_use.join_job(lone) and lone.level("job") is None
     distributed_state.client = None
     assert jax_compat.job_store() is None

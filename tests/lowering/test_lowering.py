@@ -19,6 +19,7 @@ from inspect_call import custom_calls
 
 import compiler
 import lowering as jt
+from compiler.examples import MATMUL_CONFIGS
 from lowering import examples as ep
 from lowering.payload import jaxlib_compat as compat
 
@@ -117,9 +118,9 @@ def test_autotuned_call_launches_each_config_with_its_own_grid(program_calls):
     call = program_calls["matmul[autotuned x6]"]
     assert call["target"] == compat.LEGACY_TARGET and call["api_version"] == 2
     configs = call["autotuned"]["configs"]
-    assert len(configs) == len(ep.MATMUL_CONFIGS)
+    assert len(configs) == len(MATMUL_CONFIGS)
     args = ["*fp16", "*fp16", 1024, 1024, 1024, 1024, 1, 1024, 1, 1024, 1, "*fp16"]
-    for cfg, got in zip(ep.MATMUL_CONFIGS, configs):
+    for cfg, got in zip(MATMUL_CONFIGS, configs):
         kc = got["kernel_call"]
         assert kc["grid"] == (1024 // cfg.kwargs["BLOCK_M"], 1024 // cfg.kwargs["BLOCK_N"], 1)
         assert got["description"] == str(cfg)
@@ -133,7 +134,7 @@ def test_autotuned_call_launches_each_config_with_its_own_grid(program_calls):
 
 
 def test_concurrently_compiled_configs_equal_a_sequential_compile(program_calls):
-    cfg = ep.MATMUL_CONFIGS[0]
+    cfg = MATMUL_CONFIGS[0]
     args = ["*fp16", "*fp16", 1024, 1024, 1024, 1024, 1, 1024, 1, 1024, 1, "*fp16"]
     spec = compiler.make_spec(ep.matmul, args, dict(cfg.kwargs), target=90, num_warps=cfg.num_warps,
                               num_stages=cfg.num_stages)
@@ -264,8 +265,7 @@ def test_jvp_and_vmap_point_to_custom_rules():
 def test_arrays_on_several_devices_are_refused_outside_shard_map():
     from types import SimpleNamespace
 
-    from lowering.frontend.devices import check_arrays
-    from lowering.frontend.rule import check_lowering_context
+    from lowering.frontend.rule import check_arrays, check_lowering_context
 
     two = SimpleNamespace(sharding=SimpleNamespace(device_set={"gpu0", "gpu1"}))
     with pytest.raises(jt.MultiDeviceError, match="shard_map"):

@@ -19,7 +19,7 @@ from lowering.payload.module_image import ModuleImage, inject
 from lowering.payload.proto import schemas_from_binary
 
 FIELDS = compat.KernelFields(name="k", num_warps=4, num_ctas=1, shared_mem=128, binary="PTX", ttir="",
-                             compute_capability=90, cluster_dims=(1, 1, 1))
+                             compute_capability=90)
 
 
 def _fake_kernel_class(arity: int, scratch: bool):
@@ -33,8 +33,6 @@ def _fake_kernel_class(arity: int, scratch: bool):
 
 
 @pytest.mark.parametrize("arity,scratch,expected", [
-    (6, False, ("k", 4, 128, "PTX", "", 90)),
-    (9, False, ("k", 4, 128, "PTX", "", 90, 1, 1, 1)),
     (7, False, ("k", 4, 1, 128, "PTX", "", 90)),
     (7, True, ("k", 4, 1, 128, "PTX", "", 90)),
 ])
@@ -50,7 +48,7 @@ def test_triton_kernel_constructor_of_each_jaxlib_generation(arity, scratch, exp
 def test_global_scratch_without_jaxlib_support_is_refused():
     module = _fake_kernel_class(7, False)
     with pytest.raises(compat.JaxlibSupportError, match="global scratch"):
-        compat.make_triton_kernel(module, compat.KernelFields(**{**FIELDS.__dict__, "global_scratch_size": 64}))
+        compat.make_triton_kernel(module, FIELDS._replace(global_scratch_size=64))
 
 
 def test_real_jaxlib_constructor_and_targets():
