@@ -14,7 +14,7 @@ import errno
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache import levels as backends
 from kernel_cache.coordination.key_locks import KeyLocks
@@ -24,13 +24,16 @@ from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_ke
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import RejectedEntry
 from kernel_cache.levels.memory import MemoryLevel
-from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, TransientLevel, holds
+from kernel_cache.levels.protocols import KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
 from kernel_cache.telemetry.stats import Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
+
+if TYPE_CHECKING:
+    from kernel_cache.front_level import WarmSet
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -52,12 +55,12 @@ class Store:
                 level = self._open(backend, read_only)
                 if level is not None:
                     self.levels.append(level)
-        self.cluster_levels = self._cluster_levels()
+        self.transient: list[Level] = []  # added by `add_transient`
+        self._relevel()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
-        self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -74,7 +77,8 @@ class Store:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
-        self.cluster_levels = self._cluster_levels()
+        self.transient.append(level)
+        self._relevel()
 
     @property
     def disk(self) -> Level | None:
@@ -107,7 +111,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: FrontLevel) -> None:
+    def front_level(self, warm: WarmSet) -> None:
         """Put `warm` (a session's warm set) in front of the levels, before memory; a later session's
         set takes its place."""
         self.front = warm
@@ -202,17 +206,15 @@ class Store:
 
     def touch(self, keys: Iterable[str]) -> None:
         """A use of these entries, unread (a lowered-call record served them), for the levels' LRU order."""
-        for level in self.persistent_levels:
-            if self._maintained(level):
-                with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
-                    level.touch(keys)
+        for level in self.kept_levels:
+            with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
+                level.touch(keys)
 
     def delete(self, key: str) -> None:
         self.memory.delete(key)
-        for level in self.persistent_levels:
-            if isinstance(level, MaintainedLevel):
-                with contextlib.suppress(Exception):
-                    level.delete(key)
+        for level in self.kept_levels:
+            with contextlib.suppress(Exception):
+                level.delete(key)
 
     def close(self) -> None:
         self.stats.close()
@@ -220,8 +222,11 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _cluster_levels(self) -> list[Level]:
-        return [t for t in self.persistent_levels if t is not self.disk]
+    def _relevel(self) -> None:
+        """The lists the store reads per lookup, made again whenever a level is added (a runtime
+        protocol's isinstance looks up every member: not once per record served)."""
+        self.cluster_levels = [t for t in self.persistent_levels if t is not self.disk]
+        self.kept_levels = [t for t in self.persistent_levels if isinstance(t, KeptLevel)]
 
     def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
         name = backend.name
@@ -240,15 +245,6 @@ class Store:
         self.stats.hit(level, key, compile_seconds(entry.meta))
         lookup_log.lookup(key, label, level, start)
         return entry.meta, entry.blobs
-
-    def _maintained(self, level: Level) -> TypeGuard[MaintainedLevel]:
-        """isinstance(level, MaintainedLevel), once per level class: a runtime-checkable protocol's
-        isinstance looks up every member, and every record served asks."""
-        kind = type(level)
-        found = self._maintained_kinds.get(kind)
-        if found is None:
-            found = self._maintained_kinds[kind] = isinstance(level, MaintainedLevel)
-        return found
 
     def _level_get(self, level: Level, key: str) -> Entry | None:
         try:
@@ -346,7 +342,7 @@ class Store:
         the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
         shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
-        job = [t for t in shared if isinstance(t, TransientLevel)]
+        job = [t for t in shared if t in self.transient]
         cluster = next((t for t in reversed(shared) if t not in job), None)
         return [t for t in (local, *job, cluster) if t is not None]
 

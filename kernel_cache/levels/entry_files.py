@@ -32,7 +32,6 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import LevelUnavailable, RejectedEntry
 from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
-from kernel_cache.levels.protocols import InDirectory
 from kernel_cache.sanitize import escaped
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
 from kernel_cache.trust.safefs import Tree, UnsafeFile
@@ -44,7 +43,7 @@ _FANOUT_CHARS = set("0123456789abcdef")
 Authenticate = Callable[[bytes], "str | None"]
 
 
-class EntryFiles(InDirectory):
+class EntryFiles:
     """The Level protocol over entry files in `tree`. Subclasses open and check the directory, then
     call `_start`; they set `name`, `label` (for messages), `quarantines` (move a bad entry aside
     for inspection, or remove it) and `touch_interval` (how stale an mtime may get before a use
@@ -70,6 +69,14 @@ class EntryFiles(InDirectory):
         self._pending_touches: set[str] = set()
         self.writable = writable and self._make_layout()
         self.lock_kind = locks.choose_lock_kind(self.tree, (LOCKS_DIR,), lock_mode) if self.writable else None
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self) -> str:
+        return "read-write" if self.writable else "read-only"
 
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:

@@ -73,7 +73,6 @@ class JobClient(Protocol):
 
 class JobLevel:
     name = "job"
-    transient = True  # lives as long as the job: the store locks it beside the levels that last
 
     def __init__(self, client: JobClient, process: int, processes: int, *, signer: Signer | None = None,
                  max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
