@@ -16,10 +16,9 @@ import fcntl
 import os
 from pathlib import Path
 
-from kernel_cache.coordination.publish import host_tag
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.levels.cache_marker import LOCKS_DIR
-from kernel_cache.trust.safefs import Owners, Tree
+from kernel_cache.trust.safefs import Owners, Tree, host_tag
 
 SUBDIR = "compile-workers"
 UNBOUNDED = -1  # `take`'s answer where slots cannot be kept: start the worker without one

@@ -27,14 +27,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.coordination import locks, publish
+from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import LevelUnavailable, RejectedEntry
 from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
 from kernel_cache.sanitize import escaped
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust.safefs import Tree, UnsafeFile
+from kernel_cache.trust.safefs import Tree, UnsafeFile, host_tag, is_temp
 
 LOCK_SUFFIXES = {"flock": ".lock", "soft": ".softlock"}  # distinct: a leftover flock file is no soft marker
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -194,7 +194,7 @@ class EntryFiles:
         for sub in self._fanout(ENTRIES_DIR):
             for name, st in self.tree.listdir(ENTRIES_DIR, sub):
                 planted = is_key(name) and not stat.S_ISREG(st.st_mode)
-                crashed = publish.is_temp(name) and now - st.st_mtime > older_than_seconds
+                crashed = is_temp(name) and now - st.st_mtime > older_than_seconds
                 if (planted or crashed or self._foreign(name, st)) and self._remove_any((ENTRIES_DIR, sub, name), st):
                     removed.append((os.path.join(self.directory, ENTRIES_DIR, sub, name), st.st_size))
         kinds = {suffix: kind for kind, suffix in LOCK_SUFFIXES.items()}
@@ -272,10 +272,10 @@ class EntryFiles:
         parts = _entry_parts(key)
         try:
             try:
-                publish.publish(self.tree, parts, data, durable=self.durable)
+                self.tree.publish(*parts, data=data, durable=self.durable)
             except IsADirectoryError:  # a directory planted at the entry's name: moved aside, once
                 self._set_aside(parts, None)
-                publish.publish(self.tree, parts, data, durable=self.durable)
+                self.tree.publish(*parts, data=data, durable=self.durable)
         except UnsafeFile:
             raise
         except OSError as exc:
@@ -303,7 +303,7 @@ class EntryFiles:
         if not self.writable:
             return
         if self.quarantines:
-            name = f"{parts[-1]}.{publish.host_tag()}.{os.getpid()}.{int(time.time())}.bad"
+            name = f"{parts[-1]}.{host_tag()}.{os.getpid()}.{int(time.time())}.bad"
             with contextlib.suppress(OSError):
                 if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino, directories=True):
                     return

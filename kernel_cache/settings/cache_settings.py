@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.coordination.publish import publish
 from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config, ConfigError
 from kernel_cache.telemetry.warnings_once import warn_once
@@ -101,7 +100,7 @@ def write(tree: Tree, max_bytes: int | None) -> Path:
     data = (json.dumps({"max_bytes": int(max_bytes)}, sort_keys=True) + "\n").encode()
     old = os.umask(0o022)
     try:
-        publish(tree, (SETTINGS_FILE,), data)
+        tree.publish(SETTINGS_FILE, data=data)
     finally:
         os.umask(old)
     return path

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
+import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ READ_CHUNK = 1 << 20
 WALK_MAX_DEPTH = 32  # levels a walk under a cache directory descends (our layouts use 3)
 WALK_MAX_NAMES = 200_000  # names a walk lists before it stops and says so
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+TEMP_SUFFIX = ".tmp"
 FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
 _fault_hook: Callable[[str, str], None] | None = None
 
@@ -43,6 +46,21 @@ def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, st
     global _fault_hook
     previous, _fault_hook = _fault_hook, hook
     return previous
+
+
+def host_tag() -> str:
+    """This host's name, safe inside a file name (tells operators which node left a file)."""
+    return re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname())[:40] or "host"
+
+
+def temp_name(final_name: str) -> str:
+    """A hidden name beside `final_name`, unique across hosts and processes (host + pid + random):
+    what a writer killed before its rename leaves, and `is_temp` recognises."""
+    return f".{final_name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+
+
+def is_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
 class UnsafeFile(KernelCacheError, OSError):
@@ -366,10 +384,14 @@ class Tree:
             finally:
                 os.close(fd)
 
-    def publish(self, *parts: str, data: bytes, temp_name: str, durable: bool = True) -> None:
+    def publish(self, *parts: str, data: bytes, durable: bool = True) -> None:
+        """Write `data` to root/parts atomically (`durable=False`: no fsync, for a file whose loss
+        after a power cut costs nothing); modes follow the umask, so a group-shared directory stays
+        shareable."""
+        tmp = temp_name(parts[-1])
         with self.directory(*parts[:-1], create=True) as dfd:
-            with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
-                                     self._where((*parts[:-1], temp_name)), durable) as f:
+            with _replace_atomically(dfd, check_name(parts[-1]), check_name(tmp),
+                                     self._where((*parts[:-1], tmp)), durable) as f:
                 f.write(data)
 
     def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
@@ -450,7 +472,7 @@ def atomic_file(path: str | os.PathLike[str], durable: bool = True) -> Iterator[
     """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way."""
     path = os.fspath(path)
     parent, name = os.path.split(os.path.abspath(path))
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = temp_name(name)
     dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     try:
         with _replace_atomically(dfd, name, tmp, os.path.join(parent, tmp), durable) as f:
