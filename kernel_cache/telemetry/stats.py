@@ -136,24 +136,24 @@ class Stats:
         # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock; taken at each flush
         self.levels: Counter[str] = Counter()
         self._last_flush = time.monotonic()
-        self._stats_dir = None if directory is None or read_only else Path(directory) / STATS_DIR
+        self._read_dir = None if directory is None else Path(directory) / STATS_DIR
+        self._stats_dir = None if read_only else self._read_dir  # where counts are flushed
         self._skip_until = 0.0
         self._unavailable = ""  # why persistent counters cannot be read or written, if so
-        self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
-        if directory is not None and read_only:
-            try:
-                self._persisted = dict(counters.read(Path(directory) / STATS_DIR, STATS_TIMEOUT))
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
 
     @property
     def unavailable(self) -> str:
-        if self._stats_dir is not None and not self._unavailable:
-            try:
-                counters.read(self._stats_dir, STATS_TIMEOUT, ())
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
+        if self._read_dir is not None and not self._unavailable:
+            self._read(())
         return self._unavailable
+
+    def _read(self, names: tuple[str, ...] | None) -> Counter[str]:
+        """The persisted counters named (all for None); none where they cannot be read (said in `unavailable`)."""
+        try:
+            return Counter(counters.read(self._read_dir, STATS_TIMEOUT, names) if self._read_dir else {})
+        except Exception as exc:
+            self._unavailable = f"{type(exc).__name__}: {exc}"
+            return Counter()
 
     def hit(self, level: str, key: str, compile_seconds: float) -> None:
         self._served(HIT, "hits", level, key, compile_seconds)
@@ -231,30 +231,15 @@ class Stats:
 
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
-        self.flush()
-        if self._persisted is not None:
-            return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
-        raw: Counter[str] = Counter(self._session)
-        if self._stats_dir is not None:
-            try:
-                raw = Counter(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
-        return self._render(raw)
+        self.flush()  # this process's counts are persisted ones now, unless nothing is written
+        unflushed = Counter(self._session) if self._stats_dir is None else Counter()
+        return self._render(self._read(COUNTERS) + unflushed)
 
     def entry_hits(self, key: str) -> int:
-        if self._persisted is not None:
-            return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
         name = f"entry_hits.{key}"
-        try:
-            value = counters.read(self._stats_dir, STATS_TIMEOUT, (name,)).get(name, 0) if self._stats_dir else 0
-        except Exception:
-            value = 0
-        return value + self._session_entry(key)
-
-    def _session_entry(self, key: str) -> int:
         with self._lock:
-            return self._entry_hits.get(key, 0)
+            unflushed = self._entry_hits.get(key, 0)
+        return self._read((name,))[name] + unflushed
 
     def forget_entry(self, key: str) -> None:
         if self._stats_dir is not None:
