@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kernel_cache.coordination import LOCK_MODES
+from kernel_cache.sanitize import echo
 from kernel_cache.trust.safefs import Tree, UnsafeFile
 
 DEFAULT_STALE_AFTER = 120.0  # > NFS attribute-cache lifetime (acregmax 60 s) plus clock skew
@@ -84,7 +86,8 @@ def _flock_works(tree: Tree, parts: tuple[str, ...]) -> bool:
 
 
 def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> str:
-    """The lock kind for KERNEL_CACHE_LOCK's `mode` (checked by Config) in this directory."""
+    if mode not in LOCK_MODES:
+        raise ValueError(f"lock mode {echo(mode)}: expected one of {', '.join(LOCK_MODES)}")
     if mode != "auto":
         return mode
     fs_type, options = filesystem_of(Path(tree.path, *parts))

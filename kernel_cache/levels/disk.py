@@ -109,10 +109,6 @@ class DiskLevel(EntryFiles):
         if due:
             self.cull(FILL_AFTER_EVICTION)
 
-    def set_max_bytes(self, max_bytes: int) -> None:
-        """The bound this level evicts to from now on (cachectl stores it in the directory's settings)."""
-        self.max_bytes = max_bytes
-
     def cull(self, fill: float = 1.0) -> int:
         """Remove the least recently used entries until the rest fit in `fill` of `max_bytes`; how
         many went."""

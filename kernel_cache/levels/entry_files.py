@@ -100,11 +100,10 @@ class EntryFiles:
             self._refresh(parts)
         return entry
 
-    def get_raw(self, key: str) -> bytes | None:
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes; reading never changes recency (only `get` and `touch` do)."""
         found = self._read(_entry_parts(key))
         return None if found is None else found[0]
-
-    peek_raw = get_raw  # reading never changes recency (only `get` and `touch` do)
 
     def __contains__(self, key: object) -> bool:
         """One lstat: lets a waiting process notice the moment an entry is published."""
@@ -136,10 +135,6 @@ class EntryFiles:
 
     def delete(self, key: str) -> bool:
         return self.tree.unlink(*_entry_parts(key))
-
-    def clear(self) -> int:
-        """Remove every entry; how many went."""
-        return sum(self.tree.unlink(ENTRIES_DIR, key[:2], key) for key, _ in list(self._entry_files()))
 
     # Single-flight ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -305,7 +300,7 @@ class EntryFiles:
         if self.quarantines:
             name = f"{parts[-1]}.{host_tag()}.{os.getpid()}.{int(time.time())}.bad"
             with contextlib.suppress(OSError):
-                if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino, directories=True):
+                if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino):
                     return
         with contextlib.suppress(OSError):  # not movable (another user's directory): remove what we can
             st = self.tree.lstat(*parts)

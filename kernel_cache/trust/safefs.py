@@ -104,14 +104,12 @@ class Owners(FrozenValue):
     by this user, root or the trusted group."""
 
     _fields = ("uids", "gid", "writer_gids")
-    uids: frozenset[Any]  # None given: this user and root
+    uids: frozenset[int]  # this user and root
     gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
-    writer_gids: frozenset[Any]  # None given: this user's group and root's
+    writer_gids: frozenset[int]  # this user's group, root's and the trusted one
 
-    def __init__(self, uids: frozenset[Any] | None = None, gid: int | None = None,
-                 writer_gids: frozenset[Any] | None = None) -> None:
-        self.__dict__.update(uids=frozenset({os.geteuid(), 0}) if uids is None else uids, gid=gid,
-                             writer_gids=frozenset({os.getegid(), 0}) if writer_gids is None else writer_gids)
+    def __init__(self, uids: frozenset[int], gid: int | None, writer_gids: frozenset[int]) -> None:
+        self.__dict__.update(uids=uids, gid=gid, writer_gids=writer_gids)
 
     @classmethod
     def current(cls, group: int | None = None) -> "Owners":
@@ -408,15 +406,13 @@ class Tree:
         except FileNotFoundError:
             return False
 
-    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
-               directories: bool = False) -> bool:
-        """Move a non-directory (with `directories`, anything) within the tree; False if it is gone or
-        was replaced."""
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None) -> bool:
+        """Move what is at `src` within the tree; False if it is gone or was replaced."""
         try:
             with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
                 name = check_name(src[-1])
                 st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
-                if (stat.S_ISDIR(st.st_mode) and not directories) or (expect_ino is not None and st.st_ino != expect_ino):
+                if expect_ino is not None and st.st_ino != expect_ino:
                     return False
                 os.rename(name, check_name(dst[-1]), src_dir_fd=sfd, dst_dir_fd=dfd)
                 return True
@@ -527,17 +523,12 @@ def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
-    """At most `size` bytes (a file that grows while read is cut at the size fstat gave)."""
-    first = os.read(fd, min(size, READ_CHUNK)) if size else b""
-    if len(first) == size or not first:
-        return first  # one read, no copy
-    chunks, left = [first], size - len(first)
-    while left > 0:
-        chunk = os.read(fd, min(left, READ_CHUNK))
-        if not chunk:
-            break
+    """At most `size` bytes (a file that grows while read is cut at the size fstat gave); one read
+    comes back uncopied (join returns a lone item itself)."""
+    chunks: list[bytes] = []
+    while size > 0 and (chunk := os.read(fd, min(size, READ_CHUNK))):
         chunks.append(chunk)
-        left -= len(chunk)
+        size -= len(chunk)
     return b"".join(chunks)
 
 
