@@ -134,10 +134,9 @@ def _untrusted(exc: UnsafeFile) -> LevelUntrusted:
         f"with KERNEL_CACHE_TRUSTED_GROUP")
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel | None:
-    """The local level KERNEL_CACHE_DIR names (None: not configured)."""
-    if config.dir is None:
-        return None
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel:
+    """The local level KERNEL_CACHE_DIR names (`BACKENDS` asks only where it names one)."""
+    assert config.dir is not None
     level = DiskLevel(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
                       read_only=read_only)
     if level.read_only_reason and not read_only:

@@ -76,10 +76,9 @@ class SharedLevel(EntryFiles):
             self._note_read_only("no write access")
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedLevel | None:
-    """The shared level KERNEL_CACHE_SHARED_DIR names (None: not configured)."""
-    if config.shared_dir is None:
-        return None
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedLevel:
+    """The shared level KERNEL_CACHE_SHARED_DIR names (`BACKENDS` asks only where it names one)."""
+    assert config.shared_dir is not None
     level = SharedLevel(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
                         owners=owners, authenticate=signer.problem if signer is not None else None,
                         max_entry_bytes=config.max_entry_bytes, read_only=read_only)

@@ -88,17 +88,13 @@ def _expanded(text: str, what: str) -> Path:
                           f"write the path in full") from None
 
 
-def _word(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    def parse(text: str, what: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ConfigError(f"{what}={echo(text)}: expected one of {', '.join(c for c in choices if c)}")
-        return value
-    return parse
-
-
 def _text(text: str, what: str) -> str:
     return text.strip()
+
+
+def _word(text: str, what: str) -> str:
+    """One of a setting's words, in any case (Config checks which)."""
+    return text.strip().lower()
 
 
 def _target_arch(text: str, what: str) -> str:
@@ -136,10 +132,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "the bound stored in the cache directory, else `8G`",
             "local disk bound; least recently used entries are evicted; overrides the bound `cachectl config "
             "max-size` stores in the cache directory"),
-    Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
+    Setting("KERNEL_CACHE_LOG", "log", _word, "off",
             "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, level, ms) on stderr; "
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
-    Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
+    Setting("KERNEL_CACHE_LOCK", "lock", _word, "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`10m`",
             "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
             "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "

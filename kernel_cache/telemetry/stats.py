@@ -4,10 +4,8 @@ A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` 
 most once a second otherwise, and at exit. Each event also goes to listeners (public as
 `kernel_cache.telemetry.events`) and recorders (jax.monitoring's, called directly); what one raises
 is warned about once. Counters are best effort: every wait on their table is bounded by
-STATS_TIMEOUT, and a busy, full or read-only table only loses counts.
-
-This module is long because the counters and their events are one place: a hit is counted and sent
-without leaving it.
+STATS_TIMEOUT, and a busy, full or read-only table only loses counts. The counters and their events
+are one place: a hit is counted and sent without leaving it.
 """
 
 from __future__ import annotations
