@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_cache import levels as backends
 from kernel_cache.coordination.key_locks import KeyLocks
-from kernel_cache.coordination.wait_budget import WaitBudget
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
@@ -349,6 +349,27 @@ class Store:
 
 PUBLISHED = "the holder published it"
 UNCONTENDED = 0.001  # a lock gained within this many seconds was free: no wait for another process
+
+
+class WaitBudget:
+    """One budget of waiting for other processes' compiles, per process, across every key: a lock
+    timeout per key would let a model of 14 kernels whose holders are stuck wait 14 timeouts."""
+
+    def __init__(self, seconds: float):
+        self.total = seconds
+        self.spent = 0.0
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        return max(0.0, self.total - self.spent)
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self.spent += max(0.0, seconds)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.left() <= 0.0
 
 
 class _Wait:

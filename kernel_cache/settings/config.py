@@ -326,16 +326,9 @@ class Config(FrozenValue):
                  remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
                  remote_ttl: float = 14 * 86400.0, remote_timeout: float = 0.25, remote_unsigned: bool = False,
                  compile_workers: int = 0, job: bool = True, job_max_bytes: int = 256 << 20) -> None:
-        self.__dict__.update(dir=dir, shared_dir=shared_dir, disabled=disabled, memory_bytes=memory_bytes,
-                             memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
-                             lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
-                             module_image=module_image, xla=xla, winners=winners, gpu_model=gpu_model,
-                             call_records=call_records, warm_sets=warm_sets, intercept=intercept, trusted_group=trusted_group,
-                             signing_key=signing_key, max_entry_bytes=max_entry_bytes,
-                             toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
-                             remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
-                             remote_unsigned=remote_unsigned, compile_workers=compile_workers, job=job,
-                             job_max_bytes=job_max_bytes)
+        given = dict(locals())  # the parameters, which are the fields
+        del given["self"]
+        self.__dict__.update(given)
         self._check()
         # the toolchain memo's directory (None: this process only); an attribute: read on every cold lookup
         self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \
