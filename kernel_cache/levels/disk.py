@@ -47,6 +47,7 @@ class DiskLevel(EntryFiles):
     name = "disk"
     label = "local cache"
     layout = (ENTRIES_DIR, LOCKS_DIR, STATS_DIR)  # no quarantine: a bad local entry is removed
+    kind, own_names = cache_marker.LOCAL, cache_marker.LOCAL_NAMES
 
     def __init__(self, directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, read_only: bool = False):
@@ -56,29 +57,21 @@ class DiskLevel(EntryFiles):
         self._volume_lock = threading.Lock()
         try:
             self.tree = Tree(self.directory, owners or Owners.current(), create=not read_only)
+            try:
+                for name in COUNTERS_FILES:  # read through SQLite, which opens them by path
+                    self.tree.check_regular(STATS_DIR, name)
+                self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
+                            read_only=read_only, lock_mode="flock")
+            except BaseException:
+                self.tree.close()
+                raise
         except UnsafeFile as exc:
-            raise _untrusted(exc) from None
-        except OSError as exc:
-            raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-        try:
-            for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):  # every level a reader relies on, checked
-                with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
-                    pass
-            for name in COUNTERS_FILES:  # read through SQLite, which opens them by path
-                self.tree.check_regular(STATS_DIR, name)
-            cache_marker.check(self.tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=not read_only)
-            may_write = not read_only and os.access(self.directory, os.W_OK)
-            self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
-                        writable=may_write, lock_mode="flock")
-        except UnsafeFile as exc:
-            self.tree.close()
-            raise _untrusted(exc) from None
+            raise LevelUntrusted(
+                f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
+                f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
+                f"with KERNEL_CACHE_TRUSTED_GROUP") from None
         except OSError as exc:  # (a read-only directory is no error: `_start` opens it read-only)
-            self.tree.close()
             raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-        except BaseException:
-            self.tree.close()
-            raise
         self.read_only_reason = "" if self.writable else ("opened read-only" if read_only else "no write access")
 
     def _foreign(self, name: str, st: os.stat_result) -> bool:
@@ -125,13 +118,6 @@ class DiskLevel(EntryFiles):
         with self._volume_lock:
             self._volume = volume
         return evicted
-
-
-def _untrusted(exc: UnsafeFile) -> LevelUntrusted:
-    return LevelUntrusted(
-        f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
-        f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
-        f"with KERNEL_CACHE_TRUSTED_GROUP")
 
 
 def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel:

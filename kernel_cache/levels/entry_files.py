@@ -31,6 +31,7 @@ from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import LevelUnavailable, RejectedEntry
+from kernel_cache.levels import cache_marker
 from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
 from kernel_cache.sanitize import escaped
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
@@ -44,10 +45,10 @@ Authenticate = Callable[[bytes], "str | None"]
 
 
 class EntryFiles:
-    """The Level protocol over entry files in `tree`. Subclasses open and check the directory, then
-    call `_start`; they set `name`, `label` (for messages), `quarantines` (move a bad entry aside
-    for inspection, or remove it) and `touch_interval` (how stale an mtime may get before a use
-    refreshes it: every refresh is a metadata write, which NFS pays for)."""
+    """The Level protocol over entry files in `tree`. Subclasses open the directory, then call `_start`;
+    they set `name`, `label` (for messages), `kind` and `own_names` (its marker, `cache_marker`),
+    `quarantines` (move a bad entry aside for inspection, or remove it) and `touch_interval` (how stale
+    an mtime may get before a use refreshes it: every refresh is a metadata write, which NFS pays for)."""
 
     name = ""
     label = ""
@@ -55,13 +56,22 @@ class EntryFiles:
     durable = False  # fsync each publish (an entry is checksummed: one cut short is a miss either way)
     touch_interval = 60.0
     layout = (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR)  # the folders it makes
+    kind = cache_marker.SHARED
+    own_names: frozenset[str] = frozenset()
     directory: Path
     tree: Tree
     writable: bool
     lock_kind: str | None
 
     def _start(self, *, authenticate: Authenticate | None, max_entry_bytes: int, stale_after: float,
-               writable: bool, lock_mode: str) -> None:
+               read_only: bool, lock_mode: str) -> None:
+        """Check the layout's folders (every level a reader relies on) and the marker, then make what
+        is missing where this process may write."""
+        for sub in self.layout:
+            with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
+                pass
+        writable = not read_only and os.access(self.directory, os.W_OK)
+        cache_marker.check(self.tree, self.kind, self.own_names, write=writable)
         self.authenticate = authenticate
         self.max_entry_bytes = max_entry_bytes or DEFAULT_MAX_ENTRY_BYTES
         self.stale_after = stale_after
