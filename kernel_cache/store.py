@@ -176,7 +176,7 @@ class Store:
         found = self.get(key)
         if found is None:
             if lookup_log.log.isEnabledFor(DEBUG):  # asked here: a miss nobody logs costs no call
-                lookup_log.miss(key, label, start)
+                lookup_log.lookup(key, label, "miss", start, DEBUG)
             return None
         return self._hit(found, key, label, start)
 

@@ -24,16 +24,11 @@ def label_text(label: Label, default: str = "-") -> str:
     return (label() if callable(label) else label) or default
 
 
-def lookup(key: str, label: Label, level: str, start: float) -> None:
-    if log.isEnabledFor(logging.INFO):
-        log.info("%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
-                 label_text(label))
-
-
-def miss(key: str, label: Label, start: float) -> None:
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
-                  label_text(label))
+def lookup(key: str, label: Label, level: str, start: float, severity: int = logging.INFO) -> None:
+    """INFO: a hit or a compile (`level` says which); DEBUG: a miss of `Store.lookup` (level "miss")."""
+    if log.isEnabledFor(severity):
+        log.log(severity, "%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
+                label_text(label))
 
 
 def wait(key: str, label: Label, start: float, threads_done: float | None, outcome: str = "") -> None:
