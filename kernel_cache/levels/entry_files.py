@@ -326,7 +326,7 @@ class EntryFiles:
         return self.tree.unlink(*parts, expect_ino=st.st_ino)
 
     def _fanout(self, top: str) -> list[str]:
-        return [n for n in self.tree.subdirs(top) if len(n) == 2 and set(n) <= _FANOUT_CHARS]
+        return [n for n, st in self.tree.listdir(top) if stat.S_ISDIR(st.st_mode) and len(n) == 2 and set(n) <= _FANOUT_CHARS]
 
     def _entry_files(self) -> Iterator[tuple[str, os.stat_result]]:
         """(key, lstat) of every published entry; foreign names, temp files and non-files skipped."""

@@ -128,7 +128,7 @@ class Stats:
     def __init__(self, directory: Path | None = None, read_only: bool = False):
         """`read_only`: read persisted counters, flush nothing (an operator's look at a read-only cache)."""
         self._lock = threading.Lock()
-        self._pending: Counter[str] = Counter()
+        self._flushed: Counter[str] = Counter()  # what of `_session` is persisted (or given up on)
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
         # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock; taken at each flush
@@ -162,38 +162,34 @@ class Stats:
 
     def _served(self, kind: str, counter: str, level: str, key: str, compile_seconds: float) -> None:
         with self._lock:
-            self._bump(f"{counter}.{level}", 1)
-            self._bump("saved_us", int(compile_seconds * _MICRO))
+            self._session[f"{counter}.{level}"] += 1
+            self._session["saved_us"] += int(compile_seconds * _MICRO)
             self._entry_hits[key] += 1
         emit(kind, level, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
         with self._lock:
-            self._bump("misses", 1)
+            self._session["misses"] += 1
         emit(MISS)
 
     def compiled(self, seconds: float) -> None:
         with self._lock:
-            self._bump("compiles", 1)
-            self._bump("compile_us", int(seconds * _MICRO))
+            self._session["compiles"] += 1
+            self._session["compile_us"] += int(seconds * _MICRO)
         emit(COMPILE, seconds=seconds)
         self.flush(walked=False)  # a compile's counters persist at once; the levels' at the next flush
 
     def error(self) -> None:
         with self._lock:
-            self._bump("errors", 1)
+            self._session["errors"] += 1
         emit(ERROR)
 
     def rejected(self, level: str = "") -> None:
         """An entry refused for who wrote it (one total; the level reaches event listeners)."""
         with self._lock:
-            self._bump("rejected", 1)
+            self._session["rejected"] += 1
         emit(REJECTED, level)
-
-    def _bump(self, name: str, amount: int) -> None:
-        self._pending[name] += amount
-        self._session[name] += amount
 
     def session(self) -> dict[str, Any]:
         """This process's counters (not yet or already flushed)."""
@@ -210,10 +206,9 @@ class Stats:
         with self._lock:
             if walked:
                 counts, self.levels = self.levels, Counter()
-                self._pending.update(counts)
                 self._session.update(counts)
-            pending, hits = self._pending, self._entry_hits
-            self._pending, self._entry_hits = Counter(), Counter()
+            pending, hits = self._session - self._flushed, self._entry_hits
+            self._flushed, self._entry_hits = Counter(self._session), Counter()
             self._last_flush = time.monotonic()
         if time.monotonic() < self._skip_until:
             return
@@ -246,7 +241,7 @@ class Stats:
 
     def zero(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._flushed.clear()
             self._entry_hits.clear()
             self._session.clear()
         if self._stats_dir is not None:

@@ -275,9 +275,6 @@ class Tree:
         except FileNotFoundError:
             return []
 
-    def subdirs(self, *parts: str) -> list[str]:
-        return [name for name, st in self.listdir(*parts) if stat.S_ISDIR(st.st_mode)]
-
     def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
              max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
         """Everything below root/parts as ([(parts, lstat)], truncated), parents first: iterative (a
