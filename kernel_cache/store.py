@@ -49,14 +49,15 @@ class Store:
         self.memory = MemoryLevel(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
-        self.levels: list[Level] = [self.memory]  # fastest first: read in order, hits backfilled upwards
+        self.kept_levels: list[KeptLevel] = []  # the configured ones: all but the transient
         if not self.config.disabled:
             for backend in backends.BACKENDS:
-                level = self._open(backend, read_only)
+                level = self._open(backend, read_only) if backend.named_in(self.config) else None
                 if level is not None:
-                    self.levels.append(level)
+                    self.kept_levels.append(level)
+        self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
         self.transient: list[Level] = []  # added by `add_transient`
-        self._relevel()
+        self.cluster_levels = self._cluster_levels()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
@@ -78,7 +79,7 @@ class Store:
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
         self.transient.append(level)
-        self._relevel()
+        self.cluster_levels = self._cluster_levels()
 
     @property
     def disk(self) -> Level | None:
@@ -222,21 +223,18 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _relevel(self) -> None:
-        """The lists the store reads per lookup, made again whenever a level is added (a runtime
-        protocol's isinstance looks up every member: not once per record served)."""
-        self.cluster_levels = [t for t in self.persistent_levels if t is not self.disk]
-        self.kept_levels = [t for t in self.persistent_levels if isinstance(t, KeptLevel)]
+    def _cluster_levels(self) -> list[Level]:
+        return [t for t in self.persistent_levels if t is not self.disk]
 
-    def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
+    def _open(self, backend: backends.Backend, read_only: bool) -> KeptLevel | None:
         name = backend.name
         try:
-            level: Level | None = backend.open(self.config, self.owners, self.signer, read_only)
+            level: KeptLevel | None = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
             return level
         except Exception as exc:
             self.unavailable[name] = exc
             tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{backend.location_in(self.config)}", f"{exc}; {tail}")
+            warn_once(f"{name}-unavailable:{backend.module.location_in(self.config)}", f"{exc}; {tail}")
             return None
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
