@@ -18,11 +18,10 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache import levels as backends
-from kernel_cache.coordination.key_locks import KeyLocks
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
-from kernel_cache.errors import RejectedEntry
+from kernel_cache.errors import ReentrantBuild, RejectedEntry
 from kernel_cache.levels.memory import MemoryLevel
 from kernel_cache.levels.protocols import KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
@@ -347,6 +346,44 @@ class Store:
 
 PUBLISHED = "the holder published it"
 UNCONTENDED = 0.001  # a lock gained within this many seconds was free: no wait for another process
+
+
+class KeyLocks:
+    """Per-key thread locks: one build of a key at a time in this process. A key's lock lives while
+    some thread holds or waits for it; a thread that asks for a key it is already building gets
+    ReentrantBuild instead of waiting on itself forever."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextlib.contextmanager
+    def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
+        me = threading.get_ident()
+        with self._guard:
+            slot = self._locks.get(key)
+            if slot is not None and slot[2] == me:
+                raise ReentrantBuild(f"the builder of {lookup_log.label_text(label, 'kernel')} ({key[:12]}) asked "
+                                     f"the store for the same key while building it; it would wait on itself "
+                                     f"forever")
+            if slot is None:
+                slot = self._locks[key] = [threading.Lock(), 0, None]
+            slot[1] += 1
+        try:
+            with slot[0]:
+                slot[2] = me
+                try:
+                    yield
+                finally:
+                    slot[2] = None
+        finally:
+            with self._guard:
+                slot[1] -= 1
+                if slot[1] == 0:
+                    del self._locks[key]
 
 
 class WaitBudget:

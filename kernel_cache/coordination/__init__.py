@@ -1,4 +1,4 @@
-"""What processes and threads agree on: file locks and per-key locks (atomic publication is
-`trust.safefs`'s, the budget of waiting for them the store's)."""
+"""File locks, what processes on one node or many agree on (atomic publication is `trust.safefs`'s;
+the store's single flight adds per-key thread locks and the budget of waiting)."""
 
 LOCK_MODES = ("auto", "flock", "soft")  # KERNEL_CACHE_LOCK: the shared level's lock kinds (`locks`)

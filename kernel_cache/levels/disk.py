@@ -72,7 +72,6 @@ class DiskLevel(EntryFiles):
                 f"with KERNEL_CACHE_TRUSTED_GROUP") from None
         except OSError as exc:  # (a read-only directory is no error: `_start` opens it read-only)
             raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-        self.read_only_reason = "" if self.writable else ("opened read-only" if read_only else "no write access")
 
     def _foreign(self, name: str, st: os.stat_result) -> bool:
         """The index layout's value-file folders (`entries/aa/bb/`)."""
@@ -125,9 +124,9 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
     assert config.dir is not None
     level = DiskLevel(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
                       read_only=read_only)
-    if level.read_only_reason and not read_only:
+    if not level.writable and not read_only:
         warn_once(f"disk-read-only:{config.dir}",
-                  f"local cache {config.dir} cannot be written ({level.read_only_reason}): serving its "
+                  f"local cache {config.dir} cannot be written (no write access): serving its "
                   f"entries, new kernels stay in memory")
     return level
 
