@@ -284,10 +284,6 @@ class Store:
         wait = _Wait()
         with self._key_locks.hold(key, label):
             levels = self._lock_levels()
-            if not levels:
-                lookup_log.wait(key, label, start, None)
-                yield wait
-                return
             threads_done = time.perf_counter()
             deadline = threads_done + self.wait_budget.left()  # one wait for this key, whatever the levels
             with contextlib.ExitStack() as held:
@@ -310,7 +306,7 @@ class Store:
                         wait.unserved = waited
                     break
                 if lookup_log.log.isEnabledFor(DEBUG):
-                    lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
+                    lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})" if levels else "")
                 yield wait
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:

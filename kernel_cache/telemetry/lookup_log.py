@@ -31,14 +31,14 @@ def lookup(key: str, label: Label, level: str, start: float, severity: int = log
                 label_text(label))
 
 
-def wait(key: str, label: Label, start: float, threads_done: float | None, outcome: str = "") -> None:
+def wait(key: str, label: Label, start: float, threads_done: float, outcome: str = "") -> None:
     """DEBUG: how long single-flight waited, first behind this process's other threads building the
-    same key, then (`threads_done` not None) for the lock shared with other processes (`outcome`)."""
+    same key, then (where it took one: `outcome`) for the lock shared with other processes."""
     if not log.isEnabledFor(logging.DEBUG):
         return
     now = time.perf_counter()
-    what = f"{((threads_done or now) - start) * 1000:.2f} ms behind other threads"
-    if threads_done is not None:
+    what = f"{(threads_done - start) * 1000:.2f} ms behind other threads"
+    if outcome:
         what += f", {(now - threads_done) * 1000:.2f} ms for the {outcome}"
     log.debug("%s %-7s %9.2f ms  %s (%s)", key[:12], "wait", (now - start) * 1000,
               label_text(label), what)
