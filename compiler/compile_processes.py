@@ -49,13 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache import Store, at_exit
-from kernel_cache.coordination.publish import host_tag
 from kernel_cache.entries import entry as entries
 from kernel_cache.entries.summary import META_COMPILE_SECONDS
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.levels.cache_marker import LOCKS_DIR
 from kernel_cache.settings.config import Config
-from kernel_cache.trust.safefs import Owners, Tree
+from kernel_cache.trust.safefs import Owners, Tree, host_tag
 
 from . import cache_or_compile, recipe
 from . import compile_worker as wire

@@ -21,7 +21,6 @@ from kernel_cache import at_exit, front_level
 from kernel_cache.entries.entry import CorruptEntry, Entry
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.interception import InterceptError, intercept
-from kernel_cache.levels.protocols import MaintainedLevel
 from kernel_cache.session import Session
 from kernel_cache.settings.config import Config, ConfigError, parse_duration, parse_size
 from kernel_cache.store import Store
@@ -107,9 +106,8 @@ def _flush_at_exit() -> None:
         try:
             store = _default.store
             store.stats.flush()
-            for level in store.persistent_levels:
-                if isinstance(level, MaintainedLevel):
-                    with contextlib.suppress(Exception):
-                        level.flush_touches()
+            for level in store.kept_levels:
+                with contextlib.suppress(Exception):
+                    level.flush_touches()
         except Exception:
             pass

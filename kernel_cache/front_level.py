@@ -32,8 +32,7 @@ class WarmSet:
         self._noted_bytes = 0
         if self.active:
             _open_sets.add(self)
-            if "warm sets" not in at_exit.added:  # (a session adds it when it opens)
-                at_exit.add("warm sets", save_all)
+            at_exit.add("warm sets", save_all)  # (a session adds it when it opens: kept once)
 
     def get(self, key: str) -> Entry | None:
         """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""

@@ -11,26 +11,28 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache import levels as backends
-from kernel_cache.coordination.key_locks import KeyLocks
-from kernel_cache.coordination.wait_budget import WaitBudget
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_key, key_ok
 from kernel_cache.entries.summary import compile_seconds
-from kernel_cache.errors import RejectedEntry
+from kernel_cache.errors import ReentrantBuild, RejectedEntry
 from kernel_cache.levels.memory import MemoryLevel
-from kernel_cache.levels.protocols import FrontLevel, Level, MaintainedLevel, TransientLevel, holds
+from kernel_cache.levels.protocols import KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
 from kernel_cache.telemetry.stats import Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
+
+if TYPE_CHECKING:
+    from kernel_cache.front_level import WarmSet
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -46,18 +48,19 @@ class Store:
         self.memory = MemoryLevel(self.config.memory_bytes, self.config.memory_items)
         self.signer = self.config.signer()
         self.unavailable: dict[str, Exception] = {}  # level name -> why it is not used
-        self.levels: list[Level] = [self.memory]  # fastest first: read in order, hits backfilled upwards
+        self.kept_levels: list[KeptLevel] = []  # the configured ones: all but the transient
         if not self.config.disabled:
             for backend in backends.BACKENDS:
-                level = self._open(backend, read_only)
+                level = self._open(backend, read_only) if backend.named_in(self.config) else None
                 if level is not None:
-                    self.levels.append(level)
+                    self.kept_levels.append(level)
+        self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
+        self.transient: list[Level] = []  # added by `add_transient`
         self.cluster_levels = self._cluster_levels()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
-        self._maintained_kinds: dict[type, bool] = {}  # a level's class -> whether it is a MaintainedLevel
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -74,6 +77,7 @@ class Store:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
+        self.transient.append(level)
         self.cluster_levels = self._cluster_levels()
 
     @property
@@ -107,7 +111,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: FrontLevel) -> None:
+    def front_level(self, warm: WarmSet) -> None:
         """Put `warm` (a session's warm set) in front of the levels, before memory; a later session's
         set takes its place."""
         self.front = warm
@@ -172,7 +176,7 @@ class Store:
         found = self.get(key)
         if found is None:
             if lookup_log.log.isEnabledFor(DEBUG):  # asked here: a miss nobody logs costs no call
-                lookup_log.miss(key, label, start)
+                lookup_log.lookup(key, label, "miss", start, DEBUG)
             return None
         return self._hit(found, key, label, start)
 
@@ -202,17 +206,15 @@ class Store:
 
     def touch(self, keys: Iterable[str]) -> None:
         """A use of these entries, unread (a lowered-call record served them), for the levels' LRU order."""
-        for level in self.persistent_levels:
-            if self._maintained(level):
-                with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
-                    level.touch(keys)
+        for level in self.kept_levels:
+            with contextlib.suppress(Exception):  # best effort: recency never fails a lowering
+                level.touch(keys)
 
     def delete(self, key: str) -> None:
         self.memory.delete(key)
-        for level in self.persistent_levels:
-            if isinstance(level, MaintainedLevel):
-                with contextlib.suppress(Exception):
-                    level.delete(key)
+        for level in self.kept_levels:
+            with contextlib.suppress(Exception):
+                level.delete(key)
 
     def close(self) -> None:
         self.stats.close()
@@ -223,15 +225,15 @@ class Store:
     def _cluster_levels(self) -> list[Level]:
         return [t for t in self.persistent_levels if t is not self.disk]
 
-    def _open(self, backend: backends.Backend, read_only: bool) -> Level | None:
+    def _open(self, backend: backends.Backend, read_only: bool) -> KeptLevel | None:
         name = backend.name
         try:
-            level: Level | None = backend.open(self.config, self.owners, self.signer, read_only)
+            level: KeptLevel | None = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
             return level
         except Exception as exc:
             self.unavailable[name] = exc
             tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{backend.location_in(self.config)}", f"{exc}; {tail}")
+            warn_once(f"{name}-unavailable:{backend.module.location_in(self.config)}", f"{exc}; {tail}")
             return None
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
@@ -240,15 +242,6 @@ class Store:
         self.stats.hit(level, key, compile_seconds(entry.meta))
         lookup_log.lookup(key, label, level, start)
         return entry.meta, entry.blobs
-
-    def _maintained(self, level: Level) -> TypeGuard[MaintainedLevel]:
-        """isinstance(level, MaintainedLevel), once per level class: a runtime-checkable protocol's
-        isinstance looks up every member, and every record served asks."""
-        kind = type(level)
-        found = self._maintained_kinds.get(kind)
-        if found is None:
-            found = self._maintained_kinds[kind] = isinstance(level, MaintainedLevel)
-        return found
 
     def _level_get(self, level: Level, key: str) -> Entry | None:
         try:
@@ -291,10 +284,6 @@ class Store:
         wait = _Wait()
         with self._key_locks.hold(key, label):
             levels = self._lock_levels()
-            if not levels:
-                lookup_log.wait(key, label, start, None)
-                yield wait
-                return
             threads_done = time.perf_counter()
             deadline = threads_done + self.wait_budget.left()  # one wait for this key, whatever the levels
             with contextlib.ExitStack() as held:
@@ -317,7 +306,7 @@ class Store:
                         wait.unserved = waited
                     break
                 if lookup_log.log.isEnabledFor(DEBUG):
-                    lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})")
+                    lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})" if levels else "")
                 yield wait
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
@@ -346,13 +335,72 @@ class Store:
         the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
         shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
-        job = [t for t in shared if isinstance(t, TransientLevel)]
+        job = [t for t in shared if t in self.transient]
         cluster = next((t for t in reversed(shared) if t not in job), None)
         return [t for t in (local, *job, cluster) if t is not None]
 
 
 PUBLISHED = "the holder published it"
 UNCONTENDED = 0.001  # a lock gained within this many seconds was free: no wait for another process
+
+
+class KeyLocks:
+    """Per-key thread locks: one build of a key at a time in this process. A key's lock lives while
+    some thread holds or waits for it; a thread that asks for a key it is already building gets
+    ReentrantBuild instead of waiting on itself forever."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextlib.contextmanager
+    def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
+        me = threading.get_ident()
+        with self._guard:
+            slot = self._locks.get(key)
+            if slot is not None and slot[2] == me:
+                raise ReentrantBuild(f"the builder of {lookup_log.label_text(label, 'kernel')} ({key[:12]}) asked "
+                                     f"the store for the same key while building it; it would wait on itself "
+                                     f"forever")
+            if slot is None:
+                slot = self._locks[key] = [threading.Lock(), 0, None]
+            slot[1] += 1
+        try:
+            with slot[0]:
+                slot[2] = me
+                try:
+                    yield
+                finally:
+                    slot[2] = None
+        finally:
+            with self._guard:
+                slot[1] -= 1
+                if slot[1] == 0:
+                    del self._locks[key]
+
+
+class WaitBudget:
+    """One budget of waiting for other processes' compiles, per process, across every key: a lock
+    timeout per key would let a model of 14 kernels whose holders are stuck wait 14 timeouts."""
+
+    def __init__(self, seconds: float):
+        self.total = seconds
+        self.spent = 0.0
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        return max(0.0, self.total - self.spent)
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self.spent += max(0.0, seconds)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.left() <= 0.0
 
 
 class _Wait:

@@ -96,33 +96,17 @@ def choose_lock_kind(tree: Tree, parts: tuple[str, ...], mode: str = "auto") -> 
     return "soft"
 
 
-class _Heartbeat:
-    """Refreshes a held soft lock's mtime: waiters tell a live holder from a dead one."""
-
-    def __init__(self, tree: Tree, parts: tuple[str, ...], interval: float):
-        self._tree, self._parts, self._interval = tree, parts, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kernel-cache-lock-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            with contextlib.suppress(OSError):
-                self._tree.touch(*self._parts)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _this_host() -> str:
-    return socket.gethostname()
+def _heartbeat(tree: Tree, parts: tuple[str, ...], interval: float, stop: threading.Event) -> None:
+    """Refresh a held soft lock's mtime: waiters tell a live holder from a dead one."""
+    while not stop.wait(interval):
+        with contextlib.suppress(OSError):
+            tree.touch(*parts)
 
 
 def _holder_is_dead(content: str) -> bool:
     """A marker ('pid\nhost\n...') written on this host by a process that no longer exists."""
     lines = content.splitlines()
-    if len(lines) < 2 or not lines[0].isdigit() or lines[1] != _this_host():
+    if len(lines) < 2 or not lines[0].isdigit() or lines[1] != socket.gethostname():
         return False
     try:
         os.kill(int(lines[0]), 0)
@@ -173,11 +157,10 @@ def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bo
 
 @contextlib.contextmanager
 def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
-         stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False,
-         poll: float = POLL_INTERVAL) -> Iterator[bool]:
+         stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False) -> Iterator[bool]:
     """Hold the lock at root/parts: True if acquired, False if `done()` (published) or `timeout` came first."""
-    with (_hold_flock(tree, parts, timeout, done, poll) if kind == "flock"
-          else _hold_soft(tree, parts, timeout, stale_after, done, poll)) as held:
+    with (_hold_flock(tree, parts, timeout, done) if kind == "flock"
+          else _hold_soft(tree, parts, timeout, stale_after, done)) as held:
         yield held
 
 
@@ -190,9 +173,8 @@ def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | Non
 
 
 @contextlib.contextmanager
-def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callable[[], bool],
-                poll: float) -> Iterator[bool]:
-    deadline = time.monotonic() + max(0.0, timeout)
+def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callable[[], bool]) -> Iterator[bool]:
+    deadline, poll = time.monotonic() + max(0.0, timeout), POLL_INTERVAL
     with tree.open_lock_file(*parts) as fd:
         while True:
             try:
@@ -213,16 +195,16 @@ def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callab
 
 
 @contextlib.contextmanager
-def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: float, done: Callable[[], bool],
-               poll: float) -> Iterator[bool]:
-    deadline = time.monotonic() + max(0.0, timeout)
+def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: float,
+               done: Callable[[], bool]) -> Iterator[bool]:
+    deadline, poll = time.monotonic() + max(0.0, timeout), POLL_INTERVAL
     unexplained, next_stale_check, mine = 0, 0.0, None
     while True:
         if time.monotonic() >= next_stale_check:
             break_if_stale(tree, parts, stale_after)
             next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
         try:
-            mine = tree.write_new(*parts, data=f"{os.getpid()}\n{_this_host()}\n".encode())
+            mine = tree.write_new(*parts, data=f"{os.getpid()}\n{socket.gethostname()}\n".encode())
             break
         except FileExistsError:
             pass
@@ -242,11 +224,15 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
             yield False
             return
         poll = next_poll
-    heartbeat = _Heartbeat(tree, parts, max(0.05, stale_after / 6))
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(tree, parts, max(0.05, stale_after / 6), stop),
+                            name="kernel-cache-lock-heartbeat", daemon=True)
+    beat.start()
     try:
         yield True
     finally:
-        heartbeat.stop()
+        stop.set()
+        beat.join()
         with contextlib.suppress(OSError):
             tree.unlink(*parts, expect_ino=mine.st_ino)
 

@@ -142,39 +142,20 @@ def read_header(data: bytes, total_size: int | None = None) -> tuple[int, int, i
 
 
 def _parse_meta(raw: bytes) -> dict[str, Any]:
-    """The metadata, held to MAX_META_DEPTH: past the parser's recursion limit it fails there
-    (RecursionError); below, it is measured on the parsed value (cheaper than a pass over the text)."""
+    """The metadata, held to MAX_META_DEPTH, measured on the text before the parser recurses."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and json_depth(raw) > MAX_META_DEPTH:
+        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")
     try:
         meta = json.loads(raw)
     except ValueError as exc:
         raise CorruptEntry(f"entry metadata is not JSON: {exc}") from None
-    except RecursionError:
-        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("entry metadata is not a JSON object")
-    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH and nesting(meta) > MAX_META_DEPTH:
-        raise CorruptEntry(f"entry metadata nests deeper than {MAX_META_DEPTH} levels")
     return meta
 
 
-def nesting(value: Any) -> int:
-    """How deeply a parsed JSON value's lists and objects nest (a scalar: 0), without recursion."""
-    deepest, level = 0, [value] if type(value) is dict or type(value) is list else []
-    while level:
-        deepest += 1
-        items: list[Any] = []
-        for container in level:
-            items.extend(container.values() if type(container) is dict else container)
-        level = [item for item in items if type(item) is dict or type(item) is list]
-    return deepest
-
-
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-
-
 _BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-
-
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 

@@ -42,9 +42,9 @@ class EntrySummary(FrozenValue):
     def __init__(self, kernel: str = "?", arch: str = "?", created: float | None = None, compile_seconds: float = 0.0,
                  toolchain: str = "", target: dict[str, Any] | None = None, recipe: dict[str, Any] | None = None,
                  module: str = "", config: str = "", signature: str = "") -> None:
-        self.__dict__.update(kernel=kernel, arch=arch, created=created, compile_seconds=compile_seconds,
-                             toolchain=toolchain, target=target, recipe=recipe, module=module, config=config,
-                             signature=signature)
+        given = dict(locals())  # the parameters, which are the fields
+        del given["self"]
+        self.__dict__.update(given)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> "EntrySummary":

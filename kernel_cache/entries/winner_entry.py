@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_cache.entries.call_entry import expect_text as _text
-from kernel_cache.entries.canonical import canonical as core_canonical
+from kernel_cache.entries.canonical import canonical as canonical  # the key values as a winner key encodes them
 from kernel_cache.entries.canonical import digest
 from kernel_cache.entries.entry import Entry, is_key
 from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, META_NAME, META_TARGET, META_TOOLCHAIN
@@ -28,9 +28,6 @@ from kernel_cache.entries.summary import META_ARCH, META_CREATED, META_KIND, MET
 KIND = "autotune-winner"
 FORMAT = 2  # 2: key values in the one canonical encoding (format 1 left lists untagged and stringified dict keys)
 RETIRED_FORMATS = frozenset({1})  # well-formed records no key of this version reaches: they age out
-
-
-canonical = core_canonical  # the autotune-key values as a winner key encodes them
 
 
 def family(config_keys: Sequence[str]) -> str:

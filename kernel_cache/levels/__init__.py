@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kernel_cache.lazy import later
 from kernel_cache.levels import disk
 from kernel_cache.settings.config import Config
-from kernel_cache.trust.safefs import Owners
 
 if TYPE_CHECKING:
     from kernel_cache.levels import shared
     from kernel_cache.levels.remote import level as remote
-    from kernel_cache.trust.signing import Signer
 else:
     remote = later("kernel_cache.levels.remote.level")
     shared = later("kernel_cache.levels.shared")
@@ -33,15 +31,6 @@ class Backend(NamedTuple):
     name: str
     named_in: Callable[[Config], bool]
     module: Any  # the backend's module: open_from_config(config, owners, signer, read_only), location_in(config)
-
-    def open(self, config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> Any:
-        """The opened level, or None when the config names none (its module then stays unimported)."""
-        if not self.named_in(config):
-            return None
-        return self.module.open_from_config(config, owners, signer, read_only)
-
-    def location_in(self, config: Config) -> str:
-        return str(self.module.location_in(config))
 
 
 BACKENDS: tuple[Backend, ...] = (

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import contextlib
 
-from kernel_cache.coordination.publish import is_temp, publish
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.settings.cache_settings import SETTINGS_FILE
 from kernel_cache.settings.config import TOOLCHAIN_MEMO, XLA_SUBDIR
-from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
+from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile, is_temp
 
 MARKER = "CACHEDIR.TAG"
 SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # the specification's fixed first line
@@ -80,7 +79,7 @@ def check(tree: Tree, kind: str, own_names: frozenset[str], *, write: bool) -> s
                                  f"{refusal}")
     if write:
         with contextlib.suppress(OSError):  # a read-only cache stays usable; the marker comes with a write
-            publish(tree, (MARKER,), marker_text(kind), durable=False)
+            tree.publish(MARKER, data=marker_text(kind), durable=False)
     return None
 
 

@@ -47,6 +47,7 @@ class DiskLevel(EntryFiles):
     name = "disk"
     label = "local cache"
     layout = (ENTRIES_DIR, LOCKS_DIR, STATS_DIR)  # no quarantine: a bad local entry is removed
+    kind, own_names = cache_marker.LOCAL, cache_marker.LOCAL_NAMES
 
     def __init__(self, directory: Path, max_bytes: int = 8 << 30, *, owners: Owners | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, read_only: bool = False):
@@ -56,30 +57,21 @@ class DiskLevel(EntryFiles):
         self._volume_lock = threading.Lock()
         try:
             self.tree = Tree(self.directory, owners or Owners.current(), create=not read_only)
+            try:
+                for name in COUNTERS_FILES:  # read through SQLite, which opens them by path
+                    self.tree.check_regular(STATS_DIR, name)
+                self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
+                            read_only=read_only, lock_mode="flock")
+            except BaseException:
+                self.tree.close()
+                raise
         except UnsafeFile as exc:
-            raise _untrusted(exc) from None
-        except OSError as exc:
-            raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-        try:
-            for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):  # every level a reader relies on, checked
-                with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
-                    pass
-            for name in COUNTERS_FILES:  # read through SQLite, which opens them by path
-                self.tree.check_regular(STATS_DIR, name)
-            cache_marker.check(self.tree, cache_marker.LOCAL, cache_marker.LOCAL_NAMES, write=not read_only)
-            may_write = not read_only and os.access(self.directory, os.W_OK)
-            self._start(authenticate=None, max_entry_bytes=max_entry_bytes, stale_after=locks.DEFAULT_STALE_AFTER,
-                        writable=may_write, lock_mode="flock")
-        except UnsafeFile as exc:
-            self.tree.close()
-            raise _untrusted(exc) from None
+            raise LevelUntrusted(
+                f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
+                f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
+                f"with KERNEL_CACHE_TRUSTED_GROUP") from None
         except OSError as exc:  # (a read-only directory is no error: `_start` opens it read-only)
-            self.tree.close()
             raise LevelUnavailable(f"cannot use cache directory {directory}: {exc}") from exc
-        except BaseException:
-            self.tree.close()
-            raise
-        self.read_only_reason = "" if self.writable else ("opened read-only" if read_only else "no write access")
 
     def _foreign(self, name: str, st: os.stat_result) -> bool:
         """The index layout's value-file folders (`entries/aa/bb/`)."""
@@ -109,10 +101,6 @@ class DiskLevel(EntryFiles):
         if due:
             self.cull(FILL_AFTER_EVICTION)
 
-    def set_max_bytes(self, max_bytes: int) -> None:
-        """The bound this level evicts to from now on (cachectl stores it in the directory's settings)."""
-        self.max_bytes = max_bytes
-
     def cull(self, fill: float = 1.0) -> int:
         """Remove the least recently used entries until the rest fit in `fill` of `max_bytes`; how
         many went."""
@@ -131,22 +119,14 @@ class DiskLevel(EntryFiles):
         return evicted
 
 
-def _untrusted(exc: UnsafeFile) -> LevelUntrusted:
-    return LevelUntrusted(
-        f"local cache {exc.path} {exc.reason}: another user could plant kernels there. Not using "
-        f"it; create KERNEL_CACHE_DIR yourself (mkdir -m 700), or name the group that shares it "
-        f"with KERNEL_CACHE_TRUSTED_GROUP")
-
-
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel | None:
-    """The local level KERNEL_CACHE_DIR names (None: not configured)."""
-    if config.dir is None:
-        return None
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> DiskLevel:
+    """The local level KERNEL_CACHE_DIR names (`BACKENDS` asks only where it names one)."""
+    assert config.dir is not None
     level = DiskLevel(config.dir, config.max_bytes, owners=owners, max_entry_bytes=config.max_entry_bytes,
                       read_only=read_only)
-    if level.read_only_reason and not read_only:
+    if not level.writable and not read_only:
         warn_once(f"disk-read-only:{config.dir}",
-                  f"local cache {config.dir} cannot be written ({level.read_only_reason}): serving its "
+                  f"local cache {config.dir} cannot be written (no write access): serving its "
                   f"entries, new kernels stay in memory")
     return level
 

@@ -27,15 +27,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.coordination import locks, publish
+from kernel_cache.coordination import locks
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, Entry, check_key, is_key, key_ok
 from kernel_cache.errors import LevelUnavailable, RejectedEntry
+from kernel_cache.levels import cache_marker
 from kernel_cache.levels.cache_marker import ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR
-from kernel_cache.levels.protocols import InDirectory
 from kernel_cache.sanitize import escaped
 from kernel_cache.telemetry.warnings_once import info_once, warn_once
-from kernel_cache.trust.safefs import Tree, UnsafeFile
+from kernel_cache.trust.safefs import Tree, UnsafeFile, host_tag, is_temp
 
 LOCK_SUFFIXES = {"flock": ".lock", "soft": ".softlock"}  # distinct: a leftover flock file is no soft marker
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -44,11 +44,11 @@ _FANOUT_CHARS = set("0123456789abcdef")
 Authenticate = Callable[[bytes], "str | None"]
 
 
-class EntryFiles(InDirectory):
-    """The Level protocol over entry files in `tree`. Subclasses open and check the directory, then
-    call `_start`; they set `name`, `label` (for messages), `quarantines` (move a bad entry aside
-    for inspection, or remove it) and `touch_interval` (how stale an mtime may get before a use
-    refreshes it: every refresh is a metadata write, which NFS pays for)."""
+class EntryFiles:
+    """The Level protocol over entry files in `tree`. Subclasses open the directory, then call `_start`;
+    they set `name`, `label` (for messages), `kind` and `own_names` (its marker, `cache_marker`),
+    `quarantines` (move a bad entry aside for inspection, or remove it) and `touch_interval` (how stale
+    an mtime may get before a use refreshes it: every refresh is a metadata write, which NFS pays for)."""
 
     name = ""
     label = ""
@@ -56,13 +56,22 @@ class EntryFiles(InDirectory):
     durable = False  # fsync each publish (an entry is checksummed: one cut short is a miss either way)
     touch_interval = 60.0
     layout = (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR)  # the folders it makes
+    kind = cache_marker.SHARED
+    own_names: frozenset[str] = frozenset()
     directory: Path
     tree: Tree
     writable: bool
     lock_kind: str | None
 
     def _start(self, *, authenticate: Authenticate | None, max_entry_bytes: int, stale_after: float,
-               writable: bool, lock_mode: str) -> None:
+               read_only: bool, lock_mode: str) -> None:
+        """Check the layout's folders (every level a reader relies on) and the marker, then make what
+        is missing where this process may write."""
+        for sub in self.layout:
+            with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
+                pass
+        writable = not read_only and os.access(self.directory, os.W_OK)
+        cache_marker.check(self.tree, self.kind, self.own_names, write=writable)
         self.authenticate = authenticate
         self.max_entry_bytes = max_entry_bytes or DEFAULT_MAX_ENTRY_BYTES
         self.stale_after = stale_after
@@ -70,6 +79,14 @@ class EntryFiles(InDirectory):
         self._pending_touches: set[str] = set()
         self.writable = writable and self._make_layout()
         self.lock_kind = locks.choose_lock_kind(self.tree, (LOCKS_DIR,), lock_mode) if self.writable else None
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    @property
+    def mode(self) -> str:
+        return "read-write" if self.writable else "read-only"
 
     # Lookups ------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
@@ -93,11 +110,10 @@ class EntryFiles(InDirectory):
             self._refresh(parts)
         return entry
 
-    def get_raw(self, key: str) -> bytes | None:
+    def peek_raw(self, key: str) -> bytes | None:
+        """The stored bytes; reading never changes recency (only `get` and `touch` do)."""
         found = self._read(_entry_parts(key))
         return None if found is None else found[0]
-
-    peek_raw = get_raw  # reading never changes recency (only `get` and `touch` do)
 
     def __contains__(self, key: object) -> bool:
         """One lstat: lets a waiting process notice the moment an entry is published."""
@@ -129,10 +145,6 @@ class EntryFiles(InDirectory):
 
     def delete(self, key: str) -> bool:
         return self.tree.unlink(*_entry_parts(key))
-
-    def clear(self) -> int:
-        """Remove every entry; how many went."""
-        return sum(self.tree.unlink(ENTRIES_DIR, key[:2], key) for key, _ in list(self._entry_files()))
 
     # Single-flight ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -187,7 +199,7 @@ class EntryFiles(InDirectory):
         for sub in self._fanout(ENTRIES_DIR):
             for name, st in self.tree.listdir(ENTRIES_DIR, sub):
                 planted = is_key(name) and not stat.S_ISREG(st.st_mode)
-                crashed = publish.is_temp(name) and now - st.st_mtime > older_than_seconds
+                crashed = is_temp(name) and now - st.st_mtime > older_than_seconds
                 if (planted or crashed or self._foreign(name, st)) and self._remove_any((ENTRIES_DIR, sub, name), st):
                     removed.append((os.path.join(self.directory, ENTRIES_DIR, sub, name), st.st_size))
         kinds = {suffix: kind for kind, suffix in LOCK_SUFFIXES.items()}
@@ -265,10 +277,10 @@ class EntryFiles(InDirectory):
         parts = _entry_parts(key)
         try:
             try:
-                publish.publish(self.tree, parts, data, durable=self.durable)
+                self.tree.publish(*parts, data=data, durable=self.durable)
             except IsADirectoryError:  # a directory planted at the entry's name: moved aside, once
                 self._set_aside(parts, None)
-                publish.publish(self.tree, parts, data, durable=self.durable)
+                self.tree.publish(*parts, data=data, durable=self.durable)
         except UnsafeFile:
             raise
         except OSError as exc:
@@ -296,9 +308,9 @@ class EntryFiles(InDirectory):
         if not self.writable:
             return
         if self.quarantines:
-            name = f"{parts[-1]}.{publish.host_tag()}.{os.getpid()}.{int(time.time())}.bad"
+            name = f"{parts[-1]}.{host_tag()}.{os.getpid()}.{int(time.time())}.bad"
             with contextlib.suppress(OSError):
-                if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino, directories=True):
+                if self.tree.rename(parts, (QUARANTINE_DIR, name), expect_ino=ino):
                     return
         with contextlib.suppress(OSError):  # not movable (another user's directory): remove what we can
             st = self.tree.lstat(*parts)
@@ -314,7 +326,7 @@ class EntryFiles(InDirectory):
         return self.tree.unlink(*parts, expect_ino=st.st_ino)
 
     def _fanout(self, top: str) -> list[str]:
-        return [n for n in self.tree.subdirs(top) if len(n) == 2 and set(n) <= _FANOUT_CHARS]
+        return [n for n, st in self.tree.listdir(top) if stat.S_ISDIR(st.st_mode) and len(n) == 2 and set(n) <= _FANOUT_CHARS]
 
     def _entry_files(self) -> Iterator[tuple[str, os.stat_result]]:
         """(key, lstat) of every published entry; foreign names, temp files and non-files skipped."""

@@ -30,7 +30,6 @@ deadline every call to the coordinator runs under.
 from __future__ import annotations
 
 import contextlib
-import queue
 import random
 import secrets
 import threading
@@ -51,7 +50,6 @@ ENTRY_SECONDS = 6.0  # the deadline of one call carrying an entry (up to MAX_VAL
 MAX_VALUE_BYTES = 64 << 20  # the largest value put in the job's store (the coordinator's tested size)
 MAX_POLL = 0.25  # the longest a waiter sleeps between two looks (from 20 ms, doubling, jittered)
 MAX_GENERATIONS = 64  # leases on one key taken over from dead holders before the level gives up on it
-CALL_THREADS = 8  # worker threads that run calls (a hung call holds one)
 _FAILED = object()
 T = TypeVar("T")
 
@@ -73,7 +71,6 @@ class JobClient(Protocol):
 
 class JobLevel:
     name = "job"
-    transient = True  # lives as long as the job: the store locks it beside the levels that last
 
     def __init__(self, client: JobClient, process: int, processes: int, *, signer: Signer | None = None,
                  max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
@@ -93,7 +90,6 @@ class JobLevel:
         self.full = False  # `max_bytes` reached
         self.counters = {"hits": 0, "misses": 0, "writes": 0, "lock_waits": 0, "takeovers": 0}
         self._lock = threading.Lock()
-        self._calls = _Calls()
 
     @property
     def location(self) -> str:
@@ -244,7 +240,7 @@ class JobLevel:
         if self.skipped is not None:
             return _FAILED
         try:
-            return self._calls.run(lambda: op(*args), seconds)
+            return _within(lambda: op(*args), seconds)
         except TimeoutError:
             self._skip(f"it did not answer within {seconds:.1f} s when asked to {what}")
         except Exception as exc:
@@ -287,46 +283,24 @@ def _lapsed(value: bytes, unchanged_for: float, lease_seconds: float) -> bool:
     return int(parts[2]) < time.time() * 1000 or unchanged_for > lease_seconds
 
 
-class _Calls:
-    """Calls on daemon worker threads, each waited for until its deadline: a hung coordinator holds a
-    worker, never the caller nor the interpreter's exit."""
+def _within(op: Callable[[], T], seconds: float) -> T:
+    """op() on a daemon thread, waited for until `seconds`: a hung coordinator holds that thread (and
+    the level is skipped from then on), never the caller nor the interpreter's exit."""
+    done = threading.Event()
+    outcome: list[tuple[bool, object]] = []
 
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._idle = 0
-
-    def run(self, op: Callable[[], T], seconds: float) -> T:
-        done = threading.Event()
-        outcome: list[tuple[bool, object]] = []
-
-        def task() -> None:
-            try:
-                outcome.append((True, op()))
-            except BaseException as exc:  # handed to the caller, whatever it is
-                outcome.append((False, exc))
-            finally:
-                done.set()
-        with self._lock:
-            start = self._idle == 0 and self._threads < CALL_THREADS
-            self._threads += start
-        if start:
-            threading.Thread(target=self._work, daemon=True, name="kernel-cache-job-call").start()
-        self._tasks.put(task)
-        if not done.wait(seconds):
-            raise TimeoutError
-        ok, value = outcome[0]
-        if not ok:
-            assert isinstance(value, BaseException)
-            raise value
-        return value  # type: ignore[return-value]  # op's own result
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._idle += 1
-            task = self._tasks.get()
-            with self._lock:
-                self._idle -= 1
-            task()
+    def task() -> None:
+        try:
+            outcome.append((True, op()))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            outcome.append((False, exc))
+        finally:
+            done.set()
+    threading.Thread(target=task, daemon=True, name="kernel-cache-job-call").start()
+    if not done.wait(seconds):
+        raise TimeoutError
+    ok, value = outcome[0]
+    if not ok:
+        assert isinstance(value, BaseException)
+        raise value
+    return value  # type: ignore[return-value]  # op's own result

@@ -1,23 +1,20 @@
 """The in-process level: an LRU bounded by total bytes and by item count, of decoded entries (a hit
-costs a dict lookup); the maintenance calls answer nothing.
+costs a dict lookup). It keeps nothing beyond this process: no maintenance to answer.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
 from kernel_cache.bounded_memo import SizedLRU
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import Entry
-from kernel_cache.levels.protocols import no_lock
 
 
 class MemoryLevel:
     name = "memory"
-    directory = None
     location = "this process"
     mode = "read-write"
     writable = True
@@ -26,14 +23,6 @@ class MemoryLevel:
         self._lru: SizedLRU[Entry] = SizedLRU(_entry_size, max_bytes, max_items)
         self.get: Callable[[str], Entry | None] = self._lru.get  # a hit is the LRU's lookup, no wrapper
 
-    @property
-    def max_bytes(self) -> int:
-        return self._lru.max_bytes
-
-    @property
-    def max_items(self) -> int | None:
-        return self._lru.max_items
-
     def put(self, entry: Entry) -> None:
         if entry.stored is not None:  # its blobs are what a hit needs: not the bytes they came from too
             entry = Entry(entry.key, entry.meta, entry.blobs)
@@ -41,6 +30,9 @@ class MemoryLevel:
 
     def keep(self, entry: Entry, data: builtins.bytes) -> None:
         self.put(entry)
+
+    def put_raw(self, key: str, data: builtins.bytes) -> None:
+        self.put(entry_format.decode(data, expected_key=key))
 
     def delete(self, key: str) -> bool:
         return self._lru.delete(key)
@@ -51,37 +43,15 @@ class MemoryLevel:
     def __len__(self) -> int:
         return len(self._lru)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._lru
+
     @property
     def bytes(self) -> int:
         return self._lru.bytes
 
-    # The rest of the Level protocol ------------------------------------------------------------
-    def put_raw(self, key: str, data: builtins.bytes) -> None:
-        self.put(entry_format.decode(data, expected_key=key))
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._lru
-
-    def listing(self) -> list[dict[str, Any]]:
-        return []
-
-    def peek_raw(self, key: str) -> builtins.bytes | None:
-        return None
-
-    def touch(self, keys: Iterable[str]) -> None:
-        pass  # a process-private LRU: what it does not hold needs no recency
-
-    def flush_touches(self) -> None:
-        pass
-
     def lock(self, key: str, timeout: float) -> contextlib.AbstractContextManager[bool]:
-        return no_lock(key, timeout)
-
-    def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
-        return []
-
-    def quarantined(self) -> list[dict[str, Any]]:
-        return []
+        return contextlib.nullcontext(True)  # private to this process: nothing to wait for
 
     def close(self) -> None:
         self.clear()

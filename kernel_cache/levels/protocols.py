@@ -1,16 +1,15 @@
-"""The interfaces of the store's levels: `Level`, the data path every level has, and `MaintainedLevel`,
-the maintenance an operator's tools use, which a level may lack (asked with isinstance, never by
-probing for methods). A level describes itself (`name`, `location`, `mode`, `writable`).
+"""The interfaces of the store's levels: `Level`, the data path every level has, and `KeptLevel`, a
+level that also keeps entries beyond this process and answers the maintenance an operator's tools
+use (asked with isinstance, never by probing for methods). A level describes itself (`name`,
+`location`, `mode`, `writable`).
 
-Persistent levels keep bytes in the entry format and validate keys at their door
-(`entry.check_key`); the memory level keeps decoded entries and answers the maintenance calls with
-nothing.
+Persistent levels keep bytes in the entry format and validate keys at their door (`entry.check_key`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,12 +57,13 @@ class Level(Protocol):
 
 
 @runtime_checkable
-class MaintainedLevel(Protocol):
-    """What operators' tools and the LRU order need of a level that keeps entries beyond this process."""
+class KeptLevel(Level, Protocol):
+    """A level that keeps entries beyond this process: what `cachectl` lists, verifies and prunes,
+    and what the LRU order is told of."""
 
     @property
     def directory(self) -> Path | None:
-        """Where it lives (None: in this process, or not on a filesystem)."""
+        """Where it lives (None: not on a filesystem)."""
 
     def delete(self, key: str) -> bool: ...
 
@@ -87,57 +87,9 @@ class MaintainedLevel(Protocol):
         """Entries moved aside as bad (path, key, size_bytes, quarantined_at); [] if none kept."""
 
 
-class FrontLevel(Protocol):
-    """What the store reads before every level (`Store.front_level`): a session's warm set."""
-
-    level: str  # the level its entries are served as, in the stats
-
-    def front_get(self, key: str) -> Entry | None: ...
-
-
-@runtime_checkable
-class TransientLevel(Protocol):
-    """A level that lasts only as long as the processes sharing it (a job's key-value store): the
-    store takes its lock between the local level's and the cluster's, not instead of them."""
-
-    @property
-    def transient(self) -> bool: ...
-
-
-class _Directoried(Protocol):
-    @property
-    def directory(self) -> Path | None: ...
-
-    @property
-    def writable(self) -> bool: ...
-
-
-class InDirectory:
-    """How a level kept in a directory (the local and shared levels) describes itself."""
-
-    @property
-    def location(self: _Directoried) -> str:
-        return str(self.directory)
-
-    @property
-    def mode(self: _Directoried) -> str:
-        return "read-write" if self.writable else "read-only"
-
-
-@runtime_checkable
-class KeptLevel(Level, MaintainedLevel, Protocol):
-    """A level with both parts: what `cachectl` lists, verifies and prunes."""
-
-
 def holds(level: Level, key: str) -> bool:
     """Whether `level` holds `key`, without reading it (a stat, EXISTS); a level that cannot say does not."""
     try:
         return key in level
     except Exception:
         return False
-
-
-@contextlib.contextmanager
-def no_lock(key: str, timeout: float) -> Iterator[bool]:
-    """The lock of a level that is private to this process: nothing to wait for."""
-    yield True

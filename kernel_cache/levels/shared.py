@@ -11,7 +11,6 @@ exist (a missing mount must not silently become a node-local cache); a read-only
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
@@ -36,6 +35,7 @@ class SharedLevel(EntryFiles):
     label = "shared cache"
     quarantines = True
     durable = True
+    own_names = SHARED_NAMES
 
     def __init__(self, directory: Path, lock_mode: str = "auto", *,
                  stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
@@ -54,13 +54,8 @@ class SharedLevel(EntryFiles):
         trust = None if authenticate is not None else (owners or Owners.current())
         try:
             self.tree = Tree(self.directory, trust)
-            for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR):
-                with contextlib.suppress(FileNotFoundError), self.tree.directory(sub):
-                    pass
-            may_write = not read_only and os.access(self.directory, os.W_OK)
-            cache_marker.check(self.tree, cache_marker.SHARED, SHARED_NAMES, write=may_write)
             self._start(authenticate=authenticate, max_entry_bytes=max_entry_bytes, stale_after=stale_after,
-                        writable=may_write, lock_mode=lock_mode)
+                        read_only=read_only, lock_mode=lock_mode)
         except UnsafeFile as exc:
             raise LevelUntrusted(
                 f"shared cache {exc.path} {exc.reason}: anyone who can write there could plant kernels "
@@ -76,10 +71,9 @@ class SharedLevel(EntryFiles):
             self._note_read_only("no write access")
 
 
-def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedLevel | None:
-    """The shared level KERNEL_CACHE_SHARED_DIR names (None: not configured)."""
-    if config.shared_dir is None:
-        return None
+def open_from_config(config: Config, owners: Owners, signer: Signer | None, read_only: bool) -> SharedLevel:
+    """The shared level KERNEL_CACHE_SHARED_DIR names (`BACKENDS` asks only where it names one)."""
+    assert config.shared_dir is not None
     level = SharedLevel(config.shared_dir, lock_mode=config.lock, stale_after=config.soft_lock_stale,
                         owners=owners, authenticate=signer.problem if signer is not None else None,
                         max_entry_bytes=config.max_entry_bytes, read_only=read_only)

@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.coordination.publish import publish
 from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config, ConfigError
 from kernel_cache.telemetry.warnings_once import warn_once
@@ -63,8 +62,14 @@ def parse(data: bytes, where: str) -> int | None:
     return value
 
 
-def read(tree: Tree) -> StoredSettings:
-    path = Path(tree.path) / SETTINGS_FILE
+def load(directory: Path, owners: Owners) -> StoredSettings:
+    """The settings stored in `directory`; nothing where it is missing or refused as a whole (the level
+    itself says so)."""
+    path = Path(directory) / SETTINGS_FILE
+    try:
+        tree = Tree(directory, owners)
+    except OSError:
+        return StoredSettings(path=path)
     try:
         found = tree.read(SETTINGS_FILE, max_bytes=MAX_BYTES)
     except UnsafeFile as exc:
@@ -72,22 +77,9 @@ def read(tree: Tree) -> StoredSettings:
         raise StoredSettingsError(f"{path} is refused: it {reason}") from None
     except OSError as exc:
         raise StoredSettingsError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if found is None:
-        return StoredSettings(path=path)
-    return StoredSettings(max_bytes=parse(found[0], str(path)), path=path)
-
-
-def load(directory: Path, owners: Owners) -> StoredSettings:
-    """The settings stored in `directory`; nothing where it is missing or refused as a whole (the level
-    itself says so)."""
-    try:
-        tree = Tree(directory, owners)
-    except OSError:
-        return StoredSettings(path=Path(directory) / SETTINGS_FILE)
-    try:
-        return read(tree)
     finally:
         tree.close()
+    return StoredSettings(max_bytes=None if found is None else parse(found[0], str(path)), path=path)
 
 
 def write(tree: Tree, max_bytes: int | None) -> Path:
@@ -101,7 +93,7 @@ def write(tree: Tree, max_bytes: int | None) -> Path:
     data = (json.dumps({"max_bytes": int(max_bytes)}, sort_keys=True) + "\n").encode()
     old = os.umask(0o022)
     try:
-        publish(tree, (SETTINGS_FILE,), data)
+        tree.publish(SETTINGS_FILE, data=data)
     finally:
         os.umask(old)
     return path

@@ -88,17 +88,13 @@ def _expanded(text: str, what: str) -> Path:
                           f"write the path in full") from None
 
 
-def _word(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    def parse(text: str, what: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ConfigError(f"{what}={echo(text)}: expected one of {', '.join(c for c in choices if c)}")
-        return value
-    return parse
-
-
 def _text(text: str, what: str) -> str:
     return text.strip()
+
+
+def _word(text: str, what: str) -> str:
+    """One of a setting's words, in any case (Config checks which)."""
+    return text.strip().lower()
 
 
 def _target_arch(text: str, what: str) -> str:
@@ -136,10 +132,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNEL_CACHE_MAX_BYTES", "max_bytes", parse_size, "the bound stored in the cache directory, else `8G`",
             "local disk bound; least recently used entries are evicted; overrides the bound `cachectl config "
             "max-size` stores in the cache directory"),
-    Setting("KERNEL_CACHE_LOG", "log", _word(LOG_LEVELS), "off",
+    Setting("KERNEL_CACHE_LOG", "log", _word, "off",
             "`info` or `debug`: one line per lookup (key, kernel, arch, launch config, level, ms) on stderr; "
             "`off` or unset: nothing on stderr (the `kernel_cache` logger still reaches your logging setup)"),
-    Setting("KERNEL_CACHE_LOCK", "lock", _word(LOCK_MODES), "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
+    Setting("KERNEL_CACHE_LOCK", "lock", _word, "`auto`", "shared-level lock kind: `auto`, `flock`, `soft`"),
     Setting("KERNEL_CACHE_LOCK_TIMEOUT", "lock_timeout", parse_duration, "`10m`",
             "a process's budget of waiting for other processes' compiles, across all keys (a wait that ends "
             "with the kernel published costs nothing; once spent, it compiles without waiting), and the longest "
@@ -330,16 +326,9 @@ class Config(FrozenValue):
                  remote: str | None = None, remote_password: str | None = None, remote_namespace: str = "default",
                  remote_ttl: float = 14 * 86400.0, remote_timeout: float = 0.25, remote_unsigned: bool = False,
                  compile_workers: int = 0, job: bool = True, job_max_bytes: int = 256 << 20) -> None:
-        self.__dict__.update(dir=dir, shared_dir=shared_dir, disabled=disabled, memory_bytes=memory_bytes,
-                             memory_items=memory_items, max_bytes=max_bytes, log=log, lock=lock,
-                             lock_timeout=lock_timeout, soft_lock_stale=soft_lock_stale, target_arch=target_arch,
-                             module_image=module_image, xla=xla, winners=winners, gpu_model=gpu_model,
-                             call_records=call_records, warm_sets=warm_sets, intercept=intercept, trusted_group=trusted_group,
-                             signing_key=signing_key, max_entry_bytes=max_entry_bytes,
-                             toolchain_memo_dir=toolchain_memo_dir, remote=remote, remote_password=remote_password,
-                             remote_namespace=remote_namespace, remote_ttl=remote_ttl, remote_timeout=remote_timeout,
-                             remote_unsigned=remote_unsigned, compile_workers=compile_workers, job=job,
-                             job_max_bytes=job_max_bytes)
+        given = dict(locals())  # the parameters, which are the fields
+        del given["self"]
+        self.__dict__.update(given)
         self._check()
         # the toolchain memo's directory (None: this process only); an attribute: read on every cold lookup
         self.__dict__["memo_dir"] = None if self.disabled else self.dir if self.dir is not None \

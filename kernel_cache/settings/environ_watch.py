@@ -23,14 +23,11 @@ _POINTER = ctypes.sizeof(ctypes.c_void_p)
 _MAX_SLOTS = 1 << 16  # an environment of more variables is read every time
 
 
-def _environ_symbol() -> ctypes.c_void_p | None:
-    try:
-        return ctypes.c_void_p.in_dll(ctypes.CDLL(None), "environ")
-    except (OSError, ValueError, AttributeError, TypeError):
-        return None
-
-
-_ENVIRON = _environ_symbol()  # bound to libc's `environ` variable itself: `.value` reads it now
+_ENVIRON: ctypes.c_void_p | None  # bound to libc's `environ` variable itself: `.value` reads it now
+try:
+    _ENVIRON = ctypes.c_void_p.in_dll(ctypes.CDLL(None), "environ")
+except (OSError, ValueError, AttributeError, TypeError):
+    _ENVIRON = None
 
 
 def _slots() -> tuple[int, bytes] | None:

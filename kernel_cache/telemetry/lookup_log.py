@@ -24,26 +24,21 @@ def label_text(label: Label, default: str = "-") -> str:
     return (label() if callable(label) else label) or default
 
 
-def lookup(key: str, label: Label, level: str, start: float) -> None:
-    if log.isEnabledFor(logging.INFO):
-        log.info("%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
-                 label_text(label))
+def lookup(key: str, label: Label, level: str, start: float, severity: int = logging.INFO) -> None:
+    """INFO: a hit or a compile (`level` says which); DEBUG: a miss of `Store.lookup` (level "miss")."""
+    if log.isEnabledFor(severity):
+        log.log(severity, "%s %-7s %9.2f ms  %s", key[:12], level, (time.perf_counter() - start) * 1000,
+                label_text(label))
 
 
-def miss(key: str, label: Label, start: float) -> None:
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s %-7s %9.2f ms  %s", key[:12], "miss", (time.perf_counter() - start) * 1000,
-                  label_text(label))
-
-
-def wait(key: str, label: Label, start: float, threads_done: float | None, outcome: str = "") -> None:
+def wait(key: str, label: Label, start: float, threads_done: float, outcome: str = "") -> None:
     """DEBUG: how long single-flight waited, first behind this process's other threads building the
-    same key, then (`threads_done` not None) for the lock shared with other processes (`outcome`)."""
+    same key, then (where it took one: `outcome`) for the lock shared with other processes."""
     if not log.isEnabledFor(logging.DEBUG):
         return
     now = time.perf_counter()
-    what = f"{((threads_done or now) - start) * 1000:.2f} ms behind other threads"
-    if threads_done is not None:
+    what = f"{(threads_done - start) * 1000:.2f} ms behind other threads"
+    if outcome:
         what += f", {(now - threads_done) * 1000:.2f} ms for the {outcome}"
     log.debug("%s %-7s %9.2f ms  %s (%s)", key[:12], "wait", (now - start) * 1000,
               label_text(label), what)

@@ -4,10 +4,8 @@ A lookup only bumps an in-memory counter; `flush` adds the deltas to `counters` 
 most once a second otherwise, and at exit. Each event also goes to listeners (public as
 `kernel_cache.telemetry.events`) and recorders (jax.monitoring's, called directly); what one raises
 is warned about once. Counters are best effort: every wait on their table is bounded by
-STATS_TIMEOUT, and a busy, full or read-only table only loses counts.
-
-This module is long because the counters and their events are one place: a hit is counted and sent
-without leaving it.
+STATS_TIMEOUT, and a busy, full or read-only table only loses counts. The counters and their events
+are one place: a hit is counted and sent without leaving it.
 """
 
 from __future__ import annotations
@@ -130,30 +128,30 @@ class Stats:
     def __init__(self, directory: Path | None = None, read_only: bool = False):
         """`read_only`: read persisted counters, flush nothing (an operator's look at a read-only cache)."""
         self._lock = threading.Lock()
-        self._pending: Counter[str] = Counter()
+        self._flushed: Counter[str] = Counter()  # what of `_session` is persisted (or given up on)
         self._entry_hits: Counter[str] = Counter()
         self._session: Counter[str] = Counter()
         # "<what>.<level>" (LEVEL_COUNTS): bumped by the store without a call or a lock; taken at each flush
         self.levels: Counter[str] = Counter()
         self._last_flush = time.monotonic()
-        self._stats_dir = None if directory is None or read_only else Path(directory) / STATS_DIR
+        self._read_dir = None if directory is None else Path(directory) / STATS_DIR
+        self._stats_dir = None if read_only else self._read_dir  # where counts are flushed
         self._skip_until = 0.0
         self._unavailable = ""  # why persistent counters cannot be read or written, if so
-        self._persisted: dict[str, Any] | None = None  # read-only mode: the counters as read at open
-        if directory is not None and read_only:
-            try:
-                self._persisted = dict(counters.read(Path(directory) / STATS_DIR, STATS_TIMEOUT))
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
 
     @property
     def unavailable(self) -> str:
-        if self._stats_dir is not None and not self._unavailable:
-            try:
-                counters.read(self._stats_dir, STATS_TIMEOUT, ())
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
+        if self._read_dir is not None and not self._unavailable:
+            self._read(())
         return self._unavailable
+
+    def _read(self, names: tuple[str, ...] | None) -> Counter[str]:
+        """The persisted counters named (all for None); none where they cannot be read (said in `unavailable`)."""
+        try:
+            return Counter(counters.read(self._read_dir, STATS_TIMEOUT, names) if self._read_dir else {})
+        except Exception as exc:
+            self._unavailable = f"{type(exc).__name__}: {exc}"
+            return Counter()
 
     def hit(self, level: str, key: str, compile_seconds: float) -> None:
         self._served(HIT, "hits", level, key, compile_seconds)
@@ -164,38 +162,34 @@ class Stats:
 
     def _served(self, kind: str, counter: str, level: str, key: str, compile_seconds: float) -> None:
         with self._lock:
-            self._bump(f"{counter}.{level}", 1)
-            self._bump("saved_us", int(compile_seconds * _MICRO))
+            self._session[f"{counter}.{level}"] += 1
+            self._session["saved_us"] += int(compile_seconds * _MICRO)
             self._entry_hits[key] += 1
         emit(kind, level, compile_seconds)
         self._maybe_flush()
 
     def miss(self) -> None:
         with self._lock:
-            self._bump("misses", 1)
+            self._session["misses"] += 1
         emit(MISS)
 
     def compiled(self, seconds: float) -> None:
         with self._lock:
-            self._bump("compiles", 1)
-            self._bump("compile_us", int(seconds * _MICRO))
+            self._session["compiles"] += 1
+            self._session["compile_us"] += int(seconds * _MICRO)
         emit(COMPILE, seconds=seconds)
         self.flush(walked=False)  # a compile's counters persist at once; the levels' at the next flush
 
     def error(self) -> None:
         with self._lock:
-            self._bump("errors", 1)
+            self._session["errors"] += 1
         emit(ERROR)
 
     def rejected(self, level: str = "") -> None:
         """An entry refused for who wrote it (one total; the level reaches event listeners)."""
         with self._lock:
-            self._bump("rejected", 1)
+            self._session["rejected"] += 1
         emit(REJECTED, level)
-
-    def _bump(self, name: str, amount: int) -> None:
-        self._pending[name] += amount
-        self._session[name] += amount
 
     def session(self) -> dict[str, Any]:
         """This process's counters (not yet or already flushed)."""
@@ -212,10 +206,9 @@ class Stats:
         with self._lock:
             if walked:
                 counts, self.levels = self.levels, Counter()
-                self._pending.update(counts)
                 self._session.update(counts)
-            pending, hits = self._pending, self._entry_hits
-            self._pending, self._entry_hits = Counter(), Counter()
+            pending, hits = self._session - self._flushed, self._entry_hits
+            self._flushed, self._entry_hits = Counter(self._session), Counter()
             self._last_flush = time.monotonic()
         if time.monotonic() < self._skip_until:
             return
@@ -231,30 +224,15 @@ class Stats:
 
     def totals(self) -> dict[str, Any]:
         """Counters over all processes that used this directory (including unflushed ones here)."""
-        self.flush()
-        if self._persisted is not None:
-            return self._render(Counter({n: self._persisted.get(n, 0) for n in COUNTERS}) + Counter(self._session))
-        raw: Counter[str] = Counter(self._session)
-        if self._stats_dir is not None:
-            try:
-                raw = Counter(counters.read(self._stats_dir, STATS_TIMEOUT, COUNTERS))
-            except Exception as exc:
-                self._unavailable = f"{type(exc).__name__}: {exc}"
-        return self._render(raw)
+        self.flush()  # this process's counts are persisted ones now, unless nothing is written
+        unflushed = Counter(self._session) if self._stats_dir is None else Counter()
+        return self._render(self._read(COUNTERS) + unflushed)
 
     def entry_hits(self, key: str) -> int:
-        if self._persisted is not None:
-            return int(self._persisted.get(f"entry_hits.{key}", 0)) + self._session_entry(key)
         name = f"entry_hits.{key}"
-        try:
-            value = counters.read(self._stats_dir, STATS_TIMEOUT, (name,)).get(name, 0) if self._stats_dir else 0
-        except Exception:
-            value = 0
-        return value + self._session_entry(key)
-
-    def _session_entry(self, key: str) -> int:
         with self._lock:
-            return self._entry_hits.get(key, 0)
+            unflushed = self._entry_hits.get(key, 0)
+        return self._read((name,))[name] + unflushed
 
     def forget_entry(self, key: str) -> None:
         if self._stats_dir is not None:
@@ -263,7 +241,7 @@ class Stats:
 
     def zero(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._flushed.clear()
             self._entry_hits.clear()
             self._session.clear()
         if self._stats_dir is not None:

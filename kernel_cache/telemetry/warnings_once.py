@@ -21,22 +21,24 @@ class KernelCacheWarning(RuntimeWarning):
     """The cache degraded (unwritable dir, full disk, bad entry): the program keeps running."""
 
 
+def _first(cause: str) -> bool:
+    with _lock:
+        first = cause not in _seen
+        _seen.add(cause)
+    return first
+
+
 def warn_once(cause: str, message: str) -> bool:
     """Emit `message` the first time `cause` is seen in this process; returns whether it did."""
-    with _lock:
-        if cause in _seen:
-            return False
-        _seen.add(cause)
+    if not _first(cause):
+        return False
     warnings.warn_explicit(message, KernelCacheWarning, filename=WARNING_SOURCE, lineno=0, module="kernel_cache")
     return True
 
 
 def info_once(cause: str, message: str) -> None:
-    with _lock:
-        if cause in _seen:
-            return
-        _seen.add(cause)
-    log.info("%s", message)
+    if _first(cause):
+        log.info("%s", message)
 
 
 def reset() -> None:

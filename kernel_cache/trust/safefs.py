@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
+import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ READ_CHUNK = 1 << 20
 WALK_MAX_DEPTH = 32  # levels a walk under a cache directory descends (our layouts use 3)
 WALK_MAX_NAMES = 200_000  # names a walk lists before it stops and says so
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+TEMP_SUFFIX = ".tmp"
 FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
 _fault_hook: Callable[[str, str], None] | None = None
 
@@ -43,6 +46,21 @@ def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, st
     global _fault_hook
     previous, _fault_hook = _fault_hook, hook
     return previous
+
+
+def host_tag() -> str:
+    """This host's name, safe inside a file name (tells operators which node left a file)."""
+    return re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname())[:40] or "host"
+
+
+def temp_name(final_name: str) -> str:
+    """A hidden name beside `final_name`, unique across hosts and processes (host + pid + random):
+    what a writer killed before its rename leaves, and `is_temp` recognises."""
+    return f".{final_name}.{host_tag()}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+
+
+def is_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
 class UnsafeFile(KernelCacheError, OSError):
@@ -86,14 +104,12 @@ class Owners(FrozenValue):
     by this user, root or the trusted group."""
 
     _fields = ("uids", "gid", "writer_gids")
-    uids: frozenset[Any]  # None given: this user and root
+    uids: frozenset[int]  # this user and root
     gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
-    writer_gids: frozenset[Any]  # None given: this user's group and root's
+    writer_gids: frozenset[int]  # this user's group, root's and the trusted one
 
-    def __init__(self, uids: frozenset[Any] | None = None, gid: int | None = None,
-                 writer_gids: frozenset[Any] | None = None) -> None:
-        self.__dict__.update(uids=frozenset({os.geteuid(), 0}) if uids is None else uids, gid=gid,
-                             writer_gids=frozenset({os.getegid(), 0}) if writer_gids is None else writer_gids)
+    def __init__(self, uids: frozenset[int], gid: int | None, writer_gids: frozenset[int]) -> None:
+        self.__dict__.update(uids=uids, gid=gid, writer_gids=writer_gids)
 
     @classmethod
     def current(cls, group: int | None = None) -> "Owners":
@@ -259,9 +275,6 @@ class Tree:
         except FileNotFoundError:
             return []
 
-    def subdirs(self, *parts: str) -> list[str]:
-        return [name for name, st in self.listdir(*parts) if stat.S_ISDIR(st.st_mode)]
-
     def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
              max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
         """Everything below root/parts as ([(parts, lstat)], truncated), parents first: iterative (a
@@ -366,10 +379,14 @@ class Tree:
             finally:
                 os.close(fd)
 
-    def publish(self, *parts: str, data: bytes, temp_name: str, durable: bool = True) -> None:
+    def publish(self, *parts: str, data: bytes, durable: bool = True) -> None:
+        """Write `data` to root/parts atomically (`durable=False`: no fsync, for a file whose loss
+        after a power cut costs nothing); modes follow the umask, so a group-shared directory stays
+        shareable."""
+        tmp = temp_name(parts[-1])
         with self.directory(*parts[:-1], create=True) as dfd:
-            with _replace_atomically(dfd, check_name(parts[-1]), check_name(temp_name),
-                                     self._where((*parts[:-1], temp_name)), durable) as f:
+            with _replace_atomically(dfd, check_name(parts[-1]), check_name(tmp),
+                                     self._where((*parts[:-1], tmp)), durable) as f:
                 f.write(data)
 
     def unlink(self, *parts: str, expect_ino: int | None = None) -> bool:
@@ -386,15 +403,13 @@ class Tree:
         except FileNotFoundError:
             return False
 
-    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None, *,
-               directories: bool = False) -> bool:
-        """Move a non-directory (with `directories`, anything) within the tree; False if it is gone or
-        was replaced."""
+    def rename(self, src: tuple[str, ...], dst: tuple[str, ...], expect_ino: int | None = None) -> bool:
+        """Move what is at `src` within the tree; False if it is gone or was replaced."""
         try:
             with self.directory(*src[:-1]) as sfd, self.directory(*dst[:-1], create=True) as dfd:
                 name = check_name(src[-1])
                 st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
-                if (stat.S_ISDIR(st.st_mode) and not directories) or (expect_ino is not None and st.st_ino != expect_ino):
+                if expect_ino is not None and st.st_ino != expect_ino:
                     return False
                 os.rename(name, check_name(dst[-1]), src_dir_fd=sfd, dst_dir_fd=dfd)
                 return True
@@ -450,7 +465,7 @@ def atomic_file(path: str | os.PathLike[str], durable: bool = True) -> Iterator[
     """Write a file outside any cache tree (a bundle, the toolchain memo) the same atomic way."""
     path = os.fspath(path)
     parent, name = os.path.split(os.path.abspath(path))
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = temp_name(name)
     dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     try:
         with _replace_atomically(dfd, name, tmp, os.path.join(parent, tmp), durable) as f:
@@ -505,17 +520,12 @@ def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
-    """At most `size` bytes (a file that grows while read is cut at the size fstat gave)."""
-    first = os.read(fd, min(size, READ_CHUNK)) if size else b""
-    if len(first) == size or not first:
-        return first  # one read, no copy
-    chunks, left = [first], size - len(first)
-    while left > 0:
-        chunk = os.read(fd, min(left, READ_CHUNK))
-        if not chunk:
-            break
+    """At most `size` bytes (a file that grows while read is cut at the size fstat gave); one read
+    comes back uncopied (join returns a lone item itself)."""
+    chunks: list[bytes] = []
+    while size > 0 and (chunk := os.read(fd, min(size, READ_CHUNK))):
         chunks.append(chunk)
-        left -= len(chunk)
+        size -= len(chunk)
     return b"".join(chunks)
 
 

@@ -48,22 +48,21 @@ class Signer:
     def __repr__(self) -> str:  # never print the key
         return f"Signer(key_id={self.key_id.hex()})"
 
-    def _mac(self, body: bytes) -> bytes:
+    def _mac(self, chunks: Iterable[bytes]) -> bytes:
         h = hmac.new(self._key, _LABEL, hashlib.sha256)
-        h.update(body)
+        for chunk in chunks:
+            h.update(chunk)
         return h.digest()
 
     def sign(self, data: bytes) -> bytes:
         """The entry with this key's trailer (any earlier trailer replaced)."""
         body, _ = split_signature(data)
-        return body + SIGNATURE_MAGIC + self.key_id + self._mac(body)
+        return body + SIGNATURE_MAGIC + self.key_id + self._mac([body])
 
     def problem(self, data: bytes) -> str | None:
         """Why `data` is not an entry signed with this key, or None when it is."""
         body, trailer = split_signature(data)
-        if trailer is None:
-            return "unsigned"
-        return self.trailer_problem(trailer) or self._mac_problem(trailer, self._mac(body))
+        return "unsigned" if trailer is None else self.streamed_problem([body], trailer)
 
     def trailer_problem(self, trailer: bytes) -> str | None:
         """What the last SIGNATURE_SIZE bytes of an entry say against it before its body is read."""
@@ -77,18 +76,9 @@ class Signer:
     def streamed_problem(self, body_chunks: Iterable[bytes], trailer: bytes) -> str | None:
         """`problem` for an entry read piece by piece (a large remote value), no chunk kept."""
         problem = self.trailer_problem(trailer)
-        if problem is not None:
-            return problem
-        h = hmac.new(self._key, _LABEL, hashlib.sha256)
-        for chunk in body_chunks:
-            h.update(chunk)
-        return self._mac_problem(trailer, h.digest())
-
-    @staticmethod
-    def _mac_problem(trailer: bytes, mac: bytes) -> str | None:
-        if not hmac.compare_digest(trailer[len(SIGNATURE_MAGIC) + 8:], mac):
-            return "signature does not match its content"
-        return None
+        if problem is None and not hmac.compare_digest(trailer[len(SIGNATURE_MAGIC) + 8:], self._mac(body_chunks)):
+            problem = "signature does not match its content"
+        return problem
 
     def tag(self, label: bytes, data: bytes) -> bytes:
         """A MAC over `data` under a purpose `label` other than an entry's (a remote lease, say), so

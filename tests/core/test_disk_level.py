@@ -69,7 +69,7 @@ def test_an_entry_is_one_file_named_by_its_key(tmp_path):
     assert level.get(KEYS[0]).blobs == _entry(KEYS[0]).blobs and level.volume() == SIZE
     level.put(_entry(KEYS[0], 100))  # a rewrite replaces the file
     assert len(level.get(KEYS[0]).blobs["cubin"]) == 100 and len(level) == 1
-    assert level.clear() == 1 and not path_of(directory, KEYS[0]).exists() and list(level.keys()) == []
+    assert level.delete(KEYS[0]) and not path_of(directory, KEYS[0]).exists() and list(level.keys()) == []
     level.close()
 
 
@@ -84,7 +84,7 @@ def test_a_write_past_the_bound_evicts_the_least_recently_used(tmp_path):
     level = DiskLevel(directory, 4 * SIZE + SIZE // 2)  # room for four: the fifth write evicts the least recently used
     level.put(_entry(KEYS[4]))
     assert set(level.keys()) == {KEYS[0], KEYS[2], KEYS[3], KEYS[4]} and not path_of(directory, KEYS[1]).exists()
-    level.set_max_bytes(3 * SIZE + SIZE // 2)  # room for three: the next write evicts the two least recently used
+    level.max_bytes = 3 * SIZE + SIZE // 2  # room for three: the next write evicts the two least recently used
     level.put(_entry(KEYS[5]))
     assert set(level.keys()) == {KEYS[0], KEYS[4], KEYS[5]}
     assert level.volume() <= 3 * SIZE + SIZE // 2
@@ -104,7 +104,7 @@ def test_an_eviction_leaves_room_below_the_bound_and_cull_evicts_to_it(tmp_path)
     assert level.volume() <= bound * FILL_AFTER_EVICTION and len(level) == 9
     assert set(level.keys()) == {*KEYS[2:11]}  # the two least recently used went
 
-    level.set_max_bytes(5 * SIZE + SIZE // 2)  # a smaller bound evicts nothing until a write or a cull
+    level.max_bytes = 5 * SIZE + SIZE // 2  # a smaller bound evicts nothing until a write or a cull
     assert len(level) == 9
     assert level.cull() == 4 and set(level.keys()) == {*KEYS[6:11]}  # down to the bound itself
     assert level.cull() == 0
@@ -344,7 +344,7 @@ def test_names_other_than_keys_are_neither_listed_nor_read_nor_removed(tmp_path)
     assert list(level.keys()) == [KEYS[0]] and len(level) == 1 and level.volume() == SIZE
     assert [r["key"] for r in level.listing()] == [KEYS[0]]
     assert level.remove_debris(0.0) == [] and all(path.exists() for path in foreign)
-    assert level.clear() == 1 and all(path.exists() for path in foreign)
+    assert level.delete(KEYS[0]) and all(path.exists() for path in foreign)
     level.close()
 
 

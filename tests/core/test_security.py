@@ -340,11 +340,11 @@ def test_giant_and_endless_files_are_refused_unread(tmp_path, plant):
 
 @pytest.mark.parametrize("depth, accepted", [(31, True), (32, True), (33, False), (200, False)])
 def test_metadata_past_32_levels_is_refused_though_the_parser_takes_it(depth, accepted):
-    """Between the policy (32) and the parser's recursion limit the depth is measured on the parsed
-    value; brackets inside strings do not count, in either direction."""
+    """Between the policy (32) and the parser's recursion limit the depth is measured on the text;
+    brackets inside strings do not count, in either direction."""
     nested = "[" * (depth - 1) + "]" * (depth - 1)  # inside the top-level object: depth levels in all
     meta = ('{"key":"' + KEY2 + '","s":"]]]]}}}}[[[[{{{{\\"\\\"]]","x":' + nested + "}").encode()
-    assert entry_format.nesting(json.loads(meta)) == depth
+    assert entry_format.json_depth(meta) == depth
     fields = struct.pack("<8sHHIIQ", entry_format.MAGIC, entry_format.ENTRY_FORMAT_VERSION, 0, len(meta), 0, len(meta))
     data = fields + entry_format._checksum(fields, meta) + meta
     if accepted:
@@ -355,7 +355,8 @@ def test_metadata_past_32_levels_is_refused_though_the_parser_takes_it(depth, ac
 
 
 def test_nesting_counts_levels_of_lists_and_objects():
-    assert [entry_format.nesting(v) for v in (1, "[[", [], {}, [1, [2]], {"a": [{"b": {}}]})] == [0, 0, 1, 1, 2, 4]
+    texts = (b"1", b'"[["', b"[]", b"{}", b"[1, [2]]", b'{"a": [{"b": {}}]}')
+    assert [entry_format.json_depth(v) for v in texts] == [0, 0, 1, 1, 2, 4]
 
 
 def test_deep_json_metadata_is_a_bad_entry_not_a_crash(tmp_path):

@@ -101,7 +101,7 @@ def test_round_trip_layout_and_no_temp_files(shared):
     assert got.blobs == entry.blobs and got.meta["kernel"] == "synthetic"
     assert KEY in level and KEY2 not in level and level.get(KEY2) is None
     assert list(level.keys()) == [KEY] and len(level) == 1
-    assert level.get_raw(KEY) == entry_format.encode(entry)
+    assert level.peek_raw(KEY) == entry_format.encode(entry)
 
 
 def test_store_reads_through_shared_and_promotes_into_local(tmp_path, shared):
@@ -353,7 +353,7 @@ def test_records_prune_and_delete(shared):
     records = {r["key"]: r for r in level.listing()}
     assert set(records) == set(keys)
     sizes = [records[k]["size_bytes"] for k in keys]
-    assert sizes[0] == len(level.get_raw(keys[0])) and level.volume() == sum(sizes)
+    assert sizes[0] == len(level.peek_raw(keys[0])) and level.volume() == sum(sizes)
     assert records[keys[0]]["last_used"] == pytest.approx(now - 40 * 86400)
 
     from cachectl.inventory import EntryFilter, plan_prune, remove_entries, scan

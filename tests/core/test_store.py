@@ -162,7 +162,7 @@ def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
     calls = []
     Store(Config(dir=tmp_path)).get_or_create(K, _builder(calls, size=100_000))
     disk = DiskLevel(tmp_path)
-    raw = bytearray(disk.get_raw(K))
+    raw = bytearray(disk.peek_raw(K))
     if damage == "flip":
         raw[len(raw) // 2] ^= 0xFF
     else:
@@ -172,7 +172,7 @@ def test_corrupt_disk_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
     with pytest.warns(kernel_cache.KernelCacheWarning, match="corrupt"):
         meta, blobs = store.get_or_create(K, _builder(calls, size=100_000))
     assert calls == [1, 1] and blobs["cubin"] == b"x" * 100_000
-    assert entry_format.decode(DiskLevel(tmp_path).get_raw(K), expected_key=K).blobs == blobs
+    assert entry_format.decode(DiskLevel(tmp_path).peek_raw(K), expected_key=K).blobs == blobs
 
 
 def test_threads_missing_the_same_key_build_once(tmp_path):
