@@ -121,10 +121,6 @@ class Context:
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
         return self._store
 
-    def kept(self) -> list[KeptLevel]:
-        """Every persistent level that keeps entries an operator can list (possibly none)."""
-        return [t for t in self.store().persistent_levels if isinstance(t, KeptLevel)]
-
     def levels(self, which: str | None = "all") -> list[KeptLevel]:
         """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
         operator can list, verify and prune. None, a destructive command's default: the local disk, or

@@ -411,12 +411,11 @@ def _ptxas_version(path: str) -> str:
 # jaxlib and the GPU ---------------------------------------------------------------------------------------
 def _jaxlib(config: Config) -> list[Check]:
     version = ".".join(str(v) for v in jaxlib_compat.jaxlib_version())
+    why = ""
     try:
         installed = jaxlib_compat.plugin_installed("cuda")
     except Exception as exc:
         installed, why = False, f" ({exc})"
-    else:
-        why = ""
     if not installed:
         # README, "Install into your environment": a GPU host takes jax's CUDA runtime with the plugin; a
         # host without a GPU the plugin alone (its dependencies are that runtime, useless there, and every

@@ -57,7 +57,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
             return EXIT_OK
     infos: list[EntryInfo] = []
     unreachable: dict[str, str] = {}
-    for level in ctx.kept():
+    for level in ctx.levels():
         try:
             infos += scan_all(ctx, [level], with_stale=False)
         except LevelUnavailable as exc:  # a server fault mid-listing: that level's row says it
@@ -82,7 +82,7 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
     """What --json prints (and Prometheus renders)."""
     store = ctx.store()
     levels: dict[str, _LevelStats] = {}
-    for level in ctx.kept():
+    for level in ctx.levels():
         error = unreachable.get(level.name)  # then none of its entries were listed
         mine = [i for i in infos if i.level == level.name]
         size = sum(i.size_bytes for i in mine)
