@@ -1,10 +1,9 @@
 """cachectl stats: entries and bytes per level, what the user running cachectl may do there, the counters,
 the bound, in text, JSON or Prometheus' format.
 
-What it says is what the user can do and what it reached: a level cachectl opened read-only (it only
-looks) is writable when this user could write it, as a job of theirs would find it; a level it could not
-reach (a remote server down) is said to be unreachable, with why, never "0 entries"; and a size is the
-bytes of the entries, the one that list, prune and doctor count.
+What it says is what the user can do and what it reached: writable as a job of theirs would find the
+level (`writable_here`); a level it could not reach (a remote server down) unreachable, with why, never
+"0 entries"; and a size is the bytes of the entries, the one that list, prune and doctor count.
 """
 
 from __future__ import annotations
