@@ -103,10 +103,7 @@ def _at_least(lowest: int, text: str, what: str) -> int:
 
 
 def jobs(text: str) -> int:
-    try:
-        return positive(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of compiles at once, got {echo(text)}") from None
+    return _at_least(1, text, "a positive number of compiles at once")
 
 
 def program(text: str) -> str:

@@ -23,9 +23,9 @@ from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 from kernel_cache.trust.safefs import Owners, Tree
 
 if TYPE_CHECKING:
-    from cachectl import toolchains
+    import compiler.toolchain
 else:
-    toolchains = later("cachectl.toolchains")  # it imports Triton: `list` and `stats` start without it
+    compiler = later("compiler")  # it imports Triton: `list` and `stats` start without it
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # every --json document carries {"schema": JSON_SCHEMA}; bumped when a field changes meaning or name
@@ -94,7 +94,7 @@ class Context:
                 raise CliError(f"{exc} (rewrite it with 'cachectl config max-size SIZE', or remove it)") from None
             return StoredSettings(path=Path(directory) / cache_settings.SETTINGS_FILE), str(exc)
 
-    def store(self, create: bool = False, write: bool = False) -> Store:
+    def store(self, create: bool = False) -> Store:
         """The store on --dir (and the shared directory and remote when configured; with no --dir, those
         alone). Opened read-only unless the command writes, so an operator can look at a cache that is
         full, on a read-only mount or busy.
@@ -111,7 +111,7 @@ class Context:
                 raise CliError(f"no shared cache directory at {self.config.shared_dir}")
             with warnings.catch_warnings():  # the reasons are reported here, once, as errors
                 warnings.simplefilter("ignore", KernelCacheWarning)
-                self._store = Store(self.config, read_only=not (create or write or self.writes))
+                self._store = Store(self.config, read_only=not self.writes)
             if directory is not None and self._store.disk is None:
                 raise CliError(str(self._store.unavailable.get("disk") or f"cannot open the cache directory {directory}"))
             if self.config.remote is not None and self._store.level("remote") is None:
@@ -120,10 +120,6 @@ class Context:
                 raise CliError(f"cannot use the shared cache directory {self.config.shared_dir}: "
                                f"{self._store.unavailable.get('shared', 'unknown reason')}")
         return self._store
-
-    def kept(self) -> list[KeptLevel]:
-        """Every persistent level that keeps entries an operator can list (possibly none)."""
-        return [t for t in self.store().persistent_levels if isinstance(t, KeptLevel)]
 
     def levels(self, which: str | None = "all") -> list[KeptLevel]:
         """The persistent levels `which` names ('all', 'disk', 'shared', 'remote') that keep entries an
@@ -151,10 +147,15 @@ class Context:
                        "--all-levels")
 
     def installed_toolchain(self, target: dict[str, Any]) -> str | None:
-        """The installed toolchain's summary for `target`."""
+        """The installed toolchain's summary for `target` (what `--stale` compares entries against), or
+        None when that backend is not installed here."""
         ident = json.dumps(target, sort_keys=True)
         if ident not in self._toolchains:
-            self._toolchains[ident] = toolchains.installed_summary(target, self.config.memo_dir)
+            try:
+                summary = compiler.toolchain.toolchain_summary(compiler.Target.from_json(target), self.config.memo_dir)
+            except Exception:
+                summary = None
+            self._toolchains[ident] = summary
         return self._toolchains[ident]
 
     def say(self, text: str = "") -> None:

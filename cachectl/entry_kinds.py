@@ -19,12 +19,6 @@ Summarise = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 _VIEWS = "cachectl.see.show:show_"
 
 
-def _nothing_to_check(entry: Entry) -> str | None:
-    """The check of a kind with no record of its own: decoding checked its format and checksum,
-    and nothing else is the core's to check (a kernel's launch metadata is the compiler's to read)."""
-    return None
-
-
 @dataclass(frozen=True)
 class EntryKind:
     """One kind of entry, as every tool handles it."""
@@ -33,7 +27,9 @@ class EntryKind:
     tag: str  # short name: list's "name [tag]" where `tagged`, the Prometheus label, its summary's JSON key
     one: str  # the nouns of list's and stats' totals: "1 lowered call", "9 lowered calls"
     many: str
-    problem: Check = _nothing_to_check  # why a decoded entry of this kind is unusable (None: it is usable)
+    # why a decoded entry of this kind is unusable (None: it is usable); by default, nothing beyond the
+    # format and checksum decoding checked is the core's to check (a kernel's metadata is the compiler's)
+    problem: Check = lambda entry: None
     summary: Summarise | None = None  # what list and show --json give of it under `tag` (never raises); None: no key
     show: str = _VIEWS + "kernel"  # "module:function" rendering `cachectl show` of it
     tagged: bool = True  # whether list tags it: not kernels, which the KERNEL column is named for

@@ -11,7 +11,6 @@ from cachectl.context import (
     BOUND_STORED,
     EXIT_OK,
     EXIT_PROBLEMS,
-    JSON_SCHEMA,
     CliError,
     Context,
     check_local_directory,
@@ -63,7 +62,7 @@ def cmd_config(ctx: Context, args: Any) -> int:
             text = spelled(setting, value)
         rows.append({"variable": setting.env, "value": text, "source": source, "meaning": setting.help})
     if ctx.json:
-        ctx.emit_json({"schema": JSON_SCHEMA, "settings": rows, "stored": ctx.stored.to_json()})
+        ctx.emit_json({"settings": rows, "stored": ctx.stored.to_json()})
         return EXIT_OK
     shown = [["VARIABLE", "VALUE", "SOURCE"]] + [[r["variable"], r["value"] or "-", r["source"]] for r in rows]
     print("\n".join(table(shown, right=set())))

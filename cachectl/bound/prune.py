@@ -83,7 +83,7 @@ def cmd_clear(ctx: Context, args: Any) -> int:
     chosen = ctx.levels(args.level)
     if not args.yes:
         named = ", ".join(f"{t.name} ({t.location})" for t in chosen)
-        others = [t.name for t in ctx.kept() if t not in chosen]
+        others = [t.name for t in ctx.levels() if t not in chosen]
         raise CliError(f"clear removes every entry of: {named}"
                        + (f" (not {', '.join(others)}: name it with --level or pass --all-levels)" if others else "")
                        + "; pass --yes to confirm")

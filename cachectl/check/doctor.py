@@ -136,9 +136,8 @@ def _local_dir(directory: Path, owners: Owners) -> Check:
         return Check("cache-dir", PROBLEM, f"{directory}: {exc.strerror}", "check the path and its permissions")
     if not stat.S_ISDIR(st.st_mode):
         return Check("cache-dir", PROBLEM, f"{directory} is not a directory", "point KERNEL_CACHE_DIR at a directory")
-    found = _untrusted(directory, st, owners)
-    for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR):
-        found += _level(directory / sub, owners)
+    found = _untrusted(directory, st, owners) + [
+        problem for sub in (ENTRIES_DIR, LOCKS_DIR, STATS_DIR) for problem in _level(directory / sub, owners)]
     if found:
         return _ownership_problem("cache-dir", found, "another user could plant kernels there, so kernel-cache "
                                   "does not use it (memory only)")
@@ -184,31 +183,24 @@ def _shared(config: Config, owners: Owners) -> list[Check]:
                       "and share its group")]
     levels = [directory / sub for sub in (ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR)]
     for sub in (ENTRIES_DIR, LOCKS_DIR):
-        levels += _subdirs(directory / sub)
-    found: list[tuple[Path, str, str]] = []
-    if not signed:
-        found = _untrusted(directory, os.stat(directory), owners)
-    for level in levels:
-        found += _level(level, None if signed else owners)
-    rows = []
+        with contextlib.suppress(OSError):
+            levels += sorted(p for p in (directory / sub).iterdir() if len(p.name) == 2)[:512]
+    trusted = None if signed else owners  # signed entries vouch for themselves, whoever owns them
+    st = os.stat(directory)
+    found = _untrusted(directory, st, trusted) + [problem for level in levels for problem in _level(level, trusted)]
     if found:
         alternative = " (or sign entries: KERNEL_CACHE_SIGNING_KEY_FILE)" if not signed else ""
-        rows.append(_ownership_problem("shared-dir", found, "anyone who can write there could plant kernels you "
-                                       "would run, so kernel-cache skips the shared level", alternative))
+        row = _ownership_problem("shared-dir", found, "anyone who can write there could plant kernels you "
+                                 "would run, so kernel-cache skips the shared level", alternative)
     else:
-        writable = os.access(directory, os.W_OK)
-        mode = os.stat(directory).st_mode
         detail = f"{directory}: " + ("entries must carry this key's signature (owners not checked)" if signed
                                      else _trusted(owners))
-        detail += "" if writable else "; read-only to you: serves hits, new kernels stay local"
-        if signed and mode & stat.S_IWOTH:
-            rows.append(Check("shared-dir", WARN, detail + "; writable by every user: anyone can delete entries",
-                              f"share it with a group instead: chgrp GROUP {directory} && chmod 2770 {directory}"))
-        else:
-            rows.append(Check("shared-dir", OK, detail))
-    rows.append(_filesystem_row("shared-fs", directory, local=False))
-    rows.append(_lock_row(directory, config))
-    return rows
+        detail += "" if os.access(directory, os.W_OK) else "; read-only to you: serves hits, new kernels stay local"
+        row = Check("shared-dir", OK, detail)
+        if signed and st.st_mode & stat.S_IWOTH:
+            row = Check("shared-dir", WARN, detail + "; writable by every user: anyone can delete entries",
+                        f"share it with a group instead: chgrp GROUP {directory} && chmod 2770 {directory}")
+    return [row, _filesystem_row("shared-fs", directory, local=False), _lock_row(directory, config)]
 
 
 def _lock_row(directory: Path, config: Config) -> Check:
@@ -302,18 +294,8 @@ def _ownership_problem(name: str, found: list[tuple[Path, str, str]], consequenc
     return Check(name, PROBLEM, f"{detail}; {consequence}", "; ".join(fixes[:3]) + alternative)
 
 
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        return sorted(p for p in path.iterdir() if len(p.name) == 2)[:512]
-    except OSError:
-        return []
-
-
 def _existing_parent(path: Path) -> Path | None:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return None
+    return next((candidate for candidate in (path, *path.parents) if candidate.exists()), None)
 
 
 # The remote level and the signing key -----------------------------------------------------------------
@@ -358,10 +340,9 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
 
 def _signing(config: Config) -> Check:
     signer = config.signer()
-    if signer is None:
-        return Check("signing-key", OK, "not set: shared entries are trusted by who owns them")
-    return Check("signing-key", OK, f"key id {signer.key_id.hex()}: entries written are signed; shared and "
-                 "bundled entries must carry its signature")
+    return Check("signing-key", OK, "not set: shared entries are trusted by who owns them" if signer is None else
+                 f"key id {signer.key_id.hex()}: entries written are signed; shared and bundled entries must "
+                 "carry its signature")
 
 
 # Interception -------------------------------------------------------------------------------------------
@@ -370,45 +351,38 @@ def _intercept(config: Config) -> list[Check]:
     if not config.intercept:
         return [Check("intercept", OK, "KERNEL_CACHE_INTERCEPT unset: jax-triton, ejKernel and TE keep their own "
                       "compile paths (kernel_cache.intercept() in code still works)")]
-    rows = []
     adapters = {ep.name for ep in importlib.metadata.entry_points(group=interception.ENTRY_POINT_GROUP)}
     hooks = [d for d in {*site.getsitepackages(), site.getusersitepackages()}
              if os.path.isfile(os.path.join(d, HOOK))]
-    if not hooks:
-        rows.append(Check("intercept-hook", PROBLEM, f"{HOOK} is in no site-packages directory: nothing reads "
-                          f"KERNEL_CACHE_INTERCEPT when Python starts",
-                          f"{INSTALL_HINT}, or call kernel_cache.intercept(...) before the model is traced"))
-    else:
-        rows.append(Check("intercept-hook", OK, f"{HOOK} in {hooks[0]}"))
-    for name in config.intercept:
-        distribution, lowest, below = CLIENT_VERSIONS[name]
-        try:
-            version = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            version = None
-        if name not in adapters:
-            rows.append(Check(f"intercept-{name}", PROBLEM, f"no '{name}' adapter in the "
-                              f"{interception.ENTRY_POINT_GROUP} entry points (kernel-cache only on PYTHONPATH?)",
-                              f"{INSTALL_HINT}: that registers its entry points"))
-            continue
-        if version is None:
-            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} is not installed: nothing to intercept",
-                              f"install {distribution}, or leave {name} out of KERNEL_CACHE_INTERCEPT"))
-            continue
-        try:
-            if below:  # the adapter's own gate, as it runs when the client loads
-                check_version(name, distribution, lowest, below)
-        except UnsupportedClient as exc:
-            rows.append(Check(f"intercept-{name}", WARN, f"{exc}; its calls keep their own path, with one warning",
-                              f"use a version of {distribution} kernel-cache knows"))
-            continue
-        if hooks:
-            rows.append(Check(f"intercept-{name}", OK, f"{distribution} {version}: its Triton calls are served "
-                              f"from the store"))
-        else:  # the adapter is ready but nothing installs it at start-up: not served by the variable alone
-            rows.append(Check(f"intercept-{name}", WARN, f"{distribution} {version}: adapter ready, but served only "
-                              f"where the program calls kernel_cache.intercept() (see intercept-hook)"))
-    return rows
+    hook = Check("intercept-hook", OK, f"{HOOK} in {hooks[0]}") if hooks else Check(
+        "intercept-hook", PROBLEM, f"{HOOK} is in no site-packages directory: nothing reads KERNEL_CACHE_INTERCEPT "
+        "when Python starts", f"{INSTALL_HINT}, or call kernel_cache.intercept(...) before the model is traced")
+    return [hook, *(_client(name, name in adapters, bool(hooks)) for name in config.intercept)]
+
+
+def _client(name: str, adapter: bool, hooked: bool) -> Check:
+    """One client KERNEL_CACHE_INTERCEPT names: its adapter registered, installed, a version it knows."""
+    distribution, lowest, below = CLIENT_VERSIONS[name]
+    row = f"intercept-{name}"
+    if not adapter:
+        return Check(row, PROBLEM, f"no '{name}' adapter in the {interception.ENTRY_POINT_GROUP} entry points "
+                     "(kernel-cache only on PYTHONPATH?)", f"{INSTALL_HINT}: that registers its entry points")
+    try:
+        version = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return Check(row, WARN, f"{distribution} is not installed: nothing to intercept",
+                     f"install {distribution}, or leave {name} out of KERNEL_CACHE_INTERCEPT")
+    try:
+        if below:  # the adapter's own gate, as it runs when the client loads
+            check_version(name, distribution, lowest, below)
+    except UnsupportedClient as exc:
+        return Check(row, WARN, f"{exc}; its calls keep their own path, with one warning",
+                     f"use a version of {distribution} kernel-cache knows")
+    if hooked:
+        return Check(row, OK, f"{distribution} {version}: its Triton calls are served from the store")
+    # the adapter is ready but nothing installs it at start-up: not served by the variable alone
+    return Check(row, WARN, f"{distribution} {version}: adapter ready, but served only where the program calls "
+                 "kernel_cache.intercept() (see intercept-hook)")
 
 
 # Toolchain ----------------------------------------------------------------------------------------------
@@ -420,11 +394,9 @@ def _toolchain(config: Config) -> list[Check]:
     candidates = tc.ptxas_candidates(target)
     found = [p for p in candidates if os.path.isfile(p) and os.access(p, os.X_OK)]
     if not found:
-        rows.append(Check("ptxas", PROBLEM, f"no ptxas found (looked at {', '.join(candidates)}): Triton cannot "
-                          "build cubins", "reinstall triton (its wheel ships ptxas) or set TRITON_PTXAS_PATH"))
-        return rows
-    rows.append(Check("ptxas", OK, f"{found[0]} ({_ptxas_version(found[0])})"))
-    return rows
+        return [*rows, Check("ptxas", PROBLEM, f"no ptxas found (looked at {', '.join(candidates)}): Triton cannot "
+                             "build cubins", "reinstall triton (its wheel ships ptxas) or set TRITON_PTXAS_PATH")]
+    return [*rows, Check("ptxas", OK, f"{found[0]} ({_ptxas_version(found[0])})")]
 
 
 def _ptxas_version(path: str) -> str:
@@ -439,12 +411,11 @@ def _ptxas_version(path: str) -> str:
 # jaxlib and the GPU ---------------------------------------------------------------------------------------
 def _jaxlib(config: Config) -> list[Check]:
     version = ".".join(str(v) for v in jaxlib_compat.jaxlib_version())
+    why = ""
     try:
         installed = jaxlib_compat.plugin_installed("cuda")
     except Exception as exc:
         installed, why = False, f" ({exc})"
-    else:
-        why = ""
     if not installed:
         # README, "Install into your environment": a GPU host takes jax's CUDA runtime with the plugin; a
         # host without a GPU the plugin alone (its dependencies are that runtime, useless there, and every

@@ -123,17 +123,13 @@ def plan(infos: list[EntryInfo], allowed: Any) -> tuple[list[Candidate], list[Ch
             check.reason = f"{OTHER_TOOLCHAIN} ({shown(info.toolchain)})"
         else:
             try:
-                modules = recipes.recipe_modules(recipe)
+                refused = recipes.refusal(recipe, allowed, "verify --rebuild")
             except recipes.MalformedRecipe as exc:
-                check.reason = str(exc)
-            else:
-                denied = next((m for m in modules if not allowed(m)), None)
-                unreachable = recipes.not_importable(recipe)  # no --allow-module imports a script's kernel
-                if unreachable is None and denied is None:
-                    candidates.append((info, recipe, modules[0]))
-                    continue
-                check.reason = unreachable or recipes._not_allowed(str(denied), "verify --rebuild")
-                check.module = "" if unreachable else str(denied)
+                refused = str(exc), ""
+            if refused is None:
+                candidates.append((info, recipe, recipes.recipe_modules(recipe)[0]))
+                continue
+            check.reason, check.module = refused
         skipped.append(check)
     return candidates, skipped, others
 

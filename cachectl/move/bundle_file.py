@@ -1,25 +1,18 @@
 """Bundles: many entries in one compressed file, to move a warm cache where no shared dir reaches
-(another cluster, a container image).
+(another cluster, a container image). This module is long because it is the bundle format's one
+reader and writer: the manifest checks, the two orders of members, and an import that stages the
+whole bundle before anything lands.
 
-This module is long because it is the bundle format's one reader and writer: the manifest checks,
-the two orders of members, and an import that stages the whole bundle before anything lands.
+A bundle is a gzip'd tar: `manifest.json` and one `entries/<key>.kce` per entry in the ordinary entry
+format. Import never extracts to disk and never trusts the archive: it reads a bounded stream
+(`tar_stream`: a hostile bundle costs at most one member plus the manifest in memory) and checks
+every entry as `verify` does and, when the caller can tell, against the installed toolchain (a memo
+names none and need not: `EntryKind.toolchain_bound`). The manifest must be checked before any entry
+lands and a stream cannot seek back to it: a bundle holding it elsewhere than first is read twice.
 
-A bundle is a gzip'd tar holding `manifest.json` and one `entries/<key>.kce` per entry, each in the
-ordinary entry format. Import never extracts to disk and never trusts the archive: it reads a
-bounded stream (`tar_stream`: a hostile bundle costs at most one member plus the manifest in
-memory), checks every member name, decodes every entry (format, checksum, key), checks its record
-as `verify` does and, when the caller can tell, compares it with the installed toolchain. A kernel,
-lowered call or winner must name the target and toolchain it was built for; a memo names neither
-and need not (`EntryKind.toolchain_bound` says why).
-
-The manifest must be checked before any entry lands, and a stream cannot seek back to it:
-`export_bundle` writes it first, so its bundles are read in one pass; a bundle that holds it
-elsewhere is read twice, the first pass only finding and checking it.
-
-Import is all or nothing per bundle: `stage_bundle` reads and checks the whole stream into a
-private spool (in memory up to `STAGING_MEMORY_BYTES`, beyond that an unnamed temporary file in
-TMPDIR), and only a bundle read to its end, every entry its manifest lists found, is published
-(`StagedBundle.publish`, which reports every entry's fate, also when publishing stops part-way).
+Import is all or nothing per bundle: `stage_bundle` reads and checks the whole stream into a private
+spool (memory, then an unnamed file in TMPDIR), and only a bundle read to its end, every entry its
+manifest lists found, is published (`StagedBundle.publish` reports every entry's fate).
 """
 
 from __future__ import annotations

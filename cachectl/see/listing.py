@@ -55,8 +55,7 @@ def cmd_list(ctx: Context, args: Any) -> int:
     if not ctx.quiet:
         print(total_line(infos) + ("; not listed: the " + ", ".join(level.name for level, _ in unreachable)
                                          + " level (unreachable)" if unreachable else ""))
-        for line in winners(infos, ctx.verbose):
-            print(line)
+        _print_winners(infos, ctx.verbose)
     return status
 
 
@@ -106,14 +105,12 @@ def _config(info: EntryInfo) -> list[str]:
     return config_items(info.meta) if info.entry_kind is entry_kinds.KERNEL else []
 
 
-def winners(infos: list[EntryInfo], verbose: bool) -> list[str]:
+def _print_winners(infos: list[EntryInfo], verbose: bool) -> None:
     """After list's table: one line per winner (kernel, GPU model, key values, winning config, time)."""
     rows = [(i, i.kind_summary) for i in infos if i.kind == entry_kinds.WINNER.name and i.kind_summary is not None]
-    if not rows:
-        return []
-    lines = ["", "autotune winners (cachectl tune):"]
+    if rows:
+        print("\nautotune winners (cachectl tune):")
     for info, w in rows:
         slowest = milliseconds(w["slowest_seconds"])
-        lines.append(f"  {info.key if verbose else info.key[:12]}  {info.kernel} on {w['device']} [{w['key_values']}]: "
-                     f"{w['config']}  {milliseconds(w['seconds'])} (slowest of {w['configs']}: {slowest})")
-    return lines
+        print(f"  {info.key if verbose else info.key[:12]}  {info.kernel} on {w['device']} [{w['key_values']}]: "
+              f"{w['config']}  {milliseconds(w['seconds'])} (slowest of {w['configs']}: {slowest})")

@@ -1,10 +1,9 @@
 """cachectl stats: entries and bytes per level, what the user running cachectl may do there, the counters,
 the bound, in text, JSON or Prometheus' format.
 
-What it says is what the user can do and what it reached: a level cachectl opened read-only (it only
-looks) is writable when this user could write it, as a job of theirs would find it; a level it could not
-reach (a remote server down) is said to be unreachable, with why, never "0 entries"; and a size is the
-bytes of the entries, the one that list, prune and doctor count.
+What it says is what the user can do and what it reached: writable as a job of theirs would find the
+level (`writable_here`); a level it could not reach (a remote server down) unreachable, with why, never
+"0 entries"; and a size is the bytes of the entries, the one that list, prune and doctor count.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ def cmd_stats(ctx: Context, args: Any) -> int:
             return EXIT_OK
     infos: list[EntryInfo] = []
     unreachable: dict[str, str] = {}
-    for level in ctx.kept():
+    for level in ctx.levels():
         try:
             infos += scan_all(ctx, [level], with_stale=False)
         except LevelUnavailable as exc:  # a server fault mid-listing: that level's row says it
@@ -82,7 +81,7 @@ def _report(ctx: Context, infos: list[EntryInfo], unreachable: dict[str, str]) -
     """What --json prints (and Prometheus renders)."""
     store = ctx.store()
     levels: dict[str, _LevelStats] = {}
-    for level in ctx.kept():
+    for level in ctx.levels():
         error = unreachable.get(level.name)  # then none of its entries were listed
         mine = [i for i in infos if i.level == level.name]
         size = sum(i.size_bytes for i in mine)

@@ -101,11 +101,9 @@ def _release(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait for the end of this block, then stop the work as they would have: for
-    an import of JAX (or of a program, which imports it), where one raised inside jaxlib's extension
-    set-up aborts the process with a nanobind error (exit 134) instead of stopping it. Under our
-    handler (`interrupts_stop_work`) it keeps it, whichever thread took it;
-    under Python's own, this thread blocks it meanwhile."""
+    """SIGINT and SIGTERM wait for the end of this block (an import of JAX: see above), then stop the
+    work as they would have: our handler keeps one, whichever thread took it; under Python's own, this
+    thread blocks them meanwhile."""
     global _holding, _held
     _holding += 1
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
@@ -123,10 +121,8 @@ def signals_held() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_stop_work() -> Iterator[None]:
-    """While a prewarm runs: SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` (both after an
-    entry write in progress), so one path stops the compiles; SIGINT even where this process was
-    started ignoring it (a script's `cachectl prewarm &`: a prewarm must stop on SIGINT however it was
-    started). Outside the main thread nothing changes."""
+    """While a prewarm runs, SIGINT and SIGTERM raise (see above), even where this process was started
+    ignoring SIGINT. Outside the main thread nothing changes."""
     global _held
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
 from cachectl import entry_kinds
@@ -59,7 +60,7 @@ def cmd_prewarm(ctx: Context, args: Any) -> int:
                        "interrupted": interrupted is not None, "done": progress.done, "total": progress.total,
                        "allowed_modules": args.allow_module, "seconds": seconds, "jobs": args.jobs,
                        "kernels_per_second": len(built) / seconds if seconds else 0.0,
-                       "outcomes": [o.to_json() for o in outcomes]})
+                       "outcomes": [asdict(o) for o in outcomes]})
         return code
     for o in failed:
         print(f"FAILED  {o.label}  {o.arch}: {o.error}", file=sys.stderr)
@@ -101,7 +102,7 @@ def _present_text(count: int, program: str) -> str:
 
 def _local(ctx: Context, store: Store) -> list[KeptLevel]:
     """Where every build lands first (the local disk), to find after an interrupt what landed."""
-    return [store.disk] if isinstance(store.disk, KeptLevel) else ctx.kept()
+    return [store.disk] if isinstance(store.disk, KeptLevel) else ctx.levels()
 
 
 def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> None:
@@ -119,7 +120,7 @@ def _from_program(ctx: Context, args: Any, store: Store, progress: Progress) -> 
 
 
 def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> None:
-    infos = scan_all(ctx, ctx.kept(), with_stale=False)
+    infos = scan_all(ctx, ctx.levels(), with_stale=False)
     selection = entry_filter(argparse.Namespace(kernel=args.kernel), False)
     # slowest first: the workers finish together instead of waiting on one long compile
     found = [recipe for i in sorted(infos, key=lambda i: (-i.compile_seconds, i.key))
@@ -132,7 +133,7 @@ def _from_recipes(ctx: Context, args: Any, store: Store, progress: Progress) -> 
         ctx.say("no --allow-module given: rebuilding a recipe imports the module it names, which "
                 "whoever wrote the cache chose, so no recipe is rebuilt; pass --allow-module PATTERN "
                 "(e.g. 'mylib.*') for the kernel modules you trust")
-    has_key = lambda key: any(key in t for t in ctx.kept())  # noqa: E731
+    has_key = lambda key: any(key in t for t in ctx.levels())  # noqa: E731
     todo = recipes.plan_recipe_builds(found, args.arch, has_key, progress,
                                       recipes.module_filter(args.allow_module))
     progress.expect(len(todo))

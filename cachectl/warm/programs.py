@@ -25,17 +25,15 @@ from kernel_cache.entries import call_entry
 from kernel_cache.entries.entry import peek_meta
 from kernel_cache.entries.summary import META_KIND, EntrySummary
 from kernel_cache.levels.protocols import KeptLevel
-from kernel_cache.sanitize import echo
 from kernel_cache.settings.config import Config
 from kernel_cache.store import Store
 
 
 # Programs ----------------------------------------------------------------------------------
 def load_program(path: str) -> Any:
-    """Import `MODULE:FUNCTION` (the current directory is importable, as with `python -m`)."""
-    module_name, sep, func_name = path.partition(":")
-    if not sep or not module_name or not func_name:
-        raise PrewarmError(f"expected MODULE:FUNCTION, got {echo(path)}")
+    """Import `MODULE:FUNCTION`, its form checked as the command line was read (the current directory
+    is importable, as with `python -m`)."""
+    module_name, _, func_name = path.partition(":")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -56,9 +54,8 @@ def load_program(path: str) -> Any:
 def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Planned | Lowered]:
     """Yields Planned(number of programs), then per program its kernels (built: landed in the cache
     meanwhile; present: already there, used), its failure, and Lowered."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
-    # JAX reads JAX_PLATFORMS when it is first imported: so here, after setting it, not at the top;
-    # an interrupt meanwhile waits for the import's end (see signals_held)
+    # JAX reads JAX_PLATFORMS when it is first imported: so here, after run_program set it, not at the
+    # top; an interrupt meanwhile waits for the import's end (see signals_held)
     with signals_held():
         import jax
 
@@ -93,7 +90,12 @@ def lower_program(path: str, arch: str, config: Config) -> Iterator[Outcome | Pl
             yield Outcome(label, arch, "failed", seconds=time.perf_counter() - item_start,
                           error=f"{type(exc).__name__}: {exc}".splitlines()[0])
         yield from new_kernels(kept[:1], seen, arch)  # the fastest level: where every build lands first
-        yield from _present_entries(kept, (used & before) - present, arch, present)
+        for key in sorted((used & before) - present):  # there before, and served this lowering
+            present.add(key)
+            level = next((t for t in kept if key in t), None)
+            summary = _kernel_summary(level, key) if level is not None else None
+            if summary is not None:
+                yield Outcome(summary.kernel, arch, "present", key=key)
         yield Lowered(label, arch)
     store.stats.flush()
     yield from new_kernels(kept, seen, arch)  # what landed only in a slower level (the local one busy)
@@ -141,7 +143,7 @@ def new_kernels(levels: list[KeptLevel], seen: set[str], arch: str | None = None
     short had built, whole entries, kept)."""
     out = []
     for level in levels:
-        known = _known_keys_of(level)
+        known = {r["key"] for r in level.listing()}
         for key in sorted(known - seen):
             summary = _kernel_summary(level, key)
             if summary is None or arch is not None and summary.arch not in ("?", arch):
@@ -151,20 +153,8 @@ def new_kernels(levels: list[KeptLevel], seen: set[str], arch: str | None = None
     return out
 
 
-def _present_entries(levels: list[KeptLevel], keys: set[str], arch: str, reported: set[str]) -> list[Outcome]:
-    """Kernels among `keys` (entries that were there before and served a lowering): "present"."""
-    out = []
-    for key in sorted(keys):
-        reported.add(key)
-        level = next((t for t in levels if key in t), None)
-        summary = _kernel_summary(level, key) if level is not None else None
-        if summary is not None:
-            out.append(Outcome(summary.kernel, arch, "present", key=key))
-    return out
-
-
 def known_keys(levels: list[KeptLevel]) -> set[str]:
-    return set().union(*(_known_keys_of(level) for level in levels))
+    return {r["key"] for level in levels for r in level.listing()}
 
 
 def _kernel_summary(level: KeptLevel, key: str) -> EntrySummary | None:
@@ -176,17 +166,10 @@ def _kernel_summary(level: KeptLevel, key: str) -> EntrySummary | None:
     return EntrySummary.from_meta(meta)
 
 
-def _known_keys_of(level: KeptLevel) -> set[str]:
-    return {r["key"] for r in level.listing()}
-
-
 def run_program(path: str, arches: list[str], config: Config, jobs: int, report: Report) -> None:
     """Lower the program for one arch after another in this process, `jobs` compiles at once: on
     the compile threads and the worker processes a lowering's rule starts (`compile_processes`)."""
-    try:
-        names = [parse_target(a).name for a in arches]
-    except (ValueError, TypeError) as exc:
-        raise PrewarmError(str(exc)) from None
+    names = [parse_target(a).name for a in arches]  # a ValueError names the unknown one
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lower for cuda without touching a GPU
     load_program(path)  # fail fast, in this process, on a typo
     for arch in names:

@@ -28,9 +28,6 @@ class Outcome:
     error: str = ""
     module: str = ""  # recipes: the module the kernel comes from (for a skip: the one not allowed)
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass
 class Planned:

@@ -97,10 +97,19 @@ def not_importable(recipe: Recipe) -> str | None:
     return None
 
 
-def _not_allowed(module: str, command: str = "prewarm") -> str:
+def refusal(recipe: Recipe, allowed: Callable[[str], bool], command: str = "prewarm") -> tuple[str, str] | None:
+    """(why, the module not allowed or "") when `recipe` is not to be rebuilt here, None when it may be:
+    its kernel is not importable, or it names a module `allowed` refuses. Raises MalformedRecipe."""
+    modules = recipe_modules(recipe)
+    unreachable = not_importable(recipe)  # no --allow-module imports a script's kernel
+    if unreachable is not None:
+        return unreachable, ""
+    module = next((m for m in modules if not allowed(m)), None)
+    if module is None:
+        return None
     return (f"module '{module}' is not allowed: rebuilding this recipe would import (run) it, and {command} "
             f"imports only modules matched by {ALLOW_HINT}; if you trust it, pass --allow-module '{module}'"
-            + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""))
+            + (f" (or '{module.partition('.')[0]}.*')" if "." in module else ""), module)
 
 
 def _label(recipe: object) -> str:
@@ -120,12 +129,10 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
     for recipe in recipes:
         label = _label(recipe)
         try:
-            modules = recipe_modules(recipe)
+            modules, refused = recipe_modules(recipe), refusal(recipe, allowed)
         except MalformedRecipe as exc:
             report(Outcome(label, "?", "skipped", error=str(exc)))
             continue
-        unreachable = not_importable(recipe)
-        denied = next((m for m in modules if not allowed(m)), None)
         identity = json.dumps({k: v for k, v in recipe.items() if k != "target"}, sort_keys=True)
         recorded = recipe.get("target")
         own: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
@@ -136,11 +143,8 @@ def plan_recipe_builds(recipes: Iterable[Recipe], arches: list[str] | None, has_
             if (identity, arch_name) in seen:
                 continue
             seen.add((identity, arch_name))
-            if unreachable is not None:
-                report(Outcome(label, arch_name, "skipped", error=unreachable))
-                continue
-            if denied is not None:
-                report(Outcome(label, arch_name, "skipped", error=_not_allowed(denied), module=denied))
+            if refused is not None:
+                report(Outcome(label, arch_name, "skipped", error=refused[0], module=refused[1]))
                 continue
             try:
                 spec = from_recipe(recipe, target=target)
