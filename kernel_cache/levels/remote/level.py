@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
@@ -90,9 +90,9 @@ if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
 # Redis 7 serves a script flagged no-writes while it refuses writes (older servers refuse the flag and
-# get the plain script); sent by EVAL, as an EVALSHA of a script not yet held waits out a write pause
+# get the plain script). Every script is sent by EVAL: an EVALSHA of a script not yet held waits out a
+# write pause, and nothing is registered per client
 _PEEK = "#!lua flags=no-writes\n" + _PEEK_BODY
-_PEEK_PLAIN = _PEEK_BODY
 _NO_FLAGS = ("Error compiling script", "shebang")  # what a server without script flags answers
 # replace (ARGV[3] non-empty, with a PX of ARGV[4]) or delete what `marker` says is still ARGV[2]
 _REPLACE = _MARKER + """
@@ -156,9 +156,11 @@ class RemoteLevel:
         self._password = password
         self._connecting = threading.Lock()
         self._link: RedisLink | None = None
-        self._scripts: _Scripts | None = None
-        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made
-        self._reader_tried = False
+        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made (one server)
+        if len(self.urls) == 1:
+            with contextlib.suppress(RespUnusable):  # connects at its first call, not here
+                self._reader = RespReader(self.urls[0], password=password, timeout=timeout,
+                                          max_reply_bytes=max_entry_bytes + REPLY_SLACK)
         self._stand_in_used = -float(STAND_IN_TTL)  # when a stand-in node last served this process (monotonic)
         self._plain_peek = False  # the server knows no script flags (Redis < 7): its peek is the plain script
 
@@ -174,7 +176,6 @@ class RemoteLevel:
                                      max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
                                      breaker_seconds=self.breaker_seconds, counters=self.counters,
                                      password=self._password, secrets=secrets)
-                    self._scripts = _Scripts._make(link.script(text) for text in _SCRIPT_TEXTS)
                     self._link = link
                     if self._reader is not None:  # one connection per server from now on
                         self._reader.give_up()
@@ -185,48 +186,17 @@ class RemoteLevel:
     def _light(self) -> RespReader | None:
         """The small reader (`resp_reader`) while no link is made and it has not failed; None: the
         link serves."""
-        if self._link is not None:
-            return None
-        if not self._reader_tried:
-            with self._connecting:
-                if not self._reader_tried and len(self.urls) == 1:
-                    try:
-                        self._reader = RespReader(self.urls[0], password=self._password, timeout=self.timeout,
-                                                  max_reply_bytes=self.max_entry_bytes + REPLY_SLACK)
-                    except RespUnusable:
-                        self._reader = None
-                    self._reader_tried = True
         reader = self._reader
-        return reader if reader is not None and reader.usable else None
+        return reader if self._link is None and reader is not None and reader.usable else None
 
-    def _light_peek(self, name: str, args: list[Any]) -> tuple[bool, Any]:
-        """(True, what _PEEK returned or None where the server failed) from the small reader, or
-        (False, None): the link serves this call (no reader, or a reply left to redis-py: MOVED, auth)."""
-        reader = self._light()
-        if reader is None:
-            return False, None
-        try:
-            return True, self._peek_with(lambda text: reader.call("EVAL", text, 1, name, *args), RespError)
-        except RespError:
-            reader.give_up()
-            return False, None
-        except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
-            self._fault_seen_by_reader("read", fault)
-            return True, None
-
-    def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
+    def _fault_seen_by_reader(self, what: str, fault: RespFault, write: bool = False) -> None:
         link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
+        if write and fault.kind == "timeout":  # a write with no answer: paused for writes, or hung (its reads say)
+            link.write_timed_out(what, self.timeout)
+            return
         cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
         link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
                     self.timeout, False)
-
-    @property
-    def scripts(self) -> _Scripts:
-        """The server-side scripts this level runs (registered with the link)."""
-        if self._scripts is None:
-            self.link  # noqa: B018  # makes the link and registers them
-        assert self._scripts is not None
-        return self._scripts
 
     @property
     def client(self) -> Any:
@@ -251,13 +221,7 @@ class RemoteLevel:
 
     def get(self, key: str) -> Entry | None:
         stream_over = STREAM_BYTES if self.signer is not None else None
-        if self._link is None:  # the small reader serves (one server: no stand-ins)
-            own = self._entry(key)
-            name: str | None = own
-            found: object = self._peeked("read", own, self.max_entry_bytes, stream_over)
-        else:
-            found, name = self._at_placed("e:", key, lambda at: self._peek_or_failed(
-                "read", at, self.max_entry_bytes, stream_over))
+        found, name = self._at_placed("e:", key, lambda at: self._peek("read", at, self.max_entry_bytes, stream_over))
         if isinstance(found, tuple) and found[0] == b"large" and name is not None:
             found = self._checked_large(key, name, int(found[1]))
         if not isinstance(found, tuple) or name is None:
@@ -280,7 +244,7 @@ class RemoteLevel:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
             bad = marker(found)
-            self._script("delete", self.scripts.replace, name, [self.max_entry_bytes, bad, b"", 0], None)
+            self._script("delete", _REPLACE, name, [self.max_entry_bytes, bad, b"", 0], None)
             raise
         with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
             self._bad.pop(key, None)
@@ -315,7 +279,7 @@ class RemoteLevel:
                 self._count("writes")
             return
         # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._script("heal", self.scripts.replace, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
+        replaced = self._script("heal", _REPLACE, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
         if replaced is not None:
             with self._lock:
                 self._bad.pop(key, None)
@@ -335,7 +299,7 @@ class RemoteLevel:
 
         def there(name: str) -> object:
             if bad is not None and name == self._entry(key):
-                now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], _FAILED)
+                now = self._script("read", _MARKER_OF, name, [self.max_entry_bytes], _FAILED)
                 return now if now is _FAILED else (isinstance(now, bytes) and now.decode() != bad
                                                    and now.startswith((b"sha1:", b"ends:")) or None)
             kind = self._call("read", lambda c: c.type(name), _FAILED, name=name)
@@ -390,7 +354,7 @@ class RemoteLevel:
         finally:
             stop.set()
             beat.join(timeout=self.timeout * 4 + 1)
-            self._script("unlock", self.scripts.release, name, [lease.value], None)
+            self._script("unlock", _RELEASE, name, [lease.value], None)
 
     def close(self) -> None:
         self.flush_touches()
@@ -408,8 +372,8 @@ class RemoteLevel:
         """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
         for a name that holds no entry (another Redis type, a value past the cap)."""
         name = self._entry(key)
-        found = self._peeked("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
-        if found is None:
+        found = self._peek("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
+        if found is None or found is _FAILED:
             return None
         kind, value = found
         if kind == b"type":
@@ -504,10 +468,7 @@ class RemoteLevel:
             try:
                 replies = reader.pipeline([("EXPIRE", self._entry(key), self.ttl) for key in sorted(keys)])
             except RespFault as fault:
-                if fault.kind == "timeout":  # a write with no answer: paused for writes, or hung (its reads say)
-                    self.link.write_timed_out("touch", self.timeout)
-                else:
-                    self._fault_seen_by_reader("touch", fault)
+                self._fault_seen_by_reader("touch", fault, write=True)
                 return
             if not any(isinstance(reply, RespError) for reply in replies):
                 return
@@ -583,10 +544,10 @@ class RemoteLevel:
                 self._bad.popitem(last=False)
             self.counters[counter] += 1
 
-    def _checked_large(self, key: str, name: str, size: int) -> tuple[bytes, Any] | None:
+    def _checked_large(self, key: str, name: str, size: int) -> Any:
         """A signed value over STREAM_BYTES, checked chunk by chunk through the MAC before it is read
-        whole: a planted value costs a chunk of memory, never its size. None: the server failed or
-        the value changed meanwhile (a miss)."""
+        whole: a planted value costs a chunk of memory, never its size. What `_peek` gives; None also
+        where the value changed meanwhile (a miss)."""
         assert self.signer is not None
         body = size - SIGNATURE_SIZE
         tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
@@ -607,8 +568,8 @@ class RemoteLevel:
         except _Changed:
             return None
         if problem is None:
-            return self._peeked("read", name, self.max_entry_bytes)
-        now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
+            return self._peek("read", name, self.max_entry_bytes)
+        now = self._script("read", _MARKER_OF, name, [self.max_entry_bytes], None)
         if isinstance(now, bytes):
             self._remember_bad(key, now.decode(errors="replace"))
         else:
@@ -619,7 +580,7 @@ class RemoteLevel:
         """Who holds the lease at `name`, which SET NX found taken: _LIVE (a lease to honour: wait),
         _TAKEN (it was not, and is ours now), _GONE (released meanwhile: try again), or _FAILED (the
         node could not say: nobody to wait for)."""
-        found = self._peek_or_failed("read lease", name, MAX_LEASE_BYTES)
+        found = self._peek("read lease", name, MAX_LEASE_BYTES)
         if found is None or found is _FAILED:
             return _GONE if found is None else _FAILED
         assert isinstance(found, tuple)
@@ -627,7 +588,7 @@ class RemoteLevel:
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
             return _LIVE
-        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
+        taken = self._script("lock", _REPLACE, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
                              _FAILED)
         if taken is _FAILED:
             return _FAILED
@@ -642,25 +603,28 @@ class RemoteLevel:
         while not stop.wait(self.lease_ms / 3000):
             if lease.expired(self.lease_max_seconds):
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            self._script("lease", self.scripts.refresh, name, [lease.value, self.lease_ms], None)
+            self._script("lease", _REFRESH, name, [lease.value, self.lease_ms], None)
 
-    def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
-                maintenance: bool = False) -> tuple[bytes, Any] | None:
+    def _peek(self, what: str, name: str, cap: int, stream_over: int | None = None,
+              maintenance: bool = False) -> Any:
         """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), with
-        `stream_over` (b'large', int), or None (nothing there, or the server failed)."""
-        found = self._peek_or_failed(what, name, cap, stream_over, maintenance)
-        return None if found is _FAILED else found  # type: ignore[return-value]
-
-    def _peek_or_failed(self, what: str, name: str, cap: int, stream_over: int | None = None,
-                        maintenance: bool = False) -> object:
-        """As `_peeked`, telling a server that failed (_FAILED) from a name that holds nothing (None).
-        A reply of another shape is the server's fault."""
+        `stream_over` (b'large', int); None (nothing there) or _FAILED (the server failed or refused;
+        a reply of another shape is its fault). A read goes by the small reader while it serves."""
         args = [cap] if stream_over is None else [cap, stream_over]
-        served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
-        if not served:
-            def peek(client: Any) -> Any:
-                return self._peek_with(lambda text: client.eval(text, 1, name, *args), self.link.redis.ResponseError)
-            found = self._call(what, peek, _FAILED, name=name, maintenance=maintenance)
+        reader = self._light() if what == "read" and not maintenance else None
+        if reader is not None:
+            try:
+                found = self._eval_peek(reader.call, RespError, name, args)
+            except RespError:  # a reply left to redis-py (MOVED, auth): the link serves from now on
+                reader.give_up()
+                reader = None
+            except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
+                self._fault_seen_by_reader("read", fault)
+                return _FAILED
+        if reader is None:
+            found = self._call(what, lambda client: self._eval_peek(
+                client.execute_command, self.link.redis.ResponseError, name, args), _FAILED, name=name,
+                maintenance=maintenance)
         if found is None or found is _FAILED:
             return found
         if isinstance(found, list) and len(found) == 2:
@@ -671,16 +635,16 @@ class RemoteLevel:
         self.link.failed(what, None, False, 0.0, maintenance, name=name)
         return _FAILED
 
-    def _peek_with(self, run: Callable[[str], T], error: type[Exception]) -> T:
-        """`run(script)` with the peek flagged read-only, or plain for a server older than script flags."""
+    def _eval_peek(self, send: Callable[..., Any], error: type[Exception], name: str, args: list[Any]) -> Any:
+        """`send` the peek flagged read-only, or plain to a server older than script flags."""
         if not self._plain_peek:
             try:
-                return run(_PEEK)
+                return send("EVAL", _PEEK, 1, name, *args)
             except error as exc:
                 if not any(said in str(exc) for said in _NO_FLAGS):
                     raise
                 self._plain_peek = True
-        return run(_PEEK_PLAIN)
+        return send("EVAL", _PEEK_BODY, 1, name, *args)
 
     def _at_placed(self, kind: str, key: str, op: Callable[[str], object],
                    look_aside: bool = True) -> tuple[object, str | None]:
@@ -710,9 +674,12 @@ class RemoteLevel:
         return f"{self.prefix}f{kind}{{{tag}}}{key}"
 
     def _placed(self, kind: str, key: str) -> str | None:
-        """`key`'s name of `kind` where it goes now: its own (one server, or its slot's node
-        answering), a stand-in node's (its node skipped), or None (no node may be asked)."""
+        """`key`'s name of `kind` where it goes now: its own (the small reader serving, one server,
+        or its slot's node answering), a stand-in node's (its node skipped), or None (no node may be
+        asked)."""
         own = self._name(kind, check_key(key))
+        if self._light() is not None:
+            return own
         tag = self.link.placement(own)
         if tag is None or tag == "":
             return None if tag is None else own
@@ -730,24 +697,11 @@ class RemoteLevel:
         return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
                               seconds=max(self.timeout, MAINTENANCE_SECONDS) if maintenance else None, write=what in _WRITES)
 
-    def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
-                maintenance: bool = False) -> T:
-        """A registered script on the one name `name`, on the node serving it."""
-        found: T = self._call(what, lambda client: script(keys=[name], args=args, client=client), default, name=name,
-                              maintenance=maintenance)
-        return found
+    def _script(self, what: str, script: str, name: str, args: list[Any], default: T) -> T:
+        """A Lua script on the one name `name`, on the node serving it."""
+        return self._call(what, lambda client: client.eval(script, 1, name, *args), default, name=name)
 
 
-class _Scripts(NamedTuple):
-    """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
-
-    replace: Any
-    marker_of: Any
-    release: Any
-    refresh: Any
-
-
-_SCRIPT_TEXTS = _Scripts(replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
 _FAILED = object()  # a call the node failed (or refused): said by the link
 _LIVE, _TAKEN, _GONE = object(), object(), object()  # what `_holder` found at a taken lease
 _HEAL = object()  # put_raw: the value at the entry's own name is one we rejected

@@ -202,10 +202,6 @@ class RedisLink:
         if self.cluster is None:
             self._discover()
 
-    def script(self, text: str) -> Any:
-        """A Lua script registered once, run on whichever node a call goes to."""
-        return self.client_for(self.seeds[0] if self.seeds else "localhost:6379").register_script(text)
-
     def health(self, node: str) -> NodeHealth:
         found = self._health.get(node)
         if found is None:
