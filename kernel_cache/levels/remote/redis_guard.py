@@ -120,20 +120,16 @@ class _Guarded:
     socket_connect_timeout: float | None
 
     def _connect(self) -> Any:
-        call = current()
+        call, configured = current(), self.socket_connect_timeout
         if call is not None:
             left = call.remaining()
             if left <= 0:
                 raise TimeoutError("the call's deadline passed before connecting")
-            configured = self.socket_connect_timeout
             self.socket_connect_timeout = left if configured is None else min(configured, left)
-            try:
-                sock = super()._connect()  # type: ignore[misc]
-            finally:
-                self.socket_connect_timeout = configured
-        else:
-            sock = super()._connect()  # type: ignore[misc]
-        return GuardedSocket(sock)
+        try:
+            return GuardedSocket(super()._connect())  # type: ignore[misc]
+        finally:
+            self.socket_connect_timeout = configured
 
 
 def connection_class(url: str) -> type:
