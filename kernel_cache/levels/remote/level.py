@@ -32,6 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,7 +44,7 @@ from kernel_cache.levels.remote.redis_link import RedisLink, redis_installed
 from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
 from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import Config
-from kernel_cache.settings.remote_url import redacted, secrets_of, split_urls
+from kernel_cache.settings.remote_url import redacted, split_urls
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 from kernel_cache.trust.signing import Signer
@@ -53,14 +54,12 @@ LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that
 MAX_LEASE_POLL = 0.25  # a waiter's longest sleep between looks (from 20 ms, doubling): a publish is seen soon
 MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
 REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
-MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
 TOUCH_BATCH = 64  # verified hits whose TTL refresh is sent together (else at the next write, close or exit)
 MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest are forgotten
 STREAM_BYTES = 8 << 20  # a signed value larger than this is checked chunk by chunk before it is read whole
 STREAM_CHUNK = 4 << 20  # one call's worth of a value being checked (its own deadline)
 ENDS_BYTES = 1 << 16  # a value past STREAM_BYTES is named by its size and both ends (a whole SHA-1 is too slow)
 STAND_IN_TTL = 600  # seconds an entry written to a stand-in node lives (it serves through an outage only)
-_WRITES = frozenset({"write", "heal", "lock", "lease", "unlock", "touch", "delete"})  # calls that write
 # What a name holds, told without sending its bytes where it could not be an entry: the server-side
 # `marker` names a value for compare-and-set (its type; its size past the cap; past STREAM_BYTES its size
 # and the SHA-1 of both ends; else its SHA-1).
@@ -134,14 +133,13 @@ class RemoteLevel:
                  lease_ms: int = LEASE_MS, lease_max_seconds: float = 600.0):
         """`signer`: entries and leases must carry its signature (None: every client of the server
         is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
-        self.url, self.endpoint = url, redacted(url)
+        self.endpoint = redacted(url)
         self.urls = split_urls(url)
         self.namespace = namespace
         self.prefix = f"kc:{namespace}:v2:"  # v2: keys in braces (v1 names expire by their TTL)
         self.ttl = max(1, int(ttl))
         self.timeout = timeout
         self.signer = signer
-        self.authenticate: Callable[[bytes], str | None] | None = signer.problem if signer is not None else None
         self.max_entry_bytes = max_entry_bytes
         self.breaker_seconds = breaker_seconds
         self.lease_ms = lease_ms
@@ -167,41 +165,27 @@ class RemoteLevel:
     @property
     def link(self) -> RedisLink:
         """The link, made at its first use: a warm node served by its own disk never imports redis-py."""
-        link = self._link
-        if link is None:
+        if self._link is None:
             with self._connecting:
                 if self._link is None:
-                    secrets = [s for url in self.urls for s in secrets_of(url, self._password)]
                     link = RedisLink(self.urls, self.endpoint, timeout=self.timeout,
                                      max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
                                      breaker_seconds=self.breaker_seconds, counters=self.counters,
-                                     password=self._password, secrets=secrets)
-                    self._link = link
+                                     password=self._password)
                     if self._reader is not None:  # one connection per server from now on
                         self._reader.give_up()
-            link = self._link
-        assert link is not None
-        return link
+                    self._link = link
+        return self._link
 
     def _light(self) -> RespReader | None:
-        """The small reader (`resp_reader`) while no link is made and it has not failed; None: the
-        link serves."""
-        reader = self._reader
-        return reader if self._link is None and reader is not None and reader.usable else None
+        """The small reader (`resp_reader`) until it fails or the link is made; None: the link serves."""
+        return self._reader if self._reader is not None and self._reader.usable else None
 
     def _fault_seen_by_reader(self, what: str, fault: RespFault, write: bool = False) -> None:
         link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
-        if write and fault.kind == "timeout":  # a write with no answer: paused for writes, or hung (its reads say)
-            link.write_timed_out(what, self.timeout)
-            return
         cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
         link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
-                    self.timeout, False)
-
-    @property
-    def client(self) -> Any:
-        """redis-py's client for the one server (tests and tools; a cluster's calls go by key)."""
-        return self.link.client
+                    self.timeout, False, write=write)
 
     # The data path ------------------------------------------------------------------------
     @property
@@ -236,7 +220,7 @@ class RemoteLevel:
             raise RejectedEntry(f"remote name for {key[:12]} holds a Redis {escaped(bytes(value).decode(errors='replace'))}, "
                                 f"not an entry")
         data = bytes(value)
-        problem = self.authenticate(data) if self.authenticate is not None else None
+        problem = self.signer.problem(data) if self.signer is not None else None
         if problem is not None:
             self._remember_bad(key, found)
             raise RejectedEntry(f"remote entry {key[:12]} is {problem}")
@@ -269,31 +253,24 @@ class RemoteLevel:
         own = self._entry(key)
 
         def write(name: str) -> object:
-            if bad is not None and name == own:
-                return _HEAL
-            ttl = self.ttl if name == own else min(self.ttl, STAND_IN_TTL)
-            return self._call("write", lambda c: c.set(name, data, nx=True, ex=ttl), _FAILED, name=name)
-        done, name = self._at_placed("e:", key, write, look_aside=False)
-        if done is not _HEAL:
-            if done is not _FAILED and done:
-                self._count("writes")
-            return
-        # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._script("heal", _REPLACE, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
-        if replaced is not None:
-            with self._lock:
-                self._bad.pop(key, None)
-        if replaced:
+            if bad is None or name != own:
+                ttl = self.ttl if name == own else min(self.ttl, STAND_IN_TTL)
+                return self.link.call("write", lambda c: c.set(name, data, nx=True, ex=ttl), _FAILED, name=name)
+            # a value we rejected sits there: replace it, but only if it is still those bytes
+            healed = self._script("heal", _REPLACE, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], _FAILED)
+            if healed is not _FAILED:
+                with self._lock:
+                    self._bad.pop(key, None)
+                    self.counters["healed"] += bool(healed)
+            return healed
+        done, _ = self._at_placed("e:", key, write, look_aside=False)
+        if done is not _FAILED and done:
             self._count("writes")
-            self._count("healed")
 
     def __contains__(self, key: object) -> bool:
         """Whether an entry may be there: a string at the name, and not the value we rejected."""
-        try:
-            check_key(key)
-        except (TypeError, ValueError):
+        if not isinstance(key, str) or not entry_format.is_key(key):
             return False
-        assert isinstance(key, str)
         with self._lock:
             bad = self._bad.get(key)
 
@@ -302,7 +279,7 @@ class RemoteLevel:
                 now = self._script("read", _MARKER_OF, name, [self.max_entry_bytes], _FAILED)
                 return now if now is _FAILED else (isinstance(now, bytes) and now.decode() != bad
                                                    and now.startswith((b"sha1:", b"ends:")) or None)
-            kind = self._call("read", lambda c: c.type(name), _FAILED, name=name)
+            kind = self.link.call("read", lambda c: c.type(name), _FAILED, name=name)
             return kind if kind is _FAILED else (kind == b"string" or None)
         found, _ = self._at_placed("e:", key, there)
         return found is True
@@ -313,30 +290,22 @@ class RemoteLevel:
         without it (published, or `timeout` passed); None when nobody was seen holding it and it
         could not be taken: the caller compiles at once, never waiting for a breaker. A lease not
         ours to honour is taken over with a compare-and-set."""
-        deadline, pause, waited, tries = time.monotonic() + timeout, 0.02, False, 0
+        deadline, pause, waited = time.monotonic() + timeout, 0.02, False
+        leases: dict[str, Lease] = {}
+
+        def take(at: str) -> object:  # True taken, None held by another
+            lease = leases[at] = Lease.new(at, self.signer)
+            return self.link.call("lock", lambda c: c.set(at, lease.value, nx=True, px=self.lease_ms), _FAILED, name=at)
         while True:
-            name = self._placed("l:", key)
-            if name is None:
-                yield None  # no node may be asked now: nobody to wait for
+            taken, name = self._at_placed("l:", key, take, look_aside=False)
+            if taken is None and name is not None:
+                taken = self._holder(name, leases[name])
+            if taken is _FAILED or name is None:
+                yield None  # the lease could not be taken, nor its holder seen: nobody to wait on
                 return
-            lease = Lease.new(name, self.signer)
-            def take(client: Any, at: str = name, value: bytes = lease.value) -> Any:
-                return client.set(at, value, nx=True, px=self.lease_ms)  # True taken, None held by another
-            taken = self._call("lock", take, _FAILED, name=name)
-            if taken is _FAILED:
-                tries += 1
-                if tries < 2 and self._placed("l:", key) not in (None, name):
-                    continue  # its node was found skipped just now: the stand-in's lease, once
-                yield None  # the lease could not be taken: nobody holds it for us to wait on
-                return
+            lease = leases[name]
             if taken:
                 break
-            holder = self._holder(name, lease)
-            if holder is _TAKEN:
-                break
-            if holder is _FAILED:
-                yield None
-                return
             if key in self or time.monotonic() >= deadline:
                 yield False
                 return
@@ -366,7 +335,7 @@ class RemoteLevel:
     # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
         name = self._entry(key)
-        return bool(self._call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
+        return bool(self.link.call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
@@ -390,26 +359,14 @@ class RemoteLevel:
         for node, names in self._scan_names().items():
             for start in range(0, len(names), 500):
                 chunk = names[start:start + 500]
-                replies = self._heads(node, chunk)
+                heads = [c for name in chunk for c in (("TYPE", name), ("STRLEN", name), ("TTL", name),
+                                                        ("GETRANGE", name, 0, entry_format.META_PEEK_BYTES - 1))]
+                replies: list[Any] = self.link.call("scan", partial(_pipeline, commands=heads), [], node=node, maintenance=True)
                 for i, name in enumerate(chunk):
                     entry = self._listed(name, replies[4 * i:4 * i + 4], now)
                     if entry is not None:
                         out.append(entry)
         return out
-
-    def _heads(self, node: str, names: list[bytes]) -> list[Any]:
-        """Type, size, TTL and header of each name, in one pipeline on the node holding them."""
-        def heads(client: Any) -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.type(name)
-                pipe.strlen(name)
-                pipe.ttl(name)
-                pipe.getrange(name, 0, entry_format.META_PEEK_BYTES - 1)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            return replies
-        found: list[Any] = self._call("scan", heads, [], node=node, maintenance=True)
-        return found
 
     def _listed(self, name: bytes, replies: list[Any], now: float) -> dict[str, Any] | None:
         if len(replies) != 4:
@@ -433,7 +390,7 @@ class RemoteLevel:
         pattern = self.prefix + "e:*"
         nodes = self.link.primaries()
         if not nodes:
-            self._call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
+            self.link.call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
         out: dict[str, list[bytes]] = {}
         total = 0
         for node in nodes:
@@ -444,7 +401,7 @@ class RemoteLevel:
                     found: tuple[Any, list[bytes]] = client.scan(at, match=pattern, count=1000)
                     return found
                 none: tuple[Any, list[bytes]] = (0, [])
-                cursor, more = self._call("scan", page, none, node=node, maintenance=True)
+                cursor, more = self.link.call("scan", page, none, node=node, maintenance=True)
                 more = more[:MAX_SCAN - total]
                 names += more
                 total += len(more)
@@ -470,21 +427,16 @@ class RemoteLevel:
             except RespFault as fault:
                 self._fault_seen_by_reader("touch", fault, write=True)
                 return
+            except RespError as refused:  # at connect (auth): the reader gave up, the link sends them
+                replies = [refused]
             if not any(isinstance(reply, RespError) for reply in replies):
                 return
             reader.give_up()  # a replica (READONLY) or a cluster (MOVED): the link sends them and judges
         if not self.link.writable:
             return  # a replica takes no writes; a skipped server gets these uses no more
         for node, names in self.link.group(self._entry(key) for key in sorted(keys)).items():
-            if node is None:
-                continue  # no node serves that slot now: these uses are lost, the TTL is long
-
-            def expire(client: Any, names: list[str] = names) -> None:
-                pipe = client.pipeline(transaction=False)
-                for name in names:
-                    pipe.expire(name, self.ttl)
-                pipe.execute(raise_on_error=False)
-            self._call("touch", expire, None, node=node)
+            expires = [("EXPIRE", name, self.ttl) for name in names]
+            self.link.call("touch", partial(_pipeline, commands=expires), None, node=node)
 
     def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         return []  # a dead holder's lease expires by itself; nothing else is left behind
@@ -497,20 +449,17 @@ class RemoteLevel:
         info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
                                 "counters": dict(self.counters), "reachable": False}
         try:
-            def ask(client: Any) -> dict[str, Any]:
+            def ask(client: Any) -> tuple[float, dict[str, Any]]:
                 start = time.perf_counter()
                 client.ping()
-                return {"round_trip_ms": round((time.perf_counter() - start) * 1000, 3),
-                        "server": client.info("server"), "memory": client.info("memory"),
-                        "replication": client.info("replication")}
+                return round((time.perf_counter() - start) * 1000, 3), client.info()  # its default sections
             nodes = self.link.primaries()
-            found = self._call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
+            found = self.link.call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
             assert found is not None
-            server, memory, replication = found["server"], found["memory"], found["replication"]
-            info.update(reachable=True, round_trip_ms=found["round_trip_ms"],
-                        server_version=self._text(server.get("redis_version")), maxmemory=memory.get("maxmemory"),
-                        maxmemory_policy=self._text(memory.get("maxmemory_policy")),
-                        role=self._text(replication.get("role")), cluster=bool(self.link.cluster))
+            round_trip_ms, server = found
+            info.update(reachable=True, round_trip_ms=round_trip_ms, server_version=self._text(server.get("redis_version")),
+                        maxmemory=server.get("maxmemory"), maxmemory_policy=self._text(server.get("maxmemory_policy")),
+                        role=self._text(server.get("role")), cluster=bool(self.link.cluster))
             if self.link.cluster:
                 info["masters"] = len(nodes)
         except Exception as exc:
@@ -522,17 +471,14 @@ class RemoteLevel:
     def _entry(self, key: object) -> str:
         return self._name("e:", check_key(key))
 
-    def _lease_name(self, key: str) -> str:
-        return self._name("l:", check_key(key))
-
     def _name(self, kind: str, key: str) -> str:
         """The key is a hash tag, so in a cluster an entry and its lease share a slot (and a node);
         the same names on one server, so nothing depends on finding out which it is first."""
         return f"{self.prefix}{kind}{{{key}}}"
 
-    def _count(self, name: str, by: int = 1) -> None:
+    def _count(self, name: str) -> None:
         with self._lock:
-            self.counters[name] += by
+            self.counters[name] += 1
 
     def _remember_bad(self, key: str, found: Any, counter: str = "rejected") -> None:
         """What we rejected at `key`'s name, for the compare-and-set that replaces it: a peek's
@@ -550,7 +496,7 @@ class RemoteLevel:
         where the value changed meanwhile (a miss)."""
         assert self.signer is not None
         body = size - SIGNATURE_SIZE
-        tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
+        tail = self.link.call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
         if not isinstance(tail, bytes) or len(tail) != SIGNATURE_SIZE or body < 0:
             return None
 
@@ -559,7 +505,7 @@ class RemoteLevel:
                 end = min(start + STREAM_CHUNK, body) - 1
                 def read(client: Any, first: int = start, last: int = end) -> Any:
                     return client.getrange(name, first, last)
-                piece = self._call("read", read, None, name=name)
+                piece = self.link.call("read", read, None, name=name)
                 if not isinstance(piece, bytes) or len(piece) != end - start + 1:
                     raise _Changed
                 yield piece
@@ -577,27 +523,24 @@ class RemoteLevel:
         raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
 
     def _holder(self, name: str, lease: Lease) -> object:
-        """Who holds the lease at `name`, which SET NX found taken: _LIVE (a lease to honour: wait),
-        _TAKEN (it was not, and is ours now), _GONE (released meanwhile: try again), or _FAILED (the
-        node could not say: nobody to wait for)."""
+        """Whether `lease` is ours at `name`, which SET NX found taken: True (the lease there was not
+        one to honour, and ours replaced it), False (a live holder's, or released or replaced
+        meanwhile: look again) or _FAILED (the node could not say: nobody to wait for)."""
         found = self._peek("read lease", name, MAX_LEASE_BYTES)
         if found is None or found is _FAILED:
-            return _GONE if found is None else _FAILED
-        assert isinstance(found, tuple)
+            return _FAILED if found is _FAILED else False
         value = found[1] if found[0] == b"value" else b"(not a lease)"
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
-            return _LIVE
+            return False
         taken = self._script("lock", _REPLACE, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
                              _FAILED)
-        if taken is _FAILED:
-            return _FAILED
-        if not taken:
-            return _GONE  # replaced meanwhile: look again
+        if taken is _FAILED or not taken:
+            return taken  # _FAILED, or replaced meanwhile (0): look again
         self._count("leases_refused")
         warn_once(f"remote-lease:{self.endpoint}:{why}",
                   f"remote cache {self.endpoint}: ignored a compile lease {why}; compiling here")
-        return _TAKEN
+        return True
 
     def _heartbeat(self, name: str, lease: Lease, stop: threading.Event) -> None:
         while not stop.wait(self.lease_ms / 3000):
@@ -622,7 +565,7 @@ class RemoteLevel:
                 self._fault_seen_by_reader("read", fault)
                 return _FAILED
         if reader is None:
-            found = self._call(what, lambda client: self._eval_peek(
+            found = self.link.call(what, lambda client: self._eval_peek(
                 client.execute_command, self.link.redis.ResponseError, name, args), _FAILED, name=name,
                 maintenance=maintenance)
         if found is None or found is _FAILED:
@@ -690,21 +633,21 @@ class RemoteLevel:
         """A server-given string for a terminal (escaped, secrets hidden)."""
         return None if value is None else self.link.scrub(str(value))
 
-    def _call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
-              node: str | None = None, maintenance: bool = False) -> T:
-        """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
-        budget, that node's breaker, read-only mode (redis_link)."""
-        return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
-                              seconds=max(self.timeout, MAINTENANCE_SECONDS) if maintenance else None, write=what in _WRITES)
-
     def _script(self, what: str, script: str, name: str, args: list[Any], default: T) -> T:
         """A Lua script on the one name `name`, on the node serving it."""
-        return self._call(what, lambda client: client.eval(script, 1, name, *args), default, name=name)
+        return self.link.call(what, lambda client: client.eval(script, 1, name, *args), default, name=name)
 
 
 _FAILED = object()  # a call the node failed (or refused): said by the link
-_LIVE, _TAKEN, _GONE = object(), object(), object()  # what `_holder` found at a taken lease
-_HEAL = object()  # put_raw: the value at the entry's own name is one we rejected
+
+
+def _pipeline(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """`commands` in one round trip, no transaction; an error comes back as its reply."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    replies: list[Any] = pipe.execute(raise_on_error=False)
+    return replies
 
 
 class _Changed(Exception):
