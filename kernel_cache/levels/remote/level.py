@@ -110,8 +110,6 @@ T = TypeVar("T")
 
 def marker(found: Any) -> str:
     """The server-side `marker` of what _PEEK returned, computed here (for compare-and-set)."""
-    if not found:
-        return "none"
     kind, value = bytes(found[0]), found[1]
     if kind == b"type":
         return "type:" + bytes(value).decode(errors="replace")
@@ -227,8 +225,7 @@ class RemoteLevel:
         try:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
-            bad = marker(found)
-            self._script("delete", _REPLACE, name, [self.max_entry_bytes, bad, b"", 0], None)
+            self._script("delete", _REPLACE, name, [self.max_entry_bytes, marker(found), b"", 0], None)
             raise
         with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
             self._bad.pop(key, None)
