@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from kernel_cache.errors import LevelUnavailable
@@ -596,14 +597,14 @@ _CODED_ERRORS = (("MovedError", "MOVED"), ("AskError", "ASK"), ("TryAgainError",
 
 
 # (cause, fix) by error code where a write was refused for the server's state, not its health: reads go on
-_WRITE_REFUSALS = {
+_WRITE_REFUSALS = MappingProxyType({
     "OOM": ("it is full (OOM: maxmemory reached under a policy that evicts nothing)",
             "`redis-cli config set maxmemory-policy allkeys-lru` (and in its config file), or a larger maxmemory"),
     "MISCONF": ("it cannot persist (MISCONF: its RDB snapshots fail, so it stops writes)",
                 "free the server's disk, or `config set stop-writes-on-bgsave-error no` where persistence is not wanted"),
     "NOPERM": ("its ACL forbids our user a write (NOPERM)",
                "grant the user +set +eval +evalsha +pexpire +expire +del on the kc:* keys (`ACL SETUSER`)"),
-}
+})
 
 
 class _Moved(NamedTuple):
