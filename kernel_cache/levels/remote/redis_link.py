@@ -283,13 +283,6 @@ class RedisLink:
                     client = self._clients[node] = self.redis.Redis(connection_pool=pool)
         return client
 
-    @property
-    def client(self) -> Any:
-        """The one server's client (the first seed's until a seed answered): for tests and tools
-        that talk to a single server; a cluster's calls go through `call`."""
-        self.ensure()
-        return self.client_for(self._server or (self.seeds[0] if self.seeds else "localhost:6379"))
-
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
