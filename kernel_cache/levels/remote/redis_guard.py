@@ -33,9 +33,6 @@ class CallBudget:
         self.max_bytes = max_bytes
         self.overflowed = False
 
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
 
 _current = threading.local()
 
@@ -78,7 +75,7 @@ class GuardedSocket:
         call = current()
         if call is None:
             return None
-        left = call.remaining()
+        left = call.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the call's deadline passed")
         # 0 is redis-py asking without blocking (can_read): kept; otherwise never past the deadline
@@ -122,7 +119,7 @@ class _Guarded:
     def _connect(self) -> Any:
         call, configured = current(), self.socket_connect_timeout
         if call is not None:
-            left = call.remaining()
+            left = call.deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the call's deadline passed before connecting")
             self.socket_connect_timeout = left if configured is None else min(configured, left)
