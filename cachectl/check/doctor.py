@@ -329,7 +329,7 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
     tls = " over TLS" if config.remote.startswith("rediss://") else ""
     checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{_deployment(info)}, "
                     f"{info['round_trip_ms']} ms round trip, namespace {info['namespace']}, "
-                    + ("entries must be signed" if level.authenticate is not None else "unsigned entries accepted"))]
+                    + ("entries must be signed" if level.signer is not None else "unsigned entries accepted"))]
     policy = info.get("maxmemory_policy")
     if policy == "noeviction":
         checks.append(Check("remote-eviction", WARN, f"{url}: maxmemory-policy is noeviction: a full server "

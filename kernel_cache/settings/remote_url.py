@@ -39,7 +39,6 @@ class RemoteUrl:
     """One URL of the setting, split as redis-py splits it (BadRemoteUrl where it would refuse it)."""
 
     def __init__(self, url: str):
-        self.url = url
         self.scheme = url.partition("://")[0].lower() if "://" in url else ""
         if self.scheme not in SCHEMES:
             raise BadRemoteUrl("no Redis URL (redis://host:port/db, rediss:// for TLS, unix:///path/redis.sock)")
@@ -76,12 +75,6 @@ class RemoteUrl:
         db = dict(self.options).get("db", db)
         self.db = int(db) if db else 0
 
-    def secrets(self) -> list[str]:
-        """Every credential the URL carries, as written and percent-decoded."""
-        found = [p for p in (self.parts.username, self.parts.password) if p]
-        found += [value for name, value in self.options if value and _secret(name)]
-        return sorted({s for s in found} | {unquote(s) for s in found}, key=len, reverse=True)
-
 
 def _credential(piece: str | None, what: str) -> str | None:
     if piece and re.search(r"%(?![0-9A-Fa-f]{2})", piece):
@@ -91,8 +84,6 @@ def _credential(piece: str | None, what: str) -> str | None:
 
 def _check_options(options: list[tuple[str, str]]) -> None:
     for name, value in options:
-        if _secret(name):
-            continue
         if name in _INT_OPTIONS and not value.isdigit():
             raise BadRemoteUrl(f"option {name} must be a whole number (given: {value[:12]!r})")
         if name in _FLOAT_OPTIONS:
@@ -106,13 +97,18 @@ def check_url(url: str) -> None:
     RemoteUrl(url)
 
 
-def secrets_of(url: str, password: str | None = None) -> list[str]:
-    """Every credential `url` carries, plus a password given apart: what server text must never show."""
-    try:
-        found = RemoteUrl(url).secrets()
-    except BadRemoteUrl:
-        found = []
-    return sorted({*found, *([password] if password else [])}, key=len, reverse=True)
+def secrets_of(urls: list[str], password: str | None = None) -> list[str]:
+    """Every credential `urls` carry, as written and percent-decoded, plus a password given apart:
+    what server text must never show (longest first)."""
+    found = []
+    for url in urls:
+        try:
+            parsed = RemoteUrl(url)
+        except BadRemoteUrl:
+            continue
+        found += [p for p in (parsed.parts.username, parsed.parts.password) if p]
+        found += [value for name, value in parsed.options if value and _secret(name)]
+    return sorted({*found, *map(unquote, found), *([password] if password else [])}, key=len, reverse=True)
 
 
 def redacted(url: str) -> str:

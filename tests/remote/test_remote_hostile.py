@@ -18,7 +18,7 @@ import warnings
 import pytest
 from conftest import ROOT, child_env
 from fake_resp import FakeRedis
-from test_remote_level import KEYS, SIGNING_KEY, remote, signed
+from test_remote_level import KEYS, SIGNING_KEY, plain, remote, signed
 from test_shared_level import KEY, KEY2, Builder, make_entry
 
 from kernel_cache import Config, Store
@@ -153,35 +153,35 @@ def test_a_rejected_entry_keeps_its_ttl_and_the_next_verified_build_replaces_it(
     good = signed(make_entry(KEY))
     bad = {"unsigned": entry_format.encode(make_entry(KEY)), "forged": signed(make_entry(KEY), OTHER_KEY),
            "truncated": good[:-40], "other-key": signed(make_entry(KEY2))}[plant]
-    level.client.set(level._entry(KEY), bad, ex=100)
+    plain(level).set(level._entry(KEY), bad, ex=100)
     with contextlib.suppress(RejectedEntry, entry_format.CorruptEntry):
         level.get(KEY)
-    assert level.client.ttl(level._entry(KEY)) <= 100  # the read that rejected it did not extend its life
+    assert plain(level).ttl(level._entry(KEY)) <= 100  # the read that rejected it did not extend its life
     store = _store(server.url, namespace, tmp_path)
     builder = Builder(KEY)
     _quiet(store.get_or_create, KEY, builder)
     assert builder.calls == 1
     fresh = remote(server.url, namespace=namespace)
-    assert fresh.get(KEY).blobs == make_entry(KEY).blobs and fresh.client.ttl(fresh._entry(KEY)) > 1000
+    assert fresh.get(KEY).blobs == make_entry(KEY).blobs and plain(fresh).ttl(fresh._entry(KEY)) > 1000
 
 
 @needs_redis
 def test_a_neighbours_valid_write_is_never_clobbered_by_a_heal(server):
     level = remote(server.url, namespace="cas")
-    level.client.set(level._entry(KEY), signed(make_entry(KEY), OTHER_KEY))
+    plain(level).set(level._entry(KEY), signed(make_entry(KEY), OTHER_KEY))
     with pytest.raises(RejectedEntry):
         level.get(KEY)
     neighbours = signed(make_entry(KEY))
-    level.client.set(level._entry(KEY), neighbours)  # a neighbour healed it first
+    plain(level).set(level._entry(KEY), neighbours)  # a neighbour healed it first
     mine = Signer(SIGNING_KEY).sign(entry_format.encode(make_entry(KEY, size=600)))
     level.put_raw(KEY, mine)
-    assert level.client.get(level._entry(KEY)) == neighbours and level.counters["healed"] == 0
+    assert plain(level).get(level._entry(KEY)) == neighbours and level.counters["healed"] == 0
 
 
 @needs_redis
 def test_a_wrong_typed_name_is_one_keys_miss_not_the_levels_outage(server, tmp_path):
     level = remote(server.url, namespace="typed")
-    level.client.hset(level._entry(KEY), "field", "value")
+    plain(level).hset(level._entry(KEY), "field", "value")
     level.put_raw(KEY2, signed(make_entry(KEY2)))
     store = _store(server.url, "typed", tmp_path)
     builder = Builder(KEY)
@@ -190,12 +190,12 @@ def test_a_wrong_typed_name_is_one_keys_miss_not_the_levels_outage(server, tmp_p
     assert builder.calls == 1 and served.counters["breaker_openings"] == 0 and served.writable
     assert any("holds a Redis hash" in s for s in said)
     assert store.get(KEY2)[1] == "remote"  # the level still serves every other key
-    assert level.client.type(level._entry(KEY)) == b"string" and level.get(KEY) is not None  # and the hash is replaced
+    assert plain(level).type(level._entry(KEY)) == b"string" and level.get(KEY) is not None  # and the hash is replaced
 
 
 # 4. Leases no one can hold hostage ------------------------------------------------------------------
 def _lease_name(level, key=KEY):
-    return level._lease_name(key)
+    return level._name("l:", key)
 
 
 @needs_redis
@@ -204,13 +204,13 @@ def test_a_lease_that_is_not_ours_to_honour_makes_nobody_wait(server, value):
     level = remote(server.url, namespace=f"lease-{value}", lease_max_seconds=60)
     name = _lease_name(level)
     if value == "hash":
-        level.client.hset(name, "holder", "me")
-        level.client.expire(name, 600)
+        plain(level).hset(name, "holder", "me")
+        plain(level).expire(name, 600)
     else:
         planted = {"garbage": b"hostage", "unsigned": Lease.new(name, None).value,
                    "other-key": Lease.new(name, Signer(OTHER_KEY)).value,
                    "too-old": Lease.new(name, Signer(SIGNING_KEY)).value}[value]
-        level.client.set(name, planted, px=600_000)
+        plain(level).set(name, planted, px=600_000)
         if value == "too-old":
             level.lease_max_seconds = 0.5  # this reader honours a lease for half a second after it was taken
             time.sleep(0.6)
@@ -263,9 +263,9 @@ def test_replayed_leases_cost_at_most_the_waiting_budget_per_process(server, tmp
     level = store.level("remote")
     now_ms = int(time.time() * 1000)
     for i, key in enumerate(KEYS[:4]):
-        name = level._lease_name(key)
+        name = level._name("l:", key)
         lease = Lease.new(name, Signer(SIGNING_KEY), taken_ms=now_ms + int(i * 900 * budget))
-        level.client.set(name, lease.value, px=60_000)
+        plain(level).set(name, lease.value, px=60_000)
     builders = [Builder(key) for key in KEYS[:4]]
     start = time.monotonic()
     for key, builder in zip(KEYS[:4], builders, strict=True):
@@ -285,7 +285,7 @@ def test_a_wait_that_ends_in_an_entry_that_fails_verification_is_charged(server,
     def hold_then_publish_a_forgery() -> None:
         with holder.lock(KEY, 5):
             time.sleep(0.6)
-            level.client.set(level._entry(KEY), signed(make_entry(KEY), b"not-our-key-0123456789abcdefgh"))
+            plain(level).set(level._entry(KEY), signed(make_entry(KEY), b"not-our-key-0123456789abcdefgh"))
     thread = threading.Thread(target=hold_then_publish_a_forgery)
     thread.start()
     time.sleep(0.1)
@@ -326,8 +326,8 @@ def _key_file(tmp_path):
 def test_cachectl_lists_verifies_and_clears_a_partly_unreadable_namespace_truthfully(server, tmp_path):
     level = remote(server.url, namespace="ops")
     level.put_raw(KEY, signed(make_entry(KEY)))
-    level.client.set(level._entry(KEY2), signed(make_entry(KEY2), OTHER_KEY))  # validly formed, another key
-    level.client.hset(level._entry(KEYS[0]), "f", "v")
+    plain(level).set(level._entry(KEY2), signed(make_entry(KEY2), OTHER_KEY))  # validly formed, another key
+    plain(level).hset(level._entry(KEYS[0]), "f", "v")
     env = {"KERNEL_CACHE_SIGNING_KEY_FILE": _key_file(tmp_path), "KERNEL_CACHE_REMOTE_NAMESPACE": "ops"}
     listed = cachectl("list", "--remote", server.url, "--level", "remote", "--json", env=env)
     keys = {e["key"] for e in json.loads(listed.stdout)["entries"]}
@@ -338,10 +338,10 @@ def test_cachectl_lists_verifies_and_clears_a_partly_unreadable_namespace_truthf
     repaired = cachectl("verify", "--remote", server.url, "--level", "remote", "--repair", env=env)
     assert repaired.returncode == 0 and cachectl("verify", "--remote", server.url, "--level", "remote",
                                                   env=env).returncode == 0
-    level.client.hset(level._entry(KEYS[1]), "f", "v")
+    plain(level).hset(level._entry(KEYS[1]), "f", "v")
     cleared = cachectl("clear", "--remote", server.url, "--level", "remote", "--yes", env=env)
     assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout, cleared
-    assert list(level.client.scan_iter(match=level.prefix + "e:*")) == []
+    assert list(plain(level).scan_iter(match=level.prefix + "e:*")) == []
 
 
 @pytest.mark.parametrize("command", [["list", "--level", "remote"], ["stats"], ["stats", "--json"],

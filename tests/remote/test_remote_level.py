@@ -52,17 +52,22 @@ def remote(url, namespace="t", **kw) -> RemoteLevel:
     return RemoteLevel(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
 
 
+def plain(level: RemoteLevel):
+    """redis-py's client for the level's one server: what a neighbour, or an attacker, writes there."""
+    return level.link.client_for(level.link.primaries()[0])
+
+
 # The level itself -------------------------------------------------------------------------------
 def test_an_entry_round_trips_and_a_hit_restarts_its_ttl(server):
     level = remote(server.url, namespace="roundtrip", ttl=1000)
     data = signed(make_entry(KEY))
     level.put_raw(KEY, data)
     assert KEY in level and KEY2 not in level
-    level.client.expire(level._entry(KEY), 10)
+    plain(level).expire(level._entry(KEY), 10)
     assert level.get(KEY).blobs == make_entry(KEY).blobs
-    assert level.client.ttl(level._entry(KEY)) <= 10  # a read stays a read: the refresh waits for a batch
+    assert plain(level).ttl(level._entry(KEY)) <= 10  # a read stays a read: the refresh waits for a batch
     level.flush_touches()  # at the next write, TOUCH_BATCH hits, close or exit
-    assert level.client.ttl(level._entry(KEY)) > 900  # the hit restarted it
+    assert plain(level).ttl(level._entry(KEY)) > 900  # the hit restarted it
     assert level.get(KEY2) is None and level.counters["hits"] == 1 and level.counters["misses"] == 1
     [record] = level.listing()
     assert record["key"] == KEY and record["size_bytes"] == len(data)
@@ -80,17 +85,17 @@ def test_a_unix_socket_url_works_and_the_password_never_shows(server):
 
 def test_unsigned_forged_and_replayed_entries_are_refused(server):
     level = remote(server.url, namespace="forged")
-    level.client.set(level._entry(KEY), entry_format.encode(make_entry(KEY)))  # unsigned
+    plain(level).set(level._entry(KEY), entry_format.encode(make_entry(KEY)))  # unsigned
     with pytest.raises(RejectedEntry, match="remote entry"):
         level.get(KEY)
-    level.client.set(level._entry(KEY), signed(make_entry(KEY), b"another-key-0123456789abcdef"))  # forged
+    plain(level).set(level._entry(KEY), signed(make_entry(KEY), b"another-key-0123456789abcdef"))  # forged
     with pytest.raises(RejectedEntry):
         level.get(KEY)
     assert level.counters["rejected"] == 2
-    level.client.set(level._entry(KEY2), signed(make_entry(KEY)))  # a real entry replayed under another key
+    plain(level).set(level._entry(KEY2), signed(make_entry(KEY)))  # a real entry replayed under another key
     with pytest.raises(CorruptEntry):
         level.get(KEY2)
-    assert level.client.exists(level._entry(KEY2)) == 0  # a damaged entry is deleted where found
+    assert plain(level).exists(level._entry(KEY2)) == 0  # a damaged entry is deleted where found
     store = Store(Config(dir=None, remote=server.url, remote_namespace="forged", signing_key=SIGNING_KEY))
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
@@ -103,7 +108,7 @@ def test_without_a_signing_key_the_remote_needs_an_explicit_opt_in(server):
     with pytest.raises(LevelUntrusted, match="KERNEL_CACHE_REMOTE_UNSIGNED=1"):
         open_from_config(Config(remote=server.url), Owners.current(), None, False)
     level = open_from_config(Config(remote=server.url, remote_unsigned=True), Owners.current(), None, False)
-    assert level is not None and level.authenticate is None
+    assert level is not None and level.signer is None
 
 
 def test_entries_over_the_size_cap_are_neither_written_nor_read(server):

@@ -282,9 +282,9 @@ def test_a_stand_in_is_the_next_available_primary_in_slot_order_and_its_tag_land
     link = RedisLink(["redis://127.0.0.1:1/0"], "e", timeout=0.1, max_reply_bytes=1 << 20, breaker_seconds=1.0,
                      counters={})
     link.cluster, link._map = True, slot_map
-    tag = link._stand_in_tag(slot_map, "b:2")
+    tag = slot_map.stand_in_tag("b:2", redis.crc.key_slot)
     assert tag is not None and 5461 <= redis.crc.key_slot(tag.encode()) <= 10922
-    assert link._stand_in_tag(parse(reply, "h"), "b:2") == tag  # derived alike by every process
+    assert parse(reply, "h").stand_in_tag("b:2", redis.crc.key_slot) == tag  # derived alike by every process
     name = "kc:t:v2:l:{" + "0" * 31 + "1}"
     owner = slot_map.owners[redis.crc.key_slot(name.encode())]
     link.health(owner).faults_in_a_row = 1  # its node skipped (no prober here: nothing revives it)

@@ -19,7 +19,7 @@ from redis_server import RedisServer
 from test_shared_level import KEY, KEY2, make_entry
 
 from kernel_cache.entries import entry as entry_format
-from kernel_cache.levels.remote.resp_reader import Endpoint, RespError, RespFault, RespReader, RespUnusable
+from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
 from kernel_cache.trust.signing import Signer
 
 SIGNING_KEY = b"remote-team-signing-key-0123456789"
@@ -36,15 +36,16 @@ needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
     ("unix:///run/redis.sock?db=2", None, ("localhost", 0, "/run/redis.sock", None, None, 2)),
 ])
 def test_the_urls_it_serves(url, password, expected):
-    where = Endpoint(url, password)
-    assert (where.host, where.port, where.path, where.username, where.password, where.db) == expected
+    reader = RespReader(url, password=password, timeout=1.0, max_reply_bytes=1)
+    where = reader.where
+    assert (where.host, where.port, where.path, where.username, reader.password, where.db) == expected
 
 
 @pytest.mark.parametrize("url", ["rediss://h:6380/0", "redis://h/0?socket_timeout=3", "redis://h/x",
                                  "redis://h:port/0", "redis+sentinel://h/0", "redis://h/0#frag"])
 def test_the_urls_it_leaves_to_redis_py(url):
     with pytest.raises(RespUnusable):
-        Endpoint(url)
+        RespReader(url, password=None, timeout=1.0, max_reply_bytes=1)
 
 
 def _read_command(conn: socket.socket) -> None:

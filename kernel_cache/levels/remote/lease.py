@@ -23,33 +23,28 @@ MAX_LEASE_BYTES = 128  # a lease value is ~120 bytes; anything longer is not our
 
 @dataclass(frozen=True)
 class Lease:
-    token: str
     taken_ms: int
     value: bytes
 
     @classmethod
     def new(cls, name: str, signer: Signer | None, taken_ms: int | None = None) -> Lease:
         """A lease on `name`, taken now (or at `taken_ms`, epoch ms)."""
-        token = secrets.token_hex(16)
         taken = int(time.time() * 1000) if taken_ms is None else taken_ms
-        body = f"kcl1:{token}:{taken}".encode()
+        body = f"kcl1:{secrets.token_hex(16)}:{taken}".encode()
         tag = signer.tag(_LABEL, name.encode() + b"\x00" + body).hex() if signer is not None else "-"
-        return cls(token, taken, body + b":" + tag.encode())
+        return cls(taken, body + b":" + tag.encode())
 
-    def expired(self, max_seconds: float, now_ms: int | None = None) -> bool:
+    def expired(self, max_seconds: float) -> bool:
         """Past its maximum lifetime: the holder stops refreshing it, waiters stop honouring it."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        return now - self.taken_ms > max_seconds * 1000
+        return time.time() * 1000 - self.taken_ms > max_seconds * 1000
 
 
-def why_not_honoured(value: bytes | None, name: str, signer: Signer | None, max_seconds: float) -> str | None:
+def why_not_honoured(value: bytes, name: str, signer: Signer | None, max_seconds: float) -> str | None:
     """None when the lease `value` found at `name` makes a waiter wait; else why it does not."""
-    if value is None:
-        return "gone"
     match = _FORM.fullmatch(value)
     if match is None:
         return "not a lease of ours"
-    token, taken, tag = match.group(1).decode(), int(match.group(2)), match.group(3)
+    taken, tag = int(match.group(2)), match.group(3)
     if signer is not None:
         body = value[:match.start(3) - 1]
         if tag == b"-" or not signer.tag_matches(_LABEL, name.encode() + b"\x00" + body, bytes.fromhex(tag.decode())):
@@ -57,6 +52,6 @@ def why_not_honoured(value: bytes | None, name: str, signer: Signer | None, max_
     now = int(time.time() * 1000)
     if taken > now + CLOCK_SKEW_MS:
         return "taken in the future"
-    if Lease(token, taken, value).expired(max_seconds, now):
+    if Lease(taken, value).expired(max_seconds):
         return f"older than its maximum lifetime ({max_seconds:.0f} s)"
     return None

@@ -32,8 +32,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import SIGNATURE_SIZE, CorruptEntry, Entry, check_key
@@ -43,7 +44,7 @@ from kernel_cache.levels.remote.redis_link import RedisLink, redis_installed
 from kernel_cache.levels.remote.resp_reader import RespError, RespFault, RespReader, RespUnusable
 from kernel_cache.sanitize import escaped
 from kernel_cache.settings.config import Config
-from kernel_cache.settings.remote_url import redacted, secrets_of, split_urls
+from kernel_cache.settings.remote_url import redacted, split_urls
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 from kernel_cache.trust.signing import Signer
@@ -53,14 +54,12 @@ LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that
 MAX_LEASE_POLL = 0.25  # a waiter's longest sleep between looks (from 20 ms, doubling): a publish is seen soon
 MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
 REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
-MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
 TOUCH_BATCH = 64  # verified hits whose TTL refresh is sent together (else at the next write, close or exit)
 MAX_BAD_KEYS = 4096  # rejected values remembered for replacement; the oldest are forgotten
 STREAM_BYTES = 8 << 20  # a signed value larger than this is checked chunk by chunk before it is read whole
 STREAM_CHUNK = 4 << 20  # one call's worth of a value being checked (its own deadline)
 ENDS_BYTES = 1 << 16  # a value past STREAM_BYTES is named by its size and both ends (a whole SHA-1 is too slow)
 STAND_IN_TTL = 600  # seconds an entry written to a stand-in node lives (it serves through an outage only)
-_WRITES = frozenset({"write", "heal", "lock", "lease", "unlock", "touch", "delete"})  # calls that write
 # What a name holds, told without sending its bytes where it could not be an entry: the server-side
 # `marker` names a value for compare-and-set (its type; its size past the cap; past STREAM_BYTES its size
 # and the SHA-1 of both ends; else its SHA-1).
@@ -90,9 +89,9 @@ if ARGV[2] and n > tonumber(ARGV[2]) then return {'large', n} end
 return {'value', redis.call('get', KEYS[1])}
 """
 # Redis 7 serves a script flagged no-writes while it refuses writes (older servers refuse the flag and
-# get the plain script); sent by EVAL, as an EVALSHA of a script not yet held waits out a write pause
+# get the plain script). Every script is sent by EVAL: an EVALSHA of a script not yet held waits out a
+# write pause, and nothing is registered per client
 _PEEK = "#!lua flags=no-writes\n" + _PEEK_BODY
-_PEEK_PLAIN = _PEEK_BODY
 _NO_FLAGS = ("Error compiling script", "shebang")  # what a server without script flags answers
 # replace (ARGV[3] non-empty, with a PX of ARGV[4]) or delete what `marker` says is still ARGV[2]
 _REPLACE = _MARKER + """
@@ -111,8 +110,6 @@ T = TypeVar("T")
 
 def marker(found: Any) -> str:
     """The server-side `marker` of what _PEEK returned, computed here (for compare-and-set)."""
-    if not found:
-        return "none"
     kind, value = bytes(found[0]), found[1]
     if kind == b"type":
         return "type:" + bytes(value).decode(errors="replace")
@@ -134,14 +131,13 @@ class RemoteLevel:
                  lease_ms: int = LEASE_MS, lease_max_seconds: float = 600.0):
         """`signer`: entries and leases must carry its signature (None: every client of the server
         is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
-        self.url, self.endpoint = url, redacted(url)
+        self.endpoint = redacted(url)
         self.urls = split_urls(url)
         self.namespace = namespace
         self.prefix = f"kc:{namespace}:v2:"  # v2: keys in braces (v1 names expire by their TTL)
         self.ttl = max(1, int(ttl))
         self.timeout = timeout
         self.signer = signer
-        self.authenticate: Callable[[bytes], str | None] | None = signer.problem if signer is not None else None
         self.max_entry_bytes = max_entry_bytes
         self.breaker_seconds = breaker_seconds
         self.lease_ms = lease_ms
@@ -156,82 +152,38 @@ class RemoteLevel:
         self._password = password
         self._connecting = threading.Lock()
         self._link: RedisLink | None = None
-        self._scripts: _Scripts | None = None
-        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made
-        self._reader_tried = False
+        self._reader: RespReader | None = None  # reads and TTL refreshes until the link is made (one server)
+        if len(self.urls) == 1:
+            with contextlib.suppress(RespUnusable):  # connects at its first call, not here
+                self._reader = RespReader(self.urls[0], password=password, timeout=timeout,
+                                          max_reply_bytes=max_entry_bytes + REPLY_SLACK)
         self._stand_in_used = -float(STAND_IN_TTL)  # when a stand-in node last served this process (monotonic)
         self._plain_peek = False  # the server knows no script flags (Redis < 7): its peek is the plain script
 
     @property
     def link(self) -> RedisLink:
         """The link, made at its first use: a warm node served by its own disk never imports redis-py."""
-        link = self._link
-        if link is None:
+        if self._link is None:
             with self._connecting:
                 if self._link is None:
-                    secrets = [s for url in self.urls for s in secrets_of(url, self._password)]
                     link = RedisLink(self.urls, self.endpoint, timeout=self.timeout,
                                      max_reply_bytes=self.max_entry_bytes + REPLY_SLACK,
                                      breaker_seconds=self.breaker_seconds, counters=self.counters,
-                                     password=self._password, secrets=secrets)
-                    self._scripts = _Scripts._make(link.script(text) for text in _SCRIPT_TEXTS)
-                    self._link = link
+                                     password=self._password)
                     if self._reader is not None:  # one connection per server from now on
                         self._reader.give_up()
-            link = self._link
-        assert link is not None
-        return link
+                    self._link = link
+        return self._link
 
     def _light(self) -> RespReader | None:
-        """The small reader (`resp_reader`) while no link is made and it has not failed; None: the
-        link serves."""
-        if self._link is not None:
-            return None
-        if not self._reader_tried:
-            with self._connecting:
-                if not self._reader_tried and len(self.urls) == 1:
-                    try:
-                        self._reader = RespReader(self.urls[0], password=self._password, timeout=self.timeout,
-                                                  max_reply_bytes=self.max_entry_bytes + REPLY_SLACK)
-                    except RespUnusable:
-                        self._reader = None
-                    self._reader_tried = True
-        reader = self._reader
-        return reader if reader is not None and reader.usable else None
+        """The small reader (`resp_reader`) until it fails or the link is made; None: the link serves."""
+        return self._reader if self._reader is not None and self._reader.usable else None
 
-    def _light_peek(self, name: str, args: list[Any]) -> tuple[bool, Any]:
-        """(True, what _PEEK returned or None where the server failed) from the small reader, or
-        (False, None): the link serves this call (no reader, or a reply left to redis-py: MOVED, auth)."""
-        reader = self._light()
-        if reader is None:
-            return False, None
-        try:
-            return True, self._peek_with(lambda text: reader.call("EVAL", text, 1, name, *args), RespError)
-        except RespError:
-            reader.give_up()
-            return False, None
-        except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
-            self._fault_seen_by_reader("read", fault)
-            return True, None
-
-    def _fault_seen_by_reader(self, what: str, fault: RespFault) -> None:
+    def _fault_seen_by_reader(self, what: str, fault: RespFault, write: bool = False) -> None:
         link = self.link  # the breaker is the link's (redis-py is imported for a failing server only)
         cause = {"timeout": link.redis.TimeoutError, "connection": link.redis.ConnectionError}.get(fault.kind)
         link.failed(what, cause(str(fault)) if cause is not None else None, fault.kind == "overflow",
-                    self.timeout, False)
-
-    @property
-    def scripts(self) -> _Scripts:
-        """The server-side scripts this level runs (registered with the link)."""
-        if self._scripts is None:
-            self.link  # noqa: B018  # makes the link and registers them
-        assert self._scripts is not None
-        return self._scripts
-
-    @property
-    def client(self) -> Any:
-        """redis-py's client for the one server (tests and tools; a cluster's calls go by key)."""
-        return self.link.client
+                    self.timeout, False, write=write)
 
     # The data path ------------------------------------------------------------------------
     @property
@@ -251,13 +203,7 @@ class RemoteLevel:
 
     def get(self, key: str) -> Entry | None:
         stream_over = STREAM_BYTES if self.signer is not None else None
-        if self._link is None:  # the small reader serves (one server: no stand-ins)
-            own = self._entry(key)
-            name: str | None = own
-            found: object = self._peeked("read", own, self.max_entry_bytes, stream_over)
-        else:
-            found, name = self._at_placed("e:", key, lambda at: self._peek_or_failed(
-                "read", at, self.max_entry_bytes, stream_over))
+        found, name = self._at_placed("e:", key, lambda at: self._peek("read", at, self.max_entry_bytes, stream_over))
         if isinstance(found, tuple) and found[0] == b"large" and name is not None:
             found = self._checked_large(key, name, int(found[1]))
         if not isinstance(found, tuple) or name is None:
@@ -272,15 +218,14 @@ class RemoteLevel:
             raise RejectedEntry(f"remote name for {key[:12]} holds a Redis {escaped(bytes(value).decode(errors='replace'))}, "
                                 f"not an entry")
         data = bytes(value)
-        problem = self.authenticate(data) if self.authenticate is not None else None
+        problem = self.signer.problem(data) if self.signer is not None else None
         if problem is not None:
             self._remember_bad(key, found)
             raise RejectedEntry(f"remote entry {key[:12]} is {problem}")
         try:
             entry = entry_format.decode(data, expected_key=key)
         except CorruptEntry:
-            bad = marker(found)
-            self._script("delete", self.scripts.replace, name, [self.max_entry_bytes, bad, b"", 0], None)
+            self._script("delete", _REPLACE, name, [self.max_entry_bytes, marker(found), b"", 0], None)
             raise
         with self._lock:  # verified: its life restarts, in a batch sent where writes go (never by the read)
             self._bad.pop(key, None)
@@ -305,40 +250,33 @@ class RemoteLevel:
         own = self._entry(key)
 
         def write(name: str) -> object:
-            if bad is not None and name == own:
-                return _HEAL
-            ttl = self.ttl if name == own else min(self.ttl, STAND_IN_TTL)
-            return self._call("write", lambda c: c.set(name, data, nx=True, ex=ttl), _FAILED, name=name)
-        done, name = self._at_placed("e:", key, write, look_aside=False)
-        if done is not _HEAL:
-            if done is not _FAILED and done:
-                self._count("writes")
-            return
-        # a value we rejected sits there: replace it, but only if it is still those bytes
-        replaced = self._script("heal", self.scripts.replace, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], None)
-        if replaced is not None:
-            with self._lock:
-                self._bad.pop(key, None)
-        if replaced:
+            if bad is None or name != own:
+                ttl = self.ttl if name == own else min(self.ttl, STAND_IN_TTL)
+                return self.link.call("write", lambda c: c.set(name, data, nx=True, ex=ttl), _FAILED, name=name)
+            # a value we rejected sits there: replace it, but only if it is still those bytes
+            healed = self._script("heal", _REPLACE, own, [self.max_entry_bytes, bad, data, self.ttl * 1000], _FAILED)
+            if healed is not _FAILED:
+                with self._lock:
+                    self._bad.pop(key, None)
+                    self.counters["healed"] += bool(healed)
+            return healed
+        done, _ = self._at_placed("e:", key, write, look_aside=False)
+        if done is not _FAILED and done:
             self._count("writes")
-            self._count("healed")
 
     def __contains__(self, key: object) -> bool:
         """Whether an entry may be there: a string at the name, and not the value we rejected."""
-        try:
-            check_key(key)
-        except (TypeError, ValueError):
+        if not isinstance(key, str) or not entry_format.is_key(key):
             return False
-        assert isinstance(key, str)
         with self._lock:
             bad = self._bad.get(key)
 
         def there(name: str) -> object:
             if bad is not None and name == self._entry(key):
-                now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], _FAILED)
+                now = self._script("read", _MARKER_OF, name, [self.max_entry_bytes], _FAILED)
                 return now if now is _FAILED else (isinstance(now, bytes) and now.decode() != bad
                                                    and now.startswith((b"sha1:", b"ends:")) or None)
-            kind = self._call("read", lambda c: c.type(name), _FAILED, name=name)
+            kind = self.link.call("read", lambda c: c.type(name), _FAILED, name=name)
             return kind if kind is _FAILED else (kind == b"string" or None)
         found, _ = self._at_placed("e:", key, there)
         return found is True
@@ -349,30 +287,22 @@ class RemoteLevel:
         without it (published, or `timeout` passed); None when nobody was seen holding it and it
         could not be taken: the caller compiles at once, never waiting for a breaker. A lease not
         ours to honour is taken over with a compare-and-set."""
-        deadline, pause, waited, tries = time.monotonic() + timeout, 0.02, False, 0
+        deadline, pause, waited = time.monotonic() + timeout, 0.02, False
+        leases: dict[str, Lease] = {}
+
+        def take(at: str) -> object:  # True taken, None held by another
+            lease = leases[at] = Lease.new(at, self.signer)
+            return self.link.call("lock", lambda c: c.set(at, lease.value, nx=True, px=self.lease_ms), _FAILED, name=at)
         while True:
-            name = self._placed("l:", key)
-            if name is None:
-                yield None  # no node may be asked now: nobody to wait for
+            taken, name = self._at_placed("l:", key, take, look_aside=False)
+            if taken is None and name is not None:
+                taken = self._holder(name, leases[name])
+            if taken is _FAILED or name is None:
+                yield None  # the lease could not be taken, nor its holder seen: nobody to wait on
                 return
-            lease = Lease.new(name, self.signer)
-            def take(client: Any, at: str = name, value: bytes = lease.value) -> Any:
-                return client.set(at, value, nx=True, px=self.lease_ms)  # True taken, None held by another
-            taken = self._call("lock", take, _FAILED, name=name)
-            if taken is _FAILED:
-                tries += 1
-                if tries < 2 and self._placed("l:", key) not in (None, name):
-                    continue  # its node was found skipped just now: the stand-in's lease, once
-                yield None  # the lease could not be taken: nobody holds it for us to wait on
-                return
+            lease = leases[name]
             if taken:
                 break
-            holder = self._holder(name, lease)
-            if holder is _TAKEN:
-                break
-            if holder is _FAILED:
-                yield None
-                return
             if key in self or time.monotonic() >= deadline:
                 yield False
                 return
@@ -390,7 +320,7 @@ class RemoteLevel:
         finally:
             stop.set()
             beat.join(timeout=self.timeout * 4 + 1)
-            self._script("unlock", self.scripts.release, name, [lease.value], None)
+            self._script("unlock", _RELEASE, name, [lease.value], None)
 
     def close(self) -> None:
         self.flush_touches()
@@ -402,14 +332,14 @@ class RemoteLevel:
     # Maintenance: a server fault raises LevelUnavailable (cachectl says what failed) -----------
     def delete(self, key: str) -> bool:
         name = self._entry(key)
-        return bool(self._call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
+        return bool(self.link.call("delete", lambda c: c.delete(name), 0, maintenance=True, name=name))
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes (at most the entry cap), not refreshing the entry's life. CorruptEntry
         for a name that holds no entry (another Redis type, a value past the cap)."""
         name = self._entry(key)
-        found = self._peeked("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
-        if found is None:
+        found = self._peek("read", name, self.max_entry_bytes, maintenance=True)  # cachectl: bounded by the cap
+        if found is None or found is _FAILED:
             return None
         kind, value = found
         if kind == b"type":
@@ -426,26 +356,14 @@ class RemoteLevel:
         for node, names in self._scan_names().items():
             for start in range(0, len(names), 500):
                 chunk = names[start:start + 500]
-                replies = self._heads(node, chunk)
+                heads = [c for name in chunk for c in (("TYPE", name), ("STRLEN", name), ("TTL", name),
+                                                        ("GETRANGE", name, 0, entry_format.META_PEEK_BYTES - 1))]
+                replies: list[Any] = self.link.call("scan", partial(_pipeline, commands=heads), [], node=node, maintenance=True)
                 for i, name in enumerate(chunk):
                     entry = self._listed(name, replies[4 * i:4 * i + 4], now)
                     if entry is not None:
                         out.append(entry)
         return out
-
-    def _heads(self, node: str, names: list[bytes]) -> list[Any]:
-        """Type, size, TTL and header of each name, in one pipeline on the node holding them."""
-        def heads(client: Any) -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.type(name)
-                pipe.strlen(name)
-                pipe.ttl(name)
-                pipe.getrange(name, 0, entry_format.META_PEEK_BYTES - 1)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            return replies
-        found: list[Any] = self._call("scan", heads, [], node=node, maintenance=True)
-        return found
 
     def _listed(self, name: bytes, replies: list[Any], now: float) -> dict[str, Any] | None:
         if len(replies) != 4:
@@ -469,7 +387,7 @@ class RemoteLevel:
         pattern = self.prefix + "e:*"
         nodes = self.link.primaries()
         if not nodes:
-            self._call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
+            self.link.call("scan", lambda client: None, None, maintenance=True)  # raises: no node answered
         out: dict[str, list[bytes]] = {}
         total = 0
         for node in nodes:
@@ -480,7 +398,7 @@ class RemoteLevel:
                     found: tuple[Any, list[bytes]] = client.scan(at, match=pattern, count=1000)
                     return found
                 none: tuple[Any, list[bytes]] = (0, [])
-                cursor, more = self._call("scan", page, none, node=node, maintenance=True)
+                cursor, more = self.link.call("scan", page, none, node=node, maintenance=True)
                 more = more[:MAX_SCAN - total]
                 names += more
                 total += len(more)
@@ -504,26 +422,18 @@ class RemoteLevel:
             try:
                 replies = reader.pipeline([("EXPIRE", self._entry(key), self.ttl) for key in sorted(keys)])
             except RespFault as fault:
-                if fault.kind == "timeout":  # a write with no answer: paused for writes, or hung (its reads say)
-                    self.link.write_timed_out("touch", self.timeout)
-                else:
-                    self._fault_seen_by_reader("touch", fault)
+                self._fault_seen_by_reader("touch", fault, write=True)
                 return
+            except RespError as refused:  # at connect (auth): the reader gave up, the link sends them
+                replies = [refused]
             if not any(isinstance(reply, RespError) for reply in replies):
                 return
             reader.give_up()  # a replica (READONLY) or a cluster (MOVED): the link sends them and judges
         if not self.link.writable:
             return  # a replica takes no writes; a skipped server gets these uses no more
         for node, names in self.link.group(self._entry(key) for key in sorted(keys)).items():
-            if node is None:
-                continue  # no node serves that slot now: these uses are lost, the TTL is long
-
-            def expire(client: Any, names: list[str] = names) -> None:
-                pipe = client.pipeline(transaction=False)
-                for name in names:
-                    pipe.expire(name, self.ttl)
-                pipe.execute(raise_on_error=False)
-            self._call("touch", expire, None, node=node)
+            expires = [("EXPIRE", name, self.ttl) for name in names]
+            self.link.call("touch", partial(_pipeline, commands=expires), None, node=node)
 
     def remove_debris(self, older_than_seconds: float = 0.0) -> list[tuple[str, int]]:
         return []  # a dead holder's lease expires by itself; nothing else is left behind
@@ -536,20 +446,17 @@ class RemoteLevel:
         info: dict[str, Any] = {"endpoint": self.endpoint, "namespace": self.namespace, "ttl_seconds": self.ttl,
                                 "counters": dict(self.counters), "reachable": False}
         try:
-            def ask(client: Any) -> dict[str, Any]:
+            def ask(client: Any) -> tuple[float, dict[str, Any]]:
                 start = time.perf_counter()
                 client.ping()
-                return {"round_trip_ms": round((time.perf_counter() - start) * 1000, 3),
-                        "server": client.info("server"), "memory": client.info("memory"),
-                        "replication": client.info("replication")}
+                return round((time.perf_counter() - start) * 1000, 3), client.info()  # its default sections
             nodes = self.link.primaries()
-            found = self._call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
+            found = self.link.call("stats", ask, None, node=nodes[0] if nodes else None, maintenance=True)
             assert found is not None
-            server, memory, replication = found["server"], found["memory"], found["replication"]
-            info.update(reachable=True, round_trip_ms=found["round_trip_ms"],
-                        server_version=self._text(server.get("redis_version")), maxmemory=memory.get("maxmemory"),
-                        maxmemory_policy=self._text(memory.get("maxmemory_policy")),
-                        role=self._text(replication.get("role")), cluster=bool(self.link.cluster))
+            round_trip_ms, server = found
+            info.update(reachable=True, round_trip_ms=round_trip_ms, server_version=self._text(server.get("redis_version")),
+                        maxmemory=server.get("maxmemory"), maxmemory_policy=self._text(server.get("maxmemory_policy")),
+                        role=self._text(server.get("role")), cluster=bool(self.link.cluster))
             if self.link.cluster:
                 info["masters"] = len(nodes)
         except Exception as exc:
@@ -561,17 +468,14 @@ class RemoteLevel:
     def _entry(self, key: object) -> str:
         return self._name("e:", check_key(key))
 
-    def _lease_name(self, key: str) -> str:
-        return self._name("l:", check_key(key))
-
     def _name(self, kind: str, key: str) -> str:
         """The key is a hash tag, so in a cluster an entry and its lease share a slot (and a node);
         the same names on one server, so nothing depends on finding out which it is first."""
         return f"{self.prefix}{kind}{{{key}}}"
 
-    def _count(self, name: str, by: int = 1) -> None:
+    def _count(self, name: str) -> None:
         with self._lock:
-            self.counters[name] += by
+            self.counters[name] += 1
 
     def _remember_bad(self, key: str, found: Any, counter: str = "rejected") -> None:
         """What we rejected at `key`'s name, for the compare-and-set that replaces it: a peek's
@@ -583,13 +487,13 @@ class RemoteLevel:
                 self._bad.popitem(last=False)
             self.counters[counter] += 1
 
-    def _checked_large(self, key: str, name: str, size: int) -> tuple[bytes, Any] | None:
+    def _checked_large(self, key: str, name: str, size: int) -> Any:
         """A signed value over STREAM_BYTES, checked chunk by chunk through the MAC before it is read
-        whole: a planted value costs a chunk of memory, never its size. None: the server failed or
-        the value changed meanwhile (a miss)."""
+        whole: a planted value costs a chunk of memory, never its size. What `_peek` gives; None also
+        where the value changed meanwhile (a miss)."""
         assert self.signer is not None
         body = size - SIGNATURE_SIZE
-        tail = self._call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
+        tail = self.link.call("read", lambda c: c.getrange(name, body, size - 1), None, name=name)
         if not isinstance(tail, bytes) or len(tail) != SIGNATURE_SIZE or body < 0:
             return None
 
@@ -598,7 +502,7 @@ class RemoteLevel:
                 end = min(start + STREAM_CHUNK, body) - 1
                 def read(client: Any, first: int = start, last: int = end) -> Any:
                     return client.getrange(name, first, last)
-                piece = self._call("read", read, None, name=name)
+                piece = self.link.call("read", read, None, name=name)
                 if not isinstance(piece, bytes) or len(piece) != end - start + 1:
                     raise _Changed
                 yield piece
@@ -607,8 +511,8 @@ class RemoteLevel:
         except _Changed:
             return None
         if problem is None:
-            return self._peeked("read", name, self.max_entry_bytes)
-        now = self._script("read", self.scripts.marker_of, name, [self.max_entry_bytes], None)
+            return self._peek("read", name, self.max_entry_bytes)
+        now = self._script("read", _MARKER_OF, name, [self.max_entry_bytes], None)
         if isinstance(now, bytes):
             self._remember_bad(key, now.decode(errors="replace"))
         else:
@@ -616,51 +520,51 @@ class RemoteLevel:
         raise RejectedEntry(f"remote entry {key[:12]} ({size} bytes, checked in chunks) is {problem}")
 
     def _holder(self, name: str, lease: Lease) -> object:
-        """Who holds the lease at `name`, which SET NX found taken: _LIVE (a lease to honour: wait),
-        _TAKEN (it was not, and is ours now), _GONE (released meanwhile: try again), or _FAILED (the
-        node could not say: nobody to wait for)."""
-        found = self._peek_or_failed("read lease", name, MAX_LEASE_BYTES)
+        """Whether `lease` is ours at `name`, which SET NX found taken: True (the lease there was not
+        one to honour, and ours replaced it), False (a live holder's, or released or replaced
+        meanwhile: look again) or _FAILED (the node could not say: nobody to wait for)."""
+        found = self._peek("read lease", name, MAX_LEASE_BYTES)
         if found is None or found is _FAILED:
-            return _GONE if found is None else _FAILED
-        assert isinstance(found, tuple)
+            return _FAILED if found is _FAILED else False
         value = found[1] if found[0] == b"value" else b"(not a lease)"
         why = why_not_honoured(value, name, self.signer, self.lease_max_seconds)
         if why is None:
-            return _LIVE
-        taken = self._script("lock", self.scripts.replace, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
+            return False
+        taken = self._script("lock", _REPLACE, name, [MAX_LEASE_BYTES, marker(found), lease.value, self.lease_ms],
                              _FAILED)
-        if taken is _FAILED:
-            return _FAILED
-        if not taken:
-            return _GONE  # replaced meanwhile: look again
+        if taken is _FAILED or not taken:
+            return taken  # _FAILED, or replaced meanwhile (0): look again
         self._count("leases_refused")
         warn_once(f"remote-lease:{self.endpoint}:{why}",
                   f"remote cache {self.endpoint}: ignored a compile lease {why}; compiling here")
-        return _TAKEN
+        return True
 
     def _heartbeat(self, name: str, lease: Lease, stop: threading.Event) -> None:
         while not stop.wait(self.lease_ms / 3000):
             if lease.expired(self.lease_max_seconds):
                 return  # past its maximum lifetime: let it lapse, whatever the compile is doing
-            self._script("lease", self.scripts.refresh, name, [lease.value, self.lease_ms], None)
+            self._script("lease", _REFRESH, name, [lease.value, self.lease_ms], None)
 
-    def _peeked(self, what: str, name: str, cap: int, stream_over: int | None = None,
-                maintenance: bool = False) -> tuple[bytes, Any] | None:
+    def _peek(self, what: str, name: str, cap: int, stream_over: int | None = None,
+              maintenance: bool = False) -> Any:
         """What _PEEK says `name` holds: (b'value', bytes), (b'type', bytes), (b'size', int), with
-        `stream_over` (b'large', int), or None (nothing there, or the server failed)."""
-        found = self._peek_or_failed(what, name, cap, stream_over, maintenance)
-        return None if found is _FAILED else found  # type: ignore[return-value]
-
-    def _peek_or_failed(self, what: str, name: str, cap: int, stream_over: int | None = None,
-                        maintenance: bool = False) -> object:
-        """As `_peeked`, telling a server that failed (_FAILED) from a name that holds nothing (None).
-        A reply of another shape is the server's fault."""
+        `stream_over` (b'large', int); None (nothing there) or _FAILED (the server failed or refused;
+        a reply of another shape is its fault). A read goes by the small reader while it serves."""
         args = [cap] if stream_over is None else [cap, stream_over]
-        served, found = self._light_peek(name, args) if what == "read" and not maintenance else (False, None)
-        if not served:
-            def peek(client: Any) -> Any:
-                return self._peek_with(lambda text: client.eval(text, 1, name, *args), self.link.redis.ResponseError)
-            found = self._call(what, peek, _FAILED, name=name, maintenance=maintenance)
+        reader = self._light() if what == "read" and not maintenance else None
+        if reader is not None:
+            try:
+                found = self._eval_peek(reader.call, RespError, name, args)
+            except RespError:  # a reply left to redis-py (MOVED, auth): the link serves from now on
+                reader.give_up()
+                reader = None
+            except RespFault as fault:  # the server's fault, this call's one deadline spent: the breaker judges
+                self._fault_seen_by_reader("read", fault)
+                return _FAILED
+        if reader is None:
+            found = self.link.call(what, lambda client: self._eval_peek(
+                client.execute_command, self.link.redis.ResponseError, name, args), _FAILED, name=name,
+                maintenance=maintenance)
         if found is None or found is _FAILED:
             return found
         if isinstance(found, list) and len(found) == 2:
@@ -671,16 +575,16 @@ class RemoteLevel:
         self.link.failed(what, None, False, 0.0, maintenance, name=name)
         return _FAILED
 
-    def _peek_with(self, run: Callable[[str], T], error: type[Exception]) -> T:
-        """`run(script)` with the peek flagged read-only, or plain for a server older than script flags."""
+    def _eval_peek(self, send: Callable[..., Any], error: type[Exception], name: str, args: list[Any]) -> Any:
+        """`send` the peek flagged read-only, or plain to a server older than script flags."""
         if not self._plain_peek:
             try:
-                return run(_PEEK)
+                return send("EVAL", _PEEK, 1, name, *args)
             except error as exc:
                 if not any(said in str(exc) for said in _NO_FLAGS):
                     raise
                 self._plain_peek = True
-        return run(_PEEK_PLAIN)
+        return send("EVAL", _PEEK_BODY, 1, name, *args)
 
     def _at_placed(self, kind: str, key: str, op: Callable[[str], object],
                    look_aside: bool = True) -> tuple[object, str | None]:
@@ -710,9 +614,12 @@ class RemoteLevel:
         return f"{self.prefix}f{kind}{{{tag}}}{key}"
 
     def _placed(self, kind: str, key: str) -> str | None:
-        """`key`'s name of `kind` where it goes now: its own (one server, or its slot's node
-        answering), a stand-in node's (its node skipped), or None (no node may be asked)."""
+        """`key`'s name of `kind` where it goes now: its own (the small reader serving, one server,
+        or its slot's node answering), a stand-in node's (its node skipped), or None (no node may be
+        asked)."""
         own = self._name(kind, check_key(key))
+        if self._light() is not None:
+            return own
         tag = self.link.placement(own)
         if tag is None or tag == "":
             return None if tag is None else own
@@ -723,34 +630,21 @@ class RemoteLevel:
         """A server-given string for a terminal (escaped, secrets hidden)."""
         return None if value is None else self.link.scrub(str(value))
 
-    def _call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
-              node: str | None = None, maintenance: bool = False) -> T:
-        """`op(client)` on the node serving `name` (or `node`) through the link: one deadline and byte
-        budget, that node's breaker, read-only mode (redis_link)."""
-        return self.link.call(what, op, default, name=name, node=node, maintenance=maintenance,
-                              seconds=max(self.timeout, MAINTENANCE_SECONDS) if maintenance else None, write=what in _WRITES)
-
-    def _script(self, what: str, script: Any, name: str, args: list[Any], default: T, *,
-                maintenance: bool = False) -> T:
-        """A registered script on the one name `name`, on the node serving it."""
-        found: T = self._call(what, lambda client: script(keys=[name], args=args, client=client), default, name=name,
-                              maintenance=maintenance)
-        return found
+    def _script(self, what: str, script: str, name: str, args: list[Any], default: T) -> T:
+        """A Lua script on the one name `name`, on the node serving it."""
+        return self.link.call(what, lambda client: client.eval(script, 1, name, *args), default, name=name)
 
 
-class _Scripts(NamedTuple):
-    """The level's Lua scripts: their texts (`_SCRIPT_TEXTS`), then as registered with the client once."""
-
-    replace: Any
-    marker_of: Any
-    release: Any
-    refresh: Any
-
-
-_SCRIPT_TEXTS = _Scripts(replace=_REPLACE, marker_of=_MARKER_OF, release=_RELEASE, refresh=_REFRESH)
 _FAILED = object()  # a call the node failed (or refused): said by the link
-_LIVE, _TAKEN, _GONE = object(), object(), object()  # what `_holder` found at a taken lease
-_HEAL = object()  # put_raw: the value at the entry's own name is one we rejected
+
+
+def _pipeline(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """`commands` in one round trip, no transaction; an error comes back as its reply."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    replies: list[Any] = pipe.execute(raise_on_error=False)
+    return replies
 
 
 class _Changed(Exception):

@@ -33,9 +33,6 @@ class CallBudget:
         self.max_bytes = max_bytes
         self.overflowed = False
 
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
 
 _current = threading.local()
 
@@ -78,7 +75,7 @@ class GuardedSocket:
         call = current()
         if call is None:
             return None
-        left = call.remaining()
+        left = call.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the call's deadline passed")
         # 0 is redis-py asking without blocking (can_read): kept; otherwise never past the deadline
@@ -120,20 +117,16 @@ class _Guarded:
     socket_connect_timeout: float | None
 
     def _connect(self) -> Any:
-        call = current()
+        call, configured = current(), self.socket_connect_timeout
         if call is not None:
-            left = call.remaining()
+            left = call.deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the call's deadline passed before connecting")
-            configured = self.socket_connect_timeout
             self.socket_connect_timeout = left if configured is None else min(configured, left)
-            try:
-                sock = super()._connect()  # type: ignore[misc]
-            finally:
-                self.socket_connect_timeout = configured
-        else:
-            sock = super()._connect()  # type: ignore[misc]
-        return GuardedSocket(sock)
+        try:
+            return GuardedSocket(super()._connect())  # type: ignore[misc]
+        finally:
+            self.socket_connect_timeout = configured
 
 
 def connection_class(url: str) -> type:

@@ -22,24 +22,28 @@ are one decision per call, made in one place.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 from kernel_cache.errors import LevelUnavailable
 from kernel_cache.levels.remote import redis_guard, redis_seeds, redis_slots
 from kernel_cache.sanitize import escaped
-from kernel_cache.settings.remote_url import redacted
+from kernel_cache.settings.remote_url import redacted, secrets_of
 from kernel_cache.telemetry.warnings_once import warn_once
 
 T = TypeVar("T")
 FIRST_BACKOFF = 1.0  # seconds the breaker skips a node after its first fault in a row
 WRITES_REFUSED_SECONDS = 30.0  # a node that refused a write is sent none for this long (doubling to 8x)
-MAX_STAND_IN_TAGS = 1 << 16  # hash tags tried for one that lands on a stand-in node's slots
 REFRESH_SECONDS = 0.25  # the least time between two readings of a cluster's slot map
 REFRESH_NODES = 3  # nodes asked for the slot map at one refresh (each within one timeout)
+MAINTENANCE_SECONDS = 5.0  # the least deadline of one maintenance call (a SCAN page, 500 names' heads)
+_WRITES = frozenset({"write", "heal", "lock", "lease", "unlock", "touch", "delete"})  # calls that write
 _SKIPPED = object()  # a call refused for that key or for writes: judged, said, no fault of the node
 _FAILED = object()  # a call that failed for the node's sake: its breaker opened
 
@@ -68,18 +72,16 @@ def redis_module() -> Any:
     return redis
 
 
+@dataclass(slots=True)
 class NodeHealth:
     """One node's circuit breaker: open from its first fault until the prober finds it answering."""
 
-    __slots__ = ("open_until", "faults_in_a_row", "last_cause", "writes_open_until", "writes_refused", "unexplained")
-
-    def __init__(self) -> None:
-        self.open_until = 0.0
-        self.faults_in_a_row = 0
-        self.last_cause = ""  # what the last fault was, for a message about a skipped node
-        self.writes_open_until = 0.0  # writes refused (full, paused, no permission): none sent until then
-        self.writes_refused = 0  # refusals in a row: each doubles the pause, up to 8x
-        self.unexplained: str | None = None  # a write timed out (the call's name): its probe says why
+    open_until: float = 0.0
+    faults_in_a_row: int = 0
+    last_cause: str = ""  # what the last fault was, for a message about a skipped node
+    writes_open_until: float = 0.0  # writes refused (full, paused, no permission): none sent until then
+    writes_refused: int = 0  # refusals in a row: each doubles the pause, up to 8x
+    unexplained: str | None = None  # a write timed out (the call's name): its probe says why
 
     @property
     def writes_available(self) -> bool:
@@ -90,19 +92,15 @@ class NodeHealth:
         """The data path may ask it: no fault since it last answered."""
         return self.faults_in_a_row == 0
 
-    def reopens_in(self) -> float:
-        return max(0.0, self.open_until - time.monotonic())
-
 
 class RedisLink:
     def __init__(self, urls: list[str], endpoint: str, *, timeout: float, max_reply_bytes: int,
-                 breaker_seconds: float, counters: dict[str, int], password: str | None = None,
-                 secrets: Iterable[str] = ()):
+                 breaker_seconds: float, counters: dict[str, int], password: str | None = None):
         self.redis = redis = redis_module()
         self.endpoint = endpoint
         self.timeout, self.max_reply_bytes, self.breaker_seconds = timeout, max_reply_bytes, breaker_seconds
         self.counters = counters
-        self.secrets = sorted(set(secrets), key=len, reverse=True)
+        self.secrets = secrets_of(urls, password)
         self.read_only = False
         self.cluster: bool | None = None  # unknown until a seed answers
         self._lock = threading.Lock()
@@ -113,7 +111,6 @@ class RedisLink:
             "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0), "health_check_interval": 0}
         if password is not None:
             self._options["password"] = password
-        self.seeds: list[str] = []
         self._templates: dict[str, dict[str, Any]] = {}  # node -> redis-py's connection arguments
         for seed in redis_seeds.seeds(urls):
             try:  # checked with the configuration; this redis-py may still refuse an option's name or value
@@ -124,8 +121,8 @@ class RedisLink:
                 warn_once(f"remote-url:{self.endpoint}:{seed}", f"remote cache {redacted(seed)}: this redis-py "
                           f"cannot use the URL ({self.scrub(str(exc))}); it is left out")
                 continue
-            self.seeds.append(seed)
             self._templates[seed] = arguments
+        self.seeds = list(self._templates)
         self._template: dict[str, Any] = next(iter(self._templates.values()), {})
         self._server: str | None = None  # one server: the seed that answered
         self._map: redis_slots.SlotMap | None = None
@@ -136,7 +133,6 @@ class RedisLink:
         self._prober: threading.Thread | None = None  # probes skipped nodes (redis_link's only thread)
         self._wake = threading.Event()  # a new fault, or close
         self._closed = threading.Event()
-        self._stand_in_tags: tuple[Any, dict[str, str | None]] = (None, {})  # (map, node -> hash tag)
 
     # What the level asks -------------------------------------------------------------------
     @property
@@ -155,19 +151,16 @@ class RedisLink:
         tag whose slot a stand-in node serves while its own node is skipped (the next available
         primary after its slot, so every process that sees the same node down picks the same
         stand-in); None where no node may be asked."""
-        if self.cluster is None:
-            self._discover()
+        self.ensure()
         if self.cluster is None:
             return None  # no seed could say what it is: nothing to ask until its breaker lets it
         if not self.cluster:
             return "" if self.available else None
-        owner = self._owner(name)
-        if owner is not None and self.health(owner).available:
-            return ""
-        self.refresh()  # a promoted replica shows up here (at most once per REFRESH_SECONDS)
-        owner = self._owner(name)
-        if owner is not None and self.health(owner).available:
-            return ""
+        for _ in range(2):
+            owner = self._owner(name)
+            if owner is not None and self.health(owner).available:
+                return ""
+            self.refresh()  # a promoted replica shows up here (at most once per REFRESH_SECONDS)
         return self.stand_in(name)
 
     def stand_in(self, name: str) -> str | None:
@@ -180,31 +173,40 @@ class RedisLink:
         slot = self.redis.crc.key_slot(name.encode())
         owner = slot_map.owners[slot]
         stand_in = slot_map.next_primary(slot, lambda node: node != owner and self.health(node).available)
-        return None if stand_in is None else self._stand_in_tag(slot_map, stand_in)
+        return None if stand_in is None else slot_map.stand_in_tag(stand_in, self.redis.crc.key_slot)
 
     def primaries(self) -> list[str]:
         """The nodes that hold every entry: a cluster's masters, or the one server."""
         self.ensure()
-        if self.cluster and self._map is not None:
-            return self._map.primaries
-        return [self._server] if self._server is not None else []
+        return self._reachable_nodes() if self.cluster is not None else []
 
-    def group(self, names: Iterable[str]) -> dict[str | None, list[str]]:
-        """`names` by the node that serves them (None: not known now)."""
-        out: dict[str | None, list[str]] = {}
+    def group(self, names: Iterable[str]) -> dict[str, list[str]]:
+        """`names` by the node that serves them (those of a slot no node serves now are left out)."""
+        out: dict[str, list[str]] = {}
         for name in names:
-            out.setdefault(self._owner(name), []).append(name)
+            if (node := self._owner(name)) is not None:
+                out.setdefault(node, []).append(name)
         return out
 
     def ensure(self) -> None:
-        """Find out, once, which deployment the seeds name (a server that cannot say now is asked
-        again at the next call its breaker lets by)."""
-        if self.cluster is None:
-            self._discover()
-
-    def script(self, text: str) -> Any:
-        """A Lua script registered once, run on whichever node a call goes to."""
-        return self.client_for(self.seeds[0] if self.seeds else "localhost:6379").register_script(text)
+        """Find out, once, which deployment the seeds name: the seeds in order, each whose breaker
+        lets it, until one says (one that cannot say now is asked again at the next call it may)."""
+        if self.cluster is not None:
+            return
+        with self._discovering:
+            if self.cluster is not None:
+                return
+            for seed in self.seeds:
+                if not self.health(seed).available:
+                    continue
+                found = self._read_slots(seed, quiet=False)
+                if found is _STANDALONE:
+                    self._server, self.cluster = seed, False
+                    return
+                if isinstance(found, redis_slots.SlotMap):
+                    self._map, self.cluster = found, True
+                    self._next_refresh = time.monotonic() + REFRESH_SECONDS
+                    return
 
     def health(self, node: str) -> NodeHealth:
         found = self._health.get(node)
@@ -219,49 +221,34 @@ class RedisLink:
 
     # Calls --------------------------------------------------------------------------------
     def call(self, what: str, op: Callable[[Any], T], default: T, *, name: str | None = None,
-             node: str | None = None, maintenance: bool = False, seconds: float | None = None,
-             write: bool = False) -> T:
+             node: str | None = None, maintenance: bool = False) -> T:
         """`op(client)` on the node serving `name` (or `node`, or the one server), within one
-        deadline and byte budget; the default at once where that node (or, for a `write`, its
-        writes) is skipped. Refusals are judged as the module says; any other failure (not only
+        deadline and byte budget; the default at once where that node (or, for a call in _WRITES,
+        its writes) is skipped. Refusals are judged as the module says; any other failure (not only
         RedisError: redis-py fails otherwise on some bad replies) opens the node's breaker and gives
         the default, or LevelUnavailable for `maintenance` (cachectl must say what failed)."""
-        limit = self.timeout if seconds is None else seconds
-        if self.cluster is None:
-            self._discover()
-        target = node if node is not None else self._owner(name) if name is not None else self._server
-        if target is None and self.cluster and self._map is not None and name is None:
-            target = next(iter(self._map.primaries), None)
-        first = target
-        for attempt in range(2):
-            if target is None or not self.health(target).available or (write and not self.health(target).writes_available):
-                if maintenance:
-                    raise LevelUnavailable(self._skipped_text(target))
-                return default
-            outcome = self._attempt(what, op, target, limit, maintenance and attempt == 0, write, quiet=attempt == 1)
-            if isinstance(outcome, _Moved) and attempt == 0 and node is None:
-                target = outcome.node
-                continue
-            if attempt == 1 and first is not None and (isinstance(outcome, _Moved) or outcome is _FAILED):
+        limit, write = max(self.timeout, MAINTENANCE_SECONDS) if maintenance else self.timeout, what in _WRITES
+        self.ensure()
+        target = node if node is not None else self._owner(name)
+        outcome = self._attempt(what, op, target, limit, maintenance, write)
+        if isinstance(outcome, _Moved) and node is None:  # followed once: a second MOVED is a loop
+            first, target = target, outcome.node
+            outcome = self._attempt(what, op, target, limit, maintenance, write, quiet=True)
+            if first is not None and (isinstance(outcome, _Moved) or outcome is _FAILED):
                 self._redirect_loop(first, target, what, outcome is _FAILED, maintenance)
-            found: T = default if outcome in (_SKIPPED, _FAILED) or isinstance(outcome, _Moved) else outcome
-            return found
-        return default
+        found: T = default if outcome in (_SKIPPED, _FAILED) or isinstance(outcome, _Moved) else outcome
+        return found
 
     def failed(self, what: str, exc: Exception | None, overflowed: bool, seconds: float, maintenance: bool,
-               name: str | None = None) -> None:
+               name: str | None = None, write: bool = False) -> None:
         """A fault of the node serving `name` (None: the one server, or the first seed) seen by the
-        caller (a reply of the wrong shape: exc None; a fault of the small reader)."""
-        node = self._owner(name) if name is not None and self.cluster else self._first()
-        if node is not None:
+        caller: a reply of the wrong shape (exc None), or a fault of the small reader (a `write`
+        that timed out is judged as one through the link: the server may be paused for writes)."""
+        node = self._owner(name) if name is not None and self.cluster else self._server or next(iter(self.seeds), None)
+        if node is not None and write and isinstance(exc, self.redis.TimeoutError):
+            self._write_timed_out(node, what, seconds)
+        elif node is not None:
             self._node_failed(node, what, exc, overflowed, seconds, maintenance)
-
-    def write_timed_out(self, what: str, seconds: float) -> None:
-        """The small reader's write (a TTL refresh) got no answer in time: the one server's writes are
-        skipped a while, as a write through the link that times out (a server paused for writes)."""
-        node = self._first()
-        if node is not None:
-            self._write_timed_out(node, what, seconds, False)
 
     def refresh(self) -> None:
         """Read the slot map again from a node that answers (at most once per REFRESH_SECONDS, one
@@ -272,11 +259,7 @@ class RedisLink:
         try:
             self._next_refresh = now + REFRESH_SECONDS
             known = self._map.nodes if self._map is not None else []
-            asked = 0
-            for candidate in [n for n in known + self.seeds if self.health(n).available]:
-                if asked >= REFRESH_NODES:
-                    break
-                asked += 1
+            for candidate in [n for n in known + self.seeds if self.health(n).available][:REFRESH_NODES]:
                 found = self._read_slots(candidate, quiet=True)
                 if found is not None:
                     self._map = found
@@ -300,62 +283,52 @@ class RedisLink:
                     client = self._clients[node] = self.redis.Redis(connection_pool=pool)
         return client
 
-    @property
-    def client(self) -> Any:
-        """The one server's client (the first seed's until a seed answered): for tests and tools
-        that talk to a single server; a cluster's calls go through `call`."""
-        self.ensure()
-        return self.client_for(self._server or (self.seeds[0] if self.seeds else "localhost:6379"))
-
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
         for client in list(self._clients.values()):
-            try:
+            with contextlib.suppress(Exception):  # closing sockets of a dead server: nothing to say
                 client.close()
-            except Exception:  # closing sockets of a dead server: nothing to say
-                pass
 
     # Internals ----------------------------------------------------------------------------
-    def _attempt(self, what: str, op: Callable[[Any], T], node: str, limit: float, maintenance: bool,
-                 write: bool = False, quiet: bool = False) -> Any:
-        """One try of `op` on `node`: its result, _SKIPPED (a refusal judged and said), _FAILED (the
-        node's fault, judged, and said unless `quiet`: a redirect's target, whose failure is said as
-        the redirecting node's) or _Moved."""
+    def _attempt(self, what: str, op: Callable[[Any], T], node: str | None, limit: float, maintenance: bool,
+                 write: bool, quiet: bool = False) -> Any:
+        """One try of `op` on `node`: its result, _SKIPPED (the node, or its writes, skipped; a refusal
+        judged and said; LevelUnavailable for `maintenance`), _FAILED (the node's fault, judged, and
+        said unless `quiet`: a redirect's target, whose failure is said as the redirecting node's) or
+        _Moved."""
+        if node is None or not self.health(node).available or (write and not self.health(node).writes_available):
+            if maintenance:
+                raise LevelUnavailable(self._skipped_text(node))
+            return _SKIPPED
         redis = self.redis
         budget = None
         try:
             with redis_guard.budget(limit, self.max_reply_bytes) as budget:
                 result = op(self.client_for(node))
         except Exception as exc:
-            message = str(exc) if isinstance(exc, redis.ResponseError) else ""
             code = self._error_code(exc)
             if isinstance(exc, redis.exceptions.MovedError):
                 self._moved(exc.slot_id, f"{exc.host}:{exc.port}" if ":" not in str(exc.host) else f"[{exc.host}]:{exc.port}")
                 return _Moved(self._owner_of_slot(exc.slot_id))
+            refusal = _WRITE_REFUSALS.get(code) if write else None
             if code in ("ASK", "TRYAGAIN"):
-                self._migrating(node, what, code, maintenance)
-                return _SKIPPED
-            if code == "WRONGTYPE":
+                said = self._migrating(node, what, code)
+            elif code == "WRONGTYPE":
                 self._count("errors")  # one name holds another type: that key's miss, not the level's
-                if maintenance:
-                    raise LevelUnavailable(f"remote cache {self.endpoint}: {self.scrub(message)} ({what})") from None
-                return _SKIPPED
-            if code == "READONLY":
-                self._become_read_only(what)
-                if maintenance:
-                    raise LevelUnavailable(f"remote cache {self.endpoint} is a read-only replica ({what}): name "
-                                          f"its primary to change it") from None
-                return _SKIPPED
-            if write and isinstance(exc, redis.TimeoutError):
-                self._write_timed_out(node, what, limit, maintenance)
-                return _SKIPPED
-            refusal = _write_refusal(code, False, limit)
-            if refusal is not None and write:
-                self._say_writes_refused(node, what, refusal, self._pause_writes(node), maintenance)
-                return _SKIPPED
-            self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance, quiet=quiet)
-            return _FAILED
+                said = f"remote cache {self.endpoint}: {self.scrub(str(exc))} ({what})"
+            elif code == "READONLY":
+                said = self._become_read_only(what)
+            elif write and isinstance(exc, redis.TimeoutError):
+                said = self._write_timed_out(node, what, limit)
+            elif refusal is not None:
+                said = self._say_writes_refused(node, what, refusal, self._pause_writes(node))
+            else:
+                self._node_failed(node, what, exc, budget is not None and budget.overflowed, limit, maintenance, quiet=quiet)
+                return _FAILED
+            if maintenance and not quiet:
+                raise LevelUnavailable(said) from None
+            return _SKIPPED
         self._served_by(node, write)
         return result
 
@@ -379,10 +352,10 @@ class RedisLink:
             self.counters["writes_refused"] = self.counters.get("writes_refused", 0) + 1
         return pause
 
-    def _write_timed_out(self, node: str, what: str, seconds: float, maintenance: bool) -> None:
+    def _write_timed_out(self, node: str, what: str, seconds: float) -> str:
         """A write with no answer in time: a node paused for writes (its reads answer) or a hung one
         (they do not). Its writes pause, and it is skipped until a probe, sent at once, says which
-        (and the warning with it): no other call pays a timeout meanwhile."""
+        (and the warning with it): no other call pays a timeout meanwhile. What cachectl says."""
         self._pause_writes(node)
         health = self.health(node)
         with self._lock:
@@ -391,29 +364,24 @@ class RedisLink:
             health.open_until = time.monotonic()
             health.unexplained = what
             self._start_prober()
-        if maintenance:
-            raise LevelUnavailable(f"remote cache {self.endpoint} node {redacted(node)}: no answer to a write "
-                                  f"within {seconds:g} s ({what})") from None
+        return f"remote cache {self.endpoint} node {redacted(node)}: no answer to a write within {seconds:g} s ({what})"
 
-    def _say_writes_refused(self, node: str, what: str, refusal: tuple[str, str], pause: float,
-                            maintenance: bool) -> None:
+    def _say_writes_refused(self, node: str, what: str, refusal: tuple[str, str], pause: float) -> str:
         cause, fix = refusal
         where = self._where(node)
         warn_once(f"remote-writes:{self.endpoint}:{cause.split(' ')[0]}",
                   f"{where} refused a write: {self.scrub(cause)} ({what}); reading from it, writing nothing "
                   f"there for {pause:.0f} s at a time (kernels compiled meanwhile are cached locally). Fix: {fix}")
-        if maintenance:
-            raise LevelUnavailable(f"{where} refused a write: {self.scrub(cause)} ({what}). Fix: {fix}") from None
+        return f"{where} refused a write: {self.scrub(cause)} ({what}). Fix: {fix}"
 
-    def _migrating(self, node: str, what: str, code: str, maintenance: bool) -> None:
+    def _migrating(self, node: str, what: str, code: str) -> str:
         """ASK or TRYAGAIN: the slot is being migrated; that call is a miss, said once per node."""
         self._count("errors")
         warn_once(f"remote-migrating:{self.endpoint}:{node}",
                   f"remote cache {self.endpoint} node {redacted(node)} is migrating slots ({code}): a key "
                   f"being moved is a miss there (compiled and cached locally) until the migration ends")
-        if maintenance:
-            raise LevelUnavailable(f"remote cache {self.endpoint} node {redacted(node)} is migrating slots "
-                                  f"({code}, {what}); try again when the migration has ended") from None
+        return (f"remote cache {self.endpoint} node {redacted(node)} is migrating slots ({code}, {what}); try "
+                "again when the migration has ended")
 
     def _redirect_loop(self, first: str, then: str | None, what: str, failed: bool, maintenance: bool) -> None:
         """A call redirected (MOVED) from `first` to `then`, which redirected again or failed: a
@@ -435,10 +403,16 @@ class RedisLink:
 
     def _node_failed(self, node: str, what: str, exc: Exception | None, overflowed: bool, seconds: float,
                      maintenance: bool, max_bytes: int | None = None, quiet: bool = False) -> None:
-        """Count `node`'s fault and say it, unless `quiet` (the caller says it as another node's)."""
-        cause = self._fault(node, exc, overflowed, seconds, max_bytes)
+        """Count `node`'s fault (exc None: a reply of the wrong shape), skip it 1 s, 2 s … up to
+        breaker_seconds, and say it, unless `quiet` (the caller says it as another node's)."""
+        timeout, health = isinstance(exc, self.redis.TimeoutError), self.health(node)  # health() may take the lock
+        with self._lock:
+            self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
+            self.counters["breaker_openings"] += 1
+            self._back_off(health)
+            self._start_prober()
         if not quiet:
-            self._say_fault(node, what, cause, exc, maintenance)
+            self._say_fault(node, what, self._cause(exc, overflowed, timeout, seconds, max_bytes), exc, maintenance)
 
     def _say_fault(self, node: str, what: str, cause: str, exc: Exception | None, maintenance: bool) -> None:
         self.health(node).last_cause = cause
@@ -467,17 +441,9 @@ class RedisLink:
         if maintenance:
             raise LevelUnavailable(f"{where}: {cause} ({what})") from None
 
-    def _fault(self, node: str, exc: Exception | None, overflowed: bool, seconds: float,
-               max_bytes: int | None = None) -> str:
-        """Count a node's fault (None: a reply of the wrong shape) and skip it 1 s, 2 s … up to
-        breaker_seconds; the fault's cause, for messages."""
-        timeout = isinstance(exc, self.redis.TimeoutError)
-        health = self.health(node)
-        with self._lock:
-            self.counters["too_large" if overflowed else "timeouts" if timeout else "errors"] += 1
-            self.counters["breaker_openings"] += 1
-            self._back_off(health)
-            self._start_prober()
+    def _cause(self, exc: Exception | None, overflowed: bool, timeout: bool, seconds: float,
+               max_bytes: int | None) -> str:
+        """A node's fault said for messages."""
         if overflowed:
             return f"sent a reply over {max_bytes or self.max_reply_bytes} bytes"
         if timeout:
@@ -527,40 +493,24 @@ class RedisLink:
         try:
             with redis_guard.budget(self.timeout, 1 << 20):
                 client = self.client_for(node)
-                answered = (b"cluster_state:ok" in _as_bytes(client.execute_command("CLUSTER INFO"))
+                answered = (client.execute_command("CLUSTER INFO").get("cluster_state") == "ok"  # parsed by redis-py
                             if self.cluster else bool(client.ping()))
         except Exception:  # the node's fault, as a failed call's, but judged here: nobody waits for it
             answered = False
         what, health.unexplained = health.unexplained, None
         if answered:
             self._served_by(node)
-            refusal = _write_refusal("", True, self.timeout)
-            if what is not None and refusal is not None:  # it answers reads: paused for writes
-                self._say_writes_refused(node, what, refusal, health.writes_open_until - time.monotonic(), False)
+            if what is not None:  # it answers reads: paused for writes
+                paused = (f"no answer to a write within {self.timeout:g} s while it answers reads (paused for writes: "
+                          "CLIENT PAUSE WRITE, or a failover under way)", "none needed if it was paused on purpose; it "
+                          "is written again once the pause ends")
+                self._say_writes_refused(node, what, paused, health.writes_open_until - time.monotonic())
             return
         with self._lock:
             self._back_off(health)
+            self.counters["breaker_openings"] += what is not None
         if what is not None:  # it answers nothing: hung, or stopped
-            with self._lock:
-                self.counters["breaker_openings"] += 1
             self._say_fault(node, what, f"timed out (no whole reply within {self.timeout:g} s)", None, False)
-
-    def _discover(self) -> None:
-        """Ask the seeds in order, each whose breaker lets it, until one says what it is."""
-        with self._discovering:
-            if self.cluster is not None:
-                return
-            for seed in self.seeds:
-                if not self.health(seed).available:
-                    continue
-                found = self._read_slots(seed, quiet=False)
-                if found is _STANDALONE:
-                    self._server, self.cluster = seed, False
-                    return
-                if isinstance(found, redis_slots.SlotMap):
-                    self._map, self.cluster = found, True
-                    self._next_refresh = time.monotonic() + REFRESH_SECONDS
-                    return
 
     def _read_slots(self, node: str, *, quiet: bool) -> Any:
         """`node`'s slot map (within one timeout and TOPOLOGY_BYTES), _STANDALONE for a server
@@ -570,24 +520,17 @@ class RedisLink:
             with redis_guard.budget(self.timeout, redis_slots.TOPOLOGY_BYTES) as budget:
                 reply = self.client_for(node).execute_command("CLUSTER SLOTS")
             found: Any = redis_slots.parse(reply, node.rpartition(":")[0].strip("[]"))
-        except self.redis.ResponseError as exc:
-            if "cluster support disabled" in str(exc).lower() or "unknown command" in str(exc).lower():
+        except Exception as exc:
+            answered = isinstance(exc, (self.redis.ResponseError, redis_slots.BadSlotMap))
+            if answered and ("cluster support disabled" in str(exc).lower() or "unknown command" in str(exc).lower()):
                 found = _STANDALONE
             else:
-                self._report(node, "topology", exc, False, quiet)
+                self._node_failed(node, "topology" if answered else "connect", exc,
+                                  budget is not None and budget.overflowed, self.timeout, False,
+                                  redis_slots.TOPOLOGY_BYTES, quiet)
                 return None
-        except redis_slots.BadSlotMap as exc:
-            self._report(node, "topology", ValueError(str(exc)), False, quiet)
-            return None
-        except Exception as exc:
-            self._report(node, "connect", exc, budget is not None and budget.overflowed, quiet)
-            return None
         self._served_by(node)
         return found
-
-    def _report(self, node: str, what: str, exc: Exception, overflowed: bool, quiet: bool) -> None:
-        """A seed's or node's fault while reading the slot map: counted, said unless `quiet`."""
-        self._node_failed(node, what, exc, overflowed, self.timeout, False, redis_slots.TOPOLOGY_BYTES, quiet)
 
     def _owner(self, name: str | None) -> str | None:
         """The node serving `name`: its slot's in a cluster, else the one server (None: not known)."""
@@ -604,23 +547,6 @@ class RedisLink:
             self._map = self._map.moved(slot, node)
         self._next_refresh = 0.0  # a resharding or failover: the next fault or MOVED reads the whole map
 
-    def _stand_in_tag(self, slot_map: redis_slots.SlotMap, node: str) -> str | None:
-        """The first hash tag `kcsN` whose slot `node` serves in `slot_map` (the same in every
-        process with that map), cached per map."""
-        cached_map, tags = self._stand_in_tags
-        if cached_map is not slot_map:
-            tags = {}
-            self._stand_in_tags = (slot_map, tags)
-        if node not in tags:
-            key_slot = self.redis.crc.key_slot
-            tags[node] = next((f"kcs{i}" for i in range(MAX_STAND_IN_TAGS)
-                               if slot_map.owners[key_slot(f"kcs{i}".encode())] == node), None)
-        return tags[node]
-
-    def _first(self) -> str | None:
-        """The one server, else the first seed (None: no seed)."""
-        return self._server or next(iter(self.seeds), None)
-
     def _reachable_nodes(self) -> list[str]:
         if self.cluster is None:
             return self.seeds
@@ -636,14 +562,15 @@ class RedisLink:
         health = self.health(node)
         return (f"remote cache {self.endpoint}: being skipped after an error"
                 + (f" ({health.last_cause})" if health.last_cause else "")
-                + f"; try again in {max(1.0, health.reopens_in()):.0f} s")
+                + f"; try again in {max(1.0, health.open_until - time.monotonic()):.0f} s")
 
-    def _become_read_only(self, what: str) -> None:
+    def _become_read_only(self, what: str) -> str:
         with self._lock:
             self.read_only = True
         warn_once(f"remote-readonly:{self.endpoint}",
                   f"remote cache {self.endpoint} is a read-only replica ({what} refused): this process reads "
                   f"from it and writes nothing there (no entries, TTL refreshes or leases)")
+        return f"remote cache {self.endpoint} is a read-only replica ({what}): name its primary to change it"
 
     def _where(self, node: str) -> str:
         return f"remote cache {self.endpoint}" + (f" node {redacted(node)}" if self.cluster or len(self.seeds) > 1 else "")
@@ -651,10 +578,6 @@ class RedisLink:
     def _count(self, name: str) -> None:
         with self._lock:
             self.counters[name] += 1
-
-
-def _as_bytes(reply: Any) -> bytes:
-    return reply if isinstance(reply, bytes) else str(reply).encode()
 
 
 class _RedirectLoop(Exception):
@@ -666,31 +589,21 @@ _CODED_ERRORS = (("MovedError", "MOVED"), ("AskError", "ASK"), ("TryAgainError",
                  ("NoPermissionError", "NOPERM"), ("NoScriptError", "NOSCRIPT"))
 
 
-def _write_refusal(code: str, timed_out: bool, seconds: float) -> tuple[str, str] | None:
-    """(cause, fix) where a write was refused for the server's state, not its health: reads go on."""
-    if code == "OOM":
-        return ("it is full (OOM: maxmemory reached under a policy that evicts nothing)",
-                "`redis-cli config set maxmemory-policy allkeys-lru` (and in its config file), or a larger maxmemory")
-    if code == "MISCONF":
-        return ("it cannot persist (MISCONF: its RDB snapshots fail, so it stops writes)",
-                "free the server's disk, or `config set stop-writes-on-bgsave-error no` where persistence is not wanted")
-    if code == "NOPERM":
-        return ("its ACL forbids our user a write (NOPERM)",
-                "grant the user +set +eval +evalsha +pexpire +expire +del on the kc:* keys (`ACL SETUSER`)")
-    if timed_out:
-        return (f"no answer to a write within {seconds:g} s while it answers reads (paused for writes: "
-                "CLIENT PAUSE WRITE, or a failover under way)", "none needed if it was paused on purpose; it is "
-                "written again once the pause ends")
-    return None
+# (cause, fix) by error code where a write was refused for the server's state, not its health: reads go on
+_WRITE_REFUSALS = MappingProxyType({
+    "OOM": ("it is full (OOM: maxmemory reached under a policy that evicts nothing)",
+            "`redis-cli config set maxmemory-policy allkeys-lru` (and in its config file), or a larger maxmemory"),
+    "MISCONF": ("it cannot persist (MISCONF: its RDB snapshots fail, so it stops writes)",
+                "free the server's disk, or `config set stop-writes-on-bgsave-error no` where persistence is not wanted"),
+    "NOPERM": ("its ACL forbids our user a write (NOPERM)",
+               "grant the user +set +eval +evalsha +pexpire +expire +del on the kc:* keys (`ACL SETUSER`)"),
+})
 
 
-class _Moved:
+class _Moved(NamedTuple):
     """A MOVED reply: the call goes to `node` (None: no node known for the slot)."""
 
-    __slots__ = ("node",)
-
-    def __init__(self, node: str | None):
-        self.node = node
+    node: str | None
 
 
 _STANDALONE = object()  # a seed without cluster support: one server

@@ -29,9 +29,9 @@ def scrubbed(text: str, secrets: list[str]) -> str:
     return text
 
 
-def seeds(urls: list[str], resolve_seconds: float = RESOLVE_SECONDS) -> list[str]:
+def seeds(urls: list[str]) -> list[str]:
     """The URLs to try in order: each redis:// URL once per address its host resolves to (a name
-    that does not resolve within `resolve_seconds` is kept as it is, and fails when connected);
+    that does not resolve within RESOLVE_SECONDS is kept as it is, and fails when connected);
     rediss:// keeps its host name (the certificate names it), unix:// its path."""
     out: list[str] = []
     for url in urls:
@@ -41,14 +41,14 @@ def seeds(urls: list[str], resolve_seconds: float = RESOLVE_SECONDS) -> list[str
             continue
         port = parts.port or DEFAULT_PORT
         userinfo = parts.netloc.rpartition("@")[0]
-        for address in _addresses(parts.hostname, port, resolve_seconds):
+        for address in _addresses(parts.hostname, port):
             host = f"[{address}]" if ":" in address else address
             netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
             out.append(parts._replace(netloc=netloc).geturl())
     return list(dict.fromkeys(out))
 
 
-def _addresses(host: str, port: int, seconds: float) -> list[str]:
+def _addresses(host: str, port: int) -> list[str]:
     """The addresses `host` resolves to, in the resolver's order (an address literal: itself)."""
     try:
         return [str(ipaddress.ip_address(host))]
@@ -64,6 +64,6 @@ def _addresses(host: str, port: int, seconds: float) -> list[str]:
             pass
     worker = threading.Thread(target=lookup, daemon=True, name="kernel-cache-resolve")
     worker.start()
-    worker.join(seconds)
+    worker.join(RESOLVE_SECONDS)
     addresses = list(dict.fromkeys(found[:]))[:MAX_ADDRESSES] if not worker.is_alive() else []
     return addresses or [host]

@@ -16,6 +16,7 @@ from kernel_cache.errors import KernelCacheError
 SLOTS = 16384
 MAX_NODES = 1000  # Redis Cluster's own recommended ceiling for a cluster's size
 TOPOLOGY_BYTES = 3 << 20  # one CLUSTER SLOTS reply (a cluster of MAX_NODES in few ranges is ~0.2 MiB)
+MAX_STAND_IN_TAGS = 1 << 16  # hash tags tried for one that lands on a stand-in node's slots
 
 
 class BadSlotMap(KernelCacheError, ValueError):
@@ -27,6 +28,7 @@ class SlotMap:
         self.owners = owners  # slot -> the node serving it (None: no node serves it now)
         self.replicas = replicas  # primary -> its replicas, in the order the reply gave them
         self._runs: list[tuple[int, str]] | None = None  # (first slot, node) of each run of slots, made once
+        self._tags: dict[str, str | None] = {}  # node -> its stand-in hash tag, found once
 
     @property
     def primaries(self) -> list[str]:
@@ -46,6 +48,14 @@ class SlotMap:
                                  if owner is not None and (i == 0 or self.owners[i - 1] != owner)]
         after = [run for run in runs if run[0] > slot] + [run for run in runs if run[0] <= slot]
         return next((owner for _, owner in after if usable(owner)), None)
+
+    def stand_in_tag(self, node: str, key_slot: Callable[[bytes], int]) -> str | None:
+        """The first hash tag `kcsN` whose slot (`key_slot`: Redis's) `node` serves here: the same
+        in every process with this map."""
+        if node not in self._tags:
+            self._tags[node] = next((f"kcs{i}" for i in range(MAX_STAND_IN_TAGS)
+                                     if self.owners[key_slot(f"kcs{i}".encode())] == node), None)
+        return self._tags[node]
 
     def moved(self, slot: int, node: str) -> SlotMap:
         """This map with `slot` served by `node` (a MOVED reply), unless that names too many nodes."""

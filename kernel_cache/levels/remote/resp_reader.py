@@ -40,26 +40,17 @@ class RespFault(KernelCacheError, OSError):
         self.kind = kind
 
 
-class Endpoint:
-    """Where and as whom to connect, from a redis:// or unix:// URL (less TLS and connection options)."""
-
-    def __init__(self, url: str, password: str | None = None):
-        try:
-            parsed = RemoteUrl(url)
-        except BadRemoteUrl:
-            raise RespUnusable("a URL redis-py says what is wrong with") from None
-        if parsed.scheme == "rediss" or {name for name, _ in parsed.options} - {"db"} or parsed.parts.fragment:
-            raise RespUnusable(f"{parsed.scheme}:// URL or options left to redis-py")
-        self.host, self.port, self.path, self.db = parsed.host, parsed.port, parsed.path, parsed.db
-        self.username = parsed.username
-        self.password = password if password is not None else parsed.password
-
-
 class RespReader:
     """One connection, opened at the first call and kept; threads take turns."""
 
     def __init__(self, url: str, *, password: str | None, timeout: float, max_reply_bytes: int):
-        self.endpoint = Endpoint(url, password)
+        try:
+            self.where = where = RemoteUrl(url)
+        except BadRemoteUrl:
+            raise RespUnusable("a URL redis-py says what is wrong with") from None
+        if where.scheme == "rediss" or {name for name, _ in where.options} - {"db"} or where.parts.fragment:
+            raise RespUnusable(f"{where.scheme}:// URL or options left to redis-py")
+        self.password = password if password is not None else where.password
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
         self.usable = True
@@ -72,7 +63,10 @@ class RespReader:
     def call(self, *args: bytes | str | int) -> Any:
         """One command's reply: bytes, int, None, a list of them, or RespError raised. Any other
         failure raises RespFault and ends the reader."""
-        return self.pipeline([args])[0]
+        reply = self.pipeline([args])[0]
+        if isinstance(reply, RespError):
+            raise reply
+        return reply
 
     def pipeline(self, commands: list[tuple[bytes | str | int, ...]]) -> list[Any]:
         """Several commands sent at once, their replies in order (an error reply is returned as a
@@ -86,15 +80,12 @@ class RespReader:
                 sock = self._connected()
                 self._send(sock, b"".join(_encode(command) for command in commands))
                 replies = [self._reply(sock, 0) for _ in commands]
-            except (RespError, RespFault):
+            except Exception as exc:  # the connection is in an unknown state: this reader is done
                 self.give_up()
-                raise
-            except Exception as exc:  # OSError, a timeout: the connection is in an unknown state
-                self.give_up()
+                if isinstance(exc, (RespError, RespFault)):
+                    raise
                 kind = "timeout" if isinstance(exc, TimeoutError) else "connection" if isinstance(exc, OSError) else "protocol"
                 raise RespFault(f"{type(exc).__name__}: {exc}", kind) from exc
-        if len(commands) == 1 and isinstance(replies[0], RespError):
-            raise replies[0]
         return replies
 
     def give_up(self) -> None:
@@ -119,7 +110,7 @@ class RespReader:
     def _connected(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        where = self.endpoint
+        where = self.where
         if where.path is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self._left())
@@ -129,8 +120,8 @@ class RespReader:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         setup: list[tuple[bytes | str | int, ...]] = []
-        if where.password is not None:
-            setup.append(("AUTH", where.username, where.password) if where.username else ("AUTH", where.password))
+        if self.password is not None:
+            setup.append(("AUTH", where.username, self.password) if where.username else ("AUTH", self.password))
         if where.db:
             setup.append(("SELECT", where.db))
         if setup:
