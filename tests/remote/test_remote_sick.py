@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import redis
@@ -19,7 +20,7 @@ from conftest import ROOT, child_env
 from fake_resp import FakeRedis
 from redis_cluster import RedisCluster
 from redis_server import RedisServer, free_port
-from test_remote_level import KEYS, SIGNING_KEY
+from test_remote_level import KEYS, SIGNING_KEY, make_entry, remote, signed
 
 pytestmark = [pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
                                  reason="redis-server and redis-cli are not installed (apt-get install redis-server; "
@@ -109,6 +110,25 @@ def test_a_server_paused_for_writes_serves_reads_and_skips_writes_with_one_warni
     assert_no_worse(sick, alone, served=7)
     [said] = sick["warnings"]
     assert "CLIENT PAUSE WRITE" in said, said
+
+
+def test_each_cause_of_refused_writes_is_said_once_with_its_own_fix():
+    """A server that fills up (OOM), then cannot persist (MISCONF): two causes, two warnings, each with its fix."""
+    refusals = iter([b"-OOM command not allowed when used memory > 'maxmemory'\r\n",
+                     b"-MISCONF Redis is configured to save RDB snapshots, but it is unable to persist\r\n"])
+    with FakeRedis("reply", replies={b"SET": lambda: next(refusals, b"+OK\r\n"),
+                                     b"CLUSTER": b"-ERR This instance has cluster support disabled\r\n"}) as fake:
+        level = remote(fake.url, namespace="causes")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for key in KERNELS[:2]:
+                level.put_raw(key, signed(make_entry(key)))
+                for health in level.link._health.values():  # the refusal's pause ended: writes are sent again
+                    health.writes_open_until = 0.0
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2, said
+    assert "OOM" in said[0] and "maxmemory-policy allkeys-lru" in said[0], said
+    assert "MISCONF" in said[1] and "stop-writes-on-bgsave-error" in said[1], said
 
 
 def test_a_refused_port_costs_nothing_but_one_warning(tmp_path):

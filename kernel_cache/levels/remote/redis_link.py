@@ -369,7 +369,7 @@ class RedisLink:
     def _say_writes_refused(self, node: str, what: str, refusal: tuple[str, str], pause: float) -> str:
         cause, fix = refusal
         where = self._where(node)
-        warn_once(f"remote-writes:{self.endpoint}:{cause.split(' ')[0]}",
+        warn_once(f"remote-writes:{self.endpoint}:{cause}",  # one warning per cause: each names its own fix
                   f"{where} refused a write: {self.scrub(cause)} ({what}); reading from it, writing nothing "
                   f"there for {pause:.0f} s at a time (kernels compiled meanwhile are cached locally). Fix: {fix}")
         return f"{where} refused a write: {self.scrub(cause)} ({what}). Fix: {fix}"
