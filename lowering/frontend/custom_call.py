@@ -11,12 +11,12 @@ import functools
 import json
 import os
 import tempfile
-import warnings
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
+from jax.interpreters import mlir
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
 from jaxlib.mlir.dialects import stablehlo as hlo  # what jax's own `hlo` alias names
 
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from ..payload import module_image
 else:  # the module image is built only for a call lowered kernel by kernel (a warm call's payload is its record's)
     module_image = later("lowering.payload.module_image")
-
-_warned_aliases = False
 
 
 class ConfigCall(NamedTuple):
@@ -128,7 +126,8 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
         launch = module.TritonAutotunedKernelCall(
             f"{info.name} ({info.kernel_name}) {info.scalar_desc}",
             [(k, c.launch.description) for k, c in zip(kernel_calls, calls)],
-            _autotune_aliases(info.aliases, info.num_inputs, info.in_sizes))
+            # (input buffer, output buffer counted after the inputs, bytes): restored between configs
+            [(i, info.num_inputs + o, info.in_sizes[i]) for i, o in info.aliases])
     proto = launch.to_proto(info.name, info.serialized_metadata)
     cubins = [c.artifact.blobs.get("cubin") for c in calls]  # the blobs themselves: asked once each
     with_image = layout is not None and all(cubins)
@@ -146,24 +145,6 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
     return deflate.compress(proto, parts)
 
 
-def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
-                      in_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(input buffer, output buffer counted after the inputs, bytes) for jaxlib to restore between
-    configs; empty, with one warning, where jaxlib would restore them wrongly."""
-    global _warned_aliases
-    if not aliases:
-        return []
-    if not compat.autotuned_aliases_supported():
-        if not _warned_aliases:
-            _warned_aliases = True
-            warnings.warn(
-                "this jaxlib (< 0.10.0) cannot restore aliased inputs between autotune configs; "
-                "input_output_aliases are not passed to the autotuner, so an in-place autotuned "
-                "kernel sees inputs modified by earlier configs", stacklevel=3)
-        return []
-    return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
-
-
 def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
     """The stablehlo custom call launching `payload` for `plan`, its results in the user's order. The
@@ -171,7 +152,8 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
     payload itself, as a frontend attribute of that name."""
     call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
-    result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
+    # the kernel's order: pointer outputs first
+    result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in plan.results]
     ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major
     use_ffi = not autotuned and target_name != compat.LEGACY_TARGET and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:
