@@ -25,7 +25,7 @@ from kernel_cache.session import SessionMemo
 from kernel_cache.store import Store
 
 from . import jax_compat, xla_cache
-from .planning.plan import resolve_target
+from .planning.plan import target_of
 
 if TYPE_CHECKING:
     from compiler import compile_processes
@@ -102,6 +102,6 @@ def _likely_target(config: kernel_cache.Config) -> Target | None:
     try:
         if config.target_arch is not None:
             return parse_target(config.target_arch)
-        return resolve_target("cuda", None, None) if jax_compat.backends_started() else None
+        return target_of("cuda", None, None) if jax_compat.backends_started() else None
     except Exception:  # a guess: any doubt means no warm-up
         return None

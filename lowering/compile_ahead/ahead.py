@@ -87,7 +87,8 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     if session.config.compile_threads <= 1:  # one compile at a time: no threads to start
         return 0
     try:  # the missing call's target (worker processes warm up for it)
-        target: compiler.Target | None = target_of(platform, (params or {}).get("compute_capability"), session.config)
+        target: compiler.Target | None = target_of(platform, (params or {}).get("compute_capability"),
+                                                          session.config.target_arch)
     except Exception:  # its rule reports what is wrong
         target = None
     taken = [(*n, _identity(n[0], n[1])) for n in noted]

@@ -76,18 +76,11 @@ def set_by_wrappers(kernel: Any) -> set[str]:
     return names
 
 
-Unwrapped = tuple[tuple[Any, ...], Any]  # a kernel's wrappers, outermost first, and its JITFunction
-
-
 def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]:
     """The kernel's parameters Triton binds the positional runtime arguments to, in order: those not
     constexprs (annotated, or set by the caller, an autotune config or a heuristic). Heuristics, perf
     models, prune functions and descriptions all see these names."""
-    return _runtime_names(triton_compat.unwrapped(kernel), metaparams)
-
-
-def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str]:
-    wrappers, fn = kernel
+    wrappers, fn = triton_compat.unwrapped(kernel)
     constexprs = set(metaparams) | set_by_wrappers(wrappers[0]) if wrappers else metaparams  # [0]: the outermost
     return [name for name, is_constexpr, *_ in triton_compat.param_flags(fn)
             if not is_constexpr and name not in constexprs]
@@ -117,18 +110,6 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[LaunchConfig], named_args:
     return configs
 
 
-def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[str, Any], num_warps: int | None,
-             num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
-    """(the JITFunction, its launch configs): a plain kernel's one from the caller's launch parameters."""
-    wrappers, fn = kernel
-    default = LaunchConfig({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
-                   DEFAULT_NUM_STAGES if num_stages is None else num_stages,
-                   num_ctas, "default")
-    raw = _resolve(wrappers, [default], named_args, metaparams)
-    defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
-    return fn, [c._replace(constexprs={**defaults, **metaparams, **c.constexprs}) for c in raw]
-
-
 class Resolved(NamedTuple):
     """A call's kernel resolved; per config its grid and the outputs it zeroes (the user's indices,
     sorted). A tuple: built on every call, without a frozen dataclass's setattr per field."""
@@ -143,13 +124,18 @@ class Resolved(NamedTuple):
 def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
     meta = dict(call.metaparams.items())
-    kernel = triton_compat.unwrapped(call.kernel)
-    names = _runtime_names(kernel, meta)
+    wrappers, fn = triton_compat.unwrapped(call.kernel)
+    names = runtime_param_names(call.kernel, meta)
     if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+        raise TypeError(f"kernel '{fn.__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
                         f"got {len(runtime_values)} (inputs, scalars and outputs together)")
     named = dict(zip(names, runtime_values))
-    fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)
+    # a plain kernel's one config from the caller's launch parameters, then the wrappers'
+    default = LaunchConfig({}, DEFAULT_NUM_WARPS if call.num_warps is None else call.num_warps,
+                           DEFAULT_NUM_STAGES if call.num_stages is None else call.num_stages, call.num_ctas, "default")
+    defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
+    configs = [c._replace(constexprs={**defaults, **meta, **c.constexprs})
+               for c in _resolve(wrappers, [default], named, meta)]
     grid, zeroed_outputs = call.grid, call.zeroed_outputs
     if not (callable(grid) or callable(zeroed_outputs)):  # the same for every config: evaluated once
         return Resolved(named, fn, configs, [normalize_grid(grid, {})] * len(configs),

@@ -91,7 +91,7 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
     try:
         call = evaluation.call if evaluation is not None else BoundCall(**params)
         wrappers, fn = tc.unwrapped(call.kernel)
-        target = target_of(platform, call.compute_capability, config)
+        target = target_of(platform, call.compute_capability, config.target_arch)
         head = static_text(fn, target, platform)
         env = triton_env.get()  # one read of the environment for the whole signature
         modules = module_text(module, platform, config, env)

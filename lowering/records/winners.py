@@ -80,7 +80,8 @@ def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPla
     if chosen not in config_keys:
         return plan, specs, Choice(None, key, tuple(config_keys))
     index = config_keys.index(chosen)
-    return plan.only(index), [specs[index]], Choice(index, key, tuple(config_keys))
+    return (plan._replace(configs=[plan.configs[index]], launches=[plan.launches[index]]), [specs[index]],
+            Choice(index, key, tuple(config_keys)))
 
 
 def stored_winner(session: kernel_cache.Session, key: str) -> str | None:

@@ -54,7 +54,7 @@ MODULE_STATE = {
     "lowering/planning/kernels.py:pointer_type": f"{PURE} (a dtype -> its pointer type)",
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
     "lowering/planning/plan.py:dtype_info": f"{PURE} (a dtype -> its name and item size)",
-    "lowering/planning/plan.py:resolve_target": f"{FACT}: the target of (platform, call's arch, configured arch)",
+    "lowering/planning/plan.py:target_of": f"{FACT}: the target of (platform, call's arch, configured arch)",
     "lowering/planning/plan.py:_device_arch": f"{FACT}: the visible device's architecture",
     "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
     "lowering/records/call_key.py:_static": f"{FACT}: the key's text of the code, target, tools and kernel function",
