@@ -1,14 +1,8 @@
 """Compile ahead: a program's kernels compile at once, not one lowering rule after another.
 
-JAX traces a whole jitted function before it lowers any of it, so when the first Triton call of a
-module misses the store, every other call of that module has already been bound. Binding notes the
-call (a few microseconds, nothing planned or hashed); the first miss (`start`) hands every noted call
-to the compile workers, which plan it as its rule will, skip what the store holds and compile the
-rest. Each rule then finds its kernels built or joins the build under way (the store's single-flight),
-so a module of K kernels lowers cold in about the time of its slowest compiles. The first miss of a
-process also hands over what the program compiled last time under another toolchain or target
-(`predict`). A warm process never misses, so it never plans anything twice. A call that cannot be
-planned ahead is left to its rule, which reports what is wrong.
+JAX traces a whole jitted function before it lowers any of it: binding notes each call (nothing
+planned or hashed), and the first miss (`start`) hands every call noted after its own, and what the
+program compiled last time (`predict`), to the compile workers (docs/design.md, "Cold start").
 """
 
 from __future__ import annotations

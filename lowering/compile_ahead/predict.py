@@ -1,10 +1,6 @@
-"""Compile what the program compiled last time, before it is traced.
-
-After an upgrade (every key and signature new) or on another GPU model, a program's first miss
-finds no warm set of its own, but its first call's lineage (`call_key.signed_call`) still names the
-set it wrote last time. Each kernel member whose kernel this process has already imported (a recipe
-never imports anything) is rebuilt as a spec for this target and compiled at once, so the jits traced
-later find their kernels in the store. Once per session; a wrong guess costs only compile work.
+"""Compile what the program compiled last time, before it is traced: after an upgrade its first call's
+lineage still names the warm set it wrote; each kernel of it whose module is already imported is
+rebuilt for this target and compiled at once, once per session (docs/design.md, "Cold start").
 """
 
 from __future__ import annotations

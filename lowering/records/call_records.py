@@ -1,17 +1,8 @@
-"""The one serving path of a lowered call, and the records it serves.
-
-`serve` takes a call from the lowering rule to its payload through these tiers, in this order:
-  1. this session: a call it served before, by signature (another jit, a re-trace);
-  2. the program's warm set: the record its last run named for the signature;
-  3. the call planned and keyed (`call_key.call_key`): its record from the store, the warm set in
-     front (`Store.front_level`); a record of an autotuned call follows a winner stored since;
-  4. kernel by kernel: the rule's `build`, then `Slot.remember` writes the record.
-A record served is one record hit: its kernels are not read, only told to the levels' LRU order. A
-call served by its key, or just recorded, is signed for the next process; a call whose
-inputs have no value form has no signature and is planned on every lowering.
-
-KERNEL_CACHE_CALL_RECORDS=0 keeps records in this session only. ROCm payloads name a temporary
-file: never recorded. Tuning bypasses every tier but the last: nothing lowered may be reused.
+"""The one serving path of a lowered call (`serve`), through ordered tiers: this session's calls by
+signature, the program's warm set by signature, the call's record by its key, then kernel by kernel
+(`Slot.remember` records it). docs/design.md ("One serving path") says why each tier and what
+bypasses them: records off (KERNEL_CACHE_CALL_RECORDS=0) keep them in this session, ROCm payloads
+name a temporary file (never recorded), tuning reuses nothing lowered.
 """
 
 from __future__ import annotations
