@@ -44,17 +44,14 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def encode_varint(value: int) -> bytes:
-    if value < 0:
+    if value < 0:  # two's complement, as protobuf writes a negative int64
         value += 1 << 64
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def decode(data: bytes) -> list[Field]:
