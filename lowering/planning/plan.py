@@ -159,20 +159,25 @@ def target_of(platform: str, compute_capability: "int | str | None", configured:
 
 
 @functools.cache
-def _device_arch(platform: str) -> "int | str":
+def first_device(platform: str) -> Any:
+    """JAX's first device of `platform`, None where it has none."""
     import jax
 
     try:
         devices = jax.devices(platform)
     except RuntimeError:
-        devices = []
-    if not devices:
+        return None
+    return devices[0] if devices else None
+
+
+def _device_arch(platform: str) -> "int | str":
+    device = first_device(platform)
+    if device is None:
         example = "compute_capability=90" if platform == "cuda" else "compute_capability='gfx942'"
         raise NoTargetError(
             f"lowering a Triton kernel for '{platform}' needs the GPU architecture, and this host has "
             f"no {platform} device to read it from: pass {example} to triton_call, or set "
             f"{ENV_VAR} (e.g. sm_90 or gfx942)")
-    device = devices[0]
     if platform == "cuda":
         major, _, minor = str(device.compute_capability).partition(".")
         return int(major) * 10 + int(minor or 0)

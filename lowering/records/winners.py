@@ -20,7 +20,7 @@ from compiler import KernelSpec, triton_compat
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
-from ..planning.plan import KernelPlan
+from ..planning.plan import KernelPlan, first_device
 
 if TYPE_CHECKING:
     from kernel_cache.entries import winner_entry
@@ -123,13 +123,8 @@ def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
 
 @functools.cache
 def _device_kind(platform: str) -> str | None:
-    import jax
-
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError:
-        return None
-    return str(devices[0].device_kind) if devices else None
+    device = first_device(platform)
+    return None if device is None else str(device.device_kind)
 
 
 def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],

@@ -55,7 +55,7 @@ MODULE_STATE = {
     "lowering/planning/kernels.py:_TRITON_DTYPES": CONSTANT,
     "lowering/planning/plan.py:dtype_info": f"{PURE} (a dtype -> its name and item size)",
     "lowering/planning/plan.py:target_of": f"{FACT}: the target of (platform, call's arch, configured arch)",
-    "lowering/planning/plan.py:_device_arch": f"{FACT}: the visible device's architecture",
+    "lowering/planning/plan.py:first_device": f"{FACT}: the visible device",
     "lowering/records/call_key.py:code_identity": f"{FACT}: the compiler's and lowering's sources",
     "lowering/records/call_key.py:_static": f"{FACT}: the key's text of the code, target, tools and kernel function",
     "lowering/records/call_key.py:_inputs": f"{FACT}: a call's compile inputs per environment and installed tools",
