@@ -46,19 +46,6 @@ class ConfigCall(NamedTuple):
     launch: Launch
 
 
-def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
-    binary: Any = art.ptx  # Artifact.from_entry refused a CUDA entry without it, a ROCm one without its HSACO
-    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
-        fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)  # type: ignore[arg-type]  # (as above)
-    fields = compat.KernelFields(
-        name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
-        binary=binary, ttir=(art.ttir or "") if debug else "", compute_capability=compute_capability,
-        global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align)
-    return compat.make_triton_kernel(module, fields)
-
-
 def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> list[Any]:
     """One TritonParameter per runtime value the compiled kernel still takes (jaxlib's are flat:
     `position` counts flat values, as zeroing does)."""
@@ -118,7 +105,15 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
-        kernel = _kernel(module, platform, call.artifact, info.compute_capability, info.debug)
+        art, binary = call.artifact, cast(str, call.artifact.ptx)  # from_entry refused an entry without its binary
+        if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+            fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(cast(bytes, art.hsaco))
+        kernel = compat.make_triton_kernel(module, compat.KernelFields(
+            name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
+            binary=binary, ttir=(art.ttir or "") if info.debug else "", compute_capability=info.compute_capability,
+            global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align))
         kernel_calls.append(module.TritonKernelCall(kernel, *call.launch.grid, _parameters(module, call, args)))
     if len(kernel_calls) == 1:
         launch = kernel_calls[0]

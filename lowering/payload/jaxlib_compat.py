@@ -164,7 +164,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
     """The module_image layout if this schema has one (jaxlib > 0.11.0), else None."""
     try:
         kernel = schemas["jax_triton.TritonKernel"]
-        image = kernel.fields.get("module_image")
+        image = kernel.get("module_image")
         if image is None:
             return None
         image_msg = schemas[image[2]]
@@ -175,7 +175,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
         return ModuleImageLayout(
             kernel_field=_required(call, "kernel"), image_field=image[0],
             object_file=_required(image_msg, "object_file"), kernel_name=_required(image_msg, "kernel_name"),
-            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=_required(tuned, "configs"),
+            shared_mem_bytes=image_msg.get("shared_mem_bytes", (None,))[0], config_field=_required(tuned, "configs"),
             config_call_field=_required(config, "kernel_call"), any_call_field=_required(any_call, "kernel_call"),
             any_autotuned_field=_required(any_call, "autotuned_kernel_call"))
     except KeyError:
@@ -184,7 +184,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
 
 def _required(schema: proto.MessageSchema, field_name: str) -> int:
     """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
-    number = schema.number(field_name)
+    number = schema[field_name][0]
     if not number:
         raise KeyError(field_name)
     return number

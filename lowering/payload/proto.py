@@ -120,27 +120,18 @@ _MSG_NAME, _MSG_FIELD, _MSG_NESTED = 1, 2, 3
 _FIELD_NAME, _FIELD_NUMBER, _FIELD_TYPE, _FIELD_TYPE_NAME = 1, 3, 5, 6
 
 
-class MessageSchema(NamedTuple):
-    """One message: field name -> (number, descriptor type, type name)."""
-
-    name: str
-    fields: dict[str, tuple[int, int, str]]
-
-    def number(self, field_name: str) -> int | None:
-        entry = self.fields.get(field_name)
-        return entry[0] if entry else None
+# A message's fields: name -> (number, descriptor type, type name)
+MessageSchema = dict[str, tuple[int, int, str]]
 
 
 def _message(raw: bytes, prefix: str, out: dict[str, MessageSchema]) -> None:
     fields = decode(raw)
     name = prefix + first(fields, _MSG_NAME, b"").decode()
-    schema = MessageSchema(name, {})
+    schema = out[name] = {}
     for raw_field in all_of(fields, _MSG_FIELD):
         f = decode(raw_field)
-        schema.fields[first(f, _FIELD_NAME, b"").decode()] = (
-            first(f, _FIELD_NUMBER, 0), first(f, _FIELD_TYPE, 0),
-            first(f, _FIELD_TYPE_NAME, b"").decode().lstrip("."))
-    out[name] = schema
+        schema[first(f, _FIELD_NAME, b"").decode()] = (
+            first(f, _FIELD_NUMBER, 0), first(f, _FIELD_TYPE, 0), first(f, _FIELD_TYPE_NAME, b"").decode().lstrip("."))
     for nested in all_of(fields, _MSG_NESTED):
         _message(nested, name + ".", out)
 
