@@ -111,13 +111,9 @@ def _tuple_parameters(name: str, param_names: Sequence[str], top: list[Any], tre
 
 
 def _bind_keywords(kernel: Any, top: list[Any], metaparams: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    """(the arguments with the keyword operands placed at their parameters, the metaparameters left).
-
-    jax-triton 0.4: a keyword naming a runtime parameter is that parameter's operand, an array or a
-    scalar; one naming a parameter the positional arguments fill is Python's "multiple values"
-    TypeError. jax-triton 0.3 compiles every keyword in as a constant; that reading is kept for a
-    scalar keyword 0.4's cannot bind (a parameter the positional arguments fill once it is a constant,
-    or one after the outputs'): the same results either way."""
+    """(the arguments with the keyword operands placed at their parameters, the metaparameters left):
+    jax-triton 0.4's binding, with 0.3's constant kept for a scalar keyword 0.4's cannot bind (the
+    same results either way; docs/clients.md, "Keywords")."""
     declared = runtime_param_names(kernel, {})
     candidates = {k: v for k, v in metaparams.items() if k in declared and (_is_scalar(v) or hasattr(v, "shape"))}
     arrays = [k for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")]

@@ -142,10 +142,8 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
 
 def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
-    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order. The
-    cost_estimate goes where jax-triton 0.4 puts it, `cost_estimate_json` in the FFI target's backend
-    config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
-    payload itself, as a frontend attribute of that name."""
+    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order, with the
+    cost_estimate where jax-triton 0.4 puts it (docs/clients.md, "cost_estimate")."""
     call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
     # the kernel's order: pointer outputs first
     result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in plan.results]
