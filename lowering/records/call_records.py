@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store
@@ -75,17 +75,10 @@ class Slot:
             self.memos.records.put(key, record)
 
 
-class Served(NamedTuple):
-    """What the rule emits: the call's shape (its plan, where it was planned), payload and kernel count."""
-
-    shape: KernelPlan | CallShape
-    payload: bytes
-    kernels: int
-
-
 def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-          session: Session, module: Any, build: Callable[[Slot], None]) -> Served:
-    """The call through the tiers in the module's docstring; `build(slot)`, the last, fills `slot`'s payload."""
+          session: Session, module: Any, build: Callable[[Slot], None]) -> tuple[KernelPlan | CallShape, bytes, int]:
+    """(what the rule emits: the call's shape, its plan where it was planned; its payload; its kernel count)
+    through the tiers in the module's docstring; `build(slot)`, the last, fills `slot`'s payload."""
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     call = BoundCall(**params)
     evaluation = Evaluation(avals_in, avals_out, call)  # the user's functions, run once for this lowering
@@ -95,7 +88,7 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
         record, level = found
         _count(session, memos, record, level, start)
         memos.remember(signature, record)
-        return Served(CallShape(call, platform, *outputs(call, avals_out)), record.payload or b"", len(record.config_keys))
+        return CallShape(call, platform, *outputs(call, avals_out)), record.payload or b"", len(record.config_keys)
     plan = KernelPlan.of(platform, avals_in, avals_out, call, session.config, evaluation)
     slot = find(plan, session, module=module)
     if slot.payload is None:
@@ -106,7 +99,7 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
             memos.warm_set(session.store).sign(signature, slot.signable)
         if slot.record is not None:
             memos.remember(signature, slot.record)
-    return Served(plan, slot.payload, slot.kernels)
+    return plan, slot.payload, slot.kernels
 
 
 def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
@@ -133,11 +126,9 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
 def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
                 session: Session, module: Any = None, evaluation: Evaluation | None = None
                 ) -> tuple[str | None, tuple[call_entry.CallRecord, str] | None]:
-    """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves
-    it unplanned, tier 1 or 2, with the level it comes from, or None). Tier 2 is the record the
-    program's warm set names for the signature, a winner stored since followed, where it holds a
-    payload of its own; the warm set keeps signature -> the record whose payload the call lowered to
-    (its own, or its winner's own record, served while that winner is still stored)."""
+    """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves it
+    unplanned, tier 1 or 2, with its level, or None). The warm set keeps signature -> the record whose
+    payload the call lowered to: its own, or its winner's own while that winner is stored."""
     if platform != "cuda" or session.tuning is not None:
         return None, None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
