@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from jax import core
+
 import compiler
 import kernel_cache
 from compiler.artifact import KIND as KERNEL_KIND  # the members whose recipes rebuild a spec
@@ -23,7 +25,8 @@ from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
 from .. import first_use
-from ..planning.plan import plan_bound, target_of
+from ..planning.bound_call import BoundCall
+from ..planning.plan import KernelPlan, target_of
 from ..records import call_records, winners
 
 if TYPE_CHECKING:
@@ -115,7 +118,8 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
     try:
         if translate is not None:
             avals_in, params = translate(avals_in, params)
-        plan = plan_bound(platform, avals_in, params, session.config)
+        avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]  # as bound
+        plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), session.config)
         if session.tuning is not None:  # tuning records each call site as its rule lowers it
             specs = plan.specs()
         else:  # the rule will lower a persisted winner alone

@@ -164,16 +164,6 @@ def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int
     return launch, options
 
 
-def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
-    if out_shape is None and out_type is None:
-        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
-    if out_shape is not None and out_type is not None:
-        raise TypeError("pass either out_shape or out_type, not both")
-    shapes = out_shape if out_shape is not None else out_type
-    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
-    return tree_util.tree_flatten(shapes)  # (flat list, tree)
-
-
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
                 name: str = "", num_warps: int | None = None, num_stages: int | None = None,
                 num_ctas: int | None = 1, compute_capability: "int | str | None" = None,
@@ -207,7 +197,12 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         raise ValueError(f"custom_call_target_name={custom_call_target_name!r}: kernel-cache emits "
                          f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
     launch, options = _launch_options(num_warps, num_stages, num_ctas, backend_options)
-    flat_out, out_tree = _outputs(out_shape, out_type)
+    if (out_shape is None) == (out_type is None):
+        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs"
+                        if out_shape is None else "pass either out_shape or out_type, not both")
+    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),  # type: ignore[no-untyped-call]  # jax's
+                                out_shape if out_shape is not None else out_type)
+    flat_out, out_tree = tree_util.tree_flatten(shapes)
 
     _refuse_unsupported(args, metaparams)
     top = list(args)  # one entry per kernel parameter (a tuple: a Triton tuple parameter, jax-triton 0.4)

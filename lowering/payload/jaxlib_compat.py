@@ -76,10 +76,7 @@ def ffi_target_registered(platform: str) -> bool:
 
 def tma_descriptors_in_jaxlib() -> bool:
     """Whether the CUDA plugin can pass TMA descriptor parameters (jax-triton 0.4's TensorDescriptor)."""
-    try:
-        return hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
-    except JaxlibSupportError:
-        return False
+    return plugin_installed("cuda") and hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
 
 
 def tma_descriptors_in_triton() -> bool:

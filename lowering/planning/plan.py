@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from jax import core
 
 from compiler import KernelSpec, Target, make_spec, parse_target
 from kernel_cache import Config
@@ -226,9 +225,3 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
     for name, value in zip(names, grouped):
         walk(name, value)
     return out
-
-
-def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
-    """The plan of a call as it was bound, before its rule runs."""
-    avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)
