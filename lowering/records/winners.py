@@ -1,8 +1,6 @@
-"""Persisted autotune winners at lowering time: an autotuned call whose winner is in the store is
-lowered as one plain call of the winning config (the FFI target where registered: CUDA-graph
-capturable, no autotuning at first launch); otherwise it stays autotuned. The winner key is computed
-from the configs' content keys, the autotune-key values and the GPU model; lookups are memoized per
-session. `tuning()` is how `lowering.records.tune` records a program's sites and forces configs.
+"""Persisted autotune winners at lowering time: an autotuned call whose winner is stored (keyed by its
+configs' content keys, autotune-key values and GPU model) is lowered as one plain call of that config
+(docs/design.md, "Tuned once"); `tuning()` is how `tune` records a program's sites and forces configs.
 """
 
 from __future__ import annotations
