@@ -16,7 +16,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
-from jax.interpreters import mlir
 from jax.interpreters.mlir import ir  # jaxlib's MLIR bindings, as jax re-exports them
 from jaxlib.mlir.dialects import stablehlo as hlo  # what jax's own `hlo` alias names
 
@@ -145,8 +144,7 @@ def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payloa
     """The stablehlo custom call launching `payload` for `plan`, its results in the user's order, with the
     cost_estimate where jax-triton 0.4 puts it (docs/clients.md, "cost_estimate")."""
     call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
-    # the kernel's order: pointer outputs first
-    result_types = [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in plan.results]
+    result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
     ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major
     use_ffi = not autotuned and target_name != compat.LEGACY_TARGET and compat.ffi_target_registered(platform)
     if target_name == compat.FFI_TARGET and not use_ffi:

@@ -32,6 +32,13 @@ class JaxlibSupportError(KernelCacheError, RuntimeError):
     """The installed jaxlib cannot run Triton kernels for the requested platform."""
 
 
+def ir_type(ctx: Any, aval: Any) -> Any:
+    """The MLIR type of an array aval in the module `ctx` lowers."""
+    from jax._src.interpreters import mlir
+
+    return mlir.aval_to_ir_type(ctx.module_context, aval)
+
+
 def jaxlib_version() -> tuple[int, ...]:
     from jax._src.lib import version
 
