@@ -78,9 +78,7 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
                 module: Any, config: Config, evaluation: Evaluation | None = None) -> tuple[str, str] | None:
     """(the call's signature, its lineage), or None where some input has no value form (a signature's
     document starts otherwise than every key's, so the two never name one another). The lineage names
-    the same call under any toolchain, environment, jaxlib or target (the kernel by module and name,
-    and the call's value form): it finds what the program compiled before an upgrade, a guess that
-    costs only compile work when wrong."""
+    the same call under any toolchain, environment, jaxlib or target (docs/design.md, "Cold start")."""
     if params.get("arg_tree") is not None:
         return None
     try:
