@@ -1,15 +1,9 @@
 """The session at first use: importing `lowering` does nothing; the first Triton call bound or
-lowered under a session opens its store and then, once per session:
-  - in a process of a multi-process `jax.distributed` job (KERNEL_CACHE_JOB not 0), adds the job's
-    key-value store as a level (`join_job`), so the job compiles each kernel once: a job must call
-    `jax.distributed.initialize()` before its first Triton call;
-  - KERNEL_CACHE_XLA=1: points JAX's persistent compilation cache at the store's `xla/` (`lowering.xla_cache`);
-  - where compiles run at once, starts the toolchain fingerprint in the background, so a cold
-    process's first lowering does not wait for it; where it must be computed (a new node, a new
-    Triton) the process is about to compile, and the compile worker processes start once it has
-    bound a second distinct call (`compile_processes.start_cold`): ready by the first miss, which
-    comes only once JAX has traced the whole jit. A program of one call never starts them: their
-    start-up, beside its one compile, slowed its lowering by up to half on a 16-core host.
+lowered under a session opens its store and then, once per session, joins a multi-process job's
+key-value store (`join_job`: docs/job.md), applies KERNEL_CACHE_XLA (`lowering.xla_cache`) and,
+where compiles run at once, starts the toolchain fingerprint in the background and the compile
+worker processes at a cold process's second distinct call (docs/design.md, "Threads first,
+processes where they pay", says why the second).
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ from kernel_cache.session import SessionMemo
 from kernel_cache.store import Store
 
 from . import jax_compat, xla_cache
-from .planning.plan import resolve_target
+from .planning.plan import target_of
 
 if TYPE_CHECKING:
     from compiler import compile_processes
@@ -102,6 +96,6 @@ def _likely_target(config: kernel_cache.Config) -> Target | None:
     try:
         if config.target_arch is not None:
             return parse_target(config.target_arch)
-        return resolve_target("cuda", None, None) if jax_compat.backends_started() else None
+        return target_of("cuda", None, None) if jax_compat.backends_started() else None
     except Exception:  # a guess: any doubt means no warm-up
         return None

@@ -57,7 +57,6 @@ def refuse(position: int) -> None:
                        f"(jax-triton 0.4 requires jax >= 0.11 with it)")
     if not compat.tma_descriptors_in_triton():
         missing.append(f"Triton {triton.__version__} is older than 3.7")
-    why = "; ".join(missing)
     raise compat.JaxlibSupportError(
-        f"argument {position} is a TensorDescriptor (jax-triton 0.4): {why}. Pass the array itself and build "
+        f"argument {position} is a TensorDescriptor (jax-triton 0.4): {'; '.join(missing)}. Pass the array itself and build "
         f"the descriptor in the kernel (tl.make_tensor_descriptor), or call jax-triton 0.4 directly")

@@ -2,20 +2,10 @@
 persistent compilation cache is pointed at `<KERNEL_CACHE_DIR>/xla` with thresholds that keep
 small programs too, so a warm process skips XLA compilation as well as Triton's.
 
-JAX runs what it finds there as code, unchecked, so the directory is handed over only under a
-rule stricter than the store's (`private_xla_dir`; kernel entries can afford a trusted group, being
-decoded and checked, executables cannot):
-- the store accepted KERNEL_CACHE_DIR under its own rule (its local level is open);
-- KERNEL_CACHE_DIR and `xla/` are real directories (no symlink) owned by you (or root) that no one
-  else may write, a trusted group included;
-- `xla/` is private (0700): kernel-cache creates it so, and tightens an older one only after
-  checking every name in it is your file;
-- every directory above KERNEL_CACHE_DIR is owned by you or root and, where others may write it,
-  sticky (as /tmp is), so no one can move the cache away and put one of theirs in its place.
-Otherwise JAX's cache stays off for kernel-cache's part, with one warning naming why. A directory
-the user gave JAX (`jax_compilation_cache_dir`) is left alone. Applied at a session's first Triton
-call; where JAX already decided it has no persistent cache, it is asked to decide again. The
-executables are specific to the node's GPU model and driver: node-local, never in the shared level.
+JAX runs what it finds there as code, unchecked, so the directory is handed over only under a rule
+stricter than the store's, a trusted group excluded (`private_xla_dir`; docs/trust.md states it);
+otherwise with one warning naming why. A directory the user gave JAX is left alone. The executables
+are specific to the node's GPU model and driver: node-local, never in the shared level.
 """
 
 from __future__ import annotations
@@ -74,7 +64,7 @@ class XlaDirRefused(KernelCacheError):
 
 
 def private_xla_dir(store: Store) -> Path:
-    """`<dir>/xla`, created 0700 if missing, under the rule above; XlaDirRefused naming the first problem."""
+    """`<dir>/xla`, created 0700 if missing, under the rule of docs/trust.md; XlaDirRefused naming the first problem."""
     config = store.config
     if config.dir is None:
         raise XlaDirRefused("no KERNEL_CACHE_DIR")

@@ -21,7 +21,7 @@ for these programs:
   9 jits, upgraded  the 9 jits again after a run of them under another toolchain (simulated as the
                tests do: TRITON_DISABLE_LINE_INFO=1 makes every key new; and the toolchain memo
                removed, as a new Triton finds none of its own): the first miss compiles,
-               ahead, what the last run's warm set names (lowering.compile_ahead.predict); serial
+               ahead, what the last run's warm set names (lowering.compile_ahead.ahead.predicted); serial
                compiles one at a time as each jit lowers
   module in a model  (`--shapes ...,model`) the module, each program followed by 0.1 s of tracing time
                (a model's trace is long: its first Triton call comes long before its first lowering);

@@ -63,12 +63,8 @@ def translate_04(client: PrimitiveClient, module: ModuleType, params: dict[str, 
 def _parameters(module: ModuleType, in_tree: Any, avals_in: Any) -> tuple[list[Any], list[int]]:
     """(the kernel's input parameters in order, a tuple parameter as a tuple; the output placeholders'
     ordinals, which must all come after the inputs)."""
-    special = (module._StaticArg, module._OutputPlaceholder)
     descriptor = getattr(module, "TensorDescriptor", None)
-
-    def leaf(a: Any) -> bool:
-        return isinstance(a, special) or (descriptor is not None and isinstance(a, descriptor))
-
+    leaves = (module._StaticArg, module._OutputPlaceholder, *([descriptor] if descriptor is not None else []))
     inputs: list[Any] = []
     outputs: list[int] = []
     for value in in_tree.unflatten(list(avals_in)):
@@ -77,12 +73,12 @@ def _parameters(module: ModuleType, in_tree: Any, avals_in: Any) -> tuple[list[A
             continue
         if outputs:
             raise UnsupportedCall("an output parameter before an input (kernel-cache passes outputs last)")
-        for part in tree_util.tree_leaves(value, is_leaf=leaf):
+        for part in tree_util.tree_leaves(value, is_leaf=lambda a: isinstance(a, leaves)):
             if descriptor is not None and isinstance(part, descriptor) and not tensor_descriptor.supported():
                 raise UnsupportedCall("a TensorDescriptor argument (host-side TMA), which this jaxlib or Triton lacks")
             if isinstance(part, module._OutputPlaceholder):
                 raise UnsupportedCall("an output placeholder inside a tuple")
-        inputs.append(tree_util.tree_map(lambda a: _ours(a, descriptor), value, is_leaf=leaf))
+        inputs.append(tree_util.tree_map(lambda a: _ours(a, descriptor), value, is_leaf=lambda a: isinstance(a, leaves)))
     return inputs, outputs
 
 

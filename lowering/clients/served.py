@@ -30,8 +30,8 @@ class UnsupportedCall(KernelCacheError, ValueError):
     """One call asks for something the adapter does not lower (the client lowers it itself)."""
 
 
-def check_version(client: str, distribution: str, lowest: tuple[int, ...], below: tuple[int, ...]) -> str:
-    """The installed version of `distribution`, if within [lowest, below); else UnsupportedClient."""
+def check_version(client: str, distribution: str, lowest: tuple[int, ...], below: tuple[int, ...]) -> None:
+    """UnsupportedClient unless the installed version of `distribution` is within [lowest, below)."""
     try:
         version = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -40,7 +40,6 @@ def check_version(client: str, distribution: str, lowest: tuple[int, ...], below
     if not lowest <= tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4]) < below:
         raise UnsupportedClient(f"{distribution} {version} is not a version kernel-cache knows (it knows "
                                 f"{'.'.join(map(str, lowest))} up to, not including, {'.'.join(map(str, below))})")
-    return version
 
 
 def check_configuration() -> None:

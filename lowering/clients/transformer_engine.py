@@ -1,14 +1,8 @@
-"""TransformerEngine's JAX Triton extensions (experimental): `triton_call_lowering` served here.
-
-TE's primitives call `transformer_engine.jax.triton_extensions.utils.triton_call_lowering(ctx,
-kernel_fn, *array_args, grid=..., input_output_aliases=..., constexprs=..., [num_warps, num_stages,
-enable_fp_fusion])` inside their own lowering rules; it compiles with Triton on every process (in
-memory only). We replace that helper, in its module and wherever TE bound it by name, with one that
-lowers through `rule.lower_call`: `constexprs` are compile-time constants (TE puts scalar runtime
-arguments there too), the arrays the kernel's other parameters in order, with TE's defaults read from
-the installed function's signature, on which it is gated (not on a version). TE's in-place kernels
-have pointers for their inputs only: lowered as jax-triton 0.4 reads aliases. As TE compiles,
-pointers carry no 16-byte alignment hint: the same PTX, so results bit for bit with TE's own path.
+"""TransformerEngine's JAX Triton extensions (experimental): `triton_call_lowering`, the helper TE's
+primitives lower through (compiling with Triton in every process), replaced in its module and
+wherever TE bound it by name with one that lowers through `rule.lower_call`. Gated on the installed
+function's signature, not a version; docs/clients.md says how TE's calls are read (constexprs,
+in-place kernels, no alignment hint) so that the kernels are TE's own, bit for bit.
 """
 
 from __future__ import annotations

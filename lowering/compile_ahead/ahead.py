@@ -1,14 +1,8 @@
 """Compile ahead: a program's kernels compile at once, not one lowering rule after another.
 
-JAX traces a whole jitted function before it lowers any of it, so when the first Triton call of a
-module misses the store, every other call of that module has already been bound. Binding notes the
-call (a few microseconds, nothing planned or hashed); the first miss (`start`) hands every noted call
-to the compile workers, which plan it as its rule will, skip what the store holds and compile the
-rest. Each rule then finds its kernels built or joins the build under way (the store's single-flight),
-so a module of K kernels lowers cold in about the time of its slowest compiles. The first miss of a
-process also hands over what the program compiled last time under another toolchain or target
-(`predict`). A warm process never misses, so it never plans anything twice. A call that cannot be
-planned ahead is left to its rule, which reports what is wrong.
+JAX traces a whole jitted function before it lowers any of it: binding notes each call (nothing
+planned or hashed), and the first miss (`start`) hands every call noted after its own, and what the
+program compiled last time (`predicted`), to the compile workers (docs/design.md, "Cold start").
 """
 
 from __future__ import annotations
@@ -19,21 +13,26 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from jax import core
+
 import compiler
 import kernel_cache
+from compiler.artifact import KIND as KERNEL_KIND  # the members whose recipes rebuild a spec
+from kernel_cache import Entry
+from kernel_cache.entries import call_entry
+from kernel_cache.entries.summary import META_KIND, META_RECIPE
 from kernel_cache.lazy import later
+from kernel_cache.session import SessionMemo
 
 from .. import first_use
-from ..planning.plan import plan_bound, target_of
-from ..records import winners
+from ..planning.bound_call import BoundCall
+from ..planning.plan import KernelPlan, target_of
+from ..records import call_records, winners
 
 if TYPE_CHECKING:
     from compiler import compile_processes
-
-    from . import predict
 else:
     compile_processes = later("compiler.compile_processes")  # its worker processes, where they pay
-    predict = later("lowering.compile_ahead.predict")  # a warm set's predecessor, read at the first miss
 
 log = logging.getLogger("kernel_cache.lowering")
 
@@ -87,7 +86,8 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
     if session.config.compile_threads <= 1:  # one compile at a time: no threads to start
         return 0
     try:  # the missing call's target (worker processes warm up for it)
-        target: compiler.Target | None = target_of(platform, (params or {}).get("compute_capability"), session.config)
+        target: compiler.Target | None = target_of(platform, (params or {}).get("compute_capability"),
+                                                          session.config.target_arch)
     except Exception:  # its rule reports what is wrong
         target = None
     taken = [(*n, _identity(n[0], n[1])) for n in noted]
@@ -102,7 +102,7 @@ def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] 
             seen.add(ident)
             calls.append((avals_in, params, translate))
     # what the program compiled last time under another toolchain or target (once, at the first miss)
-    ahead = predict.predicted(session, target) if target is not None else []
+    ahead = predicted(session, target) if target is not None else []
     compile_processes.expect(session.config, len(calls) + len(ahead), target)  # worker processes, where they pay
     for avals_in, params, translate in calls:
         compile_processes.submit(session.config, _plan_and_compile, platform, avals_in, params, translate, session)
@@ -118,7 +118,8 @@ def _plan_and_compile(platform: str, avals_in: Sequence[Any], params: Mapping[st
     try:
         if translate is not None:
             avals_in, params = translate(avals_in, params)
-        plan = plan_bound(platform, avals_in, params, session.config)
+        avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]  # as bound
+        plan = KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), session.config)
         if session.tuning is not None:  # tuning records each call site as its rule lowers it
             specs = plan.specs()
         else:  # the rule will lower a persisted winner alone
@@ -137,3 +138,48 @@ def _compile(spec: compiler.KernelSpec, store: kernel_cache.Store, keys: compile
         compile_processes.get_or_compile(spec, store, keys=keys)  # on a worker process where one is idle
     except Exception as exc:  # its rule compiles it again and raises the error where the user sees it
         log.debug("compiling %s ahead failed: %s", spec.name, exc)
+
+
+_ASKED: SessionMemo[list[bool]] = SessionMemo("lowering.compile_ahead.predicted", lambda _: [])
+
+
+def predicted(session: kernel_cache.Session, target: compiler.Target) -> list[compiler.KernelSpec]:
+    """What the program compiled last time, to compile ahead for `target` at this session's first miss
+    (empty at every later one): after an upgrade its first call's lineage still names the warm set it
+    wrote; each kernel of it whose module is already imported is rebuilt for this target."""
+    asked = _ASKED.of(session)
+    if asked:
+        return []
+    asked.append(True)
+    members = call_records.predecessor(session)
+    if not members:
+        return []
+    specs, skipped = [], 0
+    for entry in _kernels(session.store, members):
+        try:
+            specs.append(compiler.from_recipe(entry.meta[META_RECIPE], target, imported_only=True))
+        except (compiler.RecipeError, KeyError, TypeError, ValueError):
+            skipped += 1  # not imported here (or not rebuildable): never imported to find out
+    log.debug("compiling ahead %d kernels the program compiled before under another toolchain or target "
+              "(%d not imported here)", len(specs), skipped)
+    return specs
+
+
+def _kernels(store: kernel_cache.Store, members: list[Entry]) -> list[Entry]:
+    """The kernel entries the set holds or its lowered-call records name (read from the local
+    level: the records of a cold run list their kernels, which its set need not hold), each once."""
+    found: dict[str, Entry] = {}
+    for entry in members:
+        kind = entry.meta.get(META_KIND)
+        if kind == KERNEL_KIND and isinstance(entry.meta.get(META_RECIPE), dict):
+            found.setdefault(entry.key, entry)
+        elif kind == call_entry.KIND:
+            try:
+                keys = call_entry.CallRecord.from_entry(entry).config_keys
+            except Exception:  # a malformed record guides nothing
+                continue
+            for key in keys:
+                kernel = found.get(key) or store.get_local(key)
+                if kernel is not None and isinstance(kernel.meta.get(META_RECIPE), dict):
+                    found[key] = kernel
+    return list(found.values())

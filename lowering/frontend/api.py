@@ -111,13 +111,9 @@ def _tuple_parameters(name: str, param_names: Sequence[str], top: list[Any], tre
 
 
 def _bind_keywords(kernel: Any, top: list[Any], metaparams: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    """(the arguments with the keyword operands placed at their parameters, the metaparameters left).
-
-    jax-triton 0.4: a keyword naming a runtime parameter is that parameter's operand, an array or a
-    scalar; one naming a parameter the positional arguments fill is Python's "multiple values"
-    TypeError. jax-triton 0.3 compiles every keyword in as a constant; that reading is kept for a
-    scalar keyword 0.4's cannot bind (a parameter the positional arguments fill once it is a constant,
-    or one after the outputs'): the same results either way."""
+    """(the arguments with the keyword operands placed at their parameters, the metaparameters left):
+    jax-triton 0.4's binding, with 0.3's constant kept for a scalar keyword 0.4's cannot bind (the
+    same results either way; docs/clients.md, "Keywords")."""
     declared = runtime_param_names(kernel, {})
     candidates = {k: v for k, v in metaparams.items() if k in declared and (_is_scalar(v) or hasattr(v, "shape"))}
     arrays = [k for k, v in metaparams.items() if not _is_scalar(v) and hasattr(v, "shape")]
@@ -168,16 +164,6 @@ def _launch_options(num_warps: int | None, num_stages: int | None, num_ctas: int
     return launch, options
 
 
-def _outputs(out_shape: Any, out_type: Any) -> tuple[list[Any], Any]:
-    if out_shape is None and out_type is None:
-        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs")
-    if out_shape is not None and out_type is not None:
-        raise TypeError("pass either out_shape or out_type, not both")
-    shapes = out_shape if out_shape is not None else out_type
-    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), shapes)  # type: ignore[no-untyped-call]  # jax's
-    return tree_util.tree_flatten(shapes)  # (flat list, tree)
-
-
 def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = None, grid: Any,
                 name: str = "", num_warps: int | None = None, num_stages: int | None = None,
                 num_ctas: int | None = 1, compute_capability: "int | str | None" = None,
@@ -211,7 +197,12 @@ def triton_call(*args: Any, kernel: Any, out_shape: Any = None, out_type: Any = 
         raise ValueError(f"custom_call_target_name={custom_call_target_name!r}: kernel-cache emits "
                          f"'{compat.LEGACY_TARGET}' or '{compat.FFI_TARGET}'")
     launch, options = _launch_options(num_warps, num_stages, num_ctas, backend_options)
-    flat_out, out_tree = _outputs(out_shape, out_type)
+    if (out_shape is None) == (out_type is None):
+        raise TypeError("triton_call needs out_shape (or out_type): the shapes and dtypes of the outputs"
+                        if out_shape is None else "pass either out_shape or out_type, not both")
+    shapes = tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),  # type: ignore[no-untyped-call]  # jax's
+                                out_shape if out_shape is not None else out_type)
+    flat_out, out_tree = tree_util.tree_flatten(shapes)
 
     _refuse_unsupported(args, metaparams)
     top = list(args)  # one entry per kernel parameter (a tuple: a Triton tuple parameter, jax-triton 0.4)

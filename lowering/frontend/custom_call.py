@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import tempfile
-import warnings
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 else:  # the module image is built only for a call lowered kernel by kernel (a warm call's payload is its record's)
     module_image = later("lowering.payload.module_image")
 
-_warned_aliases = False
-
 
 class ConfigCall(NamedTuple):
     """One config's compiled kernel and how to launch it."""
@@ -46,19 +43,6 @@ class ConfigCall(NamedTuple):
     spec: KernelSpec
     artifact: Artifact
     launch: Launch
-
-
-def _kernel(module: ModuleType, platform: str, art: Artifact, compute_capability: int, debug: bool) -> Any:
-    binary: Any = art.ptx  # Artifact.from_entry refused a CUDA entry without it, a ROCm one without its HSACO
-    if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
-        fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(art.hsaco)  # type: ignore[arg-type]  # (as above)
-    fields = compat.KernelFields(
-        name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
-        binary=binary, ttir=(art.ttir or "") if debug else "", compute_capability=compute_capability,
-        global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align)
-    return compat.make_triton_kernel(module, fields)
 
 
 def _parameters(module: ModuleType, call: ConfigCall, args: Sequence[Any]) -> list[Any]:
@@ -120,7 +104,15 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
     module = compat.triton_module(platform)
     kernel_calls = []
     for call in calls:
-        kernel = _kernel(module, platform, call.artifact, info.compute_capability, info.debug)
+        art, binary = call.artifact, cast(str, call.artifact.ptx)  # from_entry refused an entry without its binary
+        if platform == "rocm":  # jaxlib reads the HSACO from a file path, then deletes the file
+            fd, binary = tempfile.mkstemp(suffix=".hsaco", prefix="kernel-cache-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(cast(bytes, art.hsaco))
+        kernel = compat.make_triton_kernel(module, compat.KernelFields(
+            name=art.name, num_warps=art.num_warps, num_ctas=art.num_ctas, shared_mem=art.shared_mem,
+            binary=binary, ttir=(art.ttir or "") if info.debug else "", compute_capability=info.compute_capability,
+            global_scratch_size=art.global_scratch_size, global_scratch_align=art.global_scratch_align))
         kernel_calls.append(module.TritonKernelCall(kernel, *call.launch.grid, _parameters(module, call, args)))
     if len(kernel_calls) == 1:
         launch = kernel_calls[0]
@@ -128,7 +120,8 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
         launch = module.TritonAutotunedKernelCall(
             f"{info.name} ({info.kernel_name}) {info.scalar_desc}",
             [(k, c.launch.description) for k, c in zip(kernel_calls, calls)],
-            _autotune_aliases(info.aliases, info.num_inputs, info.in_sizes))
+            # (input buffer, output buffer counted after the inputs, bytes): restored between configs
+            [(i, info.num_inputs + o, info.in_sizes[i]) for i, o in info.aliases])
     proto = launch.to_proto(info.name, info.serialized_metadata)
     cubins = [c.artifact.blobs.get("cubin") for c in calls]  # the blobs themselves: asked once each
     with_image = layout is not None and all(cubins)
@@ -146,30 +139,10 @@ def serialized_call(platform: str, calls: Sequence[ConfigCall], args: Sequence[A
     return deflate.compress(proto, parts)
 
 
-def _autotune_aliases(aliases: Sequence[tuple[int, int]], num_inputs: int,
-                      in_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(input buffer, output buffer counted after the inputs, bytes) for jaxlib to restore between
-    configs; empty, with one warning, where jaxlib would restore them wrongly."""
-    global _warned_aliases
-    if not aliases:
-        return []
-    if not compat.autotuned_aliases_supported():
-        if not _warned_aliases:
-            _warned_aliases = True
-            warnings.warn(
-                "this jaxlib (< 0.10.0) cannot restore aliased inputs between autotune configs; "
-                "input_output_aliases are not passed to the autotuner, so an in-place autotuned "
-                "kernel sees inputs modified by earlier configs", stacklevel=3)
-        return []
-    return [(i, num_inputs + o, in_sizes[i]) for i, o in aliases]
-
-
 def emit(ctx: Any, operands: Sequence[Any], plan: KernelPlan | CallShape, payload: bytes, *,
          autotuned: bool) -> Sequence[ir.Value[Any]]:
-    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order. The
-    cost_estimate goes where jax-triton 0.4 puts it, `cost_estimate_json` in the FFI target's backend
-    config (jaxlib's handler reads `opaque` alone); on the legacy target, whose backend config is the
-    payload itself, as a frontend attribute of that name."""
+    """The stablehlo custom call launching `payload` for `plan`, its results in the user's order, with the
+    cost_estimate where jax-triton 0.4 puts it (docs/clients.md, "cost_estimate")."""
     call, platform, target_name = plan.call, plan.platform, plan.call.custom_call_target
     result_types = [compat.ir_type(ctx, aval) for aval in plan.results]  # the kernel's order: pointer outputs first
     ranks = ([a.ndim for a in ctx.avals_in], [a.ndim for a in plan.results])  # laid out row-major

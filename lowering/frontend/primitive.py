@@ -9,7 +9,7 @@ Ref, aliased to that operand and given no pointer of its own (`lowering.planning
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import jax
@@ -65,14 +65,10 @@ JAX_TRITON_NO_VMAP = ("jax_triton.triton_call does not support batching with jax
                       "jax.custom_batching.custom_vmap to implement a custom batching rule for your kernel.")
 
 
-def _no_jvp(*_: Any, **params: Any) -> NoReturn:
-    raise NotImplementedError(f"kernel-cache: kernel '{kernel_name(params.get('kernel'))}' cannot be differentiated "
-                              f"automatically. {JAX_TRITON_NO_AUTODIFF}")
-
-
-def _no_vmap(*_: Any, **params: Any) -> NoReturn:
-    raise NotImplementedError(f"kernel-cache: kernel '{kernel_name(params.get('kernel'))}' cannot be batched automatically "
-                              f"(or launch a grid over the batch inside the kernel). {JAX_TRITON_NO_VMAP}")
+def _refusal(what: str, theirs: str) -> Callable[..., NoReturn]:
+    def refuse(*_: Any, **params: Any) -> NoReturn:
+        raise NotImplementedError(f"kernel-cache: kernel '{kernel_name(params.get('kernel'))}' cannot be {what}. {theirs}")
+    return refuse
 
 
 def _never_dce(used_outputs: Sequence[bool], eqn: Any) -> tuple[list[bool], Any]:
@@ -82,5 +78,6 @@ def _never_dce(used_outputs: Sequence[bool], eqn: Any) -> tuple[list[bool], Any]
 
 
 jax_compat.register_dce_rule(triton_kernel_call_p, _never_dce)
-ad.primitive_jvps[triton_kernel_call_p] = _no_jvp
-batching.primitive_batchers[triton_kernel_call_p] = _no_vmap
+ad.primitive_jvps[triton_kernel_call_p] = _refusal("differentiated automatically", JAX_TRITON_NO_AUTODIFF)
+batching.primitive_batchers[triton_kernel_call_p] = _refusal(
+    "batched automatically (or launch a grid over the batch inside the kernel)", JAX_TRITON_NO_VMAP)

@@ -63,9 +63,9 @@ def lower_call(platform: str, ctx: Any, operands: Sequence[Any], params: dict[st
     if first_use.STARTED not in session.memos:
         first_use.STARTED.of(session)
     build = functools.partial(_lower_kernels, avals_in=ctx.avals_in, noted=noted)
-    served = call_records.serve(platform, ctx.avals_in, ctx.avals_out, params, session,
-                                getattr(ctx, "module_context", None), build)
-    return custom_call.emit(ctx, operands, served.shape, served.payload, autotuned=served.kernels > 1)
+    shape, payload, kernels = call_records.serve(platform, ctx.avals_in, ctx.avals_out, params, session,
+                                                 getattr(ctx, "module_context", None), build)
+    return custom_call.emit(ctx, operands, shape, payload, autotuned=kernels > 1)
 
 
 def _lower_kernels(slot: call_records.Slot, *, avals_in: Sequence[Any], noted: Mapping[str, Any] | None) -> None:

@@ -1,7 +1,7 @@
 """Every difference between jaxlib releases that the lowering touches, in one place.
 
 Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
-registers, the arity of `TritonKernel`'s constructor, and the Triton proto schema embedded in the
+registers, the keywords `TritonKernel`'s constructor takes, and the Triton proto schema embedded in the
 plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
 leaves no trace but the version number.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -34,13 +33,10 @@ class JaxlibSupportError(KernelCacheError, RuntimeError):
 
 
 def ir_type(ctx: Any, aval: Any) -> Any:
-    """The MLIR type of an array aval (jax moved the module context in and out of this helper)."""
+    """The MLIR type of an array aval in the module `ctx` lowers."""
     from jax._src.interpreters import mlir
 
-    try:
-        return mlir.aval_to_ir_type(ctx.module_context, aval)
-    except TypeError:
-        return mlir.aval_to_ir_type(aval)  # type: ignore[call-arg]  # the one-argument form of other jax releases
+    return mlir.aval_to_ir_type(ctx.module_context, aval)
 
 
 def jaxlib_version() -> tuple[int, ...]:
@@ -87,10 +83,7 @@ def ffi_target_registered(platform: str) -> bool:
 
 def tma_descriptors_in_jaxlib() -> bool:
     """Whether the CUDA plugin can pass TMA descriptor parameters (jax-triton 0.4's TensorDescriptor)."""
-    try:
-        return hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
-    except JaxlibSupportError:
-        return False
+    return plugin_installed("cuda") and hasattr(triton_module("cuda"), "create_tma_descriptor_parameter")
 
 
 def tma_descriptors_in_triton() -> bool:
@@ -108,27 +101,13 @@ def autotuned_aliases_supported() -> bool:
 
 def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:
     """What a lowered call's payload depends on in jaxlib, for its record's key."""
-    return [jaxlib_version(), repr(module_image_layout(platform, config)), autotuned_aliases_supported()]
+    return [jaxlib_version(), repr(module_image_layout(platform, config))]
 
 
 def plugin_takes_module_image(platform: str) -> bool:
     """Whether the plugin accepts a precompiled binary (jaxlib > 0.11.0), whatever
     KERNEL_CACHE_MODULE_IMAGE says (`cachectl doctor`)."""
     return platform == "cuda" and plugin_installed(platform) and _layout_in_plugin(platform) is not None
-
-
-# TritonKernel constructor ----------------------------------------------------------------------
-def _ctor_7(cls: Any, k: KernelFields) -> Any:  # (name, num_warps, num_ctas, smem, ptx, ttir, cc)
-    return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
-
-
-def _ctor_7_scratch(cls: Any, k: KernelFields) -> Any:  # jaxlib > 0.11.0 also takes the global scratch keywords
-    return cls(k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability,
-               global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
-
-
-_CTORS = (_ctor_7_scratch, _ctor_7)  # jaxlib >= 0.8.2 (the supported floor is 0.10.2)
-_ctor_choice: dict[Any, Callable[[Any, KernelFields], Any]] = {}  # TritonKernel class -> its constructor
 
 
 class KernelFields(NamedTuple):
@@ -145,29 +124,29 @@ class KernelFields(NamedTuple):
     global_scratch_align: int = 1
 
 
-def make_triton_kernel(module: ModuleType, fields: KernelFields) -> Any:
-    """`module.TritonKernel` built with whichever constructor this jaxlib has (memoized per class)."""
-    cls = module.TritonKernel
-    ctor = _ctor_choice.get(cls)
-    if ctor is None:
-        errors = []
-        for candidate in _CTORS:
-            try:
-                kernel = candidate(cls, fields)
-            except TypeError as exc:  # wrong arity / keywords: try the next generation's form
-                errors.append(f"{candidate.__name__}: {exc}")
-                continue
-            _ctor_choice[cls] = ctor = candidate
-            break
+# TritonKernel class -> whether it takes the global scratch keywords (jaxlib > 0.11.0): asked once, as
+# pybind's TypeError would quote the whole PTX
+_takes_scratch: dict[Any, bool] = {}
+
+
+def make_triton_kernel(module: ModuleType, k: KernelFields) -> Any:
+    """`module.TritonKernel`, given the global scratch keywords where this jaxlib takes them."""
+    cls, takes = module.TritonKernel, _takes_scratch.get(module.TritonKernel)
+    args = (k.name, k.num_warps, k.num_ctas, k.shared_mem, k.binary, k.ttir, k.compute_capability)
+    if takes is not False:
+        try:
+            kernel = cls(*args, global_scratch_size=k.global_scratch_size, global_scratch_align=k.global_scratch_align)
+        except TypeError:
+            if takes:  # it takes them: the error is the arguments'
+                raise
+            _takes_scratch[cls] = False
         else:
-            raise JaxlibSupportError("jaxlib's TritonKernel matches no known constructor:\n  " + "\n  ".join(errors))
-    else:
-        kernel = ctor(cls, fields)
-    if fields.global_scratch_size and ctor is not _ctor_7_scratch:
-        raise JaxlibSupportError(
-            f"kernel '{fields.name}' needs {fields.global_scratch_size} bytes of global scratch memory, "
-            f"which this jaxlib cannot allocate (needs jaxlib > 0.11.0)")
-    return kernel
+            _takes_scratch[cls] = True
+            return kernel
+    if k.global_scratch_size:
+        raise JaxlibSupportError(f"kernel '{k.name}' needs {k.global_scratch_size} bytes of global scratch memory, "
+                                 f"which this jaxlib cannot allocate (needs jaxlib > 0.11.0)")
+    return cls(*args)
 
 
 # module_image: the precompiled cubin inside the proto --------------------------------------------
@@ -189,7 +168,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
     """The module_image layout if this schema has one (jaxlib > 0.11.0), else None."""
     try:
         kernel = schemas["jax_triton.TritonKernel"]
-        image = kernel.fields.get("module_image")
+        image = kernel.get("module_image")
         if image is None:
             return None
         image_msg = schemas[image[2]]
@@ -200,7 +179,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
         return ModuleImageLayout(
             kernel_field=_required(call, "kernel"), image_field=image[0],
             object_file=_required(image_msg, "object_file"), kernel_name=_required(image_msg, "kernel_name"),
-            shared_mem_bytes=image_msg.number("shared_mem_bytes"), config_field=_required(tuned, "configs"),
+            shared_mem_bytes=image_msg.get("shared_mem_bytes", (None,))[0], config_field=_required(tuned, "configs"),
             config_call_field=_required(config, "kernel_call"), any_call_field=_required(any_call, "kernel_call"),
             any_autotuned_field=_required(any_call, "autotuned_kernel_call"))
     except KeyError:
@@ -209,7 +188,7 @@ def layout_from_schemas(schemas: dict[str, proto.MessageSchema]) -> ModuleImageL
 
 def _required(schema: proto.MessageSchema, field_name: str) -> int:
     """The number of a field the layout needs; KeyError (no layout) where the schema has none (or 0)."""
-    number = schema.number(field_name)
+    number = schema[field_name][0]
     if not number:
         raise KeyError(field_name)
     return number

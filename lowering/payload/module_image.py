@@ -7,7 +7,7 @@ the plugin's own schema.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, cast
 
 from . import proto as pw
@@ -20,17 +20,13 @@ class ModuleImage(NamedTuple):
     shared_mem_bytes: int
 
 
-def _with_image(call: bytes, image: ModuleImage, layout: ModuleImageLayout) -> bytes:
-    message = [pw.Field(layout.object_file, pw.LEN, image.object_file),
-               pw.Field(layout.kernel_name, pw.LEN, image.kernel_name.encode())]
-    if layout.shared_mem_bytes:
-        message.append(pw.Field(layout.shared_mem_bytes, pw.VARINT, image.shared_mem_bytes))
+def _edited(message: bytes, path: Sequence[int], edit: Callable[[bytes], bytes]) -> bytes:
+    """`message` with `edit` applied, in order, to each message field at `path` (field numbers, outermost first)."""
     out = []
-    for f in pw.decode(call):
-        if f.number == layout.kernel_field and f.wire_type == pw.LEN:
-            kernel = [g for g in pw.decode(cast(bytes, f.value)) if g.number != layout.image_field]  # LEN: bytes
-            kernel.append(pw.Field(layout.image_field, pw.LEN, pw.encode(message)))
-            f = pw.Field(f.number, pw.LEN, pw.encode(kernel))
+    for f in pw.decode(message):
+        if f.number == path[0] and f.wire_type == pw.LEN:
+            value = cast(bytes, f.value)  # a message field holds bytes
+            f = pw.Field(f.number, pw.LEN, edit(value) if len(path) == 1 else _edited(value, path[1:], edit))
         out.append(f)
     return pw.encode(out)
 
@@ -38,23 +34,19 @@ def _with_image(call: bytes, image: ModuleImage, layout: ModuleImageLayout) -> b
 def inject(any_call: bytes, images: Sequence[ModuleImage], layout: ModuleImageLayout) -> bytes:
     """`any_call` (a serialized TritonAnyKernelCall) with images[i] in its i-th kernel."""
     remaining = list(images)
-    out = []
-    for f in pw.decode(any_call):
-        if f.number == layout.any_call_field and f.wire_type == pw.LEN:
-            f = pw.Field(f.number, pw.LEN, _with_image(cast(bytes, f.value), remaining.pop(0), layout))
-        elif f.number == layout.any_autotuned_field and f.wire_type == pw.LEN:
-            tuned = []
-            for g in pw.decode(cast(bytes, f.value)):
-                if g.number == layout.config_field:
-                    config = []
-                    for h in pw.decode(cast(bytes, g.value)):  # a message field holds bytes
-                        if h.number == layout.config_call_field:
-                            h = pw.Field(h.number, pw.LEN, _with_image(cast(bytes, h.value), remaining.pop(0), layout))
-                        config.append(h)
-                    g = pw.Field(g.number, pw.LEN, pw.encode(config))
-                tuned.append(g)
-            f = pw.Field(f.number, pw.LEN, pw.encode(tuned))
-        out.append(f)
+
+    def with_image(kernel: bytes) -> bytes:
+        image = remaining.pop(0)
+        message = [pw.Field(layout.object_file, pw.LEN, image.object_file),
+                   pw.Field(layout.kernel_name, pw.LEN, image.kernel_name.encode())]
+        if layout.shared_mem_bytes:
+            message.append(pw.Field(layout.shared_mem_bytes, pw.VARINT, image.shared_mem_bytes))
+        return pw.encode([*[g for g in pw.decode(kernel) if g.number != layout.image_field],
+                          pw.Field(layout.image_field, pw.LEN, pw.encode(message))])
+
+    out = _edited(any_call, [layout.any_call_field, layout.kernel_field], with_image)
+    out = _edited(out, [layout.any_autotuned_field, layout.config_field, layout.config_call_field, layout.kernel_field],
+                  with_image)
     if remaining:
         raise ValueError(f"{len(remaining)} module image(s) left over: the call has fewer kernels")
-    return pw.encode(out)
+    return out

@@ -44,17 +44,14 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def encode_varint(value: int) -> bytes:
-    if value < 0:
+    if value < 0:  # two's complement, as protobuf writes a negative int64
         value += 1 << 64
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def decode(data: bytes) -> list[Field]:
@@ -123,27 +120,18 @@ _MSG_NAME, _MSG_FIELD, _MSG_NESTED = 1, 2, 3
 _FIELD_NAME, _FIELD_NUMBER, _FIELD_TYPE, _FIELD_TYPE_NAME = 1, 3, 5, 6
 
 
-class MessageSchema(NamedTuple):
-    """One message: field name -> (number, descriptor type, type name)."""
-
-    name: str
-    fields: dict[str, tuple[int, int, str]]
-
-    def number(self, field_name: str) -> int | None:
-        entry = self.fields.get(field_name)
-        return entry[0] if entry else None
+# A message's fields: name -> (number, descriptor type, type name)
+MessageSchema = dict[str, tuple[int, int, str]]
 
 
 def _message(raw: bytes, prefix: str, out: dict[str, MessageSchema]) -> None:
     fields = decode(raw)
     name = prefix + first(fields, _MSG_NAME, b"").decode()
-    schema = MessageSchema(name, {})
+    schema = out[name] = {}
     for raw_field in all_of(fields, _MSG_FIELD):
         f = decode(raw_field)
-        schema.fields[first(f, _FIELD_NAME, b"").decode()] = (
-            first(f, _FIELD_NUMBER, 0), first(f, _FIELD_TYPE, 0),
-            first(f, _FIELD_TYPE_NAME, b"").decode().lstrip("."))
-    out[name] = schema
+        schema[first(f, _FIELD_NAME, b"").decode()] = (
+            first(f, _FIELD_NUMBER, 0), first(f, _FIELD_TYPE, 0), first(f, _FIELD_TYPE_NAME, b"").decode().lstrip("."))
     for nested in all_of(fields, _MSG_NESTED):
         _message(nested, name + ".", out)
 

@@ -1,13 +1,8 @@
-"""Which outputs a kernel receives a pointer for: jax-triton 0.3 and 0.4 disagree on aliased ones.
-
-jax-triton 0.3 passes every output as a pointer after the inputs, aliased or not: an in-place
-kernel `add_inplace(x_ptr, y_ptr, n, out_ptr)` with `input_output_aliases={1: 0}` gets y's buffer
-twice. jax-triton 0.4 passes none for an aliased output: `add_inplace(x_ptr, y_ptr, n)` writes into
-y's buffer. A call says which it means by the kernel's runtime parameter count.
-
-The custom call hands jaxlib its buffers as inputs then outputs, and the kernel's pointers take them
-in that order; so where aliased outputs have no pointer, the call's results put them last and the
-lowering restores the user's order (`OutputOrder`).
+"""Which outputs a kernel receives a pointer for: jax-triton 0.3 passes every output as a pointer after
+the inputs, 0.4 none for an aliased one (the kernel writes into the input's buffer); a call says
+which it means by the kernel's runtime parameter count (docs/clients.md, "In place"). Where aliased
+outputs have no pointer, the custom call's results put them last and `OutputOrder` restores the
+user's order.
 """
 
 from __future__ import annotations

@@ -57,10 +57,7 @@ class FrozenItems(tuple[tuple[Any, Any], ...]):
         return [value for _, value in tuple.__iter__(self)]
 
     def get(self, key: Any, default: Any = None) -> Any:
-        for name, value in tuple.__iter__(self):
-            if name == key:
-                return value
-        return default
+        return next((value for name, value in tuple.__iter__(self) if name == key), default)
 
     def __getitem__(self, key: Any) -> Any:  # a mapping's, not a tuple's
         for name, value in tuple.__iter__(self):

@@ -39,30 +39,20 @@ def _autotuner_configs(tuner: Any, named_args: dict[str, Any], metaparams: Mappi
     if not kept:
         raise ValueError(f"every autotune config of kernel '{kernel_name(tuner)}' conflicts with the "
                          f"metaparameters passed to triton_call: {dict(metaparams)}")
-    prune = triton_compat.prune_hooks(tuner).early_config_prune
+    prune, perf_model, top_k = triton_compat.prune_hooks(tuner)
     if prune is not None:
         kept = list(prune(kept, named_args))
-    kept = _perf_model_top_k(tuner, kept, named_args, metaparams)
+    if perf_model is not None:  # the top_k configs it predicts fastest, as Triton's prune_configs keeps
+        if isinstance(top_k, float) and top_k <= 1.0:
+            top_k = int(len(kept) * top_k)
+        if not isinstance(top_k, int):
+            raise TypeError(f"autotune top_k of kernel '{kernel_name(tuner)}' must be an int or a fraction <= 1.0")
+        if len(kept) > top_k:
+            estimates = [perf_model(**named_args, **metaparams, **c.all_kwargs()) for c in kept]
+            kept = [kept[i] for i in sorted(range(len(kept)), key=lambda i: estimates[i])[:max(top_k, 1)]]
     return [LaunchConfig(dict(c.kwargs), c.num_warps if c.num_warps is not None else DEFAULT_NUM_WARPS,
                          c.num_stages if c.num_stages is not None else DEFAULT_NUM_STAGES,
                          getattr(c, "num_ctas", 1) or 1, str(c)) for c in kept]
-
-
-def _perf_model_top_k(tuner: Any, configs: list[Any], named_args: dict[str, Any],
-                      metaparams: Mapping[str, Any]) -> list[Any]:
-    """The `top_k` configs the tuner's perf_model predicts fastest, as Triton's prune_configs keeps."""
-    _, perf_model, top_k = triton_compat.prune_hooks(tuner)
-    if perf_model is None:
-        return configs
-    if isinstance(top_k, float) and top_k <= 1.0:
-        top_k = int(len(configs) * top_k)
-    if not isinstance(top_k, int):
-        raise TypeError(f"autotune top_k of kernel '{kernel_name(tuner)}' must be an int or a fraction <= 1.0")
-    if len(configs) <= top_k:
-        return configs
-    estimates = [perf_model(**named_args, **metaparams, **c.all_kwargs()) for c in configs]
-    order = sorted(range(len(configs)), key=lambda i: estimates[i])
-    return [configs[i] for i in order[:max(top_k, 1)]]
 
 
 def set_by_wrappers(kernel: Any) -> set[str]:
@@ -76,18 +66,11 @@ def set_by_wrappers(kernel: Any) -> set[str]:
     return names
 
 
-Unwrapped = tuple[tuple[Any, ...], Any]  # a kernel's wrappers, outermost first, and its JITFunction
-
-
 def runtime_param_names(kernel: Any, metaparams: Mapping[str, Any]) -> list[str]:
     """The kernel's parameters Triton binds the positional runtime arguments to, in order: those not
     constexprs (annotated, or set by the caller, an autotune config or a heuristic). Heuristics, perf
     models, prune functions and descriptions all see these names."""
-    return _runtime_names(triton_compat.unwrapped(kernel), metaparams)
-
-
-def _runtime_names(kernel: Unwrapped, metaparams: Mapping[str, Any]) -> list[str]:
-    wrappers, fn = kernel
+    wrappers, fn = triton_compat.unwrapped(kernel)
     constexprs = set(metaparams) | set_by_wrappers(wrappers[0]) if wrappers else metaparams  # [0]: the outermost
     return [name for name, is_constexpr, *_ in triton_compat.param_flags(fn)
             if not is_constexpr and name not in constexprs]
@@ -117,18 +100,6 @@ def _resolve(wrappers: tuple[Any, ...], configs: list[LaunchConfig], named_args:
     return configs
 
 
-def _configs(kernel: Unwrapped, named_args: dict[str, Any], metaparams: Mapping[str, Any], num_warps: int | None,
-             num_stages: int | None, num_ctas: int) -> tuple[Any, list[LaunchConfig]]:
-    """(the JITFunction, its launch configs): a plain kernel's one from the caller's launch parameters."""
-    wrappers, fn = kernel
-    default = LaunchConfig({}, DEFAULT_NUM_WARPS if num_warps is None else num_warps,
-                   DEFAULT_NUM_STAGES if num_stages is None else num_stages,
-                   num_ctas, "default")
-    raw = _resolve(wrappers, [default], named_args, metaparams)
-    defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
-    return fn, [c._replace(constexprs={**defaults, **metaparams, **c.constexprs}) for c in raw]
-
-
 class Resolved(NamedTuple):
     """A call's kernel resolved; per config its grid and the outputs it zeroes (the user's indices,
     sorted). A tuple: built on every call, without a frozen dataclass's setattr per field."""
@@ -143,29 +114,29 @@ class Resolved(NamedTuple):
 def resolve(call: BoundCall, runtime_values: list[Any]) -> Resolved:
     """Everything the call's configs decide, evaluated per config as Triton's launch would."""
     meta = dict(call.metaparams.items())
-    kernel = triton_compat.unwrapped(call.kernel)
-    names = _runtime_names(kernel, meta)
+    wrappers, fn = triton_compat.unwrapped(call.kernel)
+    names = runtime_param_names(call.kernel, meta)
     if len(runtime_values) > len(names):
-        raise TypeError(f"kernel '{kernel[1].__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
+        raise TypeError(f"kernel '{fn.__name__}' takes {len(names)} runtime arguments ({', '.join(names)}), "
                         f"got {len(runtime_values)} (inputs, scalars and outputs together)")
     named = dict(zip(names, runtime_values))
-    fn, configs = _configs(kernel, named, meta, call.num_warps, call.num_stages, call.num_ctas)
+    # a plain kernel's one config from the caller's launch parameters, then the wrappers'
+    default = LaunchConfig({}, DEFAULT_NUM_WARPS if call.num_warps is None else call.num_warps,
+                           DEFAULT_NUM_STAGES if call.num_stages is None else call.num_stages, call.num_ctas, "default")
+    defaults = triton_compat.constexpr_defaults(fn)  # `BLOCK: tl.constexpr = 128` when nothing sets it
+    configs = [c._replace(constexprs={**defaults, **meta, **c.constexprs})
+               for c in _resolve(wrappers, [default], named, meta)]
     grid, zeroed_outputs = call.grid, call.zeroed_outputs
     if not (callable(grid) or callable(zeroed_outputs)):  # the same for every config: evaluated once
         return Resolved(named, fn, configs, [normalize_grid(grid, {})] * len(configs),
                         [tuple(sorted(zeroed_outputs or ()))] * len(configs))
-    scalars = _scalar_args(named)
+    # a callable grid or zeroed_outputs sees the scalar runtime arguments beside the constexprs, as Triton's
+    # launcher passes them: `meta["n_elements"]` reads a scalar keyword in jax-triton 0.4's reading and 0.3's
+    scalars = {name: value.value if isinstance(value, Scalar) else value for name, value in named.items()
+               if isinstance(value, (bool, int, float, Scalar))}
     metas = [{**scalars, **c.constexprs} for c in configs]
     return Resolved(named, fn, configs, [normalize_grid(grid, m) for m in metas],
                     [tuple(sorted(per_config(zeroed_outputs, m) or ())) for m in metas])
-
-
-def _scalar_args(named: Mapping[str, Any]) -> dict[str, Any]:
-    """The scalar runtime arguments, which a callable grid or zeroed_outputs sees beside the constexprs
-    as Triton's launcher passes them: `meta["n_elements"]` then reads a scalar keyword in jax-triton
-    0.4's reading (a runtime argument) and in 0.3's (a constexpr)."""
-    return {name: value.value if isinstance(value, Scalar) else value for name, value in named.items()
-            if isinstance(value, (bool, int, float, Scalar))}
 
 
 def per_config(value: Any, constexprs: Mapping[str, Any]) -> Any:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from jax import core
 
 from compiler import KernelSpec, Target, make_spec, parse_target
 from kernel_cache import Config
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.value_class import Value
 
 from ..payload.jaxlib_compat import triton_module
 from . import kernels
@@ -77,7 +75,7 @@ class KernelPlan(NamedTuple):
     def of(cls, platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall,
            config: Config, evaluation: "Evaluation | None" = None) -> "KernelPlan":
         """`evaluation`: the call's user functions already evaluated for this lowering (else evaluated here)."""
-        target = target_of(platform, call.compute_capability, config)
+        target = target_of(platform, call.compute_capability, config.target_arch)
         evaluation = evaluation if evaluation is not None else Evaluation(avals_in, avals_out, call)
         order, results, aliases, inputs, resolved = evaluation.resolved()
         args = kernels.argument_types([a.dtype for a in avals_in], call.scalars,
@@ -103,35 +101,23 @@ class KernelPlan(NamedTuple):
         return [make_spec(self.fn, self.args, dict(c.constexprs), target=self.target, num_warps=c.num_warps,
                           num_stages=c.num_stages, num_ctas=c.num_ctas, **self.options) for c in self.configs]
 
-    def only(self, index: int) -> "KernelPlan":
-        """This plan with config `index` alone (a persisted autotune winner's)."""
-        return self._replace(configs=[self.configs[index]], launches=[self.launches[index]])
-
 
 def call_options(call: BoundCall) -> dict[str, Any]:
     """The backend options a call's kernels are compiled with (over the spec's defaults)."""
     return {"enable_fp_fusion": call.enable_fp_fusion, "debug": call.debug, **dict(call.backend_options.items())}
 
 
-class Evaluation(Value):
+class Evaluation:
     """A call's user functions (heuristics, prune hook, perf model, a grid and zeroed outputs written as
     functions) evaluated once per lowering: the signature and the plan both read it. What they raised
     is raised again to each reader, not re-evaluated."""
 
-    _fields = ("avals_in", "avals_out", "call", "done", "error")
-    avals_in: Sequence[Any]
-    avals_out: Sequence[Any]
-    call: BoundCall
-    done: "ResolvedCall | None"
-    error: Exception | None
-
     def __init__(self, avals_in: Sequence[Any], avals_out: Sequence[Any], call: BoundCall) -> None:
-        self.__dict__.update(avals_in=avals_in, avals_out=avals_out, call=call, done=None, error=None)
+        self.avals_in, self.avals_out, self.call = avals_in, avals_out, call
+        self.done: ResolvedCall | Exception | None = None
 
     def resolved(self) -> "ResolvedCall":
         if self.done is None:
-            if self.error is not None:
-                raise self.error
             try:
                 order, results, aliases = outputs(self.call, self.avals_out)
                 flat = list(self.avals_in)  # the positional runtime args before the outputs: scalars at their places
@@ -141,20 +127,14 @@ class Evaluation(Value):
                 inputs = flat if tree is None else list(tree.unflatten(flat))
                 self.done = order, results, aliases, inputs, resolve(self.call, inputs + results[:order.pointers])
             except Exception as error:
-                self.error = error
-                raise
+                self.done = error
+        if isinstance(self.done, Exception):
+            raise self.done
         return self.done
 
 
 # (output order, results in the kernel's order, aliases, runtime inputs, the kernel resolved)
 ResolvedCall = tuple[OutputOrder, list[Any], tuple[tuple[int, int], ...], list[Any], Resolved]
-
-
-def target_of(platform: str, compute_capability: Any, config: Config) -> Target:
-    """The target a call is lowered for: its own compute capability, else the configured arch
-    (KERNEL_CACHE_TARGET_ARCH), else the device's. The configured one comes before the device so that
-    cross-lowering and prewarming on a GPU-less host are explicit; on a GPU host the device decides."""
-    return resolve_target(platform, compute_capability, config.target_arch)
 
 
 ENV_VAR = "KERNEL_CACHE_TARGET_ARCH"
@@ -165,8 +145,10 @@ class NoTargetError(KernelCacheError, RuntimeError):
 
 
 @functools.lru_cache(maxsize=256)  # asked once per call: resolved once per arch
-def resolve_target(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
-    """The compile target for `platform`: the call's own, else the configured one, else the device's."""
+def target_of(platform: str, compute_capability: "int | str | None", configured: "int | str | None") -> Target:
+    """The target a call is lowered for: its own compute capability, else the configured arch
+    (`configured`: KERNEL_CACHE_TARGET_ARCH), else the device's. The configured one comes before the
+    device so that cross-lowering and prewarming on a GPU-less host are explicit."""
     arch = compute_capability if compute_capability is not None else (configured or _device_arch(platform))
     target = parse_target(arch)
     if target.backend != ("cuda" if platform == "cuda" else "hip"):
@@ -176,20 +158,25 @@ def resolve_target(platform: str, compute_capability: "int | str | None", config
 
 
 @functools.cache
-def _device_arch(platform: str) -> "int | str":
+def first_device(platform: str) -> Any:
+    """JAX's first device of `platform`, None where it has none."""
     import jax
 
     try:
         devices = jax.devices(platform)
     except RuntimeError:
-        devices = []
-    if not devices:
+        return None
+    return devices[0] if devices else None
+
+
+def _device_arch(platform: str) -> "int | str":
+    device = first_device(platform)
+    if device is None:
         example = "compute_capability=90" if platform == "cuda" else "compute_capability='gfx942'"
         raise NoTargetError(
             f"lowering a Triton kernel for '{platform}' needs the GPU architecture, and this host has "
             f"no {platform} device to read it from: pass {example} to triton_call, or set "
             f"{ENV_VAR} (e.g. sm_90 or gfx942)")
-    device = devices[0]
     if platform == "cuda":
         major, _, minor = str(device.compute_capability).partition(".")
         return int(major) * 10 + int(minor or 0)
@@ -238,9 +225,3 @@ def _leaf_names(names: list[str], grouped: list[Any]) -> list[str]:
     for name, value in zip(names, grouped):
         walk(name, value)
     return out
-
-
-def plan_bound(platform: str, avals_in: Sequence[Any], params: Mapping[str, Any], config: Config) -> KernelPlan:
-    """The plan of a call as it was bound, before its rule runs."""
-    avals_out = [core.ShapedArray(shape, dtype) for shape, dtype in params["out_avals"]]
-    return KernelPlan.of(platform, avals_in, avals_out, BoundCall(**params), config)

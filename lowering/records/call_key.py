@@ -1,13 +1,8 @@
-"""A lowered call's key: a pure function of its plan and facts of the installation (the source of the
-compiler and lowering packages among them: an edited module is a new key, never a stale payload),
-computed without building a kernel spec, a content key or a proto, in the core's canonical encoding
-(a value with no canonical form makes the call keyless: lowered kernel by kernel, unrecorded).
-
-A call's signature (`signed_call`) names the same record from what the rule is given, unplanned: the
-plan is a pure function of its inputs, so their digest, where each has a value form (`value_form`),
-names one plan and so one key; the program's warm set keeps signature -> key from the run before.
-It costs a third of planning and keying. A heuristic, a prune hook, a perf model or a pre_hook
-(functions only the plan evaluates) and tuple parameters leave the call without one.
+"""A lowered call's key, a pure function of its plan and of the installation (our own source among
+it: an edited module is a new key, never a stale payload), in the core's canonical encoding; and
+its signature (`signed_call`), the same record named from what the rule is given, unplanned
+(docs/design.md, "Signatures"). A value with no canonical form leaves the call keyless (lowered
+kernel by kernel, unrecorded); one with no value form, unsigned (planned every time).
 """
 
 from __future__ import annotations
@@ -83,15 +78,13 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
                 module: Any, config: Config, evaluation: Evaluation | None = None) -> tuple[str, str] | None:
     """(the call's signature, its lineage), or None where some input has no value form (a signature's
     document starts otherwise than every key's, so the two never name one another). The lineage names
-    the same call under any toolchain, environment, jaxlib or target (the kernel by module and name,
-    and the call's value form): it finds what the program compiled before an upgrade, a guess that
-    costs only compile work when wrong."""
+    the same call under any toolchain, environment, jaxlib or target (docs/design.md, "Cold start")."""
     if params.get("arg_tree") is not None:
         return None
     try:
         call = evaluation.call if evaluation is not None else BoundCall(**params)
         wrappers, fn = tc.unwrapped(call.kernel)
-        target = target_of(platform, call.compute_capability, config)
+        target = target_of(platform, call.compute_capability, config.target_arch)
         head = static_text(fn, target, platform)
         env = triton_env.get()  # one read of the environment for the whole signature
         modules = module_text(module, platform, config, env)

@@ -1,17 +1,8 @@
-"""The one serving path of a lowered call, and the records it serves.
-
-`serve` takes a call from the lowering rule to its payload through these tiers, in this order:
-  1. this session: a call it served before, by signature (another jit, a re-trace);
-  2. the program's warm set: the record its last run named for the signature;
-  3. the call planned and keyed (`call_key.call_key`): its record from the store, the warm set in
-     front (`Store.front_level`); a record of an autotuned call follows a winner stored since;
-  4. kernel by kernel: the rule's `build`, then `Slot.remember` writes the record.
-A record served is one record hit: its kernels are not read, only told to the levels' LRU order. A
-call served by its key, or just recorded, is signed for the next process; a call whose
-inputs have no value form has no signature and is planned on every lowering.
-
-KERNEL_CACHE_CALL_RECORDS=0 keeps records in this session only. ROCm payloads name a temporary
-file: never recorded. Tuning bypasses every tier but the last: nothing lowered may be reused.
+"""The one serving path of a lowered call (`serve`), through ordered tiers: this session's calls by
+signature, the program's warm set by signature, the call's record by its key, then kernel by kernel
+(`Slot.remember` records it). docs/design.md ("One serving path") says why each tier and what
+bypasses them: records off (KERNEL_CACHE_CALL_RECORDS=0) keep them in this session, ROCm payloads
+name a temporary file (never recorded), tuning reuses nothing lowered.
 """
 
 from __future__ import annotations
@@ -20,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from compiler.toolchain import toolchain_summary
 from kernel_cache import Entry, Session, Store
@@ -84,17 +75,10 @@ class Slot:
             self.memos.records.put(key, record)
 
 
-class Served(NamedTuple):
-    """What the rule emits: the call's shape (its plan, where it was planned), payload and kernel count."""
-
-    shape: KernelPlan | CallShape
-    payload: bytes
-    kernels: int
-
-
 def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
-          session: Session, module: Any, build: Callable[[Slot], None]) -> Served:
-    """The call through the tiers in the module's docstring; `build(slot)`, the last, fills `slot`'s payload."""
+          session: Session, module: Any, build: Callable[[Slot], None]) -> tuple[KernelPlan | CallShape, bytes, int]:
+    """(what the rule emits: the call's shape, its plan where it was planned; its payload; its kernel count)
+    through the tiers in the module's docstring; `build(slot)`, the last, fills `slot`'s payload."""
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)
     call = BoundCall(**params)
     evaluation = Evaluation(avals_in, avals_out, call)  # the user's functions, run once for this lowering
@@ -104,7 +88,7 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
         record, level = found
         _count(session, memos, record, level, start)
         memos.remember(signature, record)
-        return Served(CallShape(call, platform, *outputs(call, avals_out)), record.payload or b"", len(record.config_keys))
+        return CallShape(call, platform, *outputs(call, avals_out)), record.payload or b"", len(record.config_keys)
     plan = KernelPlan.of(platform, avals_in, avals_out, call, session.config, evaluation)
     slot = find(plan, session, module=module)
     if slot.payload is None:
@@ -115,7 +99,7 @@ def serve(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], para
             memos.warm_set(session.store).sign(signature, slot.signable)
         if slot.record is not None:
             memos.remember(signature, slot.record)
-    return Served(plan, slot.payload, slot.kernels)
+    return plan, slot.payload, slot.kernels
 
 
 def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
@@ -142,11 +126,9 @@ def find(plan: KernelPlan, session: Session, module: Any = None) -> Slot:
 def find_signed(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any], params: Mapping[str, Any],
                 session: Session, module: Any = None, evaluation: Evaluation | None = None
                 ) -> tuple[str | None, tuple[call_entry.CallRecord, str] | None]:
-    """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves
-    it unplanned, tier 1 or 2, with the level it comes from, or None). Tier 2 is the record the
-    program's warm set names for the signature, a winner stored since followed, where it holds a
-    payload of its own; the warm set keeps signature -> the record whose payload the call lowered to
-    (its own, or its winner's own record, served while that winner is still stored)."""
+    """(the call's signature, None on ROCm, while tuning or where it has none; the record that serves it
+    unplanned, tier 1 or 2, with its level, or None). The warm set keeps signature -> the record whose
+    payload the call lowered to: its own, or its winner's own while that winner is stored."""
     if platform != "cuda" or session.tuning is not None:
         return None, None
     memos = session.memos.get(_MEMOS) or _MEMOS.of(session)

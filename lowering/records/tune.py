@@ -15,8 +15,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -34,16 +33,14 @@ class TuneError(KernelCacheError, RuntimeError):
     """Tuning cannot run here (no GPU), or a program could not be lowered."""
 
 
-@dataclass
-class Program:
+class Program(NamedTuple):
     label: str
     fn: Any
     args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any]
 
 
-@dataclass
-class SiteResult:
+class SiteResult(NamedTuple):
     """A tuned call site: the record stored (None when every config failed) and where it came from."""
 
     program: str

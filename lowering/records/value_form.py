@@ -32,7 +32,12 @@ def call_form(avals_in: Sequence[Any], avals_out: Sequence[Any], fn: Any, wrappe
     asked only once the kernel has a form). TypeError where one has no form, or a function raised."""
     kernel = kernel_form(fn, wrappers, device)
     evaluated = _evaluated(params, evaluation)
-    return marshal.dumps((avals([*avals_in, *avals_out]), len(avals_in), kernel,
+    values = [*avals_in, *avals_out]
+    for aval in values:
+        if type(aval) is not core.ShapedArray:
+            raise TypeError(f"no value form for an aval of {type(aval).__name__}")
+    shapes = tuple([(tuple(map(int, a.shape)), dtype_info(a.dtype)[0], bool(a.weak_type)) for a in values])
+    return marshal.dumps((shapes, len(avals_in), kernel,
                           tuple([(name, form(value) if name not in evaluated else ("E", form(evaluated[name])))
                                  for name, value in params.items() if name != "kernel"])), 0)
 
@@ -63,14 +68,6 @@ def kernel_form(fn: Any, wrappers: Sequence[Any], device: str | None) -> Any:
         tuners.append((tuple(tc.autotune_keys(wrapper)),
                        tuple([form(vars(config)) for config in tc.autotune_configs(wrapper)])))
     return form(tc.constexpr_defaults(fn)), tuple(tuners), device
-
-
-def avals(values: Sequence[Any]) -> tuple[Any, ...]:
-    """Each aval's shape, dtype and weak type."""
-    for aval in values:
-        if type(aval) is not core.ShapedArray:
-            raise TypeError(f"no value form for an aval of {type(aval).__name__}")
-    return tuple([(tuple(map(int, aval.shape)), dtype_info(aval.dtype)[0], bool(aval.weak_type)) for aval in values])
 
 
 _PLAIN = frozenset({int, bool, type(None), str, bytes})

@@ -1,8 +1,6 @@
-"""Persisted autotune winners at lowering time: an autotuned call whose winner is in the store is
-lowered as one plain call of the winning config (the FFI target where registered: CUDA-graph
-capturable, no autotuning at first launch); otherwise it stays autotuned. The winner key is computed
-from the configs' content keys, the autotune-key values and the GPU model; lookups are memoized per
-session. `tuning()` is how `lowering.records.tune` records a program's sites and forces configs.
+"""Persisted autotune winners at lowering time: an autotuned call whose winner is stored (keyed by its
+configs' content keys, autotune-key values and GPU model) is lowered as one plain call of that config
+(docs/design.md, "Tuned once"); `tuning()` is how `tune` records a program's sites and forces configs.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from compiler import KernelSpec, triton_compat
 from kernel_cache.lazy import later
 from kernel_cache.session import SessionMemo
 
-from ..planning.plan import KernelPlan
+from ..planning.plan import KernelPlan, first_device
 
 if TYPE_CHECKING:
     from kernel_cache.entries import winner_entry
@@ -80,7 +78,8 @@ def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPla
     if chosen not in config_keys:
         return plan, specs, Choice(None, key, tuple(config_keys))
     index = config_keys.index(chosen)
-    return plan.only(index), [specs[index]], Choice(index, key, tuple(config_keys))
+    return (plan._replace(configs=[plan.configs[index]], launches=[plan.launches[index]]), [specs[index]],
+            Choice(index, key, tuple(config_keys)))
 
 
 def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
@@ -122,13 +121,8 @@ def gpu_model(platform: str, config: kernel_cache.Config) -> str | None:
 
 @functools.cache
 def _device_kind(platform: str) -> str | None:
-    import jax
-
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError:
-        return None
-    return str(devices[0].device_kind) if devices else None
+    device = first_device(platform)
+    return None if device is None else str(device.device_kind)
 
 
 def key_values(kernel: Any, named: Mapping[str, Any], metaparams: Mapping[str, Any], avals_in: Sequence[Any],

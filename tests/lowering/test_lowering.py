@@ -191,22 +191,6 @@ def test_in_place_autotuned_call_passes_alias_tuples():
     assert "output_operand_aliases" in low.as_text()
 
 
-def test_old_jaxlib_gets_no_autotune_aliases_and_one_warning(monkeypatch):
-    from lowering.frontend import custom_call
-
-    monkeypatch.setattr(compat, "jaxlib_version", lambda: (0, 9, 2))
-    monkeypatch.setattr(custom_call, "_warned_aliases", False)
-
-    def fn(x, y):
-        return tuned_call(x, y, input_output_aliases={0: 0})
-
-    with pytest.warns(UserWarning, match="cannot restore aliased inputs") as record:
-        first = only_call(fn, VEC, VEC)
-        only_call(lambda x, y: fn(x, y) * 1, VEC, VEC)
-    assert first["autotuned"]["aliases"] == []
-    assert len([r for r in record if "aliased" in str(r.message)]) == 1
-
-
 # Configs: pruning, heuristics, pre_hook ------------------------------------------------------------
 def test_configs_conflicting_with_metaparams_are_pruned():
     call = only_call(functools.partial(tuned_call, BLOCK=512), VEC, VEC)
