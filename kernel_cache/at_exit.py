@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 STEPS = ("compile workers", "warm sets", "counters")
 _steps: dict[str, Callable[[], None]] = {}
+added = _steps.keys()  # the steps added so far (a read-only view: asked without a call)
 _lock = threading.Lock()
 
 

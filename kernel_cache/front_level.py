@@ -32,7 +32,8 @@ class WarmSet:
         self._noted_bytes = 0
         if self.active:
             _open_sets.add(self)
-            at_exit.add("warm sets", save_all)  # (a session adds it when it opens: kept once)
+            if "warm sets" not in at_exit.added:  # (a session adds it when it opens)
+                at_exit.add("warm sets", save_all)
 
     def get(self, key: str) -> Entry | None:
         """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
