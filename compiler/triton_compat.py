@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import triton
+from triton._C.libtriton import get_cache_invalidating_env_vars
 from triton.language.core import constexpr
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.cache import triton_key
@@ -351,16 +352,9 @@ def _params_of(fn: JITFunction) -> tuple[JITFunction, Flags, dict[str, Any]]:
     return _params.remember(id(fn), (fn, tuple(flags), defaults))
 
 
-def cache_invalidating_env() -> dict[str, str]:
-    """The environment variables Triton itself treats as changing compiled output."""
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
-    return dict(get_cache_invalidating_env_vars())
-
-
 # Triton's cache-invalidating environment, read again only where the C environment changed: a new
 # object then, so its identity tells the memos of what Triton reads from the environment whether they stand.
-triton_env = EnvironMemo(cache_invalidating_env)
+triton_env = EnvironMemo(lambda: dict(get_cache_invalidating_env_vars()))
 
 
 TRITON_DIR = os.path.dirname(str(triton.__file__))  # the installed package (a process's Triton never moves)
@@ -466,7 +460,7 @@ def run_stages(src: Any, target: Target, parsed_options: Any,
         "hash": "kernel-cache",
         "target": gpu_target(target),
         **parsed_options.__dict__,
-        **cache_invalidating_env(),
+        **triton_env.get(),
         "triton_version": TRITON_VERSION,
     }
     stages: dict[str, Any] = {}
