@@ -58,8 +58,11 @@ def read_exactly(fd: int, size: int, deadline: float | None = None) -> bytes:
     parts: list[bytes] = []
     left = size
     while left:
-        if deadline is not None and not _readable(fd, deadline - time.monotonic()):
-            raise FrameError("no answer in time")
+        if deadline is not None:
+            poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                raise FrameError("no answer in time")
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             if left == size:
@@ -68,12 +71,6 @@ def read_exactly(fd: int, size: int, deadline: float | None = None) -> bytes:
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
-
-
-def _readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
 
 
 def read_frame(fd: int, deadline: float | None = None) -> tuple[int, bytes] | None:
