@@ -56,8 +56,7 @@ def is_autotuner(obj: Any) -> bool:
 
 
 def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
-    """(the Autotuner and Heuristics wrappers around `kernel`, outermost first; the JITFunction under
-    them): one question where a lowering walks a kernel's wrappers on every call."""
+    """(the wrappers around `kernel`, outermost first; the JITFunction under them)."""
     return tuple(wrapper_chain(kernel)), unwrap_jit(kernel)
 
 
@@ -301,8 +300,7 @@ def tma_host_elem_type(device_elem_type: int, round_f32_to_tf32: bool = False) -
 
 
 def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
-    """The backend's `parse_attr` of every value of `descs` (a spec's specialization texts by
-    parameter path), as Triton's attributes."""
+    """The backend's `parse_attr` of each specialization text in `descs`."""
     backend = backend_class(backend_name)
     return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 
@@ -319,8 +317,7 @@ def param_flags(fn: JITFunction) -> Flags:
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
-    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`), a copy each
-    time; memoized with `param_flags`."""
+    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`), a copy each time."""
     return dict(_params_of(fn)[2])
 
 
@@ -379,18 +376,14 @@ def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
     import triton.runtime.cache as cache
 
     triton_path = os.path.dirname(os.path.dirname(os.path.abspath(cache.__file__)))
-    files = [str(cache.__file__)]
-    for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
-                         (os.path.join(triton_path, "backends"), "triton.backends.")):
-        files += [_module_origin(lib) for lib in pkgutil.walk_packages([path], prefix=prefix)]
-    files.append(os.path.join(triton_path, "_C", os.path.basename(LIBTRITON)))
-    language_path = os.path.join(triton_path, "language")
-    files += [_module_origin(lib) for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
+
+    def origins(sub: str) -> list[str]:  # every module pkgutil walks under triton/<sub>, in its order
+        walked = pkgutil.walk_packages([os.path.join(triton_path, sub)], prefix=f"triton.{sub}.")
+        return [str(lib.module_finder.find_spec(lib.name).origin) for lib in walked]
+
+    libtriton = os.path.join(triton_path, "_C", os.path.basename(LIBTRITON))
+    files = [str(cache.__file__), *origins("compiler"), *origins("backends"), libtriton, *origins("language")]
     return f"{cache.__version__}" + "-".join(sha256_of(files))
-
-
-def _module_origin(lib: Any) -> str:
-    return str(lib.module_finder.find_spec(lib.name).origin)
 
 
 def backend_toolchain_hash(target: Target) -> str:
@@ -399,9 +392,8 @@ def backend_toolchain_hash(target: Target) -> str:
 
 
 def ptxas_candidates(target: Target) -> list[str]:
-    """Every ptxas Triton may run for a CUDA target: the TRITON_PTXAS*_PATH overrides and the
-    binaries shipped in the wheel. Found by name only — asking Triton's knobs would run
-    `ptxas --version`, which a warm process must not do."""
+    """Every ptxas Triton may run for a CUDA target, found by name only: asking Triton's knobs would
+    run `ptxas --version`, which a warm process must not do."""
     if target.backend != "cuda":
         return []
     bin_dir = os.path.join(TRITON_DIR, "backends", "nvidia", "bin")
