@@ -412,8 +412,7 @@ def start_cold(config: Config, target: Target | None = None) -> int:
 
 def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = None,
                    known_missing: bool = False) -> tuple[Artifact, str]:
-    """`compiler.get_or_compile`, compiling on a worker process where one is idle and can rebuild
-    `spec` (`portable`); in this thread otherwise."""
+    """`compiler.get_or_compile`, on a worker process where the pool has one and it can rebuild `spec`."""
     pool = _mine()
     memo_dir = store.config.memo_dir
     made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
@@ -439,9 +438,8 @@ def workers() -> list[tuple[int, str]]:
 
 
 def counts() -> dict[str, int]:
-    """What the pool did, by name: workers started; kernels compiled on a worker or in the parent;
-    workers lost; replies refused; kernels handed back while a worker imported their module; starts
-    cut short, every node slot held."""
+    """What the pool did: workers started; kernels on a worker or the parent; workers lost; replies
+    refused; kernels handed back while a worker imported their module; starts with no node slot."""
     pool = _mine()
     return {} if pool is None else dict(pool.counts)
 
@@ -456,10 +454,8 @@ def shutdown() -> None:
 
 
 def cancel(grace: float = 0.0) -> None:
-    """Compile nothing more in this process: what is queued is cancelled, every worker killed, and a
-    compile under way in a thread raises `cache_or_compile.Cancelled` at its end, unpublished.
-    `grace`: wait at most that long for those ends, so what they print (Triton's report of a ptxas
-    the signal killed) still goes where the caller sends it."""
+    """Compile nothing more: queued work cancelled, workers killed, a compile under way unpublished.
+    `grace`: wait that long for those ends, so what they print still goes where the caller sends it."""
     cache_or_compile.stopped.set()
     _cancel_queued()
     shutdown()

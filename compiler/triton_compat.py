@@ -143,8 +143,7 @@ def _readers_of(fn: Any) -> tuple[Reader, ...]:
     if found is None or found[0] is not fn:
         collected: list[Reader] = []
         _collect(fn, collected, set())
-        found = (fn, tuple(collected))
-        _readers.remember(id(fn), found)
+        found = _readers.remember(id(fn), (fn, tuple(collected)))
     return found[1]
 
 
@@ -378,7 +377,7 @@ def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
     triton_path = os.path.dirname(os.path.dirname(os.path.abspath(cache.__file__)))
 
     def origins(sub: str) -> list[str]:  # every module pkgutil walks under triton/<sub>, in its order
-        walked = pkgutil.walk_packages([os.path.join(triton_path, sub)], prefix=f"triton.{sub}.")
+        walked: Any = pkgutil.walk_packages([os.path.join(triton_path, sub)], prefix=f"triton.{sub}.")
         return [str(lib.module_finder.find_spec(lib.name).origin) for lib in walked]
 
     libtriton = os.path.join(triton_path, "_C", os.path.basename(LIBTRITON))
