@@ -337,39 +337,32 @@ class Pool:
 
     # A compile -------------------------------------------------------------------------------
     def build(self, spec: KernelSpec, key: str, request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float]:
-        """The store's build for `key`: on a worker where one is lent (`borrow`), else in this thread."""
+        """The store's build for `key`: on a worker where one is lent (`borrow`), its entry checked; else
+        in this thread (the worker given back, or dropped where it died, hung or sent another key)."""
         worker = self.borrow()
         if worker is not None:
-            found = self._on(worker, spec, key, request)
-            if found is not None:
-                return found
+            try:
+                wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
+                kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
+                got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
+            except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
+                log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
+                self._count("lost" if isinstance(exc, OSError) else "refused")
+                self.drop(worker)
+            else:
+                if got is not None:
+                    self._count("worker")
+                    self.give_back(worker)
+                    return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
+                log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
+                if kind == wire.LOADING:  # importing the kernel's module: later kernels are the worker's
+                    self._count("loading")
+                    self._ready_later(worker)
+                else:  # an ERROR: the worker stays
+                    self._count("refused")
+                    self.give_back(worker)
         self._count("parent")
         return cache_or_compile.build_here(spec, key)
-
-    def _on(self, worker: _Worker, spec: KernelSpec, key: str,
-            request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
-        """The entry `worker` compiled, checked; None (the worker given back or dropped) otherwise."""
-        try:
-            wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
-            kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
-            got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
-        except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
-            log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
-            self._count("lost" if isinstance(exc, OSError) else "refused")
-            self.drop(worker)
-            return None
-        if got is not None:
-            self._count("worker")
-            self.give_back(worker)
-            return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
-        log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
-        if kind == wire.LOADING:  # importing the kernel's module: this kernel is the parent's, later ones the worker's
-            self._count("loading")
-            self._ready_later(worker)
-        else:  # an ERROR: the worker stays
-            self._count("refused")
-            self.give_back(worker)
-        return None
 
     def _count(self, what: str) -> None:
         with self._changed:
