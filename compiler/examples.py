@@ -2,9 +2,13 @@
 # (Triton kernels take no Python type annotations: Triton reads a kernel's annotations itself.)
 """Example Triton kernels: a small, real set to try kernel-cache on and to test and benchmark it with.
 
-Parameters follow jax-triton's order (inputs and scalars, outputs, constexprs), so the programs in
-`lowering.examples` call these same kernels. They live in an installed package so that their recipes
-can be rebuilt by `cachectl prewarm --allow-module 'compiler.examples'` from any directory.
+A vector add, a scaled add (through a called @jit function), a row softmax, a row layernorm, an
+autotuned matmul (six configs) and a flash-attention forward. Parameters follow jax-triton's order
+(inputs and scalars, then outputs, then constexprs), so the JAX programs in `lowering.examples` call
+these same kernels. They live in an installed package so that the recipes recorded from them
+(`compiler.examples:add_kernel`, ...) can be rebuilt by `cachectl prewarm --allow-module
+'compiler.examples'` from any working directory. `example_specs(target)` gives a `KernelSpec` for
+every compile the programs make, for use with `compiler.get_or_compile`.
 """
 
 from typing import Any
