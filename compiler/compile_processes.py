@@ -460,8 +460,7 @@ def cancel(grace: float = 0.0) -> None:
 
 
 def _close_at_exit() -> None:
-    """At exit, after the compile threads: kill every worker (none holds anything to save) and leave
-    the pool closed, so that nothing starts another."""
+    """At exit, after the compile threads: kill every worker, leaving the pool closed so none starts."""
     pool = _mine()
     if pool is not None:
         pool.close(0.0)

@@ -145,8 +145,7 @@ class KernelSpec(FrozenValue):
         return compile_options(self.num_warps, self.num_stages, self.num_ctas, self.options)
 
     def describe(self) -> str:
-        """The form log lines use: `add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024` (then options
-        other than the defaults)."""
+        """Log lines' form: `add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024` (then non-default options)."""
         parts = [self.name, self.target.name, f"warps={self.num_warps}", f"stages={self.num_stages}",
                  f"ctas={self.num_ctas}"]
         parts += [f"{k}={_short(v)}" for k, v in self.constexprs.items()]
@@ -166,14 +165,11 @@ def _short(v: Any) -> str:
 
 
 def _check_scalar(name: str, value: Any) -> None:
-    if isinstance(value, (bool, float)):
-        return
-    if isinstance(value, int):
-        if not _INT64_MIN <= value <= _UINT64_MAX:
-            raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
-        return
-    raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
-                    f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
+    if not isinstance(value, (int, float)):  # a bool is an int
+        raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
+                        f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
+    if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
+        raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
