@@ -18,7 +18,8 @@ a lock file held by its worker for its life, so even kill -9 frees it; the host'
 network filesystem from bounding several nodes as one.
 
 `subprocess`, not `multiprocessing`: a spawned child re-runs `__main__` (a script without a main
-guard would start again in every worker), and fork is unsafe beside JAX's threads.
+guard would start again in every worker), and fork is unsafe beside JAX's threads. The module is
+long because the threads, the pool, its workers' pipes and the rule belong together.
 """
 
 from __future__ import annotations

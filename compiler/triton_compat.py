@@ -2,6 +2,7 @@
 
 The compiler and the lowering reach Triton only through these helpers, so a new Triton release means
 reading this file, not every package; capabilities are detected by attribute, not by version string.
+The module is long because it is that one place: splitting it would scatter what a release changes.
 Its memos are pure functions of their keys under the installed Triton: module-level, not the session's.
 """
 
