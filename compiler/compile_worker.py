@@ -85,8 +85,7 @@ def read_frame(fd: int, deadline: float | None = None) -> tuple[int, bytes] | No
 
 
 def use_memo(memo_dir: str | None, first: bool = False) -> None:
-    """This process's session: memory only, the toolchain memo in `memo_dir` (at HELLO, `first`, and
-    again where a request names another directory)."""
+    """This process's session: memory only, never from the environment, the toolchain memo in `memo_dir`."""
     wanted = None if memo_dir is None else Path(memo_dir)
     if first or kernel_cache.current_session().config.memo_dir != wanted:
         kernel_cache.configure(Config(toolchain_memo_dir=wanted))

@@ -73,6 +73,11 @@ class TensorDesc(FrozenValue):
         self.__dict__.update(dtype=dtype, block_shape=block_shape, layout=layout, shape=shape, strides=strides,
                              padding=padding, round_f32_to_tf32=round_f32_to_tf32)
 
+    @property
+    def type_name(self) -> str:
+        block = ",".join(str(int(b)) for b in self.block_shape)
+        return f"tensordesc<{self.dtype}[{block}]" + (f",{self.layout}>" if self.layout is not None else ">")
+
 
 def triton_value(value: Any) -> Any:
     """The tagged form of a value only Triton knows (the core's `canonical` extension): a @jit
@@ -188,10 +193,7 @@ def _leaf_type(name: str, value: Any, no_spec: bool, no_align: bool, ann: str) -
         _check_scalar(name, value.value)
         return value.type, None
     if isinstance(value, TensorDesc):  # specialized as an aligned pointer to its elements, as jax-triton 0.4 does
-        block = ",".join(str(int(b)) for b in value.block_shape)
-        layout = "" if value.layout is None else f",{value.layout}"
-        return f"tensordesc<{value.dtype}[{block}]{layout}>", tc.specialize(value.dtype, specialize=not no_spec,
-                                                                          align=not no_align)[1]
+        return value.type_name, tc.specialize(value.dtype, specialize=not no_spec, align=not no_align)[1]
     _check_scalar(name, value)
     floating = ann == "u1" or ann[:2] in ("fp", "bf")  # Triton never specializes annotated float/bool scalars
     ty, spec_attr = tc.specialize(value, specialize=not (no_spec or floating), align=not no_align)

@@ -255,8 +255,7 @@ def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
-    """The toolchain fingerprint without the environment, once per target and memo directory: shared,
-    never change it."""
+    """The toolchain fingerprint without the environment, once per target and memo directory (shared)."""
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
