@@ -26,10 +26,8 @@ LAUNCHED_FROM = {"cuda": "ptx", "hip": "hsaco"}  # per backend, the blob jaxlib'
 
 
 def deflate_run(data: bytes) -> bytes:
-    """`data` as an independent raw-deflate run (level 1, fresh dictionary) ending on a byte boundary
-    (Z_FULL_FLUSH). Runs like this concatenate into one zlib stream, so a launcher that sends the PTX
-    or cubin inside a compressed message (jaxlib's Triton call) reuses the stored run instead of
-    deflating the binary at every lowering."""
+    """`data` as an independent raw-deflate run ending on a byte boundary: such runs concatenate into one
+    zlib stream, so jaxlib's compressed Triton call reuses the stored run instead of deflating anew."""
     c = zlib.compressobj(1, zlib.DEFLATED, -15)
     return c.compress(data) + c.flush(zlib.Z_FULL_FLUSH)
 
@@ -104,9 +102,8 @@ class Artifact:
 
     @classmethod
     def from_entry(cls, meta: dict[str, Any], blobs: dict[str, bytes]) -> "Artifact":
-        """The artifact an entry holds. ValueError (or KeyError/TypeError) for an entry no launcher
-        could use: another kind, or without the binary its target launches from (a CUDA kernel's
-        PTX, a ROCm kernel's HSACO), which jaxlib would only fail on deep inside its proto builder."""
+        """The artifact an entry holds; ValueError (or KeyError/TypeError) for one no launcher could use,
+        which jaxlib would only fail on deep inside its proto builder."""
         if meta.get(META_KIND) != KIND:
             raise ValueError(f"entry is not a Triton kernel artifact (kind={meta.get(META_KIND)!r})")
         target = Target.from_json(meta[META_TARGET])

@@ -35,9 +35,8 @@ class Cancelled(KernelCacheError, RuntimeError):
 
 
 def compile_spec(spec: KernelSpec) -> Artifact:
-    """Triton's stages for `spec` (`compiler.compile`, imported at the first miss): the name
-    get_or_compile calls, which tests and benchmarks may wrap. Once `stopped`, none starts, and one
-    under way raises `Cancelled` at its end rather than be published."""
+    """Triton's stages for `spec` (the name tests and benchmarks wrap); once `stopped`, none starts, and
+    one under way raises `Cancelled` rather than be published."""
     if not stopped.is_set():
         artifact = compiling.compile_spec(spec)
         if not stopped.is_set():
@@ -89,9 +88,8 @@ def build_here(spec: KernelSpec, key: str) -> tuple[dict[str, Any], dict[str, by
 
 def get_or_compile(spec: KernelSpec, store: Store | None = None, *, keys: KeyMemo | None = None,
                    known_missing: bool = False, build_on: Build = build_here) -> tuple[Artifact, str]:
-    """(artifact, key) for `spec` from `store` (default: the process store), compiled (`build_on`:
-    here, or on a worker process) and published on a miss. `known_missing`: `lookup` just missed it
-    (under the build lock only a presence probe)."""
+    """(artifact, key) for `spec`, compiled by `build_on` and published on a miss. `known_missing`:
+    `lookup` just missed it (under the build lock only a presence probe)."""
     store, keys = _session_parts(store, keys)
     key = content_key(spec, keys=keys)
     build = functools.partial(build_on, spec, key)

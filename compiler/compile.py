@@ -66,16 +66,14 @@ FRONT_END = Turns()  # the process's one front end: every compile of every threa
 
 
 def front_end_weight(spec: KernelSpec) -> float:
-    """A guess, before compiling, of how long `spec` compiles: its kernel's source length times its
-    pipeline stages (a matmul's software pipelining multiplies the code LLVM and ptxas see). Orders
-    concurrent compiles' front ends (`FRONT_END`), nothing else."""
+    """A guess of how long `spec` compiles, to order front ends: source length times pipeline stages
+    (software pipelining multiplies the code LLVM and ptxas see)."""
     source = getattr(spec.kernel, "src", "")
     return float(len(source if isinstance(source, str) else "") * max(1, spec.num_stages))
 
 
 def compile_spec(spec: KernelSpec) -> Artifact:
-    """Compile `spec` through TTIR -> TTGIR -> LLIR -> PTX -> cubin (CUDA) or
-    -> AMDGCN -> HSACO (ROCm). Raises CompileError naming the failing stage."""
+    """Compile `spec` through Triton's stages; CompileError names the failing one."""
     stages = ["options"]  # the stages entered, the last one failing where one fails
     keep = _ALWAYS_KEPT | (set(TEXT_BLOBS) if spec.keep_ir else set())
     start = time.perf_counter()

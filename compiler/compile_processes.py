@@ -1,35 +1,25 @@
 """The one way compiles run: KERNEL_CACHE_COMPILE_WORKERS threads (`submit`), each compile on an idle
 worker process where a pool of them pays, else in the thread.
 
-Threads dispatch: Triton's MLIR/LLVM passes release the GIL and ptxas is a subprocess, so threads
-overlap most of a compile with no importable kernel and no second `import triton` (docs/design.md,
-"Cold start"). When the process exits, work still queued is cancelled and the compiles under way
-finish (at most one per thread): an exiting program never waits for kernels nobody will lower.
-`cancel` (an interrupted `cachectl prewarm`) also kills the workers and publishes nothing more.
+Threads: Triton's MLIR/LLVM passes release the GIL and ptxas is a subprocess (docs/design.md, "Cold
+start"). At exit, queued work is cancelled and compiles under way finish; `cancel` (an interrupted
+`cachectl prewarm`) also kills the workers and publishes nothing more.
 
-Worker processes take Triton's front end (AST to TTIR, which holds the GIL) out of this process:
-each (`compile_worker`) compiles a spec sent as its recipe and returns the entry, which the parent
-checks names its own content key before the store publishes it under its usual single-flight. With
-no worker ready, none back in time, or a kernel a worker cannot import by name, the kernel compiles
-in the parent; so does one whose worker failed (a worker that reports an error stays, one that dies,
-hangs or returns another key is killed).
+Workers take Triton's front end (AST to TTIR, which holds the GIL) out of this process: each compiles
+a spec sent as its recipe and returns the entry, which must name the parent's own content key. With
+no worker ready in time, a kernel a worker cannot import by name, or a worker that failed, the kernel
+compiles in the parent (a worker reporting an error stays; one that dies, hangs or lies is killed).
 
-When workers pay (`scripts/bench_cold.py`, 16-core H200 host): a worker is ready 0.76-0.79 s after
-8 start at once (~120 MiB each); ready before the first miss, they lower a 14-kernel module in 0.43 s
-where the threads take 0.79 s (serially 3.0 s); started at that miss they come too late. So they
-start in a process about to compile (`start_cold`, at its second distinct Triton call), or at a miss
-once MIN_KERNELS kernels were handed ahead (`expect`); only on a host of at least MIN_CORES usable
-cores with more than one compile thread; at most the compile threads and half the cores, and a
-node's processes sharing a cache directory no more than half its cores together (`take_slot`: ranks
-starting cold together would otherwise start a pool each). A slot is a lock file,
-`<memo dir>/locks/compile-workers/<host>/<i>`, held by its worker for its life, so whatever ends a
-worker (even kill -9) frees it: no count goes stale. The host's name keeps a directory on a network
-filesystem from bounding several nodes as one.
+Workers pay only when ready before the first miss (`scripts/bench_cold.py`, 16-core H200: ready in
+~0.8 s, a 14-kernel module in 0.43 s against 0.79 s on threads), so they start in a process about to
+compile (`start_cold`) or once MIN_KERNELS kernels were handed ahead (`expect`), on hosts of MIN_CORES
+usable cores, at most half the cores per node (`take_slot`: ranks starting cold together). A slot is
+a lock file held by its worker for its life, so even kill -9 frees it; the host's name keeps a
+network filesystem from bounding several nodes as one.
 
-Started as `subprocess`es rather than through `multiprocessing`: a spawned child re-runs the
-program's `__main__` (a training script without a main guard would start again in every worker),
-and fork is unsafe in a process running JAX's threads. The module is long because the threads, the
-pool, its workers' pipes and the rule belong together.
+`subprocess`, not `multiprocessing`: a spawned child re-runs `__main__` (a script without a main
+guard would start again in every worker), and fork is unsafe beside JAX's threads. The module is
+long because the threads, the pool, its workers' pipes and the rule belong together.
 """
 
 from __future__ import annotations
@@ -94,9 +84,8 @@ UNBOUNDED = -1  # `take_slot`'s answer where slots cannot be kept: start the wor
 
 
 def take_slot(memo_dir: Path, capacity: int) -> int | None:
-    """A locked descriptor of a free node slot among `capacity` (the caller hands it to one worker
-    and closes its own copy), None when every slot is held, or UNBOUNDED where the directory cannot
-    hold lock files (each pool's own bound stays)."""
+    """A locked descriptor of a free slot among `capacity` (for one worker), None when all are held,
+    or UNBOUNDED where the directory cannot hold lock files (each pool's own bound stays)."""
     try:
         with contextlib.closing(Tree(memo_dir, Owners.current(), create=True)) as tree:
             for index in range(capacity):
@@ -137,8 +126,7 @@ class _Worker:
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:
-    """Each worker's pipe closed (it exits once the frame it compiles, if any, is answered), then
-    killed after `grace` seconds; reaped either way."""
+    """Each worker's pipe closed (it exits after answering its frame), killed after `grace` seconds."""
     for worker in workers:
         with contextlib.suppress(OSError):
             worker.stdin.close()
@@ -153,9 +141,8 @@ def _stop(workers: list[_Worker], grace: float) -> None:
 
 
 def portable(spec: KernelSpec) -> dict[str, Any] | None:
-    """`spec`'s recipe where a worker rebuilds the very spec from it, else None: rebuilt here from
-    the kernels this process holds by name (not `__main__`, not a closure), every constexpr and
-    option a value a recipe carries, its kernel's module one a worker can import by name."""
+    """`spec`'s recipe where a worker rebuilds the very spec from it (checked here, from the kernels
+    this process holds by name, and the module importable by name), else None."""
     try:
         made = recipe.to_recipe(spec)
         same = recipe.from_recipe(made, imported_only=True) == spec
@@ -206,8 +193,7 @@ class Pool:
 
     # Workers -------------------------------------------------------------------------------
     def grow(self, count: int, config: Config, target: Target | None) -> int:
-        """Have `count` workers (returned): the missing ones start on a thread, so the caller goes on
-        at once, each warmed up for `target` before it is lent (`compile_worker.serve`)."""
+        """Have `count` workers (returned): the missing ones start on a thread, warmed up for `target`."""
         memo_dir = None if config.memo_dir is None else str(config.memo_dir)
         with self._changed:
             missing = count - len(self._workers) - self._starting
@@ -223,8 +209,7 @@ class Pool:
         return count
 
     def _start(self, count: int, hello: bytes, slots: str | None) -> None:
-        """`count` workers, each holding a node's slot in the memo directory `slots` (None: unbounded),
-        each lent once ready."""
+        """`count` workers, each holding a slot in the memo directory `slots` (None: unbounded)."""
         started: list[_Worker] = []
         for begun in range(count):
             slot = take_slot(Path(slots), node_slots()) if slots is not None else UNBOUNDED
@@ -253,8 +238,7 @@ class Pool:
         self._reap()  # this thread closes the workers once idle
 
     def _spawn(self, hello: bytes, slot: int) -> _Worker | None:
-        """One worker started and greeted, handed `slot` (a locked descriptor, or UNBOUNDED) to hold
-        for its life. None when it cannot start, or the pool closed meanwhile."""
+        """One worker started, greeted and holding `slot` for its life; None if it cannot start."""
         worker: _Worker | None = None
         try:
             proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -329,10 +313,6 @@ class Pool:
         with self._changed:
             return bool(self._workers or self._starting) and not self._closed
 
-    def snapshot(self) -> list[tuple[int, str]]:
-        with self._changed:
-            return [(w.proc.pid, w.state) for w in self._workers]
-
     def close(self, grace: float) -> None:
         """Every worker told to exit, then killed after `grace` seconds."""
         with self._changed:
@@ -358,39 +338,32 @@ class Pool:
 
     # A compile -------------------------------------------------------------------------------
     def build(self, spec: KernelSpec, key: str, request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float]:
-        """The store's build for `key`: on a worker where one is lent (`borrow`), else in this thread."""
+        """The store's build for `key`: on a worker where one is lent (`borrow`), its entry checked; else
+        in this thread (the worker given back, or dropped where it died, hung or sent another key)."""
         worker = self.borrow()
         if worker is not None:
-            found = self._on(worker, spec, key, request)
-            if found is not None:
-                return found
+            try:
+                wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
+                kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
+                got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
+            except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
+                log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
+                self._count("lost" if isinstance(exc, OSError) else "refused")
+                self.drop(worker)
+            else:
+                if got is not None:
+                    self._count("worker")
+                    self.give_back(worker)
+                    return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
+                log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
+                if kind == wire.LOADING:  # importing the kernel's module: later kernels are the worker's
+                    self._count("loading")
+                    self._ready_later(worker)
+                else:  # an ERROR: the worker stays
+                    self._count("refused")
+                    self.give_back(worker)
         self._count("parent")
         return cache_or_compile.build_here(spec, key)
-
-    def _on(self, worker: _Worker, spec: KernelSpec, key: str,
-            request: bytes) -> tuple[dict[str, Any], dict[str, bytes], float] | None:
-        """The entry `worker` compiled, checked; None (the worker given back or dropped) otherwise."""
-        try:
-            wire.write_frame(worker.stdin.fileno(), wire.REQUEST, request)  # a few KiB: the pipe takes it whole
-            kind, payload = worker.reply(time.monotonic() + COMPILE_TIMEOUT)
-            got = entries.decode(payload, expected_key=key) if kind == wire.ENTRY else None  # checksummed, our key
-        except (OSError, entries.CorruptEntry) as exc:  # dead, hung, or other sources or environment than ours
-            log.debug("compiling %s in the parent: worker %d: %s", spec.name, worker.proc.pid, exc)
-            self._count("lost" if isinstance(exc, OSError) else "refused")
-            self.drop(worker)
-            return None
-        if got is not None:
-            self._count("worker")
-            self.give_back(worker)
-            return got.meta, got.blobs, float(got.meta.get(META_COMPILE_SECONDS, 0.0))
-        log.debug("compiling %s in the parent: worker %d says %s", spec.name, worker.proc.pid, payload[:2000])
-        if kind == wire.LOADING:  # importing the kernel's module: this kernel is the parent's, later ones the worker's
-            self._count("loading")
-            self._ready_later(worker)
-        else:  # an ERROR: the worker stays
-            self._count("refused")
-            self.give_back(worker)
-        return None
 
     def _count(self, what: str) -> None:
         with self._changed:
@@ -418,25 +391,22 @@ def _current() -> Pool:
 
 
 def expect(config: Config, kernels: int, target: Target | None = None) -> int:
-    """A miss hands `kernels` compiles ahead (for `target`, where known): where the rule says a pool
-    pays, make it that size (workers start in the background, each warmed up for `target`).
-    Returns the size wanted (0: none)."""
+    """A miss hands `kernels` compiles ahead: start the pool the rule says pays (warmed up for
+    `target`, in the background). Returns the size wanted (0: none)."""
     pool = _current()
     return pool.grow(pool.wanted(config, kernels), config, target)
 
 
 def start_cold(config: Config, target: Target | None = None) -> int:
-    """A process about to compile (no toolchain fingerprint to read: a new node, or a new Triton):
-    start the workers now where the rule's host part says they pay, ready by its first miss, which
-    comes once JAX has traced the whole jit; each warms up for `target`. Returns the size wanted."""
+    """A process about to compile (no toolchain fingerprint memo: a new node or Triton): start the
+    workers now, to be ready by the first miss once JAX has traced the jit. Returns the size wanted."""
     pool = _current()
     return pool.grow(pool.wanted_cold(config), config, target)
 
 
 def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = None,
                    known_missing: bool = False) -> tuple[Artifact, str]:
-    """`compiler.get_or_compile`, compiling on a worker process where one is idle and can rebuild
-    `spec` (`portable`); in this thread otherwise."""
+    """`compiler.get_or_compile`, on a worker process where the pool has one and it can rebuild `spec`."""
     pool = _mine()
     memo_dir = store.config.memo_dir
     made = portable(spec) if pool is not None and pool.has_workers() and memo_dir is not None else None
@@ -448,28 +418,28 @@ def get_or_compile(spec: KernelSpec, store: Store, *, keys: KeyMemo | None = Non
 
 
 def override(workers: int | None) -> None:
-    """Set the pool's size whatever the rule says (0: never a pool; None: the rule again): for
-    benchmarks and tests."""
+    """The pool's size whatever the rule says (0: never a pool; None: the rule again)."""
     _current().forced = workers
 
 
 def workers() -> list[tuple[int, str]]:
     """(pid, state) of each worker started and not yet closed."""
     pool = _mine()
-    return [] if pool is None else pool.snapshot()
+    if pool is None:
+        return []
+    with pool._changed:
+        return [(w.proc.pid, w.state) for w in pool._workers]
 
 
 def counts() -> dict[str, int]:
-    """What the pool did, by name: workers started; kernels compiled on a worker or in the parent;
-    workers lost; replies refused; kernels handed back while a worker imported their module; starts
-    cut short, every node slot held."""
+    """What the pool did: workers started; kernels on a worker or the parent; workers lost; replies
+    refused; kernels handed back while a worker imported their module; starts with no node slot."""
     pool = _mine()
     return {} if pool is None else dict(pool.counts)
 
 
 def shutdown() -> None:
-    """Kill every worker and reap it (tests; a program that wants its memory back): a later
-    `expect` starts a new pool."""
+    """Kill every worker and reap it; a later `expect` starts a new pool."""
     global _pool
     with _lock:
         pool, _pool = _mine(), None
@@ -478,10 +448,8 @@ def shutdown() -> None:
 
 
 def cancel(grace: float = 0.0) -> None:
-    """Compile nothing more in this process: what is queued is cancelled, every worker killed, and a
-    compile under way in a thread raises `cache_or_compile.Cancelled` at its end, unpublished.
-    `grace`: wait at most that long for those ends, so what they print (Triton's report of a ptxas
-    the signal killed) still goes where the caller sends it."""
+    """Compile nothing more: queued work cancelled, workers killed, a compile under way unpublished.
+    `grace`: wait that long for those ends, so what they print still goes where the caller sends it."""
     cache_or_compile.stopped.set()
     _cancel_queued()
     shutdown()
@@ -493,9 +461,7 @@ def cancel(grace: float = 0.0) -> None:
 
 
 def _close_at_exit() -> None:
-    """The exit sequence's first step, after the compile threads have finished: every worker killed
-    and reaped (an idle one holds nothing to save, and one still importing Triton would only delay
-    the exit), and the pool left closed, so that nothing starts another."""
+    """At exit, after the compile threads: kill every worker, leaving the pool closed so none starts."""
     pool = _mine()
     if pool is not None:
         pool.close(0.0)
@@ -506,8 +472,7 @@ _threads: ThreadPoolExecutor | None = None
 
 
 def submit(config: Config, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-    """Run `fn(*args)` on a compile thread (`config.compile_threads` of them); cancelled if the
-    process exits before it starts."""
+    """Run `fn(*args)` on a compile thread; cancelled if the process exits before it starts."""
     global _threads
     with _lock:
         if _threads is None:

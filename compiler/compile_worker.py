@@ -1,12 +1,10 @@
 """A compile worker process (`main`), started by `compile_processes`: a fresh interpreter that imports
 Triton once, then compiles one spec per request until its input closes.
 
-A request is a spec's recipe (the kernel rebuilt here by importing its module); a reply is the entry
-(checksummed, no pickle) under the content key computed here, which the parent compares with its
-own. The worker's session is configured, never read from the environment: memory only, the parent's
-memo directory, so the tools' fingerprint is the parent's memo's and nothing else is written.
-Frames travel on the pipes moved off fds 0 and 1 at start, so that whatever a compile or a kernel's
-module prints cannot corrupt a frame (the parent sends stderr to /dev/null).
+A request is a spec's recipe; a reply is the entry (checksummed, no pickle) under the key computed
+here, which the parent compares with its own. The session is configured, never read from the
+environment: memory only, with the parent's memo directory. Frames travel on pipes moved off fds 0
+and 1, so that whatever a compile or a kernel's module prints cannot corrupt a frame.
 """
 
 from __future__ import annotations
@@ -53,13 +51,15 @@ def write_frame(fd: int, kind: int, payload: bytes) -> None:
 
 
 def read_exactly(fd: int, size: int, deadline: float | None = None) -> bytes:
-    """`size` bytes from a blocking pipe (b"" where it closed before the first byte), each part by
-    `deadline` where one is given (the parent's read of a worker that may hang)."""
+    """`size` bytes from a blocking pipe (b"" where it closed before the first byte), by `deadline`."""
     parts: list[bytes] = []
     left = size
     while left:
-        if deadline is not None and not _readable(fd, deadline - time.monotonic()):
-            raise FrameError("no answer in time")
+        if deadline is not None:
+            poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                raise FrameError("no answer in time")
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             if left == size:
@@ -68,12 +68,6 @@ def read_exactly(fd: int, size: int, deadline: float | None = None) -> bytes:
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
-
-
-def _readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()  # not select(): a process with many files has descriptors past FD_SETSIZE
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
 
 
 def read_frame(fd: int, deadline: float | None = None) -> tuple[int, bytes] | None:
@@ -91,16 +85,15 @@ def read_frame(fd: int, deadline: float | None = None) -> tuple[int, bytes] | No
 
 
 def use_memo(memo_dir: str | None, first: bool = False) -> None:
-    """This process's session: memory only, the toolchain memo in `memo_dir` (configured at HELLO,
-    `first`, so never from the environment; again where a request names another directory)."""
+    """This process's session: memory only, never from the environment, the toolchain memo in `memo_dir`."""
     wanted = None if memo_dir is None else Path(memo_dir)
     if first or kernel_cache.current_session().config.memo_dir != wanted:
         kernel_cache.configure(Config(toolchain_memo_dir=wanted))
 
 
 def module_to_load(payload: bytes) -> str | None:
-    """The module of a request's kernel where not imported yet (None: `compile_request` answers it). A
-    kernel's module may import a framework (an ejKernel op: JAX and ejKernel, seconds), which a compile must not wait for."""
+    """The module of a request's kernel where not imported yet: it may import a framework (seconds),
+    which the parent's compile must not wait for."""
     try:
         module = json.loads(payload)["recipe"]["kernel"].partition(":")[0]
     except (ValueError, KeyError, TypeError, AttributeError):

@@ -27,9 +27,8 @@ _MAX_KNOWN = 1024
 
 
 def compile_inputs(target: Target, options: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The inputs in canonical form, and their digest: Triton's options as its compile parses them
-    (every file they name standing for its content: `compiler.portable`), the target, and the
-    toolchain. Memoized per environment and installation."""
+    """The inputs in canonical form (files named by their content) and their digest, memoized per
+    environment and installation."""
     try:
         ident: tuple[Any, ...] | None = (target, tuple(sorted(options.items())))
         hash(ident)

@@ -1,9 +1,7 @@
 """The content key: the digest of a spec and its compile inputs in the core's canonical encoding.
 
-The encoding (`kernel_cache.entries.canonical`) tags every value with its type, so the int 1, the
-float 1.0, the bool True and the string "1" never collide; this module adds Triton's own values to it,
-and the document carries our own format version: bumping it invalidates every key at once. The memo
-of keys is a session's (`session_keys`), passed in by the caller: this module never looks the session up.
+The encoding tags every value with its type (1, 1.0, True and "1" never collide); the document's
+format version invalidates every key at once when bumped. The memo of keys is the caller's session's.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ KEY_FORMAT_VERSION = 2  # 2: paths in options and Triton's environment stand for
 
 
 def key_document(spec: KernelSpec) -> dict[str, Any]:
-    """Everything the key covers, in canonical form (useful for debugging a surprising miss): the spec's
-    own parts, then its compile inputs (`compiler.inputs`)."""
+    """Everything the key covers, in canonical form (for debugging a surprising miss)."""
     constexprs, attrs = canonical([dict(spec.constexprs), {repr(k): v for k, v in spec.attrs.items()}],
                                   triton_value)["list"]
     return {
@@ -42,9 +39,8 @@ def key_document(spec: KernelSpec) -> dict[str, Any]:
 
 
 def document_summary(document: dict[str, Any]) -> str:
-    """One line naming what a key covers, for DEBUG logs: the kernel, target and signature as
-    text, every other part as a digest prefix (so two lines for a surprising miss show which part
-    differs), short parts as their JSON."""
+    """One DEBUG line of what a key covers: long parts as a digest prefix, so two lines for a
+    surprising miss show which part differs."""
     parts = []
     for name, value in document.items():
         if name == "kernel" and isinstance(value, dict):
@@ -66,15 +62,13 @@ _KEYS: SessionMemo[KeyMemo] = SessionMemo("compiler.key.keys", lambda _: Bounded
 
 
 def session_keys(session: Session) -> KeyMemo:
-    """`session`'s memo of content keys, dropped with it by `configure()`: what a caller holding the
-    session passes to `content_key` (and `compiler.lookup` / `get_or_compile`)."""
+    """`session`'s memo of content keys (dropped with it by `configure()`), for `content_key`."""
     return _KEYS.of(session)
 
 
 def content_key(spec: KernelSpec, keys: KeyMemo | None = None) -> str:
-    """The 32-hex-digit content address of `spec`'s compiled artifact: the digest of its key document.
-    `keys` (`session_keys`) memoizes it by the spec and the toolchain fingerprint as it is now: a warm
-    lowering asks for the same specs on every trace, and the document is the costly part of a key."""
+    """The content address of `spec`'s artifact. `keys` memoizes it by spec and toolchain fingerprint: a
+    warm lowering asks for the same specs on every trace, and the document is the costly part."""
     if keys is None:
         return digest(key_document(spec))
     try:

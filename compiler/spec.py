@@ -121,8 +121,7 @@ class KernelSpec(FrozenValue):
 
     @property
     def canonical_text(self) -> str:
-        """This spec in the one canonical encoding (Triton's values through `triton_value`), built once:
-        every field, the kernel by name and fingerprint. TypeError for a value nothing can key."""
+        """This spec in the one canonical encoding, built once; TypeError for a value nothing can key."""
         found: str | None = self.__dict__.get("_canonical_text")
         if found is None:
             found = encode({
@@ -151,8 +150,7 @@ class KernelSpec(FrozenValue):
         return compile_options(self.num_warps, self.num_stages, self.num_ctas, self.options)
 
     def describe(self) -> str:
-        """The form log lines use: `add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024` (then options
-        other than the defaults)."""
+        """Log lines' form: `add_kernel sm_90 warps=4 stages=3 ctas=1 BLOCK=1024` (then non-default options)."""
         parts = [self.name, self.target.name, f"warps={self.num_warps}", f"stages={self.num_stages}",
                  f"ctas={self.num_ctas}"]
         parts += [f"{k}={_short(v)}" for k, v in self.constexprs.items()]
@@ -172,14 +170,11 @@ def _short(v: Any) -> str:
 
 
 def _check_scalar(name: str, value: Any) -> None:
-    if isinstance(value, (bool, float)):
-        return
-    if isinstance(value, int):
-        if not _INT64_MIN <= value <= _UINT64_MAX:
-            raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
-        return
-    raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
-                    f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
+    if not isinstance(value, (int, float)):  # a bool is an int
+        raise TypeError(f"argument '{name}' must be a pointer type like '*fp32', a Pointer, or a Python "
+                        f"int/float/bool scalar; got {type(value).__name__}: {echo(value)}")
+    if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
+        raise ValueError(f"integer argument '{name}'={value} does not fit in 64 bits")
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -188,7 +183,7 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def _leaf_type(name: str, value: Any, no_spec: bool, no_align: bool, ann: str | None) -> tuple[str, Any]:
+def _leaf_type(name: str, value: Any, no_spec: bool, no_align: bool, ann: str) -> tuple[str, Any]:
     """(Triton type, specialization attribute) of one runtime value, as Triton's launcher types it."""
     if isinstance(value, str):
         value = Pointer(value)
@@ -200,25 +195,22 @@ def _leaf_type(name: str, value: Any, no_spec: bool, no_align: bool, ann: str | 
     if isinstance(value, TensorDesc):  # specialized as an aligned pointer to its elements, as jax-triton 0.4 does
         return value.type_name, tc.specialize(value.dtype, specialize=not no_spec, align=not no_align)[1]
     _check_scalar(name, value)
-    do_spec = not no_spec
-    if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
-        do_spec = False  # Triton never specializes annotated float/bool scalars
-    ty, spec_attr = tc.specialize(value, specialize=do_spec, align=not no_align)
-    return (ann if ann else ty), spec_attr  # an annotated scalar keeps its declared type, as in Triton's launcher
+    floating = ann == "u1" or ann[:2] in ("fp", "bf")  # Triton never specializes annotated float/bool scalars
+    ty, spec_attr = tc.specialize(value, specialize=not (no_spec or floating), align=not no_align)
+    return (ann or ty), spec_attr  # an annotated scalar keeps its declared type, as in Triton's launcher
 
 
 def _tuple_types(name: str, value: tuple[Any, ...], path: tuple[int, ...], no_spec: bool,
                  no_align: bool, attrs: dict[tuple[Any, ...], Any]) -> tuple[Any, ...]:
-    """The nested signature of a tuple parameter; each leaf's attribute keyed by its path (param
-    index, then the index in each tuple). An int equal to 1 inside a tuple stays a runtime value
-    (jax-triton 0.4 specializes only top-level parameters on it)."""
+    """The nested signature of a tuple parameter, each leaf's attribute keyed by its path. An int equal
+    to 1 stays a runtime value (jax-triton 0.4 specializes only top-level parameters on it)."""
     types: list[Any] = []
     for i, item in enumerate(value):
         where = (*path, i)
         if isinstance(item, tuple):
             types.append(_tuple_types(name, item, where, no_spec, no_align, attrs))
             continue
-        ty, spec_attr = _leaf_type(name, item, no_spec, no_align, None)
+        ty, spec_attr = _leaf_type(name, item, no_spec, no_align, "")
         if ty == "constexpr":
             ty, spec_attr = tc.specialize(item, specialize=False, align=not no_align)
         types.append(ty)
@@ -228,8 +220,7 @@ def _tuple_types(name: str, value: tuple[Any, ...], path: tuple[int, ...], no_sp
 
 
 def compile_options(num_warps: int, num_stages: int, num_ctas: int, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options Triton's compile is given for a kernel launched so (`options`: the backend's, over
-    our defaults): a spec's, and what a lowered call's key says of each config (`compiler.inputs`)."""
+    """The options Triton's compile is given for a kernel launched so: a spec's, and a lowered call's."""
     return {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas, **DEFAULT_OPTIONS, **options}
 
 
@@ -277,9 +268,9 @@ def make_spec(kernel: Any, args: Sequence[Any], constexprs: Mapping[str, Any] | 
         if isinstance(spec_attr, str):
             attrs[(index,)] = spec_attr
     attrs = tc.parse_attrs(tgt.backend, attrs)  # each specialization text as Triton's attributes
-    merged = {**DEFAULT_OPTIONS, **options}
     return KernelSpec(kernel=fn, signature=signature, constexprs=all_constexprs, attrs=attrs, target=tgt,
                       num_warps=_positive_int("num_warps", num_warps),
                       # Triton accepts 0 (no software pipelining; ejKernel's flash-attention backward uses it)
                       num_stages=_positive_int("num_stages", num_stages, minimum=0),
-                      num_ctas=_positive_int("num_ctas", num_ctas), options=merged, keep_ir=keep_ir)
+                      num_ctas=_positive_int("num_ctas", num_ctas), options={**DEFAULT_OPTIONS, **options},
+                      keep_ir=keep_ir)

@@ -4,15 +4,10 @@ Triton's own `triton_key()` hashes all of libtriton and `backend.hash()` runs `p
 subprocess). A warm process must pay neither, so both are memoized in a small JSON file keyed by the
 identity (path, size, mtime_ns) of the files they depend on: a reinstall or another ptxas recomputes.
 
-A fresh node (no memo) need not hash libtriton either: the installer recorded every file's sha256
-in its distribution's RECORD (`InstalledHashes`), which gives the very text `triton_key()` returns,
-so every node gets the same keys. Any file the RECORD cannot vouch for (an editable install, a file
-not listed or edited since) is hashed. This relies on what the memo relies on: an in-place edit that
-keeps a file's size and then sets its mtime back before the RECORD's goes unnoticed. Before deriving
-anything, a node without the memo asks the cluster's levels (`_shared_memoized`).
-
-The module is long because the fingerprint is one job from the installed files to the memo file:
-the identities, the RECORD's hashes, the memo's one read and one write per use, its cluster copy.
+A fresh node need not hash libtriton either: the sha256 its installer recorded in the RECORD
+(`InstalledHashes`) gives the very text `triton_key()` returns; a file the RECORD cannot vouch for is
+hashed. (Like the memo, this misses an in-place edit that keeps the size and sets the mtime back.)
+Before deriving anything, a node without the memo asks the cluster's levels (`_shared_memoized`).
 """
 
 from __future__ import annotations
@@ -74,11 +69,8 @@ MAX_RECORD_BYTES = 64 << 20
 
 
 class InstalledHashes:
-    """The sha256 of a package's files as the RECORD of each distribution beside it lists them.
-
-    `sha256(path)` answers from a RECORD where the file is a regular file (not a link) of the recorded
-    size whose mtime is not after that RECORD's, and every RECORD listing it agrees; otherwise it
-    hashes the bytes (counted in `hashed`)."""
+    """The sha256 of a package's files from the RECORDs beside it where they can be trusted (`recorded`),
+    else from the bytes (listed in `hashed`)."""
 
     def __init__(self, package_dir: str):
         self.hashed: list[str] = []
@@ -118,7 +110,8 @@ class InstalledHashes:
                 self._recorded[path] = None if found is None else (*found, st.st_mtime_ns)
 
     def recorded(self, path: str) -> str | None:
-        """The recorded hex sha256 of `path` where it can be trusted, else None."""
+        """The recorded sha256 of `path` where it is a regular file of the recorded size, not changed
+    since the RECORD was written, and every RECORD listing it agrees; else None."""
         found = self._recorded.get(os.path.normpath(os.path.abspath(path)))
         if found is None:
             return None
@@ -158,8 +151,8 @@ def _read_memo(path: Path) -> dict[str, Any]:
 
 
 def _save_memo(path: Path, new: dict[str, str]) -> None:
-    """`new` written over what the file holds now (a value another process writes meanwhile may be
-    lost: it is recomputed once); never into a directory that is not kernel-cache's."""
+    """`new` merged into the file (a racing writer's value may be lost: it is recomputed once); never
+    into a directory that is not kernel-cache's."""
     try:
         directory = str(path.parent)
         if directory not in _claimed:
@@ -173,9 +166,8 @@ def _save_memo(path: Path, new: dict[str, str]) -> None:
 
 
 def _memoized(wanted: dict[str, tuple[list[Any], Callable[[], str]]], memo_dir: Path | None = None) -> dict[str, str]:
-    """Per name, `compute()`'s text for its identity: from this process, else the memo file in
-    `memo_dir` (default: the session's, then also its cluster's levels), else computed. The file is
-    read at most once and written at most once for all of them."""
+    """Per name, `compute()`'s text for its identity: from this process, the memo file in `memo_dir`
+    (default: the session's, then its cluster's levels), or computed; the file read and written once."""
     store: kernel_cache.Store | None = None
     if memo_dir is None:
         session = kernel_cache.current_session()
@@ -204,9 +196,8 @@ def _memoized(wanted: dict[str, tuple[list[Any], Callable[[], str]]], memo_dir: 
 
 
 def node_identity(identity: Any) -> Any:
-    """`identity` (a memo's: [path, size, mtime_ns] per file, nested in lists) with each file's inode
-    and ctime_ns added, which no copy, reinstall or edit keeps (the kernel sets ctime): one host's pods
-    or a site's shared installation share a memo, another host's copy of an image does not."""
+    """`identity` with each file's inode and ctime_ns added, which no copy, reinstall or edit keeps:
+    one host's pods or a site's shared installation share a memo, another host's image copy does not."""
     if not isinstance(identity, list):
         return identity
     if (len(identity) == 3 and isinstance(identity[0], str) and os.path.isabs(identity[0])
@@ -220,12 +211,9 @@ def node_identity(identity: Any) -> Any:
 
 
 def _shared_memoized(store: kernel_cache.Store, name: str, identity: list[Any], compute: Callable[[], str]) -> str:
-    """Memo `name` from `store`'s cluster levels (the shared directory, the remote) where a node that
-    sees these very files (`node_identity`) derived it, else `compute()`d here and published there.
-
-    Never weaker than the node's own memo: the record must repeat that name and identity
-    (`memo_entry.text_for`), and is signed where a signing key is configured and verified on every
-    read (a forged, unsigned or damaged one is refused, counted, and the text derived here)."""
+    """Memo `name` from `store`'s cluster levels where a node seeing these very files derived it, else
+    `compute()`d and published. Never weaker than the node's own memo: the record repeats name and
+    identity (`memo_entry.text_for`) and is signed and verified where a signing key is configured."""
     node = node_identity(identity)
     key = memo_entry.memo_key(name, node)
     entry = store.get_shared(key)
@@ -238,17 +226,13 @@ def _shared_memoized(store: kernel_cache.Store, name: str, identity: list[Any], 
 
 
 def memoized_for_file(name: str, path: str, compute: Callable[[], str]) -> str:
-    """A text derived from one file (a schema read out of a plugin binary, ...), kept in the same
-    memo as the toolchain fingerprint and recomputed when the file's size or mtime changes."""
+    """A text derived from one file (a plugin binary's schema), memoized with the toolchain."""
     return _memoized({name: (_identity(path), compute)})[name]
 
 
 def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
-    """Start Triton's build key on a daemon thread, so that a cold process pays for it (hashing
-    libtriton where no memo or RECORD serves it) while it builds its model, not at its first lowering.
-    `on_cold`: called first on that thread where neither this node's memo nor the cluster's holds the
-    key (a new node, or a new Triton): the sign of a process about to compile.
-    (Pure hashing, no Triton C++: a daemon thread may be left at exit.)"""
+    """Derive Triton's build key on a daemon thread while the process builds its model, not at its
+    first lowering. `on_cold`: called first where no memo holds the key (a process about to compile)."""
     global _primed
     with _lock:
         if _primed:
@@ -266,14 +250,12 @@ def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
 
 def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
     """What identifies the tools that turn a spec into a binary for `target`: the installed files
-    checked once per process and target (an upgrade takes a new process anyway), Triton's
-    cache-invalidating environment read again where the C environment changed (`EnvironMemo`)."""
+    (once per process), Triton's cache-invalidating environment (again when it changes)."""
     return {**installed_tools(target, memo_dir), "env": dict(triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
-    """The toolchain fingerprint without Triton's environment (which callers read per use), made once
-    per process, target and memo directory and shared: read it, never change it."""
+    """The toolchain fingerprint without the environment, once per target and memo directory (shared)."""
     slot = (target, str(memo_dir))
     with _lock:
         cached = _per_target.get(slot)
@@ -289,16 +271,14 @@ def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, A
 
 
 def toolchain_summary(target: Target, memo_dir: Path | None = None) -> str:
-    """A short identity of the installed tools, stored in entries so `cachectl --stale` can tell
-    entries built by another Triton/ptxas. Not the environment (every content key holds it): a cachectl
-    run without the job's TRITON_* settings must not call the job's entries stale."""
+    """A short identity of the installed tools for `cachectl --stale`; not the environment, so a cachectl
+    run without the job's TRITON_* settings does not call the job's entries stale."""
     tools = installed_tools(target, memo_dir)
     return f"triton-{tools['triton_version']}+{digest(tools)[:12]}"
 
 
 def clear_process_memo() -> None:
-    """Read the installed tools anew (a test's simulated upgrade): memos derived from them elsewhere
-    compare `generation`, which this advances."""
+    """Read the installed tools anew; memos derived from them compare `generation`, advanced here."""
     global generation
     with _lock:
         generation += 1

@@ -1,12 +1,9 @@
 """Every difference between Triton releases (3.6 – 3.9) that kernel-cache touches, in one place.
 
-The rest of the compiler package, and the lowering, call these helpers and never reach into Triton
-directly (the lowering reads @triton.autotune / @triton.heuristics wrappers through `wrapper_chain`
-and the accessors after it), so a new Triton release means reading this file, not every package.
-Capabilities are detected by looking for attributes, not by comparing version strings. The module
-is long because it is that one place: splitting it would scatter what a Triton release changes
-(Triton's build key composed from recorded hashes among them). Its memos are pure functions of their
-keys under the installed Triton, true under any configuration: module-level, not the session's.
+The compiler and the lowering reach Triton only through these helpers, so a new Triton release means
+reading this file, not every package; capabilities are detected by attribute, not by version string.
+The module is long because it is that one place: splitting it would scatter what a release changes.
+Its memos are pure functions of their keys under the installed Triton: module-level, not the session's.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import triton
+from triton._C.libtriton import get_cache_invalidating_env_vars
 from triton.language.core import constexpr
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.cache import triton_key
@@ -59,8 +57,7 @@ def is_autotuner(obj: Any) -> bool:
 
 
 def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
-    """(the Autotuner and Heuristics wrappers around `kernel`, outermost first; the JITFunction under
-    them): one question where a lowering walks a kernel's wrappers on every call."""
+    """(the wrappers around `kernel`, outermost first; the JITFunction under them)."""
     return tuple(wrapper_chain(kernel)), unwrap_jit(kernel)
 
 
@@ -106,12 +103,9 @@ _PLAIN = (int, float, str, bool, bytes, type(None))
 
 
 def kernel_fingerprint(fn: Any) -> str:
-    """Triton's cache key extended by the current values of the reads it is blind to: a value read
-    through a module attribute (`helpers.FACTOR`) and a plain global (allowed under
-    `TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1`). Where those reads are is found once per @jit function
-    (`_readers_of`); their values are read on every call, so a global set at run time is a new kernel.
-    A value is keyed by its `repr` where that is a value, else by its type's name (a repr naming an
-    address would make every process's key new)."""
+    """Triton's cache key extended by the current values of the reads it is blind to (`helpers.FACTOR`,
+    a plain global under TRITON_ALLOW_NON_CONSTEXPR_GLOBALS=1): found once per function, read on every
+    call, so a global set at run time is a new kernel."""
     own = str(fn.cache_key)  # Triton's, memoized per function: its source, its @jit callees, constexpr globals
     readers = _readers_of(fn)
     if not readers:
@@ -128,7 +122,7 @@ def _read(namespace: Any, path: tuple[str, ...]) -> Any:
 
 
 def value_text(value: Any) -> str:
-    """A value as its key sees it (`kernel_fingerprint`)."""
+    """A value's `repr`, or its type's name where a repr could name an address (new in every process)."""
     if isinstance(value, constexpr):
         value = value.value
     if _is_value(value):
@@ -150,8 +144,7 @@ def _readers_of(fn: Any) -> tuple[Reader, ...]:
     if found is None or found[0] is not fn:
         collected: list[Reader] = []
         _collect(fn, collected, set())
-        found = (fn, tuple(collected))
-        _readers.remember(id(fn), found)
+        found = _readers.remember(id(fn), (fn, tuple(collected)))
     return found[1]
 
 
@@ -189,9 +182,8 @@ def _collect(fn: Any, out: list[Reader], seen: set[int]) -> None:
 
 def _may_read_blind(code: types.CodeType, globals_: dict[str, Any], nonlocals: dict[str, Any], out: list[Reader],
                     seen: set[int]) -> bool:
-    """Whether a name the code uses (its bytecode's names, nested code's too) is a module outside
-    Triton or a plain value: only then is the body parsed for the exact reads. The @jit functions it
-    names are followed either way. Most kernels name only `tl`, constexprs and @jit helpers."""
+    """Whether the code names a module outside Triton or a plain value: only then is the body parsed
+    (most kernels name only `tl`, constexprs and @jit helpers, which are followed either way)."""
     names, pending = set(code.co_freevars), [code]
     while pending:
         current = pending.pop()
@@ -283,13 +275,9 @@ def int_type(value: int) -> str:
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 specialize differently
 def specialize(value: Any, *, specialize: bool = True, align: bool = True) -> tuple[str, Any]:
-    """(triton type, specialization) as Triton's launcher computes them for `value`.
-
-    `value` is a Python scalar or a pointer spelled "*fp32" (16-byte aligned when `align`). The rules
-    of Triton's native `specialize_impl` (3.6 - 3.9, the same for every backend), re-implemented because the native call imports
-    torch and Triton's gluon package on first use (seconds on a host with torch);
-    tests/compiler/test_compiler.py checks them against the native function.
-    """
+    """(triton type, specialization) of a Python scalar or a pointer "*fp32" as Triton's launcher gives
+    them: its native `specialize_impl` rules, re-implemented because that imports torch and gluon
+    (seconds); tests/compiler/test_compiler.py checks them against it."""
     if isinstance(value, str):
         return "*" + value.lstrip("*"), ("D" if align else "") if specialize else None
     if isinstance(value, bool):
@@ -312,8 +300,7 @@ def tma_host_elem_type(device_elem_type: int, round_f32_to_tf32: bool = False) -
 
 
 def parse_attrs(backend_name: str, descs: dict[K, str]) -> dict[K, list[Any]]:
-    """The backend's `parse_attr` of every value of `descs` (a spec's specialization texts by
-    parameter path), as Triton's attributes."""
+    """The backend's `parse_attr` of each specialization text in `descs`."""
     backend = backend_class(backend_name)
     return {where: list(backend.parse_attr(desc)) for where, desc in descs.items()}
 
@@ -330,8 +317,7 @@ def param_flags(fn: JITFunction) -> Flags:
 
 
 def constexpr_defaults(fn: JITFunction) -> dict[str, Any]:
-    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`), a copy each
-    time; memoized with `param_flags`."""
+    """Default values declared for constexpr parameters (`BLOCK: tl.constexpr = 128`), a copy each time."""
     return dict(_params_of(fn)[2])
 
 
@@ -351,26 +337,17 @@ def _params_of(fn: JITFunction) -> tuple[JITFunction, Flags, dict[str, Any]]:
     return _params.remember(id(fn), (fn, tuple(flags), defaults))
 
 
-def cache_invalidating_env() -> dict[str, str]:
-    """The environment variables Triton itself treats as changing compiled output."""
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
-    return dict(get_cache_invalidating_env_vars())
-
-
 # Triton's cache-invalidating environment, read again only where the C environment changed: a new
 # object then, so its identity tells the memos of what Triton reads from the environment whether they stand.
-triton_env = EnvironMemo(cache_invalidating_env)
+triton_env = EnvironMemo(lambda: dict(get_cache_invalidating_env_vars()))
 
 
 TRITON_DIR = os.path.dirname(str(triton.__file__))  # the installed package (a process's Triton never moves)
 LIBTRITON = os.path.join(TRITON_DIR, "_C", f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}")
 
 
-# The sha256 of `inspect.getsource(triton_key)` (lines right-stripped, blank and comment-only lines
-# dropped) for each form of Triton's build key that `_triton_key_from` composes exactly: Triton 3.9's
-# (runtime/cache.py; the same text in the releases before it that read `_C/libtriton.{ext}`).
-# A Triton whose triton_key reads otherwise gets its own function, which hashes every byte.
+# `triton_key_source_digest()` of each triton_key that `_triton_key_from` composes exactly (Triton
+# 3.9's, the same text before it); another is run as Triton's own function, hashing every byte.
 KNOWN_TRITON_KEYS = frozenset({"4e968c6ee769dee92e4ffbd0579aa4168bb1347d2d05c26939d22ab9ab5f0471"})
 
 
@@ -385,36 +362,28 @@ def triton_key_source_digest() -> str:
 
 
 def triton_build_key(sha256_of: Callable[[list[str]], list[str]] | None = None) -> str:
-    """Triton's hash of its own build: the text `triton_key()` returns. With `sha256_of` (paths -> each
-    file's hex sha256, found more cheaply than reading them) and a triton_key this shim knows, composed
-    here from the same files in the same order; otherwise Triton's own function, which hashes all of
-    libtriton: call only on a memo miss."""
+    """The text `triton_key()` returns, composed from `sha256_of` (paths -> hex sha256, cheaper than
+    reading them) where this shim knows the triton_key; otherwise Triton's own: only on a memo miss."""
     if sha256_of is not None and triton_key_source_digest() in KNOWN_TRITON_KEYS:
         return _triton_key_from(sha256_of)
     return str(triton_key())
 
 
 def _triton_key_from(sha256_of: Callable[[list[str]], list[str]]) -> str:
-    """Triton 3.9's triton_key (runtime/cache.py) with each `sha256(open(f).read()).hexdigest()`
-    replaced by `sha256_of(f)`: the frontend (cache.py itself), every module pkgutil walks under
-    compiler/ and backends/, libtriton, every module under language/, after the version."""
+    """Triton 3.9's triton_key (runtime/cache.py) with each file's sha256 taken from `sha256_of`."""
     import pkgutil
 
     import triton.runtime.cache as cache
 
     triton_path = os.path.dirname(os.path.dirname(os.path.abspath(cache.__file__)))
-    files = [str(cache.__file__)]
-    for path, prefix in ((os.path.join(triton_path, "compiler"), "triton.compiler."),
-                         (os.path.join(triton_path, "backends"), "triton.backends.")):
-        files += [_module_origin(lib) for lib in pkgutil.walk_packages([path], prefix=prefix)]
-    files.append(os.path.join(triton_path, "_C", os.path.basename(LIBTRITON)))
-    language_path = os.path.join(triton_path, "language")
-    files += [_module_origin(lib) for lib in pkgutil.walk_packages([language_path], prefix="triton.language.")]
+
+    def origins(sub: str) -> list[str]:  # every module pkgutil walks under triton/<sub>, in its order
+        walked: Any = pkgutil.walk_packages([os.path.join(triton_path, sub)], prefix=f"triton.{sub}.")
+        return [str(lib.module_finder.find_spec(lib.name).origin) for lib in walked]
+
+    libtriton = os.path.join(triton_path, "_C", os.path.basename(LIBTRITON))
+    files = [str(cache.__file__), *origins("compiler"), *origins("backends"), libtriton, *origins("language")]
     return f"{cache.__version__}" + "-".join(sha256_of(files))
-
-
-def _module_origin(lib: Any) -> str:
-    return str(lib.module_finder.find_spec(lib.name).origin)
 
 
 def backend_toolchain_hash(target: Target) -> str:
@@ -423,9 +392,8 @@ def backend_toolchain_hash(target: Target) -> str:
 
 
 def ptxas_candidates(target: Target) -> list[str]:
-    """Every ptxas Triton may run for a CUDA target: the TRITON_PTXAS*_PATH overrides and the
-    binaries shipped in the wheel. Found by name only — asking Triton's knobs would run
-    `ptxas --version`, which a warm process must not do."""
+    """Every ptxas Triton may run for a CUDA target, found by name only: asking Triton's knobs would
+    run `ptxas --version`, which a warm process must not do."""
     if target.backend != "cuda":
         return []
     bin_dir = os.path.join(TRITON_DIR, "backends", "nvidia", "bin")
@@ -435,9 +403,8 @@ def ptxas_candidates(target: Target) -> list[str]:
 
 
 def parse_options(target: Target, options: dict[str, Any]) -> Any:
-    """Triton's backend-specific options object from a plain dict (no driver), as Triton's compile
-    parses it: its defaults read the environment (`TRITON_LIBDEVICE_PATH`, `PTXAS_OPTIONS`, ...).
-    Not memoized: a miss compiles for seconds, and a warm lowering's inputs are (`compiler.inputs`)."""
+    """The backend's options object as Triton's compile parses it (defaults read the environment). Not
+    memoized: a miss compiles for seconds, and a warm lowering's inputs are (`compiler.inputs`)."""
     return make_backend(target).parse_options(dict(options))
 
 
@@ -455,10 +422,9 @@ def ast_source(fn: JITFunction, signature: dict[str, Any], constexprs: dict[str,
 def run_stages(src: Any, target: Target, parsed_options: Any,
                on_stage: Callable[[str], None] | None = None, *, keep: Collection[str] | None = None,
                front_end: contextlib.AbstractContextManager[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Triton's compile pipeline, as triton.compile runs it without its cache: (stage outputs by
-    extension, every stage's or those in `keep`: an MLIR module not kept is never printed; metadata).
-    `on_stage(ext)` is called before each stage so errors can name it. `front_end` is held around the
-    front end (AST to TTIR: a turn, `compile.FRONT_END`)."""
+    """triton.compile's pipeline without its cache: (outputs by extension, those in `keep`: a module not
+    kept is never printed; metadata). `on_stage(ext)` before each stage lets errors name it; `front_end`
+    is held around AST to TTIR (`compile.FRONT_END`)."""
     from triton._C.libtriton import ir
 
     backend = make_backend(target)
@@ -466,7 +432,7 @@ def run_stages(src: Any, target: Target, parsed_options: Any,
         "hash": "kernel-cache",
         "target": gpu_target(target),
         **parsed_options.__dict__,
-        **cache_invalidating_env(),
+        **triton_env.get(),
         "triton_version": TRITON_VERSION,
     }
     stages: dict[str, Any] = {}
