@@ -51,7 +51,8 @@ class Store:
         self.kept_levels: list[KeptLevel] = []  # the configured ones: all but the transient
         if not self.config.disabled:
             for backend in backends.BACKENDS:
-                level = self._open(backend, read_only) if backend.named_in(self.config) else None
+                where = getattr(self.config, backend.field)
+                level = None if where is None else self._open(backend, where, read_only)
                 if level is not None:
                     self.kept_levels.append(level)
         self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
@@ -123,13 +124,7 @@ class Store:
     def get_shared(self, key: str) -> Entry | None:
         """The entry from the levels shared across nodes alone, copied nowhere: for what a node keeps
         in a memo of its own (the toolchain fingerprint) and asks the cluster for only on a miss."""
-        if self.config.disabled:
-            return None
-        for level in self.cluster_levels:
-            entry = self._level_get(level, key)
-            if entry is not None:
-                return entry
-        return None
+        return next((e for level in self.cluster_levels if (e := self._level_get(level, key)) is not None), None)
 
     def put_shared(self, entry: Entry) -> None:
         """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
@@ -137,8 +132,8 @@ class Store:
 
     def get_local(self, key: str) -> Entry | None:
         """The entry from the local level alone, copied nowhere (a warm set)."""
-        disk = self.disk
-        return None if disk is None or self.config.disabled else self._level_get(disk, key)
+        disk = self.disk  # (none where caching is disabled)
+        return None if disk is None else self._level_get(disk, key)
 
     def put_local(self, entry: Entry) -> None:
         """Keep `entry` in the local level alone (see `get_local`)."""
@@ -190,12 +185,11 @@ class Store:
         if found is not None:
             return self._hit(found, key, label, start)
         key_ok(key) or check_key(key)
-        with self._single_flight(key, label) as wait:
+        with self._single_flight(key, label) as unserved:
             found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
             if found is not None:
                 return self._hit(found, key, label, start)
-            if wait.unserved:
-                self.wait_budget.spend(wait.unserved)  # published, but nothing that could be served
+            self.wait_budget.spend(unserved)  # a wait for a publication that served nothing
             self.stats.miss()
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
@@ -225,15 +219,14 @@ class Store:
     def _cluster_levels(self) -> list[Level]:
         return [t for t in self.persistent_levels if t is not self.disk]
 
-    def _open(self, backend: backends.Backend, read_only: bool) -> KeptLevel | None:
-        name = backend.name
+    def _open(self, backend: backends.Backend, where: object, read_only: bool) -> KeptLevel | None:
         try:
-            level: KeptLevel | None = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
+            level: KeptLevel = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
             return level
         except Exception as exc:
-            self.unavailable[name] = exc
-            tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{backend.module.location_in(self.config)}", f"{exc}; {tail}")
+            self.unavailable[backend.name] = exc
+            tail = "caching in memory only" if backend.name == "disk" else "skipping it"
+            warn_once(f"{backend.name}-unavailable:{where}", f"{exc}; {tail}")  # (a key, never shown)
             return None
 
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
@@ -276,12 +269,12 @@ class Store:
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
-    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[_Wait]:
+    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[float]:
         """Hold `key` across threads and processes. Every wait for another process is taken from the
-        waiting budget unless it ends in an entry served (one ending in a publication is charged by
-        the caller, `_Wait.unserved`, if what was published cannot be served)."""
+        waiting budget unless it ends in an entry served: one ending in a publication is yielded, for
+        the caller to charge if what was published cannot be served."""
         start = time.perf_counter()
-        wait = _Wait()
+        unserved = 0.0
         with self._key_locks.hold(key, label):
             levels = self._lock_levels()
             threads_done = time.perf_counter()
@@ -303,11 +296,11 @@ class Store:
                         continue
                     outcome = self._lock_lost(level, key, label, waited)
                     if outcome == PUBLISHED:
-                        wait.unserved = waited
+                        unserved = waited
                     break
                 if lookup_log.log.isEnabledFor(DEBUG):
                     lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})" if levels else "")
-                yield wait
+                yield unserved
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
         """Why a wait for `level`'s lock ended without it; a wait not ended by a publication is
@@ -401,16 +394,6 @@ class WaitBudget:
     @property
     def exhausted(self) -> bool:
         return self.left() <= 0.0
-
-
-class _Wait:
-    """A wait for another process's compile that ended in a publication: its seconds, charged to
-    the waiting budget only if the entry published cannot be served."""
-
-    __slots__ = ("unserved",)
-
-    def __init__(self) -> None:
-        self.unserved = 0.0
 
 
 def _read_failed(level: Level, exc: Exception) -> None:

@@ -82,7 +82,3 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                   f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
     return level
 
-
-def location_in(config: Config) -> str:
-    """Where the shared level of `config` lives (for a message about a level that did not open)."""
-    return str(config.shared_dir)
