@@ -73,18 +73,15 @@ class JobLevel:
     name = "job"
 
     def __init__(self, client: JobClient, process: int, processes: int, *, signer: Signer | None = None,
-                 max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
-                 lease_seconds: float = LEASE_SECONDS, lease_max_seconds: float = 600.0,
-                 call_seconds: float = CALL_SECONDS, entry_seconds: float = ENTRY_SECONDS):
+                 max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES, lease_max_seconds: float = 600.0):
         """`max_bytes`: what this process may put in all; `lease_max_seconds`: the longest a lease is kept alive."""
         self.client = client
         self.process, self.processes = process, processes
         self.signer = signer
         self.max_bytes = max_bytes
         self.max_entry_bytes = min(max_entry_bytes, MAX_VALUE_BYTES)
-        self.lease_seconds = lease_seconds
         self.lease_max_seconds = lease_max_seconds
-        self.call_seconds, self.entry_seconds = call_seconds, entry_seconds
+        self.lease_seconds, self.call_seconds, self.entry_seconds = LEASE_SECONDS, CALL_SECONDS, ENTRY_SECONDS
         self.put_bytes = 0  # what this process has put
         self.skipped: str | None = None  # why the level is skipped for the rest of the process
         self.full = False  # `max_bytes` reached
