@@ -103,7 +103,6 @@ class Owners(FrozenValue):
     """Whose files a reader accepts: not world-writable, group-writable only by a trusted group, owned
     by this user, root or the trusted group."""
 
-    _fields = ("uids", "gid", "writer_gids")
     uids: frozenset[int]  # this user and root
     gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
     writer_gids: frozenset[int]  # this user's group, root's and the trusted one
