@@ -56,8 +56,6 @@ class Store:
                 if level is not None:
                     self.kept_levels.append(level)
         self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
-        self.transient: list[Level] = []  # added by `add_transient`
-        self.cluster_levels = self._cluster_levels()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
@@ -67,6 +65,10 @@ class Store:
     @property
     def persistent_levels(self) -> list[Level]:
         return self.levels[1:]
+
+    @property
+    def cluster_levels(self) -> list[Level]:
+        return [t for t in self.levels[1:] if t is not self.disk]  # a job's key-value store among them
 
     def level(self, name: str) -> Level | None:
         return next((t for t in self.levels if t.name == name), None)
@@ -78,8 +80,6 @@ class Store:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
-        self.transient.append(level)
-        self.cluster_levels = self._cluster_levels()
 
     @property
     def disk(self) -> Level | None:
@@ -216,9 +216,6 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _cluster_levels(self) -> list[Level]:
-        return [t for t in self.persistent_levels if t is not self.disk]
-
     def _open(self, backend: backends.Backend, where: object, read_only: bool) -> KeptLevel | None:
         try:
             level: KeptLevel = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
@@ -328,7 +325,7 @@ class Store:
         the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
         shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
-        job = [t for t in shared if t in self.transient]
+        job = [t for t in shared if t not in self.kept_levels]  # added by `add_transient`
         cluster = next((t for t in reversed(shared) if t not in job), None)
         return [t for t in (local, *job, cluster) if t is not None]
 
