@@ -343,9 +343,6 @@ class KeyLocks:
         self._guard = threading.Lock()
         self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
 
-    def __len__(self) -> int:
-        return len(self._locks)
-
     @contextlib.contextmanager
     def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
         me = threading.get_ident()

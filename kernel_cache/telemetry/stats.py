@@ -62,10 +62,6 @@ def remove_listener(listener: Listener) -> None:
         _listeners = tuple(x for x in _listeners if x != listener)
 
 
-def listeners() -> tuple[Listener, ...]:
-    return _listeners
-
-
 # What a recorder (jax.monitoring's `record_event`, `record_event_duration_secs`) is called with.
 PREFIX = "/kernel_cache/"
 EVENT_NAMES = {HIT: f"{PREFIX}hits", RECORD_HIT: f"{PREFIX}record_hits", MISS: f"{PREFIX}misses",
@@ -83,12 +79,6 @@ def add_recorder(record_event: Callable[..., object], record_duration: Callable[
     with _listeners_lock:
         if (record_event, record_duration) not in _recorders:
             _recorders = (*_recorders, (record_event, record_duration))
-
-
-def remove_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
-    global _recorders
-    with _listeners_lock:
-        _recorders = tuple(r for r in _recorders if r != (record_event, record_duration))
 
 
 def recorders() -> tuple[Recorder, ...]:
