@@ -156,7 +156,8 @@ class Stats:
             self._session["saved_us"] += int(compile_seconds * _MICRO)
             self._entry_hits[key] += 1
         emit(kind, level, compile_seconds)
-        self._maybe_flush()
+        if time.monotonic() - self._last_flush > 1.0:
+            self.flush()
 
     def miss(self) -> None:
         with self._lock:
@@ -185,10 +186,6 @@ class Stats:
         """This process's counters (not yet or already flushed)."""
         with self._lock:
             return self._render(self._session + self.levels)
-
-    def _maybe_flush(self) -> None:
-        if time.monotonic() - self._last_flush > 1.0:
-            self.flush()
 
     def flush(self, walked: bool = True) -> None:
         """Add this process's new counts to the persisted ones; `walked`: the levels' counts too (not at

@@ -223,7 +223,10 @@ class Tree:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise self._refusal(exc, parts[:i + 1], "a directory") from None
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                        raise UnsafeFile(self._where(parts[:i + 1]),
+                                         "is not a directory (a symbolic link or another kind of file)") from None
+                    raise
                 os.close(fd)
                 fd = child
                 self._check(os.fstat(fd), parts[:i + 1])
@@ -251,11 +254,6 @@ class Tree:
                 with contextlib.suppress(OSError):
                     os.close(top)
         return gone
-
-    def _refusal(self, exc: OSError, parts: tuple[str, ...], expected: str) -> OSError:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            return UnsafeFile(self._where(parts), f"is not {expected} (a symbolic link or another kind of file)")
-        return exc
 
     def listdir(self, *parts: str) -> list[tuple[str, os.stat_result]]:
         """(name, lstat) of every entry in root/parts; [] when the directory is missing."""
@@ -364,7 +362,9 @@ class Tree:
         with self.directory(*parts[:-1], create=True) as dfd:
             fd = os.open(check_name(parts[-1]), _NEW_FLAGS, 0o666, dir_fd=dfd)
             try:
-                _write_all(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
                 return os.fstat(fd)
             finally:
                 os.close(fd)
@@ -525,9 +525,3 @@ def _close_all(fds: list[int]) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
