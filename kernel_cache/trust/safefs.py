@@ -186,7 +186,9 @@ class Tree:
         _close_all([old, *kept.values()])
 
     def _check(self, st: os.stat_result, parts: tuple[str, ...] = (), regular: bool = False) -> None:
-        _vet(st, self.owners, self._where(parts), regular)
+        refused = _refusal(st, self.owners, regular)
+        if refused is not None:  # the path built only for a refusal: this runs on every read
+            raise UnsafeFile(self._where(parts), *refused)
 
     def _where(self, parts: tuple[str, ...]) -> str:
         return str(os.path.join(self.path, *parts))
@@ -349,7 +351,9 @@ class Tree:
             try:
                 dfd = self._open_dir(parts[:-1])
                 try:
-                    return read_at(dfd, parts[-1], max_bytes, self.owners, self._where(parts), head)
+                    return read_at(dfd, parts[-1], max_bytes, self.owners, "", head)
+                except UnsafeFile as exc:  # read_at names only the file: name the whole path
+                    raise UnsafeFile(self._where(parts), exc.reason, exc.owner) from None
                 finally:
                     os.close(dfd)
             except FileNotFoundError:
@@ -483,31 +487,32 @@ def read_file(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
 
 
 def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
-            where: str, head: int | None = None) -> tuple[bytes, os.stat_result]:
+            where: str = "", head: int | None = None) -> tuple[bytes, os.stat_result]:
     try:
         fd = os.open(check_name(name), _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UnsafeFile(where, "is a symbolic link") from None
+            raise UnsafeFile(where or name, "is a symbolic link") from None
         raise
     try:
         st = os.fstat(fd)
-        _vet(st, owners, where, regular=True)
+        refused = _refusal(st, owners, True)
+        if refused is not None:
+            raise UnsafeFile(where or name, *refused)
         if st.st_size > max_bytes:
-            raise UnsafeFile(where, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
+            raise UnsafeFile(where or name, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
                                     f"(KERNEL_CACHE_MAX_ENTRY_BYTES)")
         return _read_exactly(fd, st.st_size if head is None else min(head, st.st_size)), st
     finally:
         os.close(fd)
 
 
-def _vet(st: os.stat_result, owners: Owners | None, where: str, regular: bool) -> None:
-    """UnsafeFile where `st` is (with `regular`) no regular file, or is not one `owners` trust."""
+def _refusal(st: os.stat_result, owners: Owners | None, regular: bool) -> tuple[str, bool] | None:
+    """Why `st` is refused (and whether for its owner): (with `regular`) no regular file, or not one `owners` trust."""
     if regular and not stat.S_ISREG(st.st_mode):
-        raise UnsafeFile(where, "is not a regular file (a FIFO, device or directory)")
+        return "is not a regular file (a FIFO, device or directory)", False
     problem = None if owners is None else owners.problem(st)
-    if problem:
-        raise UnsafeFile(where, problem, owner=True)
+    return None if problem is None else (problem, True)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
