@@ -34,8 +34,8 @@ class BoundedMemo(dict[K, V]):
 
 
 class SizedLRU(Generic[V]):
-    """`size(value)` counts against `max_bytes`; a value larger than
-    `max_item_bytes` (default: the whole bound) is not kept. Sizes are kept beside the values."""
+    """`size(value)` counts against `max_bytes`; a value larger than `max_item_bytes` (default: the
+    whole bound) is not kept. Sizes are kept beside the values."""
 
     def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
                  max_item_bytes: int | None = None) -> None:
