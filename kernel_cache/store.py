@@ -52,9 +52,15 @@ class Store:
         if not self.config.disabled:
             for backend in backends.BACKENDS:
                 where = getattr(self.config, backend.field)
-                level = None if where is None else self._open(backend, where, read_only)
-                if level is not None:
-                    self.kept_levels.append(level)
+                if where is None:
+                    continue
+                try:
+                    self.kept_levels.append(backend.module.open_from_config(self.config, self.owners, self.signer,
+                                                                            read_only))
+                except Exception as exc:
+                    self.unavailable[backend.name] = exc
+                    tail = "caching in memory only" if backend.name == "disk" else "skipping it"
+                    warn_once(f"{backend.name}-unavailable:{where}", f"{exc}; {tail}")  # (a key, never shown)
         self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
@@ -216,16 +222,6 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _open(self, backend: backends.Backend, where: object, read_only: bool) -> KeptLevel | None:
-        try:
-            level: KeptLevel = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
-            return level
-        except Exception as exc:
-            self.unavailable[backend.name] = exc
-            tail = "caching in memory only" if backend.name == "disk" else "skipping it"
-            warn_once(f"{backend.name}-unavailable:{where}", f"{exc}; {tail}")  # (a key, never shown)
-            return None
-
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
              start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
         entry, level = found
