@@ -102,12 +102,8 @@ def default_store() -> Store:
 
 def _flush_at_exit() -> None:
     """The counters and the uses kept for the levels' LRU order: the exit sequence's last step."""
-    if _default is not None:
-        try:
-            store = _default.store
-            store.stats.flush()
-            for level in store.kept_levels:
-                with contextlib.suppress(Exception):
-                    level.flush_touches()
-        except Exception:
-            pass
+    if _default is not None:  # (a failure here is the exit sequence's to swallow)
+        _default.store.stats.flush()
+        for level in _default.store.kept_levels:
+            with contextlib.suppress(Exception):
+                level.flush_touches()

@@ -22,8 +22,6 @@ def add(step: str, run: Callable[[], None]) -> None:
     """Have `run` called at exit as `step` of the sequence (one function per step: the first kept)."""
     if step not in STEPS:
         raise ValueError(f"no exit step {step!r}; the steps are {', '.join(STEPS)}")
-    if step in _steps:
-        return
     with _lock:
         if not _steps:
             atexit.register(run_steps)

@@ -34,8 +34,8 @@ class BoundedMemo(dict[K, V]):
 
 
 class SizedLRU(Generic[V]):
-    """`size(value)` (or the size `put` is given) counts against `max_bytes`; a value larger than
-    `max_item_bytes` (default: the whole bound) is not kept. Sizes are kept beside the values."""
+    """`size(value)` counts against `max_bytes`; a value larger than `max_item_bytes` (default: the
+    whole bound) is not kept. Sizes are kept beside the values."""
 
     def __init__(self, size: Callable[[V], int], max_bytes: int, max_items: int | None = None,
                  max_item_bytes: int | None = None) -> None:
@@ -60,8 +60,8 @@ class SizedLRU(Generic[V]):
             self._items.move_to_end(key)
             return found[0]
 
-    def put(self, key: Hashable, value: V, size: int | None = None) -> None:
-        size = self._size(value) if size is None else size
+    def put(self, key: Hashable, value: V) -> None:
+        size = self._size(value)
         if size > self._max_item_bytes or (self.max_items is not None and self.max_items <= 0):
             return
         with self._lock:

@@ -35,11 +35,6 @@ class WarmSet:
             if "warm sets" not in at_exit.added:  # (a session adds it when it opens)
                 at_exit.add("warm sets", save_all)
 
-    def get(self, key: str) -> Entry | None:
-        """The entry for `key` from the set (the first call loads the set of `key`), noted; or None."""
-        self.begin(key)
-        return self.front_get(key)
-
     def begin(self, first: str, lineage: str | None = None) -> None:
         """The program's first ask (a key or a signature) names its set: loaded here, once."""
         if self._first is None:
@@ -58,7 +53,7 @@ class WarmSet:
         """The member the set names for `signature` (the first call loads its set), noted; or None."""
         self.begin(signature, lineage)
         key = self._signed.get(signature)
-        return None if key is None else self.get(key)
+        return None if key is None else self.front_get(key)
 
     def sign(self, signature: str, key: str) -> None:
         """`signature` names the entry `key` (read or written here): kept with the set if it is a member."""

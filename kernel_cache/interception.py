@@ -42,6 +42,7 @@ ALL = "all"
 
 _lock = threading.RLock()
 _state: dict[str, str] = {}  # client -> "armed" | "installed" | "declined: why"
+_watched: dict[str, str] = {}  # module not loaded yet -> the client its loading arms
 
 
 class InterceptError(KernelCacheError, ValueError):
@@ -152,7 +153,7 @@ def _arm(name: str) -> None:
         if name in _state:
             return
         _state[name] = "armed"
-        _finder.watch(CLIENT_MODULES[name], name)
+        _watched[CLIENT_MODULES[name]] = name
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
 
@@ -181,15 +182,9 @@ class _InstallAfterLoad(importlib.abc.Loader):
 class _ClientFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for a watched module, asks the finders behind it and wraps the loader."""
 
-    def __init__(self) -> None:
-        self._watched: dict[str, str] = {}
-
-    def watch(self, module: str, client: str) -> None:
-        self._watched[module] = client
-
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
-        client = self._watched.get(fullname)
+        client = _watched.get(fullname)
         if client is None:
             return None
         for finder in sys.meta_path:
@@ -198,7 +193,7 @@ class _ClientFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    del self._watched[fullname]
+                    del _watched[fullname]
                     spec.loader = _InstallAfterLoad(spec.loader, client)
                 return spec
         return None

@@ -51,12 +51,17 @@ class Store:
         self.kept_levels: list[KeptLevel] = []  # the configured ones: all but the transient
         if not self.config.disabled:
             for backend in backends.BACKENDS:
-                level = self._open(backend, read_only) if backend.named_in(self.config) else None
-                if level is not None:
-                    self.kept_levels.append(level)
+                where = getattr(self.config, backend.field)
+                if where is None:
+                    continue
+                try:
+                    self.kept_levels.append(backend.module.open_from_config(self.config, self.owners, self.signer,
+                                                                            read_only))
+                except Exception as exc:
+                    self.unavailable[backend.name] = exc
+                    tail = "caching in memory only" if backend.name == "disk" else "skipping it"
+                    warn_once(f"{backend.name}-unavailable:{where}", f"{exc}; {tail}")  # (a key, never shown)
         self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
-        self.transient: list[Level] = []  # added by `add_transient`
-        self.cluster_levels = self._cluster_levels()
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
@@ -66,6 +71,10 @@ class Store:
     @property
     def persistent_levels(self) -> list[Level]:
         return self.levels[1:]
+
+    @property
+    def cluster_levels(self) -> list[Level]:
+        return [t for t in self.levels[1:] if t is not self.disk]  # a job's key-value store among them
 
     def level(self, name: str) -> Level | None:
         return next((t for t in self.levels if t.name == name), None)
@@ -77,8 +86,6 @@ class Store:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
-        self.transient.append(level)
-        self.cluster_levels = self._cluster_levels()
 
     @property
     def disk(self) -> Level | None:
@@ -123,13 +130,7 @@ class Store:
     def get_shared(self, key: str) -> Entry | None:
         """The entry from the levels shared across nodes alone, copied nowhere: for what a node keeps
         in a memo of its own (the toolchain fingerprint) and asks the cluster for only on a miss."""
-        if self.config.disabled:
-            return None
-        for level in self.cluster_levels:
-            entry = self._level_get(level, key)
-            if entry is not None:
-                return entry
-        return None
+        return next((e for level in self.cluster_levels if (e := self._level_get(level, key)) is not None), None)
 
     def put_shared(self, entry: Entry) -> None:
         """Keep `entry` (signed) in the levels shared across nodes alone (see `get_shared`)."""
@@ -137,8 +138,8 @@ class Store:
 
     def get_local(self, key: str) -> Entry | None:
         """The entry from the local level alone, copied nowhere (a warm set)."""
-        disk = self.disk
-        return None if disk is None or self.config.disabled else self._level_get(disk, key)
+        disk = self.disk  # (none where caching is disabled)
+        return None if disk is None else self._level_get(disk, key)
 
     def put_local(self, entry: Entry) -> None:
         """Keep `entry` in the local level alone (see `get_local`)."""
@@ -190,12 +191,11 @@ class Store:
         if found is not None:
             return self._hit(found, key, label, start)
         key_ok(key) or check_key(key)
-        with self._single_flight(key, label) as wait:
+        with self._single_flight(key, label) as unserved:
             found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
             if found is not None:
                 return self._hit(found, key, label, start)
-            if wait.unserved:
-                self.wait_budget.spend(wait.unserved)  # published, but nothing that could be served
+            self.wait_budget.spend(unserved)  # a wait for a publication that served nothing
             self.stats.miss()
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
@@ -222,20 +222,6 @@ class Store:
             self.disk.close()
 
     # Internals ----------------------------------------------------------------------------
-    def _cluster_levels(self) -> list[Level]:
-        return [t for t in self.persistent_levels if t is not self.disk]
-
-    def _open(self, backend: backends.Backend, read_only: bool) -> KeptLevel | None:
-        name = backend.name
-        try:
-            level: KeptLevel | None = backend.module.open_from_config(self.config, self.owners, self.signer, read_only)
-            return level
-        except Exception as exc:
-            self.unavailable[name] = exc
-            tail = "caching in memory only" if name == "disk" else "skipping it"
-            warn_once(f"{name}-unavailable:{backend.module.location_in(self.config)}", f"{exc}; {tail}")
-            return None
-
     def _hit(self, found: tuple[Entry, str], key: str, label: lookup_log.Label,
              start: float) -> tuple[dict[str, Any], dict[str, bytes]]:
         entry, level = found
@@ -276,12 +262,12 @@ class Store:
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
     @contextlib.contextmanager
-    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[_Wait]:
+    def _single_flight(self, key: str, label: lookup_log.Label = "") -> Iterator[float]:
         """Hold `key` across threads and processes. Every wait for another process is taken from the
-        waiting budget unless it ends in an entry served (one ending in a publication is charged by
-        the caller, `_Wait.unserved`, if what was published cannot be served)."""
+        waiting budget unless it ends in an entry served: one ending in a publication is yielded, for
+        the caller to charge if what was published cannot be served."""
         start = time.perf_counter()
-        wait = _Wait()
+        unserved = 0.0
         with self._key_locks.hold(key, label):
             levels = self._lock_levels()
             threads_done = time.perf_counter()
@@ -303,11 +289,11 @@ class Store:
                         continue
                     outcome = self._lock_lost(level, key, label, waited)
                     if outcome == PUBLISHED:
-                        wait.unserved = waited
+                        unserved = waited
                     break
                 if lookup_log.log.isEnabledFor(DEBUG):
                     lookup_log.wait(key, label, start, threads_done, f"{levels[-1].name} lock ({outcome})" if levels else "")
-                yield wait
+                yield unserved
 
     def _lock_lost(self, level: Level, key: str, label: lookup_log.Label, waited: float) -> str:
         """Why a wait for `level`'s lock ended without it; a wait not ended by a publication is
@@ -335,7 +321,7 @@ class Store:
         the shared directory). A read-only level holds no locks."""
         local = self.disk if self.disk is not None and self.disk.writable else None
         shared = [t for t in self.persistent_levels if t is not self.disk and t.writable]
-        job = [t for t in shared if t in self.transient]
+        job = [t for t in shared if t not in self.kept_levels]  # added by `add_transient`
         cluster = next((t for t in reversed(shared) if t not in job), None)
         return [t for t in (local, *job, cluster) if t is not None]
 
@@ -352,9 +338,6 @@ class KeyLocks:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._locks: dict[str, list[Any]] = {}  # key -> [lock, users, owning thread id]
-
-    def __len__(self) -> int:
-        return len(self._locks)
 
     @contextlib.contextmanager
     def hold(self, key: str, label: lookup_log.Label = "") -> Iterator[None]:
@@ -401,16 +384,6 @@ class WaitBudget:
     @property
     def exhausted(self) -> bool:
         return self.left() <= 0.0
-
-
-class _Wait:
-    """A wait for another process's compile that ended in a publication: its seconds, charged to
-    the waiting budget only if the entry published cannot be served."""
-
-    __slots__ = ("unserved",)
-
-    def __init__(self) -> None:
-        self.unserved = 0.0
 
 
 def _read_failed(level: Level, exc: Exception) -> None:

@@ -2,9 +2,10 @@
 
 `@dataclass` compiles every method it adds from generated source when the class is created, and a
 warm process imports some thirty of them: together, more than it spends on its lookups. A class of a
-module every warm process imports subclasses `Value` or `FrozenValue` instead, names its fields in
-`_fields` (equality, hashing and repr follow their order) and writes its own `__init__`:
-`self.__dict__.update(field=value, ...)`, which a frozen class's `__setattr__` does not see (one call
+module every warm process imports subclasses `Value` or `FrozenValue` instead and writes its own
+`__init__`, whose parameters are its fields (equality, hashing and repr follow their order; a class
+may name others in `_fields`): `self.__dict__.update(field=value, ...)`, which a frozen class's
+`__setattr__` does not see (one call
 where a frozen dataclass makes an `object.__setattr__` per field). The bases give what the dataclass
 would have (equality with the same class only, repr without `_hidden` fields, `__match_args__`;
 `FrozenValue`: hashing, and `FrozenInstanceError` on assignment). `replace` here is
@@ -39,6 +40,10 @@ class Value:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if "_fields" not in cls.__dict__ and init is not None:
+            code = init.__code__
+            cls._fields = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
         cls._values = staticmethod(_values_of(cls._fields))
         setattr(cls, "__match_args__", cls._fields)  # noqa: B010  (mypy knows no __match_args__ on a class)
 

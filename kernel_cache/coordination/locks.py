@@ -155,13 +155,10 @@ def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bo
         return False
 
 
-@contextlib.contextmanager
-def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float,
-         stale_after: float = DEFAULT_STALE_AFTER, done: Callable[[], bool] = lambda: False) -> Iterator[bool]:
+def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float, stale_after: float = DEFAULT_STALE_AFTER,
+         done: Callable[[], bool] = lambda: False) -> contextlib.AbstractContextManager[bool]:
     """Hold the lock at root/parts: True if acquired, False if `done()` (published) or `timeout` came first."""
-    with (_hold_flock(tree, parts, timeout, done) if kind == "flock"
-          else _hold_soft(tree, parts, timeout, stale_after, done)) as held:
-        yield held
+    return _hold_flock(tree, parts, timeout, done) if kind == "flock" else _hold_soft(tree, parts, timeout, stale_after, done)
 
 
 def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | None:

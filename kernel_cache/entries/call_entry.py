@@ -40,8 +40,6 @@ _MAX_PROTO_BYTES = 1 << 30
 class CallRecord(FrozenValue):
     """One lowered call: what it launches (its kernels' content keys) and the payload, if kept."""
 
-    _fields = ("key", "kernel", "call_name", "platform", "arch", "target", "toolchain", "config_keys", "compile_seconds",
-               "payload", "winner_key", "created")
     key: str  # the call's fingerprint
     kernel: str  # the kernel function's name
     call_name: str  # the call's own name (jax-triton's `name=`)

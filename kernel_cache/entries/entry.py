@@ -204,9 +204,7 @@ def decode(data: bytes, expected_key: str | None = None) -> Entry:
 
 def peek_meta(data: bytes) -> dict[str, Any]:
     """The metadata without checksumming the blobs (for listings of large caches)."""
-    data, _ = split_signature(data)
-    meta_len, _, _, _ = read_header(data)
-    return _parse_meta(data[_HEADER.size:_HEADER.size + meta_len])
+    return peek_meta_head(data, len(data))
 
 
 def peek_meta_head(head: bytes, total_size: int) -> dict[str, Any]:

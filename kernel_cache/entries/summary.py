@@ -26,8 +26,6 @@ _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring = 3, 8, 8, _VA
 
 
 class EntrySummary(FrozenValue):
-    _fields = ("kernel", "arch", "created", "compile_seconds", "toolchain", "target", "recipe", "module", "config",
-               "signature")
     kernel: str
     arch: str
     created: float | None

@@ -9,12 +9,10 @@ them: a process with a local cache alone never loads them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_cache.lazy import later
 from kernel_cache.levels import disk
-from kernel_cache.settings.config import Config
 
 if TYPE_CHECKING:
     from kernel_cache.levels import shared
@@ -25,16 +23,13 @@ else:
 
 
 class Backend(NamedTuple):
-    """One persistent backend: its name, whether a Config names it (read without importing its
-    module), and its module (`open_from_config`, and `location_in` for a level that did not open)."""
+    """One persistent backend: its name, the Config field naming where it lives (None: not used; read
+    without importing its module), and its module (`open_from_config(config, owners, signer, read_only)`)."""
 
     name: str
-    named_in: Callable[[Config], bool]
-    module: Any  # the backend's module: open_from_config(config, owners, signer, read_only), location_in(config)
+    field: str
+    module: Any
 
 
-BACKENDS: tuple[Backend, ...] = (
-    Backend("disk", lambda config: config.dir is not None, disk),
-    Backend("shared", lambda config: config.shared_dir is not None, shared),
-    Backend("remote", lambda config: config.remote is not None, remote),
-)
+BACKENDS: tuple[Backend, ...] = (Backend("disk", "dir", disk), Backend("shared", "shared_dir", shared),
+                                 Backend("remote", "remote", remote))

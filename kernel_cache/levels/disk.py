@@ -130,7 +130,3 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                   f"entries, new kernels stay in memory")
     return level
 
-
-def location_in(config: Config) -> str:
-    """Where the local level of `config` lives (for a message about a level that did not open)."""
-    return str(config.dir)

@@ -163,12 +163,16 @@ class EntryFiles:
 
     # Maintenance (cachectl) ---------------------------------------------------------------
     def listing(self) -> list[dict[str, Any]]:
-        """Per entry: key, size_bytes, created (from the entry's header), last_used (mtime)."""
+        """Per entry: key, size_bytes, created (from the entry's header, its head read alone), last_used (mtime)."""
         out = []
         for key, st in self._entry_files():
-            created = self._created_from_header(key, st)
+            created = None
+            with contextlib.suppress(OSError, CorruptEntry):
+                found = self.tree.read(ENTRIES_DIR, key[:2], key, max_bytes=self.max_entry_bytes,
+                                       head=entry_format.META_PEEK_BYTES)
+                created = None if found is None else entry_format.peek_meta_head(found[0], found[1].st_size).get("created")
             out.append({"key": key, "size_bytes": st.st_size, "last_used": st.st_mtime,
-                        "created": created if created is not None else st.st_mtime})
+                        "created": float(created) if isinstance(created, (int, float)) else st.st_mtime})
         return out
 
     def volume(self) -> int:
@@ -334,18 +338,6 @@ class EntryFiles:
             for name, st in self.tree.listdir(ENTRIES_DIR, sub):
                 if is_key(name) and name.startswith(sub) and stat.S_ISREG(st.st_mode):
                     yield name, st
-
-    def _created_from_header(self, key: str, st: os.stat_result) -> float | None:
-        """The entry's creation time from its metadata, reading only its head."""
-        try:
-            found = self.tree.read(ENTRIES_DIR, key[:2], key, max_bytes=self.max_entry_bytes,
-                                   head=entry_format.META_PEEK_BYTES)
-            if found is None:
-                return None
-            created = entry_format.peek_meta_head(found[0], found[1].st_size).get("created")
-        except (OSError, CorruptEntry):
-            return None
-        return float(created) if isinstance(created, (int, float)) else None
 
 
 def _entry_parts(key: object) -> tuple[str, str, str]:

@@ -22,9 +22,6 @@ a lease so costs the others one lease lifetime at most, never the lock timeout.
 Faults: every call has a deadline (it runs on a worker thread). The first call that times out or
 fails skips the level for the rest of the process, with one warning. What a process puts is bounded
 (KERNEL_CACHE_JOB_MAX_BYTES): past it, it stops putting and taking leases (one warning).
-
-This module is long because it is one level's whole protocol: its data path, its leases, and the
-deadline every call to the coordinator runs under.
 """
 
 from __future__ import annotations
@@ -35,6 +32,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Protocol, TypeVar
 
 from kernel_cache.entries import entry as entry_format
@@ -73,18 +71,15 @@ class JobLevel:
     name = "job"
 
     def __init__(self, client: JobClient, process: int, processes: int, *, signer: Signer | None = None,
-                 max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES,
-                 lease_seconds: float = LEASE_SECONDS, lease_max_seconds: float = 600.0,
-                 call_seconds: float = CALL_SECONDS, entry_seconds: float = ENTRY_SECONDS):
+                 max_bytes: int = 256 << 20, max_entry_bytes: int = MAX_VALUE_BYTES, lease_max_seconds: float = 600.0):
         """`max_bytes`: what this process may put in all; `lease_max_seconds`: the longest a lease is kept alive."""
         self.client = client
         self.process, self.processes = process, processes
         self.signer = signer
         self.max_bytes = max_bytes
         self.max_entry_bytes = min(max_entry_bytes, MAX_VALUE_BYTES)
-        self.lease_seconds = lease_seconds
         self.lease_max_seconds = lease_max_seconds
-        self.call_seconds, self.entry_seconds = call_seconds, entry_seconds
+        self.lease_seconds, self.call_seconds, self.entry_seconds = LEASE_SECONDS, CALL_SECONDS, ENTRY_SECONDS
         self.put_bytes = 0  # what this process has put
         self.skipped: str | None = None  # why the level is skipped for the rest of the process
         self.full = False  # `max_bytes` reached
@@ -284,23 +279,14 @@ def _lapsed(value: bytes, unchanged_for: float, lease_seconds: float) -> bool:
 
 
 def _within(op: Callable[[], T], seconds: float) -> T:
-    """op() on a daemon thread, waited for until `seconds`: a hung coordinator holds that thread (and
-    the level is skipped from then on), never the caller nor the interpreter's exit."""
-    done = threading.Event()
-    outcome: list[tuple[bool, object]] = []
+    """op() on a daemon thread, waited for until `seconds` (then TimeoutError): a hung coordinator holds
+    that thread (and the level is skipped from then on), never the caller nor the interpreter's exit."""
+    outcome: Future[T] = Future()
 
     def task() -> None:
         try:
-            outcome.append((True, op()))
+            outcome.set_result(op())
         except BaseException as exc:  # handed to the caller, whatever it is
-            outcome.append((False, exc))
-        finally:
-            done.set()
+            outcome.set_exception(exc)
     threading.Thread(target=task, daemon=True, name="kernel-cache-job-call").start()
-    if not done.wait(seconds):
-        raise TimeoutError
-    ok, value = outcome[0]
-    if not ok:
-        assert isinstance(value, BaseException)
-        raise value
-    return value  # type: ignore[return-value]  # op's own result
+    return outcome.result(timeout=seconds)

@@ -27,7 +27,6 @@ from kernel_cache.trust.safefs import Owners, Tree, UnsafeFile
 from kernel_cache.trust.signing import Signer
 
 SHARED_NAMES = frozenset({ENTRIES_DIR, LOCKS_DIR, QUARANTINE_DIR, cache_marker.MARKER})  # all it ever holds
-TOUCH_INTERVAL = 3600.0  # refresh an entry's recency at most hourly: no write storm on NFS
 
 
 class SharedLevel(EntryFiles):
@@ -35,17 +34,16 @@ class SharedLevel(EntryFiles):
     label = "shared cache"
     quarantines = True
     durable = True
+    touch_interval = 3600.0  # refresh an entry's recency at most hourly: no write storm on NFS
     own_names = SHARED_NAMES
 
-    def __init__(self, directory: Path, lock_mode: str = "auto", *,
-                 stale_after: float = locks.DEFAULT_STALE_AFTER, touch_interval: float = TOUCH_INTERVAL,
+    def __init__(self, directory: Path, lock_mode: str = "auto", *, stale_after: float = locks.DEFAULT_STALE_AFTER,
                  owners: Owners | None = None, authenticate: Authenticate | None = None,
                  max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES, read_only: bool = False):
         """`owners`: whose files to believe (default: you and root). With `authenticate` (a signing
         key), ownership is not checked: content is. `read_only`: an operator looking, who changes
         nothing there (no layout, marker, lock probe, touch or quarantine)."""
         self.directory = Path(directory)
-        self.touch_interval = touch_interval
         if not self.directory.is_dir():
             raise LevelUnavailable(f"shared cache directory {self.directory} does not exist (or is not a "
                                    f"directory); create it once, e.g. mkdir -m 2775")
@@ -82,7 +80,3 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                   f"shared cache {config.shared_dir}: accepting only entries signed with key {signer.key_id.hex()}")
     return level
 
-
-def location_in(config: Config) -> str:
-    """Where the shared level of `config` lives (for a message about a level that did not open)."""
-    return str(config.shared_dir)

@@ -35,7 +35,6 @@ class StoredSettingsError(ConfigError):
 class StoredSettings(FrozenValue):
     """What a cache directory's settings file says (None: not stored there)."""
 
-    _fields = ("max_bytes", "path")
     max_bytes: int | None
     path: Path | None  # the file, where there is a cache directory
 

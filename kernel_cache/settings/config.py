@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_cache.coordination import LOCK_MODES
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES
@@ -105,18 +105,14 @@ def _target_arch(text: str, what: str) -> str:
     return value
 
 
-class Setting(FrozenValue):
+class Setting(NamedTuple):
     """One variable: where it lands in Config, how it is read, and what the README says of it."""
 
-    _fields = ("env", "field", "parse", "default", "help")
     env: str
     field: str
     parse: Callable[[str, str], Any]
     default: str  # a value in it is written as `spelled` writes it, as `cachectl config` prints it
     help: str
-
-    def __init__(self, env: str, field: str, parse: Callable[[str, str], Any], default: str, help: str) -> None:
-        self.__dict__.update(env=env, field=field, parse=parse, default=default, help=help)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -276,11 +272,6 @@ DEFAULT_MAX_BYTES: int = _DefaultBound(8 << 30)
 class Config(FrozenValue):
     """Where and how much to cache. `dir=None` means memory only (no persistence across runs)."""
 
-    _fields = ("dir", "shared_dir", "disabled", "memory_bytes", "memory_items", "max_bytes", "log", "lock",
-               "lock_timeout", "soft_lock_stale", "target_arch", "module_image", "xla", "winners", "gpu_model",
-               "call_records", "warm_sets", "intercept", "trusted_group", "signing_key", "max_entry_bytes", "toolchain_memo_dir",
-               "remote", "remote_password", "remote_namespace", "remote_ttl", "remote_timeout", "remote_unsigned",
-               "compile_workers", "job", "job_max_bytes")
     _hidden = frozenset({"signing_key", "remote", "remote_password"})  # secrets: never in repr
     dir: Path | None
     shared_dir: Path | None

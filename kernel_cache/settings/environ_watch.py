@@ -66,6 +66,3 @@ class EnvironMemo(Generic[T]):
             changed = before is None or _slots() != before  # changed while read (or unreadable): not kept
             self._seen = None if changed or before is None else (before[0], before[1], value)
         return value
-
-    def forget(self) -> None:
-        self._seen = None

@@ -17,12 +17,9 @@ from kernel_cache.telemetry.stats import (
     add_listener,
     add_recorder,
     emit,
-    listeners,
     recorders,
     remove_listener,
-    remove_recorder,
 )
 
 __all__ = ["COMPILE", "DURATION_NAMES", "ERROR", "EVENT_NAMES", "HIT", "KINDS", "MISS", "PREFIX", "REJECTED", "Event",
-           "Listener", "add_listener", "add_recorder", "emit", "listeners", "recorders", "remove_listener",
-           "remove_recorder"]
+           "Listener", "add_listener", "add_recorder", "emit", "recorders", "remove_listener"]

@@ -62,10 +62,6 @@ def remove_listener(listener: Listener) -> None:
         _listeners = tuple(x for x in _listeners if x != listener)
 
 
-def listeners() -> tuple[Listener, ...]:
-    return _listeners
-
-
 # What a recorder (jax.monitoring's `record_event`, `record_event_duration_secs`) is called with.
 PREFIX = "/kernel_cache/"
 EVENT_NAMES = {HIT: f"{PREFIX}hits", RECORD_HIT: f"{PREFIX}record_hits", MISS: f"{PREFIX}misses",
@@ -83,12 +79,6 @@ def add_recorder(record_event: Callable[..., object], record_duration: Callable[
     with _listeners_lock:
         if (record_event, record_duration) not in _recorders:
             _recorders = (*_recorders, (record_event, record_duration))
-
-
-def remove_recorder(record_event: Callable[..., object], record_duration: Callable[..., object]) -> None:
-    global _recorders
-    with _listeners_lock:
-        _recorders = tuple(r for r in _recorders if r != (record_event, record_duration))
 
 
 def recorders() -> tuple[Recorder, ...]:
@@ -166,7 +156,8 @@ class Stats:
             self._session["saved_us"] += int(compile_seconds * _MICRO)
             self._entry_hits[key] += 1
         emit(kind, level, compile_seconds)
-        self._maybe_flush()
+        if time.monotonic() - self._last_flush > 1.0:
+            self.flush()
 
     def miss(self) -> None:
         with self._lock:
@@ -195,10 +186,6 @@ class Stats:
         """This process's counters (not yet or already flushed)."""
         with self._lock:
             return self._render(self._session + self.levels)
-
-    def _maybe_flush(self) -> None:
-        if time.monotonic() - self._last_flush > 1.0:
-            self.flush()
 
     def flush(self, walked: bool = True) -> None:
         """Add this process's new counts to the persisted ones; `walked`: the levels' counts too (not at

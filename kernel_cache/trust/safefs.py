@@ -21,7 +21,7 @@ import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from kernel_cache.errors import KernelCacheError
 from kernel_cache.value_class import FrozenValue
@@ -36,13 +36,12 @@ WALK_MAX_DEPTH = 32  # levels a walk under a cache directory descends (our layou
 WALK_MAX_NAMES = 200_000  # names a walk lists before it stops and says so
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 TEMP_SUFFIX = ".tmp"
-FAULT_POINTS = ("before_rename",)  # a publish's temp file is written and fsynced, not yet renamed
 _fault_hook: Callable[[str, str], None] | None = None
 
 
 def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
-    """Install `hook(point, path)`, called at each of FAULT_POINTS (tests inject a killed writer,
-    ENOSPC); returns the previous one."""
+    """Install `hook(point, path)`, called at "before_rename" (a publish's temp file written and
+    fsynced, not yet renamed: tests inject a killed writer, ENOSPC); returns the previous one."""
     global _fault_hook
     previous, _fault_hook = _fault_hook, hook
     return previous
@@ -103,7 +102,6 @@ class Owners(FrozenValue):
     """Whose files a reader accepts: not world-writable, group-writable only by a trusted group, owned
     by this user, root or the trusted group."""
 
-    _fields = ("uids", "gid", "writer_gids")
     uids: frozenset[int]  # this user and root
     gid: int | None  # the trusted group (KERNEL_CACHE_TRUSTED_GROUP)
     writer_gids: frozenset[int]  # this user's group, root's and the trusted one
@@ -187,11 +185,10 @@ class Tree:
             kept, self._top = self._top, {}
         _close_all([old, *kept.values()])
 
-    def _check(self, st: os.stat_result, parts: tuple[Any, ...] = ()) -> None:
-        if self.owners is not None:
-            problem = self.owners.problem(st)
-            if problem:
-                raise UnsafeFile(self._where(parts), problem, owner=True)
+    def _check(self, st: os.stat_result, parts: tuple[str, ...] = (), regular: bool = False) -> None:
+        refused = _refusal(st, self.owners, regular)
+        if refused is not None:  # the path built only for a refusal: this runs on every read
+            raise UnsafeFile(self._where(parts), *refused)
 
     def _where(self, parts: tuple[str, ...]) -> str:
         return str(os.path.join(self.path, *parts))
@@ -228,7 +225,10 @@ class Tree:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise self._refusal(exc, parts[:i + 1], "a directory") from None
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                        raise UnsafeFile(self._where(parts[:i + 1]),
+                                         "is not a directory (a symbolic link or another kind of file)") from None
+                    raise
                 os.close(fd)
                 fd = child
                 self._check(os.fstat(fd), parts[:i + 1])
@@ -257,11 +257,6 @@ class Tree:
                     os.close(top)
         return gone
 
-    def _refusal(self, exc: OSError, parts: tuple[str, ...], expected: str) -> OSError:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            return UnsafeFile(self._where(parts), f"is not {expected} (a symbolic link or another kind of file)")
-        return exc
-
     def listdir(self, *parts: str) -> list[tuple[str, os.stat_result]]:
         """(name, lstat) of every entry in root/parts; [] when the directory is missing."""
         try:
@@ -275,8 +270,7 @@ class Tree:
         except FileNotFoundError:
             return []
 
-    def walk(self, *parts: str, max_depth: int = WALK_MAX_DEPTH,
-             max_names: int = WALK_MAX_NAMES) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
+    def walk(self, *parts: str) -> tuple[list[tuple[tuple[str, ...], os.stat_result]], bool]:
         """Everything below root/parts as ([(parts, lstat)], truncated), parents first: iterative (a
         planted 10,000-level tree is no recursion) and bounded, `truncated` saying a bound was hit."""
         found: list[tuple[tuple[str, ...], os.stat_result]] = []
@@ -288,20 +282,20 @@ class Tree:
             except OSError:
                 continue  # replaced or refused meanwhile: what it held is not ours to count
             for name, st in listed:
-                if len(found) >= max_names:
+                if len(found) >= WALK_MAX_NAMES:
                     return found, True
                 found.append(((*where, name), st))
                 if stat.S_ISDIR(st.st_mode):
-                    if depth + 1 < max_depth:
+                    if depth + 1 < WALK_MAX_DEPTH:
                         pending.append(((*where, name), depth + 1))
                     else:
                         truncated = True
         return found, truncated
 
-    def remove_tree(self, *parts: str, max_names: int = WALK_MAX_NAMES) -> bool:
+    def remove_tree(self, *parts: str) -> bool:
         """Remove the directory root/parts and what it holds, bottom-up, bounded like `walk`; False
         when something in it could not be removed (another user's, too deep)."""
-        found, truncated = self.walk(*parts, max_names=max_names)
+        found, truncated = self.walk(*parts)
         for sub, st in reversed(found):  # children before their parents
             with contextlib.suppress(OSError):
                 if stat.S_ISDIR(st.st_mode):
@@ -330,10 +324,8 @@ class Tree:
         """UnsafeFile where root/parts is there but is no regular file this tree's owners wrote: for a
         file another library opens by path (SQLite follows a link and blocks on a FIFO)."""
         st = self.lstat(*parts)
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(self._where(parts), "is not a regular file")
         if st is not None:
-            self._check(st, parts)
+            self._check(st, parts, regular=True)
 
     def absent(self, *parts: str) -> bool:
         """True only when nothing is at root/parts: one stat from the kept descriptor of the first
@@ -374,7 +366,9 @@ class Tree:
         with self.directory(*parts[:-1], create=True) as dfd:
             fd = os.open(check_name(parts[-1]), _NEW_FLAGS, 0o666, dir_fd=dfd)
             try:
-                _write_all(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
                 return os.fstat(fd)
             finally:
                 os.close(fd)
@@ -426,10 +420,7 @@ class Tree:
         with self.directory(*parts[:-1], create=True) as dfd:
             fd = os.open(check_name(parts[-1]), _LOCK_FLAGS, 0o666, dir_fd=dfd)
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise UnsafeFile(self._where(parts), "is not a regular file")
-                self._check(st, parts)
+                self._check(os.fstat(fd), parts, regular=True)
                 yield fd
             finally:
                 os.close(fd)
@@ -505,18 +496,23 @@ def read_at(dir_fd: int, name: str, max_bytes: int, owners: Owners | None,
         raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(where or name, "is not a regular file (a FIFO, device or directory)")
-        if owners is not None:
-            problem = owners.problem(st)
-            if problem:
-                raise UnsafeFile(where or name, problem, owner=True)
+        refused = _refusal(st, owners, True)
+        if refused is not None:
+            raise UnsafeFile(where or name, *refused)
         if st.st_size > max_bytes:
             raise UnsafeFile(where or name, f"is {st.st_size} bytes, over the {max_bytes}-byte cap "
                                     f"(KERNEL_CACHE_MAX_ENTRY_BYTES)")
         return _read_exactly(fd, st.st_size if head is None else min(head, st.st_size)), st
     finally:
         os.close(fd)
+
+
+def _refusal(st: os.stat_result, owners: Owners | None, regular: bool) -> tuple[str, bool] | None:
+    """Why `st` is refused (and whether for its owner): (with `regular`) no regular file, or not one `owners` trust."""
+    if regular and not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a FIFO, device or directory)", False
+    problem = None if owners is None else owners.problem(st)
+    return None if problem is None else (problem, True)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -534,9 +530,3 @@ def _close_all(fds: list[int]) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

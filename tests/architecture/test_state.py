@@ -69,6 +69,7 @@ MODULE_STATE = {
     "kernel_cache/sanitize.py:_NAMED": CONSTANT,
     "kernel_cache/interception.py:CLIENT_MODULES": CONSTANT,
     "kernel_cache/interception.py:_state": f"{PROCESS}: the import hooks installed in it",
+    "kernel_cache/interception.py:_watched": f"{PROCESS}: the client modules its import hook waits for",
     "kernel_cache/front_level.py:_open_sets": f"{PROCESS}: the sessions' warm sets still to save at exit (weakly held)",
     "kernel_cache/levels/remote/redis_guard.py:_current": f"{PROCESS}: each thread's budget for the call under way",
     "compiler/compile_processes.py:_pool": f"{PROCESS}: its compile worker processes (closed when idle and at exit)",

@@ -78,11 +78,10 @@ def entry_bytes(key: str = KEY, size: int = 300, signer: Signer | None = None) -
     return signer.sign(data) if signer is not None else data
 
 
-def level(client: FakeCoordinator, process: int = 0, **kwargs) -> JobLevel:
-    kwargs.setdefault("lease_seconds", 1.0)
-    kwargs.setdefault("call_seconds", 0.3)
-    kwargs.setdefault("entry_seconds", 0.3)
-    return JobLevel(client, process, 4, **kwargs)
+def level(client: FakeCoordinator, process: int = 0, lease_seconds: float = 1.0, **kwargs) -> JobLevel:
+    made = JobLevel(client, process, 4, **kwargs)
+    made.lease_seconds, made.call_seconds, made.entry_seconds = lease_seconds, 0.3, 0.3  # a test's pace
+    return made
 
 
 def test_an_entry_put_by_one_process_is_read_by_another():
@@ -228,7 +227,7 @@ def test_a_coordinator_refusing_costs_one_warning_then_the_level_is_skipped(call
 def test_a_hung_coordinator_costs_one_timeout():
     client = FakeCoordinator()
     client.hang.add("get")
-    mine = level(client, call_seconds=0.3, entry_seconds=0.3)
+    mine = level(client)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -428,7 +428,7 @@ def test_the_per_key_lock_table_holds_only_keys_in_flight(tmp_path):
     for i in range(200):
         key = f"{i:032x}"
         store.get_or_create(key, Builder(key))
-    assert len(store._key_locks) == 0
+    assert store._key_locks._locks == {}
 
 
 def test_flock_waits_end_at_the_timeout(tmp_path):

@@ -375,8 +375,8 @@ def test_a_miss_reads_each_level_once(tmp_path, monkeypatch):
     @contextlib.contextmanager
     def publish_first(key, label=""):
         neighbour.put(Entry(key=key, meta={"name": "theirs"}, blobs={"cubin": b"y" * 100}))
-        with real_flight(key, label):
-            yield
+        with real_flight(key, label) as unserved:
+            yield unserved
 
     monkeypatch.setattr(store, "_single_flight", publish_first)
     meta, _ = store.get_or_create(K2, lambda: built.append(1) or build(), known_missing=True)

@@ -46,6 +46,12 @@ def _stored(store: Store, entries_: list[Entry]) -> list[Entry]:
     return [store.get(entry.key)[0] for entry in entries_]
 
 
+def asked(warm: front_level.WarmSet, key: str) -> Entry | None:
+    """What a program's ask of `key` gets from its warm set: the first ask loads the set it names."""
+    warm.begin(key)
+    return warm.front_get(key)
+
+
 def _session(directory) -> tuple[Store, front_level.WarmSet]:
     store = _store(Config(dir=directory))
     return store, front_level.WarmSet(store)
@@ -53,7 +59,7 @@ def _session(directory) -> tuple[Store, front_level.WarmSet]:
 
 def _run(warm: front_level.WarmSet, read: list[Entry]) -> bool:
     """A session that reads `read` (the first through the set, all noted), then exits: whether it wrote."""
-    warm.get(read[0].key)
+    asked(warm, read[0].key)
     for entry in read:
         warm.note(entry)
     return warm.save()
@@ -66,7 +72,7 @@ def _members(store: Store, first: Entry) -> list[str]:
 def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_path):
     store, warm = _session(tmp_path)
     read = _stored(store, [_entry(n) for n in range(5)])
-    assert warm.get(read[0].key) is None  # no set yet: read from the store, and noted
+    assert asked(warm, read[0].key) is None  # no set yet: read from the store, and noted
     for entry in read:
         warm.note(entry)
     assert warm.save()
@@ -77,9 +83,9 @@ def test_a_second_session_reads_the_members_from_the_set_and_writes_nothing(tmp_
     store, warm = _session(tmp_path)
     store.get = lambda key: pytest.fail(f"read {key[:12]} from the store")  # type: ignore[method-assign]
     for entry in read:
-        served = warm.get(entry.key)
+        served = asked(warm, entry.key)
         assert served is not None and (served.key, served.meta, served.blobs) == (entry.key, entry.meta, entry.blobs)
-    assert warm.get(_entry(99).key) is None  # not a member: the caller reads the store
+    assert asked(warm, _entry(99).key) is None  # not a member: the caller reads the store
     assert not warm.save()  # nothing new, nothing gone: a warm process repeating its run writes nothing
 
 
@@ -90,9 +96,9 @@ def test_a_member_the_local_level_no_longer_holds_is_not_served(tmp_path):
     store.delete(read[1].key)  # an operator's delete, a prune, an eviction
 
     store, warm = _session(tmp_path)
-    assert warm.get(read[0].key) is not None
-    assert warm.get(read[1].key) is None
-    assert warm.get(read[2].key) is not None
+    assert asked(warm, read[0].key) is not None
+    assert asked(warm, read[1].key) is None
+    assert asked(warm, read[2].key) is not None
     assert warm.save()  # a member gone: the set is written without it
     assert _members(store, read[0]) == [read[0].key, read[2].key]
 
@@ -103,7 +109,7 @@ def test_new_reads_go_first_and_the_set_keeps_what_it_held(tmp_path):
     _run(warm, read[:3])
 
     store, warm = _session(tmp_path)
-    warm.get(read[0].key)
+    asked(warm, read[0].key)
     warm.note(read[3])  # read from the store: a key the set did not hold
     assert warm.save()
     members = _members(store, read[0])
@@ -118,7 +124,7 @@ def test_a_malformed_set_is_read_from_the_store_and_written_anew(tmp_path):
     store.put_local(bad)
 
     store, warm = _session(tmp_path)
-    assert warm.get(read[0].key) is None  # not served: the caller reads the store
+    assert asked(warm, read[0].key) is None  # not served: the caller reads the store
     for key in (read[0].key, read[1].key):
         warm.note(store.get(key)[0])
     assert warm.save()
@@ -181,7 +187,7 @@ def test_the_set_keeps_within_its_byte_bound(tmp_path, monkeypatch):
 def test_a_store_without_a_local_level_keeps_no_set():
     warm = front_level.WarmSet(_store(Config(dir=None)))
     entry = _entry(1)
-    assert warm.get(entry.key) is None
+    assert asked(warm, entry.key) is None
     warm.note(entry)
     assert not warm.active and not warm.save()
 
@@ -271,7 +277,7 @@ def test_warm_sets_off_neither_read_nor_write(tmp_path, monkeypatch):
     config = Config.from_env()
     assert config.warm_sets is False
     off = front_level.WarmSet(_store(config))
-    assert off.get(read[0].key) is None  # the set is there, and not read
+    assert asked(off, read[0].key) is None  # the set is there, and not read
     off.note(_stored(store, [_entry(7)])[0])
     assert not off.active and not off.save()
 

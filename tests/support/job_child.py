@@ -94,7 +94,8 @@ def lease(out: str, port: str, process: str, processes: str, role: str, mark: st
     _join(port, process, processes)
     found = jax_compat.job_store()
     assert found is not None
-    level = JobLevel(found[0], found[1], found[2], lease_seconds=2.0)
+    level = JobLevel(found[0], found[1], found[2])
+    level.lease_seconds = 2.0
     if role == "holder":
         with level.lock(KEY, 30) as held:
             Path(mark).write_text(str(held))
