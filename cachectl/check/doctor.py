@@ -441,15 +441,6 @@ def _jaxlib(config: Config) -> list[Check]:
     else:
         rows.append(Check("module-image", OK, "the cached cubin travels in the kernel proto: no ptxas at first "
                           "launch"))
-    if jaxlib_compat.autotuned_aliases_supported():
-        rows.append(Check("autotuned-aliases", OK, "the autotuner restores aliased inputs "
-                          "(input_output_aliases work in autotuned calls)"))
-    else:
-        minimum = ".".join(str(v) for v in jaxlib_compat.AUTOTUNED_ALIASES_MIN_JAXLIB)
-        rows.append(Check("autotuned-aliases", WARN, f"jaxlib < {minimum} cannot restore aliased inputs "
-                          "between autotune configs: an in-place autotuned kernel sees inputs modified by "
-                          "earlier configs",
-                          f"upgrade jaxlib to {minimum} or later"))
     return rows
 
 

@@ -2,8 +2,8 @@
 
 Decided by capability wherever jaxlib lets us look: the custom call targets the GPU plugin
 registers, the keywords `TritonKernel`'s constructor takes, and the Triton proto schema embedded in the
-plugin binary. The one exception is the autotuner's alias restore (a bug fix, jax PR #35218), which
-leaves no trace but the version number.
+plugin binary. (The autotuner's alias restore, a fix that leaves no trace but jaxlib's version, is in
+every supported jaxlib: pyproject.toml's floor.)
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ log = logging.getLogger("kernel_cache.lowering")
 
 LEGACY_TARGET = "triton_kernel_call"
 FFI_TARGET = "triton_kernel_call_ffi"
-# jaxlib releases before this one corrupt aliased inputs when the autotuner runs (jax #35218).
-AUTOTUNED_ALIASES_MIN_JAXLIB = (0, 10, 0)
 
 
 class JaxlibSupportError(KernelCacheError, RuntimeError):
@@ -93,10 +91,6 @@ def tma_descriptors_in_triton() -> bool:
 
     version = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2] if p.isdigit())
     return importlib.util.find_spec("triton.tools.tensor_descriptor") is not None and version >= (3, 7)
-
-
-def autotuned_aliases_supported() -> bool:
-    return jaxlib_version() >= AUTOTUNED_ALIASES_MIN_JAXLIB
 
 
 def capabilities(platform: str, config: kernel_cache.Config) -> list[Any]:

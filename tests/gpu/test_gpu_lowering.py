@@ -61,8 +61,6 @@ def test_in_place_kernel_with_aliases():
 
 
 def test_autotuned_in_place_kernel_restores_aliased_inputs():
-    if not compat.autotuned_aliases_supported():
-        pytest.skip("jaxlib < 0.10.0 cannot restore aliased inputs while autotuning")
     x, y = ep.random_inputs([jax.ShapeDtypeStruct((1 << 16,), jnp.float32)] * 2, seed=3)
     want = np.asarray(x) + np.asarray(y)
     got = jax.jit(functools.partial(_inplace, kernel=ep.tuned_add), donate_argnums=0)(jnp.array(x), y)

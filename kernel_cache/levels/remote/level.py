@@ -665,7 +665,3 @@ def open_from_config(config: Config, owners: Owners, signer: Signer | None, read
                       max_entry_bytes=config.max_entry_bytes, password=config.remote_password,
                       lease_max_seconds=config.lock_timeout)
 
-
-def location_in(config: Config) -> str:
-    """The remote of `config`, its password hidden (for a message about a level that did not open)."""
-    return redacted(config.remote) if config.remote is not None else "remote"
