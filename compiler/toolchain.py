@@ -33,12 +33,10 @@ from kernel_cache.trust import safefs
 from . import triton_compat as tc
 from .target import Target
 
-MEMO_FILE = TOOLCHAIN_MEMO
 MAX_MEMO_BYTES = 1 << 20
 _lock = threading.Lock()
 _process_memo: dict[str, str] = {}
 _per_target: dict[tuple[Any, ...], dict[str, Any]] = {}
-triton_env = tc.triton_env  # shared with the lowered calls' keys (`lowering.records.call_key`)
 _primed = False
 generation = 0  # advanced whenever the installed tools are to be read anew (`clear_process_memo`)
 
@@ -172,7 +170,7 @@ def _memoized(wanted: dict[str, tuple[list[Any], Callable[[], str]]], memo_dir: 
     if memo_dir is None:
         session = kernel_cache.current_session()
         memo_dir, store = session.config.memo_dir, session.store
-    path = None if memo_dir is None else Path(memo_dir) / MEMO_FILE
+    path = None if memo_dir is None else Path(memo_dir) / TOOLCHAIN_MEMO
     on_disk: dict[str, Any] | None = None
     new: dict[str, str] = {}
     texts: dict[str, str] = {}
@@ -251,7 +249,7 @@ def prime_in_background(on_cold: Callable[[], object] | None = None) -> None:
 def toolchain_fingerprint(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:
     """What identifies the tools that turn a spec into a binary for `target`: the installed files
     (once per process), Triton's cache-invalidating environment (again when it changes)."""
-    return {**installed_tools(target, memo_dir), "env": dict(triton_env.get())}
+    return {**installed_tools(target, memo_dir), "env": dict(tc.triton_env.get())}
 
 
 def installed_tools(target: Target, memo_dir: Path | None = None) -> dict[str, Any]:

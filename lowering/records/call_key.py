@@ -19,7 +19,7 @@ from compiler import Target, toolchain
 from compiler import inputs as compile_inputs
 from compiler import triton_compat as tc
 from compiler.spec import compile_options, triton_value
-from compiler.toolchain import installed_tools, triton_env
+from compiler.toolchain import installed_tools
 from kernel_cache import Config
 from kernel_cache.bounded_memo import BoundedMemo
 from kernel_cache.entries.canonical import canonical, canonical_text, items_text, spliced_digest
@@ -86,7 +86,7 @@ def signed_call(platform: str, avals_in: Sequence[Any], avals_out: Sequence[Any]
         wrappers, fn = tc.unwrapped(call.kernel)
         target = target_of(platform, call.compute_capability, config.target_arch)
         head = static_text(fn, target, platform)
-        env = triton_env.get()  # one read of the environment for the whole signature
+        env = tc.triton_env.get()  # one read of the environment for the whole signature
         modules = module_text(module, platform, config, env)
         inputs = call_inputs(target, call, env)
         device = gpu_model(platform, config) if wrappers and config.winners else None  # as `call_records.find` keys it
@@ -132,7 +132,7 @@ def module_text(module: Any, platform: str, config: Config, env: dict[str, str] 
     memo_key = ("lowering.records.call_key", platform)  # our entry in the module's own per-module cache
     if isinstance(cache, dict) and memo_key in cache:
         return cast(str, cache[memo_key])
-    env_items = tuple(sorted((env if env is not None else triton_env.get()).items()))
+    env_items = tuple(sorted((env if env is not None else tc.triton_env.get()).items()))
     capabilities = compat.capabilities(platform, config)
     part = _module_part(env_items, tuple(capabilities), tuple(map(type, capabilities)))
     if isinstance(cache, dict):

@@ -19,6 +19,7 @@ from compiler import triton_compat as tc
 from compiler.examples import add_kernel
 from kernel_cache import Config
 from kernel_cache.entries import memo_entry
+from kernel_cache.settings.config import TOOLCHAIN_MEMO
 from kernel_cache.trust.signing import Signer
 
 KEY = b"cluster-signing-key-0123456789abcdef"
@@ -68,9 +69,9 @@ def test_a_fresh_node_takes_the_toolchain_another_node_derived_and_derives_nothi
     monkeypatch.setattr(toolchain, "triton_build_key", never)
     monkeypatch.setattr(tc, "backend_toolchain_hash", lambda target: never())
     store = node("node-b")
-    assert not (Path(store.config.dir) / toolchain.MEMO_FILE).exists()  # type: ignore[arg-type]
+    assert not (Path(store.config.dir) / TOOLCHAIN_MEMO).exists()  # type: ignore[arg-type]
     assert toolchain.installed_tools(target) == derived
-    assert (Path(store.config.dir) / toolchain.MEMO_FILE).exists()  # type: ignore[arg-type]  # its own memo now
+    assert (Path(store.config.dir) / TOOLCHAIN_MEMO).exists()  # type: ignore[arg-type]  # its own memo now
     assert store.disk is not None and len(store.disk) == 0  # the records were copied nowhere
 
 

@@ -18,6 +18,7 @@ from test_shared_level import make_entry
 from cachectl.main import main as cachectl
 from kernel_cache import Config, Store
 from kernel_cache.levels import cache_marker
+from kernel_cache.settings.config import TOOLCHAIN_MEMO
 from kernel_cache.telemetry import warnings_once
 from kernel_cache.telemetry.warnings_once import KernelCacheWarning
 
@@ -85,13 +86,13 @@ def test_the_library_does_not_turn_a_home_directory_into_a_cache(home):
 
 
 def test_the_toolchain_memo_is_never_written_into_a_directory_that_is_not_a_cache(home, tmp_path):
-    from compiler.toolchain import MEMO_FILE, _save_memo
+    from compiler.toolchain import _save_memo
 
-    _save_memo(home / MEMO_FILE, {"probe": "value"})
-    assert not (home / MEMO_FILE).exists()
+    _save_memo(home / TOOLCHAIN_MEMO, {"probe": "value"})
+    assert not (home / TOOLCHAIN_MEMO).exists()
     fresh = tmp_path / "memo-home" / "kernel-cache"
-    _save_memo(fresh / MEMO_FILE, {"probe": "value"})
-    assert json.loads((fresh / MEMO_FILE).read_text()) == {"probe": "value"}
+    _save_memo(fresh / TOOLCHAIN_MEMO, {"probe": "value"})
+    assert json.loads((fresh / TOOLCHAIN_MEMO).read_text()) == {"probe": "value"}
     assert cache_marker.MARKER in os.listdir(fresh)
 
 
@@ -107,15 +108,15 @@ def test_the_toolchain_memo_is_written_without_fsync_and_a_torn_one_is_recompute
     cache = tmp_path / "cache"
     cache_marker.claim_directory(str(cache))
     synced.clear()
-    toolchain._save_memo(cache / toolchain.MEMO_FILE, {"probe": "value"})
-    assert synced == [] and toolchain._read_memo(cache / toolchain.MEMO_FILE)["probe"] == "value"
+    toolchain._save_memo(cache / TOOLCHAIN_MEMO, {"probe": "value"})
+    assert synced == [] and toolchain._read_memo(cache / TOOLCHAIN_MEMO)["probe"] == "value"
     with safefs.atomic_file(tmp_path / "bundle.bin") as f:  # everything else stays durable
         f.write(b"bundle")
     assert len(synced) >= 1
-    (cache / toolchain.MEMO_FILE).write_bytes(b'{"probe": "val')  # torn by a crash
-    assert toolchain._read_memo(cache / toolchain.MEMO_FILE) == {}
+    (cache / TOOLCHAIN_MEMO).write_bytes(b'{"probe": "val')  # torn by a crash
+    assert toolchain._read_memo(cache / TOOLCHAIN_MEMO) == {}
     assert toolchain._memoized({"probe": (["id"], lambda: "recomputed")}, cache) == {"probe": "recomputed"}
-    assert toolchain._read_memo(cache / toolchain.MEMO_FILE)[json.dumps(["probe", ["id"]])] == "recomputed"
+    assert toolchain._read_memo(cache / TOOLCHAIN_MEMO)[json.dumps(["probe", ["id"]])] == "recomputed"
 
 
 def test_a_new_cache_carries_the_marker_and_an_old_one_gains_it_on_its_first_write(tmp_path):
