@@ -211,11 +211,10 @@ def find_by_prefix(infos: list[EntryInfo], prefix: str) -> EntryInfo:
     return next(iter(matches.values()))
 
 
-def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | None,
-               now: float | None = None) -> list[EntryInfo]:
+def plan_prune(infos: list[EntryInfo], selection: EntryFilter, max_bytes: int | None) -> list[EntryInfo]:
     """The entries to remove from ONE level, in removal order: every entry the selection matches (when
     it is not empty), then the least recently used of the rest until the rest fits in `max_bytes`."""
-    now = time.time() if now is None else now
+    now = time.time()
     doomed = [] if selection.is_empty else [i for i in infos if selection.matches(i, now)]
     if max_bytes is not None:
         gone = {i.key for i in doomed}
@@ -244,8 +243,8 @@ def _emptied_warm_sets(infos: list[EntryInfo], doomed: list[EntryInfo]) -> list[
     return out
 
 
-def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None] | None = None,
-                   failed: list[tuple[EntryInfo, str]] | None = None) -> int:
+def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Callable[[str], None],
+                   failed: list[tuple[EntryInfo, str]]) -> int:
     """Delete the entries from `level`; returns the bytes really freed. An entry that could not be
     deleted (not yours, a read-only mount) is appended to `failed` with the reason, never counted."""
     freed = 0
@@ -259,8 +258,7 @@ def remove_entries(level: KeptLevel, infos: Iterable[EntryInfo], forget_hits: Ca
             gone, why = False, f"{type(exc).__name__}: {exc}"
         if gone:
             freed += info.size_bytes
-            if forget_hits is not None:
-                forget_hits(info.key)
-        elif failed is not None:
+            forget_hits(info.key)
+        else:
             failed.append((info, why))
     return freed

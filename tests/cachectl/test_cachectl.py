@@ -251,7 +251,7 @@ def test_prune_removes_old_debris_only(store_copy):
 def test_plan_prune_combines_selection_and_size():
     infos = [EntryInfo(key=f"{i:032x}", level="disk", kernel="matmul" if i < 2 else "add", arch="sm_90",
                        size_bytes=100, created=0, last_used=float(i)) for i in range(5)]
-    doomed = plan_prune(infos, EntryFilter(kernel_glob="matmul"), max_bytes=200, now=10)
+    doomed = plan_prune(infos, EntryFilter(kernel_glob="matmul"), max_bytes=200)
     assert [i.key[-1] for i in doomed] == ["0", "1", "2"]
 
 

@@ -363,7 +363,9 @@ def test_records_prune_and_delete(shared):
     assert [i.key for i in old] == [keys[0]]
     lru = plan_prune(infos, EntryFilter(), sizes[2] + sizes[3])  # least recently used first
     assert [i.key for i in lru] == keys[:2]
-    assert remove_entries(level, lru) == sizes[0] + sizes[1]
+    forgotten, failed = [], []
+    assert remove_entries(level, lru, forgotten.append, failed) == sizes[0] + sizes[1]
+    assert forgotten == keys[:2] and failed == []
     assert sorted(level.keys()) == sorted(keys[2:])
     assert level.delete(keys[2]) and not level.delete(keys[2])
 
