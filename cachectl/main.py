@@ -52,8 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "binary (1 KiB = 1024 bytes).",
                      epilog="exit codes: 0 ok, 1 problems found or left, 2 cannot run")
     parser.add_argument("--version", action="version", version=f"cachectl (kernel-cache) {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=arguments.Parser)
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=arguments.Parser, required=True)
 
     def command(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
@@ -168,12 +167,6 @@ def _level_option(p: argparse.ArgumentParser, destructive: bool = False) -> None
                        default=argparse.SUPPRESS, help="change every configured level: local, shared and remote")
 
 
-def _stop_on_sigint() -> None:
-    """prewarm stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def _handler(dotted: str) -> Any:
     """The command's function, its module imported with SIGINT and SIGTERM held until the import ends:
     one landing inside a C extension's set-up (Triton's, JAX's) can abort the process instead of stopping it."""
@@ -191,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     with notices.in_cachectl_words():
         try:
             args = build_parser().parse_args(argv)
-            if getattr(args, "command", "") == "prewarm":
-                _stop_on_sigint()
+            # prewarm stops on SIGINT however it was started: a script's `cachectl prewarm &` starts it ignoring SIGINT
+            if args.command == "prewarm" and signal.getsignal(signal.SIGINT) is signal.SIG_IGN and \
+                    threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             ctx = Context(args)
             return int(_handler(args.handler)(ctx, args))
         except CliError as exc:
