@@ -85,14 +85,11 @@ def narrowed(plan: KernelPlan, session: kernel_cache.Session) -> tuple[KernelPla
 def stored_winner(session: kernel_cache.Session, key: str) -> str | None:
     """The winning config's content key stored under winner `key` (memoized per session)."""
     memo = _STORED.of(session)
-    if key in memo:
-        return memo[key]
-    found = session.store.get(key)
-    chosen = None
-    if found is not None and winner_entry.problem(found[0]) is None:
-        chosen = winner_entry.Winner.from_meta(found[0].meta).best.key
-    memo[key] = chosen
-    return chosen
+    if key not in memo:
+        found = session.store.get(key)
+        memo[key] = (winner_entry.Winner.from_meta(found[0].meta).best.key
+                     if found is not None and winner_entry.problem(found[0]) is None else None)
+    return memo[key]
 
 
 def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None:
@@ -101,13 +98,12 @@ def remember(session: kernel_cache.Session, record: winner_entry.Winner) -> None
 
 
 @contextlib.contextmanager
-def tuning(session: kernel_cache.Session, forced: Mapping[str, str] | None = None,
-           record: list[Site] | None = None) -> Iterator[None]:
+def tuning(session: kernel_cache.Session, forced: Mapping[str, str], record: list[Site] | None = None) -> Iterator[None]:
     """While inside: lower each site `forced` names as that config alone (the rest autotuned, stored
     winners ignored) and append every site seen to `record`. A `configure()` meanwhile starts a
     session that is not tuning."""
     saved = session.tuning
-    session.tuning = Tuning(dict(forced or {}), record)
+    session.tuning = Tuning(dict(forced), record)
     try:
         yield
     finally:

@@ -51,7 +51,7 @@ def lower_call(fn=inplace, *shapes):
 
 def site_of(fn=inplace) -> winners.Site:
     seen: list[winners.Site] = []
-    with winners.tuning(kernel_cache.current_session(), record=seen):
+    with winners.tuning(kernel_cache.current_session(), {}, record=seen):
         lower_call(fn)
     (site,) = seen
     return site
