@@ -44,17 +44,16 @@ class _Started:
 STARTED = SessionMemo("lowering.first_use", _Started)  # present once what first use does has been done
 
 
-def join_job(store: Store) -> bool:
-    """Add the job's key-value store to `store` where this process is one of a job's; whether it did."""
+def join_job(store: Store) -> None:
+    """Add the job's key-value store to `store` where this process is one of a job's."""
     config = store.config
     found = None if config.disabled or not config.job else jax_compat.job_store()
     if found is None:
-        return False
+        return
     client, process, processes = found
     store.add_transient(job_level.JobLevel(
         client, process, processes, signer=store.signer, max_bytes=config.job_max_bytes,
         max_entry_bytes=config.max_entry_bytes, lease_max_seconds=config.lock_timeout))
-    return True
 
 
 class _ColdStart:

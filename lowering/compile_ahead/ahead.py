@@ -75,8 +75,7 @@ def _identity(operands: tuple[Operand, ...], params: Mapping[str, Any]) -> int |
         return None
 
 
-def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any] = (),
-          params: Mapping[str, Any] | None = None) -> int:
+def start(platform: str, session: kernel_cache.Session, avals_in: Sequence[Any], params: Mapping[str, Any] | None) -> int:
     """A lowering rule missed on the call (`avals_in`, `params`): hand every call noted after its own
     to the compile workers; how many. JAX lowers a module's calls in the order it bound them, so the
     notes up to the missing call's own belong to modules lowered before, or are its rule's to compile."""

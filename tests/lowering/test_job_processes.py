@@ -130,12 +130,16 @@ def test_the_client_answers_as_the_level_asks(distributed_state):
 
 def test_the_store_joins_a_job_of_several_processes_only(tmp_path, distributed_state):
     store = Store(Config(dir=tmp_path / "a"))
-    assert first_use.join_job(store) and [t.name for t in store.levels] == ["memory", "disk", "job"]
+    first_use.join_job(store)
+    assert [t.name for t in store.levels] == ["memory", "disk", "job"]
     assert "process 2 of 4" in store.level("job").location
-    assert not first_use.join_job(Store(Config(dir=tmp_path / "b", job=False)))
-    assert not first_use.join_job(Store(Config(disabled=True)))
+    for config in (Config(dir=tmp_path / "b", job=False), Config(disabled=True)):
+        other = Store(config)
+        first_use.join_job(other)
+        assert other.level("job") is None
     distributed_state.num_processes = 1
     lone = Store(Config(dir=tmp_path / "c"))
-    assert not first_use.join_job(lone) and lone.level("job") is None
+    first_use.join_job(lone)
+    assert lone.level("job") is None
     distributed_state.client = None
     assert jax_compat.job_store() is None
