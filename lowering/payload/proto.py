@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, cast
 from kernel_cache.errors import KernelCacheError
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
+_FIXED_BYTES = {FIXED64: 8, FIXED32: 4}
 
 
 class Field(NamedTuple):
@@ -65,10 +66,9 @@ def decode(data: bytes) -> list[Field]:
         value: int | bytes
         if wire_type == VARINT:
             value, pos = read_varint(data, pos)
-        elif wire_type == FIXED64:
-            value, pos = int.from_bytes(data[pos:pos + 8], "little"), pos + 8
-        elif wire_type == FIXED32:
-            value, pos = int.from_bytes(data[pos:pos + 4], "little"), pos + 4
+        elif wire_type in _FIXED_BYTES:
+            end = pos + _FIXED_BYTES[wire_type]
+            value, pos = int.from_bytes(data[pos:end], "little"), end
         elif wire_type == LEN:
             length, pos = read_varint(data, pos)
             if pos + length > len(data):
@@ -86,10 +86,8 @@ def encode_field(field: Field) -> bytes:
     tag = encode_varint((field.number << 3) | field.wire_type)
     if field.wire_type == VARINT:
         return tag + encode_varint(cast(int, field.value))  # a VARINT field holds an int
-    if field.wire_type == FIXED64:
-        return tag + int(field.value).to_bytes(8, "little")
-    if field.wire_type == FIXED32:
-        return tag + int(field.value).to_bytes(4, "little")
+    if field.wire_type in _FIXED_BYTES:
+        return tag + int(field.value).to_bytes(_FIXED_BYTES[field.wire_type], "little")
     payload = bytes(field.value)
     return tag + encode_varint(len(payload)) + payload
 
