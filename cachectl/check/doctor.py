@@ -83,27 +83,22 @@ def cmd_doctor(ctx: Context, args: Any) -> int:
     stored = [Check("cache-bound", PROBLEM, f"{ctx.stored_problem}: the local cache keeps its default bound",
                     "cachectl config max-size SIZE (rewrites it), or remove the file")] if ctx.stored_problem else []
     checks = [*_local(config, owners), *stored, *_shared(config, owners), *_remote(config, owners), _signing(config),
-              *_toolchain(config),
-              *_jaxlib(config), _gpu(config), *_intercept(config)]
+              *_toolchain(config), *_jaxlib(config), _gpu(config), *_intercept(config)]
     problems = sum(c.status == PROBLEM for c in checks)
     warnings = sum(c.status == WARN for c in checks)
     if ctx.json:
         ctx.emit_json({"schema": SCHEMA, "checks": [asdict(c) for c in checks]})
     else:
-        _print(checks)
+        rows = table([["CHECK", "STATUS", "DETAIL"]] + [[c.check, c.status, c.detail] for c in checks], right=set())
+        indent = " " * (rows[0].index("DETAIL"))
+        print(rows[0])
+        for check, line in zip(checks, rows[1:]):
+            print(line)
+            if check.fix and check.status != OK:
+                print(f"{indent}fix: {check.fix}")
         ctx.say(f"doctor: {len(checks)} checks, {problems} problem{'s' * (problems != 1)}, "
                 f"{warnings} warning{'s' * (warnings != 1)}")
     return EXIT_PROBLEMS if problems else EXIT_OK
-
-
-def _print(checks: list[Check]) -> None:
-    rows = table([["CHECK", "STATUS", "DETAIL"]] + [[c.check, c.status, c.detail] for c in checks], right=set())
-    indent = " " * (rows[0].index("DETAIL"))
-    print(rows[0])
-    for check, line in zip(checks, rows[1:]):
-        print(line)
-        if check.fix and check.status != OK:
-            print(f"{indent}fix: {check.fix}")
 
 
 # The local cache directory -------------------------------------------------------------------------
@@ -299,13 +294,6 @@ def _existing_parent(path: Path) -> Path | None:
 
 
 # The remote level and the signing key -----------------------------------------------------------------
-def _deployment(info: dict[str, object]) -> str:
-    """' (a cluster of 3 masters)', ' (a read-only replica)' or '' (one primary)."""
-    if info.get("cluster"):
-        return f" (a cluster of {info.get('masters')} masters)"
-    return " (a read-only replica: jobs read, write nothing there)" if info.get("role") == "slave" else ""
-
-
 def _remote(config: Config, owners: Owners) -> list[Check]:
     """The Redis remote level: trusted (signing key or the operator's opt-in), reachable, its
     password accepted, TLS where asked, and an eviction policy that lets a full server make room."""
@@ -327,7 +315,9 @@ def _remote(config: Config, owners: Owners) -> list[Check]:
         return [Check("remote", PROBLEM, f"{url}: unreachable ({error}); jobs compile and cache locally",
                       notices.fix_for(error))]
     tls = " over TLS" if config.remote.startswith("rediss://") else ""
-    checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{_deployment(info)}, "
+    deployment = (f" (a cluster of {info.get('masters')} masters)" if info.get("cluster") else  # else one primary
+                  " (a read-only replica: jobs read, write nothing there)" if info.get("role") == "slave" else "")
+    checks = [Check("remote", OK, f"{url}{tls}: Redis {info['server_version']}{deployment}, "
                     f"{info['round_trip_ms']} ms round trip, namespace {info['namespace']}, "
                     + ("entries must be signed" if level.signer is not None else "unsigned entries accepted"))]
     policy = info.get("maxmemory_policy")
