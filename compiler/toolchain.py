@@ -98,14 +98,12 @@ class InstalledHashes:
             path = os.path.normpath(os.path.join(site, row[0]))
             algorithm, _, value = row[1].partition("=")
             found = (value, int(row[2])) if algorithm == "sha256" and value and row[2].isdigit() else None
-            if path in self._recorded:
-                known = self._recorded[path]
-                if known is None or found is None or known[:2] != found:
-                    self._recorded[path] = None  # listed twice, differently: trust neither
-                else:
-                    self._recorded[path] = (known[0], known[1], max(known[2], st.st_mtime_ns))
-            else:
+            if path not in self._recorded:
                 self._recorded[path] = None if found is None else (*found, st.st_mtime_ns)
+            elif (known := self._recorded[path]) is not None and found is not None and known[:2] == found:
+                self._recorded[path] = (known[0], known[1], max(known[2], st.st_mtime_ns))
+            else:
+                self._recorded[path] = None  # listed twice, differently: trust neither
 
     def recorded(self, path: str) -> str | None:
         """The recorded sha256 of `path` where it is a regular file of the recorded size, not changed
