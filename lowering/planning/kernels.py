@@ -84,14 +84,13 @@ def _descriptor(value: Any) -> Any:
     return value
 
 
-def fetch(specs: Sequence[KernelSpec], session: Session,
-          on_miss: Callable[[], object] | None = None) -> list[tuple[Artifact, str]]:
+def fetch(specs: Sequence[KernelSpec], session: Session, on_miss: Callable[[], object]) -> list[tuple[Artifact, str]]:
     """(artifact, content key) for `specs`, in order: hits are plain store reads; misses compile on the
     compile workers (the first in this thread), after `on_miss()`."""
     store, keys = session.store, key.session_keys(session)
     found = [cache_or_compile.lookup(spec, store, keys=keys) for spec in specs]
     missing = [i for i, (art, _) in enumerate(found) if art is None]
-    if missing and on_miss is not None:
+    if missing:
         on_miss()
     pooled = session.config.compile_threads > 1  # one at a time: no threads, no worker processes
     if len(missing) > 1 and pooled:
