@@ -86,15 +86,10 @@ class EntryFilter:
                 and not self.stale_only)
 
     def matches(self, info: EntryInfo, now: float) -> bool:
-        if self.kernel_glob is not None and not fnmatch.fnmatchcase(info.kernel, self.kernel_glob):
-            return False
-        if self.arches is not None and info.arch not in self.arches:
-            return False
-        if self.older_than_seconds is not None and now - info.last_used < self.older_than_seconds:
-            return False
-        if self.stale_only and info.stale is not True:
-            return False
-        return True
+        return ((self.kernel_glob is None or fnmatch.fnmatchcase(info.kernel, self.kernel_glob))
+                and (self.arches is None or info.arch in self.arches)
+                and (self.older_than_seconds is None or now - info.last_used >= self.older_than_seconds)
+                and (not self.stale_only or info.stale is True))
 
 
 def counts(infos: Iterable[EntryInfo]) -> dict[str, int]:
