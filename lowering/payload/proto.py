@@ -16,7 +16,6 @@ from typing import Any, NamedTuple, cast
 from kernel_cache.errors import KernelCacheError
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
-_FIXED_BYTES = {FIXED64: 8, FIXED32: 4}
 
 
 class Field(NamedTuple):
@@ -66,8 +65,8 @@ def decode(data: bytes) -> list[Field]:
         value: int | bytes
         if wire_type == VARINT:
             value, pos = read_varint(data, pos)
-        elif wire_type in _FIXED_BYTES:
-            end = pos + _FIXED_BYTES[wire_type]
+        elif wire_type in (FIXED64, FIXED32):
+            end = pos + (8 if wire_type == FIXED64 else 4)
             value, pos = int.from_bytes(data[pos:end], "little"), end
         elif wire_type == LEN:
             length, pos = read_varint(data, pos)
@@ -86,8 +85,8 @@ def encode_field(field: Field) -> bytes:
     tag = encode_varint((field.number << 3) | field.wire_type)
     if field.wire_type == VARINT:
         return tag + encode_varint(cast(int, field.value))  # a VARINT field holds an int
-    if field.wire_type in _FIXED_BYTES:
-        return tag + int(field.value).to_bytes(_FIXED_BYTES[field.wire_type], "little")
+    if field.wire_type in (FIXED64, FIXED32):
+        return tag + int(field.value).to_bytes(8 if field.wire_type == FIXED64 else 4, "little")
     payload = bytes(field.value)
     return tag + encode_varint(len(payload)) + payload
 
