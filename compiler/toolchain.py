@@ -146,17 +146,17 @@ def _read_memo(path: Path) -> dict[str, Any]:
         return {}  # unreadable: recomputed
 
 
-def _save_memo(path: Path, new: dict[str, str]) -> None:
-    """`new` merged into the file (a racing writer's value may be lost: it is recomputed once); never
-    into a directory that is not kernel-cache's."""
+def _save_memo(path: Path, new: dict[str, str], held: dict[str, Any] | None = None) -> None:
+    """`new` merged over the file as read (`held`; else read now): a racing writer's value may be lost
+    (it is recomputed once); never into a directory that is not kernel-cache's."""
     try:
         directory = str(path.parent)
         if directory not in _claimed:
             if not cache_marker.claim_directory(directory):
                 return
             _claimed.add(directory)
-        # no fsync: a memo lost or torn by a crash is recomputed
-        safefs.write_file(path, json.dumps({**_read_memo(path), **new}, sort_keys=True).encode(), durable=False)
+        data = {**(_read_memo(path) if held is None else held), **new}
+        safefs.write_file(path, json.dumps(data, sort_keys=True).encode(), durable=False)  # no fsync: a torn memo is recomputed
     except OSError:
         pass  # unwritable: recomputed next time
 
@@ -187,7 +187,7 @@ def _memoized(wanted: dict[str, tuple[list[Any], Callable[[], str]]], memo_dir: 
                 texts[name] = _process_memo[ident]
     finally:
         if path is not None and new:
-            _save_memo(path, new)
+            _save_memo(path, new, on_disk)
     return texts
 
 

@@ -20,13 +20,15 @@ class ModuleImage(NamedTuple):
     shared_mem_bytes: int
 
 
-def _edited(message: bytes, path: Sequence[int], edit: Callable[[bytes], bytes]) -> bytes:
-    """`message` with `edit` applied, in order, to each message field at `path` (field numbers, outermost first)."""
+def _edited(message: bytes, paths: list[tuple[int, ...]], edit: Callable[[bytes], bytes]) -> bytes:
+    """`message` with `edit` applied, in order, to each message field at one of `paths` (field numbers,
+    outermost first), in one pass."""
     out = []
     for f in pw.decode(message):
-        if f.number == path[0] and f.wire_type == pw.LEN:
+        tails = [path[1:] for path in paths if path[0] == f.number]
+        if tails and f.wire_type == pw.LEN:
             value = cast(bytes, f.value)  # a message field holds bytes
-            f = pw.Field(f.number, pw.LEN, edit(value) if len(path) == 1 else _edited(value, path[1:], edit))
+            f = pw.Field(f.number, pw.LEN, edit(value) if tails == [()] else _edited(value, tails, edit))
         out.append(f)
     return pw.encode(out)
 
@@ -44,9 +46,8 @@ def inject(any_call: bytes, images: Sequence[ModuleImage], layout: ModuleImageLa
         return pw.encode([*[g for g in pw.decode(kernel) if g.number != layout.image_field],
                           pw.Field(layout.image_field, pw.LEN, pw.encode(message))])
 
-    out = _edited(any_call, [layout.any_call_field, layout.kernel_field], with_image)
-    out = _edited(out, [layout.any_autotuned_field, layout.config_field, layout.config_call_field, layout.kernel_field],
-                  with_image)
+    out = _edited(any_call, [(layout.any_call_field, layout.kernel_field), (layout.any_autotuned_field,
+                  layout.config_field, layout.config_call_field, layout.kernel_field)], with_image)
     if remaining:
         raise ValueError(f"{len(remaining)} module image(s) left over: the call has fewer kernels")
     return out
