@@ -192,7 +192,8 @@ class Store:
             return self._hit(found, key, label, start)
         key_ok(key) or check_key(key)
         with self._single_flight(key, label) as unserved:
-            found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
+            if key in self.memory or any(holds(level, key) for level in self.persistent_levels):
+                found = self.get(key)  # built by another thread or process meanwhile
             if found is not None:
                 return self._hit(found, key, label, start)
             self.wait_budget.spend(unserved)  # a wait for a publication that served nothing
@@ -303,7 +304,7 @@ class Store:
         self.wait_budget.spend(waited)
         if not level.writable:
             return "the level is being skipped"  # its own warning said why
-        spent = self.wait_budget.exhausted
+        spent = self.wait_budget.left() <= 0.0
         warn_once(f"lock-timeout:{level.name}:{spent}",
                   f"waited {waited:.1f} s for another process to compile "
                   f"{lookup_log.label_text(label, 'a kernel')} ({key[:12]}); compiling here instead"
@@ -311,9 +312,6 @@ class Store:
                      f"{self.wait_budget.total:.0f}s, {self.wait_budget.spent:.1f} s spent) is used up: it "
                      f"compiles without waiting for the rest of its run" if spent else ""))
         return "timed out"
-
-    def _anywhere(self, key: str) -> bool:
-        return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
     def _lock_levels(self) -> list[Level]:
         """Who serializes a compile: this node's local level, a job's key-value store (one contender
@@ -380,10 +378,6 @@ class WaitBudget:
     def spend(self, seconds: float) -> None:
         with self._lock:
             self.spent += max(0.0, seconds)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.left() <= 0.0
 
 
 def _read_failed(level: Level, exc: Exception) -> None:
