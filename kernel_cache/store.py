@@ -27,7 +27,7 @@ from kernel_cache.levels.protocols import KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
-from kernel_cache.telemetry.stats import Stats
+from kernel_cache.telemetry.stats import ERROR, MISS, REJECTED, Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 
@@ -197,7 +197,7 @@ class Store:
             if found is not None:
                 return self._hit(found, key, label, start)
             self.wait_budget.spend(unserved)  # a wait for a publication that served nothing
-            self.stats.miss()
+            self.stats.count(MISS)
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
             self.put(entry)
@@ -236,16 +236,16 @@ class Store:
         except InvalidKey:
             raise  # the caller's mistake, not the level's: never swallowed as a cache failure
         except RejectedEntry as exc:
-            self.stats.rejected(level.name)
+            self.stats.count(REJECTED, level.name)
             warn_once(f"rejected:{level.name}",
                       f"rejected {exc} (counted in 'cachectl stats'; rebuilt here, never copied to a "
                       f"faster level). Further rejections are counted, not printed")
         except CorruptEntry as exc:
-            self.stats.error()
+            self.stats.count(ERROR)
             warn_once(f"corrupt:{level.name}:{key}",
                       f"dropped a corrupt {level.name} entry {key[:12]} ({exc}); it will be rebuilt")
         except Exception as exc:
-            self.stats.error()
+            self.stats.count(ERROR)
             _read_failed(level, exc)
         return None
 
@@ -258,7 +258,7 @@ class Store:
             self.stats.levels[f"writes.{level.name}"] += 1
         except Exception as exc:
             self.stats.levels[f"write_failures.{level.name}"] += 1
-            self.stats.error()
+            self.stats.count(ERROR)
             warn_once(f"write:{level.name}:{_cause(exc)}",
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
