@@ -37,8 +37,25 @@ class WarmSet:
 
     def begin(self, first: str, lineage: str | None = None) -> None:
         """The program's first ask (a key or a signature) names its set: loaded here, once."""
-        if self._first is None:
-            self._load(first, lineage)
+        if self._first is not None:
+            return
+        with self._lock:
+            if self._first is not None:
+                return
+            self._first, self._lineage = first, lineage
+            if not self.active:
+                return
+            found = self._store.get_local(warm_set.set_key(first))
+            if found is None:
+                return
+            try:
+                members = warm_set.members_of(found)
+            except ValueError:
+                return  # another kind under this key, or a malformed set: written anew at exit
+            held = self._store.held_locally(list(members))
+            self._loaded = len(members)
+            self._held = {key: data for key, data in members.items() if key in held}
+            self._signed = {sig: key for sig, key in warm_set.signed_of(found).items() if key in held}
 
     def front_get(self, key: str) -> Entry | None:
         """A member of the loaded set, noted; None before the set is loaded (the program's first ask,
@@ -85,25 +102,6 @@ class WarmSet:
             return list(warm_set.members_of(previous).values()) if previous is not None else []
         except ValueError:
             return []
-
-    def _load(self, first: str, lineage: str | None = None) -> None:
-        with self._lock:
-            if self._first is not None:
-                return
-            self._first, self._lineage = first, lineage
-            if not self.active:
-                return
-            found = self._store.get_local(warm_set.set_key(first))
-            if found is None:
-                return
-            try:
-                members = warm_set.members_of(found)
-            except ValueError:
-                return  # another kind under this key, or a malformed set: written anew at exit
-            held = self._store.held_locally(list(members))
-            self._loaded = len(members)
-            self._held = {key: data for key, data in members.items() if key in held}
-            self._signed = {sig: key for sig, key in warm_set.signed_of(found).items() if key in held}
 
     def note(self, entry: Entry) -> None:
         """`entry` was read or written by this session: a member of the set it writes at exit."""

@@ -27,7 +27,7 @@ from kernel_cache.levels.protocols import KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
-from kernel_cache.telemetry.stats import Stats
+from kernel_cache.telemetry.stats import ERROR, MISS, REJECTED, Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 
@@ -192,11 +192,12 @@ class Store:
             return self._hit(found, key, label, start)
         key_ok(key) or check_key(key)
         with self._single_flight(key, label) as unserved:
-            found = self.get(key) if self._anywhere(key) else None  # built by another thread or process?
+            if key in self.memory or any(holds(level, key) for level in self.persistent_levels):
+                found = self.get(key)  # built by another thread or process meanwhile
             if found is not None:
                 return self._hit(found, key, label, start)
             self.wait_budget.spend(unserved)  # a wait for a publication that served nothing
-            self.stats.miss()
+            self.stats.count(MISS)
             meta, blobs, seconds = build()
             entry = Entry(key=key, meta={**meta, "created": time.time()}, blobs=dict(blobs))
             self.put(entry)
@@ -235,16 +236,16 @@ class Store:
         except InvalidKey:
             raise  # the caller's mistake, not the level's: never swallowed as a cache failure
         except RejectedEntry as exc:
-            self.stats.rejected(level.name)
+            self.stats.count(REJECTED, level.name)
             warn_once(f"rejected:{level.name}",
                       f"rejected {exc} (counted in 'cachectl stats'; rebuilt here, never copied to a "
                       f"faster level). Further rejections are counted, not printed")
         except CorruptEntry as exc:
-            self.stats.error()
+            self.stats.count(ERROR)
             warn_once(f"corrupt:{level.name}:{key}",
                       f"dropped a corrupt {level.name} entry {key[:12]} ({exc}); it will be rebuilt")
         except Exception as exc:
-            self.stats.error()
+            self.stats.count(ERROR)
             _read_failed(level, exc)
         return None
 
@@ -257,7 +258,7 @@ class Store:
             self.stats.levels[f"writes.{level.name}"] += 1
         except Exception as exc:
             self.stats.levels[f"write_failures.{level.name}"] += 1
-            self.stats.error()
+            self.stats.count(ERROR)
             warn_once(f"write:{level.name}:{_cause(exc)}",
                       f"writing to the {level.name} level failed ({exc}); the kernel stays in memory")
 
@@ -303,7 +304,7 @@ class Store:
         self.wait_budget.spend(waited)
         if not level.writable:
             return "the level is being skipped"  # its own warning said why
-        spent = self.wait_budget.exhausted
+        spent = self.wait_budget.left() <= 0.0
         warn_once(f"lock-timeout:{level.name}:{spent}",
                   f"waited {waited:.1f} s for another process to compile "
                   f"{lookup_log.label_text(label, 'a kernel')} ({key[:12]}); compiling here instead"
@@ -311,9 +312,6 @@ class Store:
                      f"{self.wait_budget.total:.0f}s, {self.wait_budget.spent:.1f} s spent) is used up: it "
                      f"compiles without waiting for the rest of its run" if spent else ""))
         return "timed out"
-
-    def _anywhere(self, key: str) -> bool:
-        return key in self.memory or any(holds(level, key) for level in self.persistent_levels)
 
     def _lock_levels(self) -> list[Level]:
         """Who serializes a compile: this node's local level, a job's key-value store (one contender
@@ -380,10 +378,6 @@ class WaitBudget:
     def spend(self, seconds: float) -> None:
         with self._lock:
             self.spent += max(0.0, seconds)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.left() <= 0.0
 
 
 def _read_failed(level: Level, exc: Exception) -> None:

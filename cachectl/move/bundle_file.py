@@ -34,7 +34,7 @@ from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import DEFAULT_MAX_ENTRY_BYTES, CorruptEntry, json_depth
 from kernel_cache.entries.summary import EntrySummary
 from kernel_cache.errors import KernelCacheError
-from kernel_cache.levels.protocols import Level, holds
+from kernel_cache.levels.protocols import KeptLevel, holds
 from kernel_cache.trust.safefs import atomic_file
 
 BUNDLE_FORMAT = "kernel-cache-bundle"
@@ -220,7 +220,7 @@ class StagedBundle:
     def __exit__(self, *exc: object) -> None:
         self._spool.close()
 
-    def publish(self, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
+    def publish(self, level: KeptLevel, installed: Callable[[dict[str, Any]], "str | None"] | None = None,
                 allow_stale: bool = False, room: int | None = None) -> ImportResult:
         """Put the good entries into `level`, in bundle order; entries of another toolchain than
         `installed(target)` are stale (their keys are never looked up here). Past `room` (the level's
@@ -261,7 +261,7 @@ class StagedBundle:
         return result
 
     @staticmethod
-    def _verdict(item: _Staged, level: Level, installed: Callable[[dict[str, Any]], "str | None"] | None,
+    def _verdict(item: _Staged, level: KeptLevel, installed: Callable[[dict[str, Any]], "str | None"] | None,
                  allow_stale: bool) -> tuple[str, str] | None:
         """(fate, reason) for an entry that is not to be written, None for one to write."""
         if item.reason:

@@ -125,12 +125,9 @@ def break_if_stale(tree: Tree, parts: tuple[str, ...], stale_after: float) -> bo
     if seen is None:
         return False
     content = ""
-    if stat.S_ISREG(seen.st_mode):
-        try:
-            found = tree.read(*parts, max_bytes=4096)
-            content = found[0].decode("utf-8", "replace") if found else ""
-        except (UnsafeFile, OSError):
-            content = ""
+    with contextlib.suppress(OSError):  # the safe layer refuses a link, FIFO or foreign file: no holder named
+        found = tree.read(*parts, max_bytes=4096)
+        content = found[0].decode("utf-8", "replace") if found else ""
     if time.time() - seen.st_mtime <= stale_after and not _holder_is_dead(content):
         return False
     name = parts[-1]
@@ -161,29 +158,27 @@ def hold(tree: Tree, parts: tuple[str, ...], kind: str, timeout: float, stale_af
     return _hold_flock(tree, parts, timeout, done) if kind == "flock" else _hold_soft(tree, parts, timeout, stale_after, done)
 
 
-def _wait(deadline: float, done: Callable[[], bool], poll: float) -> float | None:
-    """Sleep before the next try; None when waiting is over (published, or out of time)."""
-    if done() or time.monotonic() >= deadline:
-        return None
-    time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
-    return min(poll * 1.5, MAX_POLL_INTERVAL)  # fewer stats on the file server as a wait drags on
+def _tries(timeout: float, done: Callable[[], bool]) -> Iterator[None]:
+    """One step per try, sleeping between them, until `done()` (published) or out of time."""
+    deadline, poll = time.monotonic() + max(0.0, timeout), POLL_INTERVAL
+    while True:
+        yield
+        if done() or time.monotonic() >= deadline:
+            return
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+        poll = min(poll * 1.5, MAX_POLL_INTERVAL)  # fewer stats on the file server as a wait drags on
 
 
 @contextlib.contextmanager
 def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callable[[], bool]) -> Iterator[bool]:
-    deadline, poll = time.monotonic() + max(0.0, timeout), POLL_INTERVAL
     with tree.open_lock_file(*parts) as fd:
-        while True:
-            try:
+        for _ in _tries(timeout, done):
+            with contextlib.suppress(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                pass
-            next_poll = _wait(deadline, done, poll)
-            if next_poll is None:
-                yield False
-                return
-            poll = next_poll
+        else:
+            yield False
+            return
         try:
             yield True
         finally:
@@ -194,9 +189,8 @@ def _hold_flock(tree: Tree, parts: tuple[str, ...], timeout: float, done: Callab
 @contextlib.contextmanager
 def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: float,
                done: Callable[[], bool]) -> Iterator[bool]:
-    deadline, poll = time.monotonic() + max(0.0, timeout), POLL_INTERVAL
     unexplained, next_stale_check, mine = 0, 0.0, None
-    while True:
+    for _ in _tries(timeout, done):
         if time.monotonic() >= next_stale_check:
             break_if_stale(tree, parts, stale_after)
             next_stale_check = time.monotonic() + STALE_CHECK_INTERVAL
@@ -216,11 +210,9 @@ def _hold_soft(tree: Tree, parts: tuple[str, ...], timeout: float, stale_after: 
                 unexplained += 1
                 if unexplained >= 3:
                     raise
-        next_poll = _wait(deadline, done, poll)
-        if next_poll is None:
-            yield False
-            return
-        poll = next_poll
+    else:
+        yield False
+        return
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(tree, parts, max(0.05, stale_after / 6), stop),
                             name="kernel-cache-lock-heartbeat", daemon=True)

@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import Callable
 
 from kernel_cache.bounded_memo import SizedLRU
-from kernel_cache.entries import entry as entry_format
 from kernel_cache.entries.entry import Entry
 
 
@@ -30,9 +29,6 @@ class MemoryLevel:
 
     def keep(self, entry: Entry, data: builtins.bytes) -> None:
         self.put(entry)
-
-    def put_raw(self, key: str, data: builtins.bytes) -> None:
-        self.put(entry_format.decode(data, expected_key=key))
 
     def delete(self, key: str) -> bool:
         return self._lru.delete(key)

@@ -40,9 +40,6 @@ class Level(Protocol):
         """The valid entry, or None. Raises CorruptEntry (damaged: removed or quarantined) or
         RejectedEntry (not authenticated: left in place)."""
 
-    def put_raw(self, key: str, data: bytes) -> None:
-        """Store encoded (possibly signed) entry bytes."""
-
     def keep(self, entry: Entry, data: bytes) -> None:
         """Keep `entry`, whose bytes as the store writes them are `data`: a persistent level writes
         `data` (`put_raw`), the memory level keeps the decoded entry."""
@@ -69,6 +66,9 @@ class KeptLevel(Level, Protocol):
 
     def listing(self) -> list[dict[str, Any]]:
         """Per entry: key, size_bytes, created, last_used (epoch seconds), without reading blobs."""
+
+    def put_raw(self, key: str, data: bytes) -> None:
+        """Store encoded (possibly signed) entry bytes."""
 
     def peek_raw(self, key: str) -> bytes | None:
         """The stored bytes without counting as a use of the entry."""

@@ -228,7 +228,7 @@ def check_remote(text: str, source: str = "KERNEL_CACHE_REMOTE") -> None:
                           "separated by commas)")
     for url in urls:
         try:
-            remote_url.check_url(url)
+            remote_url.RemoteUrl(url)  # parsed only to be checked
         except remote_url.BadRemoteUrl as exc:
             raise ConfigError(f"{source}: {echo(redacted(url))}: {exc}") from None
 

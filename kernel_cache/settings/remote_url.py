@@ -93,10 +93,6 @@ def _check_options(options: list[tuple[str, str]]) -> None:
                 raise BadRemoteUrl(f"option {name} must be a number of seconds (given: {value[:12]!r})") from None
 
 
-def check_url(url: str) -> None:
-    RemoteUrl(url)
-
-
 def secrets_of(urls: list[str], password: str | None = None) -> list[str]:
     """Every credential `urls` carry, as written and percent-decoded, plus a password given apart:
     what server text must never show (longest first)."""

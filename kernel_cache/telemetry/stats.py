@@ -159,11 +159,6 @@ class Stats:
         if time.monotonic() - self._last_flush > 1.0:
             self.flush()
 
-    def miss(self) -> None:
-        with self._lock:
-            self._session["misses"] += 1
-        emit(MISS)
-
     def compiled(self, seconds: float) -> None:
         with self._lock:
             self._session["compiles"] += 1
@@ -171,16 +166,12 @@ class Stats:
         emit(COMPILE, seconds=seconds)
         self.flush(walked=False)  # a compile's counters persist at once; the levels' at the next flush
 
-    def error(self) -> None:
+    def count(self, kind: str, level: str = "") -> None:
+        """A MISS, an ERROR or a REJECTED entry (refused for who wrote it: one total, the level told
+        to event listeners): counted under its event's name."""
         with self._lock:
-            self._session["errors"] += 1
-        emit(ERROR)
-
-    def rejected(self, level: str = "") -> None:
-        """An entry refused for who wrote it (one total; the level reaches event listeners)."""
-        with self._lock:
-            self._session["rejected"] += 1
-        emit(REJECTED, level)
+            self._session[EVENT_NAMES[kind].removeprefix(PREFIX)] += 1
+        emit(kind, level)
 
     def session(self) -> dict[str, Any]:
         """This process's counters (not yet or already flushed)."""

@@ -85,9 +85,6 @@ class Signer:
         a tag made for one purpose is never valid for another."""
         return hmac.new(self._key, b"kernel-cache " + label + b"\x00" + data, hashlib.sha256).digest()
 
-    def tag_matches(self, label: bytes, data: bytes, tag: bytes) -> bool:
-        return hmac.compare_digest(self.tag(label, data), tag)
-
 
 def load_key_file(path: Path) -> bytes:
     """The key in `path` (see `read_private_file`), of at least MIN_KEY_BYTES."""

@@ -372,8 +372,8 @@ def test_jax_listeners_see_the_store_as_they_see_jaxs_cache(tmp_path):
         store = Store(Config(dir=tmp_path / "c"))
         store.get_or_create(KEY, build(0.5))
         store.get_or_create(KEY, build(0.5))
-        store.stats.error()
-        store.stats.rejected("remote")
+        store.stats.count(events.ERROR)
+        store.stats.count(events.REJECTED, "remote")
         store.close()
     finally:
         jax.monitoring.unregister_event_listener(on_event)

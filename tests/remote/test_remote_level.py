@@ -48,8 +48,14 @@ def signed(entry, key=SIGNING_KEY) -> bytes:
     return Signer(key).sign(entry_format.encode(entry))
 
 
-def remote(url, namespace="t", **kw) -> RemoteLevel:
-    return RemoteLevel(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
+def remote(url, namespace="t", *, lease_ms=None, breaker_seconds=None, **kw) -> RemoteLevel:
+    """A signed level; `lease_ms` and `breaker_seconds`, where given, pace it (set before its first call)."""
+    level = RemoteLevel(url, namespace=namespace, signer=Signer(SIGNING_KEY), **kw)
+    if lease_ms is not None:
+        level.lease_ms = lease_ms
+    if breaker_seconds is not None:
+        level.breaker_seconds = breaker_seconds
+    return level
 
 
 def plain(level: RemoteLevel):
@@ -226,7 +232,8 @@ def test_a_holder_killed_mid_compile_frees_the_key_when_its_lease_lapses(server,
 import sys, time
 from kernel_cache.trust.signing import Signer
 from kernel_cache.levels.remote.level import RemoteLevel
-level = RemoteLevel({server.url!r}, namespace="lease", lease_ms=1500, signer=Signer({SIGNING_KEY!r}))
+level = RemoteLevel({server.url!r}, namespace="lease", signer=Signer({SIGNING_KEY!r}))
+level.lease_ms = 1500
 with level.lock({KEY!r}, 10) as held:
     print(held, flush=True)
     time.sleep(60)

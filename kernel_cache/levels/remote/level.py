@@ -49,8 +49,6 @@ from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
 from kernel_cache.trust.signing import Signer
 
-BREAKER_SECONDS = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
-LEASE_MS = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
 MAX_LEASE_POLL = 0.25  # a waiter's longest sleep between looks (from 20 ms, doubling): a publish is seen soon
 MAX_SCAN = 200_000  # names `listing` lists before it stops (cachectl on a huge namespace)
 REPLY_SLACK = 1 << 20  # bytes a call may receive beyond the entry cap (framing, a pipeline's small replies)
@@ -124,11 +122,12 @@ def marker(found: Any) -> str:
 class RemoteLevel:
     name = "remote"
     directory: Path | None = None
+    breaker_seconds = 30.0  # the longest the breaker skips a failing server (1 s after a first fault, doubling)
+    lease_ms = 30_000  # a lock's lease; the holder refreshes it every third of that while it compiles
 
     def __init__(self, url: str, *, namespace: str = "default", ttl: float = 14 * 86400, timeout: float = 0.25,
-                 signer: Signer | None = None, max_entry_bytes: int = 1 << 28,
-                 password: str | None = None, breaker_seconds: float = BREAKER_SECONDS,
-                 lease_ms: int = LEASE_MS, lease_max_seconds: float = 600.0):
+                 signer: Signer | None = None, max_entry_bytes: int = 1 << 28, password: str | None = None,
+                 lease_max_seconds: float = 600.0):
         """`signer`: entries and leases must carry its signature (None: every client of the server
         is trusted, KERNEL_CACHE_REMOTE_UNSIGNED=1). `lease_max_seconds`: the longest a lease is honoured."""
         self.endpoint = redacted(url)
@@ -139,8 +138,6 @@ class RemoteLevel:
         self.timeout = timeout
         self.signer = signer
         self.max_entry_bytes = max_entry_bytes
-        self.breaker_seconds = breaker_seconds
-        self.lease_ms = lease_ms
         self.lease_max_seconds = lease_max_seconds
         self.counters = {"hits": 0, "misses": 0, "errors": 0, "timeouts": 0, "breaker_openings": 0,
                          "lock_waits": 0, "rejected": 0, "too_large": 0, "writes": 0, "healed": 0,
