@@ -60,8 +60,8 @@ class SizedLRU(Generic[V]):
             self._items.move_to_end(key)
             return found[0]
 
-    def put(self, key: Hashable, value: V) -> None:
-        size = self._size(value)
+    def put(self, key: Hashable, value: V, size: int | None = None) -> None:
+        size = self._size(value) if size is None else size  # a caller that knows it saves a call
         if size > self._max_item_bytes or (self.max_items is not None and self.max_items <= 0):
             return
         with self._lock:

@@ -62,6 +62,7 @@ class Store:
                     tail = "caching in memory only" if backend.name == "disk" else "skipping it"
                     warn_once(f"{backend.name}-unavailable:{where}", f"{exc}; {tail}")  # (a key, never shown)
         self.levels: list[Level] = [self.memory, *self.kept_levels]  # fastest first: read in order, hits backfilled upwards
+        self.cluster_levels: list[Level] = [t for t in self.kept_levels if t.name != "disk"]  # kept, not asked per use
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
@@ -71,10 +72,6 @@ class Store:
     @property
     def persistent_levels(self) -> list[Level]:
         return self.levels[1:]
-
-    @property
-    def cluster_levels(self) -> list[Level]:
-        return [t for t in self.levels[1:] if t is not self.disk]  # a job's key-value store among them
 
     def level(self, name: str) -> Level | None:
         return next((t for t in self.levels if t.name == name), None)
@@ -86,6 +83,7 @@ class Store:
             return
         at = self.levels.index(self.disk) + 1 if self.disk is not None else 1
         self.levels = [*self.levels[:at], level, *self.levels[at:]]
+        self.cluster_levels = [level, *self.cluster_levels]
 
     @property
     def disk(self) -> Level | None:

@@ -25,7 +25,7 @@ class MemoryLevel:
     def put(self, entry: Entry) -> None:
         if entry.stored is not None:  # its blobs are what a hit needs: not the bytes they came from too
             entry = Entry(entry.key, entry.meta, entry.blobs)
-        self._lru.put(entry.key, entry)
+        self._lru.put(entry.key, entry, _entry_size(entry))
 
     def keep(self, entry: Entry, data: builtins.bytes) -> None:
         self.put(entry)
