@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_cache import levels as backends
 from kernel_cache.entries import entry as entry_format
@@ -23,16 +23,13 @@ from kernel_cache.entries.entry import CorruptEntry, Entry, InvalidKey, check_ke
 from kernel_cache.entries.summary import compile_seconds
 from kernel_cache.errors import ReentrantBuild, RejectedEntry
 from kernel_cache.levels.memory import MemoryLevel
-from kernel_cache.levels.protocols import KeptLevel, Level, holds
+from kernel_cache.levels.protocols import FrontLevel, KeptLevel, Level, holds
 from kernel_cache.settings import cache_settings
 from kernel_cache.settings.config import Config
 from kernel_cache.telemetry import lookup_log
 from kernel_cache.telemetry.stats import ERROR, MISS, REJECTED, Stats
 from kernel_cache.telemetry.warnings_once import warn_once
 from kernel_cache.trust.safefs import Owners
-
-if TYPE_CHECKING:
-    from kernel_cache.front_level import WarmSet
 
 # build() -> (metadata, blobs, compile_seconds)
 Builder = Callable[[], "tuple[dict[str, Any], dict[str, bytes], float]"]
@@ -66,7 +63,7 @@ class Store:
         self.stats = Stats(self.config.dir if self.disk is not None else None, read_only=read_only)
         self._key_locks = KeyLocks()
         self.wait_budget = WaitBudget(self.config.lock_timeout)  # for other processes' compiles, all keys
-        self.front: WarmSet | None = None  # the program's warm set, read before every level (`front_level`)
+        self.front: FrontLevel | None = None  # the program's warm set, read before every level (`front_level`)
 
     # Public API ---------------------------------------------------------------------------
     @property
@@ -116,7 +113,7 @@ class Store:
             counts[f"misses.{level.name}"] += 1
         return None
 
-    def front_level(self, warm: WarmSet) -> None:
+    def front_level(self, warm: FrontLevel) -> None:
         """Put `warm` (a session's warm set) in front of the levels, before memory; a later session's
         set takes its place."""
         self.front = warm

@@ -16,6 +16,15 @@ from typing import Any, Protocol, runtime_checkable
 from kernel_cache.entries.entry import Entry
 
 
+class FrontLevel(Protocol):
+    """What the store asks of the warm set read before its levels (`kernel_cache.front_level`, which
+    imports the store: named here, the store imports nothing above it)."""
+
+    level: str  # the level its members are served from, as the stats name it
+
+    def front_get(self, key: str) -> Entry | None: ...
+
+
 @runtime_checkable
 class Level(Protocol):
     """The data path every level has: read, write, ask, and take the per-key lock."""
