@@ -58,7 +58,8 @@ def is_autotuner(obj: Any) -> bool:
 
 def unwrapped(kernel: Any) -> tuple[tuple[Any, ...], JITFunction]:
     """(the wrappers around `kernel`, outermost first; the JITFunction under them)."""
-    return tuple(wrapper_chain(kernel)), unwrap_jit(kernel)
+    wrappers = tuple(wrapper_chain(kernel))  # walked once: the JITFunction is under the innermost
+    return wrappers, unwrap_jit(wrappers[-1].fn if wrappers else kernel)
 
 
 def wrapper_chain(kernel: Any) -> Iterator[Any]:
